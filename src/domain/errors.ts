@@ -1,0 +1,79 @@
+/**
+ * Domain errors. Services throw these; exactly one mapping (src/api/errors.ts) turns them
+ * into HTTP answers `{ error, message, ...details }`. `code` is a closed union.
+ */
+export type ErrorCode =
+  | 'not_found'
+  | 'backlog_full'
+  | 'lease_lost'
+  | 'already_exists'
+  | 'already_running'
+  | 'invalid_transition'
+  | 'validation_error'
+  | 'unauthorized'
+  | 'forbidden'
+  | 'payload_too_large'
+  | 'unavailable';
+
+export class BatonError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = 'BatonError';
+  }
+}
+
+export class NotFound extends BatonError {
+  constructor(kind: string, id: string) {
+    super('not_found', `${kind} '${id}' does not exist`, { kind, id });
+  }
+}
+
+export class BacklogFull extends BatonError {
+  constructor(agent: string, maxBacklog: number) {
+    super('backlog_full', `agent '${agent}' already has ${maxBacklog} queued executions (max_backlog)`, {
+      agent,
+      max_backlog: maxBacklog,
+    });
+  }
+}
+
+/** The presented lease token is not the current one, or the row can no longer take it. */
+export class LeaseLost extends BatonError {
+  constructor(executionId: string, detail: { status?: string; error_code?: string | null; reason: string }) {
+    super('lease_lost', `lease on execution '${executionId}' is no longer held: ${detail.reason}`, {
+      execution_id: executionId,
+      ...detail,
+    });
+  }
+}
+
+export class AlreadyExists extends BatonError {
+  constructor(kind: string, id: string) {
+    super('already_exists', `${kind} '${id}' already exists`, { kind, id });
+  }
+}
+
+export class InvalidTransition extends BatonError {
+  constructor(executionId: string, status: string, wanted: string) {
+    super('invalid_transition', `execution '${executionId}' is ${status}; cannot ${wanted}`, {
+      execution_id: executionId,
+      status,
+    });
+  }
+}
+
+export class Unauthorized extends BatonError {
+  constructor(message = 'a valid API key is required (Authorization: Bearer <key>)') {
+    super('unauthorized', message);
+  }
+}
+
+export class Forbidden extends BatonError {
+  constructor(message: string) {
+    super('forbidden', message);
+  }
+}

@@ -1,0 +1,41 @@
+/**
+ * The execution state set, defined once. The database enforces the same set with a CHECK
+ * constraint (see src/store/migrations). Terminal states come last.
+ *
+ *   queued ──admit──► running ──complete──► succeeded | failed | cancelled
+ *   queued ◄──lease lapsed / release── running
+ *   (any start that started nothing) ──► skipped
+ */
+export const EXECUTION_STATES = Object.freeze([
+  'queued',
+  'running',
+  'succeeded',
+  'failed',
+  'cancelled',
+  'skipped',
+] as const);
+
+export type ExecutionStatus = (typeof EXECUTION_STATES)[number];
+
+export const TERMINAL_STATES = Object.freeze(['succeeded', 'failed', 'cancelled', 'skipped'] as const);
+export type TerminalStatus = (typeof TERMINAL_STATES)[number];
+
+export function isTerminal(status: string): status is TerminalStatus {
+  return (TERMINAL_STATES as readonly string[]).includes(status);
+}
+
+/** How an execution came to exist. */
+export const TRIGGER_KINDS = Object.freeze(['schedule', 'manual', 'webhook', 'api', 'mcp', 'cli', 'retry'] as const);
+export type TriggerKind = (typeof TRIGGER_KINDS)[number];
+
+/** Outcomes a worker may report on completion. */
+export const COMPLETION_STATES = Object.freeze(['succeeded', 'failed', 'cancelled'] as const);
+export type CompletionStatus = (typeof COMPLETION_STATES)[number];
+
+/** Error codes the engine itself writes on executions it ends. */
+export const ENGINE_ERROR_CODES = Object.freeze({
+  poisoned: 'poisoned',
+  timeout: 'timeout',
+  backlogExpired: 'backlog_expired',
+  cancelForced: 'cancel_forced',
+} as const);

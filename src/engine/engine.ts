@@ -1,0 +1,371 @@
+import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
+import { newExecutionId } from '../domain/ids.ts';
+import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
+import { DEFAULTS, defaultNodeId } from '../config.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { AgentRow, ExecutionRow } from '../store/schema.ts';
+import { appendAudit } from './audit.ts';
+import { EngineEvents } from './events.ts';
+import { admit } from './transitions/admit.ts';
+import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
+import { completeWithLease, type Outcome } from './transitions/complete.ts';
+import { insertQueued } from './transitions/create.ts';
+import { expireOnce, type Reaped } from './transitions/expire.ts';
+import { releaseLease } from './transitions/release.ts';
+import { renewLease, type Renewed } from './transitions/renew.ts';
+import { Waiters } from './waiters.ts';
+
+/**
+ * Glossary
+ * - agent: a named target with a cap (`max_parallel` seats) and a backlog limit.
+ * - execution: one requested run of a task on an agent; its row is the only record of it.
+ * - seat: a `running` row with a lease. There is no other slot record to leak.
+ * - lease: (owner, token, expiry) on a running row; renewed by heartbeats; the token fences
+ *   every write from the worker that holds it.
+ */
+
+export interface EngineOptions {
+  store: StoreAdapter;
+  /** Milliseconds since the epoch. Tests inject a clock they can move. Default Date.now. */
+  clock?: () => number;
+  /** Names this process in lease owners and event actors. */
+  nodeId?: string;
+  cancelGraceMs?: number;
+  backlogExpiryMs?: number;
+  claimPollMs?: number;
+  /** Rows one reaper pass handles per transaction. Default 100. */
+  reapBatch?: number;
+}
+
+export interface AgentInput {
+  name: string;
+  description?: string | null;
+  max_parallel?: number;
+  max_backlog?: number;
+  timeout_seconds?: number;
+  lease_ttl_seconds?: number;
+  max_redeliveries?: number;
+  delivery?: 'pull' | 'push';
+  push_url?: string | null;
+}
+export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
+
+export interface SubmitInput {
+  message: string;
+  payload?: unknown;
+  priority?: number;
+  run_after?: number | null;
+  trigger?: TriggerKind;
+  origin?: Record<string, unknown>;
+  idempotency_key?: string | null;
+}
+
+export interface ClaimOptions {
+  owner: string;
+  /** Most tasks to return. Default 1. */
+  max?: number;
+  /** Long-poll: how long to wait for work when none is admissible. Default 0. */
+  waitMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecutionFilter {
+  agent?: string;
+  status?: ExecutionStatus[];
+  schedule_id?: string;
+  created_after?: number;
+  created_before?: number;
+  limit?: number;
+  /** Keyset cursor from a previous page. */
+  before?: { created_at: number; id: string };
+}
+
+export class Engine {
+  readonly store: StoreAdapter;
+  readonly events = new EngineEvents();
+  readonly nodeId: string;
+  readonly cancelGraceMs: number;
+  readonly backlogExpiryMs: number;
+  private readonly clock: () => number;
+  private readonly claimPollMs: number;
+  private readonly reapBatch: number;
+  private readonly waiters = new Waiters();
+  private readonly unsubscribe: () => void;
+
+  constructor(opts: EngineOptions) {
+    this.store = opts.store;
+    this.clock = opts.clock ?? Date.now;
+    this.nodeId = opts.nodeId ?? defaultNodeId();
+    this.cancelGraceMs = opts.cancelGraceMs ?? DEFAULTS.cancelGraceMs;
+    this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
+    this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
+    this.reapBatch = opts.reapBatch ?? 100;
+    this.unsubscribe = this.store.onWork((agent) => this.waiters.wake(agent));
+  }
+
+  now(): number {
+    return this.clock();
+  }
+
+  close(): void {
+    this.unsubscribe();
+  }
+
+  // ── agents ────────────────────────────────────────────────────────────────
+
+  async createAgent(input: AgentInput, actor: string): Promise<AgentRow> {
+    const now = this.now();
+    return this.store.transaction(async (tx) => {
+      const exists = await tx.selectFrom('agents').select('name').where('name', '=', input.name).executeTakeFirst();
+      if (exists) throw new AlreadyExists('agent', input.name);
+      const row = await tx
+        .insertInto('agents')
+        .values({
+          name: input.name,
+          description: input.description ?? null,
+          max_parallel: input.max_parallel ?? DEFAULTS.maxParallel,
+          max_backlog: input.max_backlog ?? DEFAULTS.maxBacklog,
+          timeout_seconds: input.timeout_seconds ?? DEFAULTS.timeoutSeconds,
+          lease_ttl_seconds: input.lease_ttl_seconds ?? DEFAULTS.leaseTtlSeconds,
+          max_redeliveries: input.max_redeliveries ?? DEFAULTS.maxRedeliveries,
+          delivery: input.delivery ?? 'pull',
+          push_url: input.push_url ?? null,
+          created_at: now,
+          updated_at: now,
+        })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
+      return row;
+    });
+  }
+
+  /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */
+  async updateAgent(name: string, patch: AgentPatch, actor: string): Promise<AgentRow> {
+    const now = this.now();
+    const row = await this.store.transaction(async (tx) => {
+      const updated = await tx
+        .updateTable('agents')
+        .set({ ...patch, updated_at: now })
+        .where('name', '=', name)
+        .returningAll()
+        .executeTakeFirst();
+      if (!updated) throw new NotFound('agent', name);
+      await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
+      return updated;
+    });
+    this.store.signalWork(name); // a raised cap may admit waiting work
+    return row;
+  }
+
+  /** Cancels the agent's queued work, asks its running work to stop, removes the agent. History stays. */
+  async deleteAgent(name: string, actor: string): Promise<{ cancelled: number; cancel_requested: number }> {
+    const now = this.now();
+    return this.store.transaction(async (tx) => {
+      const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
+      if (!agent) throw new NotFound('agent', name);
+      const queued = await this.store
+        .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', 'queued'), 'wait')
+        .execute();
+      const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
+      const running = await tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', 'running').execute();
+      for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
+      await tx.deleteFrom('agents').where('name', '=', name).execute();
+      await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length } });
+      return { cancelled: cancelled.length, cancel_requested: running.length };
+    });
+  }
+
+  async getAgent(name: string): Promise<{ agent: AgentRow; running: number; queued: number }> {
+    const agent = await this.store.db.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirst();
+    if (!agent) throw new NotFound('agent', name);
+    const counts = await this.countsByAgent([name]);
+    return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
+  }
+
+  async listAgents(): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
+    const agents = await this.store.db.selectFrom('agents').selectAll().orderBy('name').execute();
+    const counts = await this.countsByAgent(agents.map((a) => a.name));
+    return agents.map((agent) => ({ agent, ...(counts.get(agent.name) ?? { running: 0, queued: 0 }) }));
+  }
+
+  private async countsByAgent(names: string[]): Promise<Map<string, { running: number; queued: number }>> {
+    const out = new Map<string, { running: number; queued: number }>();
+    if (names.length === 0) return out;
+    const rows = await this.store.db
+      .selectFrom('executions')
+      .select(['agent', 'status', (eb) => eb.fn.countAll<number>().as('n')])
+      .where('status', 'in', ['running', 'queued'])
+      .where('agent', 'in', names)
+      .groupBy(['agent', 'status'])
+      .execute();
+    for (const r of rows) {
+      const c = out.get(r.agent) ?? { running: 0, queued: 0 };
+      c[r.status as 'running' | 'queued'] = Number(r.n);
+      out.set(r.agent, c);
+    }
+    return out;
+  }
+
+  // ── executions ────────────────────────────────────────────────────────────
+
+  /** Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this returns. */
+  async submit(agentName: string, input: SubmitInput, actor: string): Promise<ExecutionRow> {
+    const now = this.now();
+    const row = await this.store.transaction(async (tx) => {
+      // The agent lock also serialises backlog checks, so max_backlog is exact under concurrency.
+      const agent = await this.store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'wait').executeTakeFirst();
+      if (!agent) throw new NotFound('agent', agentName);
+      const { queued } = await tx
+        .selectFrom('executions')
+        .select((eb) => eb.fn.countAll<number>().as('queued'))
+        .where('agent', '=', agentName)
+        .where('status', '=', 'queued')
+        .executeTakeFirstOrThrow();
+      if (Number(queued) >= agent.max_backlog) {
+        await appendAudit(tx, { at: now, actor, action: 'execution.refused', subject: agentName, detail: { error: 'backlog_full' } });
+        throw new BacklogFull(agentName, agent.max_backlog);
+      }
+      return this.insert(tx, agent, input, now, actor);
+    });
+    this.afterChange(row);
+    return row;
+  }
+
+  private async insert(tx: Tx, agent: AgentRow, input: SubmitInput, now: number, actor: string): Promise<ExecutionRow> {
+    const row = await insertQueued(
+      tx,
+      {
+        id: newExecutionId(),
+        agent: agent.name,
+        trigger_kind: input.trigger ?? 'api',
+        origin: JSON.stringify(input.origin ?? {}),
+        message: input.message,
+        payload: JSON.stringify(input.payload ?? null),
+        priority: input.priority ?? 0,
+        run_after: input.run_after ?? null,
+        max_redeliveries: agent.max_redeliveries,
+        timeout_seconds: agent.timeout_seconds,
+        lease_ttl_seconds: agent.lease_ttl_seconds,
+        idempotency_key: input.idempotency_key ?? null,
+      },
+      now,
+      actor,
+    );
+    await appendAudit(tx, { at: now, actor, action: 'execution.create', subject: agent.name, execution_id: row.id, detail: { trigger: row.trigger_kind } });
+    return row;
+  }
+
+  /**
+   * Admit up to `max` queued executions of `agent` to the caller, waiting up to `waitMs` for
+   * work to become admissible. Returns [] when nothing came.
+   */
+  async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
+    const max = opts.max ?? 1;
+    const deadline = Date.now() + (opts.waitMs ?? 0);
+    for (;;) {
+      const waiter = this.waiters.arm(agent, opts.signal);
+      try {
+        const now = this.now();
+        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { now, owner: opts.owner, max }));
+        if (rows.length > 0) {
+          for (const r of rows) this.events.emit('execution:changed', { id: r.id, agent: r.agent, status: r.status });
+          return rows;
+        }
+        const remaining = deadline - Date.now();
+        if (remaining <= 0 || opts.signal?.aborted) return [];
+        await waiter.wait(Math.min(remaining, this.claimPollMs));
+      } finally {
+        waiter.disarm();
+      }
+    }
+  }
+
+  /** Renew a lease. Says whether cancellation was requested. */
+  heartbeat(id: string, token: string): Promise<Renewed> {
+    const now = this.now();
+    return this.store.transaction((tx) => renewLease(tx, this.store, id, token, now));
+  }
+
+  async complete(id: string, token: string, outcome: Outcome, actor: string): Promise<ExecutionRow> {
+    const now = this.now();
+    const row = await this.store.transaction((tx) => completeWithLease(tx, this.store, id, token, outcome, now, actor));
+    this.afterChange(row);
+    return row;
+  }
+
+  async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
+    const now = this.now();
+    const row = await this.store.transaction((tx) => releaseLease(tx, this.store, id, token, now, actor));
+    this.afterChange(row);
+    return row;
+  }
+
+  async cancel(id: string, actor: string): Promise<ExecutionRow> {
+    const now = this.now();
+    const row = await this.store.transaction(async (tx) => {
+      const r = await cancelExecution(tx, this.store, id, now, actor, 'cancelled_by_user');
+      await appendAudit(tx, { at: now, actor, action: 'execution.cancel', subject: r.agent, execution_id: id, detail: { status: r.status } });
+      return r;
+    });
+    this.afterChange(row);
+    return row;
+  }
+
+  async getExecution(id: string) {
+    const execution = await this.store.db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
+    if (!execution) throw new NotFound('execution', id);
+    const events = await this.store.db.selectFrom('execution_events').selectAll().where('execution_id', '=', id).orderBy('id').execute();
+    return { execution, events };
+  }
+
+  async listExecutions(f: ExecutionFilter): Promise<ExecutionRow[]> {
+    let q = this.store.db.selectFrom('executions').selectAll();
+    if (f.agent) q = q.where('agent', '=', f.agent);
+    if (f.status?.length) q = q.where('status', 'in', f.status);
+    if (f.schedule_id) q = q.where('schedule_id', '=', f.schedule_id);
+    if (f.created_after !== undefined) q = q.where('created_at', '>=', f.created_after);
+    if (f.created_before !== undefined) q = q.where('created_at', '<', f.created_before);
+    if (f.before) {
+      const b = f.before;
+      q = q.where((eb) => eb.or([eb('created_at', '<', b.created_at), eb.and([eb('created_at', '=', b.created_at), eb('id', '<', b.id)])]));
+    }
+    return q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit ?? 50).execute();
+  }
+
+  /**
+   * One reaper pass: re-queue or park lapsed leases, fail timed-out and stale-queued rows,
+   * force overdue cancellations. Safe to run in every process at once.
+   */
+  async reapOnce(): Promise<Reaped[]> {
+    const all: Reaped[] = [];
+    for (;;) {
+      const now = this.now();
+      const batch = await this.store.transaction((tx) =>
+        expireOnce(tx, this.store, {
+          now,
+          actor: `reaper:${this.nodeId}`,
+          cancelGraceMs: this.cancelGraceMs,
+          backlogExpiryMs: this.backlogExpiryMs,
+          batch: this.reapBatch,
+        }),
+      );
+      all.push(...batch);
+      for (const r of batch) this.events.emit('execution:changed', { id: r.id, agent: r.agent, status: r.to });
+      if (batch.length < this.reapBatch) break;
+    }
+    if (all.length > 0) {
+      for (const agent of new Set(all.map((r) => r.agent))) this.store.signalWork(agent);
+      this.events.emit('reaper:reaped', all);
+    }
+    return all;
+  }
+
+  /** A write that may have freed a seat or queued work: wake waiting claimers everywhere. */
+  private afterChange(row: ExecutionRow): void {
+    this.events.emit('execution:changed', { id: row.id, agent: row.agent, status: row.status });
+    this.store.signalWork(row.agent);
+  }
+}
+
+export type { Outcome, CompletionStatus };

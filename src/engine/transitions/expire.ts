@@ -1,0 +1,147 @@
+import { ENGINE_ERROR_CODES } from '../../domain/states.ts';
+import type { ExecutionStatus } from '../../domain/states.ts';
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+import type { ExecutionRow } from '../../store/schema.ts';
+import { appendEvents } from './event.ts';
+
+/** What the reaper did to one row. */
+export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
+
+export interface Reaped {
+  id: string;
+  agent: string;
+  kind: ReapKind;
+  to: ExecutionStatus;
+}
+
+export interface ExpireOptions {
+  now: number;
+  actor: string;
+  cancelGraceMs: number;
+  backlogExpiryMs: number;
+  batch: number;
+}
+
+/**
+ * One pass of the reaper's transitions, in one transaction. Rows are selected with
+ * SKIP LOCKED, so several reapers (and concurrent completions) never fight over a row, and
+ * every update re-checks the status and lease token it read.
+ */
+export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<Reaped[]> {
+  const out: Reaped[] = [];
+  const running = await store
+    .lockRows(
+      tx
+        .selectFrom('executions')
+        .selectAll()
+        .where('status', '=', 'running')
+        .where((eb) =>
+          eb.or([
+            eb('lease_expires_at', '<', o.now),
+            eb('deadline_at', '<', o.now),
+            eb('cancel_requested_at', '<', o.now - o.cancelGraceMs),
+          ]),
+        )
+        .limit(o.batch),
+      'skip',
+    )
+    .execute();
+
+  for (const row of running) {
+    const decision = decide(row, o);
+    const done = await tx
+      .updateTable('executions')
+      
+      .set(
+        decision.to === 'queued'
+          ? { status: 'queued', lease_expires_at: null, deadline_at: null, error_code: null, error_message: null }
+          : {
+              status: decision.to,
+              completed_at: o.now,
+              duration_ms: o.now - (row.started_at ?? o.now),
+              lease_expires_at: null,
+              error_code: decision.code,
+              error_message: decision.message,
+            },
+      )
+      .where('id', '=', row.id)
+      .where('status', '=', 'running')
+      .where('lease_token', '=', row.lease_token)
+      .executeTakeFirst();
+    if (Number(done.numUpdatedRows) !== 1) continue;
+    out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to });
+  }
+
+  // Waiting since it was queued, or since its last start if a lapsed lease put it back.
+  const stale = await store
+    .lockRows(
+      tx
+        .selectFrom('executions')
+        .selectAll()
+        .where('status', '=', 'queued')
+        .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', o.now - o.backlogExpiryMs))
+        .limit(o.batch),
+      'skip',
+    )
+    .execute();
+  for (const row of stale) {
+    const done = await tx
+      .updateTable('executions')
+      .set({
+        status: 'failed',
+        completed_at: o.now,
+        error_code: ENGINE_ERROR_CODES.backlogExpired,
+        error_message: `queued for more than ${Math.round(o.backlogExpiryMs / 1000)} s without being admitted`,
+      })
+      .where('id', '=', row.id)
+      .where('status', '=', 'queued')
+      .executeTakeFirst();
+    if (Number(done.numUpdatedRows) === 1) out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
+  }
+
+  const byId = new Map([...running, ...stale].map((r) => [r.id, r]));
+  await appendEvents(
+    tx,
+    out.map((r) => {
+      const before = byId.get(r.id)!;
+      return {
+        execution_id: r.id,
+        agent: r.agent,
+        from_status: before.status,
+        to_status: r.to,
+        at: o.now,
+        actor: o.actor,
+        attempt: before.attempt,
+        reason: r.kind,
+      };
+    }),
+  );
+  return out;
+}
+
+type Decision =
+  | { kind: 'requeued'; to: 'queued' }
+  | { kind: Exclude<ReapKind, 'requeued' | 'backlog_expired'>; to: 'failed' | 'cancelled'; code: string; message: string };
+
+/** Which end a running row the reaper picked up deserves. Timeout and cancellation win over re-delivery. */
+function decide(row: ExecutionRow, o: ExpireOptions): Decision {
+  if (row.deadline_at !== null && row.deadline_at < o.now) {
+    return { kind: 'timed_out', to: 'failed', code: ENGINE_ERROR_CODES.timeout, message: `ran longer than its ${row.timeout_seconds} s timeout` };
+  }
+  if (row.cancel_requested_at !== null && row.cancel_requested_at < o.now - o.cancelGraceMs) {
+    return { kind: 'cancel_forced', to: 'cancelled', code: ENGINE_ERROR_CODES.cancelForced, message: `worker did not stop within ${Math.round(o.cancelGraceMs / 1000)} s of the cancel request` };
+  }
+  if (row.cancel_requested_at !== null) {
+    return { kind: 'cancelled', to: 'cancelled', code: 'cancel_requested', message: 'lease lapsed after cancellation was requested' };
+  }
+  if (row.attempt > row.max_redeliveries) {
+    const hb = row.heartbeat_at === null ? 'never' : new Date(row.heartbeat_at).toISOString();
+    return {
+      kind: 'poisoned',
+      to: 'failed',
+      code: ENGINE_ERROR_CODES.poisoned,
+      message: `lease lapsed on ${row.attempt} deliveries; last worker ${row.lease_owner}, last heartbeat ${hb}`,
+    };
+  }
+  return { kind: 'requeued', to: 'queued' };
+}

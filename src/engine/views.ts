@@ -1,0 +1,85 @@
+import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
+
+/** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
+export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
+const json = (text: string | null) => (text === null ? null : JSON.parse(text));
+
+export function executionView(r: ExecutionRow) {
+  return {
+    id: r.id,
+    agent: r.agent,
+    status: r.status,
+    attempt: r.attempt,
+    trigger: r.trigger_kind,
+    origin: json(r.origin),
+    message: r.message,
+    payload: json(r.payload),
+    priority: r.priority,
+    schedule_id: r.schedule_id,
+    scheduled_for: iso(r.scheduled_for),
+    run_after: iso(r.run_after),
+    created_at: iso(r.created_at)!,
+    queued_at: iso(r.queued_at),
+    started_at: iso(r.started_at),
+    completed_at: iso(r.completed_at),
+    duration_ms: r.duration_ms === null ? null : Number(r.duration_ms),
+    lease_owner: r.lease_owner,
+    lease_expires_at: iso(r.lease_expires_at),
+    heartbeat_at: iso(r.heartbeat_at),
+    deadline_at: iso(r.deadline_at),
+    cancel_requested_at: iso(r.cancel_requested_at),
+    result: json(r.result),
+    error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
+    usage: json(r.usage),
+    retry_of: r.retry_of,
+    idempotency_key: r.idempotency_key,
+  };
+}
+export type ExecutionView = ReturnType<typeof executionView>;
+
+export function eventView(e: ExecutionEventRow) {
+  return {
+    id: Number(e.id),
+    from: e.from_status,
+    to: e.to_status,
+    at: iso(e.at)!,
+    actor: e.actor,
+    reason: e.reason,
+    attempt: e.attempt,
+  };
+}
+
+/** What a worker receives with a claim: the task and its lease. */
+export function taskView(r: ExecutionRow) {
+  return {
+    execution_id: r.id,
+    agent: r.agent,
+    attempt: r.attempt,
+    message: r.message,
+    payload: json(r.payload),
+    lease_token: r.lease_token!,
+    lease_expires_at: iso(r.lease_expires_at)!,
+    lease_ttl_seconds: r.lease_ttl_seconds,
+    deadline_at: iso(r.deadline_at)!,
+  };
+}
+export type TaskView = ReturnType<typeof taskView>;
+
+export function agentView(a: AgentRow, counts: { running: number; queued: number }) {
+  return {
+    name: a.name,
+    description: a.description,
+    max_parallel: a.max_parallel,
+    max_backlog: a.max_backlog,
+    timeout_seconds: a.timeout_seconds,
+    lease_ttl_seconds: a.lease_ttl_seconds,
+    max_redeliveries: a.max_redeliveries,
+    delivery: a.delivery,
+    push_url: a.push_url,
+    running: counts.running,
+    queued: counts.queued,
+    created_at: iso(a.created_at)!,
+    updated_at: iso(a.updated_at)!,
+  };
+}
+export type AgentView = ReturnType<typeof agentView>;

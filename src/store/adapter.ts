@@ -1,0 +1,47 @@
+import type { Kysely, SelectQueryBuilder } from 'kysely';
+import type { DB } from './schema.ts';
+
+declare const txBrand: unique symbol;
+/** A Kysely handle bound to one open transaction. Functions that lock or write rows take a Tx. */
+export type Tx = Kysely<DB> & { readonly [txBrand]: true };
+
+export type StoreKind = 'sqlite' | 'postgres';
+
+/**
+ * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
+ * which database it is on; it calls these methods.
+ */
+export interface StoreAdapter {
+  readonly kind: StoreKind;
+  /** Shared handle for reads outside a transaction. Never use it inside `transaction()`. */
+  readonly db: Kysely<DB>;
+
+  /**
+   * Run `fn` in a write transaction. SQLite: BEGIN IMMEDIATE (one writer at a time, so every
+   * read inside sees the latest committed state). PostgreSQL: READ COMMITTED, retried on
+   * serialization failures and deadlocks (see retryable SQLSTATEs in postgres.ts).
+   */
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+
+  /** Run `fn` over one consistent read-only snapshot (REPEATABLE READ on PostgreSQL). */
+  snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+
+  /**
+   * Lock the rows a SELECT returns until the transaction ends. `wait`: block until free
+   * (FOR UPDATE); `skip`: skip rows another transaction holds (FOR NO KEY UPDATE SKIP LOCKED).
+   * SQLite: a no-op, because BEGIN IMMEDIATE already holds the only write lock.
+   */
+  lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB;
+
+  /** Tell every process that `agent` may have admissible work (best effort; pollers cover loss). */
+  signalWork(agent: string): void;
+  /** Subscribe to work signals from this and (PostgreSQL) every other process. */
+  onWork(listener: (agent: string) => void): () => void;
+
+  /** Apply pending migrations under a cross-process lock. Returns versions applied. */
+  migrate(): Promise<number[]>;
+  /** Versions applied and the newest version this code knows. */
+  migrationStatus(): Promise<{ applied: number[]; known: number[] }>;
+
+  close(): Promise<void>;
+}

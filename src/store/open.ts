@@ -1,0 +1,23 @@
+import { join } from 'node:path';
+import type { StoreAdapter } from './adapter.ts';
+import { openPostgres } from './postgres.ts';
+import { openSqlite } from './sqlite.ts';
+
+export interface OpenStoreOptions {
+  /** postgres://… selects PostgreSQL; otherwise SQLite in `dataDir`. */
+  databaseUrl?: string;
+  dataDir: string;
+  /** PostgreSQL schema (tests). */
+  schema?: string;
+  poolMax?: number;
+}
+
+export function openStore(opts: OpenStoreOptions): StoreAdapter {
+  const url = opts.databaseUrl;
+  if (url && /^postgres(ql)?:\/\//.test(url)) {
+    return openPostgres({ url, schema: opts.schema, poolMax: opts.poolMax });
+  }
+  if (url && url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length));
+  if (url) throw new Error(`BATON_DATABASE_URL must start with postgres:// or sqlite: (got '${url.split(':')[0]}:…')`);
+  return openSqlite(join(opts.dataDir, 'baton.sqlite'));
+}

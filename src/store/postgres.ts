@@ -1,0 +1,168 @@
+import { EventEmitter } from 'node:events';
+import pg from 'pg';
+import { Kysely, PostgresDialect, type SelectQueryBuilder } from 'kysely';
+import type { StoreAdapter, Tx } from './adapter.ts';
+import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
+import type { DB } from './schema.ts';
+
+const WORK_CHANNEL = 'baton_work';
+/** Arbitrary constant key for the migration advisory lock ("baton" in ASCII). */
+const MIGRATION_LOCK_KEY = 0x626174_6f6e;
+
+/**
+ * SQLSTATEs after which a whole transaction is retried, with jittered backoff. Anything else
+ * is a real error and surfaces. 40001 serialization_failure, 40P01 deadlock_detected,
+ * 55P03 lock_not_available.
+ */
+export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(['40001', '40P01', '55P03']);
+const MAX_TX_ATTEMPTS = 5;
+
+export interface PostgresOptions {
+  url: string;
+  /** Schema to use (created if missing). Tests give each file its own. Default: public. */
+  schema?: string;
+  /** Pool size per process. Default 10: enough for 50 claim loops, small enough for many processes. */
+  poolMax?: number;
+}
+
+// BIGINT (int8) columns hold epoch milliseconds and counts: far below 2^53, so plain numbers.
+const types = {
+  getTypeParser(oid: number, format?: any) {
+    if (oid === 20) return (v: string) => Number(v);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+export function openPostgres(opts: PostgresOptions): StoreAdapter {
+  const schema = opts.schema;
+  if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`invalid schema name '${schema}'`);
+  const options = schema ? `-c search_path=${schema}` : undefined;
+  const pool = new pg.Pool({ connectionString: opts.url, max: opts.poolMax ?? 10, options, types } as pg.PoolConfig);
+  // An idle client losing its connection (server restart) must not crash the process.
+  pool.on('error', () => {});
+  const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  const events = new EventEmitter();
+  events.setMaxListeners(0);
+  let listener: pg.Client | undefined;
+  let listening: Promise<void> | undefined;
+  let closed = false;
+  let schemaReady: Promise<void> | undefined;
+
+  function ensureSchema(): Promise<void> {
+    if (!schema) return Promise.resolve();
+    schemaReady ??= pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`).then(
+      () => undefined,
+      (err) => {
+        // Two processes racing to create the schema: the loser sees a unique violation.
+        if (err.code !== '23505' && err.code !== '42P06') throw err;
+      },
+    );
+    return schemaReady;
+  }
+
+  async function withRetry<T>(isolation: 'read committed' | 'repeatable read', readOnly: boolean, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        let builder = db.transaction().setIsolationLevel(isolation);
+        if (readOnly) builder = builder.setAccessMode('read only');
+        return await builder.execute((trx) => fn(trx as unknown as Tx));
+      } catch (err: any) {
+        if (!RETRYABLE_SQLSTATES.has(err?.code) || attempt >= MAX_TX_ATTEMPTS) throw err;
+        const backoff = Math.min(200, 5 * 2 ** attempt);
+        await new Promise((r) => setTimeout(r, backoff / 2 + Math.random() * backoff));
+      }
+    }
+  }
+
+  function startListening(): Promise<void> {
+    if (listening || closed) return listening ?? Promise.resolve();
+    const client = new pg.Client({ connectionString: opts.url, options } as pg.ClientConfig);
+    listener = client;
+    listening = (async () => {
+      client.on('notification', (msg) => {
+        if (msg.channel === WORK_CHANNEL && msg.payload) events.emit('work', msg.payload);
+      });
+      client.on('error', () => reconnect());
+      client.on('end', () => reconnect());
+      await client.connect();
+      await client.query(`LISTEN ${WORK_CHANNEL}`);
+    })().catch(() => reconnect());
+    return listening;
+  }
+
+  function reconnect() {
+    if (closed) return;
+    listener?.removeAllListeners();
+    listener?.end().catch(() => {});
+    listener = undefined;
+    listening = undefined;
+    // Waiters also poll, so a lost listener only costs latency until it is back.
+    setTimeout(() => {
+      if (!closed && events.listenerCount('work') > 0) startListening();
+    }, 1000).unref();
+  }
+
+  const adapter: StoreAdapter = {
+    kind: 'postgres',
+    db,
+    transaction: (fn) => withRetry('read committed', false, fn),
+    snapshot: (fn) => withRetry('repeatable read', true, fn),
+    lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB {
+      return (mode === 'wait' ? qb.forUpdate() : qb.forNoKeyUpdate().skipLocked()) as QB;
+    },
+    signalWork(agent) {
+      queueMicrotask(() => events.emit('work', agent));
+      pool.query('SELECT pg_notify($1, $2)', [WORK_CHANNEL, agent]).catch(() => {});
+    },
+    onWork(fn) {
+      events.on('work', fn);
+      void startListening();
+      return () => events.off('work', fn);
+    },
+    async migrate() {
+      await ensureSchema();
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        // Every process that starts at once queues here; the first applies, the rest find nothing to do.
+        await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
+        await client.query(MIGRATIONS_TABLE_SQL);
+        const done = new Set((await client.query('SELECT version FROM baton_migrations')).rows.map((r) => Number(r.version)));
+        const applied: number[] = [];
+        for (const m of loadMigrations('postgres')) {
+          if (done.has(m.version)) continue;
+          await client.query(m.sql);
+          await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+          applied.push(m.version);
+        }
+        await client.query('COMMIT');
+        return applied;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
+      } finally {
+        client.release();
+      }
+    },
+    async migrationStatus() {
+      await ensureSchema();
+      const known = loadMigrations('postgres').map((m) => m.version);
+      const exists = await pool.query("SELECT to_regclass('baton_migrations') AS t");
+      const applied = exists.rows[0].t
+        ? (await pool.query('SELECT version FROM baton_migrations ORDER BY version')).rows.map((r) => Number(r.version))
+        : [];
+      return { applied, known };
+    },
+    async close() {
+      closed = true;
+      events.removeAllListeners();
+      if (listener) {
+        listener.removeAllListeners();
+        listener.on('error', () => {});
+        await listener.end().catch(() => {});
+      }
+      await db.destroy();
+    },
+  };
+  return adapter;
+}

@@ -1,0 +1,92 @@
+import { EventEmitter } from 'node:events';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { Kysely, SqliteDialect, sql, type SelectQueryBuilder } from 'kysely';
+import type { StoreAdapter, Tx } from './adapter.ts';
+import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
+import type { DB } from './schema.ts';
+
+/**
+ * Embedded store: one SQLite file in WAL mode, for a single `baton` process. Kysely's SQLite
+ * driver serialises every statement through one connection, so a transaction started with
+ * BEGIN IMMEDIATE sees and writes alone; admission needs no row locks here.
+ */
+export function openSqlite(file: string): StoreAdapter {
+  if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+  const raw = new Database(file);
+  raw.pragma('journal_mode = WAL');
+  // NORMAL in WAL mode survives a process crash (SIGKILL); only an OS crash can lose the
+  // last transactions. FULL would fsync every commit and cost most of the throughput.
+  raw.pragma('synchronous = NORMAL');
+  // Another process (the CLI running `migrate`, a second `baton up`) may hold the write lock.
+  raw.pragma('busy_timeout = 5000');
+  raw.pragma('foreign_keys = ON');
+  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: raw }) });
+  const events = new EventEmitter();
+  events.setMaxListeners(0);
+
+  async function inTransaction<T>(begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    return db.connection().execute(async (conn) => {
+      await sql.raw(begin).execute(conn);
+      try {
+        const out = await fn(conn as Tx);
+        await sql.raw('COMMIT').execute(conn);
+        return out;
+      } catch (err) {
+        if (raw.inTransaction) await sql.raw('ROLLBACK').execute(conn);
+        throw err;
+      }
+    });
+  }
+
+  const adapter: StoreAdapter = {
+    kind: 'sqlite',
+    db,
+    transaction: (fn) => inTransaction('BEGIN IMMEDIATE', fn),
+    snapshot: (fn) => inTransaction('BEGIN', fn),
+    lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
+      return qb; // BEGIN IMMEDIATE already excludes every other writer.
+    },
+    signalWork(agent) {
+      // One process per SQLite file, so an in-process signal reaches every waiter.
+      queueMicrotask(() => events.emit('work', agent));
+    },
+    onWork(listener) {
+      events.on('work', listener);
+      return () => events.off('work', listener);
+    },
+    async migrate() {
+      return db.connection().execute(async () => {
+        raw.exec('BEGIN IMMEDIATE');
+        try {
+          raw.exec(MIGRATIONS_TABLE_SQL);
+          const done = new Set(raw.prepare('SELECT version FROM baton_migrations').all().map((r: any) => r.version));
+          const applied: number[] = [];
+          for (const m of loadMigrations('sqlite')) {
+            if (done.has(m.version)) continue;
+            raw.exec(m.sql);
+            raw.prepare('INSERT INTO baton_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
+            applied.push(m.version);
+          }
+          raw.exec('COMMIT');
+          return applied;
+        } catch (err) {
+          if (raw.inTransaction) raw.exec('ROLLBACK');
+          throw err;
+        }
+      });
+    },
+    async migrationStatus() {
+      const known = loadMigrations('sqlite').map((m) => m.version);
+      const exists = raw.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baton_migrations'").get();
+      const applied = exists ? raw.prepare('SELECT version FROM baton_migrations ORDER BY version').all().map((r: any) => r.version as number) : [];
+      return { applied, known };
+    },
+    async close() {
+      events.removeAllListeners();
+      await db.destroy();
+    },
+  };
+  return adapter;
+}

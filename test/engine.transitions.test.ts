@@ -1,0 +1,208 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.ts';
+import { BatonError } from '../src/domain/errors.ts';
+import { manualClock } from './helpers/clock.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let engine: Engine;
+const clock = manualClock();
+let n = 0;
+let agent: string;
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: ts.store, clock, nodeId: 'test-node', cancelGraceMs: 30_000, backlogExpiryMs: 86_400_000 });
+});
+afterAll(async () => {
+  engine.close();
+  await ts.cleanup();
+});
+beforeEach(async () => {
+  agent = `agent-${++n}`;
+  await engine.createAgent({ name: agent, max_parallel: 2, max_backlog: 5, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
+});
+
+async function refusal(p: Promise<unknown>): Promise<BatonError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof BatonError) return err;
+    throw err;
+  }
+  throw new Error('expected a refusal');
+}
+
+const claimOne = async (owner = 'w1') => {
+  const [row] = await engine.claim(agent, { owner });
+  return row!;
+};
+
+describe(`transitions (${STORE_KIND})`, () => {
+  it('submit → queued with an event, then claim → running with a lease', async () => {
+    const ex = await engine.submit(agent, { message: 'hello', payload: { a: 1 } }, 'key:test');
+    expect(ex.status).toBe('queued');
+    expect(ex.id).toMatch(/^ex_[A-Za-z0-9_-]{22}$/);
+    const claimed = await claimOne();
+    expect(claimed.id).toBe(ex.id);
+    expect(claimed.status).toBe('running');
+    expect(claimed.attempt).toBe(1);
+    expect(claimed.lease_token).toBeTruthy();
+    expect(claimed.lease_expires_at).toBe(clock() + 30_000);
+    const { events } = await engine.getExecution(ex.id);
+    expect(events.map((e) => [e.from_status, e.to_status])).toEqual([
+      [null, 'queued'],
+      ['queued', 'running'],
+    ]);
+    expect(events[1]!.seats_in_use).toBe(1);
+    expect(events[1]!.seat_cap).toBe(2);
+  });
+
+  it('admits FIFO by (priority, queued_at, id) and never above the cap', async () => {
+    const a = await engine.submit(agent, { message: 'a' }, 't');
+    clock.advance(1);
+    const b = await engine.submit(agent, { message: 'b', priority: -1 }, 't');
+    clock.advance(1);
+    const c = await engine.submit(agent, { message: 'c' }, 't');
+    const got = await engine.claim(agent, { owner: 'w', max: 10 });
+    expect(got.map((r) => r.id)).toEqual([b.id, a.id]);
+    expect(await engine.claim(agent, { owner: 'w', max: 10 })).toEqual([]);
+    await engine.complete(b.id, got[0]!.lease_token!, { status: 'succeeded' }, 'w');
+    const next = await engine.claim(agent, { owner: 'w', max: 10 });
+    expect(next.map((r) => r.id)).toEqual([c.id]);
+  });
+
+  it('does not admit run_after in the future', async () => {
+    await engine.submit(agent, { message: 'later', run_after: clock() + 60_000 }, 't');
+    expect(await engine.claim(agent, { owner: 'w' })).toEqual([]);
+    clock.advance(60_000);
+    expect(await engine.claim(agent, { owner: 'w' })).toHaveLength(1);
+  });
+
+  it('refuses a full backlog with backlog_full and writes nothing', async () => {
+    for (let i = 0; i < 5; i++) await engine.submit(agent, { message: `m${i}` }, 't');
+    const err = await refusal(engine.submit(agent, { message: 'one too many' }, 't'));
+    expect(err.code).toBe('backlog_full');
+    expect(await engine.listExecutions({ agent })).toHaveLength(5);
+  });
+
+  it('refuses an unknown agent with not_found', async () => {
+    expect((await refusal(engine.submit('nope', { message: 'x' }, 't'))).code).toBe('not_found');
+    expect((await refusal(engine.claim('nope', { owner: 'w' }))).code).toBe('not_found');
+  });
+
+  it('heartbeat renews the lease; a wrong token is lease_lost and changes nothing', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    clock.advance(10_000);
+    const hb = await engine.heartbeat(row.id, row.lease_token!);
+    expect(hb.lease_expires_at).toBe(clock() + 30_000);
+    expect(hb.cancel_requested).toBe(false);
+    expect((await refusal(engine.heartbeat(row.id, 'ls_wrong'))).code).toBe('lease_lost');
+    expect((await refusal(engine.complete(row.id, 'ls_wrong', { status: 'succeeded' }, 'w'))).code).toBe('lease_lost');
+    expect((await refusal(engine.release(row.id, 'ls_wrong', 'w'))).code).toBe('lease_lost');
+    const { execution } = await engine.getExecution(row.id);
+    expect(execution.status).toBe('running');
+    expect(execution.lease_expires_at).toBe(hb.lease_expires_at);
+  });
+
+  it('complete records outcome, duration and usage; a second completion is refused', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    clock.advance(1234);
+    const done = await engine.complete(row.id, row.lease_token!, { status: 'failed', error: { code: 'boom', message: 'it broke' }, usage: { tokens: 5 } }, 'w');
+    expect(done.status).toBe('failed');
+    expect(done.duration_ms).toBe(1234);
+    expect(done.error_code).toBe('boom');
+    const again = await refusal(engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'w'));
+    expect(again.code).toBe('lease_lost');
+    expect((await engine.getExecution(row.id)).execution.status).toBe('failed');
+  });
+
+  it('release hands the task back without charging an attempt', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    const released = await engine.release(row.id, row.lease_token!, 'w');
+    expect(released.status).toBe('queued');
+    expect(released.attempt).toBe(0);
+    const again = await claimOne('w2');
+    expect(again.id).toBe(row.id);
+    expect(again.attempt).toBe(1);
+    expect(again.lease_token).not.toBe(row.lease_token);
+  });
+
+  it('cancel: queued at once; running on request, learned by heartbeat, forced after the grace', async () => {
+    const q = await engine.submit(agent, { message: 'q' }, 't');
+    clock.advance(1);
+    const r = await engine.submit(agent, { message: 'r' }, 't');
+    const [first] = await engine.claim(agent, { owner: 'w' });
+    expect(first!.id).toBe(q.id);
+    expect((await engine.cancel(r.id, 'u')).status).toBe('cancelled');
+    const requested = await engine.cancel(q.id, 'u');
+    expect(requested.status).toBe('running');
+    expect(requested.cancel_requested_at).toBe(clock());
+    expect((await engine.heartbeat(q.id, first!.lease_token!)).cancel_requested).toBe(true);
+    // The worker keeps heartbeating but never stops: forced after the grace.
+    clock.advance(20_000);
+    await engine.heartbeat(q.id, first!.lease_token!);
+    expect((await engine.reapOnce()).filter((x) => x.agent === agent)).toEqual([]);
+    clock.advance(11_000);
+    await engine.heartbeat(q.id, first!.lease_token!);
+    const reaped = (await engine.reapOnce()).filter((x) => x.agent === agent);
+    expect(reaped.map((x) => [x.id, x.kind])).toEqual([[q.id, 'cancel_forced']]);
+    expect((await refusal(engine.complete(q.id, first!.lease_token!, { status: 'succeeded' }, 'w'))).code).toBe('lease_lost');
+    expect((await engine.getExecution(q.id)).execution.status).toBe('cancelled');
+  });
+
+  it('a worker that was asked to cancel completes as cancelled', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    await engine.cancel(row.id, 'u');
+    const done = await engine.complete(row.id, row.lease_token!, { status: 'cancelled' }, 'w');
+    expect(done.status).toBe('cancelled');
+    expect((await refusal(engine.cancel(row.id, 'u').then(() => engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'w')))).code).toBe('lease_lost');
+  });
+
+  it('cancelling a terminal row other than cancelled is invalid_transition', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    await engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'w');
+    expect((await refusal(engine.cancel(row.id, 'u'))).code).toBe('invalid_transition');
+  });
+
+  it('lowering max_parallel does not interrupt running work, only stops admissions', async () => {
+    for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `m${i}` }, 't');
+    const running = await engine.claim(agent, { owner: 'w', max: 5 });
+    expect(running).toHaveLength(2);
+    await engine.updateAgent(agent, { max_parallel: 1 }, 'u');
+    await engine.heartbeat(running[0]!.id, running[0]!.lease_token!);
+    await engine.complete(running[0]!.id, running[0]!.lease_token!, { status: 'succeeded' }, 'w');
+    expect(await engine.claim(agent, { owner: 'w' })).toEqual([]); // still 1 running = cap
+    await engine.complete(running[1]!.id, running[1]!.lease_token!, { status: 'succeeded' }, 'w');
+    expect(await engine.claim(agent, { owner: 'w' })).toHaveLength(1);
+  });
+
+  it('deleting an agent cancels queued work and asks running work to stop', async () => {
+    await engine.submit(agent, { message: 'a' }, 't');
+    await engine.submit(agent, { message: 'b' }, 't');
+    const row = await claimOne();
+    const out = await engine.deleteAgent(agent, 'u');
+    expect(out).toEqual({ cancelled: 1, cancel_requested: 1 });
+    expect((await engine.heartbeat(row.id, row.lease_token!)).cancel_requested).toBe(true);
+    await expect(engine.getAgent(agent)).rejects.toThrow(/does not exist/);
+  });
+
+  it('the audit log and the event log refuse UPDATE and DELETE', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    await expect(ts.store.db.updateTable('audit_log').set({ action: 'forged' }).execute()).rejects.toThrow(/append-only/);
+    await expect(ts.store.db.deleteFrom('audit_log').execute()).rejects.toThrow(/append-only/);
+    await expect(ts.store.db.updateTable('execution_events').set({ reason: 'forged' }).execute()).rejects.toThrow(/append-only/);
+    await expect(ts.store.db.deleteFrom('execution_events').execute()).rejects.toThrow(/append-only/);
+  });
+
+  it('the database refuses an unknown status and a running row without a lease', async () => {
+    const ex = await engine.submit(agent, { message: 'x' }, 't');
+    await expect(ts.store.db.updateTable('executions').set({ status: 'exploded' as any }).where('id', '=', ex.id).execute()).rejects.toThrow();
+    await expect(ts.store.db.updateTable('executions').set({ status: 'running' }).where('id', '=', ex.id).execute()).rejects.toThrow();
+  });
+});

@@ -1,0 +1,70 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterEach, describe } from 'vitest';
+import type { StoreAdapter, StoreKind } from '../../src/store/adapter.ts';
+import { openPostgres } from '../../src/store/postgres.ts';
+import { openSqlite } from '../../src/store/sqlite.ts';
+
+export const STORE_KIND: StoreKind = process.env.BATON_TEST_STORE === 'postgres' ? 'postgres' : 'sqlite';
+export const PG_URL = process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** Capability-named skip: tests that need several processes sharing one database. */
+export const describeMultiProcess = STORE_KIND === 'postgres' ? describe : describe.skip;
+
+let failed = false;
+afterEach((ctx) => {
+  if (ctx.task.result?.state === 'fail') failed = true;
+});
+
+export interface TestStore {
+  store: StoreAdapter;
+  /** How another process reaches the same database: env for `baton` / child scripts. */
+  env: Record<string, string>;
+  /** What a child process passes to openStore. */
+  location: { databaseUrl?: string; schema?: string; dataDir: string };
+  cleanup(): Promise<void>;
+}
+
+/**
+ * A fresh, migrated store for one test file: a new SQLite file, or a new PostgreSQL schema.
+ * A file with a failed test keeps its data for inspection (the path is printed).
+ */
+export async function openTestStore(opts: { poolMax?: number } = {}): Promise<TestStore> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'baton-test-'));
+  if (STORE_KIND === 'sqlite') {
+    const store = openSqlite(join(dataDir, 'baton.sqlite'));
+    await store.migrate();
+    return {
+      store,
+      env: { BATON_DATA_DIR: dataDir },
+      location: { dataDir },
+      async cleanup() {
+        await store.close();
+        if (failed) console.error(`kept failed test data in ${dataDir}`);
+        else rmSync(dataDir, { recursive: true, force: true });
+      },
+    };
+  }
+  const schema = `t_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+  const store = openPostgres({ url: PG_URL, schema, poolMax: opts.poolMax });
+  await store.migrate();
+  return {
+    store,
+    env: { BATON_DATA_DIR: dataDir, BATON_DATABASE_URL: PG_URL, BATON_PG_SCHEMA: schema },
+    location: { databaseUrl: PG_URL, schema, dataDir },
+    async cleanup() {
+      await store.close();
+      if (failed) {
+        console.error(`kept failed test data in PostgreSQL schema ${schema}`);
+        return;
+      }
+      const client = new pg.Client({ connectionString: PG_URL });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
