@@ -91,6 +91,9 @@ export class Engine {
   private readonly reapBatch: number;
   private readonly waiters = new Waiters();
   private readonly unsubscribe: () => void;
+  /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
+  private readonly activeClaims = new Set<AbortController>();
+  private closed = false;
 
   constructor(opts: EngineOptions) {
     this.store = opts.store;
@@ -108,6 +111,8 @@ export class Engine {
   }
 
   close(): void {
+    this.closed = true;
+    for (const c of this.activeClaims) c.abort();
     this.unsubscribe();
   }
 
@@ -263,17 +268,32 @@ export class Engine {
   async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
     const max = opts.max ?? 1;
     const deadline = Date.now() + (opts.waitMs ?? 0);
+    const local = new AbortController();
+    const signal = local.signal;
+    const onAbort = () => local.abort();
+    if (opts.signal?.aborted || this.closed) local.abort();
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    this.activeClaims.add(local);
+    try {
+      return await this.claimLoop(agent, opts.owner, max, deadline, signal);
+    } finally {
+      this.activeClaims.delete(local);
+      opts.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private async claimLoop(agent: string, owner: string, max: number, deadline: number, signal: AbortSignal): Promise<ExecutionRow[]> {
     for (;;) {
-      const waiter = this.waiters.arm(agent, opts.signal);
+      const waiter = this.waiters.arm(agent, signal);
       try {
         const now = this.now();
-        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { now, owner: opts.owner, max }));
+        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { now, owner, max }));
         if (rows.length > 0) {
           for (const r of rows) this.events.emit('execution:changed', { id: r.id, agent: r.agent, status: r.status });
           return rows;
         }
         const remaining = deadline - Date.now();
-        if (remaining <= 0 || opts.signal?.aborted) return [];
+        if (remaining <= 0 || signal.aborted) return [];
         await waiter.wait(Math.min(remaining, this.claimPollMs));
       } finally {
         waiter.disarm();

@@ -29,6 +29,9 @@ export interface ExpireOptions {
  */
 export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<Reaped[]> {
   const out: Reaped[] = [];
+  // The row each entry of `out` moved from. Not a map by id: one pass may re-queue a row and
+  // then expire it from the queue, and each event must name the state it really left.
+  const from: ExecutionRow[] = [];
   const running = await store
     .lockRows(
       tx
@@ -70,6 +73,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .executeTakeFirst();
     if (Number(done.numUpdatedRows) !== 1) continue;
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to });
+    from.push(row);
   }
 
   // Waiting since it was queued, or since its last start if a lapsed lease put it back.
@@ -90,20 +94,23 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .set({
         status: 'failed',
         completed_at: o.now,
+        duration_ms: row.started_at === null ? null : o.now - row.started_at,
         error_code: ENGINE_ERROR_CODES.backlogExpired,
         error_message: `queued for more than ${Math.round(o.backlogExpiryMs / 1000)} s without being admitted`,
       })
       .where('id', '=', row.id)
       .where('status', '=', 'queued')
       .executeTakeFirst();
-    if (Number(done.numUpdatedRows) === 1) out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
+    if (Number(done.numUpdatedRows) === 1) {
+      out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
+      from.push(row);
+    }
   }
 
-  const byId = new Map([...running, ...stale].map((r) => [r.id, r]));
   await appendEvents(
     tx,
-    out.map((r) => {
-      const before = byId.get(r.id)!;
+    out.map((r, i) => {
+      const before = from[i]!;
       return {
         execution_id: r.id,
         agent: r.agent,

@@ -1,0 +1,57 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { BatonError, type ErrorCode } from '../domain/errors.ts';
+
+/** The one mapping from domain errors to HTTP. */
+const STATUS: Record<ErrorCode, number> = {
+  not_found: 404,
+  backlog_full: 429,
+  lease_lost: 409,
+  already_exists: 409,
+  already_running: 409,
+  invalid_transition: 409,
+  validation_error: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  payload_too_large: 413,
+  unavailable: 503,
+};
+
+/** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */
+const FASTIFY_CODES: Record<string, { status: number; error: string }> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, error: 'payload_too_large' },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, error: 'unsupported_media_type' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, error: 'invalid_body' },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, error: 'invalid_body' },
+  FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, error: 'invalid_json' },
+};
+
+export function errorHandler(err: FastifyError, req: FastifyRequest, reply: FastifyReply) {
+  if (err instanceof BatonError) {
+    return reply.code(STATUS[err.code]).send({ error: err.code, message: err.message, ...err.details });
+  }
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const where = err.validationContext ?? 'request';
+    const message = err.validation
+      .map((v) => {
+        const path = v.instancePath.replace(/^\//, '').replaceAll('/', '.');
+        const params = v.params as { issue?: { message?: string; keys?: string[] } };
+        const keys = params.issue?.keys?.length ? ` (${params.issue.keys.join(', ')})` : '';
+        return `${where}${path ? '.' + path : ''}: ${v.message}${keys}`;
+      })
+      .join('; ');
+    return reply.code(400).send({ error: 'validation_error', message });
+  }
+  const known = err.code ? FASTIFY_CODES[err.code] : undefined;
+  if (known) return reply.code(known.status).send({ error: known.error, message: err.message });
+  if (err instanceof SyntaxError) return reply.code(400).send({ error: 'invalid_json', message: `body: ${err.message}` });
+  if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
+    return reply.code(err.statusCode).send({ error: 'bad_request', message: err.message });
+  }
+  req.log.error({ err }, 'unhandled error');
+  return reply.code(500).send({ error: 'internal', message: 'internal error; see the server log' });
+}
+
+export function notFoundHandler(req: FastifyRequest, reply: FastifyReply) {
+  return reply.code(404).send({ error: 'not_found', message: `no route ${req.method} ${req.url.split('?')[0]}` });
+}

@@ -1,0 +1,200 @@
+/**
+ * The HTTP contract, defined once. Request and response types for the API, CLI, MCP and web UI
+ * are inferred from these schemas; /openapi.json is generated from them.
+ */
+import { z } from 'zod';
+import { DEFAULTS } from '../config.ts';
+import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
+
+export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+export const AgentName = z
+  .string()
+  .regex(AGENT_NAME_PATTERN, 'must be 1-63 characters: lowercase letters, digits and dashes, starting with a letter or digit');
+const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
+const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
+const NullableTimestamp = Timestamp.nullable();
+
+export const ErrorBody = z.object({
+  error: z.string().describe('machine-readable code'),
+  message: z.string().describe('what went wrong, naming the field'),
+}).loose();
+
+// ── agents ──────────────────────────────────────────────────────────────────
+
+const agentSettings = {
+  description: z.string().max(1000).nullable().optional(),
+  max_parallel: z.number().int().min(0).max(10_000).optional().describe(`capacity seats (default ${DEFAULTS.maxParallel})`),
+  max_backlog: z.number().int().min(0).max(1_000_000).optional().describe(`queued executions allowed (default ${DEFAULTS.maxBacklog})`),
+  timeout_seconds: z.number().int().min(1).max(7 * 86_400).optional().describe(`hard timeout per run (default ${DEFAULTS.timeoutSeconds})`),
+  lease_ttl_seconds: z.number().int().min(1).max(3600).optional().describe(`lease TTL (default ${DEFAULTS.leaseTtlSeconds})`),
+  max_redeliveries: z.number().int().min(0).max(100).optional().describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
+  delivery: z.enum(['pull', 'push']).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
+  push_url: z.url().nullable().optional(),
+};
+export const AgentCreate = z.strictObject({ name: AgentName, ...agentSettings });
+export const AgentPatch = z.strictObject(agentSettings);
+export type AgentCreate = z.infer<typeof AgentCreate>;
+export type AgentPatch = z.infer<typeof AgentPatch>;
+
+export const Agent = z.object({
+  name: z.string(),
+  description: z.string().nullable(),
+  max_parallel: z.number().int(),
+  max_backlog: z.number().int(),
+  timeout_seconds: z.number().int(),
+  lease_ttl_seconds: z.number().int(),
+  max_redeliveries: z.number().int(),
+  delivery: z.enum(['pull', 'push']),
+  push_url: z.string().nullable(),
+  running: z.number().int().describe('running executions now (seats in use)'),
+  queued: z.number().int(),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+export type Agent = z.infer<typeof Agent>;
+export const AgentParams = z.strictObject({ agent: AgentName });
+
+// ── executions ──────────────────────────────────────────────────────────────
+
+export const ExecutionStatus = z.enum(EXECUTION_STATES);
+export const Execution = z.object({
+  id: z.string(),
+  agent: z.string(),
+  status: ExecutionStatus,
+  attempt: z.number().int().describe('deliveries charged so far'),
+  trigger: z.enum(TRIGGER_KINDS),
+  origin: z.unknown(),
+  message: z.string(),
+  payload: z.unknown(),
+  priority: z.number().int(),
+  schedule_id: z.string().nullable(),
+  scheduled_for: NullableTimestamp,
+  run_after: NullableTimestamp,
+  created_at: Timestamp,
+  queued_at: NullableTimestamp,
+  started_at: NullableTimestamp,
+  completed_at: NullableTimestamp,
+  duration_ms: z.number().nullable(),
+  lease_owner: z.string().nullable(),
+  lease_expires_at: NullableTimestamp,
+  heartbeat_at: NullableTimestamp,
+  deadline_at: NullableTimestamp,
+  cancel_requested_at: NullableTimestamp,
+  result: z.unknown(),
+  error: z.object({ code: z.string().nullable(), message: z.string().nullable() }).nullable(),
+  usage: z.unknown(),
+  retry_of: z.string().nullable(),
+  idempotency_key: z.string().nullable(),
+});
+export type Execution = z.infer<typeof Execution>;
+
+export const ExecutionEvent = z.object({
+  id: z.number().int(),
+  from: ExecutionStatus.nullable(),
+  to: ExecutionStatus,
+  at: Timestamp,
+  actor: z.string(),
+  reason: z.string().nullable(),
+  attempt: z.number().int(),
+});
+export const ExecutionDetail = Execution.extend({ events: z.array(ExecutionEvent) });
+export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
+
+export const SubmitBody = z.strictObject({
+  message: z.string().min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),
+  payload: z.unknown().optional().describe(`any JSON (at most ${DEFAULTS.payloadLimitBytes / 1024} KiB serialised)`),
+  priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
+  run_after: z.iso.datetime({ offset: true }).optional().describe('do not start before this time'),
+  delay_seconds: z.number().min(0).max(365 * 86_400).optional().describe('do not start for this many seconds'),
+});
+export type SubmitBody = z.infer<typeof SubmitBody>;
+
+export const Created = z.object({
+  execution_id: z.string(),
+  status: ExecutionStatus,
+  agent: z.string(),
+  execution: Execution,
+});
+
+export const ExecutionParams = z.strictObject({ id: Id });
+
+const csvStatuses = z
+  .string()
+  .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
+  .pipe(z.array(ExecutionStatus));
+export const ListExecutionsQuery = z.strictObject({
+  agent: AgentName.optional(),
+  status: csvStatuses.optional().describe('comma-separated statuses'),
+  schedule_id: Id.optional(),
+  since: z.iso.datetime({ offset: true }).optional().describe('created at or after'),
+  until: z.iso.datetime({ offset: true }).optional().describe('created before'),
+  limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
+  cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+});
+export const ExecutionPage = z.object({ executions: z.array(Execution), next_cursor: z.string().nullable() });
+
+// ── worker protocol ─────────────────────────────────────────────────────────
+
+export const ClaimBody = z.strictObject({
+  worker_id: z.string().min(1).max(200).optional().describe('names the lease owner (default: the key id)'),
+  wait_seconds: z.number().min(0).max(DEFAULTS.claimWaitMaxMs / 1000).optional().describe(`long-poll wait (default ${DEFAULTS.claimWaitMs / 1000})`),
+  max: z.number().int().min(1).max(100).optional().describe('most tasks to take at once (default 1)'),
+});
+export const Task = z.object({
+  execution_id: z.string(),
+  agent: z.string(),
+  attempt: z.number().int(),
+  message: z.string(),
+  payload: z.unknown(),
+  lease_token: z.string(),
+  lease_expires_at: Timestamp,
+  lease_ttl_seconds: z.number().int(),
+  deadline_at: Timestamp,
+});
+export type Task = z.infer<typeof Task>;
+export const ClaimResponse = z.object({ tasks: z.array(Task) });
+
+export const LeaseBody = z.strictObject({ lease_token: z.string().min(1).max(200) });
+export const HeartbeatResponse = z.object({
+  lease_expires_at: Timestamp,
+  cancel_requested: z.boolean().describe('stop the task and complete it as cancelled'),
+  deadline_at: NullableTimestamp,
+});
+
+export const Usage = z
+  .object({
+    input_tokens: z.number().min(0).optional(),
+    output_tokens: z.number().min(0).optional(),
+    total_tokens: z.number().min(0).optional(),
+    cost_usd: z.number().min(0).optional(),
+  })
+  .loose();
+export const CompleteBody = z.strictObject({
+  lease_token: z.string().min(1).max(200),
+  status: z.enum(COMPLETION_STATES),
+  result: z.unknown().optional(),
+  error: z
+    .strictObject({ code: z.string().min(1).max(100).optional(), message: z.string().max(10_000) })
+    .optional()
+    .describe('why it failed'),
+  usage: Usage.optional(),
+});
+export type CompleteBody = z.infer<typeof CompleteBody>;
+
+// ── keys ────────────────────────────────────────────────────────────────────
+
+export const KeyCreate = z.strictObject({
+  name: z.string().min(1).max(200),
+  scope: z.enum(['admin', 'agent']).describe('admin: everything; agent: the worker protocol for one agent'),
+  agent: AgentName.optional(),
+});
+export const ApiKey = z.object({
+  id: z.string(),
+  name: z.string(),
+  scope: z.enum(['admin', 'agent']),
+  agent: z.string().nullable(),
+  created_at: Timestamp,
+  revoked_at: NullableTimestamp,
+});
+export const ApiKeyCreated = ApiKey.extend({ key: z.string().describe('the secret key: shown once, never again') });
+export const KeyParams = z.strictObject({ id: Id });

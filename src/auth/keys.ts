@@ -1,0 +1,131 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { NotFound, Unauthorized, BatonError } from '../domain/errors.ts';
+import { appendAudit } from '../engine/audit.ts';
+import type { StoreAdapter } from '../store/adapter.ts';
+import type { ApiKeyRow } from '../store/schema.ts';
+
+/**
+ * API keys look like `bt_<16 hex id>_<43 char secret>`. Only a SHA-256 of the secret is stored:
+ * the secret has 256 bits of entropy, so a fast hash is enough and a slow KDF would only cost
+ * every request. The `bt_` prefix lets secret scanners (and the canary's G-04) recognise them.
+ */
+export const KEY_PREFIX = 'bt_';
+const KEY_PATTERN = /^bt_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$/;
+/** The first admin key has a fixed id, so processes starting together create it exactly once. */
+export const BOOTSTRAP_KEY_ID = '0000000000000000';
+export const ADMIN_KEY_FILE = 'admin.key';
+
+/** Verified keys are cached this long: a revoked key may work for up to this long after. */
+const CACHE_MS = 10_000;
+
+export interface Principal {
+  keyId: string;
+  scope: 'admin' | 'agent';
+  agent: string | null;
+}
+
+const hashSecret = (secret: string) => createHash('sha256').update(secret).digest('hex');
+
+function mint(id?: string): { id: string; secret: string; key: string } {
+  const keyId = id ?? randomBytes(8).toString('hex');
+  const secret = randomBytes(32).toString('base64url');
+  return { id: keyId, secret, key: `${KEY_PREFIX}${keyId}_${secret}` };
+}
+
+export class KeyStore {
+  private readonly cache = new Map<string, { principal: Principal; until: number }>();
+  constructor(private readonly store: StoreAdapter) {}
+
+  async create(input: { name: string; scope: 'admin' | 'agent'; agent?: string | null }, actor: string): Promise<{ row: ApiKeyRow; key: string }> {
+    if (input.scope === 'agent' && !input.agent) {
+      throw new BatonError('validation_error', "body.agent: required when scope is 'agent'");
+    }
+    const { id, secret, key } = mint();
+    const now = Date.now();
+    const row = await this.store.transaction(async (tx) => {
+      if (input.scope === 'agent') {
+        const agent = await tx.selectFrom('agents').select('name').where('name', '=', input.agent!).executeTakeFirst();
+        if (!agent) throw new NotFound('agent', input.agent!);
+      }
+      const inserted = await tx
+        .insertInto('api_keys')
+        .values({ id, name: input.name, secret_hash: hashSecret(secret), scope: input.scope, agent: input.scope === 'agent' ? input.agent! : null, created_at: now, revoked_at: null })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await appendAudit(tx, { at: now, actor, action: 'key.create', subject: id, detail: { scope: input.scope, agent: input.agent ?? null } });
+      return inserted;
+    });
+    return { row, key };
+  }
+
+  list(): Promise<ApiKeyRow[]> {
+    return this.store.db.selectFrom('api_keys').selectAll().orderBy('created_at').execute();
+  }
+
+  async revoke(id: string, actor: string): Promise<ApiKeyRow> {
+    const now = Date.now();
+    const row = await this.store.transaction(async (tx) => {
+      const updated = await tx.updateTable('api_keys').set({ revoked_at: now }).where('id', '=', id).where('revoked_at', 'is', null).returningAll().executeTakeFirst();
+      const current = updated ?? (await tx.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst());
+      if (!current) throw new NotFound('key', id);
+      if (updated) await appendAudit(tx, { at: now, actor, action: 'key.revoke', subject: id });
+      return current;
+    });
+    for (const [k, v] of this.cache) if (v.principal.keyId === id) this.cache.delete(k);
+    return row;
+  }
+
+  /** Resolve a presented key to its principal, or throw Unauthorized. Constant-time on the secret. */
+  async verify(presented: string | undefined): Promise<Principal> {
+    if (!presented) throw new Unauthorized();
+    const hit = this.cache.get(presented);
+    if (hit && hit.until > Date.now()) return hit.principal;
+    const m = KEY_PATTERN.exec(presented);
+    if (!m) throw new Unauthorized('the API key is malformed');
+    const row = await this.store.db.selectFrom('api_keys').selectAll().where('id', '=', m[1]!).executeTakeFirst();
+    const expected = Buffer.from(row?.secret_hash ?? '0'.repeat(64), 'hex');
+    const ok = timingSafeEqual(expected, Buffer.from(hashSecret(m[2]!), 'hex'));
+    if (!row || !ok || row.revoked_at !== null) throw new Unauthorized('the API key is unknown or revoked');
+    const principal: Principal = { keyId: row.id, scope: row.scope, agent: row.agent };
+    if (this.cache.size > 10_000) this.cache.clear();
+    this.cache.set(presented, { principal, until: Date.now() + CACHE_MS });
+    return principal;
+  }
+
+  /**
+   * On first start, create the admin key, save it to `<dataDir>/admin.key` (0600) and return it
+   * so the caller can print it once. Returns null when an admin key already exists.
+   */
+  async ensureBootstrapKey(dataDir: string): Promise<string | null> {
+    const { secret, key } = mint(BOOTSTRAP_KEY_ID);
+    const now = Date.now();
+    const inserted = await this.store.transaction(async (tx) => {
+      const res = await tx
+        .insertInto('api_keys')
+        .values({ id: BOOTSTRAP_KEY_ID, name: 'admin (created on first start)', secret_hash: hashSecret(secret), scope: 'admin', agent: null, created_at: now, revoked_at: null })
+        .onConflict((oc) => oc.column('id').doNothing())
+        .returning('id')
+        .executeTakeFirst();
+      const created = res !== undefined;
+      if (created) await appendAudit(tx, { at: now, actor: 'system', action: 'key.create', subject: BOOTSTRAP_KEY_ID, detail: { scope: 'admin', bootstrap: true } });
+      return created;
+    });
+    if (!inserted) return null;
+    writeKeyFile(dataDir, key);
+    return key;
+  }
+}
+
+export function writeKeyFile(dataDir: string, key: string): void {
+  mkdirSync(dataDir, { recursive: true });
+  const file = join(dataDir, ADMIN_KEY_FILE);
+  writeFileSync(file, key + '\n', { mode: 0o600 });
+  chmodSync(file, 0o600);
+}
+
+export function readKeyFile(dataDir: string): string | undefined {
+  const file = join(dataDir, ADMIN_KEY_FILE);
+  return existsSync(file) ? readFileSync(file, 'utf8').trim() : undefined;
+}

@@ -1,0 +1,280 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { readKeyFile } from '../auth/keys.ts';
+import { BatonClient, type Agent, type Execution, type ExecutionDetail } from '../client.ts';
+import { readEnv } from '../config.ts';
+import { openStore } from '../store/open.ts';
+import { describeError, EXIT } from './exit.ts';
+import { duration, keyValues, relativeTime, table } from './output.ts';
+
+interface Globals {
+  server?: string;
+  key?: string;
+  json?: boolean;
+  dataDir?: string;
+}
+
+const int = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be an integer`);
+  return n;
+};
+const num = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new InvalidArgumentError(`${name} must be a number`);
+  return n;
+};
+const json = (name: string) => (v: string) => {
+  try {
+    return JSON.parse(v);
+  } catch {
+    throw new InvalidArgumentError(`${name} must be valid JSON`);
+  }
+};
+
+/** Server and key from flags, then the environment, then the data directory of a local `baton up`. */
+function client(g: Globals): BatonClient {
+  const env = readEnv();
+  const dataDir = g.dataDir ?? env.dataDir;
+  const server = g.server ?? process.env.BATON_URL ?? `http://${env.host}:${env.port}`;
+  const key = g.key ?? process.env.BATON_API_KEY ?? readKeyFile(dataDir);
+  return new BatonClient({ server, key, via: 'cli' });
+}
+
+function print(g: Globals, data: unknown, human: () => string): void {
+  process.stdout.write((g.json ? JSON.stringify(data, null, 2) : human()) + '\n');
+}
+
+const agentRow = (a: Agent) => ({ name: a.name, delivery: a.delivery, running: `${a.running}/${a.max_parallel}`, queued: `${a.queued}/${a.max_backlog}`, timeout: `${a.timeout_seconds}s`, lease: `${a.lease_ttl_seconds}s` });
+const execRow = (e: Execution) => ({
+  id: e.id,
+  agent: e.agent,
+  status: e.status,
+  attempt: e.attempt,
+  trigger: e.trigger,
+  created: relativeTime(e.created_at),
+  duration: duration(e.duration_ms),
+  error: e.error?.code ?? '',
+});
+
+function showExecution(e: ExecutionDetail): string {
+  const { events, payload, result, ...rest } = e;
+  const parts = [keyValues({ ...rest, created_at: `${e.created_at} (${relativeTime(e.created_at)})` })];
+  parts.push('\npayload  ' + JSON.stringify(payload));
+  if (result !== null && result !== undefined) parts.push('result   ' + JSON.stringify(result));
+  parts.push('\ntimeline');
+  parts.push(table(events.map((ev) => ({ at: ev.at, from: ev.from ?? '(new)', to: ev.to, reason: ev.reason ?? '', actor: ev.actor, attempt: ev.attempt })), ['at', 'from', 'to', 'reason', 'actor', 'attempt']));
+  return parts.join('\n');
+}
+
+/** Exit code for a finished execution: scripts can tell failed and cancelled from success. */
+function exitFor(status: string): number {
+  return status === 'failed' ? EXIT.executionFailed : status === 'cancelled' ? EXIT.executionCancelled : EXIT.ok;
+}
+
+async function waitAndReport(g: Globals, c: BatonClient, id: string, timeoutS?: number): Promise<number> {
+  const start = Date.now();
+  const tty = process.stderr.isTTY && !g.json;
+  const e = await c.waitFor(id, {
+    timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
+    onTick: (x) => {
+      if (tty) process.stderr.write(`\r${x.status.padEnd(10)} ${((Date.now() - start) / 1000).toFixed(1)}s `);
+    },
+  });
+  if (tty) process.stderr.write('\n');
+  print(g, e, () => showExecution(e));
+  if (!['succeeded', 'failed', 'cancelled', 'skipped'].includes(e.status)) {
+    process.stderr.write(`still ${e.status} after ${timeoutS}s\n`);
+    return EXIT.error;
+  }
+  return exitFor(e.status);
+}
+
+export function buildProgram(): Command {
+  const program = new Command('baton')
+    .description('Baton: a crash-safe execution control plane for AI agents')
+    .option('--server <url>', 'server URL (env BATON_URL; default http://127.0.0.1:7070)')
+    .option('--key <key>', 'API key (env BATON_API_KEY; default: <data dir>/admin.key)')
+    .option('--data-dir <dir>', 'data directory (env BATON_DATA_DIR; default ./.baton)')
+    .option('--json', 'machine-readable output')
+    .showHelpAfterError()
+    .exitOverride();
+
+  const g = (cmd: Command) => cmd.optsWithGlobals() as Globals & Record<string, any>;
+
+  program
+    .command('up')
+    .description('start a Baton server (SQLite in the data dir, or BATON_DATABASE_URL=postgres://…)')
+    .option('--port <port>', 'HTTP port (env BATON_PORT; default 7070)', int('port'))
+    .option('--host <host>', 'listen address (env BATON_HOST; default 127.0.0.1)')
+    .action(async (_o, cmd) => {
+      const o = g(cmd);
+      const { startNode } = await import('../server/up.ts');
+      const node = await startNode({ env: { ...(o.port ? { port: o.port } : {}), ...(o.host ? { host: o.host } : {}), ...(o.dataDir ? { dataDir: o.dataDir } : {}) } });
+      if (node.createdAdminKey) {
+        process.stderr.write(`\nAdmin API key (shown once; also saved to ${readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`);
+      }
+      await new Promise<void>((resolve) => {
+        let signals = 0;
+        const onSignal = () => {
+          if (++signals > 1) process.exit(130);
+          node.stop().then(resolve, resolve);
+        };
+        process.on('SIGINT', onSignal);
+        process.on('SIGTERM', onSignal);
+      });
+    });
+
+  program
+    .command('migrate')
+    .description('apply pending database migrations and exit')
+    .action(async (_o, cmd) => {
+      const o = g(cmd);
+      const env = readEnv();
+      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: process.env.BATON_PG_SCHEMA });
+      try {
+        const applied = await store.migrate();
+        const status = await store.migrationStatus();
+        print(o, { applied, current: status.applied }, () => (applied.length ? `applied migrations ${applied.join(', ')}` : `up to date (version ${Math.max(0, ...status.applied)})`));
+      } finally {
+        await store.close();
+      }
+    });
+
+  const agents = program.command('agents').description('register and manage agents');
+  const agentOptions = (c: Command) =>
+    c
+      .option('--max-parallel <n>', 'capacity seats', int('--max-parallel'))
+      .option('--max-backlog <n>', 'queued executions allowed', int('--max-backlog'))
+      .option('--timeout <seconds>', 'hard timeout per run', int('--timeout'))
+      .option('--lease-ttl <seconds>', 'lease TTL', int('--lease-ttl'))
+      .option('--max-redeliveries <n>', 're-deliveries before poisoned', int('--max-redeliveries'))
+      .option('--description <text>', 'free text');
+  const settings = (o: Record<string, any>) =>
+    Object.fromEntries(
+      Object.entries({
+        max_parallel: o.maxParallel,
+        max_backlog: o.maxBacklog,
+        timeout_seconds: o.timeout,
+        lease_ttl_seconds: o.leaseTtl,
+        max_redeliveries: o.maxRedeliveries,
+        description: o.description,
+      }).filter(([, v]) => v !== undefined),
+    );
+  agentOptions(agents.command('create <name>').description('register an agent')).action(async (name, _o, cmd) => {
+    const o = g(cmd);
+    const a = await client(o).createAgent({ name, ...settings(o) });
+    print(o, a, () => `created agent ${a.name}\n` + keyValues(agentRow(a)));
+  });
+  agents.command('list').description('agents with running/cap and queue depth').action(async (_o, cmd) => {
+    const o = g(cmd);
+    const list = await client(o).listAgents();
+    print(o, list, () => table(list.map(agentRow), ['name', 'delivery', 'running', 'queued', 'timeout', 'lease']));
+  });
+  agents.command('show <name>').action(async (name, _o, cmd) => {
+    const o = g(cmd);
+    const a = await client(o).getAgent(name);
+    print(o, a, () => keyValues(a));
+  });
+  agentOptions(agents.command('update <name>').description('change settings (lowering --max-parallel never interrupts running work)')).action(async (name, _o, cmd) => {
+    const o = g(cmd);
+    const a = await client(o).updateAgent(name, settings(o));
+    print(o, a, () => `updated agent ${a.name}\n` + keyValues(agentRow(a)));
+  });
+  agents.command('delete <name>').description('delete an agent (cancels its queued work; history stays)').action(async (name, _o, cmd) => {
+    const o = g(cmd);
+    const r = await client(o).deleteAgent(name);
+    print(o, r, () => `deleted agent ${name}: ${r.cancelled} queued cancelled, ${r.cancel_requested} running asked to stop`);
+  });
+
+  program
+    .command('run <agent> <message>')
+    .description('submit a task to an agent; prints the execution id')
+    .option('--payload <json>', 'JSON payload', json('--payload'))
+    .option('--priority <n>', 'lower runs first (default 0)', int('--priority'))
+    .option('--delay <seconds>', 'do not start before this many seconds', num('--delay'))
+    .option('--wait', 'wait for the outcome; exit 7 if failed, 8 if cancelled')
+    .option('--timeout <seconds>', 'with --wait: stop waiting after this long', num('--timeout'))
+    .action(async (agent, message, _o, cmd) => {
+      const o = g(cmd);
+      const c = client(o);
+      const created = await c.submit(agent, { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay });
+      if (!o.wait) return print(o, created, () => `${created.execution_id} ${created.status}`);
+      if (!o.json) process.stderr.write(`${created.execution_id} ${created.status}\n`);
+      process.exitCode = await waitAndReport(o, c, created.execution_id, o.timeout);
+    });
+
+  const executions = program.command('executions').alias('ex').description('list, read and cancel executions');
+  executions
+    .command('list')
+    .option('--agent <name>')
+    .addOption(new Option('--status <list>', 'comma-separated statuses'))
+    .option('--limit <n>', 'rows (default 50)', int('--limit'))
+    .action(async (_o, cmd) => {
+      const o = g(cmd);
+      const page = await client(o).listExecutions({ agent: o.agent, status: o.status, limit: o.limit });
+      print(o, page, () => table(page.executions.map(execRow), ['id', 'agent', 'status', 'attempt', 'trigger', 'created', 'duration', 'error']));
+    });
+  executions.command('show <id>').description('one execution with its event timeline').action(async (id, _o, cmd) => {
+    const o = g(cmd);
+    const e = await client(o).getExecution(id);
+    print(o, e, () => showExecution(e));
+  });
+  executions.command('cancel <id>').description('cancel (queued: at once; running: the worker is told)').action(async (id, _o, cmd) => {
+    const o = g(cmd);
+    const e = await client(o).cancel(id);
+    print(o, e, () => (e.status === 'cancelled' ? `${e.id} cancelled` : `${e.id} cancellation requested (still ${e.status})`));
+  });
+  executions
+    .command('wait <id>')
+    .description('wait until the execution ends; exit 7 if failed, 8 if cancelled')
+    .option('--timeout <seconds>', 'stop waiting after this long', num('--timeout'))
+    .action(async (id, _o, cmd) => {
+      const o = g(cmd);
+      process.exitCode = await waitAndReport(o, client(o), id, o.timeout);
+    });
+
+  const keys = program.command('keys').description('API keys');
+  keys
+    .command('create <name>')
+    .description('create a key: --agent X for a worker key scoped to one agent, --admin for full access')
+    .option('--agent <agent>', 'scope the key to this agent (worker protocol only)')
+    .option('--admin', 'an admin key')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      if (!o.agent === !o.admin) throw new InvalidArgumentError('give exactly one of --agent <name> or --admin');
+      const k = await client(o).createKey({ name, scope: o.admin ? 'admin' : 'agent', agent: o.agent });
+      print(o, k, () => `created key ${k.id} (${k.scope}${k.agent ? ' for ' + k.agent : ''}); shown once:\n${k.key}`);
+    });
+  keys.command('list').action(async (_o, cmd) => {
+    const o = g(cmd);
+    const list = await client(o).listKeys();
+    print(o, list, () => table(list.map((k) => ({ ...k, created_at: relativeTime(k.created_at), revoked_at: relativeTime(k.revoked_at) })), ['id', 'name', 'scope', 'agent', 'created_at', 'revoked_at']));
+  });
+  keys.command('revoke <id>').action(async (id, _o, cmd) => {
+    const o = g(cmd);
+    const k = await client(o).revokeKey(id);
+    print(o, k, () => `revoked key ${k.id}`);
+  });
+
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
+  } catch (err: any) {
+    if (err?.code?.startsWith?.('commander.')) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
+      return EXIT.usage;
+    }
+    if (err instanceof InvalidArgumentError) {
+      process.stderr.write(`error: ${err.message}\n`);
+      return EXIT.usage;
+    }
+    const { code, line } = describeError(err);
+    process.stderr.write(`error: ${line}\n`);
+    return code;
+  }
+}

@@ -1,0 +1,188 @@
+/**
+ * Real processes against one real store.
+ *
+ * - Contention (PostgreSQL only: several OS processes sharing one database). Six claimer
+ *   processes, each with three claim loops, drain one agent's queue with max_parallel 1 and
+ *   then 3. The proof is read back from the event log, not from what the claimers believed.
+ * - Crash: a process that claimed a task is SIGKILLed; once its lease lapses the reaper queues
+ *   the same execution again and another worker finishes it as attempt 2. Runs on both stores
+ *   (SQLite in WAL mode takes a second process).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.ts';
+import type { ExecutionEventRow } from '../src/store/schema.ts';
+import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
+import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+/** Claimer processes and claim loops in each: 18 loops competing for 1 or 3 seats. */
+const PROCESSES = 6;
+const LOOPS_PER_PROCESS = 3;
+/**
+ * Executions per phase. Sized so both phases together take ~20-40 s on a 2-core machine:
+ * with one seat, every admission queues behind the agent lock with 17 losing claimers.
+ */
+const EXECUTIONS = Number(process.env.BATON_MP_EXECUTIONS ?? 1500);
+
+let ts: TestStore;
+let engine: Engine;
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
+});
+
+afterAll(async () => {
+  // Children first: a live child would hold connections (and locks) on the schema being dropped.
+  const leaked = await killLeftoverChildren();
+  engine?.close();
+  await ts?.cleanup();
+  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+});
+
+async function submitMany(agent: string, count: number): Promise<string[]> {
+  const ids: string[] = [];
+  const next = { i: 0 };
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      while (next.i < count) {
+        const i = next.i++;
+        ids.push((await engine.submit(agent, { message: `task ${i}`, payload: { i } }, 'test')).id);
+      }
+    }),
+  );
+  return ids;
+}
+
+const enters = (e: ExecutionEventRow) => e.to_status === 'running' && e.from_status !== 'running';
+const leaves = (e: ExecutionEventRow) => e.from_status === 'running' && e.to_status !== 'running';
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'skipped']);
+/** Owners are `<node id>/loop-<n>`: the process is the part before the slash. */
+const processOf = (owner: string) => owner.split('/')[0]!;
+
+/** Replay the agent's event log in id order and report what it proves. */
+async function replay(agent: string) {
+  const events = await ts.store.db.selectFrom('execution_events').selectAll().where('agent', '=', agent).orderBy('id').execute();
+  let running = 0;
+  let maxRunning = 0;
+  const isRunning = new Map<string, boolean>();
+  const doubleStarts: string[] = [];
+  const strayLeaves: string[] = [];
+  const seatViolations: ExecutionEventRow[] = [];
+  const terminals = new Map<string, string[]>();
+  const admittedBy = new Map<string, number>();
+  for (const e of events) {
+    if (enters(e)) {
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      if (isRunning.get(e.execution_id)) doubleStarts.push(e.execution_id);
+      isRunning.set(e.execution_id, true);
+      if (e.seats_in_use === null || e.seat_cap === null || e.seats_in_use > e.seat_cap || e.seats_in_use < 1) seatViolations.push(e);
+      admittedBy.set(processOf(e.actor), (admittedBy.get(processOf(e.actor)) ?? 0) + 1);
+    }
+    if (leaves(e)) {
+      running--;
+      if (!isRunning.get(e.execution_id)) strayLeaves.push(e.execution_id);
+      isRunning.set(e.execution_id, false);
+    }
+    if (TERMINAL.has(e.to_status)) terminals.set(e.execution_id, [...(terminals.get(e.execution_id) ?? []), e.to_status]);
+  }
+  return { events, running, maxRunning, doubleStarts, strayLeaves, seatViolations, terminals, admittedBy };
+}
+
+describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
+  async function contend(agent: string, cap: number) {
+    await engine.createAgent({ name: agent, max_parallel: cap, max_backlog: EXECUTIONS, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
+    const ids = await submitMany(agent, EXECUTIONS);
+
+    const children: Child[] = Array.from({ length: PROCESSES }, (_, k) =>
+      spawnFixture(
+        'claimer',
+        ['--agent', agent, '--node-id', `claimer-${k + 1}`, '--loops', process.env.MP_LOOPS ?? String(LOOPS_PER_PROCESS), '--max-claim', '3', '--hold-ms', '3', '--wait-ms', process.env.MP_WAIT ?? '50', '--total', String(EXECUTIONS), '--deadline-ms', '40000', '--wait-for-go'],
+        ts.env,
+      ),
+    );
+    // Start every process's loops together, after all have paid for tsx start-up.
+    await Promise.all(children.map((c) => c.line((l) => l === 'ready', 20_000)));
+    const started = Date.now();
+    for (const c of children) c.proc.stdin!.end('go\n');
+    const exits = await Promise.all(children.map((c) => c.exit(45_000)));
+    const elapsed = Date.now() - started;
+
+    for (const [k, x] of exits.entries()) expect(x, `claimer-${k + 1} stderr:\n${children[k]!.stderr()}`).toEqual({ code: 0, signal: null });
+    const summaries = children.map((c) => JSON.parse(c.lines.at(-1)!));
+    for (const s of summaries) expect(s.errors).toEqual([]);
+    expect(summaries.reduce((n, s) => n + s.completed, 0)).toBe(EXECUTIONS);
+
+    const log = await replay(agent);
+    // The cap held at every point of the history, and was actually reached.
+    expect(log.maxRunning).toBe(cap);
+    expect(log.running).toBe(0);
+    expect(log.seatViolations).toEqual([]);
+    expect(new Set(log.events.filter(enters).map((e) => e.seat_cap))).toEqual(new Set([cap]));
+    // No execution ran twice at once; each ran once, on its first delivery.
+    expect(log.doubleStarts).toEqual([]);
+    expect(log.strayLeaves).toEqual([]);
+    expect(log.events.filter(enters)).toHaveLength(EXECUTIONS);
+    expect(log.events.filter(enters).every((e) => e.attempt === 1)).toBe(true);
+    // Each execution ended exactly once, succeeded.
+    expect(log.terminals.size).toBe(EXECUTIONS);
+    for (const id of ids) expect(log.terminals.get(id), id).toEqual(['succeeded']);
+    const rows = await ts.store.db.selectFrom('executions').select(['status']).where('agent', '=', agent).execute();
+    expect(rows.filter((r) => r.status === 'succeeded')).toHaveLength(EXECUTIONS);
+    // The work was really shared between processes.
+    expect(log.admittedBy.size).toBeGreaterThan(1);
+
+    const perProcess = Object.fromEntries([...log.admittedBy].sort());
+    console.log(`max_parallel ${cap}: ${EXECUTIONS} executions in ${elapsed} ms across ${log.admittedBy.size} processes`, perProcess);
+    return { elapsed, perProcess };
+  }
+
+  it(`max_parallel 1: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run two at once`, async () => {
+    await contend('mp-cap-1', 1);
+  });
+
+  it(`max_parallel 3: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run four at once`, async () => {
+    await contend('mp-cap-3', 3);
+  });
+});
+
+describe(`a worker process killed with SIGKILL (${STORE_KIND})`, () => {
+  it('its lapsed lease re-queues the same execution, which another worker finishes as attempt 2', async () => {
+    const agent = 'mp-sigkill';
+    await engine.createAgent({ name: agent, max_parallel: 1, lease_ttl_seconds: 1, timeout_seconds: 600, max_redeliveries: 3 }, 'test');
+    const submitted = await engine.submit(agent, { message: 'survive a crash' }, 'test');
+
+    const holder = spawnFixture('hold', ['--agent', agent, '--owner', 'holder-1'], ts.env);
+    const held = JSON.parse(await holder.line((l) => l.startsWith('{'), 20_000));
+    expect(held).toMatchObject({ id: submitted.id, attempt: 1, owner: 'holder-1', pid: holder.pid });
+    const running = (await engine.getExecution(submitted.id)).execution;
+    expect(running).toMatchObject({ status: 'running', lease_owner: 'holder-1', attempt: 1 });
+    // The seat is taken: nobody else gets work while the holder's lease is live.
+    expect(await engine.claim(agent, { owner: 'rescuer' })).toEqual([]);
+
+    expect(holder.proc.kill('SIGKILL')).toBe(true);
+    expect(await holder.exit(5_000)).toEqual({ code: null, signal: 'SIGKILL' });
+
+    // A little over the TTL after the lease was granted.
+    const lapse = running.lease_expires_at! + 200 - Date.now();
+    if (lapse > 0) await new Promise((r) => setTimeout(r, lapse));
+    const reaped = (await engine.reapOnce()).filter((r) => r.agent === agent);
+    expect(reaped).toEqual([{ id: submitted.id, agent, kind: 'requeued', to: 'queued' }]);
+    expect((await engine.getExecution(submitted.id)).execution).toMatchObject({ status: 'queued', attempt: 1 });
+
+    const [again] = await engine.claim(agent, { owner: 'rescuer', waitMs: 2_000 });
+    expect(again).toMatchObject({ id: submitted.id, attempt: 2, lease_owner: 'rescuer' });
+    expect(again!.lease_token).not.toBe(running.lease_token);
+    await engine.complete(again!.id, again!.lease_token!, { status: 'succeeded' }, 'rescuer');
+
+    const { execution, events } = await engine.getExecution(submitted.id);
+    expect(execution).toMatchObject({ status: 'succeeded', attempt: 2 });
+    expect(events.map((e) => [e.from_status, e.to_status, e.actor, e.attempt, e.reason])).toEqual([
+      [null, 'queued', 'test', 0, null],
+      ['queued', 'running', 'holder-1', 1, null],
+      ['running', 'queued', 'reaper:test-node', 1, 'requeued'],
+      ['queued', 'running', 'rescuer', 2, null],
+      ['running', 'succeeded', 'rescuer', 2, null],
+    ]);
+  });
+});
