@@ -1,0 +1,54 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+
+export const BATON_BIN = fileURLToPath(new URL('../../bin/baton.js', import.meta.url));
+
+/** A port that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface Child {
+  proc: ChildProcess;
+  output: () => string;
+  exited: Promise<number | null>;
+}
+
+/** Spawn a child; its stdout+stderr are kept for diagnosis. Tracked so tests can assert none leak. */
+export function spawnChild(args: string[], env: Record<string, string>): Child {
+  const proc = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  return { proc, output: () => out, exited };
+}
+
+/** Start `baton up` as a real OS process and wait until /readyz answers. */
+export async function startBatonUp(env: Record<string, string>, port: number): Promise<Child & { url: string }> {
+  const child = spawnChild([BATON_BIN, 'up'], { BATON_LOG_LEVEL: 'warn', ...env, BATON_PORT: String(port) });
+  const url = `http://127.0.0.1:${port}`;
+  const until = Date.now() + 30_000;
+  for (;;) {
+    if (child.proc.exitCode !== null) throw new Error(`baton up exited early:\n${child.output()}`);
+    try {
+      const r = await fetch(url + '/readyz');
+      if (r.ok) return { ...child, url };
+    } catch {
+      /* not yet listening */
+    }
+    if (Date.now() > until) {
+      child.proc.kill('SIGKILL');
+      throw new Error(`baton up did not become ready:\n${child.output()}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
