@@ -2,14 +2,14 @@ import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
 import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
 import { DEFAULTS, defaultNodeId } from '../config.ts';
-import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { StoreAdapter } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { appendAudit } from './audit.ts';
 import { EngineEvents } from './events.ts';
 import { admit } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeWithLease, type Outcome } from './transitions/complete.ts';
-import { insertQueued } from './transitions/create.ts';
+import { insertQueued, type NewQueued } from './transitions/create.ts';
 import { expireOnce, type Reaped } from './transitions/expire.ts';
 import { releaseLease } from './transitions/release.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
@@ -217,48 +217,39 @@ export class Engine {
   /** Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this returns. */
   async submit(agentName: string, input: SubmitInput, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const row = await this.store.transaction(async (tx) => {
-      // The agent lock also serialises backlog checks, so max_backlog is exact under concurrency.
+    const out = await this.store.transaction(async (tx) => {
+      // The agent lock serialises backlog checks: the count inside insertQueued is exact.
       const agent = await this.store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'wait').executeTakeFirst();
       if (!agent) throw new NotFound('agent', agentName);
-      const { queued } = await tx
-        .selectFrom('executions')
-        .select((eb) => eb.fn.countAll<number>().as('queued'))
-        .where('agent', '=', agentName)
-        .where('status', '=', 'queued')
-        .executeTakeFirstOrThrow();
-      if (Number(queued) >= agent.max_backlog) {
+      const row = await insertQueued(tx, this.newRow(agent, input), agent.max_backlog, now, actor);
+      if (!row) {
+        // The refusal is audited and committed; the caller gets the error after the commit.
         await appendAudit(tx, { at: now, actor, action: 'execution.refused', subject: agentName, detail: { error: 'backlog_full' } });
-        throw new BacklogFull(agentName, agent.max_backlog);
+        return { refused: agent.max_backlog, row: undefined };
       }
-      return this.insert(tx, agent, input, now, actor);
+      await appendAudit(tx, { at: now, actor, action: 'execution.create', subject: agent.name, execution_id: row.id, detail: { trigger: row.trigger_kind } });
+      return { row, refused: undefined };
     });
-    this.afterChange(row);
-    return row;
+    if (!out.row) throw new BacklogFull(agentName, out.refused!);
+    this.afterChange(out.row);
+    return out.row;
   }
 
-  private async insert(tx: Tx, agent: AgentRow, input: SubmitInput, now: number, actor: string): Promise<ExecutionRow> {
-    const row = await insertQueued(
-      tx,
-      {
-        id: newExecutionId(),
-        agent: agent.name,
-        trigger_kind: input.trigger ?? 'api',
-        origin: JSON.stringify(input.origin ?? {}),
-        message: input.message,
-        payload: JSON.stringify(input.payload ?? null),
-        priority: input.priority ?? 0,
-        run_after: input.run_after ?? null,
-        max_redeliveries: agent.max_redeliveries,
-        timeout_seconds: agent.timeout_seconds,
-        lease_ttl_seconds: agent.lease_ttl_seconds,
-        idempotency_key: input.idempotency_key ?? null,
-      },
-      now,
-      actor,
-    );
-    await appendAudit(tx, { at: now, actor, action: 'execution.create', subject: agent.name, execution_id: row.id, detail: { trigger: row.trigger_kind } });
-    return row;
+  private newRow(agent: AgentRow, input: SubmitInput): NewQueued {
+    return {
+      id: newExecutionId(),
+      agent: agent.name,
+      trigger_kind: input.trigger ?? 'api',
+      origin: JSON.stringify(input.origin ?? {}),
+      message: input.message,
+      payload: JSON.stringify(input.payload ?? null),
+      priority: input.priority ?? 0,
+      run_after: input.run_after ?? null,
+      max_redeliveries: agent.max_redeliveries,
+      timeout_seconds: agent.timeout_seconds,
+      lease_ttl_seconds: agent.lease_ttl_seconds,
+      idempotency_key: input.idempotency_key ?? null,
+    };
   }
 
   /**
@@ -304,12 +295,12 @@ export class Engine {
   /** Renew a lease. Says whether cancellation was requested. */
   heartbeat(id: string, token: string): Promise<Renewed> {
     const now = this.now();
-    return this.store.transaction((tx) => renewLease(tx, this.store, id, token, now));
+    return renewLease(this.store.db, id, token, now);
   }
 
   async complete(id: string, token: string, outcome: Outcome, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const row = await this.store.transaction((tx) => completeWithLease(tx, this.store, id, token, outcome, now, actor));
+    const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
     this.afterChange(row);
     return row;
   }

@@ -53,6 +53,10 @@ export interface ExecutionsTable {
   usage: string | null;
   retry_of: string | null;
   idempotency_key: string | null;
+  /** The last status change (copied into execution_events by a database trigger). */
+  changed_at: number;
+  changed_by: string;
+  change_reason: string | null;
 }
 
 export interface ExecutionEventsTable {

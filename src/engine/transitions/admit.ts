@@ -2,7 +2,7 @@ import { NotFound } from '../../domain/errors.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
-import { appendEvents } from './event.ts';
+import { stamp } from './stamp.ts';
 
 export interface AdmitOptions {
   now: number;
@@ -15,45 +15,48 @@ export interface AdmitOptions {
 /**
  * queued → running, exactly under the agent's cap.
  *
- * The agent row is locked first (FOR UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite) and only
- * then are running rows counted: every admission for this agent holds the same lock until it
- * commits, so the count is exact whatever the number of processes. Candidates are taken FIFO
- * by (priority, queued_at, id), skipping rows another transaction holds, and each update
- * re-checks `status = 'queued'` so a row cancelled or admitted meanwhile is not taken twice.
+ * The agent row is locked first (FOR UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite), and
+ * only the *next* statement counts running rows: every admission for this agent holds the same
+ * lock until it commits, and that statement's snapshot is taken after the lock was granted, so
+ * the count is exact whatever the number of processes. Candidates come FIFO by
+ * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
+ * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  const agent: AgentRow | undefined = await store
-    .lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'wait')
+  const agent: Pick<AgentRow, 'max_parallel'> | undefined = await store
+    .lockRows(tx.selectFrom('agents').select('max_parallel').where('name', '=', agentName), 'wait')
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
-
-  const { running } = await tx
-    .selectFrom('executions')
-    .select((eb) => eb.fn.countAll<number>().as('running'))
-    .where('agent', '=', agentName)
-    .where('status', '=', 'running')
-    .executeTakeFirstOrThrow();
-  const free = agent.max_parallel - Number(running);
-  if (free <= 0 || opts.max <= 0) return [];
+  if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const candidates = await store
     .lockRows(
       tx
         .selectFrom('executions')
         .select(['id', 'lease_ttl_seconds', 'timeout_seconds'])
+        .select((eb) =>
+          eb
+            .selectFrom('executions as r')
+            .select((e) => e.fn.countAll<number>().as('n'))
+            .where('r.agent', '=', agentName)
+            .where('r.status', '=', 'running')
+            .as('running'),
+        )
         .where('agent', '=', agentName)
         .where('status', '=', 'queued')
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
         .orderBy('priority')
         .orderBy('queued_at')
         .orderBy('id')
-        .limit(Math.min(free, opts.max)),
+        .limit(Math.min(opts.max, agent.max_parallel)),
       'skip',
     )
     .execute();
+  if (candidates.length === 0) return [];
+  const free = agent.max_parallel - Number(candidates[0]!.running);
 
   const admitted: ExecutionRow[] = [];
-  for (const c of candidates) {
+  for (const c of candidates.slice(0, Math.max(0, free))) {
     const row = await tx
       .updateTable('executions')
       .set((eb) => ({
@@ -65,6 +68,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         heartbeat_at: opts.now,
         started_at: opts.now,
         deadline_at: opts.now + c.timeout_seconds * 1000,
+        ...stamp(opts.now, opts.owner, 'admitted'),
       }))
       .where('id', '=', c.id)
       .where('status', '=', 'queued')
@@ -72,20 +76,5 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       .executeTakeFirst();
     if (row) admitted.push(row);
   }
-  const seatsBefore = Number(running);
-  await appendEvents(
-    tx,
-    admitted.map((row, i) => ({
-      execution_id: row.id,
-      agent: row.agent,
-      from_status: 'queued' as const,
-      to_status: 'running' as const,
-      at: opts.now,
-      actor: opts.owner,
-      attempt: row.attempt,
-      seats_in_use: seatsBefore + i + 1,
-      seat_cap: agent.max_parallel,
-    })),
-  );
   return admitted;
 }

@@ -1,8 +1,8 @@
 import { InvalidTransition } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
-import { appendEvents } from './event.ts';
 import { lockExecution } from './lease.ts';
+import { stamp } from './stamp.ts';
 
 /**
  * Cancel one execution. queued → cancelled at once; running → cancellation requested (the
@@ -18,18 +18,14 @@ export async function cancelExecution(tx: Tx, store: StoreAdapter, id: string, n
   }
   if (before.status === 'running') {
     if (before.cancel_requested_at !== null) return before;
-    const row = await tx
+    return tx
       .updateTable('executions')
-      .set({ cancel_requested_at: now })
+      .set({ cancel_requested_at: now, ...stamp(now, actor, 'cancel_requested') })
       .where('id', '=', id)
       .where('status', '=', 'running')
       .where('cancel_requested_at', 'is', null)
       .returningAll()
       .executeTakeFirstOrThrow();
-    await appendEvents(tx, [
-      { execution_id: id, agent: row.agent, from_status: 'running', to_status: 'running', at: now, actor, attempt: row.attempt, reason: 'cancel_requested' },
-    ]);
-    return row;
   }
   throw new InvalidTransition(id, before.status, 'cancel');
 }
@@ -40,16 +36,12 @@ export async function cancelQueued(tx: Tx, rows: ExecutionRow[], now: number, ac
   for (const before of rows) {
     const row = await tx
       .updateTable('executions')
-      .set({ status: 'cancelled', completed_at: now, duration_ms: before.started_at === null ? null : now - before.started_at, error_code: reason })
+      .set({ status: 'cancelled', completed_at: now, duration_ms: before.started_at === null ? null : now - before.started_at, error_code: reason, ...stamp(now, actor, reason) })
       .where('id', '=', before.id)
       .where('status', '=', 'queued')
       .returningAll()
       .executeTakeFirst();
     if (row) out.push(row);
   }
-  await appendEvents(
-    tx,
-    out.map((row) => ({ execution_id: row.id, agent: row.agent, from_status: 'queued' as const, to_status: 'cancelled' as const, at: now, actor, attempt: row.attempt, reason })),
-  );
   return out;
 }

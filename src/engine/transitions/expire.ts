@@ -2,7 +2,7 @@ import { ENGINE_ERROR_CODES } from '../../domain/states.ts';
 import type { ExecutionStatus } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
-import { appendEvents } from './event.ts';
+import { stamp } from './stamp.ts';
 
 /** What the reaper did to one row. */
 export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
@@ -29,9 +29,6 @@ export interface ExpireOptions {
  */
 export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<Reaped[]> {
   const out: Reaped[] = [];
-  // The row each entry of `out` moved from. Not a map by id: one pass may re-queue a row and
-  // then expire it from the queue, and each event must name the state it really left.
-  const from: ExecutionRow[] = [];
   const running = await store
     .lockRows(
       tx
@@ -54,10 +51,9 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     const decision = decide(row, o);
     const done = await tx
       .updateTable('executions')
-      
       .set(
         decision.to === 'queued'
-          ? { status: 'queued', lease_expires_at: null, deadline_at: null, error_code: null, error_message: null }
+          ? { status: 'queued', lease_expires_at: null, deadline_at: null, ...stamp(o.now, o.actor, decision.kind) }
           : {
               status: decision.to,
               completed_at: o.now,
@@ -65,6 +61,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
               lease_expires_at: null,
               error_code: decision.code,
               error_message: decision.message,
+              ...stamp(o.now, o.actor, decision.kind),
             },
       )
       .where('id', '=', row.id)
@@ -73,7 +70,6 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .executeTakeFirst();
     if (Number(done.numUpdatedRows) !== 1) continue;
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to });
-    from.push(row);
   }
 
   // Waiting since it was queued, or since its last start if a lapsed lease put it back.
@@ -97,32 +93,16 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
         duration_ms: row.started_at === null ? null : o.now - row.started_at,
         error_code: ENGINE_ERROR_CODES.backlogExpired,
         error_message: `queued for more than ${Math.round(o.backlogExpiryMs / 1000)} s without being admitted`,
+        ...stamp(o.now, o.actor, 'backlog_expired'),
       })
       .where('id', '=', row.id)
       .where('status', '=', 'queued')
       .executeTakeFirst();
     if (Number(done.numUpdatedRows) === 1) {
       out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
-      from.push(row);
-    }
+      }
   }
 
-  await appendEvents(
-    tx,
-    out.map((r, i) => {
-      const before = from[i]!;
-      return {
-        execution_id: r.id,
-        agent: r.agent,
-        from_status: before.status,
-        to_status: r.to,
-        at: o.now,
-        actor: o.actor,
-        attempt: before.attempt,
-        reason: r.kind,
-      };
-    }),
-  );
   return out;
 }
 

@@ -2,6 +2,7 @@ import { LeaseLost, NotFound } from '../../domain/errors.ts';
 import { isTerminal } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
+import type { Executor } from './stamp.ts';
 
 /** Read an execution and hold its row lock until the transaction ends. */
 export async function lockExecution(tx: Tx, store: StoreAdapter, id: string): Promise<ExecutionRow> {
@@ -29,4 +30,12 @@ export function checkLease(row: ExecutionRow, token: string, landable: boolean):
   if (row.status !== 'running' && !landable) {
     throw new LeaseLost(row.id, { status: row.status, reason: 'the lease lapsed and the execution went back to the queue' });
   }
+}
+
+/** After a guarded single-statement write matched nothing: say precisely why (or 404). */
+export async function explainRefusal(db: Executor, id: string, token: string, landable: boolean): Promise<never> {
+  const row = await db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
+  if (!row) throw new NotFound('execution', id);
+  checkLease(row, token, landable);
+  throw new LeaseLost(id, { status: row.status, reason: 'the lease changed while this request was applied' });
 }

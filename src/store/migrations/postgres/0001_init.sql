@@ -48,6 +48,10 @@ CREATE TABLE executions (
   usage              TEXT,
   retry_of           TEXT REFERENCES executions (id),
   idempotency_key    TEXT,
+  -- The last status change: when, by whom, why. The event trigger copies them into execution_events.
+  changed_at         BIGINT NOT NULL,
+  changed_by         TEXT NOT NULL,
+  change_reason      TEXT,
   CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 CREATE UNIQUE INDEX executions_schedule_tick ON executions (schedule_id, scheduled_for) WHERE scheduled_for IS NOT NULL;
@@ -105,3 +109,30 @@ CREATE TABLE api_keys (
   revoked_at    BIGINT,
   CONSTRAINT agent_scope_names_agent CHECK (scope <> 'agent' OR agent IS NOT NULL)
 );
+
+-- Every status change (and a cancellation request) appends its execution event in the same
+-- statement, so no writer can forget it. Admissions also record the seats in use and the cap.
+CREATE FUNCTION baton_execution_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  seats INTEGER;
+  cap INTEGER;
+  old_status TEXT;
+BEGIN
+  IF TG_OP = 'UPDATE' THEN
+    old_status := OLD.status;
+    IF NEW.status = 'running' AND OLD.status <> 'running' THEN
+      SELECT count(*) INTO seats FROM executions WHERE agent = NEW.agent AND status = 'running';
+      SELECT max_parallel INTO cap FROM agents WHERE name = NEW.agent;
+    END IF;
+  END IF;
+  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap)
+  VALUES (NEW.id, NEW.agent, old_status, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt, seats, cap);
+  RETURN NULL;
+END;
+$$;
+CREATE TRIGGER executions_event_insert AFTER INSERT ON executions
+  FOR EACH ROW EXECUTE FUNCTION baton_execution_event();
+CREATE TRIGGER executions_event_update AFTER UPDATE ON executions
+  FOR EACH ROW
+  WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.cancel_requested_at IS DISTINCT FROM NEW.cancel_requested_at)
+  EXECUTE FUNCTION baton_execution_event();

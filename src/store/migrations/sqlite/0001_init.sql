@@ -48,6 +48,10 @@ CREATE TABLE executions (
   usage              TEXT,
   retry_of           TEXT REFERENCES executions (id),
   idempotency_key    TEXT,
+  -- The last status change: when, by whom, why. The event trigger copies them into execution_events.
+  changed_at         BIGINT NOT NULL,
+  changed_by         TEXT NOT NULL,
+  change_reason      TEXT,
   CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 CREATE UNIQUE INDEX executions_schedule_tick ON executions (schedule_id, scheduled_for) WHERE scheduled_for IS NOT NULL;
@@ -104,3 +108,23 @@ CREATE TRIGGER execution_events_no_update BEFORE UPDATE ON execution_events
   BEGIN SELECT RAISE(ABORT, 'execution_events is append-only'); END;
 CREATE TRIGGER execution_events_no_delete BEFORE DELETE ON execution_events
   BEGIN SELECT RAISE(ABORT, 'execution_events is append-only'); END;
+
+-- Every status change (and a cancellation request) appends its execution event in the same
+-- statement, so no writer can forget it. Admissions also record the seats in use and the cap.
+CREATE TRIGGER executions_event_insert AFTER INSERT ON executions
+BEGIN
+  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap)
+  VALUES (NEW.id, NEW.agent, NULL, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt, NULL, NULL);
+END;
+CREATE TRIGGER executions_event_update AFTER UPDATE ON executions
+  WHEN OLD.status IS NOT NEW.status OR OLD.cancel_requested_at IS NOT NEW.cancel_requested_at
+BEGIN
+  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap)
+  VALUES (
+    NEW.id, NEW.agent, OLD.status, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt,
+    CASE WHEN NEW.status = 'running' AND OLD.status <> 'running'
+      THEN (SELECT count(*) FROM executions WHERE agent = NEW.agent AND status = 'running') END,
+    CASE WHEN NEW.status = 'running' AND OLD.status <> 'running'
+      THEN (SELECT max_parallel FROM agents WHERE name = NEW.agent) END
+  );
+END;
