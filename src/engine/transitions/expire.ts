@@ -72,7 +72,8 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to });
   }
 
-  // Waiting since it was queued, or since its last start if a lapsed lease put it back.
+  // Waiting since it was queued, or since its last start if a lapsed lease put it back, or
+  // since its run_after: a delayed task is not stale before it was allowed to start.
   const stale = await store
     .lockRows(
       tx
@@ -80,6 +81,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
         .selectAll()
         .where('status', '=', 'queued')
         .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', o.now - o.backlogExpiryMs))
+        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', o.now - o.backlogExpiryMs)]))
         .limit(o.batch),
       'skip',
     )
@@ -98,9 +100,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .where('id', '=', row.id)
       .where('status', '=', 'queued')
       .executeTakeFirst();
-    if (Number(done.numUpdatedRows) === 1) {
-      out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
-      }
+    if (Number(done.numUpdatedRows) === 1) out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
   }
 
   return out;

@@ -1,0 +1,151 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+// Every writer of an execution row, found by reading the source. Status is written only in
+// src/engine/transitions/, one module per transition, and every UPDATE there is a
+// compare-and-set on the status it expects. Adding a writer anywhere is a visible change to
+// the lists below; an unguarded UPDATE fails outright.
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SRC = join(ROOT, 'src');
+const TRANSITIONS = 'src/engine/transitions/';
+
+/** Files that write `executions` rows. Change this list on purpose, with a guard, or not at all. */
+const EXPECTED_WRITERS = [
+  'src/engine/transitions/admit.ts', // queued → running
+  'src/engine/transitions/cancel.ts', // queued → cancelled; running: cancel requested
+  'src/engine/transitions/complete.ts', // running | re-queued → succeeded | failed | cancelled
+  'src/engine/transitions/create.ts', // create → queued
+  'src/engine/transitions/expire.ts', // the reaper: requeued, poisoned, timeout, cancel, backlog_expired
+  'src/engine/transitions/release.ts', // running → queued | cancelled
+  'src/engine/transitions/renew.ts', // heartbeat: the lease only, guarded like the rest
+];
+
+const q = `(['"\`])`; // any quote, captured so the closing one matches
+const TABLE = `(?:\\w+\\.)?executions(?:\\s+as\\s+\\w+)?`;
+/** Query-builder writes: updateTable('executions'), insertInto("executions"), deleteFrom(`executions as e`)… */
+const BUILDER_WRITE = new RegExp(`\\b(updateTable|insertInto|replaceInto|mergeInto|deleteFrom)\\(\\s*${q}${TABLE}\\2\\s*\\)`, 'g');
+/** Raw SQL writes: UPDATE executions, INSERT INTO "executions", DELETE FROM schema.executions… */
+const RAW_WRITE = /\b(UPDATE|INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|MERGE\s+INTO|DELETE\s+FROM)\s+(?:\w+\.)?("?)executions\2(?![\w"])/gi;
+const EVENT_WRITE = new RegExp(`\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`, 'gi');
+const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1`);
+const CHAIN_END = /\.(execute\w*|returning\w*|compile)\s*\(/;
+
+function tsFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) return tsFiles(p);
+    return e.name.endsWith('.ts') ? [p] : [];
+  });
+}
+
+/** Prose may name the table freely: comments are blanked (keeping offsets) before scanning. */
+function stripComments(code: string): string {
+  const blank = (m: string) => m.replace(/[^\n]/g, ' ');
+  return code.replace(/\/\*[\s\S]*?\*\//g, blank).replace(/^\s*\/\/.*$/gm, blank);
+}
+
+interface Write {
+  kind: string;
+  line: number;
+  /** From the table name to the end of the statement builder (query builder writes only). */
+  chain?: string;
+  /** The chain reaches .execute…()/.returning…(). */
+  ended?: boolean;
+}
+
+function findWrites(code: string): Write[] {
+  const text = stripComments(code);
+  const lineOf = (i: number) => text.slice(0, i).split('\n').length;
+  const out: Write[] = [];
+  for (const m of text.matchAll(BUILDER_WRITE)) {
+    const rest = text.slice(m.index);
+    const end = rest.search(CHAIN_END);
+    out.push({ kind: m[1]!, line: lineOf(m.index!), chain: end < 0 ? rest : rest.slice(0, end), ended: end >= 0 });
+  }
+  for (const m of text.matchAll(RAW_WRITE)) out.push({ kind: `sql ${m[1]!.replace(/\s+/g, ' ').toUpperCase()}`, line: lineOf(m.index!) });
+  return out.sort((a, b) => a.line - b.line);
+}
+
+/** Why a query-builder UPDATE is not an acceptable status writer, or null if it is. */
+function unguarded(w: Write): string | null {
+  if (w.kind !== 'updateTable' || w.chain === undefined) return null;
+  if (!w.ended || w.chain.includes(';')) {
+    return 'the builder does not end in .execute…()/.returning…() within one statement; write it as one chain';
+  }
+  if (!STATUS_GUARD.test(w.chain)) return "no .where('status', …) guard before it executes";
+  return null;
+}
+
+const sources = tsFiles(SRC)
+  .sort()
+  .map((path) => ({ file: relative(ROOT, path).split('\\').join('/'), code: readFileSync(path, 'utf8') }));
+
+describe('the writers of execution status', () => {
+  it('finds the source to scan', () => {
+    expect(sources.length).toBeGreaterThan(10);
+    expect(sources.map((s) => s.file)).toEqual(expect.arrayContaining(EXPECTED_WRITERS));
+  });
+
+  it('only src/engine/transitions/ writes executions rows, and the writers are exactly the known list', () => {
+    const writers = sources.filter((s) => findWrites(s.code).length > 0).map((s) => s.file);
+    const outside = sources
+      .filter((s) => !s.file.startsWith(TRANSITIONS))
+      .flatMap((s) => findWrites(s.code).map((w) => `${s.file}:${w.line} ${w.kind}`));
+    console.log(`executions writers:\n  ${writers.join('\n  ')}`);
+    expect(outside, 'writes to executions outside src/engine/transitions/ (add a transition module instead)').toEqual([]);
+    expect(writers).toEqual(EXPECTED_WRITERS);
+  });
+
+  it('every UPDATE of executions in the transitions is a compare-and-set on status', () => {
+    const problems: string[] = [];
+    let updates = 0;
+    for (const s of sources.filter((x) => x.file.startsWith(TRANSITIONS))) {
+      for (const w of findWrites(s.code)) {
+        if (w.kind.startsWith('sql ')) problems.push(`${s.file}:${w.line} raw SQL write (${w.kind}): use the query builder so the guard can be checked`);
+        if (w.kind === 'deleteFrom') problems.push(`${s.file}:${w.line} deletes executions: history is never deleted`);
+        // The values may be built before the chain: look in the whole module.
+        if (w.kind === 'insertInto' && !/\bstatus:\s*(['"])(queued|skipped)\1/.test(stripComments(s.code))) {
+          problems.push(`${s.file}:${w.line} inserts an execution that does not start queued (or skipped)`);
+        }
+        if (w.kind === 'updateTable') updates++;
+        const why = unguarded(w);
+        if (why) problems.push(`${s.file}:${w.line} ${why}`);
+      }
+    }
+    expect(problems).toEqual([]);
+    expect(updates).toBeGreaterThanOrEqual(EXPECTED_WRITERS.length - 1); // every writer but create updates
+  });
+
+  it('nothing outside src/engine/transitions/ writes the event log', () => {
+    // Events are appended by the transitions (or by a database trigger on executions, which
+    // needs no TypeScript writer at all); never by the API, CLI or server.
+    const writers = sources.filter((s) => [...stripComments(s.code).matchAll(EVENT_WRITE)].length > 0).map((s) => s.file);
+    console.log(`execution_events writers: ${writers.join(', ') || '(none in TypeScript)'}`);
+    expect(writers.filter((f) => !f.startsWith(TRANSITIONS))).toEqual([]);
+  });
+
+  it('the scanner itself catches what it must (and ignores prose)', () => {
+    const kinds = (code: string) => findWrites(code).map((w) => w.kind);
+    expect(kinds(`db.updateTable('executions').set({ status: 'failed' }).execute()`)).toEqual(['updateTable']);
+    expect(kinds(`db.updateTable("executions as e").set({}).execute()`)).toEqual(['updateTable']);
+    expect(kinds('tx.insertInto(`executions`).values(row).execute()')).toEqual(['insertInto']);
+    expect(kinds(`tx.deleteFrom( 'executions' ).execute()`)).toEqual(['deleteFrom']);
+    expect(kinds("await sql`UPDATE executions SET status = 'failed'`.execute(db)")).toEqual(['sql UPDATE']);
+    expect(kinds(`client.query('insert into "executions" (id) values ($1)')`)).toEqual(['sql INSERT INTO']);
+    expect(kinds(`client.query('UPDATE public.executions SET x = 1')`)).toEqual(['sql UPDATE']);
+    expect(kinds(`tx.updateTable('execution_events'); tx.insertInto('executions_archive'); sql\`UPDATE executions_x\``)).toEqual([]);
+    expect(kinds(`selectFrom('executions').where('status', '=', 'running')`)).toEqual([]);
+    expect(kinds(`// we never UPDATE executions here\n/* updateTable('executions') */ const x = 1;`)).toEqual([]);
+
+    const guard = (code: string) => findWrites(code).map(unguarded);
+    expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).where('status', '=', 'running').returningAll().executeTakeFirst()`)).toEqual([null]);
+    expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).executeTakeFirst()`)[0]).toMatch(/no \.where\('status'/);
+    // A guard after the statement ran does not count.
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).execute(); q.where('status', '=', 'queued')`)[0]).toMatch(/no \.where\('status'/);
+    // A builder kept in a variable cannot be checked: refused.
+    expect(guard(`const b = tx.updateTable('executions').set({ status: 'x' }); await b.where('status', '=', 'queued').execute();`)[0]).toMatch(/one chain/);
+  });
+});
