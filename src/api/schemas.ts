@@ -13,6 +13,9 @@ export const AgentName = z
 const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const NullableTimestamp = Timestamp.nullable();
+/** Text stored in a column. PostgreSQL text cannot hold U+0000, so every store refuses it here. */
+const NO_NUL = /^[^\u0000]*$/;
+const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
 
 export const ErrorBody = z.object({
   error: z.string().describe('machine-readable code'),
@@ -22,14 +25,14 @@ export const ErrorBody = z.object({
 // ── agents ──────────────────────────────────────────────────────────────────
 
 const agentSettings = {
-  description: z.string().max(1000).nullable().optional(),
+  description: Text.max(1000).nullable().optional(),
   max_parallel: z.number().int().min(0).max(10_000).optional().describe(`capacity seats (default ${DEFAULTS.maxParallel})`),
   max_backlog: z.number().int().min(0).max(1_000_000).optional().describe(`queued executions allowed (default ${DEFAULTS.maxBacklog})`),
   timeout_seconds: z.number().int().min(1).max(7 * 86_400).optional().describe(`hard timeout per run (default ${DEFAULTS.timeoutSeconds})`),
   lease_ttl_seconds: z.number().int().min(1).max(3600).optional().describe(`lease TTL (default ${DEFAULTS.leaseTtlSeconds})`),
   max_redeliveries: z.number().int().min(0).max(100).optional().describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
   delivery: z.enum(['pull', 'push']).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
-  push_url: z.url().nullable().optional(),
+  push_url: z.url().regex(NO_NUL, 'must not contain NUL (\\u0000) characters').nullable().optional(),
 };
 export const AgentCreate = z.strictObject({ name: AgentName, ...agentSettings });
 export const AgentPatch = z.strictObject(agentSettings);
@@ -101,7 +104,7 @@ export const ExecutionDetail = Execution.extend({ events: z.array(ExecutionEvent
 export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 
 export const SubmitBody = z.strictObject({
-  message: z.string().min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),
+  message: Text.min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),
   payload: z.unknown().optional().describe(`any JSON (at most ${DEFAULTS.payloadLimitBytes / 1024} KiB serialised)`),
   priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
   run_after: z.iso.datetime({ offset: true }).optional().describe('do not start before this time'),
@@ -136,7 +139,7 @@ export const ExecutionPage = z.object({ executions: z.array(Execution), next_cur
 // ── worker protocol ─────────────────────────────────────────────────────────
 
 export const ClaimBody = z.strictObject({
-  worker_id: z.string().min(1).max(200).optional().describe('names the lease owner (default: the key id)'),
+  worker_id: Text.min(1).max(200).optional().describe('names the lease owner (default: the key id)'),
   wait_seconds: z.number().min(0).max(DEFAULTS.claimWaitMaxMs / 1000).optional().describe(`long-poll wait (default ${DEFAULTS.claimWaitMs / 1000})`),
   max: z.number().int().min(1).max(100).optional().describe('most tasks to take at once (default 1)'),
 });
@@ -154,7 +157,7 @@ export const Task = z.object({
 export type Task = z.infer<typeof Task>;
 export const ClaimResponse = z.object({ tasks: z.array(Task) });
 
-export const LeaseBody = z.strictObject({ lease_token: z.string().min(1).max(200) });
+export const LeaseBody = z.strictObject({ lease_token: Text.min(1).max(200) });
 export const HeartbeatResponse = z.object({
   lease_expires_at: Timestamp,
   cancel_requested: z.boolean().describe('stop the task and complete it as cancelled'),
@@ -170,11 +173,11 @@ export const Usage = z
   })
   .loose();
 export const CompleteBody = z.strictObject({
-  lease_token: z.string().min(1).max(200),
+  lease_token: Text.min(1).max(200),
   status: z.enum(COMPLETION_STATES),
   result: z.unknown().optional(),
   error: z
-    .strictObject({ code: z.string().min(1).max(100).optional(), message: z.string().max(10_000) })
+    .strictObject({ code: Text.min(1).max(100).optional(), message: Text.max(10_000) })
     .optional()
     .describe('why it failed'),
   usage: Usage.optional(),
@@ -184,7 +187,7 @@ export type CompleteBody = z.infer<typeof CompleteBody>;
 // ── keys ────────────────────────────────────────────────────────────────────
 
 export const KeyCreate = z.strictObject({
-  name: z.string().min(1).max(200),
+  name: Text.min(1).max(200),
   scope: z.enum(['admin', 'agent']).describe('admin: everything; agent: the worker protocol for one agent'),
   agent: AgentName.optional(),
 });

@@ -38,6 +38,8 @@ async function buildApp(opts: ServerOptions) {
     keepAliveTimeout: 75_000,
     requestTimeout: 0,
     return503OnClosing: true,
+    // Malformed URLs are refused by the router, before the error handler: answer in our vocabulary.
+    frameworkErrors: errorHandler,
   }).withTypeProvider<ZodTypeProvider>();
 
   app.setValidatorCompiler(validatorCompiler);

@@ -103,7 +103,18 @@ export class Engine {
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
     this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
     this.reapBatch = opts.reapBatch ?? 100;
-    this.unsubscribe = this.store.onWork((agent) => this.waiters.wake(agent));
+    // One path for every status change, local or from another process: wake claimers of that
+    // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
+    const offExecution = this.store.subscribe('execution', (message) => {
+      const [agent, id, status] = message.split('\t') as [string, string, string];
+      if (status !== 'running') this.waiters.wake(agent);
+      this.events.emit('execution:changed', { id, agent, status });
+    });
+    const offAgent = this.store.subscribe('agent', (agent) => this.waiters.wake(agent));
+    this.unsubscribe = () => {
+      offExecution();
+      offAgent();
+    };
   }
 
   now(): number {
@@ -159,14 +170,14 @@ export class Engine {
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
       return updated;
     });
-    this.store.signalWork(name); // a raised cap may admit waiting work
+    this.store.publish('agent', name); // a raised cap may admit waiting work
     return row;
   }
 
   /** Cancels the agent's queued work, asks its running work to stop, removes the agent. History stays. */
   async deleteAgent(name: string, actor: string): Promise<{ cancelled: number; cancel_requested: number }> {
     const now = this.now();
-    return this.store.transaction(async (tx) => {
+    const out = await this.store.transaction(async (tx) => {
       const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
       if (!agent) throw new NotFound('agent', name);
       const queued = await this.store
@@ -177,8 +188,10 @@ export class Engine {
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       await tx.deleteFrom('agents').where('name', '=', name).execute();
       await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length } });
-      return { cancelled: cancelled.length, cancel_requested: running.length };
+      return { cancelled, cancel_requested: running.length };
     });
+    for (const row of out.cancelled) this.announce(row);
+    return { cancelled: out.cancelled.length, cancel_requested: out.cancel_requested };
   }
 
   async getAgent(name: string): Promise<{ agent: AgentRow; running: number; queued: number }> {
@@ -231,7 +244,7 @@ export class Engine {
       return { row, refused: undefined };
     });
     if (!out.row) throw new BacklogFull(agentName, out.refused!);
-    this.afterChange(out.row);
+    this.announce(out.row);
     return out.row;
   }
 
@@ -280,7 +293,7 @@ export class Engine {
         const now = this.now();
         const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { now, owner, max }));
         if (rows.length > 0) {
-          for (const r of rows) this.events.emit('execution:changed', { id: r.id, agent: r.agent, status: r.status });
+          for (const r of rows) this.announce(r);
           return rows;
         }
         const remaining = deadline - Date.now();
@@ -301,14 +314,14 @@ export class Engine {
   async complete(id: string, token: string, outcome: Outcome, actor: string): Promise<ExecutionRow> {
     const now = this.now();
     const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
-    this.afterChange(row);
+    this.announce(row);
     return row;
   }
 
   async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
     const row = await this.store.transaction((tx) => releaseLease(tx, this.store, id, token, now, actor));
-    this.afterChange(row);
+    this.announce(row);
     return row;
   }
 
@@ -319,7 +332,7 @@ export class Engine {
       await appendAudit(tx, { at: now, actor, action: 'execution.cancel', subject: r.agent, execution_id: id, detail: { status: r.status } });
       return r;
     });
-    this.afterChange(row);
+    this.announce(row);
     return row;
   }
 
@@ -362,20 +375,16 @@ export class Engine {
         }),
       );
       all.push(...batch);
-      for (const r of batch) this.events.emit('execution:changed', { id: r.id, agent: r.agent, status: r.to });
+      for (const r of batch) this.announce({ id: r.id, agent: r.agent, status: r.to });
       if (batch.length < this.reapBatch) break;
     }
-    if (all.length > 0) {
-      for (const agent of new Set(all.map((r) => r.agent))) this.store.signalWork(agent);
-      this.events.emit('reaper:reaped', all);
-    }
+    if (all.length > 0) this.events.emit('reaper:reaped', all);
     return all;
   }
 
-  /** A write that may have freed a seat or queued work: wake waiting claimers everywhere. */
-  private afterChange(row: ExecutionRow): void {
-    this.events.emit('execution:changed', { id: row.id, agent: row.agent, status: row.status });
-    this.store.signalWork(row.agent);
+  /** Tell every process about a status change (it wakes claimers when work queued or a seat freed). */
+  private announce(row: { id: string; agent: string; status: string }): void {
+    this.store.publish('execution', `${row.agent}\t${row.id}\t${row.status}`);
   }
 }
 

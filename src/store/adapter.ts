@@ -1,5 +1,6 @@
 import type { Kysely, SelectQueryBuilder } from 'kysely';
 import type { DB } from './schema.ts';
+import type { Topic } from './signals.ts';
 
 declare const txBrand: unique symbol;
 /** A Kysely handle bound to one open transaction. Functions that lock or write rows take a Tx. */
@@ -33,10 +34,12 @@ export interface StoreAdapter {
    */
   lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB;
 
-  /** Tell every process that `agent` may have admissible work (best effort; pollers cover loss). */
-  signalWork(agent: string): void;
-  /** Subscribe to work signals from this and (PostgreSQL) every other process. */
-  onWork(listener: (agent: string) => void): () => void;
+  /**
+   * Tell every process (this one at once, others via LISTEN/NOTIFY on PostgreSQL) that something
+   * happened. Best effort: a lost signal costs latency, never correctness (waiters also poll).
+   */
+  publish(topic: Topic, message: string): void;
+  subscribe(topic: Topic, listener: (message: string) => void): () => void;
 
   /** Apply pending migrations under a cross-process lock. Returns versions applied. */
   migrate(): Promise<number[]>;

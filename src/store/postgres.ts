@@ -1,11 +1,13 @@
-import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { Kysely, PostgresDialect, type SelectQueryBuilder } from 'kysely';
 import type { StoreAdapter, Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
+import { LocalSignals, TOPICS, type Topic } from './signals.ts';
 
-const WORK_CHANNEL = 'baton_work';
+const channel = (topic: Topic) => `baton_${topic}`;
+/** NOTIFYs queued in one event-loop turn go out in one query (at most this many per query). */
+const NOTIFY_BATCH = 100;
 /** Arbitrary constant key for the migration advisory lock ("baton" in ASCII). */
 const MIGRATION_LOCK_KEY = 0x626174_6f6e;
 
@@ -41,8 +43,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   // An idle client losing its connection (server restart) must not crash the process.
   pool.on('error', () => {});
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
-  const events = new EventEmitter();
-  events.setMaxListeners(0);
+  const signals = new LocalSignals();
+  let outbox: Array<[string, string]> = [];
   let listener: pg.Client | undefined;
   let listening: Promise<void> | undefined;
   let closed = false;
@@ -74,18 +76,29 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     }
   }
 
+  function flush() {
+    const batch = outbox;
+    outbox = [];
+    for (let i = 0; i < batch.length && !closed; i += NOTIFY_BATCH) {
+      const part = batch.slice(i, i + NOTIFY_BATCH);
+      const calls = part.map((_, j) => `pg_notify($${2 * j + 1}, $${2 * j + 2})`).join(', ');
+      pool.query(`SELECT ${calls}`, part.flat()).catch(() => {});
+    }
+  }
+
   function startListening(): Promise<void> {
     if (listening || closed) return listening ?? Promise.resolve();
     const client = new pg.Client({ connectionString: opts.url, options } as pg.ClientConfig);
     listener = client;
     listening = (async () => {
       client.on('notification', (msg) => {
-        if (msg.channel === WORK_CHANNEL && msg.payload) events.emit('work', msg.payload);
+        const topic = TOPICS.find((t) => channel(t) === msg.channel);
+        if (topic && msg.payload) signals.deliverRemote(topic, msg.payload);
       });
       client.on('error', () => reconnect());
       client.on('end', () => reconnect());
       await client.connect();
-      await client.query(`LISTEN ${WORK_CHANNEL}`);
+      for (const t of TOPICS) await client.query(`LISTEN ${channel(t)}`);
     })().catch(() => reconnect());
     return listening;
   }
@@ -98,7 +111,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     listening = undefined;
     // Waiters also poll, so a lost listener only costs latency until it is back.
     setTimeout(() => {
-      if (!closed && events.listenerCount('work') > 0) startListening();
+      if (!closed && signals.listenerCount() > 0) startListening();
     }, 1000).unref();
   }
 
@@ -110,14 +123,13 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB {
       return (mode === 'wait' ? qb.forUpdate() : qb.forNoKeyUpdate().skipLocked()) as QB;
     },
-    signalWork(agent) {
-      queueMicrotask(() => events.emit('work', agent));
-      pool.query('SELECT pg_notify($1, $2)', [WORK_CHANNEL, agent]).catch(() => {});
+    publish(topic, message) {
+      signals.deliver(topic, message);
+      if (outbox.push([channel(topic), `${signals.origin}|${message}`]) === 1) setImmediate(flush);
     },
-    onWork(fn) {
-      events.on('work', fn);
+    subscribe(topic, fn) {
       void startListening();
-      return () => events.off('work', fn);
+      return signals.on(topic, fn);
     },
     async migrate() {
       await ensureSchema();
@@ -155,7 +167,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     },
     async close() {
       closed = true;
-      events.removeAllListeners();
+      signals.clear();
       if (listener) {
         listener.removeAllListeners();
         listener.on('error', () => {});

@@ -1,4 +1,3 @@
-import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
@@ -6,6 +5,7 @@ import { Kysely, SqliteDialect, sql, type SelectQueryBuilder } from 'kysely';
 import type { StoreAdapter, Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
+import { LocalSignals } from './signals.ts';
 
 /**
  * Embedded store: one SQLite file in WAL mode, for a single `baton` process. Kysely's SQLite
@@ -23,8 +23,8 @@ export function openSqlite(file: string): StoreAdapter {
   raw.pragma('busy_timeout = 5000');
   raw.pragma('foreign_keys = ON');
   const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: raw }) });
-  const events = new EventEmitter();
-  events.setMaxListeners(0);
+  // One process per SQLite file, so in-process delivery reaches every subscriber.
+  const signals = new LocalSignals();
 
   async function inTransaction<T>(begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return db.connection().execute(async (conn) => {
@@ -48,14 +48,8 @@ export function openSqlite(file: string): StoreAdapter {
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
-    signalWork(agent) {
-      // One process per SQLite file, so an in-process signal reaches every waiter.
-      queueMicrotask(() => events.emit('work', agent));
-    },
-    onWork(listener) {
-      events.on('work', listener);
-      return () => events.off('work', listener);
-    },
+    publish: (topic, message) => signals.deliver(topic, message),
+    subscribe: (topic, listener) => signals.on(topic, listener),
     async migrate() {
       return db.connection().execute(async () => {
         raw.exec('BEGIN IMMEDIATE');
@@ -84,7 +78,7 @@ export function openSqlite(file: string): StoreAdapter {
       return { applied, known };
     },
     async close() {
-      events.removeAllListeners();
+      signals.clear();
       await db.destroy();
     },
   };

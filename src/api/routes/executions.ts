@@ -8,7 +8,7 @@ import type { ApiDeps } from '../server.ts';
 
 const encodeCursor = (r: { created_at: number; id: string }) => Buffer.from(`${r.created_at}:${r.id}`).toString('base64url');
 function decodeCursor(cursor: string): { created_at: number; id: string } {
-  const m = /^(\d+):([A-Za-z0-9_-]+)$/.exec(Buffer.from(cursor, 'base64url').toString());
+  const m = /^(\d{1,15}):([A-Za-z0-9_-]+)$/.exec(Buffer.from(cursor, 'base64url').toString());
   if (!m) throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
   return { created_at: Number(m[1]), id: m[2]! };
 }

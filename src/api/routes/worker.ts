@@ -24,7 +24,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
       tags: ['worker protocol'],
       summary: 'Claim tasks (long-poll). 200 with tasks and their leases, or 204 when nothing came in time',
       params: AgentParams,
-      body: ClaimBody.optional(),
+      body: ClaimBody.nullish(), // a bare POST arrives as null
       response: { 200: ClaimResponse, 204: z.null(), 404: ErrorBody, 403: ErrorBody },
     },
   }, async (req, reply) => {

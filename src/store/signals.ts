@@ -1,0 +1,43 @@
+import { EventEmitter } from 'node:events';
+import { randomBytes } from 'node:crypto';
+
+/**
+ * Topics processes tell each other about. Messages are small (ids and codes, never payloads);
+ * PostgreSQL carries them over LISTEN/NOTIFY, SQLite (one process) in memory.
+ *   execution — `<agent>\t<execution id>\t<status>` after any status change
+ *   log       — `<execution id>` after log lines were appended
+ *   agent     — `<agent>` after an agent's settings changed (a raised cap may admit work)
+ */
+export type Topic = 'execution' | 'log' | 'agent';
+export const TOPICS: readonly Topic[] = ['execution', 'log', 'agent'];
+
+/**
+ * In-process fan-out with echo suppression: a message published here is delivered to local
+ * subscribers at once, and its copy coming back from the database is dropped.
+ */
+export class LocalSignals {
+  readonly origin = randomBytes(6).toString('base64url');
+  private readonly emitter = new EventEmitter();
+  constructor() {
+    this.emitter.setMaxListeners(0);
+  }
+  deliver(topic: Topic, message: string): void {
+    queueMicrotask(() => this.emitter.emit(topic, message));
+  }
+  /** A message from the database: `<origin>|<message>`. */
+  deliverRemote(topic: Topic, payload: string): void {
+    const bar = payload.indexOf('|');
+    if (bar < 0 || payload.slice(0, bar) === this.origin) return;
+    this.emitter.emit(topic, payload.slice(bar + 1));
+  }
+  on(topic: Topic, fn: (message: string) => void): () => void {
+    this.emitter.on(topic, fn);
+    return () => this.emitter.off(topic, fn);
+  }
+  listenerCount(): number {
+    return TOPICS.reduce((n, t) => n + this.emitter.listenerCount(t), 0);
+  }
+  clear(): void {
+    this.emitter.removeAllListeners();
+  }
+}
