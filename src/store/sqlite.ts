@@ -22,7 +22,23 @@ export function openSqlite(file: string): StoreAdapter {
   // Another process (the CLI running `migrate`, a second `baton up`) may hold the write lock.
   raw.pragma('busy_timeout = 5000');
   raw.pragma('foreign_keys = ON');
-  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: raw }) });
+  // Kysely prepares every statement anew; better-sqlite3 statements are reusable, and the
+  // engine issues the same few dozen SQL strings, so keep them prepared. (A micro-benchmark of
+  // Kysely insert+select pairs ran about twice as fast with the cache on this machine.)
+  const prepared = new Map<string, Database.Statement>();
+  const database = {
+    prepare(text: string) {
+      let stmt = prepared.get(text);
+      if (!stmt) {
+        if (prepared.size >= 1000) prepared.clear();
+        stmt = raw.prepare(text);
+        prepared.set(text, stmt);
+      }
+      return stmt;
+    },
+    close: () => raw.close(),
+  };
+  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database }) });
   // One process per SQLite file, so in-process delivery reaches every subscriber.
   const signals = new LocalSignals();
 
