@@ -5,11 +5,20 @@
 export class Waiters {
   private readonly byAgent = new Map<string, Set<() => void>>();
 
-  wake(agent: string): void {
+  /**
+   * Wake one waiter of `agent` (one queued task or one freed seat is work for one claimer;
+   * waking them all makes every loser queue on the agent lock), or all of them (`everyone`,
+   * e.g. after the cap was raised).
+   */
+  wake(agent: string, everyone = false): void {
     const set = this.byAgent.get(agent);
     if (!set) return;
-    this.byAgent.delete(agent);
-    for (const fire of set) fire();
+    for (const fire of set) {
+      set.delete(fire);
+      fire();
+      if (!everyone) break;
+    }
+    if (set.size === 0) this.byAgent.delete(agent);
   }
 
   /** Returns `wait(ms)`, resolving early when `agent` is signalled after this call. */

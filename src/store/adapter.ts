@@ -7,6 +7,7 @@ declare const txBrand: unique symbol;
 export type Tx = Kysely<DB> & { readonly [txBrand]: true };
 
 export type StoreKind = 'sqlite' | 'postgres';
+export type LockMode = 'wait' | 'skip' | 'admission' | 'existence';
 
 /**
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
@@ -28,11 +29,21 @@ export interface StoreAdapter {
   snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
   /**
-   * Lock the rows a SELECT returns until the transaction ends. `wait`: block until free
-   * (FOR UPDATE); `skip`: skip rows another transaction holds (FOR NO KEY UPDATE SKIP LOCKED).
+   * Lock the rows a SELECT returns until the transaction ends (PostgreSQL modes):
+   * - `wait` — FOR UPDATE: exclusive, e.g. before deleting an agent or changing one execution;
+   * - `skip` — FOR NO KEY UPDATE SKIP LOCKED: take only rows nobody else holds (claims, reaper);
+   * - `admission` — FOR NO KEY UPDATE on an agent row: admissions for one agent take turns;
+   * - `existence` — FOR KEY SHARE on an agent row: it cannot be deleted meanwhile, yet
+   *   admissions and setting changes go on (submits use it, so they never queue behind claims).
    * SQLite: a no-op, because BEGIN IMMEDIATE already holds the only write lock.
    */
-  lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB;
+  lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB;
+
+  /**
+   * Serialise transactions that pass the same key until they end (PostgreSQL: a transaction
+   * advisory lock). SQLite: a no-op, for the same reason as lockRows.
+   */
+  serialize(tx: Tx, key: string): Promise<void>;
 
   /**
    * Tell every process (this one at once, others via LISTEN/NOTIFY on PostgreSQL) that something

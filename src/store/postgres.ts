@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { Kysely, PostgresDialect, type SelectQueryBuilder } from 'kysely';
-import type { StoreAdapter, Tx } from './adapter.ts';
+import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
+import type { LockMode, StoreAdapter, Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, TOPICS, type Topic } from './signals.ts';
@@ -120,8 +120,20 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
     snapshot: (fn) => withRetry('repeatable read', true, fn),
-    lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: 'wait' | 'skip'): QB {
-      return (mode === 'wait' ? qb.forUpdate() : qb.forNoKeyUpdate().skipLocked()) as QB;
+    lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB {
+      switch (mode) {
+        case 'wait':
+          return qb.forUpdate() as QB;
+        case 'skip':
+          return qb.forNoKeyUpdate().skipLocked() as QB;
+        case 'admission':
+          return qb.forNoKeyUpdate() as QB;
+        case 'existence':
+          return qb.forKeyShare() as QB;
+      }
+    },
+    async serialize(tx, key) {
+      await sql`SELECT pg_advisory_xact_lock(hashtext(${key}))`.execute(tx);
     },
     publish(topic, message) {
       signals.deliver(topic, message);

@@ -64,6 +64,9 @@ export function openSqlite(file: string): StoreAdapter {
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
+    async serialize() {
+      // BEGIN IMMEDIATE already excludes every other writer.
+    },
     publish: (topic, message) => signals.deliver(topic, message),
     subscribe: (topic, listener) => signals.on(topic, listener),
     async migrate() {

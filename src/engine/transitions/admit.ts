@@ -15,7 +15,7 @@ export interface AdmitOptions {
 /**
  * queued → running, exactly under the agent's cap.
  *
- * The agent row is locked first (FOR UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite), and
+ * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite), and
  * only the *next* statement counts running rows: every admission for this agent holds the same
  * lock until it commits, and that statement's snapshot is taken after the lock was granted, so
  * the count is exact whatever the number of processes. Candidates come FIFO by
@@ -24,7 +24,7 @@ export interface AdmitOptions {
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
   const agent: Pick<AgentRow, 'max_parallel'> | undefined = await store
-    .lockRows(tx.selectFrom('agents').select('max_parallel').where('name', '=', agentName), 'wait')
+    .lockRows(tx.selectFrom('agents').select('max_parallel').where('name', '=', agentName), 'admission')
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
