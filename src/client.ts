@@ -4,6 +4,10 @@
  */
 import type { z } from 'zod';
 import type * as S from './api/schemas.ts';
+import type * as T from './api/schemas/triggers.ts';
+import type * as L from './api/schemas/logs.ts';
+import type * as C from './api/schemas/canary.ts';
+import { readSse } from './sse.ts';
 
 export type AgentCreate = z.input<typeof S.AgentCreate>;
 export type AgentPatch = z.input<typeof S.AgentPatch>;
@@ -19,6 +23,19 @@ export type Heartbeat = z.infer<typeof S.HeartbeatResponse>;
 export type ExecutionPage = z.infer<typeof S.ExecutionPage>;
 export type ApiKey = z.infer<typeof S.ApiKey>;
 export type ApiKeyCreated = z.infer<typeof S.ApiKeyCreated>;
+export type Schedule = z.infer<typeof T.Schedule>;
+export type ScheduleCreate = z.input<typeof T.ScheduleCreate>;
+export type SchedulePatch = z.input<typeof T.SchedulePatch>;
+export type Triggered = z.infer<typeof T.Triggered>;
+export type Webhook = z.infer<typeof T.Webhook>;
+export type WebhookCreate = z.input<typeof T.WebhookCreate>;
+export type WebhookCreated = z.infer<typeof T.WebhookCreated>;
+export type LogLine = z.infer<typeof L.LogLine>;
+export type CanaryStatus = z.infer<typeof C.CanaryStatus>;
+export type CanaryViolation = z.infer<typeof C.Violation>;
+export type CanaryCycle = z.infer<typeof C.CycleReport>;
+export type LogPage = z.infer<typeof L.LogPage>;
+export type LogAppendResult = z.infer<typeof L.LogAppendResponse>;
 
 /** A non-2xx answer: `code` is the API's machine-readable `error`. */
 export class ApiError extends Error {
@@ -44,8 +61,10 @@ export class Unreachable extends Error {
 export interface ClientOptions {
   server: string;
   key?: string;
-  /** Marks requests as coming from the CLI (recorded as trigger `cli`). */
-  via?: 'cli';
+  /** Marks requests as coming from the CLI or MCP (recorded as trigger `cli` / `mcp`). */
+  via?: 'cli' | 'mcp';
+  /** Replaces the global fetch (the MCP endpoint calls the API in-process through it). */
+  fetch?: typeof fetch;
 }
 
 export class BatonClient {
@@ -54,14 +73,14 @@ export class BatonClient {
     this.server = opts.server.replace(/\/+$/, '');
   }
 
-  async request<T>(method: string, path: string, body?: unknown, init: { signal?: AbortSignal } = {}): Promise<{ status: number; body: T }> {
-    const headers: Record<string, string> = {};
+  async request<T>(method: string, path: string, body?: unknown, init: { signal?: AbortSignal; headers?: Record<string, string> } = {}): Promise<{ status: number; body: T }> {
+    const headers: Record<string, string> = { ...init.headers };
     if (this.opts.key) headers.authorization = `Bearer ${this.opts.key}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.opts.via) headers['x-baton-client'] = this.opts.via;
     let res: Response;
     try {
-      res = await fetch(this.server + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: init.signal });
+      res = await (this.opts.fetch ?? fetch)(this.server + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: init.signal });
     } catch (err) {
       if ((err as Error)?.name === 'AbortError') throw err;
       throw new Unreachable(this.server, (err as any)?.cause ?? err);
@@ -87,7 +106,8 @@ export class BatonClient {
   deleteAgent = (name: string) => this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
 
   // executions
-  submit = (agent: string, body: SubmitBody) => this.call<Created>('POST', `/v1/agents/${enc(agent)}/executions`, body);
+  submit = async (agent: string, body: SubmitBody, opts: { idempotencyKey?: string } = {}) =>
+    (await this.request<Created>('POST', `/v1/agents/${enc(agent)}/executions`, body, { headers: idem(opts.idempotencyKey) })).body;
   getExecution = (id: string) => this.call<ExecutionDetail>('GET', `/v1/executions/${enc(id)}`);
   listExecutions = (q: Record<string, string | number | undefined> = {}) => {
     const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
@@ -103,11 +123,66 @@ export class BatonClient {
   heartbeat = (id: string, lease_token: string) => this.call<Heartbeat>('POST', `/v1/executions/${enc(id)}/heartbeat`, { lease_token });
   complete = (id: string, body: CompleteBody) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/complete`, body);
   release = (id: string, lease_token: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/release`, { lease_token });
+  appendLogs = (id: string, lease_token: string, lines: Array<{ stream?: 'stdout' | 'stderr'; line: string }>) =>
+    this.call<LogAppendResult>('POST', `/v1/executions/${enc(id)}/logs`, { lease_token, lines });
+
+  // logs
+  getLogs = (id: string, q: { after?: number; limit?: number } = {}) => {
+    const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
+    return this.call<LogPage>('GET', `/v1/executions/${enc(id)}/logs${qs.size ? '?' + qs : ''}`);
+  };
+  /** Lines as they are written, then one `{ end: true, status }` when the execution has ended. */
+  async *followLogs(id: string, opts: { after?: number; signal?: AbortSignal } = {}): AsyncGenerator<LogLine | { end: true; status: string }> {
+    const headers: Record<string, string> = { accept: 'text/event-stream' };
+    if (this.opts.key) headers.authorization = `Bearer ${this.opts.key}`;
+    const url = `${this.server}/v1/executions/${enc(id)}/logs?follow=true&after=${opts.after ?? 0}`;
+    let res: Response;
+    try {
+      res = await (this.opts.fetch ?? fetch)(url, { headers, signal: opts.signal });
+    } catch (err) {
+      if ((err as Error)?.name === 'AbortError') throw err;
+      throw new Unreachable(this.server, (err as any)?.cause ?? err);
+    }
+    if (!res.ok || !res.body) {
+      const text = await res.text();
+      const b = (text ? safeJson(text) : {}) as Record<string, unknown>;
+      throw new ApiError(res.status, String(b.error ?? `http_${res.status}`), String(b.message ?? text), b);
+    }
+    for await (const ev of readSse(res.body)) {
+      if (ev.event === 'log') yield JSON.parse(ev.data) as LogLine;
+      else if (ev.event === 'end') {
+        yield { end: true, status: String(JSON.parse(ev.data).status) };
+        return;
+      } else if (ev.event === 'error') throw new ApiError(500, 'internal', String(JSON.parse(ev.data).message), {});
+    }
+  }
+
+  // schedules and webhooks (docs/triggers.md)
+  createSchedule = (agent: string, s: ScheduleCreate) => this.call<Schedule>('POST', `/v1/agents/${enc(agent)}/schedules`, s);
+  listSchedules = async (agent?: string) => (await this.call<{ schedules: Schedule[] }>('GET', agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules')).schedules;
+  getSchedule = (id: string) => this.call<Schedule>('GET', `/v1/schedules/${enc(id)}`);
+  updateSchedule = (id: string, patch: SchedulePatch) => this.call<Schedule>('PATCH', `/v1/schedules/${enc(id)}`, patch);
+  deleteSchedule = (id: string) => this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/schedules/${enc(id)}`);
+  /** 201 with the run's id; ApiError 409 already_running (body.execution_id: the run in flight), 429, 404. */
+  triggerSchedule = async (id: string, opts: { payload?: unknown; idempotencyKey?: string } = {}) =>
+    (await this.request<Triggered>('POST', `/v1/schedules/${enc(id)}/trigger`, opts.payload === undefined ? undefined : { payload: opts.payload }, { headers: idem(opts.idempotencyKey) })).body;
+  createWebhook = (w: WebhookCreate) => this.call<WebhookCreated>('POST', '/v1/webhooks', w);
+  listWebhooks = async (agent?: string) => (await this.call<{ webhooks: Webhook[] }>('GET', `/v1/webhooks${agent ? `?agent=${enc(agent)}` : ''}`)).webhooks;
+  rotateWebhook = (id: string, secret?: string) => this.call<WebhookCreated>('POST', `/v1/webhooks/${enc(id)}/rotate`, secret ? { secret } : undefined);
+  deleteWebhook = (id: string) => this.call<{ deleted: string }>('DELETE', `/v1/webhooks/${enc(id)}`);
 
   // keys
   createKey = (k: { name: string; scope: 'admin' | 'agent'; agent?: string }) => this.call<ApiKeyCreated>('POST', '/v1/keys', k);
   listKeys = async () => (await this.call<{ keys: ApiKey[] }>('GET', '/v1/keys')).keys;
   revokeKey = (id: string) => this.call<ApiKey>('DELETE', `/v1/keys/${enc(id)}`);
+
+  // canary
+  canaryStatus = () => this.call<CanaryStatus>('GET', '/v1/canary');
+  canaryViolations = (q: { invariant?: string; state?: 'open' | 'resolved' | 'all'; agent?: string; severity?: string; subject?: string; limit?: number; before?: number } = {}) => {
+    const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
+    return this.call<{ violations: CanaryViolation[]; next_before: number | null }>('GET', `/v1/canary/violations${qs.size ? '?' + qs : ''}`);
+  };
+  canaryRun = () => this.call<CanaryCycle>('POST', '/v1/canary/run');
 
   /** Poll until the execution is terminal (or `timeoutMs` passes); `onTick` sees each read. */
   async waitFor(id: string, opts: { timeoutMs?: number; intervalMs?: number; onTick?: (e: ExecutionDetail) => void } = {}): Promise<ExecutionDetail> {
@@ -122,6 +197,7 @@ export class BatonClient {
 }
 
 const enc = encodeURIComponent;
+const idem = (key?: string): Record<string, string> => (key ? { 'idempotency-key': key } : {});
 function safeJson(text: string): unknown {
   try {
     return JSON.parse(text);

@@ -86,6 +86,14 @@ describe(`transitions (${STORE_KIND})`, () => {
     expect(await engine.listExecutions({ agent })).toHaveLength(5);
   });
 
+  it('a pull claim on a push agent is wrong_delivery, and the reverse too', async () => {
+    await engine.createAgent({ name: `${agent}-push`, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'test');
+    await engine.submit(`${agent}-push`, { message: 'x' }, 't');
+    expect((await refusal(engine.claim(`${agent}-push`, { owner: 'w' }))).code).toBe('wrong_delivery');
+    expect((await refusal(engine.claim(agent, { owner: 'node', delivery: 'push' }))).code).toBe('wrong_delivery');
+    expect(await engine.claim(`${agent}-push`, { owner: 'node', delivery: 'push' })).toHaveLength(1);
+  });
+
   it('refuses an unknown agent with not_found', async () => {
     expect((await refusal(engine.submit('nope', { message: 'x' }, 't'))).code).toBe('not_found');
     expect((await refusal(engine.claim('nope', { owner: 'w' }))).code).toBe('not_found');

@@ -14,13 +14,15 @@ const TRANSITIONS = 'src/engine/transitions/';
 
 /** Files that write `executions` rows. Change this list on purpose, with a guard, or not at all. */
 const EXPECTED_WRITERS = [
+  'src/engine/transitions/abandon.ts', // queued → failed (trigger_failed): a trigger could not answer
   'src/engine/transitions/admit.ts', // queued → running
   'src/engine/transitions/cancel.ts', // queued → cancelled; running: cancel requested
   'src/engine/transitions/complete.ts', // running | re-queued → succeeded | failed | cancelled
-  'src/engine/transitions/create.ts', // create → queued
+  'src/engine/transitions/create.ts', // create → queued | skipped
   'src/engine/transitions/expire.ts', // the reaper: requeued, poisoned, timeout, cancel, backlog_expired
   'src/engine/transitions/release.ts', // running → queued | cancelled
   'src/engine/transitions/renew.ts', // heartbeat: the lease only, guarded like the rest
+  'src/engine/transitions/retry.ts', // failed → a new queued execution (retry_of), in the failure's transaction
 ];
 
 const q = `(['"\`])`; // any quote, captured so the closing one matches

@@ -8,11 +8,28 @@ declare module 'fastify' {
   }
 }
 
-/** preHandler for every /v1 route: `Authorization: Bearer <key>`. */
+/**
+ * Server-Sent Event routes, where `?key=` may stand in for the header: a browser's EventSource
+ * cannot set headers. Nowhere else, so keys do not end up in ordinary URLs and access logs.
+ */
+const QUERY_KEY_ROUTES: Record<string, (query: Record<string, unknown>) => boolean> = {
+  '/v1/events': () => true,
+  '/v1/executions/:id/logs': (q) => q.follow === 'true' || q.follow === '1',
+};
+function allowsQueryKey(req: FastifyRequest, query: Record<string, unknown>): boolean {
+  return req.method === 'GET' && !!QUERY_KEY_ROUTES[req.routeOptions.url ?? '']?.(query);
+}
+
+/** preHandler for every /v1 route: `Authorization: Bearer <key>` (or `?key=` on SSE routes). */
 export function authenticate(keys: KeyStore) {
   return async (req: FastifyRequest, _reply: FastifyReply) => {
     const header = req.headers.authorization;
-    const token = header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined;
+    let token = header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined;
+    const query = req.query as Record<string, unknown> | undefined;
+    if (query && 'key' in query && allowsQueryKey(req, query)) {
+      if (token === undefined && typeof query.key === 'string') token = query.key;
+      delete query.key; // not part of the route's own query schema
+    }
     req.principal = await keys.verify(token);
   };
 }

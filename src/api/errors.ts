@@ -10,11 +10,17 @@ const STATUS: Record<ErrorCode, number> = {
   already_exists: 409,
   already_running: 409,
   invalid_transition: 409,
+  wrong_delivery: 409,
   validation_error: 400,
   unauthorized: 401,
   forbidden: 403,
   payload_too_large: 413,
   unavailable: 503,
+  idempotency_key_reused: 422,
+  idempotency_in_flight: 409,
+  rate_limited: 429,
+  invalid_signature: 401,
+  invalid_json: 400,
 };
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */
@@ -25,6 +31,9 @@ const FASTIFY_CODES: Record<string, { status: number; error: string }> = {
   FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, error: 'invalid_body' },
   FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, error: 'invalid_json' },
 };
+
+/** The HTTP status a domain error code maps to. */
+export const httpStatusOf = (code: ErrorCode): number => STATUS[code];
 
 export function errorHandler(err: FastifyError, req: FastifyRequest, reply: FastifyReply) {
   if (err instanceof BatonError) {

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { DEFAULTS } from '../config.ts';
+import { RetryPolicy } from '../domain/retry.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -33,8 +34,12 @@ const agentSettings = {
   max_redeliveries: z.number().int().min(0).max(100).optional().describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
   delivery: z.enum(['pull', 'push']).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
   push_url: z.url().regex(NO_NUL, 'must not contain NUL (\\u0000) characters').nullable().optional(),
+  push_secret: Text.min(16).max(1000).nullable().optional().describe('HMAC-SHA256 signing secret for push deliveries (X-Baton-Signature): stored encrypted, never returned'),
+  retry_policy: RetryPolicy.nullable().optional().describe('default retry policy of its executions (null: no retries)'),
 };
-export const AgentCreate = z.strictObject({ name: AgentName, ...agentSettings });
+export const AgentCreate = z
+  .strictObject({ name: AgentName, ...agentSettings })
+  .refine((a) => a.delivery !== 'push' || !!a.push_url, { path: ['push_url'], message: "required when delivery is 'push'" });
 export const AgentPatch = z.strictObject(agentSettings);
 export type AgentCreate = z.infer<typeof AgentCreate>;
 export type AgentPatch = z.infer<typeof AgentPatch>;
@@ -49,6 +54,8 @@ export const Agent = z.object({
   max_redeliveries: z.number().int(),
   delivery: z.enum(['pull', 'push']),
   push_url: z.string().nullable(),
+  push_signed: z.boolean().describe('a push signing secret is set (the secret itself is never returned)'),
+  retry_policy: z.unknown().describe('RetryPolicy or null'),
   running: z.number().int().describe('running executions now (seats in use)'),
   queued: z.number().int(),
   created_at: Timestamp,
@@ -87,6 +94,7 @@ export const Execution = z.object({
   error: z.object({ code: z.string().nullable(), message: z.string().nullable() }).nullable(),
   usage: z.unknown(),
   retry_of: z.string().nullable(),
+  retry_number: z.number().int().describe('0 for a first run, n for the n-th retry'),
   idempotency_key: z.string().nullable(),
 });
 export type Execution = z.infer<typeof Execution>;
@@ -100,7 +108,10 @@ export const ExecutionEvent = z.object({
   reason: z.string().nullable(),
   attempt: z.number().int(),
 });
-export const ExecutionDetail = Execution.extend({ events: z.array(ExecutionEvent) });
+export const ExecutionDetail = Execution.extend({
+  events: z.array(ExecutionEvent),
+  retry_chain: z.array(z.string()).describe('every execution of its retry chain, first run first'),
+});
 export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 
 export const SubmitBody = z.strictObject({
@@ -109,6 +120,7 @@ export const SubmitBody = z.strictObject({
   priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
   run_after: z.iso.datetime({ offset: true }).optional().describe('do not start before this time'),
   delay_seconds: z.number().min(0).max(365 * 86_400).optional().describe('do not start for this many seconds'),
+  retry: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy for this task"),
 });
 export type SubmitBody = z.infer<typeof SubmitBody>;
 

@@ -4,12 +4,22 @@ import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fa
 import type { Logger } from 'pino';
 import type { KeyStore } from '../auth/keys.ts';
 import type { Engine } from '../engine/engine.ts';
+import { Canary } from '../canary/service.ts';
 import { authenticate } from './auth.ts';
+import { registerMetrics } from './metrics.ts';
+import { canaryRoutes } from './routes/canary.ts';
 import { errorHandler, notFoundHandler } from './errors.ts';
 import { agentRoutes } from './routes/agents.ts';
+import { eventRoutes } from './routes/events.ts';
 import { executionRoutes } from './routes/executions.ts';
 import { keyRoutes } from './routes/keys.ts';
+import { logRoutes } from './routes/logs.ts';
 import { workerRoutes } from './routes/worker.ts';
+import { hookRoutes } from './routes/hooks.ts';
+import { scheduleRoutes } from './routes/schedules.ts';
+import { webhookRoutes } from './routes/webhooks.ts';
+import { mcpRoutes } from '../mcp/http.ts';
+import { webRoutes } from '../server/web.ts';
 
 export interface ApiDeps {
   engine: Engine;
@@ -20,6 +30,8 @@ export interface ServerOptions extends ApiDeps {
   logger?: Logger | false;
   /** Set once migrations ran; /readyz also checks the store answers. */
   isReady?: () => boolean;
+  /** The node's canary (GET /v1/canary…). Default: one with no timer, reporting the stored state. */
+  canary?: Canary;
 }
 
 export const API_VERSION = '0.1.0';
@@ -58,6 +70,7 @@ async function buildApp(opts: ServerOptions) {
     transform: jsonSchemaTransform,
   });
 
+  registerMetrics(app as unknown as FastifyInstance, opts.engine);
   app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { hide: true } }, async (_req, reply) => {
     if (opts.isReady && !opts.isReady()) return reply.code(503).send({ status: 'starting', error: 'unavailable', message: 'migrations have not finished' });
@@ -73,12 +86,20 @@ async function buildApp(opts: ServerOptions) {
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
   const deps: ApiDeps = { engine: opts.engine, keys: opts.keys };
+  await app.register(mcpRoutes, { keys: opts.keys, root: () => app as unknown as FastifyInstance });
+  await app.register(webRoutes);
+  await app.register(hookRoutes, { engine: opts.engine }); // /hooks/<token>: its own body parser, no API key
   await app.register(async (v1) => {
     v1.addHook('onRequest', authenticate(opts.keys));
     await v1.register(agentRoutes, deps);
     await v1.register(executionRoutes, deps);
     await v1.register(workerRoutes, deps);
     await v1.register(keyRoutes, deps);
+    await v1.register(canaryRoutes, { ...deps, canary: opts.canary ?? new Canary({ store: opts.engine.store, nodeId: opts.engine.nodeId, intervalMs: 0 }) });
+    await v1.register(logRoutes, deps);
+    await v1.register(eventRoutes, deps);
+    await v1.register(scheduleRoutes, deps);
+    await v1.register(webhookRoutes, deps);
   });
   return app;
 }

@@ -37,6 +37,8 @@ export function describeError(err: unknown): { code: number; line: string } {
       case 'lease_lost':
       case 'invalid_transition':
       case 'already_exists':
+      case 'idempotency_key_reused':
+      case 'idempotency_in_flight':
         return { code: EXIT.conflict, line };
       default:
         return { code: EXIT.error, line };

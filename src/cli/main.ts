@@ -2,8 +2,13 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { readKeyFile } from '../auth/keys.ts';
 import { BatonClient, type Agent, type Execution, type ExecutionDetail } from '../client.ts';
 import { readEnv } from '../config.ts';
-import { openStore } from '../store/open.ts';
 import { describeError, EXIT } from './exit.ts';
+import { formatUsage, registerDeliveryCommands } from './delivery.ts';
+import { registerMcpCommands } from './mcp.ts';
+import { registerDoctorCommands } from './doctor.ts';
+import { registerEventCommands } from './events.ts';
+import { registerCanaryCommands } from './canary.ts';
+import { registerTriggerCommands } from './triggers.ts';
 import { duration, keyValues, relativeTime, table } from './output.ts';
 
 interface Globals {
@@ -58,7 +63,7 @@ const execRow = (e: Execution) => ({
 
 function showExecution(e: ExecutionDetail): string {
   const { events, payload, result, ...rest } = e;
-  const parts = [keyValues({ ...rest, created_at: `${e.created_at} (${relativeTime(e.created_at)})` })];
+  const parts = [keyValues({ ...rest, usage: formatUsage(e.usage), created_at: `${e.created_at} (${relativeTime(e.created_at)})` })];
   parts.push('\npayload  ' + JSON.stringify(payload));
   if (result !== null && result !== undefined) parts.push('result   ' + JSON.stringify(result));
   parts.push('\ntimeline');
@@ -130,6 +135,8 @@ export function buildProgram(): Command {
     .action(async (_o, cmd) => {
       const o = g(cmd);
       const env = readEnv();
+      // Loaded only here: database drivers cost most of a CLI start-up.
+      const { openStore } = await import('../store/open.ts');
       const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: process.env.BATON_PG_SCHEMA });
       try {
         const applied = await store.migrate();
@@ -148,7 +155,10 @@ export function buildProgram(): Command {
       .option('--timeout <seconds>', 'hard timeout per run', int('--timeout'))
       .option('--lease-ttl <seconds>', 'lease TTL', int('--lease-ttl'))
       .option('--max-redeliveries <n>', 're-deliveries before poisoned', int('--max-redeliveries'))
-      .option('--description <text>', 'free text');
+      .option('--description <text>', 'free text')
+      .option('--delivery <mode>', 'pull (workers claim tasks; default) or push (Baton POSTs them to --push-url)')
+      .option('--push-url <url>', 'where push deliveries go')
+      .option('--push-secret <secret>', 'HMAC signing secret for push deliveries (stored encrypted, never shown again)');
   const settings = (o: Record<string, any>) =>
     Object.fromEntries(
       Object.entries({
@@ -158,6 +168,9 @@ export function buildProgram(): Command {
         lease_ttl_seconds: o.leaseTtl,
         max_redeliveries: o.maxRedeliveries,
         description: o.description,
+        delivery: o.delivery,
+        push_url: o.pushUrl,
+        push_secret: o.pushSecret,
       }).filter(([, v]) => v !== undefined),
     );
   agentOptions(agents.command('create <name>').description('register an agent')).action(async (name, _o, cmd) => {
@@ -173,7 +186,7 @@ export function buildProgram(): Command {
   agents.command('show <name>').action(async (name, _o, cmd) => {
     const o = g(cmd);
     const a = await client(o).getAgent(name);
-    print(o, a, () => keyValues(a));
+    print(o, a, () => keyValues({ ...a, created_at: `${a.created_at} (${relativeTime(a.created_at)})`, updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})` }));
   });
   agentOptions(agents.command('update <name>').description('change settings (lowering --max-parallel never interrupts running work)')).action(async (name, _o, cmd) => {
     const o = g(cmd);
@@ -194,10 +207,11 @@ export function buildProgram(): Command {
     .option('--delay <seconds>', 'do not start before this many seconds', num('--delay'))
     .option('--wait', 'wait for the outcome; exit 7 if failed, 8 if cancelled')
     .option('--timeout <seconds>', 'with --wait: stop waiting after this long', num('--timeout'))
+    .option('--idempotency-key <key>', 'the same key again returns the first answer (docs/triggers.md)')
     .action(async (agent, message, _o, cmd) => {
       const o = g(cmd);
       const c = client(o);
-      const created = await c.submit(agent, { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay });
+      const created = await c.submit(agent, { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay }, { idempotencyKey: o.idempotencyKey });
       if (!o.wait) return print(o, created, () => `${created.execution_id} ${created.status}`);
       if (!o.json) process.stderr.write(`${created.execution_id} ${created.status}\n`);
       process.exitCode = await waitAndReport(o, c, created.execution_id, o.timeout);
@@ -209,10 +223,15 @@ export function buildProgram(): Command {
     .option('--agent <name>')
     .addOption(new Option('--status <list>', 'comma-separated statuses'))
     .option('--limit <n>', 'rows (default 50)', int('--limit'))
+    .option('--schedule <id>', 'only runs of this schedule')
+    .option('--since <iso>', 'created at or after (ISO-8601)')
+    .option('--until <iso>', 'created before (ISO-8601)')
+    .option('--cursor <cursor>', 'the next page (printed after a full page)')
     .action(async (_o, cmd) => {
       const o = g(cmd);
-      const page = await client(o).listExecutions({ agent: o.agent, status: o.status, limit: o.limit });
+      const page = await client(o).listExecutions({ agent: o.agent, status: o.status, limit: o.limit, schedule_id: o.schedule, since: o.since, until: o.until, cursor: o.cursor });
       print(o, page, () => table(page.executions.map(execRow), ['id', 'agent', 'status', 'attempt', 'trigger', 'created', 'duration', 'error']));
+      if (!o.json && page.next_cursor) process.stderr.write(`more: --cursor ${page.next_cursor}\n`);
     });
   executions.command('show <id>').description('one execution with its event timeline').action(async (id, _o, cmd) => {
     const o = g(cmd);
@@ -256,6 +275,12 @@ export function buildProgram(): Command {
     print(o, k, () => `revoked key ${k.id}`);
   });
 
+  registerMcpCommands(program);
+  registerDoctorCommands(program);
+  registerEventCommands(program);
+  registerDeliveryCommands(program);
+  registerCanaryCommands(program);
+  registerTriggerCommands(program, { client, print, opts: g });
   return program;
 }
 

@@ -9,11 +9,17 @@ export type ErrorCode =
   | 'already_exists'
   | 'already_running'
   | 'invalid_transition'
+  | 'wrong_delivery'
   | 'validation_error'
   | 'unauthorized'
   | 'forbidden'
   | 'payload_too_large'
-  | 'unavailable';
+  | 'unavailable'
+  | 'idempotency_key_reused'
+  | 'idempotency_in_flight'
+  | 'rate_limited'
+  | 'invalid_signature'
+  | 'invalid_json';
 
 export class BatonError extends Error {
   constructor(
@@ -75,5 +81,12 @@ export class Unauthorized extends BatonError {
 export class Forbidden extends BatonError {
   constructor(message: string) {
     super('forbidden', message);
+  }
+}
+
+/** A run of the same schedule (or webhook) is not terminal and its overlap policy is `skip`. */
+export class AlreadyRunning extends BatonError {
+  constructor(subject: string, executionId: string) {
+    super('already_running', `${subject} has a run in flight: execution '${executionId}'`, { execution_id: executionId });
   }
 }

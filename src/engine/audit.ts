@@ -24,3 +24,22 @@ export async function appendAudit(tx: Tx, e: AuditEntry): Promise<void> {
     })
     .execute();
 }
+
+/** Append several entries in one statement (the scheduler's batch path). */
+export async function appendAudits(tx: Tx, entries: AuditEntry[]): Promise<void> {
+  for (let i = 0; i < entries.length; i += 500) {
+    await tx
+      .insertInto('audit_log')
+      .values(
+        entries.slice(i, i + 500).map((e) => ({
+          at: e.at,
+          actor: e.actor,
+          action: e.action,
+          subject: e.subject ?? null,
+          execution_id: e.execution_id ?? null,
+          detail: e.detail ? JSON.stringify(e.detail) : null,
+        })),
+      )
+      .execute();
+  }
+}

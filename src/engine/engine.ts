@@ -1,17 +1,20 @@
 import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
+import type { RetryPolicy } from '../domain/retry.ts';
 import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
-import { DEFAULTS, defaultNodeId } from '../config.ts';
-import type { StoreAdapter } from '../store/adapter.ts';
+import { DEFAULTS, defaultNodeId, readEnv } from '../config.ts';
+import { lazySecretBox, type SecretBox } from '../delivery/secrets.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { appendAudit } from './audit.ts';
 import { EngineEvents } from './events.ts';
-import { admit } from './transitions/admit.ts';
+import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeWithLease, type Outcome } from './transitions/complete.ts';
 import { insertQueued, type NewQueued } from './transitions/create.ts';
 import { expireOnce, type Reaped } from './transitions/expire.ts';
 import { releaseLease } from './transitions/release.ts';
+import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
 import { Waiters } from './waiters.ts';
 
@@ -35,6 +38,8 @@ export interface EngineOptions {
   claimPollMs?: number;
   /** Rows one reaper pass handles per transaction. Default 100. */
   reapBatch?: number;
+  /** Encrypts push signing secrets at rest. Default: BATON_SECRET_KEY or <data dir>/secret.key. */
+  secrets?: SecretBox;
 }
 
 export interface AgentInput {
@@ -47,6 +52,10 @@ export interface AgentInput {
   max_redeliveries?: number;
   delivery?: 'pull' | 'push';
   push_url?: string | null;
+  /** Push signing secret, plain: the engine stores it encrypted and never returns it. */
+  push_secret?: string | null;
+  /** Default retry policy of the agent's executions (null: no retries). */
+  retry_policy?: RetryPolicy | null;
 }
 export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
 
@@ -58,12 +67,16 @@ export interface SubmitInput {
   trigger?: TriggerKind;
   origin?: Record<string, unknown>;
   idempotency_key?: string | null;
+  /** Overrides the agent's retry policy for this task. */
+  retry?: RetryPolicy | null;
 }
 
 export interface ClaimOptions {
   owner: string;
   /** Most tasks to return. Default 1. */
   max?: number;
+  /** `pull` (default): a worker; `push`: Baton's own dispatcher. The agent's delivery must match. */
+  delivery?: 'pull' | 'push';
   /** Long-poll: how long to wait for work when none is admissible. Default 0. */
   waitMs?: number;
   signal?: AbortSignal;
@@ -89,6 +102,7 @@ export class Engine {
   private readonly clock: () => number;
   private readonly claimPollMs: number;
   private readonly reapBatch: number;
+  readonly secrets: SecretBox;
   private readonly waiters = new Waiters();
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
@@ -103,6 +117,7 @@ export class Engine {
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
     this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
     this.reapBatch = opts.reapBatch ?? 100;
+    this.secrets = opts.secrets ?? lazySecretBox(readEnv().dataDir);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message) => {
@@ -110,7 +125,7 @@ export class Engine {
       if (status !== 'running') this.waiters.wake(agent);
       this.events.emit('execution:changed', { id, agent, status });
     });
-    const offAgent = this.store.subscribe('agent', (agent) => this.waiters.wake(agent));
+    const offAgent = this.store.subscribe('agent', (agent) => this.waiters.wake(agent, true));
     this.unsubscribe = () => {
       offExecution();
       offAgent();
@@ -146,6 +161,8 @@ export class Engine {
           max_redeliveries: input.max_redeliveries ?? DEFAULTS.maxRedeliveries,
           delivery: input.delivery ?? 'pull',
           push_url: input.push_url ?? null,
+          push_secret: input.push_secret ? this.secrets.seal(input.push_secret) : null,
+          retry_policy: input.retry_policy ? JSON.stringify(input.retry_policy) : null,
           created_at: now,
           updated_at: now,
         })
@@ -162,7 +179,7 @@ export class Engine {
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
-        .set({ ...patch, updated_at: now })
+        .set({ ...patch, push_secret: patch.push_secret === undefined ? undefined : patch.push_secret && this.secrets.seal(patch.push_secret), retry_policy: patch.retry_policy === undefined ? undefined : patch.retry_policy && JSON.stringify(patch.retry_policy), updated_at: now })
         .where('name', '=', name)
         .returningAll()
         .executeTakeFirst();
@@ -187,6 +204,9 @@ export class Engine {
       const running = await tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', 'running').execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       await tx.deleteFrom('agents').where('name', '=', name).execute();
+      // Its triggers go with it (their runs were cancelled above with the rest of its work).
+      await tx.deleteFrom('webhooks').where('agent', '=', name).execute();
+      await tx.deleteFrom('schedules').where('agent', '=', name).execute();
       await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length } });
       return { cancelled, cancel_requested: running.length };
     });
@@ -228,12 +248,15 @@ export class Engine {
   // ── executions ────────────────────────────────────────────────────────────
 
   /** Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this returns. */
-  async submit(agentName: string, input: SubmitInput, actor: string): Promise<ExecutionRow> {
+  async submit(agentName: string, input: SubmitInput, actor: string, onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>): Promise<ExecutionRow> {
     const now = this.now();
     const out = await this.store.transaction(async (tx) => {
-      // The agent lock serialises backlog checks: the count inside insertQueued is exact.
-      const agent = await this.store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'wait').executeTakeFirst();
+      // The agent cannot be deleted underneath (existence lock), and submits to one agent take
+      // turns (serialize), so the backlog count inside insertQueued is exact. Claims only ever
+      // lower that count, so submits need not wait for them.
+      const agent = await this.store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'existence').executeTakeFirst();
       if (!agent) throw new NotFound('agent', agentName);
+      await this.store.serialize(tx, `submit:${agentName}`);
       const row = await insertQueued(tx, this.newRow(agent, input), agent.max_backlog, now, actor);
       if (!row) {
         // The refusal is audited and committed; the caller gets the error after the commit.
@@ -241,6 +264,7 @@ export class Engine {
         return { refused: agent.max_backlog, row: undefined };
       }
       await appendAudit(tx, { at: now, actor, action: 'execution.create', subject: agent.name, execution_id: row.id, detail: { trigger: row.trigger_kind } });
+      await onCreated?.(tx, row); // e.g. the idempotent answer, stored with the row
       return { row, refused: undefined };
     });
     if (!out.row) throw new BacklogFull(agentName, out.refused!);
@@ -262,6 +286,7 @@ export class Engine {
       timeout_seconds: agent.timeout_seconds,
       lease_ttl_seconds: agent.lease_ttl_seconds,
       idempotency_key: input.idempotency_key ?? null,
+      retry_policy: input.retry ? JSON.stringify(input.retry) : agent.retry_policy,
     };
   }
 
@@ -279,21 +304,22 @@ export class Engine {
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     this.activeClaims.add(local);
     try {
-      return await this.claimLoop(agent, opts.owner, max, deadline, signal);
+      return await this.claimLoop(agent, { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' }, deadline, signal);
     } finally {
       this.activeClaims.delete(local);
       opts.signal?.removeEventListener('abort', onAbort);
     }
   }
 
-  private async claimLoop(agent: string, owner: string, max: number, deadline: number, signal: AbortSignal): Promise<ExecutionRow[]> {
+  private async claimLoop(agent: string, admitOpts: AdmitOptions, deadline: number, signal: AbortSignal): Promise<ExecutionRow[]> {
     for (;;) {
       const waiter = this.waiters.arm(agent, signal);
       try {
         const now = this.now();
-        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { now, owner, max }));
+        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { ...admitOpts, now }));
         if (rows.length > 0) {
           for (const r of rows) this.announce(r);
+          this.events.emit('execution:admitted', rows);
           return rows;
         }
         const remaining = deadline - Date.now();
@@ -313,8 +339,20 @@ export class Engine {
 
   async complete(id: string, token: string, outcome: Outcome, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
+    if (outcome.status !== 'failed') {
+      const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
+      this.announce(row);
+      this.events.emit('execution:completed', row);
+      return row;
+    }
+    // A failure and the retry its policy asks for commit together: a crash loses neither.
+    const { row, retry } = await this.store.transaction(async (tx) => {
+      const failed = await completeWithLease(tx, id, token, outcome, now, actor);
+      return { row: failed, retry: await insertRetry(tx, failed, now, actor) };
+    });
     this.announce(row);
+    if (retry) this.announce(retry);
+    this.events.emit('execution:completed', row);
     return row;
   }
 
@@ -340,7 +378,15 @@ export class Engine {
     const execution = await this.store.db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
     if (!execution) throw new NotFound('execution', id);
     const events = await this.store.db.selectFrom('execution_events').selectAll().where('execution_id', '=', id).orderBy('id').execute();
-    return { execution, events };
+    // The retry chain, from any member: its first run and every retry of it.
+    const root = execution.retry_root ?? execution.id;
+    const chain = await this.store.db
+      .selectFrom('executions')
+      .select('id')
+      .where((eb) => eb.or([eb('id', '=', root), eb('retry_root', '=', root)]))
+      .orderBy('retry_number')
+      .execute();
+    return { execution, events, chain: chain.map((c) => c.id) };
   }
 
   async listExecutions(f: ExecutionFilter): Promise<ExecutionRow[]> {

@@ -32,6 +32,7 @@ export function executionView(r: ExecutionRow) {
     error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
     usage: json(r.usage),
     retry_of: r.retry_of,
+    retry_number: r.retry_number,
     idempotency_key: r.idempotency_key,
   };
 }
@@ -76,6 +77,8 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     max_redeliveries: a.max_redeliveries,
     delivery: a.delivery,
     push_url: a.push_url,
+    push_signed: a.push_secret !== null,
+    retry_policy: json(a.retry_policy),
     running: counts.running,
     queued: counts.queued,
     created_at: iso(a.created_at)!,

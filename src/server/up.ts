@@ -1,10 +1,14 @@
 import pino, { type Logger } from 'pino';
 import type { FastifyInstance } from 'fastify';
 import { buildServer } from '../api/server.ts';
+import { Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
 import { DEFAULTS, defaultNodeId, readEnv, type Env } from '../config.ts';
+import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../delivery/dispatcher.ts';
+import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
 import { startLoop, type LoopHandle } from '../engine/loop.ts';
+import { SCHEDULER_INTERVAL_MS, tickSchedulesOnce } from '../engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
 
@@ -25,6 +29,13 @@ export interface StartOptions {
   /** Run the reaper timer (default true). */
   reaper?: boolean;
   reaperIntervalMs?: number;
+  /** Canary timer interval; 0 turns it off here (default: BATON_CANARY_INTERVAL_MS or 60 s). */
+  canaryIntervalMs?: number;
+  /** Push delivery to agents with `delivery: push` (default on; false turns it off). */
+  dispatcher?: false | DispatcherOptions;
+  /** Fire due schedules (default true); the interval defaults to SCHEDULER_INTERVAL_MS. */
+  scheduler?: boolean;
+  schedulerIntervalMs?: number;
   nodeId?: string;
 }
 
@@ -37,19 +48,25 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');
   const nodeId = opts.nodeId ?? defaultNodeId();
-  const engine = new Engine({ store, nodeId });
+  const engine = new Engine({ store, nodeId, secrets: lazySecretBox(env.dataDir) });
   const keys = new KeyStore(store);
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
-  const app = await buildServer({ engine, keys, logger, isReady: () => ready });
+  const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;
+  const canary = new Canary({ store, nodeId, intervalMs: opts.canaryIntervalMs, timing: { reaperIntervalMs, backlogExpiryMs: engine.backlogExpiryMs, schedulerIntervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, dispatchPollMs: DISPATCH_POLL_MS } });
+  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary });
 
   engine.events.on('loop:error', ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`));
   engine.events.on('reaper:reaped', (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'));
 
   const loops: LoopHandle[] = [];
   if (opts.reaper !== false) loops.push(startLoop('reaper', () => engine.reapOnce(), opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs, engine.events));
+  const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
+  if (dispatcher) loops.push(startLoop('dispatcher', () => dispatcher.dispatchOnce(), DISPATCH_POLL_MS, engine.events));
+  if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => tickSchedulesOnce(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
 
   const address = await app.listen({ port: env.port, host: env.host });
   ready = true;
+  canary.start(engine.events);
   if (logger) logger.info({ url: address, store: store.kind, node: nodeId }, 'baton is up');
 
   let stopping: Promise<void> | undefined;
@@ -64,8 +81,15 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
       stopping ??= (async () => {
         ready = false;
         await Promise.all(loops.map((l) => l.stop()));
+        await canary.stop();
+        await dispatcher?.stop(); // in-flight pushes get a grace period, then are released
         engine.close(); // releases waiting long-polls (they answer 204)
+        // A keep-alive connection that was mid-request when closing began is not "idle" to Node and
+        // would hold app.close() until keepAliveTimeout (75 s). Long-polls were released above and
+        // ordinary requests take milliseconds, so after 2 s whatever is left is cut.
+        const cut = setTimeout(() => app.server.closeAllConnections(), 2_000);
         await app.close();
+        clearTimeout(cut);
         await store.close();
       })();
       return stopping;

@@ -169,7 +169,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       }
     },
     async migrationStatus() {
-      await ensureSchema();
+      // Read-only: with a schema that does not exist yet, to_regclass finds nothing.
       const known = loadMigrations('postgres').map((m) => m.version);
       const exists = await pool.query("SELECT to_regclass('baton_migrations') AS t");
       const applied = exists.rows[0].t
@@ -186,6 +186,9 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
         await listener.end().catch(() => {});
       }
       await db.destroy();
+      // Kysely ends the pool only if it ever used it; direct pool queries (migrations, NOTIFY)
+      // would otherwise keep the process alive until the idle timeout.
+      if (!pool.ended) await pool.end();
     },
   };
   return adapter;

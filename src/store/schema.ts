@@ -12,9 +12,13 @@ export interface AgentsTable {
   max_redeliveries: number;
   delivery: 'pull' | 'push';
   push_url: string | null;
+  /** AES-256-GCM ciphertext of the push signing secret (0002); never returned by the API. */
+  push_secret: string | null;
   description: string | null;
   created_at: number;
   updated_at: number;
+  /** JSON RetryPolicy (src/engine/triggers/retry-policy.ts), or null: no retries. */
+  retry_policy: Generated<string | null>;
 }
 
 export interface ExecutionsTable {
@@ -53,6 +57,16 @@ export interface ExecutionsTable {
   usage: string | null;
   retry_of: string | null;
   idempotency_key: string | null;
+  /** Effective JSON RetryPolicy copied at creation (task, else schedule, else agent). */
+  retry_policy: Generated<string | null>;
+  /** 0 for a first run; n for the n-th retry in its chain. */
+  retry_number: Generated<number>;
+  /** The chain's first execution (null on a first run). */
+  retry_root: Generated<string | null>;
+  /** The webhook whose delivery created it. */
+  webhook_id: Generated<string | null>;
+  /** Rows sharing a serial key are admitted one at a time (schedule overlap policy `queue`). */
+  serial_key: Generated<string | null>;
   /** The last status change (copied into execution_events by a database trigger). */
   changed_at: number;
   changed_by: string;
@@ -94,19 +108,137 @@ export interface ApiKeysTable {
   revoked_at: number | null;
 }
 
+export interface SchedulesTable {
+  id: string;
+  agent: string;
+  name: string;
+  cron: string;
+  timezone: string;
+  message: string;
+  /** JSON text. */
+  payload: string;
+  enabled: number;
+  overlap_policy: 'skip' | 'queue' | 'allow';
+  misfire_policy: 'run_once' | 'skip';
+  misfire_grace_seconds: number;
+  retry_policy: string | null;
+  priority: number;
+  next_run_at: number | null;
+  last_run_at: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface WebhooksTable {
+  id: string;
+  agent: string;
+  schedule_id: string | null;
+  name: string;
+  token_hash: string;
+  secret_enc: string | null;
+  message: string;
+  overlap_policy: 'skip' | 'queue' | 'allow';
+  enabled: number;
+  created_at: number;
+  updated_at: number;
+  last_delivery_at: number | null;
+}
+
+export interface IdempotencyKeysTable {
+  scope: string;
+  idem_key: string;
+  request_hash: string;
+  state: 'in_flight' | 'completed';
+  locked_until: number;
+  status_code: number | null;
+  response: string | null;
+  execution_id: string | null;
+  created_at: number;
+  expires_at: number;
+}
+
 export interface BatonMigrationsTable {
   version: number;
   name: string;
   applied_at: number;
 }
 
+export interface CanaryViolationsTable {
+  id: Generated<number>;
+  invariant: string;
+  /** The execution id, agent, schedule or event the finding is about ('canary' for H-01). */
+  subject: string;
+  agent: string | null;
+  tier: 'A' | 'B';
+  severity: 'critical' | 'warning';
+  /** Reason code (e.g. lease_lapsed); never free text copied from a row. */
+  reason: string;
+  /** JSON object of ids and numbers only. */
+  detail: string | null;
+  first_seen: number;
+  last_seen: number;
+  resolved_at: number | null;
+}
+
+export interface CanaryStateTable {
+  id: string;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  last_started_at: number | null;
+  last_completed_at: number | null;
+  last_ok: number | null;
+  last_duration_ms: number | null;
+  seen_executions: number | null;
+  seen_event_id: number | null;
+  cycles: Generated<number>;
+}
+
+export interface CanaryAlertsTable {
+  id: Generated<number>;
+  invariant: string;
+  transition: 'violated' | 'resolved';
+  sink: 'webhook' | 'slack';
+  body: string;
+  status: 'pending' | 'delivered' | 'failed';
+  attempts: Generated<number>;
+  next_attempt_at: number;
+  last_error: string | null;
+  created_at: number;
+  delivered_at: number | null;
+}
+
+/** One output line of an execution (0002). */
+export interface ExecutionLogsTable {
+  execution_id: string;
+  seq: number;
+  at: number;
+  stream: 'stdout' | 'stderr' | 'system';
+  line: string;
+}
+
+/** Running totals of an execution's log, for the bounds (0002). `truncated`: 0 or 1. */
+export interface ExecutionLogHeadsTable {
+  execution_id: string;
+  lines: number;
+  bytes: number;
+  truncated: number;
+}
+
 export interface DB {
   agents: AgentsTable;
+  execution_logs: ExecutionLogsTable;
+  execution_log_heads: ExecutionLogHeadsTable;
   executions: ExecutionsTable;
   execution_events: ExecutionEventsTable;
   audit_log: AuditLogTable;
   api_keys: ApiKeysTable;
+  schedules: SchedulesTable;
+  webhooks: WebhooksTable;
+  idempotency_keys: IdempotencyKeysTable;
   baton_migrations: BatonMigrationsTable;
+  canary_violations: CanaryViolationsTable;
+  canary_state: CanaryStateTable;
+  canary_alerts: CanaryAlertsTable;
 }
 
 export type AgentRow = Selectable<AgentsTable>;
@@ -116,3 +248,7 @@ export type ExecutionUpdate = Updateable<ExecutionsTable>;
 export type ExecutionEventRow = Selectable<ExecutionEventsTable>;
 export type ApiKeyRow = Selectable<ApiKeysTable>;
 export type AuditRow = Selectable<AuditLogTable>;
+export type ExecutionLogRow = Selectable<ExecutionLogsTable>;
+export type ScheduleRow = Selectable<SchedulesTable>;
+export type WebhookRow = Selectable<WebhooksTable>;
+export type IdempotencyKeyRow = Selectable<IdempotencyKeysTable>;

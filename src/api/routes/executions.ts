@@ -5,6 +5,9 @@ import { eventView, executionView } from '../../engine/views.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { AgentParams, Created, ErrorBody, ExecutionDetail, ExecutionPage, ExecutionParams, ListExecutionsQuery, SubmitBody, Execution } from '../schemas.ts';
 import type { ApiDeps } from '../server.ts';
+import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
+import type { ExecutionRow } from '../../store/schema.ts';
+import { idempotent } from '../idempotent.ts';
 
 const encodeCursor = (r: { created_at: number; id: string }) => Buffer.from(`${r.created_at}:${r.id}`).toString('base64url');
 function decodeCursor(cursor: string): { created_at: number; id: string } {
@@ -21,7 +24,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       summary: 'Submit a task: 201 with the real execution id, or a precise refusal',
       params: AgentParams,
       body: SubmitBody,
-      response: { 201: Created, 400: ErrorBody, 404: ErrorBody, 413: ErrorBody, 429: ErrorBody },
+      response: { 201: Created, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 422: ErrorBody, 429: ErrorBody },
     },
   }, async (req, reply) => {
     requireAdmin(req);
@@ -33,13 +36,21 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       throw new BatonError('validation_error', 'body.run_after, body.delay_seconds: give one or the other');
     }
     const runAfter = body.run_after !== undefined ? Date.parse(body.run_after) : body.delay_seconds !== undefined ? engine.now() + body.delay_seconds * 1000 : null;
-    const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'api';
-    const row = await engine.submit(
-      req.params.agent,
-      { message: body.message, payload: body.payload, priority: body.priority, run_after: runAfter, trigger: via, origin: { key_id: req.principal.keyId } },
-      actorOf(req),
-    );
-    return reply.code(201).send({ execution_id: row.id, status: row.status, agent: row.agent, execution: executionView(row) });
+    const client = req.headers['x-baton-client'];
+    const via = client === 'cli' || client === 'mcp' ? client : 'api';
+    // Idempotency-Key (scope: the agent): the first answer is stored with the row and replayed.
+    const key = readIdempotencyKey(req.headers['idempotency-key']);
+    const idem = key ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) } : undefined;
+    const answerFor = (row: ExecutionRow) => ({ status: 201, body: { execution_id: row.id, status: row.status, agent: row.agent, execution: executionView(row) } });
+    return idempotent(engine, reply, idem, answerFor, async (onCreated) => {
+      const row = await engine.submit(
+        req.params.agent,
+        { message: body.message, payload: body.payload, priority: body.priority, run_after: runAfter, trigger: via, origin: { key_id: req.principal.keyId }, retry: body.retry, idempotency_key: key ?? null },
+        actorOf(req),
+        onCreated,
+      );
+      return answerFor(row);
+    });
   });
 
   app.get('/v1/executions', {
@@ -64,8 +75,8 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     schema: { tags: ['executions'], summary: 'Read one execution with its event timeline', params: ExecutionParams, response: { 200: ExecutionDetail, 404: ErrorBody } },
   }, async (req) => {
     requireAdmin(req);
-    const { execution, events } = await engine.getExecution(req.params.id);
-    return { ...executionView(execution), events: events.map(eventView) };
+    const { execution, events, chain } = await engine.getExecution(req.params.id);
+    return { ...executionView(execution), events: events.map(eventView), retry_chain: chain };
   });
 
   app.post('/v1/executions/:id/cancel', {

@@ -1,4 +1,4 @@
-import { NotFound } from '../../domain/errors.ts';
+import { BatonError, NotFound } from '../../domain/errors.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
@@ -10,6 +10,8 @@ export interface AdmitOptions {
   owner: string;
   /** Most rows to admit in this call. */
   max: number;
+  /** Who is claiming: pull workers take pull agents' work; Baton's dispatcher takes push agents'. */
+  delivery: 'pull' | 'push';
 }
 
 /**
@@ -23,17 +25,20 @@ export interface AdmitOptions {
  * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  const agent: Pick<AgentRow, 'max_parallel'> | undefined = await store
-    .lockRows(tx.selectFrom('agents').select('max_parallel').where('name', '=', agentName), 'admission')
+  const agent: Pick<AgentRow, 'max_parallel' | 'delivery'> | undefined = await store
+    .lockRows(tx.selectFrom('agents').select(['max_parallel', 'delivery']).where('name', '=', agentName), 'admission')
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
+  if (agent.delivery !== opts.delivery) {
+    throw new BatonError('wrong_delivery', `agent '${agentName}' uses ${agent.delivery} delivery; ${opts.delivery === 'pull' ? 'Baton delivers its tasks itself' : 'workers claim its tasks'}`, { agent: agentName, delivery: agent.delivery });
+  }
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const candidates = await store
     .lockRows(
       tx
         .selectFrom('executions')
-        .select(['id', 'lease_ttl_seconds', 'timeout_seconds'])
+        .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
         .select((eb) =>
           eb
             .selectFrom('executions as r')
@@ -45,6 +50,13 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         .where('agent', '=', agentName)
         .where('status', '=', 'queued')
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
+        // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
+        .where((eb) =>
+          eb.or([
+            eb('serial_key', 'is', null),
+            eb.not(eb.exists(eb.selectFrom('executions as k').select('k.id').whereRef('k.serial_key', '=', 'executions.serial_key').where('k.status', '=', 'running'))),
+          ]),
+        )
         .orderBy('priority')
         .orderBy('queued_at')
         .orderBy('id')
@@ -56,7 +68,12 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const free = agent.max_parallel - Number(candidates[0]!.running);
 
   const admitted: ExecutionRow[] = [];
+  const serials = new Set<string>();
   for (const c of candidates.slice(0, Math.max(0, free))) {
+    if (c.serial_key !== null) {
+      if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
+      serials.add(c.serial_key);
+    }
     const row = await tx
       .updateTable('executions')
       .set((eb) => ({

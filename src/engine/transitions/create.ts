@@ -31,3 +31,30 @@ export async function insertQueued(db: Executor, row: NewQueued, maxBacklog: num
     .returningAll()
     .executeTakeFirst();
 }
+
+/** A queued row's full values (create → queued), for batch inserts whose backlog the caller checked under the agent lock. */
+export function queuedValues(row: NewQueued, now: number, actor: string): NewExecution {
+  return { ...row, status: 'queued', attempt: 0, created_at: now, queued_at: now, ...stamp(now, actor, 'created') };
+}
+
+/**
+ * A skipped row's full values (create → skipped): a tick that started nothing leaves a terminal
+ * record of why (`error_code`: already_running | backlog_full | missed). The unique
+ * (schedule_id, scheduled_for) index makes it one row per due time, like a real run.
+ */
+export function skippedValues(row: NewQueued, code: string, message: string, now: number, actor: string): NewExecution {
+  return { ...row, status: 'skipped', attempt: 0, created_at: now, queued_at: null, completed_at: now, error_code: code, error_message: message, ...stamp(now, actor, code) };
+}
+
+/**
+ * Insert many new rows (queued or skipped) in few statements: the scheduler's batch path. The
+ * caller holds the agents' locks and has counted their backlog; each row's event is appended by
+ * the database trigger as for a single insert.
+ */
+export async function insertMany(db: Executor, rows: NewExecution[]): Promise<void> {
+  for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
+    await db.insertInto('executions').values(rows.slice(i, i + INSERT_CHUNK)).execute();
+  }
+}
+/** Rows per INSERT: ~45 bound values each stays far below SQLite's and PostgreSQL's parameter limits. */
+const INSERT_CHUNK = 200;

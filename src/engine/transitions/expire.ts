@@ -2,6 +2,7 @@ import { ENGINE_ERROR_CODES } from '../../domain/states.ts';
 import type { ExecutionStatus } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
+import { insertRetry } from './retry.ts';
 import { stamp } from './stamp.ts';
 
 /** What the reaper did to one row. */
@@ -12,6 +13,8 @@ export interface Reaped {
   agent: string;
   kind: ReapKind;
   to: ExecutionStatus;
+  /** The retry created with this failure, if its retry policy had attempts left. */
+  retry_id?: string;
 }
 
 export interface ExpireOptions {
@@ -67,9 +70,12 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .where('id', '=', row.id)
       .where('status', '=', 'running')
       .where('lease_token', '=', row.lease_token)
+      .returningAll()
       .executeTakeFirst();
-    if (Number(done.numUpdatedRows) !== 1) continue;
-    out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to });
+    if (!done) continue;
+    // A timeout or a poisoned task is a failure like any other: its retry commits with it.
+    const retry = await insertRetry(tx, done, o.now, o.actor);
+    out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
   }
 
   // Waiting since it was queued, or since its last start if a lapsed lease put it back, or

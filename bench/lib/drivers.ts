@@ -1,0 +1,83 @@
+/**
+ * The two ways the workloads reach Baton, behind one small interface:
+ * - http:   BatonClient (src/client.ts) against a running server — the real worker protocol;
+ * - inproc: the Engine API in this process (engine.submit / claim / complete) — what an
+ *           embedded user gets.
+ */
+import { BatonClient } from '../../src/client.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import type { StoreAdapter } from '../../src/store/adapter.ts';
+
+export interface Claimed {
+  id: string;
+  token: string;
+}
+
+export interface Driver {
+  mode: 'http' | 'inproc';
+  createAgent(name: string, maxParallel: number, maxBacklog: number): Promise<void>;
+  /** Returns the execution id. */
+  submit(agent: string, i: number): Promise<string>;
+  claim(agent: string, o: { owner: string; max: number; waitMs: number; signal?: AbortSignal }): Promise<Claimed[]>;
+  complete(id: string, token: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function httpDriver(url: string, key: string): Driver {
+  const client = new BatonClient({ server: url, key });
+  return {
+    mode: 'http',
+    async createAgent(name, maxParallel, maxBacklog) {
+      await client.createAgent({ name, max_parallel: maxParallel, max_backlog: maxBacklog });
+    },
+    async submit(agent, i) {
+      return (await client.submit(agent, { message: 'noop', payload: { i } })).execution_id;
+    },
+    async claim(agent, o) {
+      const tasks = await client.claim(agent, { worker_id: o.owner, max: o.max, wait_seconds: o.waitMs / 1000 }, o.signal);
+      return tasks.map((t) => ({ id: t.execution_id, token: t.lease_token }));
+    },
+    async complete(id, token) {
+      await client.complete(id, { lease_token: token, status: 'succeeded' });
+    },
+    close: closeClientConnections,
+  };
+}
+
+/**
+ * Drop this process's pooled HTTP connections (Node's fetch keeps them alive), as a client
+ * process that exits would. Without it a connection the pool opened but never used keeps
+ * `baton up` from exiting on SIGTERM (see the note in bench/lib/server.ts).
+ */
+async function closeClientConnections(): Promise<void> {
+  const key = Symbol.for('undici.globalDispatcher.1');
+  const g = globalThis as unknown as Record<symbol, { constructor: new () => unknown; destroy?: () => Promise<void> } | undefined>;
+  const current = g[key];
+  if (!current || typeof current.destroy !== 'function') return;
+  g[key] = new current.constructor() as never;
+  await current.destroy().catch(() => {});
+}
+
+export function engineDriver(store: StoreAdapter, engineOpts: { claimPollMs?: number } = {}): Driver & { engine: Engine } {
+  const engine = new Engine({ store, nodeId: 'bench', ...engineOpts });
+  return {
+    mode: 'inproc',
+    engine,
+    async createAgent(name, maxParallel, maxBacklog) {
+      await engine.createAgent({ name, max_parallel: maxParallel, max_backlog: maxBacklog }, 'bench');
+    },
+    async submit(agent, i) {
+      return (await engine.submit(agent, { message: 'noop', payload: { i } }, 'bench')).id;
+    },
+    async claim(agent, o) {
+      const rows = await engine.claim(agent, { owner: o.owner, max: o.max, waitMs: o.waitMs, signal: o.signal });
+      return rows.map((r) => ({ id: r.id, token: r.lease_token! }));
+    },
+    async complete(id, token) {
+      await engine.complete(id, token, { status: 'succeeded' }, 'bench');
+    },
+    async close() {
+      engine.close();
+    },
+  };
+}

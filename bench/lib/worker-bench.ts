@@ -1,0 +1,74 @@
+/**
+ * W1 through `baton worker`: a real `baton worker --agent X --concurrency C -- true` process runs
+ * every task, so each task pays for claim, process spawn (in its own group, registered with the
+ * guardian), completion and the HTTP round trips. Measures; never asserts.
+ *
+ * Method: the agent starts with max_parallel 0, the worker starts and connects, every task is
+ * submitted, then max_parallel is raised to C (the raise wakes the worker's long-poll). Time runs
+ * from the raise until no task is queued or running.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { BatonClient } from '../../src/client.ts';
+
+const BATON_BIN = fileURLToPath(new URL('../../bin/baton.js', import.meta.url));
+
+export interface WorkerBenchConfig {
+  tasks?: number; // default 500
+  concurrency?: number; // worker --concurrency and the agent's max_parallel (default 8)
+  command?: string[]; // default ['true']
+}
+
+export interface WorkerBenchResult {
+  scenario: 'w1_worker_cli';
+  tasks: number;
+  concurrency: number;
+  seconds: number;
+  tasks_per_s: number;
+  failed: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function runWorkerBench(server: { url: string; key: string }, cfg: WorkerBenchConfig = {}): Promise<WorkerBenchResult> {
+  const tasks = cfg.tasks ?? 500;
+  const concurrency = cfg.concurrency ?? 8;
+  const api = new BatonClient({ server: server.url, key: server.key });
+  const agent = `wb-${Date.now().toString(36)}`;
+  await api.createAgent({ name: agent, max_parallel: 0, max_backlog: tasks, lease_ttl_seconds: 30 });
+  const child = spawn(process.execPath, [BATON_BIN, 'worker', '--agent', agent, '--concurrency', String(concurrency), '--shutdown-grace', '5', '--', ...(cfg.command ?? ['true'])], {
+    env: { ...process.env, BATON_URL: server.url, BATON_API_KEY: server.key },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  child.stderr!.on('data', (d) => (err += d));
+  try {
+    for (let i = 0; !err.includes('serving agent'); i++) {
+      if (child.exitCode !== null || i > 600) throw new Error(`baton worker did not start:\n${err}`);
+      await sleep(50);
+    }
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next < tasks) {
+          next++;
+          await api.submit(agent, { message: 'bench' });
+        }
+      }),
+    );
+    const t0 = performance.now();
+    await api.updateAgent(agent, { max_parallel: concurrency });
+    for (;;) {
+      const a = await api.getAgent(agent);
+      if (a.queued === 0 && a.running === 0) break;
+      await sleep(20);
+    }
+    const seconds = (performance.now() - t0) / 1000;
+    const failed = (await api.listExecutions({ agent, status: 'failed,cancelled', limit: 500 })).executions.length;
+    return { scenario: 'w1_worker_cli', tasks, concurrency, seconds: Math.round(seconds * 100) / 100, tasks_per_s: Math.round((tasks / seconds) * 10) / 10, failed };
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+    await api.deleteAgent(agent).catch(() => undefined);
+  }
+}

@@ -1,0 +1,109 @@
+/**
+ * Summarise a V8 .cpuprofile (from `node --cpu-prof`): where the samples landed, by package /
+ * source file and by function, self time and inclusive time.
+ *
+ *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [--top 30] [--filter src/]
+ *
+ * Typical use:
+ *   node --cpu-prof --cpu-prof-dir /tmp/prof --import tsx bench/run.ts --store sqlite --mode inproc --only w1
+ *   npm run bench -- --store sqlite --mode http --only w1 --server-cpu-prof   # profiles the server process
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+
+interface CallFrame {
+  functionName: string;
+  url: string;
+  lineNumber: number;
+}
+interface ProfileNode {
+  id: number;
+  callFrame: CallFrame;
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+  startTime: number;
+  endTime: number;
+}
+
+const { values, positionals } = parseArgs({ allowPositionals: true, options: { top: { type: 'string', default: '30' }, filter: { type: 'string' } } });
+if (positionals.length === 0) {
+  console.error('usage: profile-summary.ts <file.cpuprofile> [--top N] [--filter substring]');
+  process.exit(2);
+}
+const top = Number(values.top);
+
+/** Which bucket a frame belongs to: a package, a src/ or bench/ file, node internals, or V8 states. */
+function bucket(cf: CallFrame): string {
+  const u = cf.url;
+  if (!u) {
+    if (['(garbage collector)', '(idle)', '(program)', '(root)'].includes(cf.functionName)) return cf.functionName;
+    return '(native)';
+  }
+  const nm = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u);
+  if (nm) return nm[1]!;
+  if (u.startsWith('node:')) return `node:${u.slice(5).split('/')[0]}`;
+  const src = /\/((?:src|bench|test)\/.*)$/.exec(u);
+  if (src) return src[1]!;
+  return u;
+}
+const fnKey = (cf: CallFrame) => `${cf.functionName || '(anonymous)'}  ${bucket(cf)}${cf.url ? `:${cf.lineNumber + 1}` : ''}`;
+
+for (const file of positionals) {
+  const p: Profile = JSON.parse(readFileSync(file, 'utf8'));
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const selfUs = new Map<number, number>();
+  for (let i = 0; i < p.samples.length; i++) {
+    const id = p.samples[i]!;
+    const dt = p.timeDeltas[i + 1] ?? 0;
+    selfUs.set(id, (selfUs.get(id) ?? 0) + dt);
+  }
+  let total = 0;
+  for (const v of selfUs.values()) total += v;
+  const idle = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, v]) => a + v, 0);
+  const busy = total - idle;
+
+  const selfByBucket = new Map<string, number>();
+  const selfByFn = new Map<string, number>();
+  const inclByFn = new Map<string, number>();
+  const inclByBucket = new Map<string, number>();
+  for (const [id, us] of selfUs) {
+    const cf = byId.get(id)!.callFrame;
+    if (cf.functionName === '(idle)') continue;
+    selfByBucket.set(bucket(cf), (selfByBucket.get(bucket(cf)) ?? 0) + us);
+    selfByFn.set(fnKey(cf), (selfByFn.get(fnKey(cf)) ?? 0) + us);
+    // inclusive: every distinct function / bucket on the stack gets the sample once
+    const seenF = new Set<string>();
+    const seenB = new Set<string>();
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const c = byId.get(cur)!.callFrame;
+      const k = fnKey(c);
+      if (!seenF.has(k)) {
+        seenF.add(k);
+        inclByFn.set(k, (inclByFn.get(k) ?? 0) + us);
+      }
+      const b = bucket(c);
+      if (!seenB.has(b)) {
+        seenB.add(b);
+        inclByBucket.set(b, (inclByBucket.get(b) ?? 0) + us);
+      }
+    }
+  }
+  const pct = (us: number) => `${((100 * us) / busy).toFixed(1).padStart(5)} %`;
+  const ms = (us: number) => `${(us / 1000).toFixed(0).padStart(7)} ms`;
+  const show = (title: string, m: Map<string, number>) => {
+    console.log(`\n${title}`);
+    const entries = [...m].filter(([k]) => !values.filter || k.includes(values.filter)).sort((x, y) => y[1] - x[1]).slice(0, top);
+    for (const [k, v] of entries) console.log(`${ms(v)} ${pct(v)}  ${k}`);
+  };
+  console.log(`${file}\n  wall ${((p.endTime - p.startTime) / 1e6).toFixed(2)} s, busy (non-idle) ${(busy / 1e6).toFixed(2)} s; percentages are of busy time`);
+  show('self time by package / file', selfByBucket);
+  show('inclusive time by package / file (a sample counts once per bucket on its stack)', inclByBucket);
+  show('self time by function', selfByFn);
+  show('inclusive time by function', inclByFn);
+}

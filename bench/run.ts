@@ -1,0 +1,456 @@
+/**
+ * Baton engine benchmark. Measures; never asserts.
+ *
+ *   npm run bench                                  # full run: both stores, W1 + W2, HTTP + in-process
+ *   npm run bench -- --store sqlite --tasks 2000   # quick smoke run
+ *
+ * Options (all optional):
+ *   --store sqlite|postgres|both     default both
+ *   --only w1|w2                     default both workloads
+ *   --mode http|inproc|both          default both
+ *   --tasks N                        W1 tasks (default 20000)
+ *   --agents N                       W1 agents (default 100), --max-parallel N (default 3)
+ *   --loops N                        W1 claim loops (default 50), --claim-max N (default 3)
+ *   --submit-concurrency N           W1 submits in flight (default 32)
+ *   --idle-wait-ms N                 W1 long-poll when a loop's agents were all empty (default 200)
+ *   --warmup-tasks N                 W1 warm-up tasks on separate agents, not measured (default tasks/10, 200..2000)
+ *   --w2-submits N                   W2 measured submits (default 500), --w2-warmup N (default 20)
+ *   --server spawn|inproc            HTTP server as its own process (default) or startNode in this one
+ *   --pg-url URL                     default $BATON_BENCH_DATABASE_URL or postgres://postgres@127.0.0.1:5432/test
+ *   --anatomy-reps N                 statements/op probe repetitions (default 200; 0 skips it)
+ *   --server-cpu-prof                spawned servers write .cpuprofile files (bench/results/profiles/)
+ *   --no-save                        print only; do not write bench/results/
+ */
+import { execSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import Database from 'better-sqlite3';
+import type { StoreKind } from '../src/store/adapter.ts';
+import { probeAnatomy, type OpAnatomy } from './lib/anatomy.ts';
+import { cpuMeter, pgBackendTicks, waitForQuiet, type CpuUse } from './lib/cpu.ts';
+import { engineDriver, httpDriver, type Driver } from './lib/drivers.ts';
+import { killChildren, startServer, type RunningServer } from './lib/server.ts';
+import { round } from './lib/stats.ts';
+import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
+import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
+import { runW2, type W2Result } from './lib/w2.ts';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const RESULTS = join(ROOT, 'bench', 'results');
+
+const { values: a } = parseArgs({
+  options: {
+    store: { type: 'string', default: 'both' },
+    only: { type: 'string' },
+    mode: { type: 'string', default: 'both' },
+    tasks: { type: 'string', default: '20000' },
+    agents: { type: 'string', default: '100' },
+    'max-parallel': { type: 'string', default: '3' },
+    loops: { type: 'string', default: '50' },
+    'claim-max': { type: 'string', default: '3' },
+    'submit-concurrency': { type: 'string', default: '32' },
+    'idle-wait-ms': { type: 'string', default: '200' },
+    'warmup-tasks': { type: 'string' },
+    'w2-submits': { type: 'string', default: '500' },
+    'w2-warmup': { type: 'string', default: '20' },
+    'w2-settle-ms': { type: 'string', default: '10' },
+    server: { type: 'string', default: 'spawn' },
+    'pg-url': { type: 'string', default: process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' },
+    'anatomy-reps': { type: 'string', default: '200' },
+    'server-cpu-prof': { type: 'boolean', default: false },
+    'no-save': { type: 'boolean', default: false },
+    'quiet-pct': { type: 'string', default: '25' },
+    'quiet-max-s': { type: 'string', default: '30' },
+  },
+  strict: true,
+});
+
+function choice<T extends string>(name: string, value: string | undefined, allowed: readonly T[]): T[] {
+  if (value === undefined || value === 'both') return [...allowed];
+  if (!(allowed as readonly string[]).includes(value)) throw new Error(`--${name} must be one of ${allowed.join(', ')}, or both`);
+  return [value as T];
+}
+function int(name: string, value: string | undefined, min = 0): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer ≥ ${min} (got '${value}')`);
+  return n;
+}
+
+const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
+const workloads = choice('only', a.only, ['w1', 'w2'] as const);
+const modes = choice('mode', a.mode, ['http', 'inproc'] as const);
+const serverHow = choice('server', a.server, ['spawn', 'inproc'] as const)[0]!;
+if (a.server === 'both') throw new Error('--server must be spawn or inproc');
+const pgUrl = a['pg-url']!;
+const tasks = int('tasks', a.tasks, 1);
+const w1: Omit<W1Config, 'agentPrefix' | 'tasks'> = {
+  agents: int('agents', a.agents, 1),
+  maxParallel: int('max-parallel', a['max-parallel'], 1),
+  loops: int('loops', a.loops, 1),
+  claimMax: int('claim-max', a['claim-max'], 1),
+  submitConcurrency: int('submit-concurrency', a['submit-concurrency'], 1),
+  idleWaitMs: int('idle-wait-ms', a['idle-wait-ms'], 0),
+};
+const warmupTasks = a['warmup-tasks'] !== undefined ? int('warmup-tasks', a['warmup-tasks']) : Math.min(2000, Math.max(200, Math.floor(tasks / 10)));
+const w2cfg = { submits: int('w2-submits', a['w2-submits'], 1), warmup: int('w2-warmup', a['w2-warmup']), settleMs: int('w2-settle-ms', a['w2-settle-ms']) };
+const anatomyReps = int('anatomy-reps', a['anatomy-reps']);
+const quietPct = int('quiet-pct', a['quiet-pct']);
+const quietMaxMs = int('quiet-max-s', a['quiet-max-s']) * 1000;
+const TARGETS = {
+  w1: { sqlite: 6000, postgres: 3000 } as Record<StoreKind, number>,
+  w2: { sqlite: 2, postgres: 4 } as Record<StoreKind, number>,
+};
+
+// ── environment ──────────────────────────────────────────────────────────────
+
+function sh(cmd: string): string | null {
+  try {
+    return execSync(cmd, { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+  } catch {
+    return null;
+  }
+}
+const sqliteVersion = (() => {
+  const d = new Database(':memory:');
+  const v = (d.prepare('select sqlite_version() as v').get() as { v: string }).v;
+  d.close();
+  return v;
+})();
+const startedAt = new Date();
+const env = {
+  date: startedAt.toISOString(),
+  node: process.version,
+  platform: `${process.platform} ${process.arch}`,
+  cpu: `${cpus().length} × ${cpus()[0]?.model ?? 'unknown'}`,
+  memory_gb: round(totalmem() / 2 ** 30, 1),
+  git_commit: sh('git rev-parse --short HEAD'),
+  git_dirty: (sh('git status --porcelain -- src package.json') ?? '') !== '',
+  sqlite: sqliteVersion,
+  postgres: null as string | null,
+};
+
+// ── cleanup on interrupt ─────────────────────────────────────────────────────
+
+let interrupted = false;
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    console.error(`\n${sig}: stopping servers and dropping benchmark databases…`);
+    killChildren();
+    cleanupAllDbs().finally(() => process.exit(130));
+  });
+}
+
+// ── phases ───────────────────────────────────────────────────────────────────
+
+interface Row {
+  store: StoreKind;
+  workload: 'w1' | 'w2';
+  mode: 'http' | 'inproc';
+  /** Machine busy % (all cores) in the second before the phase started. */
+  busy_before_pct?: number | null;
+  /** CPU used during the measured part of the phase. */
+  cpu?: CpuUse;
+  w1?: W1Result & { warmup_tasks: number; verification: Verification };
+  w2?: W2Result;
+  error?: string;
+}
+const rows: Row[] = [];
+const anatomy: Partial<Record<StoreKind, OpAnatomy[]>> = {};
+
+const log = (msg: string) => process.stderr.write(`${msg}\n`);
+
+interface Ctx {
+  driver: Driver;
+  db: BenchDb;
+  /** The process serving requests (this one for in-process runs). */
+  serverPid: number;
+}
+
+/** Runs `fn` with a driver on a fresh database, then tears everything down (then `after`, on the closed database). */
+async function withDriver<T>(store: StoreKind, mode: 'http' | 'inproc', label: string, fn: (c: Ctx) => Promise<T>, after?: (db: BenchDb) => Promise<void>): Promise<T> {
+  const db = freshDb(store, pgUrl, label);
+  let server: RunningServer | undefined;
+  let driver: Driver | undefined;
+  let closeStore: (() => Promise<void>) | undefined;
+  try {
+    if (mode === 'http') {
+      const profDir = a['server-cpu-prof'] ? join(RESULTS, 'profiles', `${startedAt.toISOString().replace(/[:.]/g, '-')}-${label}`) : undefined;
+      if (profDir) mkdirSync(profDir, { recursive: true });
+      server = await startServer(db, serverHow, { cpuProfDir: profDir });
+      driver = httpDriver(server.url, server.key);
+    } else {
+      const s = await db.open();
+      closeStore = () => s.close();
+      driver = engineDriver(s);
+    }
+    const out = await fn({ driver, db, serverPid: server?.pid ?? process.pid });
+    await driver.close();
+    driver = undefined;
+    await server?.stop();
+    server = undefined;
+    await closeStore?.();
+    closeStore = undefined;
+    await after?.(db);
+    return out;
+  } finally {
+    await driver?.close().catch(() => {});
+    await server?.stop().catch(() => {});
+    await closeStore?.().catch(() => {});
+    await db.cleanup().catch((err) => log(`  cleanup failed: ${err?.message ?? err}`));
+  }
+}
+
+/** CPU accounting for a measured part; on PostgreSQL also the backends serving our connections. */
+async function meterFor(store: StoreKind, serverPid: number): Promise<{ stop(): Promise<CpuUse> }> {
+  const pids = [...new Set([process.pid, serverPid])];
+  const before = store === 'postgres' ? await pgBackendTicks(pgUrl, pids) : undefined;
+  const meter = cpuMeter(serverPid);
+  return {
+    async stop() {
+      const after = store === 'postgres' ? await pgBackendTicks(pgUrl, pids) : undefined;
+      return meter.stop(before, after);
+    },
+  };
+}
+
+async function phaseW1(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> {
+  const row: Row = { store, workload: 'w1', mode };
+  let verification: Verification | undefined;
+  const result = await withDriver(
+    store,
+    mode,
+    `w1_${mode}`,
+    async ({ driver, serverPid }) => {
+      const cfg: W1Config = { ...w1, tasks, agentPrefix: 'w1-' };
+      const agents = await setupAgents(driver, cfg, tasks);
+      if (warmupTasks > 0) {
+        const warmAgents = await setupAgents(driver, { ...cfg, agents: Math.min(cfg.loops, cfg.agents), agentPrefix: 'warm-' }, warmupTasks);
+        await runW1(driver, { ...cfg, tasks: warmupTasks, agentPrefix: 'warm-' }, warmAgents);
+      }
+      const meter = await meterFor(store, serverPid);
+      const r = await runW1(driver, cfg, agents);
+      row.cpu = await meter.stop();
+      return r;
+    },
+    async (db) => {
+      // Read back what really happened, from the database, after the server stopped.
+      const s = await db.open({ poolMax: 2 });
+      try {
+        verification = await verify(s, 'w1-');
+      } finally {
+        await s.close();
+      }
+    },
+  );
+  row.w1 = { ...result, warmup_tasks: warmupTasks, verification: verification! };
+  return row;
+}
+
+async function phaseW2(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> {
+  const row: Row = { store, workload: 'w2', mode };
+  row.w2 = await withDriver(store, mode, `w2_${mode}`, async ({ driver, serverPid }) => {
+    const meter = await meterFor(store, serverPid);
+    const r = await runW2(driver, { ...w2cfg, agent: 'w2' });
+    row.cpu = await meter.stop();
+    return r;
+  });
+  return row;
+}
+
+// ── output ───────────────────────────────────────────────────────────────────
+
+const fmt = (n: number | undefined, d = 0) => (n === undefined || Number.isNaN(n) ? '' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+const VIA = { http: 'HTTP', inproc: 'in-process' };
+
+function tableRows(): string[][] {
+  const out: string[][] = [];
+  for (const r of rows) {
+    const base = [r.store, r.workload.toUpperCase(), VIA[r.mode]];
+    const c = r.cpu;
+    const opt = (x: number | null | undefined, none: string) => (x === null || x === undefined ? none : fmt(x, 1));
+    const cpu = c ? `${fmt(c.bench_s, 1)} / ${opt(c.server_s, '–')} / ${r.store === 'postgres' ? opt(c.postgres_s, '?') : '–'} / ${opt(c.other_s, '?')}` : '';
+    if (r.error) {
+      out.push([...base, 'ERROR', '', '', '', '', '', '', r.error.split('\n')[0]!.slice(0, 80)]);
+    } else if (r.w1) {
+      const t = TARGETS.w1[r.store];
+      const v = r.w1.verification;
+      const ok = v.by_status.succeeded === r.w1.tasks && v.over_admissions === 0 && v.redelivered === 0;
+      out.push([
+        ...base,
+        fmt(r.w1.tasks_per_s),
+        fmt(r.w1.submits_per_s),
+        '',
+        '',
+        '',
+        cpu,
+        `≥ ${fmt(t)} tasks/s ${r.w1.tasks_per_s >= t ? 'met' : 'MISSED'}`,
+        `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims; ${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
+      ]);
+    } else if (r.w2) {
+      const t = TARGETS.w2[r.store];
+      out.push([
+        ...base,
+        '',
+        '',
+        fmt(r.w2.wake.p50, 2),
+        fmt(r.w2.wake.p95, 2),
+        fmt(r.w2.wake.p99, 2),
+        cpu,
+        `p50 ≤ ${t} ms ${r.w2.wake.p50 <= t ? 'met' : 'MISSED'}`,
+        `${r.w2.submits} submits; submit call p50 ${fmt(r.w2.submit_call.p50, 2)} ms; wake max ${fmt(r.w2.wake.max, 2)} ms`,
+      ]);
+    }
+  }
+  return out;
+}
+/** CPU milliseconds per task: comparable across runs even when other jobs shared the machine. */
+function perTask(r: Row): string {
+  const c = r.cpu;
+  if (!c || !r.w1) return '';
+  const ms = (s: number) => fmt((1000 * s) / r.w1!.tasks, 2);
+  const pgPart = c.postgres_s !== undefined && c.postgres_s !== null ? `, PostgreSQL ${ms(c.postgres_s)} ms` : '';
+  return c.server_s === null ? `CPU/task: in-process ${ms(c.bench_s)} ms${pgPart}; ` : `CPU/task: server ${ms(c.server_s)} ms, load gen ${ms(c.bench_s)} ms${pgPart}; `;
+}
+const HEAD = ['store', 'workload', 'via', 'tasks/s', 'submits/s', 'p50 ms', 'p95 ms', 'p99 ms', 'CPU s gen/srv/pg/other', 'target', 'notes'];
+const NUMERIC = new Set([3, 4, 5, 6, 7, 8]);
+
+function textTable(head: string[], body: string[][]): string {
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
+  const line = (r: string[]) => r.map((c, i) => (NUMERIC.has(i) && head === HEAD ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
+}
+function mdTable(head: string[], body: string[][]): string {
+  const esc = (c: string) => c.replace(/\|/g, '\\|');
+  return [`| ${head.join(' | ')} |`, `|${head.map((_, i) => (NUMERIC.has(i) && head === HEAD ? '---:' : '---')).join('|')}|`, ...body.map((r) => `| ${r.map(esc).join(' | ')} |`)].join('\n');
+}
+
+function describeSetup(): string[] {
+  const lines = [
+    `Baton engine benchmark — ${env.date} — node ${env.node}, ${env.cpu}, SQLite ${env.sqlite}${env.postgres ? `, PostgreSQL ${env.postgres}` : ''}, git ${env.git_commit}${env.git_dirty ? ' (src has uncommitted changes)' : ''}`,
+  ];
+  if (workloads.includes('w1')) {
+    lines.push(
+      `W1: ${fmt(tasks)} no-op tasks round-robin over ${w1.agents} agents (max_parallel ${w1.maxParallel}, max_backlog ${fmt(tasks)}), measured from the first submit to the last completion.`,
+      `    Submit driver: ${w1.submitConcurrency} submits in flight (each awaits its answer, then takes the next task), running concurrently with`,
+      `    ${w1.loops} claim loops in the same process; loop k serves agents k, k+${w1.loops}, … round robin: claim max ${w1.claimMax} with wait 0, complete what it got`,
+      `    (concurrently), next agent; after a whole empty round it long-polls ${w1.idleWaitMs} ms. Warm-up first: ${fmt(warmupTasks)} tasks on separate agents, not measured.`,
+    );
+  }
+  if (workloads.includes('w2')) {
+    lines.push(
+      `W2: idle system, ${w2cfg.submits} sequential submits (+${w2cfg.warmup} warm-up) to one agent; one claim loop long-polls it (wait 30 s); each submit ${w2cfg.settleMs} ms after the claim was re-issued.`,
+      `    Latency = just before the submit call → the claim call returns the task.`,
+    );
+  }
+  if (modes.includes('http')) {
+    lines.push(
+      serverHow === 'spawn'
+        ? `HTTP: server is \`node bin/baton.js up\` in its own OS process (BATON_PORT=0, fresh BATON_DATA_DIR / BATON_PG_SCHEMA); load generator = BatonClient (fetch) in this process.`
+        : `HTTP: server is startNode() in this same process (shares the load generator's event loop); load generator = BatonClient (fetch).`,
+    );
+  }
+  if (modes.includes('inproc')) lines.push(`In-process: new Engine({store}) in this process, engine.submit / claim / complete; default store options (PostgreSQL pool max 10).`);
+  lines.push(`Each (store, workload, via) runs on a fresh database: new SQLite file in a temp dir, or a new PostgreSQL schema; all dropped afterwards.`);
+  lines.push(`CPU s gen/srv/pg/other: CPU seconds used during the measured part by this process (load generator; for in-process runs, everything), the server process, the PostgreSQL backends serving them, and the rest of the machine (other jobs: the machine is shared).`);
+  return lines;
+}
+
+function anatomyText(md: boolean): string {
+  const out: string[] = [];
+  for (const [store, ops] of Object.entries(anatomy)) {
+    if (!ops) continue;
+    const head = ['store', 'operation (in-process, alone)', 'statements', 'mean ms', 'statements by kind'];
+    const body = ops.map((o) => [store, o.op, fmt(o.statements, 1), fmt(o.mean_ms, 3), Object.entries(o.by_kind).map(([k, v]) => `${k} ${v}`).join(', ')]);
+    out.push(md ? mdTable(head, body) : textTable(head, body));
+  }
+  return out.join(md ? '\n\n' : '\n\n');
+}
+
+// ── main ─────────────────────────────────────────────────────────────────────
+
+async function main(): Promise<void> {
+  const t0 = Date.now();
+  if (stores.includes('postgres')) {
+    try {
+      env.postgres = await postgresVersion(pgUrl);
+    } catch (err: any) {
+      log(`PostgreSQL at ${pgUrl} is not reachable (${err?.message ?? err}); its rows will show the error.`);
+    }
+  }
+  for (const store of stores) {
+    for (const w of workloads) {
+      for (const mode of modes) {
+        if (interrupted) return;
+        log(`▶ ${store} ${w.toUpperCase()} ${VIA[mode]} …`);
+        const busyBefore = await waitForQuiet(quietPct, quietMaxMs, (b) => log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`));
+        const started = Date.now();
+        try {
+          if (store === 'postgres' && !env.postgres) throw new Error(`PostgreSQL not reachable at ${pgUrl}`);
+          const row = w === 'w1' ? await phaseW1(store, mode) : await phaseW2(store, mode);
+          row.busy_before_pct = busyBefore;
+          rows.push(row);
+          if (row.w1) log(`  ${fmt(row.w1.tasks_per_s)} tasks/s, submits ${fmt(row.w1.submits_per_s)}/s (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+          if (row.w2) log(`  p50 ${fmt(row.w2.wake.p50, 2)} ms, p95 ${fmt(row.w2.wake.p95, 2)} ms, p99 ${fmt(row.w2.wake.p99, 2)} ms (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+        } catch (err: any) {
+          log(`  failed: ${err?.stack ?? err}`);
+          rows.push({ store, workload: w, mode, error: String(err?.message ?? err) });
+        }
+      }
+    }
+    if (anatomyReps > 0 && (store !== 'postgres' || env.postgres) && !interrupted) {
+      log(`▶ ${store} statements per operation …`);
+      try {
+        anatomy[store] = await withDriver(store, 'inproc', 'anatomy', ({ driver }) => probeAnatomy(driver, anatomyReps));
+      } catch (err: any) {
+        log(`  failed: ${err?.stack ?? err}`);
+      }
+    }
+  }
+
+  const setup = describeSetup();
+  const body = tableRows();
+  const text = [...setup, '', textTable(HEAD, body), '', anatomyText(false)].join('\n');
+  process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
+
+  if (!a['no-save']) {
+    mkdirSync(RESULTS, { recursive: true });
+    const stamp = startedAt.toISOString().replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+    const jsonName = `engine-${stamp}.json`;
+    const json = {
+      env,
+      options: { stores, workloads, modes, server: serverHow, tasks, warmup_tasks: warmupTasks, ...w1, w2: w2cfg, targets: TARGETS },
+      setup,
+      results: rows,
+      anatomy,
+    };
+    writeFileSync(join(RESULTS, jsonName), JSON.stringify(json, null, 2) + '\n');
+    const md = [
+      '# Baton engine benchmark — latest run',
+      '',
+      `Command: \`npm run bench${process.argv.length > 2 ? ' -- ' + process.argv.slice(2).join(' ') : ''}\` · full data: [${jsonName}](./${jsonName})`,
+      '',
+      ...setup.map((l) => `${l.startsWith('    ') ? '  ' : '- '}${l.trim()}`),
+      '',
+      mdTable(HEAD, body),
+      '',
+      ...(Object.keys(anatomy).length ? ['Statements per engine operation (in-process, one at a time, idle):', '', anatomyText(true), ''] : []),
+    ].join('\n');
+    writeFileSync(join(RESULTS, 'latest.md'), md);
+    process.stdout.write(`Saved bench/results/${jsonName} and bench/results/latest.md\n`);
+  }
+}
+
+main()
+  .catch((err) => {
+    console.error(err?.stack ?? err);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    killChildren();
+    await cleanupAllDbs();
+  });

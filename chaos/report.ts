@@ -1,0 +1,176 @@
+/** After the run settles: what the database says happened, written as JSON and Markdown. */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { S02 } from '../src/canary/invariants/history.ts';
+import { TERMINAL_STATES } from '../src/domain/states.ts';
+import type { StoreAdapter } from '../src/store/adapter.ts';
+import type { TrafficStats } from './traffic.ts';
+
+export interface KillRecord {
+  at: number;
+  target: string;
+  kind: 'server' | 'worker';
+  /** Executions the killed worker held (running under its lease owner). */
+  held: number;
+  /** Kill → every held execution terminal or running under another owner (workers), or the restarted server ready (servers). */
+  recover_ms: number | null;
+}
+
+export interface ChaosReport {
+  mode: 'quick' | 'full' | 'custom';
+  started_at: string;
+  duration_s: number;
+  settle_s: number;
+  config: Record<string, unknown>;
+  /** The four numbers that must be zero. */
+  lost: number;
+  duplicate_terminal_outcomes: number;
+  over_admissions: number;
+  canary_violations_after_settle: number;
+  /** Also checked, reported, not part of the exit code: one execution per idempotency key. */
+  idempotency_duplicates: number;
+  details: {
+    acknowledged: number;
+    acknowledged_missing: string[];
+    not_terminal: Array<{ id: string; status: string }>;
+    duplicate_terminal: string[];
+    over_admitted: Array<{ subject: string; reason: string }>;
+    canary_open: Array<{ invariant: string; subject: string; reason: string }>;
+    statuses: Record<string, number>;
+    by_trigger: Record<string, number>;
+    refused: Record<string, number>;
+    requests_retried: number;
+    units_given_up: number;
+    cancels_requested: number;
+    replays_checked: number;
+  };
+  kills: KillRecord[];
+  recover: {
+    worker_p50_ms: number | null;
+    worker_p99_ms: number | null;
+    server_p50_ms: number | null;
+    server_p99_ms: number | null;
+    target_p99_ms: number;
+  };
+  throughput_per_s: number;
+  passed: boolean;
+  not_exercised: string[];
+}
+
+export function percentile(xs: number[], p: number): number | null {
+  if (xs.length === 0) return null;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+}
+
+export async function analyse(store: StoreAdapter, traffic: TrafficStats): Promise<Omit<ChaosReport, 'mode' | 'started_at' | 'duration_s' | 'settle_s' | 'config' | 'canary_violations_after_settle' | 'kills' | 'recover' | 'throughput_per_s' | 'passed' | 'not_exercised' | 'details'> & { details: Omit<ChaosReport['details'], 'canary_open'> }> {
+  const db = store.db;
+  const statuses = Object.fromEntries((await db.selectFrom('executions').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute()).map((r) => [r.status, Number(r.n)]));
+  const byTrigger = Object.fromEntries((await db.selectFrom('executions').select(['trigger_kind', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('trigger_kind').execute()).map((r) => [r.trigger_kind, Number(r.n)]));
+  const notTerminal = await db.selectFrom('executions').select(['id', 'status']).where('status', 'not in', [...TERMINAL_STATES]).limit(100).execute();
+  const notTerminalCount = Number((await db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).where('status', 'not in', [...TERMINAL_STATES]).executeTakeFirstOrThrow()).n);
+
+  const acked = [...traffic.acknowledged.keys()];
+  const found = new Set<string>();
+  for (let i = 0; i < acked.length; i += 500) {
+    const rows = await db.selectFrom('executions').select('id').where('id', 'in', acked.slice(i, i + 500)).execute();
+    for (const r of rows) found.add(r.id);
+  }
+  const missing = acked.filter((id) => !found.has(id));
+
+  const dupTerminal = await db
+    .selectFrom('execution_events')
+    .select(['execution_id', (eb) => eb.fn.countAll<number>().as('n')])
+    .where('to_status', 'in', [...TERMINAL_STATES])
+    .groupBy('execution_id')
+    .having((eb) => eb.fn.countAll(), '>', 1)
+    .execute();
+
+  const over = await store.snapshot(async (tx) => {
+    const rows = (await S02.population(tx, { now: Date.now(), graceMs: 0, timing: {} as any, kind: store.kind, note: () => {} })) as any[];
+    return S02.evaluate(rows, { now: Date.now(), graceMs: 0, timing: {} as any, kind: store.kind, note: () => {} });
+  });
+
+  const dbDupKeys = await db
+    .selectFrom('executions')
+    .select(['agent', 'idempotency_key', (eb) => eb.fn.countAll<number>().as('n')])
+    .where('idempotency_key', 'is not', null)
+    .groupBy(['agent', 'idempotency_key'])
+    .having((eb) => eb.fn.countAll(), '>', 1)
+    .execute();
+  const answeredTwice = [...traffic.answersByKey.values()].filter((s) => s.size > 1).length;
+
+  return {
+    lost: missing.length + notTerminalCount,
+    duplicate_terminal_outcomes: dupTerminal.length,
+    over_admissions: over.length,
+    idempotency_duplicates: dbDupKeys.length + answeredTwice,
+    details: {
+      acknowledged: acked.length,
+      acknowledged_missing: missing.slice(0, 50),
+      not_terminal: notTerminal,
+      duplicate_terminal: dupTerminal.slice(0, 50).map((r) => r.execution_id),
+      over_admitted: over.slice(0, 50).map((f) => ({ subject: f.subject, reason: f.reason })),
+      statuses,
+      by_trigger: byTrigger,
+      refused: traffic.refused,
+      requests_retried: traffic.retriedRequests,
+      units_given_up: traffic.gaveUp,
+      cancels_requested: traffic.cancelsRequested,
+      replays_checked: traffic.replaysChecked,
+    },
+  };
+}
+
+const RESULTS = fileURLToPath(new URL('../bench/results/', import.meta.url));
+
+export function writeReport(r: ChaosReport): { json: string; md: string } {
+  mkdirSync(RESULTS, { recursive: true });
+  const stamp = r.started_at.replace(/[:.]/g, '-');
+  const json = `${RESULTS}chaos-${r.mode}-${stamp}.json`;
+  const md = `${RESULTS}chaos-${r.mode}-${stamp}.md`;
+  writeFileSync(json, JSON.stringify(r, null, 2) + '\n');
+  writeFileSync(md, markdown(r));
+  return { json, md };
+}
+
+const ms = (v: number | null) => (v === null ? 'n/a' : `${(v / 1000).toFixed(1)} s`);
+
+export function markdown(r: ChaosReport): string {
+  const c = r.config as Record<string, any>;
+  const lines = [
+    `# Chaos run (${r.mode}) — ${r.passed ? 'PASSED' : 'FAILED'}`,
+    '',
+    `Started ${r.started_at}; ${r.duration_s.toFixed(0)} s of traffic and kills, ${r.settle_s.toFixed(0)} s to settle. PostgreSQL, ${c.servers} \`baton up\`, ${c.workers} \`baton worker\` (\`${(c.command as string[]).join(' ')}\`), ${c.tasks} task units, ${r.kills.length} SIGKILLs, lease TTL ${c.lease_ttl_seconds} s.`,
+    '',
+    '| must be zero | value |',
+    '|---|---|',
+    `| tasks lost (acknowledged but missing, or not terminal after settle) | ${r.lost} |`,
+    `| duplicate terminal outcomes (event log) | ${r.duplicate_terminal_outcomes} |`,
+    `| over-admissions (event log: recorded seats and replay) | ${r.over_admissions} |`,
+    `| canary violations after settle | ${r.canary_violations_after_settle} |`,
+    '',
+    '| also measured | value |',
+    '|---|---|',
+    `| executions acknowledged to the driver | ${r.details.acknowledged} |`,
+    `| idempotency duplicates (one key, two executions) | ${r.idempotency_duplicates} |`,
+    `| throughput (terminal executions / s of traffic) | ${r.throughput_per_s.toFixed(1)} |`,
+    `| time to recover after a worker kill, p50 / p99 | ${ms(r.recover.worker_p50_ms)} / ${ms(r.recover.worker_p99_ms)} (target p99 ≤ ${ms(r.recover.target_p99_ms)}) |`,
+    `| restarted server ready, p50 / p99 | ${ms(r.recover.server_p50_ms)} / ${ms(r.recover.server_p99_ms)} |`,
+    `| requests retried on another server | ${r.details.requests_retried} |`,
+    `| units given up (no server answered in 90 s) | ${r.details.units_given_up} |`,
+    `| cancels requested | ${r.details.cancels_requested} |`,
+    `| refusals | ${JSON.stringify(r.details.refused)} |`,
+    `| final statuses | ${JSON.stringify(r.details.statuses)} |`,
+    `| by trigger | ${JSON.stringify(r.details.by_trigger)} |`,
+    '',
+    '## Kills',
+    '',
+    '| at (s) | target | held | recovered after |',
+    '|---|---|---|---|',
+    ...r.kills.map((k) => `| ${(k.at / 1000).toFixed(1)} | ${k.target} | ${k.kind === 'worker' ? k.held : '-'} | ${ms(k.recover_ms)} |`),
+  ];
+  if (r.details.canary_open.length) lines.push('', '## Canary violations after settle', '', ...r.details.canary_open.map((v) => `- ${v.invariant} ${v.subject} ${v.reason}`));
+  if (r.not_exercised.length) lines.push('', '## Not exercised', '', ...r.not_exercised.map((x) => `- ${x}`));
+  return lines.join('\n') + '\n';
+}

@@ -1,0 +1,321 @@
+/**
+ * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--keep]`
+ *
+ * A real deployment on PostgreSQL — two `baton up`, four `baton worker` running a small shell
+ * command — under a traffic driver (API submissions, manual schedule triggers, webhooks, all
+ * with Idempotency-Keys; some cancels) while random servers and workers are SIGKILLed and
+ * restarted. Then it settles and reports from the database; exit 1 if anything was lost,
+ * completed twice, over-admitted, or the canary is unhappy. See docs/operations.md.
+ */
+import { execSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { readKeyFile } from '../src/auth/keys.ts';
+import { openPostgres } from '../src/store/postgres.ts';
+import { serverProc, sigkill, stopAll, waitReady, workerProc, type Proc } from './cluster.ts';
+import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
+import { drive } from './traffic.ts';
+
+interface Options {
+  mode: 'quick' | 'full' | 'custom';
+  tasks: number;
+  kills: number;
+  leaseTtl: number;
+  concurrency: number;
+  pgRestart: boolean;
+  pgRestartCmd: string;
+  keep: boolean;
+  databaseUrl: string;
+  seed: number;
+}
+
+function parse(argv: string[]): Options {
+  const o: Options = {
+    mode: 'full',
+    tasks: 10_000,
+    kills: 20,
+    leaseTtl: 10,
+    concurrency: 12,
+    pgRestart: false,
+    pgRestartCmd: process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster 15 main restart',
+    keep: false,
+    databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
+  };
+  let custom = false;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const val = () => {
+      const v = Number(argv[++i]);
+      if (!Number.isFinite(v) || v < 0) throw new Error(`${a} needs a number`);
+      custom = true;
+      return v;
+    };
+    if (a === '--quick') Object.assign(o, { mode: 'quick', tasks: 1_000, kills: 6 });
+    else if (a === '--tasks') o.tasks = val();
+    else if (a === '--kills') o.kills = val();
+    else if (a === '--lease-ttl') o.leaseTtl = val();
+    else if (a === '--concurrency') o.concurrency = val();
+    else if (a === '--seed') o.seed = val();
+    else if (a === '--pg-restart') o.pgRestart = true;
+    else if (a === '--keep') o.keep = true;
+    else throw new Error(`unknown option ${a}`);
+  }
+  if (custom) o.mode = 'custom';
+  return o;
+}
+
+/** mulberry32: a seeded PRNG, so a failing run can be replayed with --seed. */
+function rng(seed: number) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const log = (line: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+
+async function main(): Promise<number> {
+  const o = parse(process.argv.slice(2));
+  const random = rng(o.seed);
+  const killRandom = rng(o.seed ^ 0x5bd1e995);
+  const startedAt = new Date();
+  const schema = `chaos_${Date.now().toString(36)}`;
+  const dataDir = mkdtempSync(join(tmpdir(), 'baton-chaos-'));
+  const env = { BATON_DATABASE_URL: o.databaseUrl, BATON_PG_SCHEMA: schema, BATON_DATA_DIR: dataDir, BATON_CANARY_INTERVAL_MS: '10000' };
+  const command = ['/bin/sh', '-c', 'cat >/dev/null; sleep 0.05; echo \'{"ok":true}\''];
+  const notExercised: string[] = [];
+  log(`seed ${o.seed}; schema ${schema}; ${o.tasks} units, ${o.kills} kills, lease TTL ${o.leaseTtl} s`);
+
+  const store = openPostgres({ url: o.databaseUrl, schema, poolMax: 3 });
+  const servers = [serverProc('server-1', await freePort(), env), serverProc('server-2', await freePort(), env)];
+  const procs: Proc[] = [...servers];
+  let exitCode = 1;
+  let passed = false;
+  try {
+    await servers[0]!.start();
+    const key = readKeyFile(dataDir);
+    if (!key) throw new Error('no admin key was written by the first server');
+    await servers[1]!.start();
+    const admin = async (method: string, path: string, body?: unknown) => {
+      const headers: Record<string, string> = { authorization: `Bearer ${key}` };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      const r = await fetch(servers[0]!.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      const text = await r.text();
+      return { status: r.status, body: text ? JSON.parse(text) : null };
+    };
+
+    const agents = [
+      { name: 'chaos-a', max_parallel: 3 },
+      { name: 'chaos-b', max_parallel: 4 },
+    ];
+    for (const a of agents) {
+      const r = await admin('POST', '/v1/agents', { ...a, max_backlog: 100_000, lease_ttl_seconds: o.leaseTtl, timeout_seconds: 300, max_redeliveries: 20 });
+      if (r.status !== 201) throw new Error(`create agent ${a.name}: ${r.status} ${JSON.stringify(r.body)}`);
+    }
+    let scheduleId: string | null = null;
+    const sch = await admin('POST', '/v1/agents/chaos-b/schedules', { name: 'chaos-tick', cron: '* * * * * *', message: 'tick', overlap_policy: 'allow', misfire_grace_seconds: 5 });
+    if (sch.status === 201) scheduleId = sch.body.id;
+    else notExercised.push(`schedules (POST /v1/agents/:agent/schedules answered ${sch.status})`);
+    let webhookPath: string | null = null;
+    const wh = await admin('POST', '/v1/webhooks', { name: 'chaos-hook', agent: 'chaos-a', overlap_policy: 'allow' });
+    if (wh.status === 201) webhookPath = wh.body.path;
+    else notExercised.push(`webhooks (POST /v1/webhooks answered ${wh.status})`);
+
+    const workers = [
+      workerProc('w1', 'chaos-a', () => servers[0]!.url, key, 3, command),
+      workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
+      workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
+      workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+    ];
+    procs.push(...workers);
+    for (const w of workers) await w.start();
+    log(`deployment up: 2 servers, 4 workers${scheduleId ? ', a schedule firing every second' : ''}${webhookPath ? ', a webhook' : ''}`);
+
+    let open = 0;
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        try {
+          const r = await store.db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).where('status', 'in', ['queued', 'running']).executeTakeFirstOrThrow();
+          open = Number(r.n);
+        } catch {
+          /* PostgreSQL restarting */
+        }
+        await sleep(250);
+      }
+    })();
+
+    const t0 = Date.now();
+    const kills: KillRecord[] = [];
+    const recoveries: Promise<void>[] = [];
+    let killing = Promise.resolve();
+    const thresholds = Array.from({ length: o.kills }, (_, k) => Math.floor(((k + 0.5) * o.tasks) / o.kills));
+    let nextKill = 0;
+    let pgRestarted = false;
+
+    const heldBy = async (owner: string) => (await store.db.selectFrom('executions').select('id').where('status', '=', 'running').where('lease_owner', '=', owner).execute()).map((r) => r.id);
+
+    async function killOne() {
+      const serversUp = servers.filter((s) => s.alive()).length;
+      const candidates = procs.filter((p) => p.alive() && (p.kind === 'worker' || serversUp > 1));
+      const pick = Math.floor(killRandom() * candidates.length);
+      const target = candidates[pick]!;
+      const rec: KillRecord = { at: Date.now() - t0, target: `${target.name}#${target.generation}`, kind: target.kind, held: 0, recover_ms: null };
+      kills.push(rec);
+      const killedAt = Date.now();
+      if (target.kind === 'worker') {
+        const owner = (target as (typeof workers)[number]).workerId();
+        const before = await heldBy(owner);
+        sigkill(target);
+        await sleep(300);
+        const held = [...new Set([...before, ...(await heldBy(owner))])];
+        rec.held = held.length;
+        log(`SIGKILL ${rec.target} holding ${held.length}`);
+        await sleep(500 + killRandom() * 1_000);
+        await target.start();
+        recoveries.push(
+          (async () => {
+            for (;;) {
+              const rows = held.length ? await store.db.selectFrom('executions').select(['id', 'status', 'lease_owner']).where('id', 'in', held).execute() : [];
+              if (rows.every((r) => r.status !== 'queued' && (r.status !== 'running' || r.lease_owner !== owner))) {
+                rec.recover_ms = Date.now() - killedAt;
+                return;
+              }
+              await sleep(200);
+            }
+          })(),
+        );
+      } else {
+        sigkill(target);
+        log(`SIGKILL ${rec.target}`);
+        await sleep(500 + killRandom() * 1_000);
+        await target.start();
+        rec.recover_ms = Date.now() - killedAt;
+      }
+    }
+
+    const traffic = await drive({
+      servers,
+      key,
+      agents: agents.map((a) => a.name),
+      scheduleId,
+      webhookPath,
+      tasks: o.tasks,
+      concurrency: o.concurrency,
+      cancelRate: 0.05,
+      replayRate: 0.03,
+      random,
+      maxOpen: 300,
+      openCount: () => open,
+      onUnit(done) {
+        while (nextKill < thresholds.length && done >= thresholds[nextKill]!) {
+          nextKill++;
+          killing = killing.then(killOne).catch((err) => void log(`kill failed: ${(err as Error).message}`));
+        }
+        if (o.pgRestart && !pgRestarted && done >= o.tasks / 2) {
+          pgRestarted = true;
+          killing = killing.then(async () => {
+            log(`restarting PostgreSQL: ${o.pgRestartCmd}`);
+            const at = Date.now();
+            execSync(o.pgRestartCmd, { stdio: 'ignore' });
+            kills.push({ at: at - t0, target: 'postgresql', kind: 'server', held: 0, recover_ms: Date.now() - at });
+          });
+        }
+      },
+    });
+    await killing;
+    const trafficS = (Date.now() - t0) / 1000;
+    log(`traffic done in ${trafficS.toFixed(0)} s: ${traffic.acknowledged.size} executions acknowledged; settling`);
+    if (!o.pgRestart) notExercised.push('PostgreSQL restart (pass --pg-restart; it restarts the shared server, so it is off by default)');
+
+    // Settle: stop the cron schedule, let every process come back, wait for the queue to drain.
+    for (const p of procs) if (!p.alive()) await p.start();
+    if (scheduleId) await admin('PATCH', `/v1/schedules/${scheduleId}`, { enabled: false });
+    const settleStart = Date.now();
+    const settleLimit = 3 * o.leaseTtl * 1000 + 120_000;
+    while (open > 0 && Date.now() - settleStart < settleLimit) await sleep(250);
+    await Promise.race([Promise.all(recoveries), sleep(30_000)]);
+    polling = false;
+    await poller;
+    for (const s of servers) await waitReady(s.url, s, 30_000);
+    const settleS = (Date.now() - settleStart) / 1000;
+
+    const cycle = await admin('POST', '/v1/canary/run');
+    const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
+    const facts = await analyse(store, traffic);
+    const workerTtr = kills.filter((k) => k.kind === 'worker' && k.recover_ms !== null && k.held > 0).map((k) => k.recover_ms!);
+    const serverTtr = kills.filter((k) => k.kind === 'server' && k.target !== 'postgresql' && k.recover_ms !== null).map((k) => k.recover_ms!);
+    const terminal = Object.entries(facts.details.statuses).filter(([s]) => !['queued', 'running'].includes(s)).reduce((n, [, v]) => n + v, 0);
+    const report: ChaosReport = {
+      mode: o.mode,
+      started_at: startedAt.toISOString(),
+      duration_s: trafficS,
+      settle_s: settleS,
+      config: { tasks: o.tasks, kills: o.kills, servers: 2, workers: 4, worker_concurrency: 3, lease_ttl_seconds: o.leaseTtl, driver_concurrency: o.concurrency, seed: o.seed, agents, command, pg_restart: o.pgRestart },
+      ...facts,
+      canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
+      details: { ...facts.details, canary_open: openViolations.map((v: any) => ({ invariant: v.invariant, subject: v.subject, reason: v.reason })) },
+      kills,
+      recover: {
+        worker_p50_ms: percentile(workerTtr, 50),
+        worker_p99_ms: percentile(workerTtr, 99),
+        server_p50_ms: percentile(serverTtr, 50),
+        server_p99_ms: percentile(serverTtr, 99),
+        target_p99_ms: o.leaseTtl * 1000 + 10_000,
+      },
+      throughput_per_s: terminal / trafficS,
+      passed: false,
+      not_exercised: notExercised,
+    };
+    if (cycle.status !== 200) report.not_exercised.push(`canary after settle (POST /v1/canary/run answered ${cycle.status})`);
+    passed = report.lost === 0 && report.duplicate_terminal_outcomes === 0 && report.over_admissions === 0 && report.canary_violations_after_settle === 0;
+    report.passed = passed;
+    const files = writeReport(report);
+    process.stdout.write(
+      [
+        `chaos (${o.mode}): ${passed ? 'PASSED' : 'FAILED'} in ${(trafficS + settleS).toFixed(0)} s`,
+        `  lost ${report.lost} · duplicate terminal ${report.duplicate_terminal_outcomes} · over-admissions ${report.over_admissions} · canary violations ${report.canary_violations_after_settle} · idempotency duplicates ${report.idempotency_duplicates}`,
+        `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
+        `  ${files.json}`,
+        `  ${files.md}`,
+      ].join('\n') + '\n',
+    );
+    exitCode = passed ? 0 : 1;
+  } catch (err) {
+    log(`run failed: ${(err as Error).stack ?? err}`);
+    for (const p of procs) if (p.tail.length) log(`${p.name} output:\n${p.tail.slice(-10).join('\n')}`);
+  } finally {
+    await stopAll(procs);
+    await store.close();
+    if (passed && !o.keep) {
+      const c = new pg.Client({ connectionString: o.databaseUrl });
+      await c.connect();
+      await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await c.end();
+      rmSync(dataDir, { recursive: true, force: true });
+    } else {
+      log(`kept PostgreSQL schema ${schema} and ${dataDir} for inspection`);
+    }
+  }
+  return exitCode;
+}
+
+main().then((code) => process.exit(code));

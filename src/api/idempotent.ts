@@ -1,0 +1,58 @@
+import type { FastifyReply } from 'fastify';
+import { BatonError } from '../domain/errors.ts';
+import type { Engine } from '../engine/engine.ts';
+import { claimKey, completeKey, completeKeyAlone, idempotencyTtlMs, releaseKey, type IdemRequest, type StoredAnswer } from '../engine/triggers/idempotency.ts';
+import type { Tx } from '../store/adapter.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+import { httpStatusOf } from './errors.ts';
+
+export type OnCreated = (tx: Tx, row: ExecutionRow) => Promise<void>;
+
+/** Refusals a replay repeats. 429 and 5xx are released instead: the caller should retry them. */
+function storable(err: unknown): err is BatonError {
+  if (!(err instanceof BatonError)) return false;
+  const status = httpStatusOf(err.code);
+  return status < 500 && status !== 429 && err.code !== 'idempotency_in_flight' && err.code !== 'idempotency_key_reused';
+}
+
+/**
+ * Run a trigger under an optional idempotency key. `run` receives the hook to call inside the
+ * transaction that creates the execution (it stores `answerFor(row)` with the row) and returns
+ * the answer to send. Same key and request again: the first answer, with `Idempotent-Replay: true`.
+ */
+export async function idempotent(
+  engine: Engine,
+  reply: FastifyReply,
+  r: IdemRequest | undefined,
+  answerFor: (row: ExecutionRow) => StoredAnswer,
+  run: (onCreated: OnCreated | undefined) => Promise<StoredAnswer>,
+): Promise<FastifyReply> {
+  if (!r) {
+    const answer = await run(undefined);
+    return reply.code(answer.status).send(answer.body);
+  }
+  const claim = await claimKey(engine.store, r, { now: () => engine.now(), ttlMs: idempotencyTtlMs() });
+  if (claim.kind === 'replay') {
+    return reply.code(claim.answer.status).header('idempotent-replay', 'true').send(claim.answer.body);
+  }
+  let stored = false;
+  try {
+    const answer = await run(async (tx, row) => {
+      await completeKey(tx, r, answerFor(row), row.id);
+      stored = true;
+    });
+    if (!stored) {
+      const id = (answer.body as { execution_id?: string })?.execution_id ?? null;
+      await completeKeyAlone(engine.store, r, answer, id);
+    }
+    return reply.code(answer.status).send(answer.body);
+  } catch (err) {
+    if (storable(err)) {
+      const body = { error: err.code, message: err.message, ...err.details };
+      await completeKeyAlone(engine.store, r, { status: httpStatusOf(err.code), body }, (err.details.execution_id as string) ?? null).catch(() => releaseKey(engine.store, r));
+    } else {
+      await releaseKey(engine.store, r).catch(() => {});
+    }
+    throw err;
+  }
+}

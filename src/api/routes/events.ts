@@ -1,0 +1,99 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { ServerResponse } from 'node:http';
+import { z } from 'zod';
+import { AgentName } from '../schemas.ts';
+import type { ApiDeps } from '../server.ts';
+
+/**
+ * Comment lines keep idle proxies and browsers from closing the stream. 15 s is under the
+ * common 30-60 s idle timeouts; a dead client is noticed by the failed write at the latest then.
+ */
+export const SSE_HEARTBEAT_MS = 15_000;
+
+/** Unsent bytes one stream may hold (about 8,000 events) before the server gives up on it. */
+const MAX_BUFFERED_BYTES = 1024 * 1024;
+
+export const EventsQuery = z.strictObject({
+  agent: AgentName.optional().describe('only changes of this agent'),
+});
+
+/** What each `execution` event carries: enough to refetch, never payloads or results. */
+export const ExecutionChanged = z.object({ id: z.string(), agent: z.string(), status: z.string(), at: z.string() });
+
+interface Client {
+  res: ServerResponse;
+  agent?: string;
+}
+
+/** Open an SSE response on a hijacked reply: headers, retry hint, and a first comment. */
+export function openSse(res: ServerResponse): void {
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache, no-transform',
+    connection: 'keep-alive',
+    'x-accel-buffering': 'no',
+  });
+  res.write('retry: 3000\n: connected\n\n');
+}
+
+/**
+ * GET /v1/events: Server-Sent Events of execution status changes from every process sharing the
+ * store (the engine's `execution:changed` is fed by store signals). One engine listener fans out
+ * to every open stream; a stream's listener is gone when its socket closes.
+ */
+const streamsByEngine = new WeakMap<object, Set<Client>>();
+/** Open /v1/events streams served for this engine (tests check that disconnects are cleaned up). */
+export const openEventStreams = (engine: object): number => streamsByEngine.get(engine)?.size ?? 0;
+
+export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+  const clients = new Set<Client>();
+  streamsByEngine.set(engine, clients);
+  const send = (c: Client, text: string) => {
+    // A client that stopped reading would buffer events in memory without bound: drop it; an
+    // EventSource reconnects and refetches.
+    if (c.res.writableLength > MAX_BUFFERED_BYTES) {
+      clients.delete(c);
+      c.res.destroy();
+      return;
+    }
+    c.res.write(text);
+  };
+  const onChanged = (e: { id: string; agent: string; status: string }) => {
+    const line = `event: execution\ndata: ${JSON.stringify({ ...e, at: new Date().toISOString() })}\n\n`;
+    for (const c of clients) if (!c.agent || c.agent === e.agent) send(c, line);
+  };
+  engine.events.on('execution:changed', onChanged);
+  const heartbeat = setInterval(() => {
+    for (const c of clients) send(c, ': ping\n\n');
+  }, SSE_HEARTBEAT_MS);
+  heartbeat.unref();
+
+  // Open streams would hold app.close() forever: end them before the server stops listening.
+  app.addHook('preClose', async () => {
+    for (const c of clients) c.res.end();
+    clients.clear();
+  });
+  app.addHook('onClose', async () => {
+    clearInterval(heartbeat);
+    engine.events.off('execution:changed', onChanged);
+  });
+
+  app.get('/v1/events', {
+    schema: {
+      tags: ['events'],
+      summary: 'Server-Sent Events of execution status changes (event: execution). Browsers may pass the key as ?key= (only here and on the logs stream)',
+      querystring: EventsQuery,
+    },
+  }, async (req, reply) => {
+    // An agent-scoped key sees only its own agent's changes.
+    const agent = req.principal.scope === 'agent' ? req.principal.agent! : req.query.agent;
+    reply.hijack();
+    const client: Client = { res: reply.raw, agent };
+    openSse(reply.raw);
+    clients.add(client);
+    const drop = () => clients.delete(client);
+    req.raw.on('close', drop);
+    reply.raw.on('close', drop);
+    reply.raw.on('error', drop);
+  });
+};

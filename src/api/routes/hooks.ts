@@ -1,0 +1,113 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { BatonError } from '../../domain/errors.ts';
+import type { Engine } from '../../engine/engine.ts';
+import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
+import { triggersFor } from '../../engine/triggers/index.ts';
+import { hashToken, signatureValid, WEBHOOK_BODY_LIMIT } from '../../engine/triggers/webhooks.ts';
+import type { WebhookRow } from '../../store/schema.ts';
+import { countWebhook } from '../../metrics.ts';
+import { idempotent } from '../idempotent.ts';
+import { RateLimiter } from '../rate-limit.ts';
+
+export interface HookOptions {
+  engine: Engine;
+  /** Largest body accepted (default 64 KiB). */
+  bodyLimit?: number;
+  /** Deliveries per second per source address (burst twice that). Env BATON_HOOK_RATE_PER_ADDRESS; default 50. */
+  perAddressRate?: number;
+  /** Deliveries per second per webhook (burst twice that). Env BATON_HOOK_RATE_PER_WEBHOOK; default 50. */
+  perWebhookRate?: number;
+}
+
+const envRate = (name: string, fallback: number) => {
+  const n = Number(process.env[name]);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+};
+
+const NOT_FOUND = { error: 'not_found', message: 'no such webhook' };
+
+/**
+ * POST /hooks/<token>, outside /v1 and its API keys: the token is the credential. Checks run in
+ * this order, each answering before the next costs anything: rate limit (source address, then
+ * webhook) → token (unknown or disabled: a neutral 404) → body size (413) → signature (401) →
+ * JSON (400) → idempotency → trigger. The body is kept raw (a Buffer) for the HMAC.
+ */
+export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => {
+  const { engine } = opts;
+  const { webhooks } = triggersFor(engine);
+  const bodyLimit = opts.bodyLimit ?? WEBHOOK_BODY_LIMIT;
+  const addressRate = opts.perAddressRate ?? envRate('BATON_HOOK_RATE_PER_ADDRESS', 50);
+  const webhookRate = opts.perWebhookRate ?? envRate('BATON_HOOK_RATE_PER_WEBHOOK', 50);
+  const byAddress = new RateLimiter(addressRate, addressRate * 2);
+  const byWebhook = new RateLimiter(webhookRate, webhookRate * 2);
+  const resolved = new WeakMap<FastifyRequest, WebhookRow>();
+
+  // baton_webhook_requests_total{outcome}: a short fixed code per answer.
+  const outcomes = new WeakMap<FastifyRequest, string>();
+  const FALLBACK: Record<number, string> = { 400: 'invalid_json', 401: 'bad_signature', 404: 'not_found', 409: 'idempotency_in_flight', 413: 'too_large', 422: 'idempotency_key_reused', 429: 'refused', 503: 'unavailable' };
+  app.addHook('onResponse', async (req, reply) => {
+    if (reply.getHeader('idempotent-replay')) return countWebhook('replay');
+    countWebhook(outcomes.get(req) ?? FALLBACK[reply.statusCode] ?? `http_${reply.statusCode}`);
+  });
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) => done(null, body));
+
+  app.post<{ Params: { token: string } }>('/hooks/:token', {
+    bodyLimit,
+    schema: { tags: ['webhooks'], summary: 'Deliver a webhook: 202 {status, execution_id}; see docs/triggers.md for every answer' },
+    onRequest: async (req, reply) => {
+      const token = req.params.token;
+      if (!byAddress.take(`a:${req.ip}`) || !byWebhook.take(`w:${hashToken(token)}`)) {
+        reply.header('retry-after', '1');
+        outcomes.set(req, 'rate_limited');
+        throw new BatonError('rate_limited', 'too many webhook deliveries; slow down');
+      }
+      const w = await webhooks.resolve(token);
+      if (!w) return reply.code(404).send(NOT_FOUND);
+      resolved.set(req, w);
+    },
+  }, async (req, reply) => {
+    const w = resolved.get(req)!;
+    const token = req.params.token;
+    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    const secret = webhooks.secretOf(w, token);
+    if (secret) {
+      const given = req.headers['x-baton-signature'] ?? req.headers['x-hub-signature-256'];
+      if (!signatureValid(secret, raw, Array.isArray(given) ? given[0] : given)) {
+        await webhooks.auditRefusal(w, 'invalid_signature', req.ip);
+        throw new BatonError('invalid_signature', 'header X-Baton-Signature (or X-Hub-Signature-256): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>');
+      }
+    }
+    let body: unknown = null;
+    if (raw.length > 0) {
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch (err) {
+        await webhooks.auditRefusal(w, 'invalid_json', req.ip);
+        throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
+      }
+    }
+    const key = readIdempotencyKey(req.headers['idempotency-key']);
+    const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id } });
+    try {
+      return await idempotent(
+        engine,
+        reply,
+        key ? { scope: `webhook:${w.id}`, key, hash: fingerprint('hook', raw) } : undefined,
+        (row) => answer(row.status, row.id),
+        async (onCreated) => {
+          const out = await webhooks.deliver({ webhook: w, token, body, sourceAddress: req.ip, idempotencyKey: key ?? null, onCreated });
+          outcomes.set(req, out.status === 'already_running' ? 'already_running' : 'accepted');
+          // Coalesced into the run in flight: an answer like any other, so the key is completed.
+          return answer(out.status, out.execution_id);
+        },
+      );
+    } catch (err) {
+      if (err instanceof BatonError) throw err;
+      // A genuine internal failure: nothing was created (the transaction rolled back) and the key
+      // was released, so the sender's retry can succeed.
+      req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
+      return reply.code(503).send({ error: 'unavailable', message: 'the delivery could not be recorded; retry it' });
+    }
+  });
+};

@@ -1,0 +1,136 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { ServerResponse } from 'node:http';
+import { NotFound } from '../../domain/errors.ts';
+import { isTerminal } from '../../domain/states.ts';
+import type { Engine } from '../../engine/engine.ts';
+import { appendLogs, readLogs } from '../../engine/logs.ts';
+import { iso } from '../../engine/views.ts';
+import type { ExecutionLogRow } from '../../store/schema.ts';
+import { ErrorBody, ExecutionParams } from '../schemas.ts';
+import { LogAppendBody, LogAppendResponse, LogPage, LogQuery } from '../schemas/logs.ts';
+import type { ApiDeps } from '../server.ts';
+import { openSse, SSE_HEARTBEAT_MS } from './events.ts';
+
+/** Agent-scoped keys reach only their agent's executions; others look nonexistent to them. */
+async function executionStatus(engine: Engine, req: FastifyRequest, id: string): Promise<string> {
+  const row = await engine.store.db.selectFrom('executions').select(['agent', 'status']).where('id', '=', id).executeTakeFirst();
+  if (!row || (req.principal.scope === 'agent' && row.agent !== req.principal.agent)) throw new NotFound('execution', id);
+  return row.status;
+}
+
+const lineView = (l: ExecutionLogRow) => ({ seq: l.seq, at: iso(l.at)!, stream: l.stream, line: l.line });
+
+export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+  const streams = new Set<ServerResponse>();
+  app.addHook('preClose', async () => {
+    for (const s of streams) s.end();
+    streams.clear();
+  });
+
+  app.post('/v1/executions/:id/logs', {
+    bodyLimit: 4 * 1024 * 1024,
+    schema: {
+      tags: ['worker protocol'],
+      summary: 'Append output lines (fenced by the lease token; secrets are redacted before storage)',
+      params: ExecutionParams,
+      body: LogAppendBody,
+      response: { 200: LogAppendResponse, 404: ErrorBody, 409: ErrorBody },
+    },
+  }, async (req) => {
+    await executionStatus(engine, req, req.params.id);
+    const lines = req.body.lines.map((l) => ({ stream: l.stream ?? ('stdout' as const), line: l.line }));
+    return appendLogs(engine.store, req.params.id, req.body.lease_token, lines, engine.now());
+  });
+
+  app.get('/v1/executions/:id/logs', {
+    schema: {
+      tags: ['executions'],
+      summary: 'Read an execution\'s log lines; follow=true streams them (SSE: event log, then event end when the execution ends)',
+      params: ExecutionParams,
+      querystring: LogQuery,
+      response: { 200: LogPage, 404: ErrorBody },
+    },
+  }, async (req, reply) => {
+    const id = req.params.id;
+    const status = await executionStatus(engine, req, id);
+    if (!req.query.follow) {
+      const page = await readLogs(engine.store, id, { after: req.query.after, limit: req.query.limit });
+      const last = page.lines.at(-1)?.seq ?? req.query.after ?? 0;
+      return { execution_id: id, status, lines: page.lines.map(lineView), next_after: last, truncated: page.truncated };
+    }
+    return follow(engine, id, req.query.after ?? 0, req, reply, streams);
+  });
+};
+
+/**
+ * Stream lines as they are appended, then `event: end` once the execution is terminal and every
+ * line written before that has been sent. Wake-ups come from the store's `log` topic and the
+ * engine's `execution:changed` (both cross-process on PostgreSQL); a slow poll covers a lost signal.
+ */
+async function follow(engine: Engine, id: string, after: number, req: FastifyRequest, reply: FastifyReply, streams: Set<ServerResponse>): Promise<void> {
+  reply.hijack();
+  const res = reply.raw;
+  openSse(res);
+  streams.add(res);
+  let closed = false;
+  let dirty = true;
+  let wake: (() => void) | undefined;
+  const kick = () => {
+    dirty = true;
+    wake?.();
+  };
+  const offLog = engine.store.subscribe('log', (m) => m === id && kick());
+  const onChanged = (e: { id: string }) => e.id === id && kick();
+  engine.events.on('execution:changed', onChanged);
+  const onClose = () => {
+    closed = true;
+    wake?.();
+  };
+  req.raw.on('close', onClose);
+  res.on('close', onClose);
+  res.on('error', onClose);
+  let lastWrite = Date.now();
+  try {
+    while (!closed) {
+      dirty = false;
+      // Status first: lines appended before the execution ended are all read below.
+      const row = await engine.store.db.selectFrom('executions').select('status').where('id', '=', id).executeTakeFirst();
+      const done = !row || isTerminal(row.status);
+      for (;;) {
+        const page = await readLogs(engine.store, id, { after, limit: 1000 });
+        for (const l of page.lines) {
+          res.write(`id: ${l.seq}\nevent: log\ndata: ${JSON.stringify(lineView(l))}\n\n`);
+          after = l.seq;
+        }
+        if (page.lines.length > 0) lastWrite = Date.now();
+        if (page.lines.length < 1000 || closed) break;
+      }
+      if (done) {
+        res.write(`event: end\ndata: ${JSON.stringify({ execution_id: id, status: row?.status ?? 'unknown', next_after: after })}\n\n`);
+        break;
+      }
+      if (!dirty) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 1000);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+      if (Date.now() - lastWrite >= SSE_HEARTBEAT_MS) {
+        res.write(': ping\n\n');
+        lastWrite = Date.now();
+      }
+    }
+  } catch (err) {
+    if (!closed) res.write(`event: error\ndata: ${JSON.stringify({ error: 'internal', message: (err as Error)?.message ?? 'log stream failed' })}\n\n`);
+  } finally {
+    offLog();
+    engine.events.off('execution:changed', onChanged);
+    streams.delete(res);
+    if (!res.writableEnded) res.end();
+  }
+}

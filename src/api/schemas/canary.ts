@@ -1,0 +1,82 @@
+/** The canary's HTTP contract: status, violation history, on-demand runs. Ids and reason codes only. */
+import { z } from 'zod';
+import { AgentName } from '../schemas.ts';
+
+const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
+const InvariantId = z.string().regex(/^[A-Z]-\d{2}$/, 'must be an invariant id like E-01');
+
+export const Violation = z.object({
+  id: z.number().int(),
+  invariant: z.string(),
+  subject: z.string().describe('execution id, agent, schedule id, or "canary" (H-01)'),
+  agent: z.string().nullable(),
+  tier: z.enum(['A', 'B']),
+  severity: z.enum(['critical', 'warning']),
+  reason: z.string().describe('reason code'),
+  diagnosis: z.string().describe('one line naming the component at fault'),
+  detail: z.record(z.string(), z.union([z.string(), z.number(), z.null()])).nullable().describe('ids and numbers only'),
+  first_seen: Timestamp,
+  last_seen: Timestamp,
+  resolved_at: Timestamp.nullable(),
+});
+export type Violation = z.infer<typeof Violation>;
+
+export const FailedAlert = z.object({
+  id: z.number().int(),
+  invariant: z.string(),
+  transition: z.enum(['violated', 'resolved']),
+  sink: z.enum(['webhook', 'slack']),
+  attempts: z.number().int(),
+  last_error: z.string().nullable(),
+  created_at: Timestamp,
+});
+
+export const CanaryStatus = z.object({
+  status: z.enum(['disabled', 'healthy', 'violated', 'stale']).describe('stale: no cycle completed within three intervals'),
+  enabled: z.boolean().describe('this process runs the canary timer'),
+  interval_ms: z.number().int(),
+  stale_after_ms: z.number().int(),
+  last_started_at: Timestamp.nullable(),
+  last_completed_at: Timestamp.nullable(),
+  last_ok: z.boolean().nullable().describe('the last cycle read its snapshot'),
+  cycles: z.number().int(),
+  lease_owner: z.string().nullable().describe('the process running the timer'),
+  open_count: z.number().int(),
+  open: z.array(Violation).describe('open violations, newest first (at most 200)'),
+  alerts: z.object({ pending: z.number().int(), delivered: z.number().int(), failed: z.number().int() }),
+  failed_alerts: z.array(FailedAlert).describe('alerts that could not be delivered'),
+});
+export type CanaryStatus = z.infer<typeof CanaryStatus>;
+
+export const ViolationsQuery = z.strictObject({
+  invariant: InvariantId.optional(),
+  state: z.enum(['open', 'resolved', 'all']).optional().describe('default open'),
+  agent: AgentName.optional(),
+  severity: z.enum(['critical', 'warning']).optional(),
+  subject: z.string().regex(/^[A-Za-z0-9_:.-]{1,128}$/, 'must be an id').optional(),
+  limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
+  before: z.coerce.number().int().min(1).optional().describe('violations with a smaller id (next page)'),
+});
+export const ViolationPage = z.object({ violations: z.array(Violation), next_before: z.number().int().nullable() });
+
+export const CheckSummary = z.object({
+  id: z.string(),
+  status: z.enum(['ok', 'violated', 'skipped']),
+  skipped_reason: z.string().optional(),
+  notes: z.array(z.string()).optional(),
+  truncated: z.boolean(),
+  findings: z.array(z.object({ subject: z.string(), reason: z.string() })),
+});
+export const CycleReport = z.object({
+  ok: z.boolean(),
+  violated: z.boolean(),
+  started_at: Timestamp,
+  completed_at: Timestamp,
+  duration_ms: z.number(),
+  checks: z.array(CheckSummary),
+  opened: z.number().int(),
+  resolved: z.number().int(),
+  open: z.number().int(),
+  transitions: z.array(z.object({ invariant: z.string(), transition: z.enum(['violated', 'resolved']) })),
+});
+export type CycleReport = z.infer<typeof CycleReport>;

@@ -1,0 +1,46 @@
+import { B02, B05, B06 } from './invariants/backlog.ts';
+import { E02, E08, S02 } from './invariants/history.ts';
+import { E01, S03 } from './invariants/lease.ts';
+import { E03, E04, E07, G03 } from './invariants/rows.ts';
+import { E06 } from './invariants/schedules.ts';
+import { G04 } from './invariants/secrets.ts';
+import type { Invariant, Severity, Tier } from './types.ts';
+
+/** Every invariant the canary evaluates over its snapshot, in report order. */
+export const CATALOGUE: readonly Invariant[] = Object.freeze([E01, E02, E03, E04, E06, E07, E08, S02, S03, B02, B05, B06, G03, G04]);
+
+/**
+ * H-01 is about the canary itself, so it is not a query over the snapshot: runCanaryOnce
+ * evaluates it from whether the snapshot could be read and whether it agrees with evidence
+ * read outside it.
+ */
+export const H01 = Object.freeze({
+  id: 'H-01',
+  tier: 'A' as Tier,
+  severity: 'critical' as Severity,
+  holds: 'the canary is not blind: its snapshot read succeeded and agrees with independent evidence',
+  diagnoses: {
+    snapshot_failed: 'the canary could not read its snapshot: the database is unreachable, wedged or missing tables; no other check can be trusted this cycle',
+    snapshot_regressed: 'the snapshot saw fewer executions or older events than an earlier cycle: the canary reads the wrong database/schema, or rows were deleted',
+    empty_snapshot_contradicted: 'the snapshot saw no executions although the event log outside it has events: the canary reads the wrong database/schema',
+  } as Record<string, string>,
+});
+
+export interface InvariantMeta {
+  id: string;
+  tier: Tier;
+  severity: Severity;
+  holds: string;
+  diagnoses: Record<string, string>;
+}
+
+export const ALL_INVARIANTS: readonly InvariantMeta[] = Object.freeze([...CATALOGUE, H01]);
+
+export function invariantMeta(id: string): InvariantMeta | undefined {
+  return ALL_INVARIANTS.find((i) => i.id === id);
+}
+
+/** The one-line diagnosis for a stored violation. */
+export function diagnose(invariant: string, reason: string): string {
+  return invariantMeta(invariant)?.diagnoses[reason] ?? `${invariant} violated (${reason})`;
+}

@@ -1,0 +1,135 @@
+import { sql } from 'kysely';
+import { graces } from '../graces.ts';
+import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
+
+const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+
+interface PushAgent {
+  agent: string;
+  max_parallel: number;
+  running: number;
+  /** When the longest-waiting admissible queued row became admissible (older than the SLA), or null. */
+  oldest_admissible: number | null;
+}
+
+/**
+ * B-02. Only push agents: Baton's own dispatcher serves them, so admissible work waiting while
+ * seats are free is Baton's fault. A pull agent's queue waits for workers Baton cannot see (none
+ * connected, or fewer than the seats) — an operations matter the metrics show, not a bug here.
+ * A queued row became admissible at max(changed_at, run_after): changed_at is when it last
+ * entered `queued` (created, re-queued or released).
+ */
+export const B02: Invariant<PushAgent> = {
+  id: 'B-02',
+  tier: 'B',
+  severity: 'warning',
+  holds: 'no push agent has admissible queued work while seats are free for longer than the dispatch SLA',
+  diagnoses: {
+    queued_with_free_seats: 'a push agent has admissible work queued beyond the dispatch SLA while seats are free: the dispatcher is stuck or not running',
+  },
+  grace: graces.dispatchSla,
+  async population(tx, { now, graceMs }) {
+    const cutoff = now - graceMs;
+    const agents = await tx.selectFrom('agents').select(['name', 'max_parallel']).where('delivery', '=', 'push').where('max_parallel', '>', 0).execute();
+    if (agents.length === 0) return [];
+    const names = agents.map((a) => a.name);
+    const running = await tx
+      .selectFrom('executions')
+      .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])
+      .where('status', '=', 'running')
+      .where('agent', 'in', names)
+      .groupBy('agent')
+      .execute();
+    const waiting = await tx
+      .selectFrom('executions')
+      .select(['agent', (eb) => eb.fn.min<number>('changed_at').as('oldest')])
+      .where('status', '=', 'queued')
+      .where('agent', 'in', names)
+      .where('changed_at', '<', cutoff)
+      .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
+      .groupBy('agent')
+      .execute();
+    const r = new Map(running.map((x) => [x.agent, Number(x.n)]));
+    const w = new Map(waiting.map((x) => [x.agent, n(x.oldest)]));
+    return agents.map((a) => ({ agent: a.name, max_parallel: a.max_parallel, running: r.get(a.name) ?? 0, oldest_admissible: w.get(a.name) ?? null }));
+  },
+  evaluate(rows, { now, graceMs }) {
+    return rows
+      .filter((a) => a.running < a.max_parallel && a.oldest_admissible !== null && a.oldest_admissible < now - graceMs)
+      .map((a) => ({ subject: a.agent, agent: a.agent, reason: 'queued_with_free_seats', detail: { running: a.running, max_parallel: a.max_parallel, waiting_ms: now - a.oldest_admissible! } }));
+  },
+};
+
+interface StaleQueued {
+  id: string;
+  agent: string;
+  waiting_since: number;
+}
+
+/** B-05: the reaper's backlog-expiry sweep, measured the way the reaper measures it. */
+export const B05: Invariant<StaleQueued> = {
+  id: 'B-05',
+  tier: 'B',
+  severity: 'warning',
+  holds: 'no queued row waits longer than the backlog expiry (plus two reaper intervals)',
+  diagnoses: {
+    queued_past_expiry: 'a queued execution outlived the backlog expiry: the reaper backlog sweep is not running (transitions/expire.ts)',
+  },
+  grace: graces.backlogExpiry,
+  async population(tx, { now, graceMs }) {
+    const cutoff = now - graceMs;
+    const rows = await tx
+      .selectFrom('executions')
+      .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
+      .where('status', '=', 'queued')
+      .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', cutoff))
+      .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
+      .orderBy('id')
+      .limit(MAX_FINDINGS + 1)
+      .execute();
+    return rows.map((r) => ({ id: r.id, agent: r.agent, waiting_since: Number(r.waiting_since) }));
+  },
+  evaluate(rows, { now, graceMs }) {
+    return rows.filter((r) => r.waiting_since < now - graceMs).map((r) => ({ subject: r.id, agent: r.agent, reason: 'queued_past_expiry', detail: { waiting_ms: now - r.waiting_since } }));
+  },
+};
+
+interface BacklogCount {
+  agent: string;
+  max_backlog: number;
+  fresh_queued: number;
+}
+
+/**
+ * B-06. Counts only rows that never started and were submitted after the agent's settings last
+ * changed. The submit path refuses at max_backlog counting *every* queued row, so those rows
+ * alone can never exceed it — whereas the full queued count legitimately can: the reaper
+ * re-queues lapsed rows and a release hands rows back regardless of max_backlog, and lowering
+ * max_backlog leaves the existing queue in place.
+ */
+export const B06: Invariant<BacklogCount> = {
+  id: 'B-06',
+  tier: 'A',
+  severity: 'warning',
+  holds: 'queued ≤ max_backlog (rows submitted since the agent settings changed and never started)',
+  diagnoses: {
+    backlog_exceeded: 'more executions were accepted than max_backlog allows: the submit path did not count the backlog under the agent lock (Engine.submit, transitions/create.ts)',
+  },
+  grace: () => 0,
+  async population(tx) {
+    const rows = await tx
+      .selectFrom('executions as e')
+      .innerJoin('agents as a', 'a.name', 'e.agent')
+      .select(['e.agent', 'a.max_backlog', (eb) => eb.fn.countAll<number>().as('fresh_queued')])
+      .where('e.status', '=', 'queued')
+      .where('e.started_at', 'is', null)
+      .whereRef('e.created_at', '>', 'a.updated_at')
+      .groupBy(['e.agent', 'a.max_backlog'])
+      .having(sql`count(*)`, '>', sql.ref('a.max_backlog'))
+      .execute();
+    return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: Number(r.fresh_queued) }));
+  },
+  evaluate(rows) {
+    return rows.filter((r) => r.fresh_queued > r.max_backlog).map((r): Finding => ({ subject: r.agent, agent: r.agent, reason: 'backlog_exceeded', detail: { queued: r.fresh_queued, max_backlog: r.max_backlog } }));
+  },
+};

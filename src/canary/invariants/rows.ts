@@ -1,0 +1,197 @@
+import { sql } from 'kysely';
+import { TERMINAL_STATES } from '../../domain/states.ts';
+import { graces } from '../graces.ts';
+import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
+
+const zero = () => 0;
+const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+
+interface Ended {
+  id: string;
+  agent: string;
+  status: string;
+  started_at: number | null;
+  completed_at: number | null;
+  duration_ms: number | null;
+}
+
+/** E-03 */
+export const E03: Invariant<Ended> = {
+  id: 'E-03',
+  tier: 'A',
+  severity: 'warning',
+  holds: 'terminal rows have completed_at; rows that ran and ended have duration_ms',
+  diagnoses: {
+    terminal_without_completed_at: 'a terminal execution has no completed_at: the transition that ended it forgot the timestamp (src/engine/transitions/)',
+    ran_without_duration: 'an execution that ran and ended has no duration_ms: the transition that ended it forgot it (src/engine/transitions/)',
+  },
+  grace: zero,
+  async population(tx) {
+    const rows = await tx
+      .selectFrom('executions')
+      .select(['id', 'agent', 'status', 'started_at', 'completed_at', 'duration_ms'])
+      .where('status', 'in', [...TERMINAL_STATES])
+      .where((eb) =>
+        eb.or([
+          eb('completed_at', 'is', null),
+          eb.and([eb('status', '<>', 'skipped'), eb('started_at', 'is not', null), eb('duration_ms', 'is', null)]),
+        ]),
+      )
+      .orderBy('id')
+      .limit(MAX_FINDINGS + 1)
+      .execute();
+    return rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) }));
+  },
+  evaluate(rows) {
+    const out: Finding[] = [];
+    for (const r of rows) {
+      if (!(TERMINAL_STATES as readonly string[]).includes(r.status)) continue;
+      if (r.completed_at === null) out.push({ subject: r.id, agent: r.agent, reason: 'terminal_without_completed_at', detail: { status: r.status } });
+      else if (r.status !== 'skipped' && r.started_at !== null && r.duration_ms === null) out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
+    }
+    return out;
+  },
+};
+
+interface QueuedRow {
+  id: string;
+  agent: string;
+  agent_exists: string | null;
+  payload: string;
+  origin: string;
+  attempt: number;
+  max_redeliveries: number;
+}
+
+function parses(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** E-04. Reads every queued row's payload once per cycle: its cost grows with the backlog. */
+export const E04: Invariant<QueuedRow> = {
+  id: 'E-04',
+  tier: 'A',
+  severity: 'critical',
+  holds: 'queued rows carry valid metadata: their agent exists, payload and origin parse, attempts are within the redelivery limit',
+  diagnoses: {
+    agent_missing: 'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Engine.deleteAgent, transitions/create.ts)',
+    payload_invalid: 'a queued execution carries a payload that is not JSON: a create path stored it unserialised (transitions/create.ts)',
+    origin_invalid: 'a queued execution carries an origin that is not JSON: a create path stored it unserialised (transitions/create.ts)',
+    attempt_out_of_range: 'a queued execution has spent more deliveries than its limit: the reaper should have parked it as poisoned (transitions/expire.ts)',
+  },
+  grace: zero,
+  async population(tx) {
+    return tx
+      .selectFrom('executions as e')
+      .leftJoin('agents as a', 'a.name', 'e.agent')
+      .select(['e.id', 'e.agent', 'a.name as agent_exists', 'e.payload', 'e.origin', 'e.attempt', 'e.max_redeliveries'])
+      .where('e.status', '=', 'queued')
+      .orderBy('e.id')
+      .execute();
+  },
+  evaluate(rows) {
+    const out: Finding[] = [];
+    for (const r of rows) {
+      const f = (reason: string, detail?: Finding['detail']) => out.push({ subject: r.id, agent: r.agent, reason, detail });
+      if (r.agent_exists === null) f('agent_missing');
+      else if (!parses(r.payload)) f('payload_invalid');
+      else if (!parses(r.origin)) f('origin_invalid');
+      else if (r.attempt < 0 || r.attempt > r.max_redeliveries) f('attempt_out_of_range', { attempt: r.attempt, max_redeliveries: r.max_redeliveries });
+    }
+    return out;
+  },
+};
+
+interface RetryRow {
+  id: string;
+  agent: string;
+  retry_of: string;
+  target_agent: string | null;
+}
+
+/** E-07 */
+export const E07: Invariant<RetryRow> = {
+  id: 'E-07',
+  tier: 'A',
+  severity: 'warning',
+  holds: 'retry_of points to an existing execution of the same agent',
+  diagnoses: {
+    retry_target_missing: 'an execution is a retry of an execution that does not exist: the retry path linked a wrong id',
+    retry_other_agent: "an execution is a retry of another agent's execution: the retry path crossed agents",
+    retry_self: 'an execution is a retry of itself: the retry path linked the wrong id',
+  },
+  grace: zero,
+  async population(tx) {
+    return tx
+      .selectFrom('executions as e')
+      .leftJoin('executions as r', 'r.id', 'e.retry_of')
+      .select(['e.id', 'e.agent', 'e.retry_of', 'r.agent as target_agent'])
+      .where('e.retry_of', 'is not', null)
+      .where((eb) => eb.or([eb('r.id', 'is', null), eb('r.agent', '<>', eb.ref('e.agent')), eb('e.retry_of', '=', eb.ref('e.id'))]))
+      .orderBy('e.id')
+      .limit(MAX_FINDINGS + 1)
+      .execute() as Promise<RetryRow[]>;
+  },
+  evaluate(rows) {
+    return rows.flatMap((r): Finding[] => {
+      if (r.retry_of === r.id) return [{ subject: r.id, agent: r.agent, reason: 'retry_self' }];
+      if (r.target_agent === null) return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
+      if (r.target_agent !== r.agent) return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
+      return [];
+    });
+  },
+};
+
+interface Times {
+  id: string;
+  agent: string;
+  queued_at: number | null;
+  started_at: number | null;
+  completed_at: number | null;
+}
+
+/** G-03. Allows the stated clock skew between servers (graces.clockSkew). */
+export const G03: Invariant<Times> = {
+  id: 'G-03',
+  tier: 'A',
+  severity: 'warning',
+  holds: 'queued_at ≤ started_at ≤ completed_at where present',
+  diagnoses: {
+    started_before_queued: 'an execution started before it was queued: a server clock is off or a transition stamped the wrong time',
+    completed_before_started: 'an execution completed before it started: a server clock is off or a transition stamped the wrong time',
+    completed_before_queued: 'an execution completed before it was queued: a server clock is off or a transition stamped the wrong time',
+  },
+  grace: graces.clockSkew,
+  async population(tx, { graceMs }) {
+    const g = sql<number>`cast(${graceMs} as bigint)`;
+    const rows = await tx
+      .selectFrom('executions')
+      .select(['id', 'agent', 'queued_at', 'started_at', 'completed_at'])
+      .where((eb) =>
+        eb.or([
+          eb('queued_at', '>', sql<number>`started_at + ${g}`),
+          eb('started_at', '>', sql<number>`completed_at + ${g}`),
+          eb('queued_at', '>', sql<number>`completed_at + ${g}`),
+        ]),
+      )
+      .orderBy('id')
+      .limit(MAX_FINDINGS + 1)
+      .execute();
+    return rows.map((r) => ({ ...r, queued_at: n(r.queued_at), started_at: n(r.started_at), completed_at: n(r.completed_at) }));
+  },
+  evaluate(rows, { graceMs }) {
+    const out: Finding[] = [];
+    const after = (a: number | null, b: number | null) => a !== null && b !== null && a > b + graceMs;
+    for (const r of rows) {
+      if (after(r.queued_at, r.started_at)) out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
+      else if (after(r.started_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_started', detail: { early_ms: r.started_at! - r.completed_at! } });
+      else if (after(r.queued_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_queued', detail: { early_ms: r.queued_at! - r.completed_at! } });
+    }
+    return out;
+  },
+};

@@ -1,0 +1,105 @@
+import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { ApiError, Unreachable } from '../client.ts';
+import { readEnv } from '../config.ts';
+import { connect, type ConnectionFlags } from './connection.ts';
+import { EXIT } from './exit.ts';
+import { relativeTime, table } from './output.ts';
+
+export interface Check {
+  check: string;
+  /** ok · warn (worth a look, not a failure) · fail (exit non-zero) · skip (not applicable here) */
+  status: 'ok' | 'warn' | 'fail' | 'skip';
+  detail: string;
+}
+
+/** The store this machine is configured for, read directly (never migrated or written). */
+async function checkStore(dataDir: string): Promise<Check[]> {
+  const env = readEnv();
+  const url = env.databaseUrl;
+  if (!url) {
+    const file = join(dataDir, 'baton.sqlite');
+    if (!existsSync(file)) return [{ check: 'store', status: 'skip', detail: `no local SQLite store at ${file}; checked through the server only` }];
+  }
+  let store;
+  try {
+    const schema = process.env.BATON_PG_SCHEMA;
+    const [{ openStore }, { sql }] = await Promise.all([import('../store/open.ts'), import('kysely')]);
+    store = openStore({ databaseUrl: url, dataDir, schema, poolMax: 1 });
+    await sql`SELECT 1`.execute(store.db);
+    if (store.kind === 'postgres' && schema) {
+      // migrationStatus() would create a missing schema; the doctor only reads.
+      const found = await sql<{ n: number }>`SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name = ${schema}`.execute(store.db);
+      if (Number(found.rows[0]?.n ?? 0) === 0) {
+        return [
+          { check: 'store', status: 'ok', detail: 'PostgreSQL answers' },
+          { check: 'migrations', status: 'fail', detail: `schema ${schema} does not exist (run \`baton migrate\`)` },
+        ];
+      }
+    }
+    const { applied, known } = await store.migrationStatus();
+    const missing = known.filter((v) => !applied.includes(v));
+    const unknown = applied.filter((v) => !known.includes(v));
+    const where = url ? 'PostgreSQL' : `SQLite ${join(dataDir, 'baton.sqlite')}`;
+    const checks: Check[] = [{ check: 'store', status: 'ok', detail: `${where} answers` }];
+    if (missing.length) checks.push({ check: 'migrations', status: 'fail', detail: `not applied: ${missing.join(', ')} (run \`baton migrate\`)` });
+    else if (unknown.length) checks.push({ check: 'migrations', status: 'warn', detail: `the database has migrations this version does not know (${unknown.join(', ')}): a newer baton wrote it` });
+    else checks.push({ check: 'migrations', status: 'ok', detail: `current (version ${Math.max(0, ...applied)})` });
+    return checks;
+  } catch (err) {
+    return [{ check: 'store', status: 'fail', detail: `cannot read the store: ${(err as Error)?.message ?? err}` }];
+  } finally {
+    await store?.close().catch(() => undefined);
+  }
+}
+
+/** Read-only checks of a deployment: store, migrations, server, key, canary. */
+export async function runDoctor(o: ConnectionFlags): Promise<Check[]> {
+  const checks: Check[] = await checkStore(o.dataDir ?? readEnv().dataDir);
+  const c = connect(o);
+  try {
+    const r = await fetch(`${c.server}/readyz`);
+    const body = (await r.json().catch(() => ({}))) as { status?: string; store?: string; message?: string };
+    checks.push(r.ok ? { check: 'server', status: 'ok', detail: `${c.server} ready (${body.store ?? 'store'})` } : { check: 'server', status: 'fail', detail: `${c.server} not ready: ${body.status ?? r.status}${body.message ? ` — ${body.message}` : ''}` });
+  } catch (err) {
+    checks.push({ check: 'server', status: 'fail', detail: new Unreachable(c.server, (err as any)?.cause ?? err).message });
+    return checks;
+  }
+  try {
+    await c.listAgents();
+    checks.push({ check: 'api key', status: 'ok', detail: 'accepted' });
+  } catch (err) {
+    checks.push({ check: 'api key', status: 'fail', detail: err instanceof ApiError ? `${err.code}: ${err.message}` : String(err) });
+    return checks;
+  }
+  try {
+    const r = await c.request<{ status: string; open_count: number; last_completed_at: string | null }>('GET', '/v1/canary');
+    const s = r.body;
+    const when = `last check ${relativeTime(s.last_completed_at)}`;
+    if (s.status === 'healthy') checks.push({ check: 'canary', status: 'ok', detail: `healthy, ${when}` });
+    else if (s.status === 'violated') checks.push({ check: 'canary', status: 'fail', detail: `${s.open_count} open violation(s), ${when} (see \`baton canary status\`)` });
+    else if (s.status === 'stale') checks.push({ check: 'canary', status: 'fail', detail: `stale: no cycle finished recently (${when}); is any baton process running the canary?` });
+    else checks.push({ check: 'canary', status: 'warn', detail: s.status });
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404 && err.message.startsWith('no route')) checks.push({ check: 'canary', status: 'skip', detail: 'this server has no canary' });
+    else if (err instanceof ApiError && err.code === 'forbidden') checks.push({ check: 'canary', status: 'skip', detail: 'this key may not read the canary' });
+    else checks.push({ check: 'canary', status: 'fail', detail: err instanceof ApiError ? `${err.code}: ${err.message}` : String(err) });
+  }
+  return checks;
+}
+
+export function registerDoctorCommands(program: Command): void {
+  program
+    .command('doctor')
+    .description('read-only checks: store reachable, migrations current, server ready, key accepted, canary state; exits 1 on a problem')
+    .action(async (_o, cmd: Command) => {
+      const o = cmd.optsWithGlobals() as ConnectionFlags & { json?: boolean };
+      const checks = await runDoctor(o);
+      const failed = checks.filter((c) => c.status === 'fail');
+      if (o.json) process.stdout.write(JSON.stringify({ ok: failed.length === 0, checks }, null, 2) + '\n');
+      else process.stdout.write(table(checks.map((c) => ({ ...c, status: c.status.toUpperCase() })), ['check', 'status', 'detail']) + '\n');
+      if (failed.length) process.stderr.write(`error: ${failed.length} problem(s): ${failed.map((c) => `${c.check}: ${c.detail}`).join('; ')}\n`);
+      process.exitCode = failed.length ? EXIT.error : EXIT.ok;
+    });
+}

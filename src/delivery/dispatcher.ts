@@ -1,0 +1,311 @@
+/**
+ * Push delivery. For agents with `delivery: push`, Baton is the worker: the dispatcher admits
+ * queued executions with the same claim and lease as any pull worker (owner = this node), POSTs
+ * each task to the agent's URL, renews the lease while the request is in flight, and records the
+ * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
+ * the execution, and another process delivers it again with the same Idempotency-Key.
+ */
+import { createHmac } from 'node:crypto';
+import http from 'node:http';
+import https from 'node:https';
+import { BatonError } from '../domain/errors.ts';
+import type { Engine } from '../engine/engine.ts';
+import { redactJson, redactSecrets } from '../engine/redact.ts';
+import { iso } from '../engine/views.ts';
+import type { Outcome } from '../engine/transitions/complete.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+
+export interface DispatcherOptions {
+  /** Push requests in flight per process, over all agents (default 64). Each agent's cap still applies. */
+  concurrency?: number;
+  /** On stop(): how long in-flight requests get to finish before they are aborted and released (default 10 s). */
+  shutdownGraceMs?: number;
+  /** Largest response body read (default 4 MiB); a larger one fails the execution. */
+  maxResponseBytes?: number;
+}
+
+/** Fallback poll of push agents' queues. Signals make dispatch immediate; this bounds a lost one. */
+export const DISPATCH_POLL_MS = 1_000;
+
+type Why = 'cancelled' | 'timeout' | 'lost' | 'shutdown';
+
+interface Flight {
+  id: string;
+  abort(why: Why): void;
+  done: Promise<void>;
+}
+
+interface PushAgent {
+  name: string;
+  push_url: string | null;
+  push_secret: string | null;
+}
+
+export class Dispatcher {
+  private readonly concurrency: number;
+  private readonly maxResponseBytes: number;
+  private readonly shutdownGraceMs: number;
+  private readonly inflight = new Map<string, Flight>();
+  private readonly httpAgent: http.Agent;
+  private readonly httpsAgent: https.Agent;
+  private pushAgents = new Set<string>();
+  /** Agents the last pass saw with pull delivery: their queue changes are none of ours. */
+  private pullAgents = new Set<string>();
+  private rotate = 0;
+  private pending: Promise<number> | undefined;
+  private again = false;
+  private stopped = false;
+  private readonly off: () => void;
+  private readonly actor: string;
+
+  constructor(private readonly engine: Engine, opts: DispatcherOptions = {}) {
+    this.concurrency = opts.concurrency ?? 64;
+    this.maxResponseBytes = opts.maxResponseBytes ?? 4 * 1024 * 1024;
+    this.shutdownGraceMs = opts.shutdownGraceMs ?? 10_000;
+    this.actor = `dispatcher:${engine.nodeId}`;
+    // Keep-alive: one connection per request would cost more than the request on a fast agent.
+    this.httpAgent = new http.Agent({ keepAlive: true, maxSockets: this.concurrency });
+    this.httpsAgent = new https.Agent({ keepAlive: true, maxSockets: this.concurrency });
+    // Work queued for a push agent, or a seat freed: dispatch now rather than at the next poll.
+    const onChanged = (e: { agent: string; status: string }) => {
+      if (e.status === 'running') return;
+      // An agent the last pass did not know (just created) may be a push agent: look.
+      if (this.pushAgents.has(e.agent) || !this.pullAgents.has(e.agent)) this.dispatchOnce().catch(() => undefined);
+    };
+    engine.events.on('execution:changed', onChanged);
+    const offAgent = engine.store.subscribe('agent', () => void this.dispatchOnce().catch(() => undefined));
+    this.off = () => {
+      engine.events.off('execution:changed', onChanged);
+      offAgent();
+    };
+  }
+
+  /** Deliveries in flight in this process. */
+  get active(): number {
+    return this.inflight.size;
+  }
+
+  /**
+   * Admit what push agents can take now and start delivering it. Calls that overlap a running
+   * pass fold into one more pass after it. Returns how many deliveries this pass started.
+   */
+  dispatchOnce(): Promise<number> {
+    if (this.stopped) return Promise.resolve(0);
+    if (this.pending) {
+      this.again = true;
+      return this.pending;
+    }
+    const pass = this.pass().finally(() => {
+      this.pending = undefined;
+      if (this.again && !this.stopped) {
+        this.again = false;
+        this.dispatchOnce().catch((error) => this.engine.events.emit('loop:error', { loop: 'dispatcher', error }));
+      }
+    });
+    this.pending = pass;
+    return pass;
+  }
+
+  private async pass(): Promise<number> {
+    const all = await this.engine.store.db.selectFrom('agents').select(['name', 'delivery', 'push_url', 'push_secret']).orderBy('name').execute();
+    const agents: PushAgent[] = all.filter((a) => a.delivery === 'push');
+    this.pushAgents = new Set(agents.map((a) => a.name));
+    this.pullAgents = new Set(all.filter((a) => a.delivery !== 'push').map((a) => a.name));
+    if (agents.length === 0) return 0;
+    let started = 0;
+    // Start from a different agent each pass, so a saturated process does not always favour the first.
+    const offset = this.rotate++ % agents.length;
+    for (let i = 0; i < agents.length && !this.stopped; i++) {
+      const agent = agents[(offset + i) % agents.length]!;
+      const free = this.concurrency - this.inflight.size;
+      if (free <= 0) break;
+      const rows = await this.engine.claim(agent.name, { owner: this.engine.nodeId, max: free, waitMs: 0, delivery: 'push' });
+      for (const row of rows) {
+        this.start(row, agent);
+        started++;
+      }
+    }
+    return started;
+  }
+
+  private start(row: ExecutionRow, agent: PushAgent): void {
+    const ctrl = new AbortController();
+    let why: Why | undefined;
+    const abort = (w: Why) => {
+      if (why) return;
+      why = w;
+      ctrl.abort();
+    };
+    const done = this.deliver(row, agent, ctrl.signal, () => why).finally(() => this.inflight.delete(row.id));
+    this.inflight.set(row.id, { id: row.id, abort, done });
+    // Renew while the request is in flight; the answer to a renewal also carries cancellation.
+    const ttlMs = row.lease_ttl_seconds * 1000;
+    const renew = setInterval(async () => {
+      try {
+        const r = await this.engine.heartbeat(row.id, row.lease_token!);
+        if (r.cancel_requested) abort('cancelled');
+      } catch (err) {
+        if (err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found')) abort('lost');
+      }
+    }, Math.max(200, ttlMs / 3));
+    const deadline = setTimeout(() => abort('timeout'), Math.min(2 ** 31 - 1, Math.max(0, (row.deadline_at ?? Infinity) - this.engine.now())));
+    void done.finally(() => {
+      clearInterval(renew);
+      clearTimeout(deadline);
+    });
+  }
+
+  private async deliver(row: ExecutionRow, agent: PushAgent, signal: AbortSignal, why: () => Why | undefined): Promise<void> {
+    const started = Date.now();
+    let out: Outcome;
+    if (!agent.push_url) {
+      out = { status: 'failed', error: { code: 'push_url_missing', message: `agent '${agent.name}' uses push delivery but has no push_url` } };
+    } else {
+      const body = JSON.stringify({
+        execution_id: row.id,
+        attempt: row.attempt,
+        agent: row.agent,
+        message: row.message,
+        payload: JSON.parse(row.payload),
+        deadline: iso(row.deadline_at),
+      });
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        'user-agent': 'baton-dispatcher',
+        'idempotency-key': row.id,
+        'x-baton-execution-id': row.id,
+        'x-baton-attempt': String(row.attempt),
+      };
+      if (row.deadline_at) headers['x-baton-deadline'] = iso(row.deadline_at)!;
+      try {
+        if (agent.push_secret) headers['x-baton-signature'] = `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
+        const res = await this.post(agent.push_url, body, headers, signal);
+        out = interpret(res);
+      } catch (err) {
+        out = this.failure(err, why(), started, row, agent.push_url);
+      }
+    }
+    const w = why();
+    if (w === 'lost') return; // another owner has it now: report nothing
+    try {
+      if (w === 'shutdown') await this.engine.release(row.id, row.lease_token!, this.actor);
+      else await this.engine.complete(row.id, row.lease_token!, out, this.actor);
+    } catch (err) {
+      if (!(err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found'))) {
+        this.engine.events.emit('loop:error', { loop: 'dispatcher', error: err });
+      }
+    }
+  }
+
+  private failure(err: unknown, why: Why | undefined, started: number, row: ExecutionRow, url: string): Outcome {
+    const secs = ((Date.now() - started) / 1000).toFixed(1);
+    if (why === 'timeout') {
+      return { status: 'failed', error: { code: 'timeout', message: `push request timed out: no answer from ${where(url)} after ${secs} s (the agent's ${row.timeout_seconds} s timeout)` } };
+    }
+    if (why === 'cancelled') return { status: 'cancelled', error: { code: 'cancel_requested', message: `cancelled on request; the push request was aborted after ${secs} s` } };
+    if (why) return { status: 'failed', error: { code: 'push_aborted', message: `push request aborted (${why}) after ${secs} s` } };
+    const e = err as NodeJS.ErrnoException & { cause?: any };
+    const code = e?.code ?? e?.cause?.code;
+    const text = (e?.message || String(err) || 'unknown error').trim();
+    if (e instanceof ResponseTooLarge) return { status: 'failed', error: { code: 'push_invalid_response', message: text } };
+    return {
+      status: 'failed',
+      error: { code: 'push_unreachable', message: `POST ${where(url)} failed after ${secs} s: ${code ? `${code}: ` : ''}${text || 'connection error'}` },
+    };
+  }
+
+  /** POST with node:http (no client-side header/body timeouts: the task deadline bounds the wait). */
+  private post(url: string, body: string, headers: Record<string, string>, signal: AbortSignal): Promise<{ status: number; text: string }> {
+    const u = new URL(url);
+    const mod = u.protocol === 'https:' ? https : http;
+    const agent = u.protocol === 'https:' ? this.httpsAgent : this.httpAgent;
+    return new Promise((resolve, reject) => {
+      const req = mod.request(u, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, agent, signal });
+      req.on('response', (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          if (size > this.maxResponseBytes) {
+            res.destroy(new ResponseTooLarge(`the agent's response was larger than ${this.maxResponseBytes} bytes`));
+            return;
+          }
+          chunks.push(c);
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+        res.on('aborted', () => reject(new Error('the agent closed the connection before the response was complete')));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  /** Stop admitting; give in-flight requests the grace period; abort and release what is left. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.off();
+    await this.pending?.catch(() => undefined);
+    const all = () => Promise.all([...this.inflight.values()].map((f) => f.done));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([all(), new Promise((r) => (timer = setTimeout(r, this.shutdownGraceMs)))]);
+    clearTimeout(timer);
+    for (const f of this.inflight.values()) f.abort('shutdown');
+    await all();
+    this.httpAgent.destroy();
+    this.httpsAgent.destroy();
+  }
+}
+
+class ResponseTooLarge extends Error {}
+
+/** Where a request went, without the query string (it may carry a token). */
+function where(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.origin}${u.pathname}`;
+  } catch {
+    return 'the push URL';
+  }
+}
+
+const snippet = (text: string) => {
+  const t = redactSecrets(text.replace(/\u0000/g, '\uFFFD').trim());
+  return t.length > 500 ? t.slice(0, 500) + '…' : t;
+};
+
+/** The agent's answer → the execution's outcome. */
+export function interpret(res: { status: number; text: string }): Outcome {
+  const s = res.status;
+  if (s >= 200 && s < 300) {
+    if (res.text.trim() === '') return { status: 'succeeded', result: null };
+    let b: any;
+    try {
+      b = JSON.parse(res.text);
+    } catch {
+      return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}` } };
+    }
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: redactJson(b) };
+    const status = b.status ?? 'succeeded';
+    if (!['succeeded', 'failed', 'cancelled'].includes(status)) {
+      return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)` } };
+    }
+    const usage = typeof b.usage === 'object' && b.usage !== null && !Array.isArray(b.usage) ? b.usage : undefined;
+    let error: Outcome['error'] = null;
+    if (status !== 'succeeded') {
+      const e = b.error;
+      const message = typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : '';
+      const code = typeof e?.code === 'string' && e.code ? e.code.slice(0, 100) : status === 'failed' ? 'agent_failed' : 'cancelled';
+      error = { code, message: snippet(message) || `the agent reported ${status} without a message` };
+    }
+    return { status, result: redactJson(b.result), error, usage };
+  }
+  if (s >= 400 && s < 500) {
+    return { status: 'failed', error: { code: 'push_rejected', message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'} (a 4xx is not re-delivered)` } };
+  }
+  if (s >= 500) {
+    return { status: 'failed', error: { code: 'push_server_error', message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'}` } };
+  }
+  return { status: 'failed', error: { code: 'push_unexpected_status', message: `the agent answered HTTP ${s}; expected 2xx` } };
+}

@@ -1,0 +1,162 @@
+import { createHash } from 'node:crypto';
+import { BatonError } from '../../domain/errors.ts';
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+
+/**
+ * Idempotency keys. A caller's `Idempotency-Key` is claimed in its own short transaction
+ * (state `in_flight`), the work then runs, and the answer is stored with the work in the same
+ * transaction (`completeKey`), so a created execution and its stored answer cannot part.
+ * Keys come only from callers: never derive one from a body (two identical pings may be two
+ * real events).
+ */
+
+export const IDEMPOTENCY = Object.freeze({
+  /** How long a key remembers its answer. Env BATON_IDEMPOTENCY_TTL_HOURS overrides. */
+  ttlMs: 24 * 60 * 60 * 1000,
+  /**
+   * An in-flight claim older than this is taken over by the next request with the key: the
+   * process that claimed it died mid-request. Longer than any trigger transaction can take.
+   */
+  lockMs: 60_000,
+  /**
+   * A request that finds its key in flight waits this long for the first one's answer (then
+   * replays it) before answering 409 idempotency_in_flight. Covers concurrent retries of one call.
+   * Env BATON_IDEMPOTENCY_WAIT_MS overrides.
+   */
+  waitMs: 5_000,
+  pollMs: 25,
+});
+
+export function idempotencyTtlMs(env: NodeJS.ProcessEnv = process.env): number {
+  const h = Number(env.BATON_IDEMPOTENCY_TTL_HOURS);
+  return Number.isFinite(h) && h > 0 ? h * 3_600_000 : IDEMPOTENCY.ttlMs;
+}
+
+export interface IdemRequest {
+  /** `agent:<name>` or `webhook:<id>`. */
+  scope: string;
+  key: string;
+  /** Fingerprint of the request: same key with another fingerprint is a reuse (422). */
+  hash: string;
+}
+
+export interface StoredAnswer {
+  status: number;
+  body: unknown;
+}
+
+const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+
+/** The header's value, validated; undefined when absent. */
+export function readIdempotencyKey(header: string | string[] | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value === undefined || !KEY_PATTERN.test(value)) {
+    throw new BatonError('validation_error', 'header Idempotency-Key: must be 1-255 visible ASCII characters');
+  }
+  return value;
+}
+
+export function fingerprint(...parts: Array<string | Buffer>): string {
+  const h = createHash('sha256');
+  for (const p of parts) h.update(p).update('\0');
+  return h.digest('hex');
+}
+
+type Claim = { kind: 'claimed' } | { kind: 'completed'; answer: StoredAnswer } | { kind: 'in_flight' };
+
+async function claimOnce(store: StoreAdapter, r: IdemRequest, now: number, ttlMs: number): Promise<Claim> {
+  return store.transaction(async (tx) => {
+    const fresh = {
+      scope: r.scope,
+      idem_key: r.key,
+      request_hash: r.hash,
+      state: 'in_flight' as const,
+      locked_until: now + IDEMPOTENCY.lockMs,
+      status_code: null,
+      response: null,
+      execution_id: null,
+      created_at: now,
+      expires_at: now + ttlMs,
+    };
+    // A concurrent first use blocks on the primary key until the other commits, then does nothing.
+    const inserted = await tx
+      .insertInto('idempotency_keys')
+      .values(fresh)
+      .onConflict((oc) => oc.columns(['scope', 'idem_key']).doNothing())
+      .returning('scope')
+      .executeTakeFirst();
+    if (inserted) return { kind: 'claimed' };
+    const row = await store
+      .lockRows(tx.selectFrom('idempotency_keys').selectAll().where('scope', '=', r.scope).where('idem_key', '=', r.key), 'wait')
+      .executeTakeFirstOrThrow();
+    if (row.expires_at <= now) {
+      // An expired key is forgotten: this request is a first use again.
+      await tx.updateTable('idempotency_keys').set(fresh).where('scope', '=', r.scope).where('idem_key', '=', r.key).execute();
+      return { kind: 'claimed' };
+    }
+    if (row.request_hash !== r.hash) {
+      throw new BatonError('idempotency_key_reused', `header Idempotency-Key: '${r.key}' was already used for a different request (within ${Math.round(ttlMs / 3_600_000)} h)`);
+    }
+    if (row.state === 'completed') return { kind: 'completed', answer: { status: row.status_code!, body: JSON.parse(row.response!) } };
+    if (row.locked_until < now) {
+      await tx.updateTable('idempotency_keys').set({ locked_until: now + IDEMPOTENCY.lockMs }).where('scope', '=', r.scope).where('idem_key', '=', r.key).execute();
+      return { kind: 'claimed' };
+    }
+    return { kind: 'in_flight' };
+  });
+}
+
+/**
+ * Claim the key for this request, or learn the first answer. A request whose key is in flight
+ * waits up to `waitMs` for that answer, then gets 409 idempotency_in_flight.
+ */
+export async function claimKey(
+  store: StoreAdapter,
+  r: IdemRequest,
+  opts: { now: () => number; ttlMs?: number; waitMs?: number },
+): Promise<{ kind: 'claimed' } | { kind: 'replay'; answer: StoredAnswer }> {
+  const envWait = Number(process.env.BATON_IDEMPOTENCY_WAIT_MS);
+  const until = Date.now() + (opts.waitMs ?? (Number.isFinite(envWait) && envWait >= 0 && process.env.BATON_IDEMPOTENCY_WAIT_MS ? envWait : IDEMPOTENCY.waitMs));
+  for (;;) {
+    const c = await claimOnce(store, r, opts.now(), opts.ttlMs ?? IDEMPOTENCY.ttlMs);
+    if (c.kind === 'claimed') return c;
+    if (c.kind === 'completed') return { kind: 'replay', answer: c.answer };
+    if (Date.now() >= until) {
+      throw new BatonError('idempotency_in_flight', `header Idempotency-Key: a request with '${r.key}' is still in flight; retry later`);
+    }
+    await new Promise((res) => setTimeout(res, IDEMPOTENCY.pollMs));
+  }
+}
+
+/** Store the answer; call it in the transaction that did the work. */
+export async function completeKey(tx: Tx, r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
+  await tx
+    .updateTable('idempotency_keys')
+    .set({ state: 'completed', status_code: answer.status, response: JSON.stringify(answer.body), execution_id: executionId })
+    .where('scope', '=', r.scope)
+    .where('idem_key', '=', r.key)
+    .execute();
+}
+
+/** Forget an in-flight claim (the work failed in a way the caller should retry). */
+export async function releaseKey(store: StoreAdapter, r: IdemRequest): Promise<void> {
+  await store.db.deleteFrom('idempotency_keys').where('scope', '=', r.scope).where('idem_key', '=', r.key).where('state', '=', 'in_flight').execute();
+}
+
+/** Store a refusal the caller should see again on a replay (outside the work's transaction). */
+export async function completeKeyAlone(store: StoreAdapter, r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
+  await store.transaction((tx) => completeKey(tx, r, answer, executionId));
+}
+
+/** Delete up to `limit` expired keys. */
+export async function purgeExpiredKeys(store: StoreAdapter, now: number, limit = 1000): Promise<number> {
+  const old = await store.db.selectFrom('idempotency_keys').select(['scope', 'idem_key']).where('expires_at', '<=', now).limit(limit).execute();
+  if (old.length === 0) return 0;
+  await store.transaction(async (tx) => {
+    for (const k of old) {
+      await tx.deleteFrom('idempotency_keys').where('scope', '=', k.scope).where('idem_key', '=', k.idem_key).where('expires_at', '<=', now).execute();
+    }
+  });
+  return old.length;
+}

@@ -1,0 +1,88 @@
+import { newExecutionId } from '../../domain/ids.ts';
+import type { TriggerKind } from '../../domain/states.ts';
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
+import { insertQueued, type NewQueued } from '../transitions/create.ts';
+
+export type OverlapPolicy = 'skip' | 'queue' | 'allow';
+
+/** Everything a trigger (tick, manual, webhook) knows about the run it wants to start. */
+export interface RunSpec {
+  scheduleId: string | null;
+  /** The due time a schedule tick fires for (one row per due time); null for other triggers. */
+  scheduledFor: number | null;
+  webhookId: string | null;
+  /** `skip`: refuse while a run of the same schedule (or, without one, webhook) is not terminal. */
+  overlap: OverlapPolicy;
+  trigger: TriggerKind;
+  origin: Record<string, unknown>;
+  message: string;
+  /** JSON text. */
+  payload: string;
+  priority: number;
+  /** JSON text of the effective retry policy, or null. */
+  retryPolicy: string | null;
+  idempotencyKey: string | null;
+}
+
+export type RunOutcome =
+  | { kind: 'created'; row: ExecutionRow }
+  | { kind: 'busy'; execution_id: string }
+  | { kind: 'full'; max_backlog: number };
+
+/** Lock the agent row for the rest of the transaction (it serialises backlog and overlap checks). */
+export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Promise<AgentRow | undefined> {
+  return store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', name), 'wait').executeTakeFirst();
+}
+
+/** The run in flight that a `skip` overlap policy defers to (running first), if any. */
+export async function runInFlight(tx: Tx, spec: Pick<RunSpec, 'scheduleId' | 'webhookId'>): Promise<string | undefined> {
+  let q = tx.selectFrom('executions').select('id').where('status', 'in', ['queued', 'running']);
+  if (spec.scheduleId) q = q.where('schedule_id', '=', spec.scheduleId);
+  else if (spec.webhookId) q = q.where('webhook_id', '=', spec.webhookId);
+  else return undefined;
+  const row = await q.orderBy('status', 'desc').orderBy('created_at').limit(1).executeTakeFirst();
+  return row?.id;
+}
+
+export function rowFor(agent: AgentRow, spec: RunSpec): NewQueued {
+  return {
+    id: newExecutionId(),
+    agent: agent.name,
+    schedule_id: spec.scheduleId,
+    scheduled_for: spec.scheduledFor,
+    webhook_id: spec.webhookId,
+    trigger_kind: spec.trigger,
+    origin: JSON.stringify(spec.origin),
+    message: spec.message,
+    payload: spec.payload,
+    priority: spec.priority,
+    run_after: null,
+    max_redeliveries: agent.max_redeliveries,
+    timeout_seconds: agent.timeout_seconds,
+    lease_ttl_seconds: agent.lease_ttl_seconds,
+    idempotency_key: spec.idempotencyKey,
+    retry_policy: spec.retryPolicy ?? agent.retry_policy,
+    serial_key: spec.overlap === 'queue' ? (spec.scheduleId ?? spec.webhookId) : null,
+  };
+}
+
+/**
+ * Start one run on a locked agent: refuse under the overlap policy, refuse a full backlog, or
+ * insert the queued row. Nothing is written on a refusal (the caller decides whether a skipped
+ * row records it).
+ */
+export async function startRun(tx: Tx, agent: AgentRow, spec: RunSpec, now: number, actor: string): Promise<RunOutcome> {
+  if (spec.overlap === 'skip') {
+    const busy = await runInFlight(tx, spec);
+    if (busy) return { kind: 'busy', execution_id: busy };
+  }
+  const row = await insertQueued(tx, rowFor(agent, spec), agent.max_backlog, now, actor);
+  if (!row) return { kind: 'full', max_backlog: agent.max_backlog };
+  return { kind: 'created', row };
+}
+
+/** Wake claimers and listeners about a row a trigger wrote (same message format as the engine's). */
+export function announce(store: StoreAdapter, row: { id: string; agent: string; status: string }): void {
+  store.publish('execution', `${row.agent}\t${row.id}\t${row.status}`);
+}

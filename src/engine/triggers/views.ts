@@ -1,0 +1,55 @@
+import type { ScheduleRow, WebhookRow } from '../../store/schema.ts';
+import { iso } from '../views.ts';
+import { compileCron, nextRuns } from './cron.ts';
+
+const json = (text: string | null) => (text === null ? null : JSON.parse(text));
+
+/** How many upcoming due times a schedule's view lists. */
+export const NEXT_RUNS_SHOWN = 5;
+
+export function scheduleView(s: ScheduleRow) {
+  let upcoming: number[] = [];
+  if (s.enabled === 1 && s.next_run_at !== null) {
+    try {
+      const c = compileCron(s.cron, s.timezone);
+      upcoming = [s.next_run_at, ...nextRuns(c, s.next_run_at, NEXT_RUNS_SHOWN - 1)];
+    } catch {
+      upcoming = [];
+    }
+  }
+  return {
+    id: s.id,
+    agent: s.agent,
+    name: s.name,
+    cron: s.cron,
+    timezone: s.timezone,
+    message: s.message,
+    payload: json(s.payload),
+    enabled: s.enabled === 1,
+    overlap_policy: s.overlap_policy,
+    misfire_policy: s.misfire_policy,
+    misfire_grace_seconds: s.misfire_grace_seconds,
+    retry_policy: json(s.retry_policy),
+    priority: s.priority,
+    next_run_at: iso(s.next_run_at),
+    last_run_at: iso(s.last_run_at),
+    next_runs: upcoming.map((t) => iso(t)!),
+    created_at: iso(s.created_at)!,
+    updated_at: iso(s.updated_at)!,
+  };
+}
+
+export function webhookView(w: WebhookRow) {
+  return {
+    id: w.id,
+    name: w.name,
+    agent: w.agent,
+    schedule_id: w.schedule_id,
+    message: w.message,
+    overlap_policy: w.overlap_policy,
+    enabled: w.enabled === 1,
+    signed: w.secret_enc !== null,
+    created_at: iso(w.created_at)!,
+    last_delivery_at: iso(w.last_delivery_at),
+  };
+}

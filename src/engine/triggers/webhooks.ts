@@ -1,0 +1,271 @@
+import { createCipheriv, createDecipheriv, createHash, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
+import { AlreadyRunning, BacklogFull, BatonError, NotFound } from '../../domain/errors.ts';
+import { newId } from '../../domain/ids.ts';
+import type { Tx } from '../../store/adapter.ts';
+import type { ExecutionRow, WebhookRow } from '../../store/schema.ts';
+import { appendAudit } from '../audit.ts';
+import type { Engine } from '../engine.ts';
+import { Schedules } from './schedules.ts';
+import { announce, lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
+
+/**
+ * Webhooks: a secret URL `/hooks/<token>` that starts a run of a schedule or an agent.
+ * The token has 256 bits of randomness, is shown once, and only its SHA-256 is stored. An
+ * optional HMAC secret is stored AES-256-GCM encrypted under a key derived from the token, so a
+ * copy of the database alone reveals neither.
+ */
+export const TOKEN_PREFIX = 'bwh_';
+const TOKEN_PATTERN = /^bwh_[A-Za-z0-9_-]{43}$/;
+export const WEBHOOK_BODY_LIMIT = 64 * 1024;
+
+export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
+export const looksLikeToken = (token: string) => TOKEN_PATTERN.test(token);
+const newToken = () => TOKEN_PREFIX + randomBytes(32).toString('base64url');
+const newSecret = () => 'whsec_' + randomBytes(32).toString('base64url');
+
+function keyFor(token: string, webhookId: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', token, 'baton-webhook-secret', webhookId, 32));
+}
+
+export function encryptSecret(secret: string, token: string, webhookId: string): string {
+  const iv = randomBytes(12);
+  const c = createCipheriv('aes-256-gcm', keyFor(token, webhookId), iv);
+  const data = Buffer.concat([c.update(secret, 'utf8'), c.final()]);
+  return Buffer.concat([iv, c.getAuthTag(), data]).toString('base64url');
+}
+
+export function decryptSecret(enc: string, token: string, webhookId: string): string {
+  const raw = Buffer.from(enc, 'base64url');
+  const d = createDecipheriv('aes-256-gcm', keyFor(token, webhookId), raw.subarray(0, 12));
+  d.setAuthTag(raw.subarray(12, 28));
+  return Buffer.concat([d.update(raw.subarray(28)), d.final()]).toString('utf8');
+}
+
+/** `sha256=<hex>` of HMAC-SHA256(secret, body): what a sender puts in X-Baton-Signature. */
+export function sign(secret: string, body: Buffer | string): string {
+  return 'sha256=' + createHmac('sha256', secret).update(body).digest('hex');
+}
+
+/** Constant-time check of a `sha256=<hex>` header against the raw body. */
+export function signatureValid(secret: string, body: Buffer, header: string | undefined): boolean {
+  if (!header || !header.startsWith('sha256=')) return false;
+  const expected = Buffer.from(sign(secret, body));
+  const given = Buffer.from(header.trim());
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+export interface WebhookInput {
+  name: string;
+  agent?: string;
+  schedule_id?: string;
+  message?: string;
+  overlap_policy?: OverlapPolicy;
+  secret?: string;
+  generate_secret?: boolean;
+}
+
+export interface Delivery {
+  webhook: WebhookRow;
+  token: string;
+  body: unknown;
+  sourceAddress: string;
+  idempotencyKey: string | null;
+  onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>;
+}
+
+export type DeliveryOutcome = { status: 'queued' | 'running'; execution_id: string } | { status: 'already_running'; execution_id: string };
+
+export class Webhooks {
+  private readonly schedules: Schedules;
+  constructor(private readonly engine: Engine) {
+    this.schedules = new Schedules(engine);
+  }
+
+  private get store() {
+    return this.engine.store;
+  }
+
+  async create(input: WebhookInput, actor: string): Promise<{ row: WebhookRow; token: string; secret: string | null }> {
+    if (!input.agent === !input.schedule_id) throw new BatonError('validation_error', 'body.agent, body.schedule_id: give exactly one target');
+    if (input.secret && input.generate_secret) throw new BatonError('validation_error', 'body.secret, body.generate_secret: give one or the other');
+    const now = this.engine.now();
+    const id = newId('wh_');
+    const token = newToken();
+    const secret = input.secret ?? (input.generate_secret ? newSecret() : null);
+    const row = await this.store.transaction(async (tx) => {
+      let agent = input.agent;
+      if (input.schedule_id) {
+        const s = await tx.selectFrom('schedules').select(['agent']).where('id', '=', input.schedule_id).executeTakeFirst();
+        if (!s) throw new NotFound('schedule', input.schedule_id);
+        agent = s.agent;
+      } else {
+        const a = await tx.selectFrom('agents').select('name').where('name', '=', agent!).executeTakeFirst();
+        if (!a) throw new NotFound('agent', agent!);
+      }
+      const inserted = await tx
+        .insertInto('webhooks')
+        .values({
+          id,
+          agent: agent!,
+          schedule_id: input.schedule_id ?? null,
+          name: input.name,
+          token_hash: hashToken(token),
+          secret_enc: secret ? encryptSecret(secret, token, id) : null,
+          message: input.message ?? `webhook ${input.name}`,
+          overlap_policy: input.overlap_policy ?? 'allow',
+          enabled: 1,
+          created_at: now,
+          updated_at: now,
+          last_delivery_at: null,
+        })
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await appendAudit(tx, { at: now, actor, action: 'webhook.create', subject: id, detail: { agent, schedule_id: input.schedule_id ?? null, signed: secret !== null } });
+      return inserted;
+    });
+    // A secret the caller chose is not echoed back; a generated one is shown this once.
+    return { row, token, secret: input.generate_secret ? secret : null };
+  }
+
+  async list(agent?: string): Promise<WebhookRow[]> {
+    let q = this.store.db.selectFrom('webhooks').selectAll();
+    if (agent) q = q.where('agent', '=', agent);
+    return q.orderBy('agent').orderBy('name').execute();
+  }
+
+  async get(id: string): Promise<WebhookRow> {
+    const row = await this.store.db.selectFrom('webhooks').selectAll().where('id', '=', id).executeTakeFirst();
+    if (!row) throw new NotFound('webhook', id);
+    return row;
+  }
+
+  /**
+   * A new token (the old one stops working at once). The signing secret was encrypted under the
+   * old token, so a signed webhook gets a new secret too: the one given, or a generated one.
+   */
+  async rotate(id: string, given: string | undefined, actor: string): Promise<{ row: WebhookRow; token: string; secret: string | null }> {
+    const now = this.engine.now();
+    const token = newToken();
+    let secret: string | null = null;
+    const row = await this.store.transaction(async (tx) => {
+      const before = await this.store.lockRows(tx.selectFrom('webhooks').selectAll().where('id', '=', id), 'wait').executeTakeFirst();
+      if (!before) throw new NotFound('webhook', id);
+      secret = given ?? (before.secret_enc ? newSecret() : null);
+      const updated = await tx
+        .updateTable('webhooks')
+        .set({ token_hash: hashToken(token), secret_enc: secret ? encryptSecret(secret, token, id) : null, updated_at: now })
+        .where('id', '=', id)
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await appendAudit(tx, { at: now, actor, action: 'webhook.rotate', subject: id, detail: { signed: secret !== null } });
+      return updated;
+    });
+    return { row, token, secret: given ? null : secret };
+  }
+
+  async delete(id: string, actor: string): Promise<void> {
+    const now = this.engine.now();
+    await this.store.transaction(async (tx) => {
+      const gone = await tx.deleteFrom('webhooks').where('id', '=', id).executeTakeFirst();
+      if (Number(gone.numDeletedRows) !== 1) throw new NotFound('webhook', id);
+      await appendAudit(tx, { at: now, actor, action: 'webhook.delete', subject: id });
+    });
+  }
+
+  /** The enabled webhook a token opens, or undefined (the caller answers a neutral 404). */
+  async resolve(token: string): Promise<WebhookRow | undefined> {
+    if (!looksLikeToken(token)) return undefined;
+    const row = await this.store.db.selectFrom('webhooks').selectAll().where('token_hash', '=', hashToken(token)).executeTakeFirst();
+    return row && row.enabled === 1 ? row : undefined;
+  }
+
+  /** Audit a delivery refused before any trigger (bad signature, not JSON): ids and codes only. */
+  async auditRefusal(w: WebhookRow, error: string, sourceAddress: string): Promise<void> {
+    const now = this.engine.now();
+    await this.store.transaction((tx) => appendAudit(tx, { at: now, actor: `webhook:${w.id}`, action: 'webhook.refused', subject: w.id, detail: { error, source_address: sourceAddress } }));
+  }
+
+  /** The webhook's signing secret, or null when deliveries need no signature. */
+  secretOf(w: WebhookRow, token: string): string | null {
+    return w.secret_enc ? decryptSecret(w.secret_enc, token, w.id) : null;
+  }
+
+  /**
+   * Start the run a delivery asks for. The caller's JSON body reaches the execution as payload
+   * context (`payload.webhook.body`). Busy under `skip`: the delivery is coalesced into the run in
+   * flight (no row created) and that run's id is returned.
+   */
+  async deliver(d: Delivery): Promise<DeliveryOutcome> {
+    const w = d.webhook;
+    const origin = { webhook_id: w.id, source_address: d.sourceAddress };
+    const context = { id: w.id, name: w.name, body: d.body };
+    if (w.schedule_id) {
+      const s = await this.store.db.selectFrom('schedules').select('payload').where('id', '=', w.schedule_id).executeTakeFirst();
+      if (!s) throw new NotFound('schedule', w.schedule_id);
+      const base = JSON.parse(s.payload) as unknown;
+      const payload = base !== null && typeof base === 'object' && !Array.isArray(base) ? { ...base, webhook: context } : { payload: base, webhook: context };
+      try {
+        const row = await this.schedules.trigger(w.schedule_id, {
+          actor: `webhook:${w.id}`,
+          trigger: 'webhook',
+          origin,
+          payload,
+          idempotencyKey: d.idempotencyKey,
+          webhookId: w.id,
+          onCreated: async (tx, row) => {
+            await tx.updateTable('webhooks').set({ last_delivery_at: row.created_at }).where('id', '=', w.id).execute();
+            await d.onCreated?.(tx, row);
+          },
+        });
+        return { status: row.status as 'queued', execution_id: row.id };
+      } catch (err) {
+        if (err instanceof AlreadyRunning) return { status: 'already_running', execution_id: String(err.details.execution_id) };
+        throw err;
+      }
+    }
+    const now = this.engine.now();
+    const actor = `webhook:${w.id}`;
+    const out = await this.store.transaction(async (tx) => {
+      const agent = await lockAgent(tx, this.store, w.agent);
+      if (!agent) throw new NotFound('agent', w.agent);
+      const r = await startRun(
+        tx,
+        agent,
+        {
+          scheduleId: null,
+          scheduledFor: null,
+          webhookId: w.id,
+          overlap: w.overlap_policy,
+          trigger: 'webhook',
+          origin,
+          message: w.message,
+          payload: JSON.stringify({ webhook: context }),
+          priority: 0,
+          retryPolicy: null,
+          idempotencyKey: d.idempotencyKey,
+        },
+        now,
+        actor,
+      );
+      if (r.kind === 'created') {
+        await appendAudit(tx, { at: now, actor, action: 'webhook.trigger', subject: w.id, execution_id: r.row.id, detail: { trigger: 'webhook', agent: w.agent } });
+        await tx.updateTable('webhooks').set({ last_delivery_at: now }).where('id', '=', w.id).execute();
+        await d.onCreated?.(tx, r.row);
+      } else {
+        await appendAudit(tx, {
+          at: now,
+          actor,
+          action: 'webhook.trigger.refused',
+          subject: w.id,
+          execution_id: r.kind === 'busy' ? r.execution_id : null,
+          detail: { error: r.kind === 'busy' ? 'already_running' : 'backlog_full' },
+        });
+      }
+      return r;
+    });
+    if (out.kind === 'busy') return { status: 'already_running', execution_id: out.execution_id };
+    if (out.kind === 'full') throw new BacklogFull(w.agent, out.max_backlog);
+    announce(this.store, out.row);
+    return { status: out.row.status as 'queued', execution_id: out.row.id };
+  }
+}

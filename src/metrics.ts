@@ -1,0 +1,209 @@
+/**
+ * Prometheus metrics (prom-client). Two registries, merged on every scrape of GET /metrics:
+ *
+ * - a process-wide one (this module): process metrics and the counters other components
+ *   increment through the functions below — import and call them, never create metrics with
+ *   these names elsewhere;
+ * - one per node (createNodeMetrics): HTTP, engine and canary metrics bound to that node's
+ *   engine and store. Gauges that need the database are computed when scraped, from a few
+ *   grouped counts cached for `DB_GAUGE_TTL_MS`, never on the request path.
+ *
+ * For components:
+ *   countSchedulerTick('fired' | 'skipped', reason)   — one per due schedule handled
+ *   countWebhook(outcome)                               — one per webhook request answered
+ *   countPushDelivery(outcome)                          — one per push delivery attempt
+ * Outcomes and reasons are short fixed codes (e.g. 'accepted', 'already_running',
+ * 'bad_signature', 'overlap'), never ids: each distinct value is a new time series.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Engine } from './engine/engine.ts';
+import type { StoreAdapter } from './store/adapter.ts';
+
+export const processRegistry = new Registry();
+collectDefaultMetrics({ register: processRegistry });
+
+const schedulerTicks = new Counter({
+  name: 'baton_scheduler_ticks_total',
+  help: 'Due schedule ticks handled, by outcome (fired | skipped) and reason',
+  labelNames: ['outcome', 'reason'] as const,
+  registers: [processRegistry],
+});
+const webhookRequests = new Counter({
+  name: 'baton_webhook_requests_total',
+  help: 'Webhook requests answered, by outcome',
+  labelNames: ['outcome'] as const,
+  registers: [processRegistry],
+});
+const pushDeliveries = new Counter({
+  name: 'baton_push_deliveries_total',
+  help: 'Push delivery attempts to agents, by outcome',
+  labelNames: ['outcome'] as const,
+  registers: [processRegistry],
+});
+
+export function countSchedulerTick(outcome: 'fired' | 'skipped', reason = ''): void {
+  schedulerTicks.inc({ outcome, reason });
+}
+export function countWebhook(outcome: string): void {
+  webhookRequests.inc({ outcome });
+}
+export function countPushDelivery(outcome: string): void {
+  pushDeliveries.inc({ outcome });
+}
+
+/** Database-derived gauges are recomputed at most this often, however often Prometheus scrapes. */
+export const DB_GAUGE_TTL_MS = 5_000;
+
+/** Seconds, for waits from milliseconds to a day. */
+const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 86_400];
+
+interface DbStats {
+  executions: Array<{ agent: string; status: string; n: number }>;
+  agents: Array<{ name: string; max_parallel: number; max_backlog: number }>;
+  violations: Array<{ invariant: string; severity: string; n: number }>;
+  alerts: Array<{ status: string; n: number }>;
+  canaryCompletedAt: number | null;
+}
+
+async function readDbStats(store: StoreAdapter): Promise<DbStats> {
+  const db = store.db;
+  const executions = await db.selectFrom('executions').select(['agent', 'status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy(['agent', 'status']).execute();
+  const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog']).execute();
+  const violations = await db.selectFrom('canary_violations').select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')]).where('resolved_at', 'is', null).groupBy(['invariant', 'severity']).execute();
+  const alerts = await db.selectFrom('canary_alerts').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute();
+  const state = await db.selectFrom('canary_state').select('last_completed_at').where('id', '=', 'canary').executeTakeFirst();
+  return {
+    executions: executions.map((r) => ({ ...r, n: Number(r.n) })),
+    agents,
+    violations: violations.map((r) => ({ ...r, n: Number(r.n) })),
+    alerts: alerts.map((r) => ({ ...r, n: Number(r.n) })),
+    canaryCompletedAt: state?.last_completed_at === null || state?.last_completed_at === undefined ? null : Number(state.last_completed_at),
+  };
+}
+
+export interface NodeMetrics {
+  registry: Registry;
+  /** Record one answered HTTP request (route pattern, never the raw URL). */
+  observeHttp(method: string, route: string, status: number, seconds: number): void;
+  /** Prometheus text for this node plus the process-wide metrics. */
+  render(): Promise<{ contentType: string; body: string }>;
+  close(): void;
+}
+
+export function createNodeMetrics(engine: Engine): NodeMetrics {
+  const registry = new Registry();
+  const store = engine.store;
+  let cached: { at: number; stats: Promise<DbStats | undefined> } | undefined;
+  const stats = () => {
+    const now = Date.now();
+    if (!cached || now - cached.at > DB_GAUGE_TTL_MS) cached = { at: now, stats: readDbStats(store).catch(() => undefined) };
+    return cached.stats;
+  };
+  const dbGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, s: DbStats) => void) =>
+    new Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      async collect() {
+        const s = await stats();
+        this.reset();
+        if (s) fill(this, s);
+      },
+    });
+
+  new Gauge({
+    name: 'baton_store_up',
+    help: '1 when the last database-derived gauge refresh succeeded',
+    registers: [registry],
+    async collect() {
+      this.set((await stats()) ? 1 : 0);
+    },
+  });
+  dbGauge('baton_executions', 'Executions by agent and status (all time)', ['agent', 'status'], (g, s) => {
+    for (const r of s.executions) g.set({ agent: r.agent, status: r.status }, r.n);
+  });
+  const countOf = (s: DbStats, agent: string, status: string) => s.executions.find((r) => r.agent === agent && r.status === status)?.n ?? 0;
+  dbGauge('baton_agent_running', 'Running executions (seats in use) per agent', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, countOf(s, a.name, 'running'));
+  });
+  dbGauge('baton_agent_max_parallel', 'Seats per agent (max_parallel)', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, a.max_parallel);
+  });
+  dbGauge('baton_agent_queued', 'Queued executions per agent', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, countOf(s, a.name, 'queued'));
+  });
+  dbGauge('baton_agent_max_backlog', 'Queued executions allowed per agent (max_backlog)', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, a.max_backlog);
+  });
+  dbGauge('baton_canary_violations_open', 'Open canary violations by invariant and severity', ['invariant', 'severity'], (g, s) => {
+    for (const v of s.violations) g.set({ invariant: v.invariant, severity: v.severity }, v.n);
+  });
+  dbGauge('baton_canary_alerts', 'Canary alerts by delivery status (failed: could not be delivered)', ['status'], (g, s) => {
+    for (const st of ['pending', 'delivered', 'failed']) g.set({ status: st }, s.alerts.find((a) => a.status === st)?.n ?? 0);
+  });
+  dbGauge('baton_canary_last_cycle_timestamp_seconds', 'When the last canary cycle completed (any process)', [], (g, s) => {
+    if (s.canaryCompletedAt !== null) g.set(s.canaryCompletedAt / 1000);
+  });
+
+  const admissionWait = new Histogram({
+    name: 'baton_admission_wait_seconds',
+    help: 'Queued → running wait of first deliveries admitted by this process (from max(queued_at, run_after))',
+    labelNames: ['agent'] as const,
+    buckets: WAIT_BUCKETS,
+    registers: [registry],
+  });
+  const runDuration = new Histogram({
+    name: 'baton_run_duration_seconds',
+    help: 'Run duration of executions completed through this process, by outcome',
+    labelNames: ['agent', 'status'] as const,
+    buckets: WAIT_BUCKETS,
+    registers: [registry],
+  });
+  const reaperActions = new Counter({
+    name: 'baton_reaper_actions_total',
+    help: "Rows this process's reaper acted on, by kind (requeued, poisoned, timed_out, cancel_forced, cancelled, backlog_expired)",
+    labelNames: ['kind'] as const,
+    registers: [registry],
+  });
+  const httpDuration = new Histogram({
+    name: 'baton_http_request_duration_seconds',
+    help: 'HTTP requests answered, by method, route pattern and status code',
+    labelNames: ['method', 'route', 'status_code'] as const,
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60],
+    registers: [registry],
+  });
+
+  const onAdmitted = (rows: Array<{ agent: string; attempt: number; started_at: number | null; queued_at: number | null; run_after: number | null }>) => {
+    for (const r of rows) {
+      if (r.attempt !== 1 || r.started_at === null || r.queued_at === null) continue;
+      const since = Math.max(Number(r.queued_at), Number(r.run_after ?? 0));
+      admissionWait.observe({ agent: r.agent }, Math.max(0, Number(r.started_at) - since) / 1000);
+    }
+  };
+  const onCompleted = (r: { agent: string; status: string; duration_ms: number | null }) => {
+    if (r.duration_ms !== null) runDuration.observe({ agent: r.agent, status: r.status }, Number(r.duration_ms) / 1000);
+  };
+  const onReaped = (rows: Array<{ kind: string }>) => {
+    for (const r of rows) reaperActions.inc({ kind: r.kind });
+  };
+  engine.events.on('execution:admitted', onAdmitted);
+  engine.events.on('execution:completed', onCompleted);
+  engine.events.on('reaper:reaped', onReaped);
+
+  return {
+    registry,
+    observeHttp(method, route, status, seconds) {
+      httpDuration.observe({ method, route, status_code: String(status) }, seconds);
+    },
+    async render() {
+      const merged = Registry.merge([processRegistry, registry]);
+      return { contentType: merged.contentType, body: await merged.metrics() };
+    },
+    close() {
+      engine.events.off('execution:admitted', onAdmitted);
+      engine.events.off('execution:completed', onCompleted);
+      engine.events.off('reaper:reaped', onReaped);
+    },
+  };
+}

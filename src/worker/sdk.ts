@@ -1,0 +1,501 @@
+/**
+ * The TypeScript worker SDK: run tasks of one agent over the HTTP worker protocol.
+ *
+ *   const worker = createWorker({ server, key, agent: 'demo', concurrency: 2, handler: async (task) => {
+ *     task.log(`working on ${task.message}`);
+ *     return { summary: '…' };                 // → succeeded with this result
+ *   }});
+ *   await worker.start();                      // throws on unknown agent, bad key, unreachable server
+ *   process.on('SIGTERM', () => worker.stop()); // stop claiming, let tasks finish, release the rest
+ *
+ * What it does for every task: heartbeats every third of the lease TTL; aborts `task.signal`
+ * when cancellation is requested, the deadline passes or the lease is lost; ships `task.log()`
+ * lines in order; reports the outcome (retrying transport errors with jittered backoff). A lost
+ * lease (`409 lease_lost`) ends that task silently: another worker owns it now.
+ */
+import { hostname } from 'node:os';
+import { ApiError, BatonClient, Unreachable, type Task as TaskView } from '../client.ts';
+import { redactJson, redactSecrets } from '../engine/redact.ts';
+
+export type AbortReason = 'cancelled' | 'deadline' | 'lease_lost' | 'shutdown';
+
+/** `task.signal.reason` once aborted: says why. */
+export class TaskAborted extends Error {
+  constructor(readonly reason: AbortReason) {
+    super(
+      reason === 'cancelled'
+        ? 'cancellation was requested'
+        : reason === 'deadline'
+          ? 'the task deadline passed'
+          : reason === 'lease_lost'
+            ? 'the lease was lost (another worker may own the task now)'
+            : 'the worker is shutting down',
+    );
+    this.name = 'TaskAborted';
+  }
+}
+
+export interface Task {
+  executionId: string;
+  /** Delivery count: 2 or more means an earlier delivery may have run (de-duplicate on executionId). */
+  attempt: number;
+  agent: string;
+  message: string;
+  payload: unknown;
+  /** Hard deadline (started_at + the agent's timeout). */
+  deadline: Date;
+  leaseTtlSeconds: number;
+  /** Aborted on cancel, deadline, lease loss or shutdown; `signal.reason` is a TaskAborted. */
+  signal: AbortSignal;
+  /** Append a log line (streamed to the server in order while the task runs). */
+  log(line: string, stream?: 'stdout' | 'stderr'): void;
+}
+
+export interface Usage {
+  input_tokens?: number;
+  output_tokens?: number;
+  total_tokens?: number;
+  cost_usd?: number;
+  [k: string]: unknown;
+}
+
+export interface TaskOutcome {
+  status: 'succeeded' | 'failed' | 'cancelled';
+  result?: unknown;
+  error?: { code?: string; message: string };
+  usage?: Usage;
+}
+
+const OUTCOME = Symbol.for('baton.outcome');
+/** Return `outcome({...})` from a handler to choose the status, error or usage explicitly. */
+export function outcome(o: TaskOutcome): TaskOutcome {
+  return Object.assign(Object.create({ [OUTCOME]: true }), o);
+}
+const isOutcome = (v: unknown): v is TaskOutcome => typeof v === 'object' && v !== null && (v as any)[OUTCOME] === true;
+
+/** A handler returns the result (→ succeeded), throws (→ failed), or returns `outcome({...})`. */
+export type Handler = (task: Task) => Promise<unknown> | unknown;
+
+export type WorkerEvent =
+  | { type: 'task:start'; executionId: string; attempt: number }
+  | { type: 'task:end'; executionId: string; status: string; reported: 'completed' | 'released' | 'lost' }
+  | { type: 'transport:error'; op: string; error: string; retryInMs: number }
+  | { type: 'error'; op: string; error: string };
+
+export interface WorkerOptions {
+  server: string;
+  key?: string;
+  agent: string;
+  /** Tasks run at once (default 1). */
+  concurrency?: number;
+  handler: Handler;
+  /** Lease owner name (default `<host>:<pid>`). */
+  workerId?: string;
+  /** Long-poll wait per claim in seconds (default 20: below common 30 s proxy idle timeouts). */
+  claimWaitSeconds?: number;
+  /** On stop(): how long running tasks get to finish before they are aborted and released (default 30 s). */
+  shutdownGraceMs?: number;
+  /**
+   * After a task's signal fired, how long its handler gets to return before the worker reports
+   * anyway (default 10 s). A handler that ignores its signal cannot hold a lease forever.
+   */
+  abortWaitMs?: number;
+  onEvent?: (e: WorkerEvent) => void;
+}
+
+export interface Worker {
+  /** Check the agent and key (throws ApiError / Unreachable), then start claiming. */
+  start(): Promise<void>;
+  /** Stop claiming, give running tasks the grace period, abort and release what is left. */
+  stop(): Promise<void>;
+  /** Tasks running now. */
+  readonly active: number;
+  /** Resolves when the worker has stopped and every task was reported. */
+  readonly done: Promise<void>;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/** Full jitter: a random wait up to the exponential step, so many workers do not retry in lockstep. */
+export function backoffMs(attempt: number, baseMs = 250, maxMs = 10_000): number {
+  return Math.round(Math.random() * Math.min(maxMs, baseMs * 2 ** attempt)) + 50;
+}
+
+/** Errors worth retrying: the server was unreachable, or answered 5xx/429. */
+export function isTransient(err: unknown): boolean {
+  if (err instanceof Unreachable) return true;
+  return err instanceof ApiError && (err.status >= 500 || err.status === 429);
+}
+const isLeaseLost = (err: unknown) => err instanceof ApiError && (err.code === 'lease_lost' || err.status === 404);
+
+/** Text the server accepts in an error message: no NUL, at most 10,000 characters. */
+function cleanMessage(s: string): string {
+  const t = redactSecrets(s.replace(/\u0000/g, '\uFFFD'));
+  return t.length > 9_000 ? t.slice(0, 9_000) + '… [cut]' : t;
+}
+
+export function createWorker(opts: WorkerOptions): Worker {
+  return new WorkerImpl(opts);
+}
+
+interface Running {
+  abort(reason: AbortReason): void;
+  finished: Promise<void>;
+}
+
+class WorkerImpl implements Worker {
+  private readonly client: BatonClient;
+  private readonly concurrency: number;
+  private readonly workerId: string;
+  private readonly running = new Map<string, Running>();
+  private readonly stopCtrl = new AbortController();
+  private slotFreed: (() => void) | undefined;
+  private loop: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private resolveDone!: () => void;
+  readonly done: Promise<void>;
+
+  constructor(private readonly opts: WorkerOptions) {
+    this.client = new BatonClient({ server: opts.server, key: opts.key });
+    this.concurrency = Math.max(1, opts.concurrency ?? 1);
+    this.workerId = opts.workerId ?? `${hostname()}:${process.pid}`;
+    this.done = new Promise((r) => (this.resolveDone = r));
+  }
+
+  get active(): number {
+    return this.running.size;
+  }
+
+  private emit(e: WorkerEvent) {
+    try {
+      this.opts.onEvent?.(e);
+    } catch {
+      /* a listener's failure is not the worker's */
+    }
+  }
+
+  async start(): Promise<void> {
+    if (this.loop) return;
+    // Fail fast and clearly: unknown agent (404), bad key (401), a key for another agent (403),
+    // nothing listening (Unreachable).
+    const agent = await this.client.getAgent(this.opts.agent);
+    if (agent.delivery === 'push') {
+      throw new Error(`agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`);
+    }
+    this.loop = this.claimLoop();
+  }
+
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.stopCtrl.abort();
+      await this.loop;
+      const grace = this.opts.shutdownGraceMs ?? 30_000;
+      const all = () => Promise.all([...this.running.values()].map((r) => r.finished));
+      const graceOver = new AbortController();
+      await Promise.race([all(), sleep(grace, graceOver.signal)]);
+      graceOver.abort(); // no timer left behind to hold the process open
+      for (const r of this.running.values()) r.abort('shutdown');
+      await all();
+      this.resolveDone();
+    })();
+    return this.stopping;
+  }
+
+  private async claimLoop(): Promise<void> {
+    const signal = this.stopCtrl.signal;
+    let failures = 0;
+    while (!signal.aborted) {
+      const free = this.concurrency - this.running.size;
+      if (free <= 0) {
+        await new Promise<void>((r) => {
+          const done = () => {
+            signal.removeEventListener('abort', done);
+            r();
+          };
+          this.slotFreed = done;
+          signal.addEventListener('abort', done, { once: true });
+        });
+        continue;
+      }
+      let tasks: TaskView[];
+      try {
+        tasks = await this.client.claim(this.opts.agent, { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max: free }, signal);
+        failures = 0;
+      } catch (err) {
+        if (signal.aborted) break;
+        const wait = backoffMs(failures++);
+        this.emit({ type: 'transport:error', op: 'claim', error: (err as Error)?.message ?? String(err), retryInMs: wait });
+        await sleep(wait, signal);
+        continue;
+      }
+      for (const t of tasks) {
+        // Claimed just as stop() began: hand it straight back.
+        if (signal.aborted) void this.releaseTask(t);
+        else this.startTask(t);
+      }
+    }
+  }
+
+  private async releaseTask(t: TaskView): Promise<void> {
+    await this.retry('release', () => this.client.release(t.execution_id, t.lease_token), Date.now() + 30_000).catch(() => undefined);
+  }
+
+  /** Retry transient failures with jittered backoff until `untilMs`; other errors surface. */
+  private async retry<T>(op: string, fn: () => Promise<T>, untilMs: number): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        if (!isTransient(err) || Date.now() >= untilMs) throw err;
+        const wait = Math.min(backoffMs(attempt), Math.max(50, untilMs - Date.now()));
+        this.emit({ type: 'transport:error', op, error: (err as Error)?.message ?? String(err), retryInMs: wait });
+        await sleep(wait);
+      }
+    }
+  }
+
+  private startTask(t: TaskView): void {
+    const ctrl = new AbortController();
+    const abort = (reason: AbortReason) => {
+      if (!ctrl.signal.aborted) ctrl.abort(new TaskAborted(reason));
+    };
+    const finished = this.runTask(t, ctrl, abort).finally(() => {
+      this.running.delete(t.execution_id);
+      this.slotFreed?.();
+      this.slotFreed = undefined;
+    });
+    this.running.set(t.execution_id, { abort, finished });
+  }
+
+  private async runTask(t: TaskView, ctrl: AbortController, abort: (r: AbortReason) => void): Promise<void> {
+    const id = t.execution_id;
+    const token = t.lease_token;
+    let lost = false;
+    const markLost = () => {
+      lost = true;
+      abort('lease_lost');
+    };
+    this.emit({ type: 'task:start', executionId: id, attempt: t.attempt });
+    const logs = new LogShipper(this.client, id, token, markLost, (e) => this.emit(e));
+
+    // Heartbeats every third of the TTL: two can fail in a row before the lease lapses.
+    const ttlMs = t.lease_ttl_seconds * 1000;
+    let beating = false;
+    const heartbeat = setInterval(async () => {
+      if (beating || lost) return;
+      beating = true;
+      try {
+        const r = await this.client.heartbeat(id, token);
+        if (r.cancel_requested) abort('cancelled');
+      } catch (err) {
+        if (isLeaseLost(err)) markLost();
+        else this.emit({ type: 'transport:error', op: 'heartbeat', error: (err as Error)?.message ?? String(err), retryInMs: ttlMs / 3 });
+      } finally {
+        beating = false;
+      }
+    }, Math.max(200, ttlMs / 3));
+    const deadline = Date.parse(t.deadline_at);
+    const deadlineTimer = setTimeout(() => abort('deadline'), Math.min(2 ** 31 - 1, Math.max(0, deadline - Date.now())));
+
+    const task: Task = {
+      executionId: id,
+      attempt: t.attempt,
+      agent: t.agent,
+      message: t.message,
+      payload: t.payload,
+      deadline: new Date(deadline),
+      leaseTtlSeconds: t.lease_ttl_seconds,
+      signal: ctrl.signal,
+      log: (line, stream = 'stdout') => logs.push(stream, line),
+    };
+
+    type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
+    const run: Promise<Settled> = Promise.resolve()
+      .then(() => this.opts.handler(task))
+      .then((value) => ({ ok: true as const, value }), (error) => ({ ok: false as const, error }));
+    // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
+    const abortWait = new Promise<Settled | undefined>((resolve) => {
+      const onAbort = () => setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
+      if (ctrl.signal.aborted) onAbort();
+      else ctrl.signal.addEventListener('abort', onAbort, { once: true });
+      void run.then(() => resolve(undefined));
+    });
+    const settled = await Promise.race([run, abortWait.then((v) => v)]).then((v) => v ?? undefined);
+
+    clearInterval(heartbeat);
+    clearTimeout(deadlineTimer);
+    const reason = ctrl.signal.aborted ? (ctrl.signal.reason as TaskAborted).reason : undefined;
+
+    if (!lost) await logs.close();
+    if (lost || reason === 'lease_lost') {
+      this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
+      return;
+    }
+    if (reason === 'shutdown') {
+      try {
+        await this.retry('release', () => this.client.release(id, token), Date.now() + 30_000);
+      } catch (err) {
+        this.emit({ type: 'error', op: 'release', error: (err as Error)?.message ?? String(err) });
+      }
+      this.emit({ type: 'task:end', executionId: id, status: 'queued', reported: 'released' });
+      return;
+    }
+
+    const detail = (o: TaskOutcome | undefined) => (o?.error?.message ? `; ${o.error.message}` : '');
+    let out: TaskOutcome;
+    const given: TaskOutcome | undefined =
+      settled === undefined
+        ? undefined
+        : settled.ok
+          ? isOutcome(settled.value)
+            ? settled.value
+            : { status: 'succeeded', result: settled.value }
+          : { status: 'failed', error: { code: (settled.error as any)?.code && typeof (settled.error as any).code === 'string' ? (settled.error as any).code : 'handler_error', message: (settled.error as Error)?.message || String(settled.error) || 'the handler failed without a message' } };
+    if (reason === 'cancelled') {
+      out = { status: 'cancelled', result: given?.result, error: { code: 'cancel_requested', message: `cancelled on request${detail(given)}` }, usage: given?.usage };
+    } else if (reason === 'deadline') {
+      out = {
+        status: 'failed',
+        result: given?.result,
+        error: { code: 'timeout', message: `timed out: the deadline ${t.deadline_at} passed (agent timeout)${detail(given)}` },
+        usage: given?.usage,
+      };
+    } else {
+      out = given ?? { status: 'failed', error: { code: 'handler_error', message: 'the handler did not return' } };
+    }
+    if (out.status === 'failed' && !out.error) out.error = { code: 'failed', message: 'the handler reported failure without a message' };
+    if (out.error) out.error = { code: out.error.code ? cleanMessage(out.error.code).slice(0, 100) : undefined, message: cleanMessage(out.error.message || 'failed without a message') };
+
+    try {
+      // A completion lands while the token is the latest one granted, even after the lease
+      // lapsed: keep trying for a while before giving the task up to the reaper.
+      // Recognisable secrets in the result are redacted before it leaves this process (G-04).
+      const send = (o: TaskOutcome) => this.retry('complete', () => this.client.complete(id, { lease_token: token, status: o.status, result: redactJson(o.result), error: o.error, usage: o.usage as any }), Date.now() + 60_000);
+      try {
+        await send(out);
+      } catch (err) {
+        // The server refused the outcome itself (a result too large, usage that is not numbers…):
+        // report that as the failure rather than leave the task to lapse and run again.
+        if (!(err instanceof ApiError && (err.status === 400 || err.status === 413))) throw err;
+        out = { status: 'failed', error: { code: 'invalid_outcome', message: cleanMessage(`the server refused the handler's outcome: ${err.message}`) } };
+        await send(out);
+      }
+      this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
+    } catch (err) {
+      if (isLeaseLost(err)) this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
+      else this.emit({ type: 'error', op: 'complete', error: (err as Error)?.message ?? String(err) });
+    }
+  }
+}
+
+/**
+ * Ships log lines in order: one request in flight at a time, batched by count and size, flushed
+ * within ~100 ms. Transport errors keep the lines and retry; a lost lease drops them.
+ */
+class LogShipper {
+  private buf: Array<{ stream: 'stdout' | 'stderr'; line: string }> = [];
+  private bufBytes = 0;
+  private dropped = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private inflight: Promise<void> | undefined;
+  private dead = false;
+  private closing = false;
+  private failures = 0;
+  /** Lines held while the server is unreachable; beyond this the oldest are counted and dropped. */
+  private static readonly MAX_BUFFERED = 20_000;
+
+  constructor(
+    private readonly client: BatonClient,
+    private readonly id: string,
+    private readonly token: string,
+    private readonly onLost: () => void,
+    private readonly emit: (e: WorkerEvent) => void,
+  ) {}
+
+  push(stream: 'stdout' | 'stderr', text: string): void {
+    if (this.dead) return;
+    for (const line of String(text).split('\n')) {
+      if (this.buf.length >= LogShipper.MAX_BUFFERED) {
+        this.buf.shift();
+        this.dropped++;
+      }
+      const cut = line.length > 60_000 ? line.slice(0, 60_000) : line;
+      this.buf.push({ stream, line: cut });
+      this.bufBytes += cut.length;
+    }
+    if (this.buf.length >= 500 || this.bufBytes >= 512 * 1024) this.kick(0);
+    else this.kick(100);
+  }
+
+  private kick(delay: number) {
+    if (this.timer || this.inflight || this.closing) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.inflight = this.send().finally(() => {
+        this.inflight = undefined;
+        if (this.buf.length > 0 && !this.dead) this.kick(this.failures ? backoffMs(this.failures) : 0);
+      });
+    }, delay);
+  }
+
+  private async send(): Promise<void> {
+    if (this.buf.length === 0 || this.dead) return;
+    const batch: typeof this.buf = [];
+    let bytes = 0;
+    if (this.dropped > 0) {
+      batch.push({ stream: 'stderr', line: `[baton worker] ${this.dropped} log lines dropped while the server was unreachable` });
+      this.dropped = 0;
+    }
+    while (this.buf.length > 0 && batch.length < 500 && bytes < 512 * 1024) {
+      const l = this.buf.shift()!;
+      bytes += l.line.length;
+      this.bufBytes -= l.line.length;
+      batch.push(l);
+    }
+    try {
+      await this.client.appendLogs(this.id, this.token, batch);
+      this.failures = 0;
+    } catch (err) {
+      if (isLeaseLost(err)) {
+        this.dead = true;
+        this.buf = [];
+        this.onLost();
+      } else if (isTransient(err)) {
+        this.buf.unshift(...batch);
+        this.bufBytes += bytes;
+        this.failures++;
+        this.emit({ type: 'transport:error', op: 'logs', error: (err as Error)?.message ?? String(err), retryInMs: backoffMs(this.failures) });
+      } else {
+        this.emit({ type: 'error', op: 'logs', error: (err as Error)?.message ?? String(err) });
+      }
+    }
+  }
+
+  /** Send what is buffered (bounded: gives up after ~10 s of transport errors). */
+  async close(): Promise<void> {
+    this.closing = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.inflight;
+    const until = Date.now() + 10_000;
+    while (!this.dead) {
+      if (this.buf.length === 0) break;
+      if (Date.now() > until) break;
+      if (this.failures) await sleep(Math.min(backoffMs(this.failures), 1000));
+      this.inflight = this.send();
+      await this.inflight;
+      this.inflight = undefined;
+    }
+    this.dead = true;
+  }
+}

@@ -1,0 +1,154 @@
+/**
+ * GET /v1/events: Server-Sent Events of execution status changes, over a real socket.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openEventStreams } from '../src/api/routes/events.ts';
+import { startNode, type BatonNode } from '../src/server/up.ts';
+import { readSse, type SseEvent } from '../src/sse.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let node: BatonNode;
+let admin: string;
+
+beforeAll(async () => {
+  ts = await openTestStore({ poolMax: 3 });
+  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'events-test' });
+  admin = node.createdAdminKey!;
+  await node.engine.createAgent({ name: 'ev-a' }, 'test');
+  await node.engine.createAgent({ name: 'ev-b' }, 'test');
+});
+afterAll(async () => {
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+/** Open the stream; `events` collects parsed `execution` events until `close()`. */
+async function open(query: string, headers: Record<string, string> = {}) {
+  const ctl = new AbortController();
+  const res = await fetch(`${node.url}/v1/events${query}`, { headers, signal: ctl.signal });
+  const events: Array<{ id: string; agent: string; status: string }> = [];
+  const waiters = new Set<() => void>();
+  let reading: Promise<void> | undefined;
+  if (res.ok) {
+    reading = (async () => {
+      try {
+        for await (const ev of readSse(res.body!) as AsyncGenerator<SseEvent>) {
+          if (ev.event === 'execution') events.push(JSON.parse(ev.data));
+          for (const w of waiters) w();
+        }
+      } catch {
+        /* aborted */
+      }
+    })();
+  }
+  return {
+    res,
+    events,
+    /** Resolves once an event matching `match` arrived (fails the test after 10 s). */
+    until(match: (e: { id: string; agent: string; status: string }) => boolean) {
+      return new Promise<void>((resolve, reject) => {
+        const check = () => {
+          if (events.some(match)) {
+            waiters.delete(check);
+            clearTimeout(timer);
+            resolve();
+          }
+        };
+        const timer = setTimeout(() => {
+          waiters.delete(check);
+          reject(new Error(`no matching event; got ${JSON.stringify(events)}`));
+        }, 10_000);
+        waiters.add(check);
+        check();
+      });
+    },
+    async close() {
+      ctl.abort();
+      await reading;
+    },
+  };
+}
+
+describe('GET /v1/events', () => {
+  it('streams every status change of an execution, as text/event-stream', async () => {
+    const s = await open('', { authorization: `Bearer ${admin}` });
+    expect(s.res.status).toBe(200);
+    expect(s.res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const row = await node.engine.submit('ev-a', { message: 'x' }, 'test');
+    const [claimed] = await node.engine.claim('ev-a', { owner: 'w' });
+    await node.engine.complete(row.id, claimed!.lease_token!, { status: 'succeeded' }, 'test');
+    await s.until((e) => e.id === row.id && e.status === 'succeeded');
+    expect(s.events.filter((e) => e.id === row.id).map((e) => e.status)).toEqual(['queued', 'running', 'succeeded']);
+    expect(s.events.find((e) => e.id === row.id)).toMatchObject({ agent: 'ev-a' });
+    await s.close();
+  });
+
+  it('filters by agent, and accepts the key as ?key= (EventSource cannot send headers)', async () => {
+    const s = await open(`?agent=ev-b&key=${admin}`);
+    expect(s.res.status).toBe(200);
+    const a = await node.engine.submit('ev-a', { message: 'a' }, 'test');
+    const b = await node.engine.submit('ev-b', { message: 'b' }, 'test');
+    await s.until((e) => e.id === b.id);
+    expect(s.events.some((e) => e.id === a.id)).toBe(false);
+    await s.close();
+    await node.engine.cancel(a.id, 'test');
+    await node.engine.cancel(b.id, 'test');
+  });
+
+  it('an agent-scoped key sees only its own agent, whatever filter it asks for', async () => {
+    const { key } = await node.keys.create({ name: 'scoped-ev', scope: 'agent', agent: 'ev-a' }, 'test');
+    const s = await open('?agent=ev-b', { authorization: `Bearer ${key}` });
+    expect(s.res.status).toBe(200);
+    const b = await node.engine.submit('ev-b', { message: 'b' }, 'test');
+    const a = await node.engine.submit('ev-a', { message: 'a' }, 'test');
+    await s.until((e) => e.id === a.id);
+    expect(s.events.some((e) => e.id === b.id)).toBe(false);
+    await s.close();
+    await node.engine.cancel(a.id, 'test');
+    await node.engine.cancel(b.id, 'test');
+  });
+
+  it('refuses a missing or wrong key, and ?key= anywhere but the SSE routes', async () => {
+    expect((await fetch(`${node.url}/v1/events`)).status).toBe(401);
+    expect((await fetch(`${node.url}/v1/events?key=bt_nope`)).status).toBe(401);
+    const other = await fetch(`${node.url}/v1/agents?key=${admin}`);
+    expect(other.status).toBe(401);
+    // On the logs route only when it streams (follow=true), and never for writes.
+    const row = await node.engine.submit('ev-a', { message: 'k' }, 'test');
+    expect((await fetch(`${node.url}/v1/executions/${row.id}/logs?key=${admin}`)).status).toBe(401);
+    const post = await fetch(`${node.url}/v1/executions/${row.id}/logs?key=${admin}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lease_token: 'x', lines: [{ line: 'x' }] }) });
+    expect(post.status).toBe(401);
+    await node.engine.cancel(row.id, 'test');
+    const follow = await fetch(`${node.url}/v1/executions/${row.id}/logs?follow=true&key=${admin}`);
+    expect(follow.status).toBe(200);
+    expect(await follow.text()).toContain('event: end'); // cancelled: the stream ends at once
+    const bad = await fetch(`${node.url}/v1/events?agent=Not_An_Agent`, { headers: { authorization: `Bearer ${admin}` } });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { message: string }).message).toMatch(/agent/);
+  });
+
+  it('forgets a stream when its client disconnects', async () => {
+    const before = openEventStreams(node.engine);
+    const streams = await Promise.all([1, 2, 3].map(() => open('', { authorization: `Bearer ${admin}` })));
+    expect(openEventStreams(node.engine)).toBe(before + 3);
+    for (const s of streams) await s.close();
+    await expect.poll(() => openEventStreams(node.engine), { timeout: 10_000 }).toBe(before);
+  });
+
+  it('a stream that is still open does not hold up shutdown', async () => {
+    const ts2 = await openTestStore({ poolMax: 2 });
+    const store = STORE_KIND === 'postgres' ? { databaseUrl: ts2.location.databaseUrl, pgSchema: ts2.location.schema } : { databaseUrl: undefined };
+    const other = await startNode({ env: { ...store, dataDir: ts2.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'events-test-2' });
+    const res = await fetch(`${other.url}/v1/events`, { headers: { authorization: `Bearer ${other.createdAdminKey}` } });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    await reader.read(); // the opening comment
+    await other.stop(); // would hang forever if open streams were not ended
+    let rest = await reader.read();
+    while (!rest.done) rest = await reader.read(); // the rest of the opening lines, then the end
+    expect(rest.done).toBe(true);
+    await ts2.cleanup();
+  });
+});

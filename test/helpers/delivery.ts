@@ -1,0 +1,67 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { startNode, type BatonNode } from '../../src/server/up.ts';
+import type { DispatcherOptions } from '../../src/delivery/dispatcher.ts';
+import { BatonClient } from '../../src/client.ts';
+import type { TestStore } from './store.ts';
+
+/** An in-process `baton up` on the test file's store (port 0), with a fast reaper. */
+export async function startTestNode(ts: TestStore, opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number } = {}): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
+  const node = await startNode({
+    env: { dataDir: ts.location.dataDir, databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaperIntervalMs: opts.reaperIntervalMs ?? 200,
+    dispatcher: opts.dispatcher,
+  });
+  const key = node.createdAdminKey ?? readFileSync(`${ts.location.dataDir}/admin.key`, 'utf8').trim();
+  return { node, key, api: new BatonClient({ server: node.url, key }) };
+}
+
+/** Processes whose process group is `pgid`, read from /proc (state Z included: a zombie still counts). */
+export function groupMembers(pgid: number): Array<{ pid: number; state: string; comm: string }> {
+  const out: Array<{ pid: number; state: string; comm: string }> = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+    } catch {
+      continue; // exited while we looked
+    }
+    const close = stat.lastIndexOf(')');
+    const fields = stat.slice(close + 2).split(' ');
+    if (Number(fields[2]) === pgid) out.push({ pid: Number(d), state: fields[0]!, comm: stat.slice(stat.indexOf('(') + 1, close) });
+  }
+  return out;
+}
+
+/**
+ * Wait until no process of the group is left. Killed grandchildren are re-parented to PID 1, which
+ * reaps them on its own schedule, so this polls (bounded) instead of asserting at one instant.
+ */
+export async function groupGone(pgid: number, timeoutMs = 20_000): Promise<Array<{ pid: number; state: string; comm: string }>> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const left = groupMembers(pgid);
+    if (left.length === 0 || Date.now() > until) return left;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** SIGKILL a whole group if anything of it is left (test cleanup). */
+export function killGroup(pgid: number): void {
+  try {
+    process.kill(-pgid, 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+export async function until<T>(what: string, fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v as T;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

@@ -1,0 +1,221 @@
+/**
+ * The MCP server through the official SDK's client, over both transports: stdio (a real
+ * `baton mcp` child process acting through the HTTP API) and Streamable HTTP at /mcp.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startNode, type BatonNode } from '../src/server/up.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const TOOLS = ['canary_status', 'cancel_execution', 'get_execution', 'get_logs', 'list_agents', 'list_executions', 'run_task', 'trigger_schedule'];
+
+let ts: TestStore;
+let node: BatonNode;
+let admin: string;
+const clients: Client[] = [];
+
+beforeAll(async () => {
+  ts = await openTestStore({ poolMax: 3 });
+  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'mcp-test' });
+  admin = node.createdAdminKey!;
+});
+afterAll(async () => {
+  for (const c of clients) await c.close().catch(() => {});
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+async function httpClient(key: string): Promise<Client> {
+  const client = new Client({ name: 'baton-test', version: '0.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${key}` } } }));
+  clients.push(client);
+  return client;
+}
+
+async function stdioClient(key: string): Promise<Client> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => !k.startsWith('BATON_') && v !== undefined)) as Record<string, string>;
+  const client = new Client({ name: 'baton-test', version: '0.0.0' });
+  await client.connect(
+    new StdioClientTransport({ command: process.execPath, args: ['bin/baton.js', 'mcp'], cwd: ROOT, env: { ...base, BATON_URL: node.url, BATON_API_KEY: key }, stderr: 'pipe' }),
+  );
+  clients.push(client);
+  return client;
+}
+
+type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
+const call = async (c: Client, name: string, args: Record<string, unknown> = {}) => (await c.callTool({ name, arguments: args })) as Result;
+const text = (r: Result) => r.content.map((x) => x.text ?? '').join('\n');
+
+describe.each([
+  ['streamable http', httpClient],
+  ['stdio (baton mcp)', stdioClient],
+] as const)('MCP over %s', (_name, open) => {
+  let c: Client;
+  let agent: string;
+  beforeAll(async () => {
+    c = await open(admin);
+    agent = `mcp-${Math.random().toString(36).slice(2, 8)}`;
+    await node.engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 2 }, 'test');
+  });
+
+  it('lists every tool with an input and an output schema', async () => {
+    const { tools } = await c.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual(TOOLS);
+    for (const t of tools) {
+      expect(t.inputSchema.type, t.name).toBe('object');
+      expect(t.outputSchema?.type, t.name).toBe('object');
+    }
+  });
+
+  it('list_agents shows seats and queue depth', async () => {
+    const r = await call(c, 'list_agents');
+    expect(r.isError).toBeFalsy();
+    const a = r.structuredContent.agents.find((x: any) => x.name === agent);
+    expect(a).toMatchObject({ running: 0, max_parallel: 1, queued: 0, max_backlog: 2 });
+  });
+
+  it('run_task returns the real execution id; get_execution, list_executions and cancel_execution see it', async () => {
+    const r = await call(c, 'run_task', { agent, message: 'hello', payload: { n: 1 } });
+    expect(r.isError).toBeFalsy();
+    expect(r.structuredContent).toMatchObject({ outcome: 'started', status: 'queued', finished: false });
+    const id = r.structuredContent.execution_id as string;
+    const row = await node.engine.getExecution(id);
+    expect(row.execution.trigger_kind).toBe('mcp');
+
+    const got = await call(c, 'get_execution', { execution_id: id });
+    expect(got.structuredContent.execution).toMatchObject({ id, agent, status: 'queued', message: 'hello' });
+    expect(got.structuredContent.timeline.map((e: any) => e.to)).toEqual(['queued']);
+
+    const list = await call(c, 'list_executions', { agent, status: ['queued'] });
+    expect(list.structuredContent.executions.map((e: any) => e.id)).toContain(id);
+
+    const cancelled = await call(c, 'cancel_execution', { execution_id: id });
+    expect(cancelled.structuredContent).toMatchObject({ execution_id: id, status: 'cancelled', cancelled: true });
+  });
+
+  it('run_task with wait_seconds returns the outcome when it finishes in time', async () => {
+    const worker = (async () => {
+      const [row] = await node.engine.claim(agent, { owner: 'test-worker', waitMs: 20_000 });
+      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { answer: 42 }, usage: { total_tokens: 7 } }, 'test');
+    })();
+    const r = await call(c, 'run_task', { agent, message: 'compute', wait_seconds: 20 });
+    await worker;
+    expect(r.structuredContent).toMatchObject({ outcome: 'started', status: 'succeeded', finished: true });
+    expect(r.structuredContent.execution).toMatchObject({ result: { answer: 42 }, usage: { total_tokens: 7 } });
+  });
+
+  it('a full backlog is a structured answer, not an error', async () => {
+    const full = `${agent}-full`;
+    await node.engine.createAgent({ name: full, max_backlog: 0 }, 'test');
+    const r = await call(c, 'run_task', { agent: full, message: 'x' });
+    expect(r.isError).toBeFalsy();
+    expect(r.structuredContent).toEqual({ outcome: 'backlog_full', message: expect.stringContaining('no run was started') });
+  });
+
+  it('unknown ids and agents are errors in words, and no id is made up', async () => {
+    for (const [tool, args] of [
+      ['get_execution', { execution_id: 'ex_doesnotexist' }],
+      ['cancel_execution', { execution_id: 'ex_doesnotexist' }],
+      ['run_task', { agent: 'no-such-agent', message: 'x' }],
+    ] as const) {
+      const r = await call(c, tool, args);
+      expect(r.isError, tool).toBe(true);
+      expect(text(r), tool).toMatch(/not_found/);
+      expect(r.structuredContent, tool).toBeUndefined();
+    }
+    // Bad input is refused by the input schema before anything runs.
+    const bad = await call(c, 'run_task', { agent: 'Not A Name', message: 'x' });
+    expect(bad.isError).toBe(true);
+  });
+
+  it('trigger_schedule: an unknown schedule is an error in words, with no id', async () => {
+    const r = await call(c, 'trigger_schedule', { schedule_id: 'sch_doesnotexist' });
+    expect(r.isError).toBe(true);
+    expect(text(r)).toMatch(/not_found/);
+    expect(r.structuredContent).toBeUndefined();
+  });
+
+  it('trigger_schedule: started, then already_running naming the run in flight (a result, not an error)', async () => {
+    const res = await fetch(`${node.url}/v1/agents/${agent}/schedules`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: `s-${Math.random().toString(36).slice(2, 8)}`, cron: '0 3 * * *', message: 'nightly' }),
+    });
+    expect(res.status).toBe(201);
+    const schedule = (await res.json()) as { id: string };
+    const first = await call(c, 'trigger_schedule', { schedule_id: schedule.id });
+    expect(first.isError).toBeFalsy();
+    expect(first.structuredContent).toMatchObject({ outcome: 'started', status: 'queued' });
+    const running = first.structuredContent.execution_id as string;
+    expect((await node.engine.getExecution(running)).execution.schedule_id).toBe(schedule.id);
+
+    const again = await call(c, 'trigger_schedule', { schedule_id: schedule.id });
+    expect(again.isError).toBeFalsy();
+    expect(again.structuredContent).toMatchObject({ outcome: 'already_running', running_execution_id: running });
+    expect(again.structuredContent.execution_id).toBeUndefined();
+    expect(again.structuredContent.hint).toContain(running);
+    expect(text(again)).toContain('no new run was started');
+    await node.engine.cancel(running, 'test');
+  });
+
+  it('get_logs returns the lines a worker wrote; canary_status the canary state', async () => {
+    const created = await node.engine.submit(agent, { message: 'logs' }, 'test');
+    const [row] = await node.engine.claim(agent, { owner: 'log-writer' });
+    expect(row!.id).toBe(created.id);
+    const w = await fetch(`${node.url}/v1/executions/${row!.id}/logs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ lease_token: row!.lease_token, lines: [{ line: 'first line' }, { stream: 'stderr', line: 'second line' }] }),
+    });
+    expect(w.status).toBe(200);
+    const logs = await call(c, 'get_logs', { execution_id: created.id });
+    expect(logs.isError).toBeFalsy();
+    expect(logs.structuredContent).toMatchObject({ available: true, execution_id: created.id, status: 'running' });
+    expect(logs.structuredContent.lines.map((l: any) => [l.stream, l.line])).toEqual([['stdout', 'first line'], ['stderr', 'second line']]);
+    const rest = await call(c, 'get_logs', { execution_id: created.id, after: logs.structuredContent.next_after });
+    expect(rest.structuredContent.lines).toEqual([]);
+    const missing = await call(c, 'get_logs', { execution_id: 'ex_doesnotexist' });
+    expect(missing.isError).toBe(true);
+    expect(text(missing)).toMatch(/not_found/);
+    const canary = await call(c, 'canary_status');
+    expect(canary.isError).toBeFalsy();
+    expect(canary.structuredContent.available).toBe(true);
+    expect(['healthy', 'violated', 'stale', 'disabled']).toContain(canary.structuredContent.status.status);
+    // A running execution is asked to stop: not final yet, and the answer says so.
+    const stop = await call(c, 'cancel_execution', { execution_id: created.id });
+    expect(stop.structuredContent).toMatchObject({ execution_id: created.id, status: 'running', cancelled: false });
+    const hb = await node.engine.heartbeat(created.id, row!.lease_token!);
+    expect(hb.cancel_requested).toBe(true);
+    await node.engine.complete(created.id, row!.lease_token!, { status: 'cancelled' }, 'test');
+  });
+
+  it('an agent-scoped key sees only its scope', async () => {
+    const { key } = await node.keys.create({ name: 'scoped', scope: 'agent', agent }, 'test');
+    const scoped = await open(key);
+    const r = await call(scoped, 'list_agents');
+    expect(r.structuredContent.agents.map((a: any) => a.name)).toEqual([agent]);
+    const denied = await call(scoped, 'list_executions', {});
+    expect(denied.isError).toBe(true);
+    expect(text(denied)).toMatch(/forbidden/);
+  });
+});
+
+describe('MCP over HTTP: authentication', () => {
+  it('refuses a missing or wrong key with 401 before any MCP framing', async () => {
+    const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } } };
+    for (const auth of [undefined, 'Bearer bt_0000000000000000_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx']) {
+      const r = await fetch(node.url + '/mcp', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(auth ? { authorization: auth } : {}) },
+        body: JSON.stringify(init),
+      });
+      expect(r.status).toBe(401);
+      expect(((await r.json()) as { error: string }).error).toBe('unauthorized');
+    }
+  });
+});

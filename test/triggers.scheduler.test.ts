@@ -1,0 +1,255 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { BatonError } from '../src/domain/errors.ts';
+import { Engine } from '../src/engine/engine.ts';
+import { triggersFor } from '../src/engine/triggers/index.ts';
+import { ON_TIME_MS, tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
+import { manualClock } from './helpers/clock.ts';
+import { openTestStore, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let engine: Engine;
+const clock = manualClock(Date.UTC(2026, 0, 1, 0, 0, 30));
+let n = 0;
+let agent: string;
+const t = () => triggersFor(engine);
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: ts.store, clock, nodeId: 'sched-test', backlogExpiryMs: 7 * 86_400_000 });
+});
+afterAll(async () => {
+  engine.close();
+  await ts.cleanup();
+});
+// Each test sees only its own schedules fire: the ones before it are switched off.
+afterEach(async () => {
+  await ts.store.db.updateTable('schedules').set({ enabled: 0, next_run_at: null }).execute();
+});
+beforeEach(async () => {
+  agent = `agent-${++n}`;
+  await engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 3 }, 'test');
+});
+
+const rowsOf = (scheduleId: string) =>
+  ts.store.db.selectFrom('executions').selectAll().where('schedule_id', '=', scheduleId).orderBy('scheduled_for').orderBy('created_at').execute();
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+async function refusal(p: Promise<unknown>): Promise<BatonError> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof BatonError) return err;
+    throw err;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('schedules', () => {
+  it('validates cron and time zone with a message naming the problem', async () => {
+    const bad = await refusal(t().schedules.create(agent, { name: 'x', cron: '61 * * * *', message: 'm' }, 'test'));
+    expect(bad.code).toBe('validation_error');
+    expect(bad.message).toMatch(/body\.cron: '61 \* \* \* \*' is not a valid cron expression/);
+    const fields = await refusal(t().schedules.create(agent, { name: 'x', cron: '* * * *', message: 'm' }, 'test'));
+    expect(fields.message).toMatch(/body\.cron: .* has 4 fields/);
+    const tz = await refusal(t().schedules.create(agent, { name: 'x', cron: '* * * * *', timezone: 'Mars/Olympus', message: 'm' }, 'test'));
+    expect(tz.message).toMatch(/body\.timezone: 'Mars\/Olympus' is not an IANA time zone/);
+    expect((await refusal(t().schedules.create('no-such-agent', { name: 'x', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe('not_found');
+    await t().schedules.create(agent, { name: 'dup', cron: '* * * * *', message: 'm' }, 'test');
+    expect((await refusal(t().schedules.create(agent, { name: 'dup', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe('already_exists');
+  });
+
+  it('fires once per due time, advances next_run_at, and a disabled schedule creates nothing', async () => {
+    clock.set(Date.UTC(2026, 0, 1, 0, 0, 30));
+    const s = await t().schedules.create(agent, { name: 'every-minute', cron: '* * * * *', message: 'tick', payload: { a: 1 }, overlap_policy: 'allow' }, 'test');
+    expect(s.next_run_at).toBe(Date.UTC(2026, 0, 1, 0, 1));
+    expect(await tickSchedulesOnce(engine)).toEqual([]); // not due yet
+    clock.set(Date.UTC(2026, 0, 1, 0, 1, 0, 400));
+    const fired = await tickSchedulesOnce(engine);
+    expect(fired.map((f) => [f.status, iso(f.scheduled_for)])).toEqual([['queued', '2026-01-01T00:01:00.000Z']]);
+    expect(await tickSchedulesOnce(engine)).toEqual([]); // the same due time never fires twice
+    const after = await t().schedules.get(s.id);
+    expect(after.next_run_at).toBe(Date.UTC(2026, 0, 1, 0, 2));
+    expect(after.last_run_at).toBe(Date.UTC(2026, 0, 1, 0, 1));
+    const [row] = await rowsOf(s.id);
+    expect(row).toMatchObject({ trigger_kind: 'schedule', status: 'queued', message: 'tick', payload: '{"a":1}', agent });
+    expect(JSON.parse(row!.origin)).toMatchObject({ schedule_id: s.id });
+    const audit = await ts.store.db.selectFrom('audit_log').selectAll().where('execution_id', '=', row!.id).execute();
+    expect(audit.map((a) => a.action)).toEqual(['schedule.fire']);
+
+    await t().schedules.update(s.id, { enabled: false }, 'test');
+    expect((await t().schedules.get(s.id)).next_run_at).toBeNull();
+    clock.set(Date.UTC(2026, 0, 1, 0, 5, 0, 100));
+    expect(await tickSchedulesOnce(engine)).toEqual([]);
+    expect(await rowsOf(s.id)).toHaveLength(1);
+    // Re-enabled: the next due time counts from now, without catching up the disabled period.
+    await t().schedules.update(s.id, { enabled: true }, 'test');
+    expect((await t().schedules.get(s.id)).next_run_at).toBe(Date.UTC(2026, 0, 1, 0, 6));
+  });
+
+  it('overlap skip leaves a skipped already_running row; backlog full leaves backlog_full; next_run_at still advances', async () => {
+    clock.set(Date.UTC(2026, 0, 2, 0, 0, 10));
+    const s = await t().schedules.create(agent, { name: 'skip', cron: '* * * * *', message: 'm' }, 'test');
+    clock.set(Date.UTC(2026, 0, 2, 0, 1, 0, 5));
+    const [first] = await tickSchedulesOnce(engine);
+    expect(first!.status).toBe('queued');
+    clock.set(Date.UTC(2026, 0, 2, 0, 2, 0, 5));
+    const [second] = await tickSchedulesOnce(engine);
+    expect(second).toMatchObject({ status: 'skipped', reason: 'already_running' });
+    const skipped = await ts.store.db.selectFrom('executions').selectAll().where('id', '=', second!.execution_id).executeTakeFirstOrThrow();
+    expect(skipped).toMatchObject({ status: 'skipped', error_code: 'already_running', scheduled_for: Date.UTC(2026, 0, 2, 0, 2), completed_at: clock() });
+    expect(skipped.error_message).toContain(first!.execution_id);
+    const events = await ts.store.db.selectFrom('execution_events').selectAll().where('execution_id', '=', skipped.id).execute();
+    expect(events.map((e) => [e.from_status, e.to_status, e.reason])).toEqual([[null, 'skipped', 'already_running']]);
+    expect((await t().schedules.get(s.id)).next_run_at).toBe(Date.UTC(2026, 0, 2, 0, 3));
+
+    // Fill the backlog (max 3) with other work; a queue-policy schedule is then refused by the backlog.
+    const q = await t().schedules.create(agent, { name: 'queue', cron: '* * * * *', message: 'm', overlap_policy: 'queue' }, 'test');
+    await engine.submit(agent, { message: 'x' }, 'test');
+    await engine.submit(agent, { message: 'y' }, 'test');
+    clock.set(Date.UTC(2026, 0, 2, 0, 3, 0, 5));
+    const fired = await tickSchedulesOnce(engine);
+    const byId = Object.fromEntries(fired.map((f) => [f.schedule_id, f]));
+    expect(byId[s.id]).toMatchObject({ status: 'skipped', reason: 'already_running' });
+    expect(byId[q.id]).toMatchObject({ status: 'skipped', reason: 'backlog_full' });
+    expect((await t().schedules.get(q.id)).next_run_at).toBe(Date.UTC(2026, 0, 2, 0, 4));
+  });
+
+  it('overlap queue runs one at a time (the next waits in the queue); allow may overlap when seats are free', async () => {
+    await engine.updateAgent(agent, { max_parallel: 4, max_backlog: 10 }, 'test');
+    clock.set(Date.UTC(2026, 0, 2, 1, 0, 10));
+    const q = await t().schedules.create(agent, { name: 'q', cron: '* * * * *', message: 'm', overlap_policy: 'queue' }, 'test');
+    const a = await t().schedules.create(agent, { name: 'a', cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
+    for (const m of [1, 2]) {
+      clock.set(Date.UTC(2026, 0, 2, 1, m, 0, 5));
+      await tickSchedulesOnce(engine);
+    }
+    const claimed = await engine.claim(agent, { owner: 'w', max: 4 });
+    const bySchedule = (rows: { schedule_id: string | null }[], id: string) => rows.filter((r) => r.schedule_id === id).length;
+    expect(bySchedule(claimed, q.id)).toBe(1);
+    expect(bySchedule(claimed, a.id)).toBe(2);
+    expect(await engine.claim(agent, { owner: 'w', max: 4 })).toEqual([]); // the queued one waits though seats are free
+    const running = claimed.find((r) => r.schedule_id === q.id)!;
+    await engine.complete(running.id, running.lease_token!, { status: 'succeeded' }, 'w');
+    const next = await engine.claim(agent, { owner: 'w', max: 4 });
+    expect(next.map((r) => r.schedule_id)).toEqual([q.id]);
+  });
+
+  it('misfire run_once: after a process was down over several ticks, one catch-up run and missed rows for the rest', async () => {
+    clock.set(Date.UTC(2026, 0, 3, 8, 30));
+    const s = await t().schedules.create(agent, { name: 'hourly', cron: '0 * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
+    // Down from 08:30 to 11:20: 09:00, 10:00 and 11:00 were due; 11:00 is within the 1 h grace.
+    clock.set(Date.UTC(2026, 0, 3, 11, 20));
+    const fired = await tickSchedulesOnce(engine);
+    expect(fired.map((f) => [iso(f.scheduled_for), f.status, f.reason ?? null])).toEqual([
+      ['2026-01-03T09:00:00.000Z', 'skipped', 'missed'],
+      ['2026-01-03T10:00:00.000Z', 'skipped', 'missed'],
+      ['2026-01-03T11:00:00.000Z', 'queued', null],
+    ]);
+    const rows = await rowsOf(s.id);
+    expect(rows.map((r) => [r.status, r.error_code])).toEqual([
+      ['skipped', 'missed'],
+      ['skipped', 'missed'],
+      ['queued', null],
+    ]);
+    expect((await t().schedules.get(s.id)).next_run_at).toBe(Date.UTC(2026, 0, 3, 12));
+  });
+
+  it('misfire beyond the grace, and misfire policy skip: the missed tick is recorded, nothing runs', async () => {
+    clock.set(Date.UTC(2026, 0, 4, 8, 30));
+    const late = await t().schedules.create(agent, { name: 'grace', cron: '0 9 * * *', message: 'm', misfire_grace_seconds: 600 }, 'test');
+    const skip = await t().schedules.create(agent, { name: 'skip', cron: '0 9 * * *', message: 'm', misfire_policy: 'skip' }, 'test');
+    clock.set(Date.UTC(2026, 0, 4, 9, 20)); // 20 min late: beyond both
+    const fired = await tickSchedulesOnce(engine);
+    expect(fired.filter((f) => f.schedule_id === late.id).map((f) => [f.status, f.reason])).toEqual([['skipped', 'missed']]);
+    expect(fired.filter((f) => f.schedule_id === skip.id).map((f) => [f.status, f.reason])).toEqual([['skipped', 'missed']]);
+    const [row] = await rowsOf(late.id);
+    expect(row!.error_message).toMatch(/due at 2026-01-04T09:00:00.000Z, handled 1200 s late/);
+    // A tick handled within the on-time window runs under either policy.
+    clock.set(Date.UTC(2026, 0, 5, 9, 0) + ON_TIME_MS - 1000);
+    const next = await tickSchedulesOnce(engine);
+    expect(next.map((f) => f.status).sort()).toEqual(['queued', 'queued']);
+  });
+
+  it('DST spring-forward (America/New_York, 2026-03-08): 02:30 does not exist and runs at 03:00 EDT, once', async () => {
+    clock.set(Date.UTC(2026, 2, 7, 12));
+    const s = await t().schedules.create(agent, { name: 'spring', cron: '30 2 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
+    expect(iso(s.next_run_at)).toBe('2026-03-08T07:00:00.000Z'); // 03:00 EDT
+    const seen: string[] = [];
+    for (let h = 0; h < 72; h++) {
+      clock.set(Date.UTC(2026, 2, 7, 12 + h, 0, 1));
+      for (const f of await tickSchedulesOnce(engine)) seen.push(iso(f.scheduled_for)!);
+    }
+    // 03:00 EDT on the 8th, then 02:30 EDT (06:30 UTC) on the 9th and 10th.
+    expect(seen).toEqual(['2026-03-08T07:00:00.000Z', '2026-03-09T06:30:00.000Z', '2026-03-10T06:30:00.000Z']);
+  });
+
+  it('DST fall-back (America/New_York, 2026-11-01): 01:30 happens twice on the clock and runs once; an hourly schedule runs every real hour', async () => {
+    clock.set(Date.UTC(2026, 9, 31, 12));
+    const daily = await t().schedules.create(agent, { name: 'fall-daily', cron: '30 1 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
+    const hourly = await t().schedules.create(agent, { name: 'fall-hourly', cron: '0 * * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
+    await engine.updateAgent(agent, { max_backlog: 1000 }, 'test');
+    const seen: Record<string, string[]> = { [daily.id]: [], [hourly.id]: [] };
+    for (let m = 0; m < 48 * 4; m++) {
+      clock.set(Date.UTC(2026, 9, 31, 12) + m * 15 * 60_000 + 1000);
+      for (const f of await tickSchedulesOnce(engine)) seen[f.schedule_id]!.push(iso(f.scheduled_for)!);
+    }
+    expect(seen[daily.id]).toEqual(['2026-11-01T05:30:00.000Z', '2026-11-02T06:30:00.000Z']);
+    const hours = seen[hourly.id]!.filter((x) => x >= '2026-11-01T04:00' && x <= '2026-11-01T08:00:01');
+    // 00:00 EDT, 01:00 EDT, 01:00 EST, 02:00 EST, 03:00 EST: five real hours, none lost or doubled.
+    expect(hours).toEqual(['2026-11-01T04:00:00.000Z', '2026-11-01T05:00:00.000Z', '2026-11-01T06:00:00.000Z', '2026-11-01T07:00:00.000Z', '2026-11-01T08:00:00.000Z']);
+    const rows = await rowsOf(hourly.id);
+    expect(new Set(rows.map((r) => r.scheduled_for)).size).toBe(rows.length);
+  });
+
+  it('a 6-field (seconds) cron fires every second', async () => {
+    clock.set(Date.UTC(2026, 0, 6, 0, 0, 0, 500));
+    const s = await t().schedules.create(agent, { name: 'secs', cron: '* * * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
+    await engine.updateAgent(agent, { max_backlog: 100 }, 'test');
+    for (let i = 1; i <= 5; i++) {
+      clock.set(Date.UTC(2026, 0, 6, 0, 0, i, 100));
+      await tickSchedulesOnce(engine);
+    }
+    expect((await rowsOf(s.id)).map((r) => iso(r.scheduled_for))).toEqual([1, 2, 3, 4, 5].map((i) => iso(Date.UTC(2026, 0, 6, 0, 0, i))));
+  });
+
+  it('deleting a schedule cancels its queued runs and asks running ones to stop; history stays', async () => {
+    await engine.updateAgent(agent, { max_parallel: 1, max_backlog: 10 }, 'test');
+    clock.set(Date.UTC(2026, 0, 7, 0, 0, 10));
+    const s = await t().schedules.create(agent, { name: 'del', cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
+    clock.set(Date.UTC(2026, 0, 7, 0, 1, 0, 5));
+    await tickSchedulesOnce(engine);
+    const [running] = await engine.claim(agent, { owner: 'w' });
+    clock.set(Date.UTC(2026, 0, 7, 0, 2, 0, 5));
+    await tickSchedulesOnce(engine);
+    const out = await t().schedules.delete(s.id, 'test');
+    expect(out).toEqual({ cancelled: 1, cancel_requested: 1 });
+    const rows = await rowsOf(s.id);
+    expect(rows.map((r) => [r.status, r.cancel_requested_at !== null])).toEqual([
+      ['running', true],
+      ['cancelled', false],
+    ]);
+    expect(rows[0]!.id).toBe(running!.id);
+    expect((await refusal(t().schedules.get(s.id))).code).toBe('not_found');
+    clock.set(Date.UTC(2026, 0, 7, 0, 3, 0, 5));
+    expect(await tickSchedulesOnce(engine)).toEqual([]);
+  });
+
+  it('the scheduler loop also forgets expired idempotency keys', async () => {
+    const at = Date.UTC(2026, 5, 1);
+    const key = (k: string, expires: number) => ({ scope: `agent:${agent}`, idem_key: k, request_hash: 'h', state: 'completed' as const, locked_until: 0, status_code: 201, response: '{}', execution_id: null, created_at: at - 86_400_000, expires_at: expires });
+    await ts.store.db.insertInto('idempotency_keys').values([key('old', at - 1), key('fresh', at + 1000)]).execute();
+    clock.set(at);
+    await tickSchedulesOnce(engine);
+    const left = await ts.store.db.selectFrom('idempotency_keys').select('idem_key').where('scope', '=', `agent:${agent}`).execute();
+    expect(left.map((k) => k.idem_key)).toEqual(['fresh']);
+  });
+
+  it('deleting an agent removes its schedules and webhooks', async () => {
+    const s = await t().schedules.create(agent, { name: 'gone', cron: '* * * * *', message: 'm' }, 'test');
+    await t().webhooks.create({ name: 'h', agent }, 'test');
+    await t().webhooks.create({ name: 'h2', schedule_id: s.id }, 'test');
+    await engine.deleteAgent(agent, 'test');
+    expect(await ts.store.db.selectFrom('schedules').select('id').where('agent', '=', agent).execute()).toEqual([]);
+    expect(await ts.store.db.selectFrom('webhooks').select('id').where('agent', '=', agent).execute()).toEqual([]);
+  });
+});

@@ -1,0 +1,94 @@
+import { useState, type FormEvent } from 'react';
+import { client, describe, isMissingRoute, type Agent } from '../api.ts';
+import { useLive, useLoad, useTick } from '../hooks.ts';
+import { Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
+import { CanarySummary } from './Canary.tsx';
+
+export function OverviewPage() {
+  useTick();
+  const agents = useLoad(() => client().listAgents(), []);
+  const failures = useLoad(() => client().listExecutions({ status: 'failed', limit: 8 }), []);
+  useLive(() => true, () => {
+    agents.reload();
+    failures.reload();
+  }, []);
+  return (
+    <div className="grid">
+      <Section title="Agents" actions={<CreateAgent onCreated={agents.reload} />}>
+        {agents.error ? <Failed what="agents" error={agents.error} retry={agents.reload} /> : !agents.data ? <Loading what="agents" /> : agents.data.length === 0 ? <Empty>No agents yet. Create one above, or with <code>baton agents create NAME</code>.</Empty> : <AgentTable agents={agents.data} />}
+      </Section>
+      <Section title="Recent failures">
+        {failures.error ? (
+          <Failed what="failures" error={failures.error} retry={failures.reload} />
+        ) : !failures.data ? (
+          <Loading what="failures" />
+        ) : failures.data.executions.length === 0 ? (
+          <Empty>No failed executions.</Empty>
+        ) : (
+          <ul className="list">
+            {failures.data.executions.map((e) => (
+              <li key={e.id}>
+                <a href={link('executions', e.id)}>{e.id}</a> <span className="muted">{e.agent}</span> <Status status={e.status} /> <span className="err">{e.error?.code ?? ''}</span> <Time iso={e.completed_at ?? e.created_at} />
+              </li>
+            ))}
+          </ul>
+        )}
+      </Section>
+      <Section title="Canary">
+        <CanarySummary />
+      </Section>
+    </div>
+  );
+}
+
+function AgentTable({ agents }: { agents: Agent[] }) {
+  return (
+    <div className="table-wrap">
+      <table>
+        <thead>
+          <tr><th>Agent</th><th>Running / cap</th><th>Queued / backlog</th><th>Delivery</th></tr>
+        </thead>
+        <tbody>
+          {agents.map((a) => (
+            <tr key={a.name} data-agent={a.name}>
+              <td><a href={link('agents', a.name)}>{a.name}</a></td>
+              <td className={a.running >= a.max_parallel && a.max_parallel > 0 ? 'full' : ''}>{a.running} / {a.max_parallel}</td>
+              <td>{a.queued} / {a.max_backlog}</td>
+              <td>{a.delivery}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function CreateAgent({ onCreated }: { onCreated: () => void }) {
+  const [open, setOpen] = useState(false);
+  const [name, setName] = useState('');
+  const [cap, setCap] = useState('1');
+  const [error, setError] = useState<string>();
+  if (!open) return <button className="secondary" onClick={() => setOpen(true)}>New agent</button>;
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setError(undefined);
+    try {
+      await client().createAgent({ name: name.trim(), max_parallel: Number(cap) });
+      setOpen(false);
+      setName('');
+      onCreated();
+      location.hash = link('agents', name.trim());
+    } catch (err) {
+      setError(isMissingRoute(err) ? 'this server cannot create agents' : describe(err));
+    }
+  };
+  return (
+    <form className="inline-form" onSubmit={submit} aria-label="new agent">
+      <input name="agent-name" placeholder="name (a-z, 0-9, -)" value={name} onChange={(e) => setName(e.target.value)} required />
+      <label className="small">max parallel <input name="max-parallel" type="number" min={0} value={cap} onChange={(e) => setCap(e.target.value)} /></label>
+      <button type="submit">Create</button>
+      <button type="button" className="link" onClick={() => setOpen(false)}>Cancel</button>
+      {error && <p className="state error" role="alert">{error}</p>}
+    </form>
+  );
+}
