@@ -364,8 +364,16 @@ function anatomyText(md: boolean): string {
   const out: string[] = [];
   for (const [store, ops] of Object.entries(anatomy)) {
     if (!ops) continue;
-    const head = ['store', 'operation (in-process, alone)', 'statements', 'mean ms', 'statements by kind'];
-    const body = ops.map((o) => [store, o.op, fmt(o.statements, 1), fmt(o.mean_ms, 3), Object.entries(o.by_kind).map(([k, v]) => `${k} ${v}`).join(', ')]);
+    const pgCol = ops.some((o) => o.postgres_cpu_ms !== undefined);
+    const head = ['store', 'operation (in-process, alone)', 'statements', 'mean ms', ...(pgCol ? ['PostgreSQL CPU ms'] : []), 'statements by kind'];
+    const body = ops.map((o) => [
+      store,
+      o.op,
+      fmt(o.statements, 1),
+      fmt(o.mean_ms, 3),
+      ...(pgCol ? [o.postgres_cpu_ms === null || o.postgres_cpu_ms === undefined ? '?' : fmt(o.postgres_cpu_ms, 2)] : []),
+      Object.entries(o.by_kind).map(([k, v]) => `${k} ${v}`).join(', '),
+    ]);
     out.push(md ? mdTable(head, body) : textTable(head, body));
   }
   return out.join(md ? '\n\n' : '\n\n');
@@ -405,7 +413,13 @@ async function main(): Promise<void> {
     if (anatomyReps > 0 && (store !== 'postgres' || env.postgres) && !interrupted) {
       log(`▶ ${store} statements per operation …`);
       try {
-        anatomy[store] = await withDriver(store, 'inproc', 'anatomy', ({ driver }) => probeAnatomy(driver, anatomyReps));
+        const blockMeter = store === 'postgres' ? async () => (await meterFor(store, process.pid)) : undefined;
+        anatomy[store] = await withDriver(store, 'inproc', 'anatomy', ({ driver }) =>
+          probeAnatomy(driver, anatomyReps, blockMeter && (async () => {
+            const m = await blockMeter();
+            return { stop: async () => (await m.stop()).postgres_s ?? null };
+          })),
+        );
       } catch (err: any) {
         log(`  failed: ${err?.stack ?? err}`);
       }

@@ -24,6 +24,7 @@ export function installCounter(): { take(): Counts; uninstall(): void } {
   let counts: Counts = {};
   const bump = (sql: unknown) => {
     const text = typeof sql === 'string' ? sql : (sql as any)?.text ?? '';
+    if (text.includes('pg_stat_activity')) return; // the benchmark's own CPU accounting
     const k = classify(text);
     counts[k] = (counts[k] ?? 0) + 1;
   };
@@ -65,60 +66,66 @@ export interface OpAnatomy {
   by_kind: Counts;
   /** Mean wall time of one call, ms, over `reps` sequential calls on an idle engine. */
   mean_ms: number;
+  /** PostgreSQL only: backend CPU per call, ms (10 ms tick resolution over the whole block). */
+  postgres_cpu_ms?: number | null;
 }
 
 const total = (c: Counts) => Object.values(c).reduce((a, b) => a + b, 0);
 
-/** Probe submit, claim (one task), complete and an empty claim, each alone, `reps` times. */
-export async function probeAnatomy(driver: Driver, reps: number): Promise<OpAnatomy[]> {
-  const agent = 'anatomy';
-  await driver.createAgent(agent, 1, reps + 10);
+/** Measures something (PostgreSQL backend CPU seconds) over a block of calls. */
+export type BlockMeter = () => Promise<{ stop(): Promise<number | null> }>;
+
+/**
+ * Probe submit, claim (one task), complete and an empty claim, each `reps` times in its own
+ * block of sequential calls (so a block meter can attribute CPU to one kind of operation).
+ */
+export async function probeAnatomy(driver: Driver, reps: number, blockMeter?: BlockMeter): Promise<OpAnatomy[]> {
+  // One agent (max_parallel 1) per repetition, so every claim sees the usual small counts.
+  const agents = Array.from({ length: reps }, (_, i) => `anatomy-${i}`);
+  for (const a of agents) await driver.createAgent(a, 1, 10);
   // warm up the code paths first
   for (let i = 0; i < 20; i++) {
-    await driver.submit(agent, i);
-    const [t] = await driver.claim(agent, { owner: 'probe', max: 1, waitMs: 0 });
+    await driver.submit(agents[0]!, i);
+    const [t] = await driver.claim(agents[0]!, { owner: 'probe', max: 1, waitMs: 0 });
     await driver.complete(t!.id, t!.token);
   }
   await new Promise((r) => setTimeout(r, 50)); // let fire-and-forget notifications land
   const counter = installCounter();
-  try {
-    const ops: Record<string, { counts: Counts; ms: number }> = {};
-    const add = (op: string, c: Counts, ms: number) => {
-      const o = (ops[op] ??= { counts: {}, ms: 0 });
-      for (const [k, v] of Object.entries(c)) o.counts[k] = (o.counts[k] ?? 0) + v;
-      o.ms += ms;
-    };
-    const settle = () => new Promise((r) => setImmediate(r));
+  const out: OpAnatomy[] = [];
+  const settle = () => new Promise((r) => setImmediate(r));
+  async function block(op: string, call: (i: number) => Promise<unknown>): Promise<void> {
+    counter.take();
+    const meter = blockMeter ? await blockMeter() : undefined;
+    const counts: Counts = {};
+    let ms = 0;
     for (let i = 0; i < reps; i++) {
-      let t = performance.now();
-      await driver.submit(agent, i);
-      let ms = performance.now() - t;
+      const t = performance.now();
+      await call(i);
+      ms += performance.now() - t;
       await settle();
-      add('submit', counter.take(), ms);
-
-      t = performance.now();
-      const [task] = await driver.claim(agent, { owner: 'probe', max: 1, waitMs: 0 });
-      ms = performance.now() - t;
-      await settle();
-      add('claim (1 task)', counter.take(), ms);
-
-      t = performance.now();
-      await driver.complete(task!.id, task!.token);
-      ms = performance.now() - t;
-      await settle();
-      add('complete', counter.take(), ms);
-
-      t = performance.now();
-      await driver.claim(agent, { owner: 'probe', max: 1, waitMs: 0 });
-      ms = performance.now() - t;
-      await settle();
-      add('claim (empty queue)', counter.take(), ms);
+      for (const [k, v] of Object.entries(counter.take())) counts[k] = (counts[k] ?? 0) + v;
     }
-    return Object.entries(ops).map(([op, o]) => {
-      const by_kind: Counts = {};
-      for (const [k, v] of Object.entries(o.counts)) by_kind[k] = round(v / reps, 2);
-      return { op, statements: round(total(o.counts) / reps, 2), by_kind, mean_ms: round(o.ms / reps, 3) };
+    const pgSeconds = meter ? await meter.stop() : undefined;
+    const by_kind: Counts = {};
+    for (const [k, v] of Object.entries(counts)) by_kind[k] = round(v / reps, 2);
+    out.push({
+      op,
+      statements: round(total(counts) / reps, 2),
+      by_kind,
+      mean_ms: round(ms / reps, 3),
+      ...(pgSeconds !== undefined ? { postgres_cpu_ms: pgSeconds === null ? null : round((1000 * pgSeconds) / reps, 3) } : {}),
     });
+  }
+  try {
+    const tasks: Array<{ id: string; token: string }> = [];
+    await block('submit', (i) => driver.submit(agents[i]!, i));
+    await block('claim (1 task)', async (i) => {
+      const [t] = await driver.claim(agents[i]!, { owner: 'probe', max: 1, waitMs: 0 });
+      tasks.push(t!);
+    });
+    await block('complete', (i) => driver.complete(tasks[i]!.id, tasks[i]!.token));
+    await block('claim (empty queue)', (i) => driver.claim(agents[i]!, { owner: 'probe', max: 1, waitMs: 0 }));
+    return out;
   } finally {
     counter.uninstall();
   }
