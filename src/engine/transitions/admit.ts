@@ -2,7 +2,7 @@ import { BatonError, NotFound } from '../../domain/errors.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
-import { stamp } from './stamp.ts';
+import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
 export interface AdmitOptions {
   now: number;
@@ -44,17 +44,17 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
             .selectFrom('executions as r')
             .select((e) => e.fn.countAll<number>().as('n'))
             .where('r.agent', '=', agentName)
-            .where('r.status', '=', 'running')
+            .where('r.status', '=', RUNNING)
             .as('running'),
         )
         .where('agent', '=', agentName)
-        .where('status', '=', 'queued')
+        .where('status', '=', QUEUED)
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
         // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
         .where((eb) =>
           eb.or([
             eb('serial_key', 'is', null),
-            eb.not(eb.exists(eb.selectFrom('executions as k').select('k.id').whereRef('k.serial_key', '=', 'executions.serial_key').where('k.status', '=', 'running'))),
+            eb.not(eb.exists(eb.selectFrom('executions as k').select('k.id').whereRef('k.serial_key', '=', 'executions.serial_key').where('k.status', '=', RUNNING))),
           ]),
         )
         .orderBy('priority')

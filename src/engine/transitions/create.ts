@@ -1,5 +1,5 @@
 import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
-import { stamp, type Executor } from './stamp.ts';
+import { QUEUED, stamp, type Executor } from './stamp.ts';
 
 export type NewQueued = Omit<NewExecution, 'status' | 'attempt' | 'queued_at' | 'created_at' | 'changed_at' | 'changed_by' | 'change_reason'>;
 
@@ -23,7 +23,7 @@ export async function insertQueued(db: Executor, row: NewQueued, maxBacklog: num
               .selectFrom('executions')
               .select((e) => e.fn.countAll<number>().as('n'))
               .where('agent', '=', row.agent)
-              .where('status', '=', 'queued'),
+              .where('status', '=', QUEUED),
           '<',
           maxBacklog,
         ),
