@@ -7,6 +7,7 @@
  * Options (all optional):
  *   --store sqlite|postgres|both     default both
  *   --only w1|w2                     default both workloads
+ *   --scenarios worker,push,triggers|none   after W1/W2 (default all; triggers: PostgreSQL only)
  *   --mode http|inproc|both          default both
  *   --tasks N                        W1 tasks (default 20000)
  *   --agents N                       W1 agents (default 100), --max-parallel N (default 3)
@@ -37,6 +38,7 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
+import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -64,6 +66,10 @@ const { values: a } = parseArgs({
     'no-save': { type: 'boolean', default: false },
     'quiet-pct': { type: 'string', default: '25' },
     'quiet-max-s': { type: 'string', default: '30' },
+    scenarios: { type: 'string', default: 'worker,push,triggers' },
+    'worker-tasks': { type: 'string', default: '500' },
+    'push-tasks': { type: 'string', default: '2000' },
+    schedules: { type: 'string', default: '10000' },
   },
   strict: true,
 });
@@ -81,6 +87,11 @@ function int(name: string, value: string | undefined, min = 0): number {
 
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const workloads = choice('only', a.only, ['w1', 'w2'] as const);
+const scenarios: Scenario[] = a.scenarios === 'none' ? [] : a.scenarios!.split(',').map((s) => {
+  if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--scenarios takes ${SCENARIOS.join(',')} or none`);
+  return s as Scenario;
+});
+const scenarioResults: Partial<Record<StoreKind, ScenarioResults | { error: string }>> = {};
 const modes = choice('mode', a.mode, ['http', 'inproc'] as const);
 const serverHow = choice('server', a.server, ['spawn', 'inproc'] as const)[0]!;
 if (a.server === 'both') throw new Error('--server must be spawn or inproc');
@@ -426,9 +437,30 @@ async function main(): Promise<void> {
     }
   }
 
+  for (const store of stores) {
+    if (interrupted || scenarios.length === 0 || (store === 'postgres' && !env.postgres)) continue;
+    try {
+      scenarioResults[store] = await runScenarios(store, scenarios, {
+        pgUrl,
+        workerTasks: Number(a['worker-tasks']),
+        pushTasks: Number(a['push-tasks']),
+        schedules: Number(a.schedules),
+        log,
+      });
+    } catch (err: any) {
+      log(`  failed: ${err?.stack ?? err}`);
+      scenarioResults[store] = { error: String(err?.message ?? err) };
+    }
+  }
+  const SCENARIO_HEAD = ['store', 'scenario', 'figure', 'notes'];
+  const scenarioBody = stores.flatMap((s) => {
+    const r = scenarioResults[s];
+    return !r ? [] : 'error' in r ? [[s, 'scenarios', 'FAILED', r.error as string]] : scenarioRows(s, r);
+  });
+
   const setup = describeSetup();
   const body = tableRows();
-  const text = [...setup, '', textTable(HEAD, body), '', anatomyText(false)].join('\n');
+  const text = [...setup, '', textTable(HEAD, body), '', anatomyText(false), ...(scenarioBody.length ? ['', textTable(SCENARIO_HEAD, scenarioBody)] : [])].join('\n');
   process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
 
   if (!a['no-save']) {
@@ -441,6 +473,7 @@ async function main(): Promise<void> {
       setup,
       results: rows,
       anatomy,
+      scenarios: scenarioResults,
     };
     writeFileSync(join(RESULTS, jsonName), JSON.stringify(json, null, 2) + '\n');
     const md = [
@@ -453,6 +486,7 @@ async function main(): Promise<void> {
       mdTable(HEAD, body),
       '',
       ...(Object.keys(anatomy).length ? ['Statements per engine operation (in-process, one at a time, idle):', '', anatomyText(true), ''] : []),
+      ...(scenarioBody.length ? ['Delivery and trigger scenarios:', '', mdTable(SCENARIO_HEAD, scenarioBody), ''] : []),
     ].join('\n');
     writeFileSync(join(RESULTS, 'latest.md'), md);
     process.stdout.write(`Saved bench/results/${jsonName} and bench/results/latest.md\n`);

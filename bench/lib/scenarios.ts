@@ -1,0 +1,92 @@
+/**
+ * The scenarios the delivery and trigger issues added to `npm run bench`, run after W1/W2:
+ * - worker: W1 through `baton worker -- true` (a process spawn per task included);
+ * - push: push delivery to a local no-op HTTP agent;
+ * - triggers: 10,000 schedules due in the same minute (fire lag), and webhook requests/s with
+ *   idempotency keys (PostgreSQL only, as the issue asks).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import type { StoreKind } from '../../src/store/adapter.ts';
+import { startNode } from '../../src/server/up.ts';
+import { runPushBench, type PushBenchResult } from './push-bench.ts';
+import { runFireLag, type FireLagResult } from './triggers-fire-lag.ts';
+import { runWebhookBench, type WebhookBenchResult } from './triggers-webhooks.ts';
+import { runWorkerBench, type WorkerBenchResult } from './worker-bench.ts';
+
+export const SCENARIOS = ['worker', 'push', 'triggers'] as const;
+export type Scenario = (typeof SCENARIOS)[number];
+
+export interface ScenarioResults {
+  worker?: WorkerBenchResult;
+  push?: PushBenchResult;
+  fire_lag?: FireLagResult;
+  webhooks?: WebhookBenchResult;
+}
+
+export interface ScenarioOptions {
+  pgUrl: string;
+  workerTasks: number;
+  pushTasks: number;
+  schedules: number;
+  log: (line: string) => void;
+}
+
+/** Runs the chosen scenarios on one store against an in-process `baton up`. */
+export async function runScenarios(store: StoreKind, which: Scenario[], o: ScenarioOptions): Promise<ScenarioResults> {
+  const out: ScenarioResults = {};
+  if (which.includes('worker') || which.includes('push')) {
+    const dataDir = mkdtempSync(join(tmpdir(), 'baton-bench-delivery-'));
+    const schema = store === 'postgres' ? `bench_delivery_${Date.now().toString(36)}` : undefined;
+    const node = await startNode({
+      env: { dataDir, port: 0, host: '127.0.0.1', ...(schema ? { databaseUrl: o.pgUrl, pgSchema: schema } : {}) },
+      logger: false,
+    });
+    const server = { url: node.url, key: node.createdAdminKey! };
+    try {
+      if (which.includes('worker')) {
+        o.log(`▶ ${store} W1 via baton worker -- true …`);
+        out.worker = await runWorkerBench(server, { tasks: o.workerTasks });
+        o.log(`  ${out.worker.tasks_per_s} tasks/s`);
+      }
+      if (which.includes('push')) {
+        o.log(`▶ ${store} push to a no-op HTTP agent …`);
+        out.push = await runPushBench(server, { tasks: o.pushTasks });
+        o.log(`  ${out.push.tasks_per_s} tasks/s`);
+      }
+    } finally {
+      await node.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+      if (schema) {
+        const c = new pg.Client({ connectionString: o.pgUrl });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await c.end();
+      }
+    }
+  }
+  if (which.includes('triggers') && store === 'postgres') {
+    o.log(`▶ postgres ${o.schedules} schedules due at once …`);
+    out.fire_lag = await runFireLag({ pgUrl: o.pgUrl, schedules: o.schedules });
+    o.log(`  fire lag p50 ${out.fire_lag.lagMs.p50.toFixed(0)} ms, p99 ${out.fire_lag.lagMs.p99.toFixed(0)} ms`);
+    o.log('▶ postgres webhooks with idempotency keys …');
+    out.webhooks = await runWebhookBench({ pgUrl: o.pgUrl });
+    o.log(`  ${out.webhooks.perSecond.toFixed(0)} requests/s`);
+  }
+  return out;
+}
+
+/** Rows for the printed table: scenario, store, figure, target. */
+export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
+  const rows: string[][] = [];
+  if (r.worker) rows.push([store, 'W1 via `baton worker -- true`', `${r.worker.tasks_per_s} tasks/s`, `${r.worker.tasks} tasks, concurrency ${r.worker.concurrency}, ${r.worker.failed} failed`]);
+  if (r.push) rows.push([store, 'push to a no-op HTTP agent', `${r.push.tasks_per_s} tasks/s`, `${r.push.tasks} tasks, max_parallel ${r.push.max_parallel}, ${r.push.failed} failed`]);
+  if (r.fire_lag) {
+    const l = r.fire_lag.lagMs;
+    rows.push([store, `${r.fire_lag.schedules} schedules due at once`, `fire lag p50 ${l.p50.toFixed(0)} ms, p99 ${l.p99.toFixed(0)} ms`, `target p99 ≤ 1,000 ms ${l.p99 <= 1000 ? 'met' : 'MISSED'}; ${r.fire_lag.processes} scheduler loops; drained in ${r.fire_lag.drainMs.toFixed(0)} ms`]);
+  }
+  if (r.webhooks) rows.push([store, 'webhooks with Idempotency-Key', `${r.webhooks.perSecond.toFixed(0)} requests/s`, `${r.webhooks.requests} requests, concurrency ${r.webhooks.concurrency}, p50 ${r.webhooks.latencyMs.p50.toFixed(1)} ms`]);
+  return rows;
+}
