@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { readKeyFile } from '../auth/keys.ts';
 import { BatonClient, type Agent, type Execution, type ExecutionDetail } from '../client.ts';
 import { readEnv } from '../config.ts';
+import { connect } from './connection.ts';
 import { describeError, EXIT } from './exit.ts';
 import { formatUsage, registerDeliveryCommands } from './delivery.ts';
 import { registerMcpCommands } from './mcp.ts';
@@ -37,13 +37,7 @@ const json = (name: string) => (v: string) => {
 };
 
 /** Server and key from flags, then the environment, then the data directory of a local `baton up`. */
-function client(g: Globals): BatonClient {
-  const env = readEnv();
-  const dataDir = g.dataDir ?? env.dataDir;
-  const server = g.server ?? process.env.BATON_URL ?? `http://${env.host}:${env.port}`;
-  const key = g.key ?? process.env.BATON_API_KEY ?? readKeyFile(dataDir);
-  return new BatonClient({ server, key, via: 'cli' });
-}
+const client = (g: Globals): BatonClient => connect(g);
 
 function print(g: Globals, data: unknown, human: () => string): void {
   process.stdout.write((g.json ? JSON.stringify(data, null, 2) : human()) + '\n');
