@@ -6,6 +6,7 @@ import { DEFAULTS, defaultNodeId, readEnv } from '../config.ts';
 import { lazySecretBox, type SecretBox } from '../delivery/secrets.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
+import { lockAgentsForNewWork } from './agent-lock.ts';
 import { appendAudit } from './audit.ts';
 import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
@@ -251,12 +252,10 @@ export class Engine {
   async submit(agentName: string, input: SubmitInput, actor: string, onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>): Promise<ExecutionRow> {
     const now = this.now();
     const out = await this.store.transaction(async (tx) => {
-      // The agent cannot be deleted underneath (existence lock), and submits to one agent take
-      // turns (serialize), so the backlog count inside insertQueued is exact. Claims only ever
-      // lower that count, so submits need not wait for them.
-      const agent = await this.store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', agentName), 'existence').executeTakeFirst();
+      // Creators of work for this agent take turns, so the backlog count inside insertQueued is
+      // exact; claims only ever lower that count, so a submit never waits for them.
+      const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
-      await this.store.serialize(tx, `submit:${agentName}`);
       const row = await insertQueued(tx, this.newRow(agent, input), agent.max_backlog, now, actor);
       if (!row) {
         // The refusal is audited and committed; the caller gets the error after the commit.

@@ -40,10 +40,11 @@ export interface StoreAdapter {
   lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB;
 
   /**
-   * Serialise transactions that pass the same key until they end (PostgreSQL: a transaction
-   * advisory lock). SQLite: a no-op, for the same reason as lockRows.
+   * Serialise transactions that pass the same key until they end (PostgreSQL: transaction
+   * advisory locks, all `keys` in one statement, taken in one fixed order so callers holding
+   * several never wait on each other in a cycle). SQLite: a no-op, for the same reason as lockRows.
    */
-  serialize(tx: Tx, key: string): Promise<void>;
+  serialize(tx: Tx, keys: string[]): Promise<void>;
 
   /**
    * Tell every process (this one at once, others via LISTEN/NOTIFY on PostgreSQL) that something

@@ -132,8 +132,9 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
           return qb.forKeyShare() as QB;
       }
     },
-    async serialize(tx, key) {
-      await sql`SELECT pg_advisory_xact_lock(hashtext(${key}))`.execute(tx);
+    async serialize(tx, keys) {
+      if (keys.length === 0) return;
+      await sql`SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(${keys}::text[]) AS k ORDER BY h) AS ordered`.execute(tx);
     },
     publish(topic, message) {
       signals.deliver(topic, message);

@@ -1,3 +1,4 @@
+import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { sql, type RawBuilder } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
 import type { AgentRow, NewExecution, ScheduleRow } from '../../store/schema.ts';
@@ -108,12 +109,12 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
     )
     .execute();
   if (due.length === 0) return { handled: 0, fired: [] };
-  // Agents are locked in name order, so two passes never wait on each other in a cycle. Under
-  // the lock, each agent's backlog room is counted once for the whole batch (submissions and
-  // admissions take the same lock, so the count stays exact until this transaction ends).
+  // Agents are held in name order, so two passes never wait on each other in a cycle. Held,
+  // each agent's backlog room is counted once for the whole batch (every creator of work takes
+  // the same per-agent turn, and claims only lower the count, so it stays exact until commit).
   due.sort((a, b) => (a.agent < b.agent ? -1 : a.agent > b.agent ? 1 : 0));
   const names = [...new Set(due.map((s) => s.agent))];
-  const locked = await engine.store.lockRows(tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name'), 'wait').execute();
+  const locked = await lockAgentsForNewWork(tx, engine.store, names);
   const queued = await tx
     .selectFrom('executions')
     .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])

@@ -1,3 +1,4 @@
+import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { newExecutionId } from '../../domain/ids.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
@@ -30,9 +31,9 @@ export type RunOutcome =
   | { kind: 'busy'; execution_id: string }
   | { kind: 'full'; max_backlog: number };
 
-/** Lock the agent row for the rest of the transaction (it serialises backlog and overlap checks). */
+/** Hold the agent for the rest of the transaction: it serialises backlog and overlap checks. */
 export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Promise<AgentRow | undefined> {
-  return store.lockRows(tx.selectFrom('agents').selectAll().where('name', '=', name), 'wait').executeTakeFirst();
+  return (await lockAgentsForNewWork(tx, store, [name]))[0];
 }
 
 /** The run in flight that a `skip` overlap policy defers to (running first), if any. */

@@ -1,0 +1,18 @@
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { AgentRow } from '../store/schema.ts';
+
+/**
+ * Hold agents for creating new work (a submit, a trigger, a scheduler batch) until the
+ * transaction ends. Each agent row gets an existence lock (it cannot be deleted meanwhile, yet
+ * admissions and setting changes go on), then creators of work for the same agent take turns on
+ * a per-agent key. So backlog counts and overlap checks made next are exact, and creating work
+ * never waits for claims. Names are taken in order, so batches never wait on each other in a
+ * cycle. Returns the rows found (unknown names are missing).
+ */
+export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: string[]): Promise<AgentRow[]> {
+  const sorted = [...new Set(names)].sort();
+  if (sorted.length === 0) return [];
+  const rows = await store.lockRows(tx.selectFrom('agents').selectAll().where('name', 'in', sorted).orderBy('name'), 'existence').execute();
+  await store.serialize(tx, rows.map((row) => `new-work:${row.name}`));
+  return rows;
+}
