@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BatonClient, type Agent, type Execution, type ExecutionDetail } from '../client.ts';
 import { readEnv } from '../config.ts';
+import { int, json, num } from './args.ts';
 import { connect } from './connection.ts';
 import { describeError, EXIT } from './exit.ts';
 import { formatUsage, registerDeliveryCommands } from './delivery.ts';
@@ -18,23 +19,6 @@ interface Globals {
   dataDir?: string;
 }
 
-const int = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be an integer`);
-  return n;
-};
-const num = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new InvalidArgumentError(`${name} must be a number`);
-  return n;
-};
-const json = (name: string) => (v: string) => {
-  try {
-    return JSON.parse(v);
-  } catch {
-    throw new InvalidArgumentError(`${name} must be valid JSON`);
-  }
-};
 
 /** Server and key from flags, then the environment, then the data directory of a local `baton up`. */
 const client = (g: Globals): BatonClient => connect(g);

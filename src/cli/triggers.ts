@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import type { BatonClient, Schedule, ScheduleCreate, Webhook } from '../client.ts';
+import { int, json } from './args.ts';
 import { keyValues, relativeTime, table } from './output.ts';
 
 export interface CliHelpers {
@@ -8,18 +9,6 @@ export interface CliHelpers {
   opts(cmd: Command): Record<string, any>;
 }
 
-const int = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be an integer`);
-  return n;
-};
-const json = (name: string) => (v: string) => {
-  try {
-    return JSON.parse(v);
-  } catch {
-    throw new InvalidArgumentError(`${name} must be valid JSON`);
-  }
-};
 
 const scheduleRow = (s: Schedule) => ({
   id: s.id,
