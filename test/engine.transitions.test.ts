@@ -127,6 +127,16 @@ describe(`transitions (${STORE_KIND})`, () => {
     expect((await engine.getExecution(row.id)).execution.status).toBe('failed');
   });
 
+  it('a recognisable secret in a reported result or error is redacted before it is stored', async () => {
+    await engine.submit(agent, { message: 'x' }, 't');
+    const row = await claimOne();
+    const secret = 'sk-' + 'a'.repeat(40);
+    const done = await engine.complete(row.id, row.lease_token!, { status: 'failed', result: { out: `key ${secret}` }, error: { code: 'boom', message: `bad ${secret}` } }, 'w');
+    expect(done.result).not.toContain(secret);
+    expect(done.error_message).not.toContain(secret);
+    expect(JSON.parse(done.result!).out).toMatch(/^key /);
+  });
+
   it('release hands the task back without charging an attempt', async () => {
     await engine.submit(agent, { message: 'x' }, 't');
     const row = await claimOne();

@@ -8,6 +8,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { appendAudit } from './audit.ts';
+import { redactJson, redactSecrets } from './redact.ts';
 import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
@@ -336,8 +337,14 @@ export class Engine {
     return renewLease(this.store.db, id, token, now);
   }
 
-  async complete(id: string, token: string, outcome: Outcome, actor: string): Promise<ExecutionRow> {
+  async complete(id: string, token: string, given: Outcome, actor: string): Promise<ExecutionRow> {
     const now = this.now();
+    // Whatever client reported it, a recognisable secret is never stored (canary G-04).
+    const outcome: Outcome = {
+      ...given,
+      result: given.result === undefined ? undefined : redactJson(given.result),
+      error: given.error ? { ...given.error, message: redactSecrets(given.error.message) } : given.error,
+    };
     if (outcome.status !== 'failed') {
       const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
       this.announce(row);
