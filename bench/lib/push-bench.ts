@@ -8,6 +8,7 @@
  */
 import { createServer } from 'node:http';
 import { BatonClient } from '../../src/client.ts';
+import { timeDrain } from './drain.ts';
 
 export interface PushBenchConfig {
   tasks?: number; // default 2000
@@ -24,7 +25,6 @@ export interface PushBenchResult {
   failed: number;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function runPushBench(server: { url: string; key: string }, cfg: PushBenchConfig = {}): Promise<PushBenchResult> {
   const tasks = cfg.tasks ?? 2000;
@@ -45,25 +45,8 @@ export async function runPushBench(server: { url: string; key: string }, cfg: Pu
   const agent = `pb-${Date.now().toString(36)}`;
   try {
     await api.createAgent({ name: agent, delivery: 'push', push_url: url, max_parallel: 0, max_backlog: tasks });
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: 8 }, async () => {
-        while (next < tasks) {
-          next++;
-          await api.submit(agent, { message: 'bench' });
-        }
-      }),
-    );
-    const t0 = performance.now();
-    await api.updateAgent(agent, { max_parallel: maxParallel });
-    for (;;) {
-      const a = await api.getAgent(agent);
-      if (a.queued === 0 && a.running === 0) break;
-      await sleep(20);
-    }
-    const seconds = (performance.now() - t0) / 1000;
-    const failed = (await api.listExecutions({ agent, status: 'failed,cancelled', limit: 500 })).executions.length;
-    return { scenario: 'push_noop_agent', tasks, max_parallel: maxParallel, seconds: Math.round(seconds * 100) / 100, tasks_per_s: Math.round((tasks / seconds) * 10) / 10, requests, failed };
+    const r = await timeDrain(api, agent, tasks, maxParallel);
+    return { scenario: 'push_noop_agent', tasks, max_parallel: maxParallel, ...r, requests };
   } finally {
     await api.deleteAgent(agent).catch(() => undefined);
     agentServer.closeAllConnections();

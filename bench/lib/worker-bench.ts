@@ -10,6 +10,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { BatonClient } from '../../src/client.ts';
+import { timeDrain } from './drain.ts';
 
 const BATON_BIN = fileURLToPath(new URL('../../bin/baton.js', import.meta.url));
 
@@ -47,25 +48,7 @@ export async function runWorkerBench(server: { url: string; key: string }, cfg: 
       if (child.exitCode !== null || i > 600) throw new Error(`baton worker did not start:\n${err}`);
       await sleep(50);
     }
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: 8 }, async () => {
-        while (next < tasks) {
-          next++;
-          await api.submit(agent, { message: 'bench' });
-        }
-      }),
-    );
-    const t0 = performance.now();
-    await api.updateAgent(agent, { max_parallel: concurrency });
-    for (;;) {
-      const a = await api.getAgent(agent);
-      if (a.queued === 0 && a.running === 0) break;
-      await sleep(20);
-    }
-    const seconds = (performance.now() - t0) / 1000;
-    const failed = (await api.listExecutions({ agent, status: 'failed,cancelled', limit: 500 })).executions.length;
-    return { scenario: 'w1_worker_cli', tasks, concurrency, seconds: Math.round(seconds * 100) / 100, tasks_per_s: Math.round((tasks / seconds) * 10) / 10, failed };
+    return { scenario: 'w1_worker_cli', tasks, concurrency, ...(await timeDrain(api, agent, tasks, concurrency)) };
   } finally {
     child.kill('SIGTERM');
     await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));

@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { Forbidden } from '../domain/errors.ts';
+import { Forbidden, NotFound } from '../domain/errors.ts';
+import type { Engine } from '../engine/engine.ts';
 import type { KeyStore, Principal } from '../auth/keys.ts';
 
 declare module 'fastify' {
@@ -47,3 +48,13 @@ export function requireAgentAccess(req: FastifyRequest, agent: string): void {
 
 /** Who did it, for events and the audit log. */
 export const actorOf = (req: FastifyRequest) => `key:${req.principal.keyId}`;
+
+/**
+ * Agent-scoped keys may touch only their agent's executions; others look nonexistent to them.
+ * Admin keys pass without a read (the operation itself says 404 for an unknown id).
+ */
+export async function requireExecutionAccess(engine: Engine, req: FastifyRequest, id: string): Promise<void> {
+  if (req.principal.scope !== 'agent') return;
+  const row = await engine.store.db.selectFrom('executions').select('agent').where('id', '=', id).executeTakeFirst();
+  if (!row || row.agent !== req.principal.agent) throw new NotFound('execution', id);
+}

@@ -7,6 +7,7 @@ import type { Engine } from '../../engine/engine.ts';
 import { appendLogs, readLogs } from '../../engine/logs.ts';
 import { iso } from '../../engine/views.ts';
 import type { ExecutionLogRow } from '../../store/schema.ts';
+import { requireExecutionAccess } from '../auth.ts';
 import { ErrorBody, ExecutionParams } from '../schemas.ts';
 import { LogAppendBody, LogAppendResponse, LogPage, LogQuery } from '../schemas/logs.ts';
 import type { ApiDeps } from '../server.ts';
@@ -38,7 +39,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
       response: { 200: LogAppendResponse, 404: ErrorBody, 409: ErrorBody },
     },
   }, async (req) => {
-    await executionStatus(engine, req, req.params.id);
+    await requireExecutionAccess(engine, req, req.params.id);
     const lines = req.body.lines.map((l) => ({ stream: l.stream ?? ('stdout' as const), line: l.line }));
     return appendLogs(engine.store, req.params.id, req.body.lease_token, lines, engine.now());
   });

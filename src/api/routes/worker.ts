@@ -2,19 +2,11 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { DEFAULTS } from '../../config.ts';
-import { NotFound } from '../../domain/errors.ts';
-import type { Engine } from '../../engine/engine.ts';
 import { executionView, iso, taskView } from '../../engine/views.ts';
-import { actorOf, requireAgentAccess } from '../auth.ts';
+import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
 import { AgentParams, ClaimBody, ClaimResponse, CompleteBody, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
 import type { ApiDeps } from '../server.ts';
 
-/** Agent-scoped keys may touch only their agent's executions; others look nonexistent to them. */
-async function requireExecutionAccess(engine: Engine, req: FastifyRequest, id: string): Promise<void> {
-  if (req.principal.scope !== 'agent') return;
-  const row = await engine.store.db.selectFrom('executions').select('agent').where('id', '=', id).executeTakeFirst();
-  if (!row || row.agent !== req.principal.agent) throw new NotFound('execution', id);
-}
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
