@@ -59,7 +59,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   engine.events.on('reaper:reaped', (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'));
 
   const loops: LoopHandle[] = [];
-  if (opts.reaper !== false) loops.push(startLoop('reaper', () => engine.reapOnce(), opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs, engine.events));
+  if (opts.reaper !== false) loops.push(startLoop('reaper', () => engine.reapOnce(), reaperIntervalMs, engine.events));
   const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
   if (dispatcher) loops.push(startLoop('dispatcher', () => dispatcher.dispatchOnce(), DISPATCH_POLL_MS, engine.events));
   if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => tickSchedulesOnce(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
