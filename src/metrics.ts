@@ -9,7 +9,7 @@
  *   grouped counts cached for `DB_GAUGE_TTL_MS`, never on the request path.
  *
  * For components:
- *   countSchedulerTick('fired' | 'skipped', reason)   — one per due schedule handled
+ *   countSchedulerTick('fired' | 'skipped', reason, n) — n due schedules handled
  *   countWebhook(outcome)                               — one per webhook request answered
  *   countPushDelivery(outcome)                          — one per push delivery attempt
  * Outcomes and reasons are short fixed codes (e.g. 'accepted', 'already_running',
@@ -41,8 +41,8 @@ const pushDeliveries = new Counter({
   registers: [processRegistry],
 });
 
-export function countSchedulerTick(outcome: 'fired' | 'skipped', reason = ''): void {
-  schedulerTicks.inc({ outcome, reason });
+export function countSchedulerTick(outcome: 'fired' | 'skipped', reason = '', n = 1): void {
+  schedulerTicks.inc({ outcome, reason }, n);
 }
 export function countWebhook(outcome: string): void {
   webhookRequests.inc({ outcome });

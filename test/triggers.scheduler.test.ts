@@ -2,7 +2,12 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BatonError } from '../src/domain/errors.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { triggersFor } from '../src/engine/triggers/index.ts';
-import { ON_TIME_MS, tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
+import fc from 'fast-check';
+import { Cron } from 'croner';
+import { startLoop } from '../src/engine/loop.ts';
+import { compileCron, nextAfter } from '../src/engine/triggers/cron.ts';
+import { newScheduleId } from '../src/engine/triggers/schedules.ts';
+import { ON_TIME_MS, schedulerPass, tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
 
@@ -251,5 +256,102 @@ describe('schedules', () => {
     await engine.deleteAgent(agent, 'test');
     expect(await ts.store.db.selectFrom('schedules').select('id').where('agent', '=', agent).execute()).toEqual([]);
     expect(await ts.store.db.selectFrom('webhooks').select('id').where('agent', '=', agent).execute()).toEqual([]);
+  });
+  it('a burst of due schedules fires in bulk: one row, one event and one audit row per due schedule, queued and skipped rows mixed in a batch', async () => {
+    const due = Date.UTC(2026, 6, 1, 9, 0);
+    const roomy = `${agent}-roomy`;
+    await engine.createAgent({ name: roomy, max_backlog: 1000, max_redeliveries: 7, timeout_seconds: 99 }, 'test');
+    // More than one batch (400): 300 on an agent with room, 150 on one whose backlog holds 3.
+    const schedule = (i: number, on: string) => ({
+      id: newScheduleId(),
+      agent: on,
+      name: `burst-${i}`,
+      cron: '0 9 * * *',
+      timezone: 'UTC',
+      message: `m-${i}`,
+      payload: '{"i":1}',
+      enabled: 1,
+      overlap_policy: i % 2 ? ('queue' as const) : ('allow' as const),
+      misfire_policy: 'run_once' as const,
+      misfire_grace_seconds: 3600,
+      retry_policy: null,
+      priority: i % 3,
+      next_run_at: due,
+      last_run_at: null,
+      created_at: due - 1000,
+      updated_at: due - 1000,
+    });
+    const rows = [...Array.from({ length: 300 }, (_, i) => schedule(i, roomy)), ...Array.from({ length: 150 }, (_, i) => schedule(300 + i, agent))];
+    await ts.store.db.insertInto('schedules').values(rows).execute();
+    const changed: string[] = [];
+    const onChanged = (e: { id: string; status: string }) => e.status === 'queued' && changed.push(e.id);
+    engine.events.on('execution:changed', onChanged);
+    clock.set(due + 200);
+    const fired = await tickSchedulesOnce(engine, { concurrency: 3 });
+    await new Promise((r) => setTimeout(r, 50)); // local announcements arrive on a microtask
+    engine.events.off('execution:changed', onChanged);
+
+    expect(fired).toHaveLength(450);
+    const ids = rows.map((r) => r.id);
+    const made = await ts.store.db.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).execute();
+    expect(made).toHaveLength(450);
+    expect(new Set(made.map((e) => e.schedule_id)).size).toBe(450);
+    const queued = made.filter((e) => e.status === 'queued');
+    const skipped = made.filter((e) => e.status === 'skipped');
+    expect(queued).toHaveLength(303);
+    expect(skipped.map((e) => [e.agent, e.error_code])).toEqual(Array.from({ length: 147 }, () => [agent, 'backlog_full']));
+    // Columns a queued row lacks (completed_at, error_*) are NULL, not borrowed from skipped rows.
+    for (const e of queued) expect([e.completed_at, e.error_code, e.error_message]).toEqual([null, null, null]);
+    for (const e of skipped) expect(e.completed_at).toBe(due + 200);
+    // Each row as the one-at-a-time path would write it.
+    const one = made.find((e) => e.schedule_id === rows[1]!.id)!;
+    expect(one).toMatchObject({ agent: roomy, trigger_kind: 'schedule', message: 'm-1', payload: '{"i":1}', priority: 1, scheduled_for: due, serial_key: rows[1]!.id, max_redeliveries: 7, timeout_seconds: 99, attempt: 0, queued_at: due + 200, changed_by: 'scheduler:sched-test' });
+    expect(made.find((e) => e.schedule_id === rows[0]!.id)!.serial_key).toBeNull();
+    expect(JSON.parse(one.origin)).toEqual({ schedule_id: rows[1]!.id, scheduled_for: new Date(due).toISOString() });
+    // The database trigger wrote one creation event per row; each fire has its audit row.
+    const events = await ts.store.db.selectFrom('execution_events').select(['execution_id', 'from_status', 'to_status']).where('execution_id', 'in', made.map((e) => e.id)).execute();
+    expect(events).toHaveLength(450);
+    expect(events.every((e) => e.from_status === null)).toBe(true);
+    const audits = await ts.store.db.selectFrom('audit_log').select(['execution_id', 'action']).where('execution_id', 'in', made.map((e) => e.id)).execute();
+    expect(audits.filter((a) => a.action === 'schedule.fire')).toHaveLength(303);
+    expect(audits.filter((a) => a.action === 'schedule.skip')).toHaveLength(147);
+    // Every queued row was announced (in messages carrying many ids).
+    expect(changed.sort()).toEqual(queued.map((e) => e.id).sort());
+    // All advanced to tomorrow 09:00, once.
+    const next = await ts.store.db.selectFrom('schedules').select(['next_run_at', 'last_run_at']).where('id', 'in', ids).execute();
+    expect(new Set(next.map((r) => `${r.next_run_at}/${r.last_run_at}`))).toEqual(new Set([`${due + 86_400_000}/${due}`]));
+    expect(await tickSchedulesOnce(engine)).toEqual([]);
+  });
+
+  it('the loop pass says how soon the next due time comes, so the loop wakes for it', async () => {
+    clock.set(Date.UTC(2026, 7, 1, 0, 0, 20));
+    expect(await schedulerPass(engine)).toEqual({}); // nothing enabled
+    const s = await t().schedules.create(agent, { name: 'soon', cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
+    expect(await schedulerPass(engine)).toEqual({ nextInMs: 40_000 });
+    clock.set(Date.UTC(2026, 7, 1, 0, 1, 0, 5));
+    expect(await schedulerPass(engine)).toEqual({ nextInMs: 60_000 - 5 });
+    expect(await rowsOf(s.id)).toHaveLength(1);
+
+    // startLoop runs a pass again that soon rather than after its interval (at least 800 ms here).
+    const at: number[] = [];
+    const loop = startLoop('test', async () => ({ nextInMs: at.push(Date.now()) < 3 ? 5 : undefined }), 1000, engine.events);
+    while (at.length < 3) await new Promise((r) => setTimeout(r, 10));
+    await loop.stop();
+    expect(at[2]! - at[0]!).toBeLessThan(800);
+  });
+
+  it('compiled expressions and next due times are reused, with the same answers as croner', () => {
+    expect(compileCron('*/5 * * * *', 'Europe/Berlin')).toBe(compileCron('*/5 * * * *', 'Europe/Berlin'));
+    const exprs = ['* * * * *', '*/7 * * * *', '0 9 * * 1-5', '30 2 * * *', '0 0 1 1 *', '*/10 * * * * *'];
+    const zones = ['UTC', 'America/New_York', 'Europe/Berlin', 'Asia/Kolkata'];
+    fc.assert(
+      fc.property(fc.constantFrom(...exprs), fc.constantFrom(...zones), fc.integer({ min: Date.UTC(2026, 0, 1), max: Date.UTC(2027, 0, 1) }), (expr, tz, at) => {
+        const want = new Cron(expr, { timezone: tz, paused: true, mode: '5-or-6-parts' }).nextRun(new Date(at))?.getTime() ?? null;
+        const c = compileCron(expr, tz);
+        expect(nextAfter(c, at)).toBe(want);
+        expect(nextAfter(c, at)).toBe(want); // a second answer comes from the memo
+      }),
+      { numRuns: 300 },
+    );
   });
 });

@@ -1,4 +1,4 @@
-import type { Tx } from '../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
 
 export interface AuditEntry {
   at: number;
@@ -9,9 +9,6 @@ export interface AuditEntry {
   /** Ids and reason codes only: never payloads or secrets. */
   detail?: Record<string, unknown> | null;
 }
-
-/** Rows per INSERT in the batch path: 7 bound values each stays far below parameter limits. */
-const AUDIT_CHUNK = 500;
 
 const auditRow = (e: AuditEntry) => ({
   at: e.at,
@@ -28,8 +25,6 @@ export async function appendAudit(tx: Tx, e: AuditEntry): Promise<void> {
 }
 
 /** Append several entries in few statements (the scheduler's batch path). */
-export async function appendAudits(tx: Tx, entries: AuditEntry[]): Promise<void> {
-  for (let i = 0; i < entries.length; i += AUDIT_CHUNK) {
-    await tx.insertInto('audit_log').values(entries.slice(i, i + AUDIT_CHUNK).map(auditRow)).execute();
-  }
+export async function appendAudits(store: StoreAdapter, tx: Tx, entries: AuditEntry[]): Promise<void> {
+  await store.insertMany(tx, 'audit_log', entries.map(auditRow));
 }

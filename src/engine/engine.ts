@@ -7,6 +7,7 @@ import { lazySecretBox, type SecretBox } from '../delivery/secrets.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
+import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit } from './audit.ts';
 import { redactJson, redactSecrets } from './redact.ts';
 import { EngineEvents } from './events.ts';
@@ -123,9 +124,9 @@ export class Engine {
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message) => {
-      const [agent, id, status] = message.split('\t') as [string, string, string];
+      const { agent, ids, status } = parseAnnouncement(message);
       if (status !== 'running') this.waiters.wake(agent);
-      this.events.emit('execution:changed', { id, agent, status });
+      for (const id of ids) this.events.emit('execution:changed', { id, agent, status });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.waiters.wake(agent, true));
     this.unsubscribe = () => {
@@ -212,7 +213,7 @@ export class Engine {
       await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length } });
       return { cancelled, cancel_requested: running.length };
     });
-    for (const row of out.cancelled) this.announce(row);
+    announce(this.store, out.cancelled);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancel_requested };
   }
 
@@ -268,7 +269,7 @@ export class Engine {
       return { row, refused: undefined };
     });
     if (!out.row) throw new BacklogFull(agentName, out.refused!);
-    this.announce(out.row);
+    announce(this.store, [out.row]);
     return out.row;
   }
 
@@ -318,7 +319,7 @@ export class Engine {
         const now = this.now();
         const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { ...admitOpts, now }));
         if (rows.length > 0) {
-          for (const r of rows) this.announce(r);
+          announce(this.store, rows);
           this.events.emit('execution:admitted', rows);
           return rows;
         }
@@ -347,7 +348,7 @@ export class Engine {
     };
     if (outcome.status !== 'failed') {
       const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
-      this.announce(row);
+      announce(this.store, [row]);
       this.events.emit('execution:completed', row);
       return row;
     }
@@ -356,8 +357,8 @@ export class Engine {
       const failed = await completeWithLease(tx, id, token, outcome, now, actor);
       return { row: failed, retry: await insertRetry(tx, failed, now, actor) };
     });
-    this.announce(row);
-    if (retry) this.announce(retry);
+    announce(this.store, [row]);
+    if (retry) announce(this.store, [retry]);
     this.events.emit('execution:completed', row);
     return row;
   }
@@ -365,7 +366,7 @@ export class Engine {
   async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
     const row = await this.store.transaction((tx) => releaseLease(tx, this.store, id, token, now, actor));
-    this.announce(row);
+    announce(this.store, [row]);
     return row;
   }
 
@@ -376,7 +377,7 @@ export class Engine {
       await appendAudit(tx, { at: now, actor, action: 'execution.cancel', subject: r.agent, execution_id: id, detail: { status: r.status } });
       return r;
     });
-    this.announce(row);
+    announce(this.store, [row]);
     return row;
   }
 
@@ -427,17 +428,13 @@ export class Engine {
         }),
       );
       all.push(...batch);
-      for (const r of batch) this.announce({ id: r.id, agent: r.agent, status: r.to });
+      announce(this.store, batch.map((r) => ({ id: r.id, agent: r.agent, status: r.to })));
       if (batch.length < this.reapBatch) break;
     }
     if (all.length > 0) this.events.emit('reaper:reaped', all);
     return all;
   }
 
-  /** Tell every process about a status change (it wakes claimers when work queued or a seat freed). */
-  private announce(row: { id: string; agent: string; status: string }): void {
-    this.store.publish('execution', `${row.agent}\t${row.id}\t${row.status}`);
-  }
 }
 
 export type { Outcome, CompletionStatus };

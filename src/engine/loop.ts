@@ -6,26 +6,29 @@ export interface LoopHandle {
 
 /**
  * Run `once` every `intervalMs` (±20 % jitter, so processes sharing a database spread out).
- * A loop never throws out of its timer: failures are emitted as `loop:error` and it goes on.
+ * A pass that resolves to `{ nextInMs }` runs again that soon when it is sooner (the scheduler,
+ * for the next due time). A loop never throws out of its timer: failures are emitted as
+ * `loop:error` and it goes on.
  */
 export function startLoop(name: string, once: () => Promise<unknown>, intervalMs: number, events: EngineEvents): LoopHandle {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let stopped = false;
-  const schedule = () => {
+  const schedule = (soonerMs = Infinity) => {
     if (stopped) return;
     const jittered = intervalMs * (0.8 + Math.random() * 0.4);
-    timer = setTimeout(tick, jittered);
+    timer = setTimeout(tick, Math.min(jittered, soonerMs));
   };
   const tick = () => {
     running = once()
-      .then(() => undefined)
+      .then((out) => sooner(out))
       .catch((error) => {
         events.emit('loop:error', { loop: name, error });
+        return undefined;
       })
-      .finally(() => {
+      .then((soonerMs) => {
         running = undefined;
-        schedule();
+        schedule(soonerMs);
       });
   };
   schedule();
@@ -36,4 +39,9 @@ export function startLoop(name: string, once: () => Promise<unknown>, intervalMs
       await running;
     },
   };
+}
+
+function sooner(out: unknown): number | undefined {
+  const ms = (out as { nextInMs?: unknown } | null | undefined)?.nextInMs;
+  return typeof ms === 'number' && ms >= 0 ? ms : undefined;
 }

@@ -8,7 +8,7 @@ import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../deliver
 import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
 import { startLoop, type LoopHandle } from '../engine/loop.ts';
-import { SCHEDULER_INTERVAL_MS, tickSchedulesOnce } from '../engine/triggers/scheduler.ts';
+import { SCHEDULER_INTERVAL_MS, schedulerPass } from '../engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
 
@@ -62,7 +62,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   if (opts.reaper !== false) loops.push(startLoop('reaper', () => engine.reapOnce(), reaperIntervalMs, engine.events));
   const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
   if (dispatcher) loops.push(startLoop('dispatcher', () => dispatcher.dispatchOnce(), DISPATCH_POLL_MS, engine.events));
-  if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => tickSchedulesOnce(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
+  if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => schedulerPass(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
 
   const address = await app.listen({ port: env.port, host: env.host });
   ready = true;

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
-import type { LockMode, StoreAdapter, Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, TOPICS, type Topic } from './signals.ts';
@@ -136,6 +136,14 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       if (keys.length === 0) return;
       await sql`SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(${keys}::text[]) AS k ORDER BY h) AS ordered`.execute(tx);
     },
+    async insertMany(tx, table, rows) {
+      for (let i = 0; i < rows.length; i += BULK_CHUNK) {
+        const chunk = rows.slice(i, i + BULK_CHUNK);
+        const cols = sql.join(bulkColumns(chunk).map((c) => sql.ref(c)));
+        await sql`INSERT INTO ${sql.table(table)} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${sql.table(table)}, ${JSON.stringify(chunk)})`.execute(tx);
+      }
+    },
+    jsonElements: (json) => sql`json_array_elements(${json}::json)`,
     publish(topic, message) {
       signals.deliver(topic, message);
       if (outbox.push([channel(topic), `${signals.origin}|${message}`]) === 1) setImmediate(flush);

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 /**
  * Topics processes tell each other about. Messages are small (ids and codes, never payloads);
  * PostgreSQL carries them over LISTEN/NOTIFY, SQLite (one process) in memory.
- *   execution — `<agent>\t<execution id>\t<status>` after any status change
+ *   execution — `<agent>\t<execution ids, comma-separated>\t<status>` after status changes (see engine/announce.ts)
  *   log       — `<execution id>` after log lines were appended
  *   agent     — `<agent>` after an agent's settings changed (a raised cap may admit work)
  */

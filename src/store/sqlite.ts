@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql, type SelectQueryBuilder } from 'kysely';
-import type { StoreAdapter, Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
@@ -67,6 +67,17 @@ export function openSqlite(file: string): StoreAdapter {
     async serialize() {
       // BEGIN IMMEDIATE already excludes every other writer.
     },
+    async insertMany(tx, table, rows) {
+      for (let i = 0; i < rows.length; i += BULK_CHUNK) {
+        const chunk = rows.slice(i, i + BULK_CHUNK);
+        const cols = bulkColumns(chunk);
+        await tx
+          .insertInto(table)
+          .values(chunk.map((r) => Object.fromEntries(cols.map((c) => [c, (r as Record<string, unknown>)[c] ?? null]))) as never)
+          .execute();
+      }
+    },
+    jsonElements: (json) => sql`json_each(${json})`,
     publish: (topic, message) => signals.deliver(topic, message),
     subscribe: (topic, listener) => signals.on(topic, listener),
     async migrate() {

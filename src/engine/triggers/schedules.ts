@@ -4,11 +4,12 @@ import type { RetryPolicy } from '../../domain/retry.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
+import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { Engine } from '../engine.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
 import { compileCron, nextAfter } from './cron.ts';
-import { announce, lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
+import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
 export const SCHEDULE_DEFAULTS = Object.freeze({
   timezone: 'UTC',
@@ -175,7 +176,7 @@ export class Schedules {
       await appendAudit(tx, { at: now, actor, action: 'schedule.delete', subject: id, detail: { agent: s.agent, cancelled: r.cancelled.length, cancel_requested: r.cancelRequested } });
       return r;
     });
-    for (const row of out.cancelled) announce(this.store, row);
+    announce(this.store, out.cancelled);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancelRequested };
   }
 
@@ -231,7 +232,7 @@ export class Schedules {
     const { started } = out;
     if (started.kind === 'busy') throw new AlreadyRunning(`schedule '${id}'`, started.execution_id);
     if (started.kind === 'full') throw new BacklogFull(out.agent, started.max_backlog);
-    announce(this.store, started.row);
+    announce(this.store, [started.row]);
     return started.row;
   }
 }

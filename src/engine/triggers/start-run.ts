@@ -82,8 +82,3 @@ export async function startRun(tx: Tx, agent: AgentRow, spec: RunSpec, now: numb
   if (!row) return { kind: 'full', max_backlog: agent.max_backlog };
   return { kind: 'created', row };
 }
-
-/** Wake claimers and listeners about a row a trigger wrote (same message format as the engine's). */
-export function announce(store: StoreAdapter, row: { id: string; agent: string; status: string }): void {
-  store.publish('execution', `${row.agent}\t${row.id}\t${row.status}`);
-}

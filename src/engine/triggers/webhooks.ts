@@ -3,10 +3,11 @@ import { AlreadyRunning, BacklogFull, BatonError, NotFound } from '../../domain/
 import { newId } from '../../domain/ids.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, WebhookRow } from '../../store/schema.ts';
+import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { Engine } from '../engine.ts';
 import { Schedules } from './schedules.ts';
-import { announce, lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
+import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
 /**
  * Webhooks: a secret URL `/hooks/<token>` that starts a run of a schedule or an agent.
@@ -265,7 +266,7 @@ export class Webhooks {
     });
     if (out.kind === 'busy') return { status: 'already_running', execution_id: out.execution_id };
     if (out.kind === 'full') throw new BacklogFull(w.agent, out.max_backlog);
-    announce(this.store, out.row);
+    announce(this.store, [out.row]);
     return { status: out.row.status as 'queued', execution_id: out.row.id };
   }
 }
