@@ -20,6 +20,9 @@
  *   --pg-url URL                     default $BATON_BENCH_DATABASE_URL or postgres://postgres@127.0.0.1:5432/test
  *   --anatomy-reps N                 statements/op probe repetitions (default 200; 0 skips it)
  *   --server-cpu-prof                spawned servers write .cpuprofile files (bench/results/profiles/)
+ *   --schedules N                    schedules due at once in the triggers scenario (default 10000)
+ *   --fire-lag-processes 1,3         baton up processes firing them, one setting after another
+ *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
  */
 import { execSync } from 'node:child_process';
@@ -70,6 +73,8 @@ const { values: a } = parseArgs({
     'worker-tasks': { type: 'string', default: '500' },
     'push-tasks': { type: 'string', default: '2000' },
     schedules: { type: 'string', default: '10000' },
+    'fire-lag-processes': { type: 'string', default: '1,3' },
+    'fire-lag-runs': { type: 'string', default: '3' },
   },
   strict: true,
 });
@@ -445,6 +450,8 @@ async function main(): Promise<void> {
         workerTasks: Number(a['worker-tasks']),
         pushTasks: Number(a['push-tasks']),
         schedules: Number(a.schedules),
+        fireLagProcesses: a['fire-lag-processes']!.split(',').map(Number),
+        fireLagRuns: Number(a['fire-lag-runs']),
         log,
       });
     } catch (err: any) {

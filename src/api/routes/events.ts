@@ -59,8 +59,12 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     c.res.write(text);
   };
   const onChanged = (e: { id: string; agent: string; status: string }) => {
-    const line = `event: execution\ndata: ${JSON.stringify({ ...e, at: new Date().toISOString() })}\n\n`;
-    for (const c of clients) if (!c.agent || c.agent === e.agent) send(c, line);
+    let line: string | undefined; // only when someone listens: a scheduler burst is thousands of changes
+    for (const c of clients) {
+      if (c.agent && c.agent !== e.agent) continue;
+      line ??= `event: execution\ndata: ${JSON.stringify({ ...e, at: new Date().toISOString() })}\n\n`;
+      send(c, line);
+    }
   };
   engine.events.on('execution:changed', onChanged);
   const heartbeat = setInterval(() => {
