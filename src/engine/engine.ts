@@ -434,7 +434,6 @@ export class Engine {
     if (all.length > 0) this.events.emit('reaper:reaped', all);
     return all;
   }
-
 }
 
 export type { Outcome, CompletionStatus };
