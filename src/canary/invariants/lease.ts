@@ -1,4 +1,6 @@
-import { sql } from 'kysely';
+import { sql, type Expression, type ExpressionBuilder, type SqlBool } from 'kysely';
+import type { Tx } from '../../store/adapter.ts';
+import type { DB } from '../../store/schema.ts';
 import { graces } from '../graces.ts';
 import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
 
@@ -14,6 +16,19 @@ interface RunningRow {
 
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 const normalise = (rows: RunningRow[]) => rows.map((r) => ({ ...r, lease_expires_at: num(r.lease_expires_at), deadline_at: num(r.deadline_at) }));
+
+/** Running rows matching `where`, at most MAX_FINDINGS + 1 (one more tells the list was cut). */
+async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions'>) => Expression<SqlBool>): Promise<RunningRow[]> {
+  const rows = await tx
+    .selectFrom('executions')
+    .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
+    .where('status', '=', 'running')
+    .where(where)
+    .orderBy('id')
+    .limit(MAX_FINDINGS + 1)
+    .execute();
+  return normalise(rows);
+}
 
 /**
  * E-01. Its population is running rows with a lease expiry or deadline well in the past. A
@@ -34,16 +49,7 @@ export const E01: Invariant<RunningRow> = {
   grace: graces.leaseLapse,
   async population(tx, { now, graceMs }) {
     const cutoff = now - graceMs;
-    return normalise(
-      await tx
-        .selectFrom('executions')
-        .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
-        .where('status', '=', 'running')
-        .where((eb) => eb.or([eb('lease_expires_at', '<', cutoff), eb('deadline_at', '<', cutoff)]))
-        .orderBy('id')
-        .limit(MAX_FINDINGS + 1)
-        .execute(),
-    );
+    return runningRows(tx, (eb) => eb.or([eb('lease_expires_at', '<', cutoff), eb('deadline_at', '<', cutoff)]));
   },
   evaluate(rows, { now, graceMs }) {
     const out: Finding[] = [];
@@ -70,22 +76,13 @@ export const S03: Invariant<RunningRow> = {
   },
   grace: graces.leaseHorizon,
   async population(tx, { now, graceMs }) {
-    return normalise(
-      await tx
-        .selectFrom('executions')
-        .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
-        .where('status', '=', 'running')
-        .where((eb) =>
-          eb.or([
-            eb('lease_owner', 'is', null),
-            eb('lease_token', 'is', null),
-            eb('lease_expires_at', 'is', null),
-            eb('lease_expires_at', '>', sql<number>`cast(${now + graceMs} as bigint) + lease_ttl_seconds * 1000`),
-          ]),
-        )
-        .orderBy('id')
-        .limit(MAX_FINDINGS + 1)
-        .execute(),
+    return runningRows(tx, (eb) =>
+      eb.or([
+        eb('lease_owner', 'is', null),
+        eb('lease_token', 'is', null),
+        eb('lease_expires_at', 'is', null),
+        eb('lease_expires_at', '>', sql<number>`cast(${now + graceMs} as bigint) + lease_ttl_seconds * 1000`),
+      ]),
     );
   },
   evaluate(rows, { now, graceMs }) {

@@ -64,8 +64,8 @@ export async function tickSchedulesOnce(engine: Engine, opts: TickOptions = {}):
   const actor = `scheduler:${engine.nodeId}`;
   await purgeNow(engine, clock());
   // Most passes find nothing due: one indexed read, no write transaction (SQLite's is exclusive).
-  const anyDue = await engine.store.db.selectFrom('schedules').select('id').where('enabled', '=', 1).where('next_run_at', '<=', clock()).limit(1).executeTakeFirst();
-  if (!anyDue) return fired;
+  const first = await nextDueAt(engine);
+  if (first === undefined || first > clock()) return fired;
   for (;;) {
     let handled = 0;
     let emptyBatches = 0;
@@ -97,7 +97,18 @@ export async function tickSchedulesOnce(engine: Engine, opts: TickOptions = {}):
  */
 export async function schedulerPass(engine: Engine): Promise<{ nextInMs?: number }> {
   await tickSchedulesOnce(engine);
-  const next = await engine.store.db
+  const next = await nextDueAt(engine);
+  if (next === undefined) return {};
+  // Still due after the pass: other processes hold those schedules (or a timer woke a hair
+  // early); look again shortly rather than at once or a whole interval later.
+  const inMs = next - engine.now();
+  return { nextInMs: inMs > 0 ? inMs : STILL_DUE_RECHECK_MS };
+}
+const STILL_DUE_RECHECK_MS = 50;
+
+/** The earliest next_run_at of an enabled schedule, if any (one read of the due index). */
+async function nextDueAt(engine: Engine): Promise<number | undefined> {
+  const row = await engine.store.db
     .selectFrom('schedules')
     .select('next_run_at')
     .where('enabled', '=', sql.lit(1))
@@ -105,13 +116,8 @@ export async function schedulerPass(engine: Engine): Promise<{ nextInMs?: number
     .orderBy('next_run_at')
     .limit(1)
     .executeTakeFirst();
-  if (next?.next_run_at == null) return {};
-  // Still due after the pass: other processes hold those schedules (or a timer woke a hair
-  // early); look again shortly rather than at once or a whole interval later.
-  const inMs = next.next_run_at - engine.now();
-  return { nextInMs: inMs > 0 ? inMs : STILL_DUE_RECHECK_MS };
+  return row?.next_run_at ?? undefined;
 }
-const STILL_DUE_RECHECK_MS = 50;
 
 /** Scheduler metrics, one increment per outcome and batch rather than per row. */
 function countFired(fired: Fired[]): void {
