@@ -27,8 +27,26 @@ export interface StoreAdapter {
    */
   transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
-  /** Run `fn` over one consistent read-only snapshot (REPEATABLE READ on PostgreSQL). */
+  /**
+   * Run `fn` over one consistent read-only snapshot (REPEATABLE READ on PostgreSQL). On SQLite
+   * it runs on the reader connection (see `reader`), so a long snapshot never holds the writer.
+   */
   snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+
+  /**
+   * Handle for long or large reads (canary, metrics, stats, exports) that must not hold the
+   * event loop or the writer. SQLite: a read-only connection in a worker thread (WAL lets it
+   * read beside the writer); an in-memory database has no second connection and uses `db`.
+   * PostgreSQL: the pool, as `db` (the database does the work; Node only waits).
+   */
+  readonly reader: Kysely<DB>;
+
+  /**
+   * Run `fn` in a write transaction that the database lets delete history (execution_events,
+   * audit_log are append-only for everyone else). Only the pruner calls this. SQLite: sets and
+   * clears retention_state.pruning inside the transaction; PostgreSQL: SET LOCAL baton.pruning.
+   */
+  pruneTransaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
   /**
    * Lock the rows a SELECT returns until the transaction ends (PostgreSQL modes):

@@ -120,6 +120,12 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
     snapshot: (fn) => withRetry('repeatable read', true, fn),
+    reader: db,
+    pruneTransaction: (fn) =>
+      withRetry('read committed', false, async (tx) => {
+        await sql`SELECT set_config('baton.pruning', 'on', true)`.execute(tx);
+        return fn(tx);
+      }),
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB {
       switch (mode) {
         case 'wait':

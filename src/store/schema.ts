@@ -224,8 +224,40 @@ export interface ExecutionLogHeadsTable {
   truncated: number;
 }
 
+/** The pruner's record (0006); `pruning` is SQLite's in-transaction flag (always 0 once committed). */
+export interface RetentionStateTable {
+  id: string;
+  pruning: Generated<number>;
+  last_started_at: number | null;
+  last_completed_at: number | null;
+  last_duration_ms: number | null;
+  last_executions: number | null;
+  last_audit: number | null;
+  last_error: string | null;
+  total_executions: Generated<number>;
+  total_audit: Generated<number>;
+}
+
+/** One background pass's leader (0006): the owner runs it until `expires_at`. */
+export interface LeaderLeasesTable {
+  name: string;
+  owner: string;
+  expires_at: number;
+}
+
+/** The canary's high-water mark in the event log, per invariant (0006). `state`: JSON carried forward. */
+export interface CanaryCheckpointsTable {
+  invariant: string;
+  event_id: number;
+  state: string | null;
+  updated_at: number;
+}
+
 export interface DB {
   agents: AgentsTable;
+  retention_state: RetentionStateTable;
+  leader_leases: LeaderLeasesTable;
+  canary_checkpoints: CanaryCheckpointsTable;
   execution_logs: ExecutionLogsTable;
   execution_log_heads: ExecutionLogHeadsTable;
   executions: ExecutionsTable;
