@@ -6,6 +6,7 @@ import { BULK_CHUNK, bulkColumns, type StoreAdapter, type Tx } from './adapter.t
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
+import { openSqliteReader } from './sqlite-reader.ts';
 
 /**
  * Embedded store: one SQLite file in WAL mode, for a single `baton` process. Kysely's SQLite
@@ -45,15 +46,21 @@ export function openSqlite(file: string): StoreAdapter {
   // One process per SQLite file, so in-process delivery reaches every subscriber.
   const signals = new LocalSignals();
 
-  async function inTransaction<T>(begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
-    return db.connection().execute(async (conn) => {
+  // Long reads (canary, metrics, stats, exports) run on a second, read-only connection in a
+  // worker thread; an in-memory database cannot be opened twice, so it reads on `db`.
+  const reader = file === ':memory:' ? db : openSqliteReader(file);
+
+  async function inTransaction<T>(handle: Kysely<DB>, begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    return handle.connection().execute(async (conn) => {
       await sql.raw(begin).execute(conn);
       try {
         const out = await fn(conn as Tx);
         await sql.raw('COMMIT').execute(conn);
         return out;
       } catch (err) {
-        if (raw.inTransaction) await sql.raw('ROLLBACK').execute(conn);
+        // The main connection knows whether a transaction is open; the reader's BEGIN is
+        // deferred and read-only, so a ROLLBACK there can only fail harmlessly.
+        if (handle !== db || raw.inTransaction) await sql.raw('ROLLBACK').execute(conn).catch(() => undefined);
         throw err;
       }
     });
@@ -62,11 +69,11 @@ export function openSqlite(file: string): StoreAdapter {
   const adapter: StoreAdapter = {
     kind: 'sqlite',
     db,
-    transaction: (fn) => inTransaction('BEGIN IMMEDIATE', fn),
-    snapshot: (fn) => inTransaction('BEGIN', fn),
-    reader: db,
+    transaction: (fn) => inTransaction(db, 'BEGIN IMMEDIATE', fn),
+    snapshot: (fn) => inTransaction(reader, 'BEGIN', fn),
+    reader,
     pruneTransaction: (fn) =>
-      inTransaction('BEGIN IMMEDIATE', async (tx) => {
+      inTransaction(db, 'BEGIN IMMEDIATE', async (tx) => {
         await sql`UPDATE retention_state SET pruning = 1 WHERE id = 'retention'`.execute(tx);
         const out = await fn(tx);
         await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
@@ -126,6 +133,7 @@ export function openSqlite(file: string): StoreAdapter {
     },
     async close() {
       signals.clear();
+      if (reader !== db) await reader.destroy();
       await db.destroy();
     },
   };

@@ -1,0 +1,136 @@
+import { Worker } from 'node:worker_threads';
+import {
+  CompiledQuery,
+  Kysely,
+  SqliteAdapter,
+  SqliteIntrospector,
+  SqliteQueryCompiler,
+  type DatabaseConnection,
+  type Dialect,
+  type Driver,
+  type QueryResult,
+} from 'kysely';
+import type { DB } from './schema.ts';
+
+/**
+ * A read-only SQLite connection in a worker thread, as a Kysely handle. better-sqlite3 is
+ * synchronous: a long read on the main connection holds the event loop (every request,
+ * heartbeat and claim waits). Here the statement runs on the worker's thread and the main
+ * thread only receives its rows; WAL lets this connection read beside the writer. One
+ * connection, so statements and snapshots (BEGIN … COMMIT) take turns, as in Kysely's own
+ * SQLite driver. The thread starts on the first query.
+ */
+export function openSqliteReader(file: string, opts: { busyTimeoutMs?: number } = {}): Kysely<DB> {
+  return new Kysely<DB>({ dialect: new WorkerSqliteDialect(file, opts.busyTimeoutMs ?? 5000) });
+}
+
+class WorkerSqliteDialect implements Dialect {
+  constructor(
+    private readonly file: string,
+    private readonly busyTimeoutMs: number,
+  ) {}
+  createDriver(): Driver {
+    return new WorkerSqliteDriver(this.file, this.busyTimeoutMs);
+  }
+  createQueryCompiler() {
+    return new SqliteQueryCompiler();
+  }
+  createAdapter() {
+    return new SqliteAdapter();
+  }
+  createIntrospector(db: Kysely<any>) {
+    return new SqliteIntrospector(db);
+  }
+}
+
+interface Reply {
+  id: number;
+  rows?: unknown[];
+  changes?: number;
+  error?: { message: string; code?: string };
+}
+
+class WorkerSqliteDriver implements Driver {
+  private worker: Worker | undefined;
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
+  private lock: Promise<void> = Promise.resolve();
+  private readonly connection: DatabaseConnection;
+
+  constructor(
+    private readonly file: string,
+    private readonly busyTimeoutMs: number,
+  ) {
+    this.connection = {
+      executeQuery: <R>(q: CompiledQuery) => this.execute<R>(q),
+      streamQuery: () => {
+        throw new Error('the SQLite reader does not stream; read in keyset chunks');
+      },
+    };
+  }
+
+  async init(): Promise<void> {
+    const worker = new Worker(new URL('./sqlite-reader-worker.js', import.meta.url), {
+      workerData: { file: this.file, busyTimeoutMs: this.busyTimeoutMs },
+    });
+    worker.on('message', (reply: Reply) => {
+      const p = this.pending.get(reply.id);
+      if (!p) return;
+      this.pending.delete(reply.id);
+      p.resolve(reply);
+    });
+    const fail = (err: Error) => {
+      for (const p of this.pending.values()) p.reject(err);
+      this.pending.clear();
+      this.worker = undefined;
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`SQLite reader thread exited (${code})`)));
+    // The thread must not keep a finished process alive; pending queries ref it through their promises.
+    worker.unref();
+    this.worker = worker;
+  }
+
+  private async execute<R>(q: CompiledQuery): Promise<QueryResult<R>> {
+    if (!this.worker) await this.init();
+    const id = this.nextId++;
+    const reply = await new Promise<Reply>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker!.postMessage({ id, sql: q.sql, parameters: q.parameters });
+    });
+    if (reply.error) throw Object.assign(new Error(reply.error.message), { code: reply.error.code });
+    return { rows: (reply.rows ?? []) as R[], numAffectedRows: reply.changes === undefined ? undefined : BigInt(reply.changes) };
+  }
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    let release!: () => void;
+    const previous = this.lock;
+    this.lock = new Promise<void>((r) => (release = r));
+    await previous;
+    this.releaseCurrent = release;
+    return this.connection;
+  }
+  private releaseCurrent: (() => void) | undefined;
+
+  async releaseConnection(): Promise<void> {
+    const release = this.releaseCurrent;
+    this.releaseCurrent = undefined;
+    release?.();
+  }
+
+  async beginTransaction(conn: DatabaseConnection): Promise<void> {
+    await conn.executeQuery(CompiledQuery.raw('BEGIN'));
+  }
+  async commitTransaction(conn: DatabaseConnection): Promise<void> {
+    await conn.executeQuery(CompiledQuery.raw('COMMIT'));
+  }
+  async rollbackTransaction(conn: DatabaseConnection): Promise<void> {
+    await conn.executeQuery(CompiledQuery.raw('ROLLBACK'));
+  }
+
+  async destroy(): Promise<void> {
+    const worker = this.worker;
+    this.worker = undefined;
+    if (worker) await worker.terminate();
+  }
+}
