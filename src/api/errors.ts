@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { BatonError, type ErrorCode } from '../domain/errors.ts';
+import { isStoreUnavailable, UNAVAILABLE_RETRY_AFTER_S } from '../store/unavailable.ts';
 
 /** The one mapping from domain errors to HTTP. */
 const STATUS: Record<ErrorCode, number> = {
@@ -37,7 +38,14 @@ export const httpStatusOf = (code: ErrorCode): number => STATUS[code];
 
 export function errorHandler(err: FastifyError, req: FastifyRequest, reply: FastifyReply) {
   if (err instanceof BatonError) {
+    if (err.code === 'unavailable') reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
     return reply.code(STATUS[err.code]).send({ error: err.code, message: err.message, ...err.details });
+  }
+  if (isStoreUnavailable(err)) {
+    // Weather, not a fault: nothing was written (the transaction rolled back); try again shortly.
+    req.log.warn({ code: (err as { code?: string }).code }, 'database unavailable');
+    reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
+    return reply.code(503).send({ error: 'unavailable', message: 'the database is unavailable right now; nothing was changed; retry shortly' });
   }
   if (hasZodFastifySchemaValidationErrors(err)) {
     const where = err.validationContext ?? 'request';

@@ -43,6 +43,7 @@ export function registerDeliveryCommands(program: Command): void {
       const { server, key } = resolveConnection(o);
       const runner = commandRunner({ command: command[0]!, args: command.slice(1), killGraceMs: o.killGrace * 1000, resultLimitBytes: o.resultLimit });
       const say = (line: string) => process.stderr.write(`baton worker: ${line}\n`);
+      const outage = new Set<string>();
       const worker = createWorker({
         server,
         key,
@@ -56,7 +57,14 @@ export function registerDeliveryCommands(program: Command): void {
         onEvent: (e: WorkerEvent) => {
           if (e.type === 'task:start') say(`${e.executionId} started (attempt ${e.attempt})`);
           else if (e.type === 'task:end') say(`${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`);
-          else if (e.type === 'transport:error') say(`${e.op}: ${e.error} (retrying in ${e.retryInMs} ms)`);
+          else if (e.type === 'transport:error') {
+            // Said once per outage, not once per retry: a restart can take minutes.
+            if (!outage.has(e.op)) say(`${e.op}: ${e.error}; retrying with backoff until the server answers`);
+            outage.add(e.op);
+          } else if (e.type === 'transport:recovered') {
+            outage.delete(e.op);
+            say(`${e.op}: the server answers again (after ${e.failures} failed attempt${e.failures === 1 ? '' : 's'})`);
+          }
           else say(`${e.op} failed: ${e.error}`);
         },
       });

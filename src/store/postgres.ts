@@ -40,8 +40,12 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`invalid schema name '${schema}'`);
   const options = schema ? `-c search_path=${schema}` : undefined;
   const pool = new pg.Pool({ connectionString: opts.url, max: opts.poolMax ?? 10, options, types } as pg.PoolConfig);
-  // An idle client losing its connection (server restart) must not crash the process.
+  // A client losing its connection (server restart) must not crash the process. The pool
+  // listens on idle clients only; a checked-out client (inside a transaction, between
+  // statements) would emit 'error' with no listener, which Node turns into an uncaught
+  // exception. Its queries still fail, and the pool discards it on release.
   pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const signals = new LocalSignals();
   let outbox: Array<[string, string]> = [];
@@ -126,6 +130,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
         await sql`SELECT set_config('baton.pruning', 'on', true)`.execute(tx);
         return fn(tx);
       }),
+    // Autovacuum reclaims dead rows in place (docs/operations.md); nothing to hand back here.
+    reclaimSpace: async () => 0,
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB {
       switch (mode) {
         case 'wait':

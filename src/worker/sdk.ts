@@ -80,6 +80,8 @@ export type WorkerEvent =
   | { type: 'task:start'; executionId: string; attempt: number }
   | { type: 'task:end'; executionId: string; status: string; reported: 'completed' | 'released' | 'lost' }
   | { type: 'transport:error'; op: string; error: string; retryInMs: number }
+  /** The server answered again after transport errors on `op`. */
+  | { type: 'transport:recovered'; op: string; failures: number }
   | { type: 'error'; op: string; error: string };
 
 export interface WorkerOptions {
@@ -186,13 +188,33 @@ class WorkerImpl implements Worker {
 
   async start(): Promise<void> {
     if (this.loop) return;
-    // Fail fast and clearly: unknown agent (404), bad key (401), a key for another agent (403),
-    // nothing listening (Unreachable).
-    const agent = await this.client.getAgent(this.opts.agent);
+    const agent = await this.readAgent();
     if (agent.delivery === 'push') {
       throw new Error(`agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`);
     }
     this.loop = this.claimLoop();
+  }
+
+  /**
+   * The agent this worker serves. Fatal only when the answer is final: unknown agent (404), bad
+   * or revoked key (401), a key for another agent (403). A server that is down or restarting, or
+   * whose database is (503, 5xx, 429, nothing listening), is waited for with backoff — a fleet
+   * started before its server, or through a database restart, must not die of it.
+   */
+  private async readAgent() {
+    for (let failures = 0; ; failures++) {
+      try {
+        const agent = await this.client.getAgent(this.opts.agent);
+        if (failures > 0) this.emit({ type: 'transport:recovered', op: 'start', failures });
+        return agent;
+      } catch (err) {
+        if (!isTransient(err) || this.stopCtrl.signal.aborted) throw err;
+        const wait = backoffMs(failures);
+        this.emit({ type: 'transport:error', op: 'start', error: (err as Error)?.message ?? String(err), retryInMs: wait });
+        await sleep(wait, this.stopCtrl.signal);
+        if (this.stopCtrl.signal.aborted) throw err;
+      }
+    }
   }
 
   stop(): Promise<void> {
@@ -230,6 +252,7 @@ class WorkerImpl implements Worker {
       let tasks: TaskView[];
       try {
         tasks = await this.client.claim(this.opts.agent, { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max: free }, signal);
+        if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
         failures = 0;
       } catch (err) {
         if (signal.aborted) break;

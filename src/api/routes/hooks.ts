@@ -5,6 +5,7 @@ import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempoten
 import { triggersFor } from '../../engine/triggers/index.ts';
 import { hashToken, signatureValid, WEBHOOK_BODY_LIMIT } from '../../engine/triggers/webhooks.ts';
 import type { WebhookRow } from '../../store/schema.ts';
+import { UNAVAILABLE_RETRY_AFTER_S } from '../../store/unavailable.ts';
 import { countWebhook } from '../../metrics.ts';
 import { idempotent } from '../idempotent.ts';
 import { RateLimiter } from '../rate-limit.ts';
@@ -107,6 +108,7 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
       // A genuine internal failure: nothing was created (the transaction rolled back) and the key
       // was released, so the sender's retry can succeed.
       req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
+      reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
       return reply.code(503).send({ error: 'unavailable', message: 'the delivery could not be recorded; retry it' });
     }
   });
