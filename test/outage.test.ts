@@ -102,7 +102,7 @@ describeNetworkStore('a PostgreSQL outage', () => {
     await proxy.up();
     await starting;
     expect(events.some((e) => e.type === 'transport:recovered' && e.op === 'start')).toBe(true);
-    const queued = (await api.listExecutions({ agent: 'weather', status: ['queued'] })).executions.map((e) => e.id);
+    const queued = (await api.listExecutions({ agent: 'weather', status: 'queued' })).executions.map((e) => e.id);
     await until('queued tasks ran', () => queued.every((id) => handled.includes(id)));
     await worker.stop();
     for (const id of queued) expect((await api.getExecution(id)).status).toBe('succeeded');

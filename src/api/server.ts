@@ -5,7 +5,10 @@ import type { Logger } from 'pino';
 import type { KeyStore } from '../auth/keys.ts';
 import type { Engine } from '../engine/engine.ts';
 import { Canary } from '../canary/service.ts';
+import { BatonError } from '../domain/errors.ts';
+import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
+import { guardConnections } from './connections.ts';
 import { registerMetrics } from './metrics.ts';
 import { canaryRoutes } from './routes/canary.ts';
 import { errorHandler, notFoundHandler } from './errors.ts';
@@ -32,7 +35,34 @@ export interface ServerOptions extends ApiDeps {
   isReady?: () => boolean;
   /** The node's canary (GET /v1/canary…). Default: one with no timer, reporting the stored state. */
   canary?: Canary;
+  /** Connection limits (defaults: CONNECTION_LIMITS). */
+  limits?: Partial<ConnectionLimits>;
 }
+
+export interface ConnectionLimits {
+  /**
+   * A request's headers and body must arrive within this long. It bounds a client that trickles
+   * a body forever (holding a socket and a descriptor); it does not cut long responses — a
+   * long-poll claim or an SSE stream has finished *receiving* its request at once. 30 s lets a
+   * 1 MiB body through a slow link (≈ 35 KB/s).
+   */
+  requestTimeoutMs: number;
+  /** Headers alone must arrive within this long (slowloris). */
+  headersTimeoutMs: number;
+  /**
+   * Open connections one address may hold. Above it, new connections are closed at once, so one
+   * client cannot take every descriptor. A `baton worker` holds one long-poll per claim loop plus a
+   * few for reports; 256 leaves room for a whole fleet behind one NAT address and for the bench's
+   * 100 loops, while a flood from one address cannot starve the others.
+   */
+  maxConnectionsPerAddress: number;
+}
+
+export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
+  requestTimeoutMs: 30_000,
+  headersTimeoutMs: 10_000,
+  maxConnectionsPerAddress: 256,
+});
 
 export const API_VERSION = '0.1.0';
 
@@ -41,6 +71,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
 }
 
 async function buildApp(opts: ServerOptions) {
+  const limits: ConnectionLimits = { ...CONNECTION_LIMITS, ...opts.limits };
   const app = Fastify({
     loggerInstance: (opts.logger || undefined) as FastifyBaseLogger | undefined,
     // One log line per request would cost more than the request on the worker protocol.
@@ -48,7 +79,10 @@ async function buildApp(opts: ServerOptions) {
     bodyLimit: 1024 * 1024,
     // Long-poll claims wait up to 60 s; keep sockets open past that.
     keepAliveTimeout: 75_000,
-    requestTimeout: 0,
+    requestTimeout: limits.requestTimeoutMs,
+    // Node checks the two timeouts on this interval (default 30 s, which would let a trickle live
+    // for a minute): a second's precision for a few microseconds per open socket.
+    http: { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, limits.requestTimeoutMs) },
     return503OnClosing: true,
     // Malformed URLs are refused by the router, before the error handler: answer in our vocabulary.
     frameworkErrors: errorHandler,
@@ -60,6 +94,18 @@ async function buildApp(opts: ServerOptions) {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler(notFoundHandler);
+  guardConnections(app as unknown as FastifyInstance, limits);
+
+  // JSON bodies: refused before anything recursive sees them when nested too deep (JSON.stringify
+  // and redaction would overflow the stack: a 500, or an execution left running). Only JSON is
+  // accepted on these routes: Fastify's default text/plain parser would turn a non-JSON body into
+  // a string and the schema would answer 400 instead of 415 (/hooks has its own parser).
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (jsonTooDeep(body as string)) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
+    parseJson(req, body as string, done);
+  });
+  app.removeContentTypeParser('text/plain');
 
   await app.register(swagger, {
     openapi: {

@@ -5,6 +5,7 @@
  * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
  * the execution, and another process delivers it again with the same Idempotency-Key.
  */
+import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
@@ -280,6 +281,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
   const s = res.status;
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
+    if (jsonTooDeep(res.text)) return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} but ${tooDeepMessage('the body')}` } };
     let b: any;
     try {
       b = JSON.parse(res.text);

@@ -1,6 +1,6 @@
 import pino, { type Logger } from 'pino';
 import type { FastifyInstance } from 'fastify';
-import { buildServer } from '../api/server.ts';
+import { buildServer, type ConnectionLimits } from '../api/server.ts';
 import { Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
 import { DEFAULTS, defaultNodeId, readEnv, type Env } from '../config.ts';
@@ -37,6 +37,8 @@ export interface StartOptions {
   scheduler?: boolean;
   schedulerIntervalMs?: number;
   nodeId?: string;
+  /** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts). */
+  limits?: Partial<ConnectionLimits>;
 }
 
 /** `baton up`: open the store, migrate, ensure an admin key, serve HTTP, run background loops. */
@@ -53,7 +55,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
   const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;
   const canary = new Canary({ store, nodeId, intervalMs: opts.canaryIntervalMs, timing: { reaperIntervalMs, backlogExpiryMs: engine.backlogExpiryMs, schedulerIntervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, dispatchPollMs: DISPATCH_POLL_MS } });
-  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary });
+  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary, limits: opts.limits });
 
   engine.events.on('loop:error', ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`));
   engine.events.on('reaper:reaped', (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'));

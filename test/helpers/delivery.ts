@@ -2,15 +2,17 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import type { DispatcherOptions } from '../../src/delivery/dispatcher.ts';
 import { BatonClient } from '../../src/client.ts';
+import type { ConnectionLimits } from '../../src/api/server.ts';
 import type { TestStore } from './store.ts';
 
 /** An in-process `baton up` on the test file's store (port 0), with a fast reaper. */
-export async function startTestNode(ts: TestStore, opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number } = {}): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
+export async function startTestNode(ts: TestStore, opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number; limits?: Partial<ConnectionLimits> } = {}): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
   const node = await startNode({
     env: { dataDir: ts.location.dataDir, databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema, port: 0, host: '127.0.0.1' },
     logger: false,
     reaperIntervalMs: opts.reaperIntervalMs ?? 200,
     dispatcher: opts.dispatcher,
+    limits: opts.limits,
   });
   const key = node.createdAdminKey ?? readFileSync(`${ts.location.dataDir}/admin.key`, 'utf8').trim();
   return { node, key, api: new BatonClient({ server: node.url, key }) };

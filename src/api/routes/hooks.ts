@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { BatonError } from '../../domain/errors.ts';
+import { jsonTooDeep, tooDeepMessage } from '../../domain/json.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { triggersFor } from '../../engine/triggers/index.ts';
@@ -81,8 +82,14 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
     }
     let body: unknown = null;
     if (raw.length > 0) {
+      const text = raw.toString('utf8');
+      if (jsonTooDeep(text)) {
+        // A refusal, not an outage: a 503 here would have the sender retry it forever.
+        await webhooks.auditRefusal(w, 'invalid_json', req.ip);
+        throw new BatonError('validation_error', tooDeepMessage('body'));
+      }
       try {
-        body = JSON.parse(raw.toString('utf8'));
+        body = JSON.parse(text);
       } catch (err) {
         await webhooks.auditRefusal(w, 'invalid_json', req.ip);
         throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);

@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
 import { NotFound } from '../../domain/errors.ts';
+import { isStoreUnavailable } from '../../store/unavailable.ts';
 import { isTerminal } from '../../domain/states.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { appendLogs, readLogs } from '../../engine/logs.ts';
@@ -127,7 +128,10 @@ async function follow(engine: Engine, id: string, after: number, req: FastifyReq
       }
     }
   } catch (err) {
-    if (!closed) res.write(`event: error\ndata: ${JSON.stringify({ error: 'internal', message: (err as Error)?.message ?? 'log stream failed' })}\n\n`);
+    // Never a database message to the client: a code and a fixed sentence.
+    const unavailable = isStoreUnavailable(err);
+    if (!unavailable) req.log.error({ err }, 'log stream failed');
+    if (!closed) res.write(`event: error\ndata: ${JSON.stringify(unavailable ? { error: 'unavailable', message: 'the database is unavailable right now; reconnect shortly' } : { error: 'internal', message: 'the log stream failed; see the server log' })}\n\n`);
   } finally {
     offLog();
     engine.events.off('execution:changed', onChanged);

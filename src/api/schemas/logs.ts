@@ -1,5 +1,6 @@
 /** Execution logs: the worker's fenced append, and the reader's page or live stream. */
 import { z } from 'zod';
+import { INT32_MAX } from '../../domain/limits.ts';
 
 export const LogStream = z.enum(['stdout', 'stderr', 'system']);
 
@@ -34,7 +35,8 @@ export type LogLine = z.infer<typeof LogLine>;
 const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
 export const LogQuery = z.strictObject({
   follow: bool.optional().describe('stream as Server-Sent Events until the execution ends'),
-  after: z.coerce.number().int().min(0).optional().describe('only lines with seq greater than this (default 0)'),
+  // seq is a 32-bit INTEGER column: a larger bound would be a database error, not an empty page.
+  after: z.coerce.number().int().min(0).max(INT32_MAX).optional().describe('only lines with seq greater than this (default 0)'),
   limit: z.coerce.number().int().min(1).max(5000).optional().describe('page size without follow (default 1000)'),
 });
 

@@ -1,0 +1,172 @@
+/**
+ * No client can stall or crash the server: trickled bodies time out, a refused request does not
+ * wait for its body, one address cannot hold every connection, over-deep JSON is a 400 everywhere
+ * a body comes in, numeric parameters are bounded by their columns, and only JSON is accepted.
+ * Real sockets against a real `baton up` on each store.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BatonClient } from '../src/client.ts';
+import { interpret } from '../src/delivery/dispatcher.ts';
+import { jsonTooDeep, MAX_JSON_DEPTH } from '../src/domain/json.ts';
+import type { BatonNode } from '../src/server/up.ts';
+import { startTestNode } from './helpers/delivery.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+const LIMITS = { requestTimeoutMs: 1_500, headersTimeoutMs: 1_000, maxConnectionsPerAddress: 40 };
+
+let ts: TestStore;
+let node: BatonNode;
+let api: BatonClient;
+let key: string;
+let port: number;
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  ({ node, api, key } = await startTestNode(ts, { dispatcher: false, limits: LIMITS }));
+  port = Number(new URL(node.url).port);
+  await api.createAgent({ name: 'hard', max_parallel: 2 });
+});
+afterAll(async () => {
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+/** A raw socket; resolves with everything the server sent once it closes the connection. */
+function rawSocket(): { socket: net.Socket; closed: Promise<string>; connected: Promise<void> } {
+  const socket = net.connect(port, '127.0.0.1');
+  let got = '';
+  socket.on('data', (d) => (got += d.toString()));
+  socket.on('error', () => undefined);
+  const closed = new Promise<string>((r) => socket.on('close', () => r(got)));
+  const connected = new Promise<void>((r) => socket.once('connect', () => r()));
+  return { socket, closed, connected };
+}
+
+const nested = (depth: number) => '['.repeat(depth) + ']'.repeat(depth);
+const auth = () => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
+const post = (path: string, body: string, headers: Record<string, string> = auth()) => fetch(node.url + path, { method: 'POST', headers, body });
+
+describe(`slow and abusive clients (${STORE_KIND})`, () => {
+  it('closes a connection that trickles its body past the request timeout, and keeps serving', async () => {
+    const { socket, closed, connected } = rawSocket();
+    await connected;
+    socket.write(`POST /v1/agents/hard/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"message":"`);
+    const trickle = setInterval(() => socket.writable && socket.write('a'), 100);
+    const started = Date.now();
+    const answer = await closed;
+    clearInterval(trickle);
+    expect(answer).toMatch(/^HTTP\/1\.1 408/);
+    // Cut by the timeout (1.5 s, checked every second), not by the 100 kB finishing.
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect((await fetch(node.url + '/healthz')).status).toBe(200);
+  });
+
+  it('does not cut a long-poll claim that waits longer than the request timeout', async () => {
+    const started = Date.now();
+    const r = await post('/v1/agents/hard/claim', JSON.stringify({ worker_id: 'w', wait_seconds: 3 }));
+    expect(r.status).toBe(204);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(2_500);
+  });
+
+  it('answers a refused request without waiting for its body, and closes the connection', async () => {
+    for (const [path, headers] of [
+      ['/v1/agents/hard/executions', ''],
+      ['/hooks/bwh_not-a-real-token', ''],
+      ['/v1/agents/hard/executions', 'Authorization: Bearer bt_0123456789abcdef_wrongwrongwrongwrongwrongwrongwrongwrongwrong\r\n'],
+    ] as const) {
+      const { socket, closed, connected } = rawSocket();
+      await connected;
+      socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\n${headers}Content-Type: application/json\r\nContent-Length: 50000\r\n\r\n{`);
+      const answer = await closed; // closed by the server: we never send the rest
+      expect(answer, path).toMatch(/^HTTP\/1\.1 40[14]/);
+      expect(answer.toLowerCase()).toContain('connection: close');
+    }
+  });
+
+  it('caps open connections per address', async () => {
+    const held = Array.from({ length: LIMITS.maxConnectionsPerAddress }, () => rawSocket());
+    await Promise.all(held.map((h) => h.connected));
+    await new Promise((r) => setTimeout(r, 100));
+    const extra = rawSocket();
+    await extra.closed; // destroyed on arrival
+    for (const h of held) h.socket.destroy();
+    await Promise.all(held.map((h) => h.closed));
+    expect((await fetch(node.url + '/healthz')).status).toBe(200);
+  });
+});
+
+describe(`bodies (${STORE_KIND})`, () => {
+  it('refuses over-deep JSON with 400 on every body-taking route, writing nothing', async () => {
+    const deep = `{"message":"m","payload":${nested(5000)}}`;
+    const before = (await api.listExecutions({ agent: 'hard' })).executions.length;
+    for (const [path, body] of [
+      ['/v1/agents/hard/executions', deep],
+      ['/v1/agents/hard/schedules', `{"name":"s","cron":"0 0 * * *","message":"m","payload":${nested(5000)}}`],
+      ['/v1/agents', `{"name":"deep","retry_policy":${nested(4000)}}`],
+    ]) {
+      const r = await post(path!, body!);
+      expect(r.status, path).toBe(400);
+      const b = await r.json();
+      expect(b.error).toBe('validation_error');
+      expect(b.message).toMatch(/^body: JSON nested deeper than/);
+    }
+    expect((await api.listExecutions({ agent: 'hard' })).executions.length).toBe(before);
+    expect((await api.listAgents()).map((a) => a.name)).not.toContain('deep');
+    // Just inside the limit is fine.
+    const ok = await post('/v1/agents/hard/executions', `{"message":"m","payload":${nested(MAX_JSON_DEPTH - 1)}}`);
+    expect(ok.status).toBe(201);
+  });
+
+  it('a worker reporting an over-deep result gets 400 and keeps its lease; a sane report then lands', async () => {
+    const { execution_id } = await api.submit('hard', { message: 'deep result' });
+    const [task] = await api.claim('hard', { worker_id: 'w', wait_seconds: 1 });
+    expect(task!.execution_id).toBeDefined();
+    const bad = await post(`/v1/executions/${task!.execution_id}/complete`, `{"lease_token":"${task!.lease_token}","status":"succeeded","result":${nested(5000)}}`);
+    expect(bad.status).toBe(400);
+    expect((await api.getExecution(task!.execution_id)).status).toBe('running');
+    await api.complete(task!.execution_id, { lease_token: task!.lease_token, status: 'succeeded', result: { ok: true } });
+    expect((await api.getExecution(task!.execution_id)).status).toBe('succeeded');
+    expect(execution_id).toBeDefined();
+  });
+
+  it('a webhook delivery nested too deep is a 400 the sender will not retry, not a 503', async () => {
+    const hook = await api.createWebhook({ name: 'deep', agent: 'hard', message: 'hook' } as never);
+    const r = await fetch(node.url + hook.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: nested(5000) });
+    expect(r.status).toBe(400);
+    expect((await r.json()).error).toBe('validation_error');
+  });
+
+  it('a push answer nested too deep fails the run with push_invalid_response', () => {
+    const o = interpret({ status: 200, text: `{"status":"succeeded","result":${nested(5000)}}` });
+    expect(o).toMatchObject({ status: 'failed', error: { code: 'push_invalid_response' } });
+  });
+
+  it('counts depth outside strings only', () => {
+    expect(jsonTooDeep(`{"a":"${'['.repeat(500)}"}`)).toBe(false);
+    expect(jsonTooDeep(`{"a":"\\"${'['.repeat(500)}"}`)).toBe(false);
+    expect(jsonTooDeep(nested(MAX_JSON_DEPTH))).toBe(false);
+    expect(jsonTooDeep(nested(MAX_JSON_DEPTH + 1))).toBe(true);
+  });
+
+  it('answers 415 for a body that is not JSON', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+      const r = await post('/v1/agents/hard/executions', 'message=hi', { authorization: `Bearer ${key}`, 'content-type': type });
+      expect(r.status, type).toBe(415);
+      expect((await r.json()).error).toBe('unsupported_media_type');
+    }
+  });
+
+  it('bounds numeric query parameters by their columns (400, never a database error)', async () => {
+    const { execution_id } = await api.submit('hard', { message: 'logs' });
+    for (const after of ['2147483648', '99999999999999999999', '-1', '1.5']) {
+      const r = await fetch(`${node.url}/v1/executions/${execution_id}/logs?after=${after}`, { headers: auth() });
+      expect(r.status, after).toBe(400);
+      const b = await r.json();
+      expect(b.error).toBe('validation_error');
+      expect(b.message).toContain('after');
+    }
+    const edge = await fetch(`${node.url}/v1/executions/${execution_id}/logs?after=2147483647`, { headers: auth() });
+    expect(edge.status).toBe(200);
+  });
+});
