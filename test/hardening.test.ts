@@ -170,3 +170,80 @@ describe(`bodies (${STORE_KIND})`, () => {
     expect(edge.status).toBe(200);
   });
 });
+
+describe('file modes', () => {
+  it('creates the data directory 0700 and the SQLite database, WAL and SHM files 0600', async () => {
+    const { mkdtempSync, statSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { openSqlite } = await import('../src/store/sqlite.ts');
+    const { KeyStore } = await import('../src/auth/keys.ts');
+    const root = mkdtempSync(join(tmpdir(), 'baton-modes-'));
+    const dataDir = join(root, 'data');
+    try {
+      // The SQLite file and its companions exist on every machine, whatever store the suite runs.
+      const store = openSqlite(join(dataDir, 'baton.sqlite'));
+      await store.migrate();
+      await new KeyStore(store).ensureBootstrapKey(dataDir);
+      const mode = (p: string) => statSync(p).mode & 0o777;
+      expect(mode(dataDir)).toBe(0o700);
+      for (const f of ['baton.sqlite', 'baton.sqlite-wal', 'baton.sqlite-shm', 'admin.key']) expect(mode(join(dataDir, f)), f).toBe(0o600);
+      await store.close();
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe(`rights (${STORE_KIND})`, () => {
+  /** Read an SSE response until it ends; resolves with everything received. */
+  async function readAll(res: Response): Promise<string> {
+    const reader = res.body!.getReader();
+    let text = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return text;
+      text += new TextDecoder().decode(value);
+    }
+  }
+
+  it('deleting an agent revokes its keys: a re-created agent of the same name is not served to them', async () => {
+    await api.createAgent({ name: 'gone' });
+    const { key: agentKey } = await api.createKey({ name: 'w', scope: 'agent', agent: 'gone' });
+    const asAgent = (path: string) => fetch(node.url + path, { headers: { authorization: `Bearer ${agentKey}` } });
+    expect((await asAgent('/v1/agents/gone')).status).toBe(200);
+    await api.deleteAgent('gone');
+    await api.createAgent({ name: 'gone' });
+    const r = await asAgent('/v1/agents/gone');
+    expect(r.status).toBe(401);
+    expect((await api.listKeys()).find((k) => k.name === 'w' && k.agent === 'gone')?.revoked_at).not.toBeNull();
+  });
+
+  it('revoking a key ends the event and log streams it opened', async () => {
+    const { key: k, id } = await api.createKey({ name: 'streams', scope: 'admin' });
+    const { execution_id } = await api.submit('hard', { message: 'to follow' });
+    const events = await fetch(`${node.url}/v1/events`, { headers: { authorization: `Bearer ${k}` } });
+    const logs = await fetch(`${node.url}/v1/executions/${execution_id}/logs?follow=true`, { headers: { authorization: `Bearer ${k}` } });
+    expect(events.status).toBe(200);
+    expect(logs.status).toBe(200);
+    const ended = Promise.all([readAll(events), readAll(logs)]);
+    await new Promise((r) => setTimeout(r, 100));
+    await api.revokeKey(id);
+    const [e, l] = await ended; // both streams end: the test would time out otherwise
+    for (const text of [e, l]) expect(text).toMatch(/event: error\ndata: \{"error":"unauthorized"/);
+    expect((await fetch(`${node.url}/v1/events`, { headers: { authorization: `Bearer ${k}` } })).status).toBe(401);
+  });
+
+  it('shows an agent-scoped key its push URL without credentials; admins see it as stored', async () => {
+    const url = 'http://user:hunter2@127.0.0.1:9/hook?token=abc123&x=1';
+    await api.createAgent({ name: 'pushy', delivery: 'push', push_url: url });
+    const { key: agentKey } = await api.createKey({ name: 'p', scope: 'agent', agent: 'pushy' });
+    const seen = await (await fetch(`${node.url}/v1/agents/pushy`, { headers: { authorization: `Bearer ${agentKey}` } })).json();
+    expect(seen.push_url).not.toContain('hunter2');
+    expect(seen.push_url).not.toContain('abc123');
+    expect(seen.push_url).toContain('127.0.0.1:9/hook');
+    const listed = await (await fetch(`${node.url}/v1/agents`, { headers: { authorization: `Bearer ${agentKey}` } })).json();
+    expect(JSON.stringify(listed)).not.toContain('hunter2');
+    expect((await api.getAgent('pushy')).push_url).toBe(url);
+  });
+});

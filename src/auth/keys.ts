@@ -36,7 +36,14 @@ function mint(id?: string): { id: string; secret: string; key: string } {
 
 export class KeyStore {
   private readonly cache = new Map<string, { principal: Principal; until: number }>();
-  constructor(private readonly store: StoreAdapter) {}
+  constructor(private readonly store: StoreAdapter) {
+    // A key revoked by any process (or with its agent) stops working here at once, not after CACHE_MS.
+    store.subscribe('key', (id) => this.forget(id));
+  }
+
+  private forget(keyId: string): void {
+    for (const [k, v] of this.cache) if (v.principal.keyId === keyId) this.cache.delete(k);
+  }
 
   async create(input: { name: string; scope: 'admin' | 'agent'; agent?: string | null }, actor: string): Promise<{ row: ApiKeyRow; key: string }> {
     if (input.scope === 'agent' && !input.agent) {
@@ -73,7 +80,8 @@ export class KeyStore {
       if (updated) await appendAudit(tx, { at: now, actor, action: 'key.revoke', subject: id });
       return current;
     });
-    for (const [k, v] of this.cache) if (v.principal.keyId === id) this.cache.delete(k);
+    this.forget(id);
+    this.store.publish('key', id);
     return row;
   }
 
@@ -119,7 +127,7 @@ export class KeyStore {
 }
 
 export function writeKeyFile(dataDir: string, key: string): void {
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = join(dataDir, ADMIN_KEY_FILE);
   writeFileSync(file, key + '\n', { mode: 0o600 });
   chmodSync(file, 0o600);

@@ -56,7 +56,7 @@ function keyFromDataDir(dataDir: string): Buffer {
   } catch (err: any) {
     if (err?.code !== 'ENOENT') throw err;
   }
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   try {
     writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
     chmodSync(file, 0o600);

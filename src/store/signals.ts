@@ -7,9 +7,10 @@ import { randomBytes } from 'node:crypto';
  *   execution — `<agent>\t<execution ids, comma-separated>\t<status>` after status changes (see engine/announce.ts)
  *   log       — `<execution id>` after log lines were appended
  *   agent     — `<agent>` after an agent's settings changed (a raised cap may admit work)
+ *   key       — `<key id>` after an API key was revoked (caches drop it, its open streams close)
  */
-export type Topic = 'execution' | 'log' | 'agent';
-export const TOPICS: readonly Topic[] = ['execution', 'log', 'agent'];
+export type Topic = 'execution' | 'log' | 'agent' | 'key';
+export const TOPICS: readonly Topic[] = ['execution', 'log', 'agent', 'key'];
 
 /**
  * In-process fan-out with echo suppression: a message published here is delivered to local

@@ -1,9 +1,15 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { redactUrl } from '../../domain/urls.ts';
 import { agentView } from '../../engine/views.ts';
+import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
 import { Agent, AgentCreate, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
 import type { ApiDeps } from '../server.ts';
+
+/** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
+const forReader = (req: FastifyRequest, view: ReturnType<typeof agentView>) =>
+  req.principal.scope === 'admin' ? view : { ...view, push_url: redactUrl(view.push_url) };
 
 export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
   app.post('/v1/agents', {
@@ -19,7 +25,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   }, async (req) => {
     const all = await engine.listAgents();
     const visible = req.principal.scope === 'agent' ? all.filter((a) => a.agent.name === req.principal.agent) : all;
-    return { agents: visible.map((a) => agentView(a.agent, a)) };
+    return { agents: visible.map((a) => forReader(req, agentView(a.agent, a))) };
   });
 
   app.get('/v1/agents/:agent', {
@@ -27,7 +33,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   }, async (req) => {
     requireAgentAccess(req, req.params.agent);
     const a = await engine.getAgent(req.params.agent);
-    return agentView(a.agent, a);
+    return forReader(req, agentView(a.agent, a));
   });
 
   app.patch('/v1/agents/:agent', {

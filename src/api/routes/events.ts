@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
+import { closeOnRevoke } from '../revocation.ts';
 import { AgentName } from '../schemas.ts';
 import type { ApiDeps } from '../server.ts';
 
@@ -95,7 +96,11 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     const client: Client = { res: reply.raw, agent };
     openSse(reply.raw);
     clients.add(client);
-    const drop = () => clients.delete(client);
+    const offRevoke = closeOnRevoke(engine.store, req.principal.keyId, reply.raw);
+    const drop = () => {
+      clients.delete(client);
+      offRevoke();
+    };
     req.raw.on('close', drop);
     reply.raw.on('close', drop);
     reply.raw.on('error', drop);

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
 import { NotFound } from '../../domain/errors.ts';
 import { isStoreUnavailable } from '../../store/unavailable.ts';
+import { closeOnRevoke } from '../revocation.ts';
 import { isTerminal } from '../../domain/states.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { appendLogs, readLogs } from '../../engine/logs.ts';
@@ -89,6 +90,7 @@ async function follow(engine: Engine, id: string, after: number, req: FastifyReq
     closed = true;
     wake?.();
   };
+  closeOnRevoke(engine.store, req.principal.keyId, res);
   req.raw.on('close', onClose);
   res.on('close', onClose);
   res.on('error', onClose);
