@@ -247,3 +247,42 @@ describe(`rights (${STORE_KIND})`, () => {
     expect((await api.getAgent('pushy')).push_url).toBe(url);
   });
 });
+
+describe(`secrets are never stored (${STORE_KIND})`, () => {
+  const samples = {
+    admin: () => key,
+    gho: () => 'gho_' + 'A1b2C3d4E5f6G7h8I9j0K1l2',
+    pat: () => 'github_pat_' + '11ABCDEFG0123456789_abcdefghijklmnop',
+    xoxp: () => 'xoxp-1234567890-0987654321-abcdef',
+    asia: () => 'ASIA' + 'ABCDEFGHIJKLMNOP',
+    bwh: () => 'bwh_' + 'x'.repeat(43),
+    whsec: () => 'whsec_' + 'y'.repeat(43),
+  };
+
+  it('redacts usage, error code and message, and result reported by a worker, in every known shape', async () => {
+    const { redactSecrets } = await import('../src/engine/redact.ts');
+    const { findSecret } = await import('../src/domain/secrets.ts');
+    for (const [name, make] of Object.entries(samples)) {
+      const s = make();
+      expect(findSecret(`x ${s} y`), name).toBeDefined();
+      expect(redactSecrets(`x ${s} y`), name).not.toContain(s);
+      expect(findSecret(redactSecrets(`x ${s} y`)), name).toBeUndefined();
+    }
+    const { execution_id } = await api.submit('hard', { message: 'leaky' });
+    let task;
+    for (let i = 0; i < 20 && !task; i++) [task] = (await api.claim('hard', { worker_id: 'w', wait_seconds: 1 })).filter((t) => t.execution_id === execution_id);
+    expect(task).toBeDefined();
+    const all = Object.values(samples).map((f) => f()).join(' ');
+    await api.complete(execution_id, {
+      lease_token: task!.lease_token,
+      status: 'failed',
+      error: { code: samples.gho(), message: all },
+      usage: { key: samples.admin(), tokens: 10, note: all } as never,
+      result: { echo: all },
+    });
+    const row = await ts.store.db.selectFrom('executions').select(['usage', 'error_code', 'error_message', 'result']).where('id', '=', execution_id).executeTakeFirstOrThrow();
+    const stored = JSON.stringify(row);
+    for (const [name, make] of Object.entries(samples)) expect(stored, name).not.toContain(make());
+    expect(JSON.parse(row.usage!).tokens).toBe(10);
+  });
+});
