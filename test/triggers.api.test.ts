@@ -199,8 +199,9 @@ describe('webhooks', () => {
     refused(await hook(path, body, { 'x-baton-signature': 'sha256=zz' }), 401, 'invalid_signature');
     refused(await hook(path, '{not json', { 'x-baton-signature': sign(secret, '{not json') }), 400, 'invalid_json');
     expect(await countRows({ agent })).toBe(0);
+    // Refusals are audited as counts per webhook and minute (test/webhooks.senders.test.ts), not a row each.
     const refusals = await ts.store.db.selectFrom('audit_log').select(['action', 'detail']).where('subject', '=', id).where('action', '=', 'webhook.refused').execute();
-    expect(refusals.map((r) => JSON.parse(r.detail!).error)).toEqual(['invalid_signature', 'invalid_signature', 'invalid_signature', 'invalid_json']);
+    expect(refusals).toEqual([]);
 
     const ok = await hook(path, body, { 'x-baton-signature': sign(secret, body), 'idempotency-key': 'delivery-1' });
     expect(ok.status).toBe(202);

@@ -4,7 +4,7 @@ import { jsonTooDeep, tooDeepMessage } from '../../domain/json.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { triggersFor } from '../../engine/triggers/index.ts';
-import { hashToken, signatureValid, WEBHOOK_BODY_LIMIT } from '../../engine/triggers/webhooks.ts';
+import { hashToken, RefusalLog, signatureValid, STANDARD_TOLERANCE_S, standardSignatureValid, WEBHOOK_BODY_LIMIT, type StandardHeaders } from '../../engine/triggers/webhooks.ts';
 import type { WebhookRow } from '../../store/schema.ts';
 import { UNAVAILABLE_RETRY_AFTER_S } from '../../store/unavailable.ts';
 import { countWebhook } from '../../metrics.ts';
@@ -27,6 +27,13 @@ const envRate = (name: string, fallback: number) => {
 };
 
 const NOT_FOUND = { error: 'not_found', message: 'no such webhook' };
+/** Refusal counts of minutes that are over are written at least this often. */
+const REFUSAL_FLUSH_MS = 15_000;
+
+const header = (req: FastifyRequest, name: string): string | undefined => {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+};
 
 /**
  * POST /hooks/<token>, outside /v1 and its API keys: the token is the credential. Checks run in
@@ -43,6 +50,14 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
   const byAddress = new RateLimiter(addressRate, addressRate * 2);
   const byWebhook = new RateLimiter(webhookRate, webhookRate * 2);
   const resolved = new WeakMap<FastifyRequest, WebhookRow>();
+  const refusals = new RefusalLog(engine);
+  const flushRefusals = () => refusals.flush().catch((err) => app.log.warn({ err }, 'webhook refusal counts not written yet; retrying'));
+  const flushTimer = setInterval(flushRefusals, REFUSAL_FLUSH_MS);
+  flushTimer.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(flushTimer);
+    await refusals.flush(true).catch(() => undefined);
+  });
 
   // baton_webhook_requests_total{outcome}: a short fixed code per answer.
   const outcomes = new WeakMap<FastifyRequest, string>();
@@ -73,11 +88,26 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
     const token = req.params.token;
     const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     const secret = webhooks.secretOf(w, token);
+    const standard: StandardHeaders = { id: header(req, 'webhook-id'), timestamp: header(req, 'webhook-timestamp'), signature: header(req, 'webhook-signature') };
     if (secret) {
-      const given = req.headers['x-baton-signature'] ?? req.headers['x-hub-signature-256'];
-      if (!signatureValid(secret, raw, Array.isArray(given) ? given[0] : given)) {
-        await webhooks.auditRefusal(w, 'invalid_signature', req.ip);
-        throw new BatonError('invalid_signature', 'header X-Baton-Signature (or X-Hub-Signature-256): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>');
+      if (standard.signature !== undefined) {
+        // Standard Webhooks: signed id and timestamp, so a captured delivery expires.
+        const check = standardSignatureValid(secret, raw, standard, engine.now());
+        if (check !== 'ok') {
+          refusals.note(w.id, check === 'stale_timestamp' ? 'stale_timestamp' : 'invalid_signature', req.ip);
+          throw new BatonError(
+            'invalid_signature',
+            check === 'stale_timestamp'
+              ? `header webhook-timestamp: more than ${STANDARD_TOLERANCE_S} s from the server's clock (a replayed or delayed delivery)`
+              : 'header webhook-signature: no v1 signature matches HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" with the webhook secret',
+          );
+        }
+      } else {
+        const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
+        if (!signatureValid(secret, raw, given)) {
+          refusals.note(w.id, 'invalid_signature', req.ip);
+          throw new BatonError('invalid_signature', 'header X-Baton-Signature (or X-Hub-Signature-256, or the Standard Webhooks headers): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>');
+        }
       }
     }
     let body: unknown = null;
@@ -85,17 +115,19 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
       const text = raw.toString('utf8');
       if (jsonTooDeep(text)) {
         // A refusal, not an outage: a 503 here would have the sender retry it forever.
-        await webhooks.auditRefusal(w, 'invalid_json', req.ip);
+        refusals.note(w.id, 'invalid_json', req.ip);
         throw new BatonError('validation_error', tooDeepMessage('body'));
       }
       try {
         body = JSON.parse(text);
       } catch (err) {
-        await webhooks.auditRefusal(w, 'invalid_json', req.ip);
+        refusals.note(w.id, 'invalid_json', req.ip);
         throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
       }
     }
-    const key = readIdempotencyKey(req.headers['idempotency-key']);
+    // The sender's delivery id is the idempotency key when there is no explicit one, so a
+    // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
+    const key = readIdempotencyKey(req.headers['idempotency-key'] ?? standard.id ?? header(req, 'x-github-delivery'));
     const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id } });
     try {
       return await idempotent(

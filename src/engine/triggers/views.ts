@@ -39,14 +39,15 @@ export function scheduleView(s: ScheduleRow) {
   };
 }
 
-export function webhookView(w: WebhookRow) {
+/** `overlapPolicy`: the policy that governs deliveries (a target schedule's, when there is one). */
+export function webhookView(w: WebhookRow, overlapPolicy: string = w.overlap_policy) {
   return {
     id: w.id,
     name: w.name,
     agent: w.agent,
     schedule_id: w.schedule_id,
     message: w.message,
-    overlap_policy: w.overlap_policy,
+    overlap_policy: overlapPolicy as WebhookRow['overlap_policy'],
     enabled: w.enabled === 1,
     signed: w.secret_enc !== null,
     created_at: iso(w.created_at)!,

@@ -22,7 +22,9 @@ export const WEBHOOK_BODY_LIMIT = 64 * 1024;
 export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
 export const looksLikeToken = (token: string) => TOKEN_PATTERN.test(token);
 const newToken = () => TOKEN_PREFIX + randomBytes(32).toString('base64url');
-const newSecret = () => 'whsec_' + randomBytes(32).toString('base64url');
+// Standard base64 after the prefix, as Standard Webhooks senders expect (their libraries decode
+// the part after `whsec_` as base64 to get the HMAC key).
+const newSecret = () => 'whsec_' + randomBytes(32).toString('base64');
 
 function keyFor(token: string, webhookId: string): Buffer {
   return Buffer.from(hkdfSync('sha256', token, 'baton-webhook-secret', webhookId, 32));
@@ -53,6 +55,84 @@ export function signatureValid(secret: string, body: Buffer, header: string | un
   const expected = Buffer.from(sign(secret, body));
   const given = Buffer.from(header.trim());
   return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+/**
+ * Standard Webhooks (standardwebhooks.com): `webhook-signature` carries space-separated
+ * `v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">`, keyed by the secret —
+ * for a `whsec_` secret, the base64 bytes after the prefix. The timestamp (Unix seconds) must lie
+ * within the tolerance of now, so a captured delivery cannot be replayed later; within the window,
+ * the delivery id is the idempotency key, so a replay returns the first answer.
+ */
+export const STANDARD_TOLERANCE_S = 5 * 60;
+
+export interface StandardHeaders {
+  id: string | undefined;
+  timestamp: string | undefined;
+  signature: string | undefined;
+}
+
+export type SignatureCheck = 'ok' | 'bad_signature' | 'stale_timestamp';
+
+const standardKey = (secret: string) => (secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8'));
+
+/** `v1,<base64>` for a Standard Webhooks sender (and tests). */
+export function signStandard(secret: string, id: string, timestamp: number, body: Buffer | string): string {
+  return 'v1,' + createHmac('sha256', standardKey(secret)).update(`${id}.${timestamp}.`).update(body).digest('base64');
+}
+
+export function standardSignatureValid(secret: string, body: Buffer, h: StandardHeaders, nowMs: number, toleranceS = STANDARD_TOLERANCE_S): SignatureCheck {
+  if (!h.id || !h.timestamp || !h.signature || !/^\d{1,12}$/.test(h.timestamp)) return 'bad_signature';
+  const ts = Number(h.timestamp);
+  if (Math.abs(nowMs / 1000 - ts) > toleranceS) return 'stale_timestamp';
+  const expected = Buffer.from(signStandard(secret, h.id, ts, body));
+  for (const candidate of h.signature.trim().split(/\s+/)) {
+    const given = Buffer.from(candidate);
+    if (given.length === expected.length && timingSafeEqual(given, expected)) return 'ok';
+  }
+  return 'bad_signature';
+}
+
+/**
+ * Refused deliveries (bad signature, not JSON) are audited as one row per webhook, reason and
+ * minute, with a count — not one row each, which would let anyone holding a token grow the
+ * audit log at the rate limit. Counts are kept in memory and written when their minute is over
+ * (on the next refusal or the flush timer) and when the process stops.
+ */
+export class RefusalLog {
+  private readonly pending = new Map<string, { webhook: string; error: string; minute: number; count: number; first_at: number; last_at: number; addresses: Set<string> }>();
+  constructor(private readonly engine: Engine) {}
+
+  note(webhookId: string, error: string, sourceAddress: string): void {
+    const now = this.engine.now();
+    const minute = Math.floor(now / 60_000);
+    const key = `${webhookId}\n${error}\n${minute}`;
+    let p = this.pending.get(key);
+    if (!p) this.pending.set(key, (p = { webhook: webhookId, error, minute, count: 0, first_at: now, last_at: now, addresses: new Set() }));
+    p.count++;
+    p.last_at = now;
+    if (p.addresses.size < 5) p.addresses.add(sourceAddress);
+  }
+
+  /** Write the counts of minutes that are over (all of them with `all`). */
+  async flush(all = false): Promise<number> {
+    const minute = Math.floor(this.engine.now() / 60_000);
+    const due = [...this.pending.entries()].filter(([, p]) => all || p.minute < minute);
+    if (due.length === 0) return 0;
+    for (const [k] of due) this.pending.delete(k);
+    await this.engine.store.transaction(async (tx) => {
+      for (const [, p] of due) {
+        await appendAudit(tx, {
+          at: p.first_at,
+          actor: `webhook:${p.webhook}`,
+          action: 'webhook.refused',
+          subject: p.webhook,
+          detail: { error: p.error, count: p.count, first_at: new Date(p.first_at).toISOString(), last_at: new Date(p.last_at).toISOString(), source_addresses: [...p.addresses] },
+        });
+      }
+    });
+    return due.length;
+  }
 }
 
 export interface WebhookInput {
@@ -180,10 +260,15 @@ export class Webhooks {
     return row && row.enabled === 1 ? row : undefined;
   }
 
-  /** Audit a delivery refused before any trigger (bad signature, not JSON): ids and codes only. */
-  async auditRefusal(w: WebhookRow, error: string, sourceAddress: string): Promise<void> {
-    const now = this.engine.now();
-    await this.store.transaction((tx) => appendAudit(tx, { at: now, actor: `webhook:${w.id}`, action: 'webhook.refused', subject: w.id, detail: { error, source_address: sourceAddress } }));
+  /**
+   * The overlap policy that governs each webhook's deliveries: its schedule's for a webhook aimed
+   * at a schedule, its own otherwise (one query for the schedules).
+   */
+  async effectivePolicies(rows: WebhookRow[]): Promise<Map<string, OverlapPolicy>> {
+    const ids = [...new Set(rows.map((w) => w.schedule_id).filter((x): x is string => x !== null))];
+    const schedules = ids.length ? await this.store.db.selectFrom('schedules').select(['id', 'overlap_policy']).where('id', 'in', ids).execute() : [];
+    const bySchedule = new Map(schedules.map((s) => [s.id, s.overlap_policy as OverlapPolicy]));
+    return new Map(rows.map((w) => [w.id, (w.schedule_id && bySchedule.get(w.schedule_id)) || (w.overlap_policy as OverlapPolicy)]));
   }
 
   /** The webhook's signing secret, or null when deliveries need no signature. */
