@@ -31,8 +31,8 @@ async function rowCounts(): Promise<Record<string, number>> {
   return Object.fromEntries(Object.entries(rows[0]!).map(([t, n]) => [t, Number(n)]));
 }
 
-/** What /openapi.json documents: `METHOD /path/{param}`, and whether the route streams or long-polls. */
-let documented: Array<{ method: Req['method']; template: string; longLived: boolean }> = [];
+/** What /openapi.json documents: `METHOD /path/{param}`, whether the route streams or long-polls, and the statuses it declares. */
+let documented: Array<{ method: Req['method']; template: string; longLived: boolean; statuses: Set<number> }> = [];
 
 beforeAll(async () => {
   ts = await openTestStore();
@@ -54,8 +54,13 @@ beforeAll(async () => {
   countRows = sql.raw(`SELECT ${tables.map((t) => `(SELECT count(*) FROM "${t}") AS "${t}"`).join(', ')}`);
 
   const spec = JSON.parse((await app.inject({ method: 'GET', url: '/openapi.json' })).body);
-  documented = Object.entries(spec.paths as Record<string, Record<string, { summary?: string }>>).flatMap(([template, ops]) =>
-    Object.entries(ops).map(([method, op]) => ({ method: method.toUpperCase() as Req['method'], template, longLived: /long-poll|server-sent|sse|stream/i.test(op.summary ?? '') })),
+  documented = Object.entries(spec.paths as Record<string, Record<string, { summary?: string; responses?: Record<string, unknown> }>>).flatMap(([template, ops]) =>
+    Object.entries(ops).map(([method, op]) => ({
+      method: method.toUpperCase() as Req['method'],
+      template,
+      longLived: /long-poll|server-sent|sse|stream/i.test(op.summary ?? ''),
+      statuses: new Set(Object.keys(op.responses ?? {}).filter((k) => /^\d{3}$/.test(k)).map(Number)),
+    })),
   );
 });
 afterAll(async () => {
@@ -73,6 +78,8 @@ interface Req {
   payload?: string;
   /** The route may hold an accepted request open (long-poll claim, event streams). */
   longLived?: boolean;
+  /** `METHOD /documented/{template}`, when the request aims at a documented route. */
+  template?: string;
 }
 
 interface Answer {
@@ -111,6 +118,11 @@ async function check(req: Req, expected?: (a: Answer) => void): Promise<Answer |
   if (a === 'accepted_long_poll') return a;
   const what = `${req.method} ${req.url} ${JSON.stringify(req.headers)} ${req.payload?.slice(0, 300)} → ${a.status} ${JSON.stringify(a.body)?.slice(0, 300)}`;
   expect(a.status, what).toBeLessThan(500);
+  // The contract says what the server does: every answer is a status the route declares.
+  const route = documented.find((d) => `${d.method} ${d.template}` === req.template);
+  if (route && !(a.status < 300 && route.statuses.has(a.status === 204 ? 204 : a.status))) {
+    if (a.status >= 300 || route.statuses.size > 0) expect([...route.statuses], `${req.template} answered ${a.status}, which /openapi.json does not declare: ${what}`).toContain(a.status);
+  }
   if (a.status >= 400) {
     expect(a.contentType, what).toMatch(/^application\/json/);
     expect(typeof a.body?.error, what).toBe('string');
@@ -268,7 +280,7 @@ const request = (): fc.Arbitrary<Req & { template: string }> =>
       const payload = b.payload?.replace('"LEASE"', JSON.stringify(leaseToken));
       let method = wrongMethod ?? route.method;
       if (method === 'DELETE' && route.path === `/v1/agents/${AGENT}`) method = 'PUT'; // keep the fixture
-      return { method, url: route.path + query, headers, payload, longLived: route.longLived, template: `${route.method} ${route.template}` };
+      return { method, url: route.path + query, headers, payload, longLived: route.longLived, template: `${method} ${route.template}` };
     });
 
 // ── body mutations: start valid, break exactly one thing ───────────────────
@@ -447,6 +459,7 @@ describe(`API fuzz (${STORE_KIND})`, { timeout: 60_000 * SCALE }, () => {
             url: m.route.path(),
             headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
             payload: JSON.stringify(m.body),
+            template: `${m.route.method} ${m.route.template}`,
           },
           (a) => {
             expect({ status: a.status, error: a.body?.error }, JSON.stringify(m.body).slice(0, 200)).toEqual({ status: 400, error: 'validation_error' });

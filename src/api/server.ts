@@ -4,13 +4,16 @@ import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fa
 import type { Logger } from 'pino';
 import type { KeyStore } from '../auth/keys.ts';
 import type { Engine } from '../engine/engine.ts';
+import type { RetentionEnv } from '../config.ts';
 import { Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
 import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
+import { declareCommonAnswers } from './contract.ts';
 import { registerMetrics } from './metrics.ts';
 import { canaryRoutes } from './routes/canary.ts';
+import { historyRoutes } from './routes/history.ts';
 import { errorHandler, notFoundHandler } from './errors.ts';
 import { agentRoutes } from './routes/agents.ts';
 import { eventRoutes } from './routes/events.ts';
@@ -35,6 +38,8 @@ export interface ServerOptions extends ApiDeps {
   isReady?: () => boolean;
   /** The node's canary (GET /v1/canary…). Default: one with no timer, reporting the stored state. */
   canary?: Canary;
+  /** Retention settings shown on GET /v1/history. Default: from the environment. */
+  retention?: RetentionEnv;
   /** Connection limits (defaults: CONNECTION_LIMITS). */
   limits?: Partial<ConnectionLimits>;
 }
@@ -116,6 +121,7 @@ async function buildApp(opts: ServerOptions) {
     transform: jsonSchemaTransform,
   });
 
+  declareCommonAnswers(app as unknown as FastifyInstance);
   registerMetrics(app as unknown as FastifyInstance, opts.engine);
   app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { hide: true } }, async (_req, reply) => {
@@ -142,6 +148,7 @@ async function buildApp(opts: ServerOptions) {
     await v1.register(workerRoutes, deps);
     await v1.register(keyRoutes, deps);
     await v1.register(canaryRoutes, { ...deps, canary: opts.canary ?? new Canary({ store: opts.engine.store, nodeId: opts.engine.nodeId, intervalMs: 0 }) });
+    await v1.register(historyRoutes, { ...deps, retention: opts.retention });
     await v1.register(logRoutes, deps);
     await v1.register(eventRoutes, deps);
     await v1.register(scheduleRoutes, deps);

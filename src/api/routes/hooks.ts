@@ -9,6 +9,8 @@ import type { WebhookRow } from '../../store/schema.ts';
 import { UNAVAILABLE_RETRY_AFTER_S } from '../../store/unavailable.ts';
 import { countWebhook } from '../../metrics.ts';
 import { idempotent } from '../idempotent.ts';
+import { ErrorBody } from '../schemas.ts';
+import { z } from 'zod';
 import { RateLimiter } from '../rate-limit.ts';
 
 export interface HookOptions {
@@ -25,6 +27,9 @@ const envRate = (name: string, fallback: number) => {
   const n = Number(process.env[name]);
   return Number.isFinite(n) && n > 0 ? n : fallback;
 };
+
+const HookParams = z.object({ token: z.string().describe('the webhook URL token (bwh_…)') });
+const HookAccepted = z.object({ status: z.enum(['queued', 'running', 'already_running']), execution_id: z.string() });
 
 const NOT_FOUND = { error: 'not_found', message: 'no such webhook' };
 /** Refusal counts of minutes that are over are written at least this often. */
@@ -71,7 +76,24 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
 
   app.post<{ Params: { token: string } }>('/hooks/:token', {
     bodyLimit,
-    schema: { tags: ['webhooks'], summary: 'Deliver a webhook: 202 {status, execution_id}; see docs/triggers.md for every answer' },
+    schema: {
+      tags: ['webhooks'],
+      summary: 'Deliver a webhook: 202 {status, execution_id}; see docs/triggers.md for every answer',
+      description: 'Public: the token in the path is the credential (no API key). Signed webhooks need X-Baton-Signature, X-Hub-Signature-256 or the Standard Webhooks headers.',
+      security: [],
+      params: HookParams,
+      response: {
+        202: HookAccepted,
+        400: ErrorBody.describe('invalid_json | validation_error: the body is not JSON, or nested too deep; or a header is malformed'),
+        401: ErrorBody.describe('invalid_signature: missing or wrong signature, or a Standard Webhooks timestamp outside the tolerance'),
+        404: ErrorBody.describe('not_found: no enabled webhook has this token'),
+        409: ErrorBody.describe('idempotency_in_flight: a delivery with this key is being handled'),
+        413: ErrorBody.describe('payload_too_large'),
+        422: ErrorBody.describe('idempotency_key_reused: the key came with a different body'),
+        429: ErrorBody.describe('rate_limited | backlog_full'),
+        503: ErrorBody.describe('unavailable: nothing was recorded; retry'),
+      },
+    },
     onRequest: async (req, reply) => {
       const token = req.params.token;
       if (!byAddress.take(`a:${req.ip}`) || !byWebhook.take(`w:${hashToken(token)}`)) {

@@ -1,0 +1,37 @@
+import type { FastifyInstance, RouteOptions } from 'fastify';
+import { ErrorBody } from './schemas.ts';
+
+/**
+ * The statuses every route of a kind can answer, declared on the route so /openapi.json says
+ * what the server does (test/api.fuzz.test.ts fails on an answer a route does not declare):
+ * - any route: 400 (a malformed parameter, query or body), 503 (the database is away);
+ * - a route under /v1: 401 (no, a bad or a revoked key), 403 (a key of the wrong scope), 404
+ *   (what it names does not exist, or is not this key's to see);
+ * - a route that takes a body (POST, PUT, PATCH, DELETE): 413 (too large), 415 (not JSON).
+ * A route's own declarations (its 409s, 422s, 429s) stay as written. Routes outside /v1 that
+ * are public (the webhook receiver) declare their own statuses and `security: []`.
+ */
+export function declareCommonAnswers(app: FastifyInstance): void {
+  app.addHook('onRoute', (route: RouteOptions) => {
+    const schema = (route.schema ?? {}) as Record<string, any>;
+    if (schema.hide) return;
+    const response: Record<string | number, unknown> = { ...(schema.response ?? {}) };
+    const declare = (status: number, description: string) => {
+      response[status] ??= ErrorBody.describe(description);
+    };
+    const methods = ([] as string[]).concat(route.method);
+    const authenticated = route.url.startsWith('/v1/') || route.url === '/v1';
+    declare(400, 'validation_error | invalid_json | invalid_body: the message names the field');
+    if (authenticated) {
+      declare(401, 'unauthorized: no API key, or an unknown or revoked one');
+      declare(403, 'forbidden: the key may not do this (admin only, or another agent)');
+      declare(404, 'not_found: what the path names does not exist (or is not visible to this key)');
+    }
+    if (methods.some((m) => m !== 'GET' && m !== 'HEAD')) {
+      declare(413, 'payload_too_large: the body is over the limit');
+      declare(415, 'unsupported_media_type: send application/json');
+    }
+    declare(503, 'unavailable: the database is away; retry after Retry-After seconds (nothing was changed)');
+    route.schema = { ...schema, response };
+  });
+}
