@@ -85,12 +85,9 @@ describeMultiProcess('SIGKILL of baton up mid-traffic (PostgreSQL)', () => {
       await sleep(250);
       rows = await db.selectFrom('executions').selectAll().where('agent', '=', 'crashy').execute();
     }
-    const now = Date.now();
     expect(rows.length).toBeGreaterThanOrEqual(submitted.length);
-    for (const r of rows) {
-      expect(isTerminal(r.status) || r.status === 'queued', `${r.id} is ${r.status}`).toBe(true);
-      if (r.status === 'running') expect(r.lease_expires_at!).toBeGreaterThan(now);
-    }
+    // Every lease of the killed server lapsed and was handed back: nothing is left running.
+    for (const r of rows) expect(isTerminal(r.status) || r.status === 'queued', `${r.id} is ${r.status}`).toBe(true);
     // The event log agrees with every row, and never shows more than the cap running.
     const events = await db.selectFrom('execution_events').selectAll().where('agent', '=', 'crashy').orderBy('id').execute();
     const last = new Map<string, string>();

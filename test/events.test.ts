@@ -146,9 +146,16 @@ describe('GET /v1/events', () => {
     const reader = res.body!.getReader();
     await reader.read(); // the opening comment
     await other.stop(); // would hang forever if open streams were not ended
-    let rest = await reader.read();
-    while (!rest.done) rest = await reader.read(); // the rest of the opening lines, then the end
-    expect(rest.done).toBe(true);
+    // The rest of the opening lines, then the end — within a bound, so a stream left open fails
+    // here instead of hanging the test.
+    const ended = await Promise.race([
+      (async () => {
+        for (let rest = await reader.read(); !rest.done; rest = await reader.read());
+        return 'ended';
+      })(),
+      new Promise<string>((r) => setTimeout(() => r('still open after 10 s'), 10_000)),
+    ]);
+    expect(ended).toBe('ended');
     await ts2.cleanup();
   });
 });
