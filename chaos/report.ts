@@ -1,7 +1,7 @@
 /** After the run settles: what the database says happened, written as JSON and Markdown. */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { S02 } from '../src/canary/invariants/history.ts';
+import { replayAllSeats } from '../src/canary/invariants/history.ts';
 import { TERMINAL_STATES } from '../src/domain/states.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
 import type { TrafficStats } from './traffic.ts';
@@ -86,10 +86,7 @@ export async function analyse(store: StoreAdapter, traffic: TrafficStats): Promi
     .having((eb) => eb.fn.countAll(), '>', 1)
     .execute();
 
-  const over = await store.snapshot(async (tx) => {
-    const rows = (await S02.population(tx, { now: Date.now(), graceMs: 0, timing: {} as any, kind: store.kind, note: () => {} })) as any[];
-    return S02.evaluate(rows, { now: Date.now(), graceMs: 0, timing: {} as any, kind: store.kind, note: () => {} });
-  });
+  const over = await store.snapshot((tx) => replayAllSeats(tx));
 
   const dbDupKeys = await db
     .selectFrom('executions')
@@ -157,6 +154,7 @@ export function markdown(r: ChaosReport): string {
     `| throughput (terminal executions / s of traffic) | ${r.throughput_per_s.toFixed(1)} |`,
     `| time to recover after a worker kill, p50 / p99 | ${ms(r.recover.worker_p50_ms)} / ${ms(r.recover.worker_p99_ms)} (target p99 ≤ ${ms(r.recover.target_p99_ms)}) |`,
     `| restarted server ready, p50 / p99 | ${ms(r.recover.server_p50_ms)} / ${ms(r.recover.server_p99_ms)} |`,
+    ...r.kills.filter((k) => k.target === 'postgresql').map((k) => `| PostgreSQL restart: every server ready again after | ${ms(k.recover_ms)} |`),
     `| requests retried on another server | ${r.details.requests_retried} |`,
     `| units given up (no server answered in 90 s) | ${r.details.units_given_up} |`,
     `| cancels requested | ${r.details.cancels_requested} |`,

@@ -40,7 +40,8 @@ function parse(argv: string[]): Options {
     leaseTtl: 10,
     concurrency: 12,
     pgRestart: false,
-    pgRestartCmd: process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster 15 main restart',
+    // The machine's cluster, whatever its version (as .ci/run starts it).
+    pgRestartCmd: process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
     keep: false,
     databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
     seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
@@ -171,7 +172,18 @@ async function main(): Promise<number> {
     let nextKill = 0;
     let pgRestarted = false;
 
-    const heldBy = async (owner: string) => (await store.db.selectFrom('executions').select('id').where('status', '=', 'running').where('lease_owner', '=', owner).execute()).map((r) => r.id);
+    // The harness's own reads ride out a PostgreSQL restart like everything else: retried, not fatal.
+    const patiently = async <T>(read: () => Promise<T>): Promise<T> => {
+      for (let i = 0; ; i++) {
+        try {
+          return await read();
+        } catch (err) {
+          if (i >= 120) throw err;
+          await sleep(250);
+        }
+      }
+    };
+    const heldBy = async (owner: string) => (await patiently(() => store.db.selectFrom('executions').select('id').where('status', '=', 'running').where('lease_owner', '=', owner).execute())).map((r) => r.id);
 
     async function killOne() {
       const serversUp = servers.filter((s) => s.alive()).length;
@@ -194,7 +206,7 @@ async function main(): Promise<number> {
         recoveries.push(
           (async () => {
             for (;;) {
-              const rows = held.length ? await store.db.selectFrom('executions').select(['id', 'status', 'lease_owner']).where('id', 'in', held).execute() : [];
+              const rows = held.length ? await patiently(() => store.db.selectFrom('executions').select(['id', 'status', 'lease_owner']).where('id', 'in', held).execute()) : [];
               if (rows.every((r) => r.status !== 'queued' && (r.status !== 'running' || r.lease_owner !== owner))) {
                 rec.recover_ms = Date.now() - killedAt;
                 return;
@@ -236,7 +248,11 @@ async function main(): Promise<number> {
             log(`restarting PostgreSQL: ${o.pgRestartCmd}`);
             const at = Date.now();
             execSync(o.pgRestartCmd, { stdio: 'ignore' });
-            kills.push({ at: at - t0, target: 'postgresql', kind: 'server', held: 0, recover_ms: Date.now() - at });
+            // Recovered when every server answers ready again (its pool reconnected by itself).
+            for (const srv of servers) await waitReady(srv.url, srv, 60_000);
+            const rec = { at: at - t0, target: 'postgresql', kind: 'server' as const, held: 0, recover_ms: Date.now() - at };
+            kills.push(rec);
+            log(`PostgreSQL restarted; servers ready again after ${rec.recover_ms} ms`);
           });
         }
       },
