@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawnChild } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 /**
@@ -52,6 +53,12 @@ describe(`store reader (${STORE_KIND})`, () => {
     expect(n).toBe(2_000_000);
     expect(order).toEqual(['write', 'long read']);
     expect(ticks).toBeGreaterThan(1);
+  });
+
+  it('keeps a process alive while a read is in flight, and lets it exit after', async () => {
+    const child = spawnChild(['--import', 'tsx', new URL('./fixtures/reader-only.ts', import.meta.url).pathname], t.env);
+    expect(await child.exited).toBe(0);
+    expect(child.output()).toContain('read 1000000');
   });
 
   it('reports a failed statement and keeps serving', async () => {

@@ -77,6 +77,7 @@ class WorkerSqliteDriver implements Driver {
       const p = this.pending.get(reply.id);
       if (!p) return;
       this.pending.delete(reply.id);
+      if (this.pending.size === 0) worker.unref();
       p.resolve(reply);
     });
     const fail = (err: Error) => {
@@ -86,7 +87,8 @@ class WorkerSqliteDriver implements Driver {
     };
     worker.on('error', fail);
     worker.on('exit', (code) => fail(new Error(`SQLite reader thread exited (${code})`)));
-    // The thread must not keep a finished process alive; pending queries ref it through their promises.
+    // An idle thread must not keep a finished process alive; a query in flight must (a promise
+    // alone does not): the thread is ref'd while anything is pending.
     worker.unref();
     this.worker = worker;
   }
@@ -94,9 +96,11 @@ class WorkerSqliteDriver implements Driver {
   private async execute<R>(q: CompiledQuery): Promise<QueryResult<R>> {
     if (!this.worker) await this.init();
     const id = this.nextId++;
+    const worker = this.worker!;
     const reply = await new Promise<Reply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.worker!.postMessage({ id, sql: q.sql, parameters: q.parameters });
+      worker.ref();
+      worker.postMessage({ id, sql: q.sql, parameters: q.parameters });
     });
     if (reply.error) throw Object.assign(new Error(reply.error.message), { code: reply.error.code });
     return { rows: (reply.rows ?? []) as R[], numAffectedRows: reply.changes === undefined ? undefined : BigInt(reply.changes) };
