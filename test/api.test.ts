@@ -566,12 +566,69 @@ describe(`HTTP API (${STORE_KIND})`, () => {
 
       const since = await get(`/v1/executions?agent=${agent}&since=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`);
       expect(since.body.executions).toEqual([]);
+
+      // Several statuses are merged from one seek each: a cursor walk still sees every row once.
+      const walked: string[] = [];
+      cursor = null;
+      pages = 0;
+      do {
+        const page: Answer = await get(`/v1/executions?agent=${agent}&status=queued,cancelled,running&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+        expect(page.status).toBe(200);
+        const at = page.body.executions.map((e: any) => Date.parse(e.created_at));
+        expect(at).toEqual([...at].sort((a, b) => b - a));
+        walked.push(...page.body.executions.map((e: any) => e.id));
+        cursor = page.body.next_cursor;
+        pages++;
+      } while (cursor && pages < 10);
+      expect(walked).toHaveLength(7);
+      expect([...walked].sort()).toEqual([...ids].sort());
+    });
+
+    it('lists carry previews, never bodies: a page over multi-MiB results stays small; the single read is whole', async () => {
+      const agent = await newAgent({ max_parallel: 3 });
+      const big = 'x'.repeat(3.9 * 1024 * 1024);
+      // 250 characters outside the BMP: a preview cuts at 200 characters, not 200 UTF-16 units.
+      const message = '🦊'.repeat(250);
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push(await submit(agent, { message, payload: { blob: 'p'.repeat(200 * 1024) } }));
+      for (let i = 0; i < 3; i++) {
+        const task = await claimOne(agent);
+        const done = i < 2
+          ? await post(`/v1/executions/${task.execution_id}/complete`, { lease_token: task.lease_token, status: 'succeeded', result: { big } })
+          : await post(`/v1/executions/${task.execution_id}/complete`, { lease_token: task.lease_token, status: 'failed', error: { code: 'boom', message: 'e'.repeat(5000) }, result: 'short' });
+        expect(done.status).toBe(200);
+      }
+      const page = await get(`/v1/executions?agent=${agent}&limit=200`);
+      expect(page.status).toBe(200);
+      expect(page.text.length).toBeLessThan(16 * 1024);
+      expect(page.body.executions).toHaveLength(3);
+      for (const e of page.body.executions) {
+        expect(e).not.toHaveProperty('payload');
+        expect(e).not.toHaveProperty('result');
+        expect(Array.from(e.message as string)).toHaveLength(201);
+        expect(e.message).toBe('🦊'.repeat(200) + '…');
+        expect(e.payload_preview).toBe(JSON.stringify({ blob: 'p'.repeat(200 * 1024) }).slice(0, 200) + '…');
+      }
+      const failed = page.body.executions.find((e: any) => e.status === 'failed');
+      expect(failed.result_preview).toBe('"short"');
+      expect(failed.error).toEqual({ code: 'boom', message: 'e'.repeat(200) + '…' });
+      const ok = page.body.executions.find((e: any) => e.status === 'succeeded');
+      expect(ok.result_preview).toBe(JSON.stringify({ big }).slice(0, 200) + '…');
+      // Several statuses (one seek each, merged) carry the same previews.
+      const merged = await get(`/v1/executions?agent=${agent}&status=succeeded,failed`);
+      expect(merged.text.length).toBeLessThan(16 * 1024);
+      expect(merged.body.executions.map((e: any) => e.id).sort()).toEqual([...ids].sort());
+
+      const whole = await get(`/v1/executions/${ok.id}`);
+      expect(whole.body.result.big).toHaveLength(big.length);
+      expect(whole.body.message).toBe(message);
+      expect(whole.body.payload.blob).toHaveLength(200 * 1024);
     });
 
     it.each([
       ['status=exploded', 'querystring.status'],
       ['limit=0', 'querystring.limit'],
-      ['limit=501', 'querystring.limit'],
+      ['limit=201', 'querystring.limit'],
       ['limit=ten', 'querystring.limit'],
       ['agent=Bad_Agent', 'querystring.agent'],
       ['since=yesterday', 'querystring.since'],

@@ -93,6 +93,8 @@ describe.each([
 
     const list = await call(c, 'list_executions', { agent, status: ['queued'] });
     expect(list.structuredContent.executions.map((e: any) => e.id)).toContain(id);
+    // List items carry previews (get_execution has the whole payload and result).
+    expect(list.structuredContent.executions.find((e: any) => e.id === id)).toMatchObject({ message: 'hello', payload_preview: '{"n":1}', result_preview: null });
 
     const cancelled = await call(c, 'cancel_execution', { execution_id: id });
     expect(cancelled.structuredContent).toMatchObject({ execution_id: id, status: 'cancelled', cancelled: true });

@@ -25,6 +25,13 @@ const EXPECTED_WRITERS = [
   'src/engine/transitions/retry.ts', // failed → a new queued execution (retry_of), in the failure's transaction
 ];
 
+/**
+ * The one exception to "history is never deleted": the retention pruner removes finished
+ * executions past the operator's window with their events, only inside the transaction the
+ * database lets delete history (store.pruneTransaction).
+ */
+const PRUNER = 'src/retention/prune.ts';
+
 const q = `(['"\`])`; // any quote, captured so the closing one matches
 const TABLE = `(?:\\w+\\.)?executions(?:\\s+as\\s+\\w+)?`;
 /** Query-builder writes: updateTable('executions'), insertInto("executions"), deleteFrom(`executions as e`)… */
@@ -32,7 +39,16 @@ const BUILDER_WRITE = new RegExp(`\\b(updateTable|insertInto|replaceInto|mergeIn
 /** Raw SQL writes: UPDATE executions, INSERT INTO "executions", DELETE FROM schema.executions… */
 const RAW_WRITE = /\b(UPDATE|INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|MERGE\s+INTO|DELETE\s+FROM)\s+(?:\w+\.)?("?)executions\2(?![\w"])/gi;
 const EVENT_WRITE = new RegExp(`\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`, 'gi');
-const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1`);
+/** A status guard: `.where('status', '=' | 'in', <what>)`; <what> is read up to its closing parenthesis. */
+const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\s*${q}(=|in)\\2\\s*,`, 'g');
+/**
+ * What a guard may compare with: the live states only, as literals or the names that stand for
+ * them. A guard that admits a terminal state (or anything this list does not know) could move a
+ * finished execution: refused.
+ */
+const LIVE_GUARD_TOKENS = new Set(["'queued'", "'running'", '"queued"', '"running"', 'QUEUED', 'RUNNING', 'LIVE_STATUSES', "statusIs('queued')", "statusIs('running')"]);
+/** Bulk inserts through the store adapter: `insertMany(tx, 'executions', rows)`. */
+const BULK_WRITE = new RegExp(`\\binsertMany\\(\\s*\\w+\\s*,\\s*${q}executions\\1`, 'g');
 const CHAIN_END = /\.(execute\w*|returning\w*|compile)\s*\(/;
 
 function tsFiles(dir: string): string[] {
@@ -68,6 +84,7 @@ function findWrites(code: string): Write[] {
     out.push({ kind: m[1]!, line: lineOf(m.index!), chain: end < 0 ? rest : rest.slice(0, end), ended: end >= 0 });
   }
   for (const m of text.matchAll(RAW_WRITE)) out.push({ kind: `sql ${m[1]!.replace(/\s+/g, ' ').toUpperCase()}`, line: lineOf(m.index!) });
+  for (const m of text.matchAll(BULK_WRITE)) out.push({ kind: 'insertMany', line: lineOf(m.index!) });
   return out.sort((a, b) => a.line - b.line);
 }
 
@@ -77,8 +94,29 @@ function unguarded(w: Write): string | null {
   if (!w.ended || w.chain.includes(';')) {
     return 'the builder does not end in .execute…()/.returning…() within one statement; write it as one chain';
   }
-  if (!STATUS_GUARD.test(w.chain)) return "no .where('status', …) guard before it executes";
+  const guards = statusGuards(w.chain);
+  if (guards.length === 0) return "no .where('status', …) guard before it executes";
+  const loose = guards.filter((g) => !g.every((t) => LIVE_GUARD_TOKENS.has(t)));
+  if (loose.length) return `a status guard that may match a terminal state: ${loose.map((g) => g.join(' ')).join('; ')}`;
   return null;
+}
+
+/** Each status guard's compared values, as tokens: `'queued'`, `RUNNING`, `statusIs('queued')`… */
+function statusGuards(chain: string): string[][] {
+  const out: string[][] = [];
+  for (const m of chain.matchAll(STATUS_GUARD)) {
+    // The third argument, to the parenthesis that closes the .where( call.
+    let depth = 1;
+    let i = m.index! + m[0].length;
+    const start = i;
+    for (; i < chain.length && depth > 0; i++) {
+      if (chain[i] === '(') depth++;
+      else if (chain[i] === ')') depth--;
+    }
+    const arg = chain.slice(start, i - 1).trim().replace(/^\[|\]$/g, '');
+    out.push(arg.split(',').map((t) => t.trim().replace(/\s+/g, '')).filter(Boolean));
+  }
+  return out;
 }
 
 const sources = tsFiles(SRC)
@@ -92,10 +130,10 @@ describe('the writers of execution status', () => {
   });
 
   it('only src/engine/transitions/ writes executions rows, and the writers are exactly the known list', () => {
-    const writers = sources.filter((s) => findWrites(s.code).length > 0).map((s) => s.file);
+    const writers = sources.filter((s) => s.file !== PRUNER && findWrites(s.code).length > 0).map((s) => s.file);
     const outside = sources
       .filter((s) => !s.file.startsWith(TRANSITIONS))
-      .flatMap((s) => findWrites(s.code).map((w) => `${s.file}:${w.line} ${w.kind}`));
+      .flatMap((s) => findWrites(s.code).filter((w) => !(s.file === PRUNER && w.kind === 'deleteFrom')).map((w) => `${s.file}:${w.line} ${w.kind}`));
     console.log(`executions writers:\n  ${writers.join('\n  ')}`);
     expect(outside, 'writes to executions outside src/engine/transitions/ (add a transition module instead)').toEqual([]);
     expect(writers).toEqual(EXPECTED_WRITERS);
@@ -109,8 +147,11 @@ describe('the writers of execution status', () => {
         if (w.kind.startsWith('sql ')) problems.push(`${s.file}:${w.line} raw SQL write (${w.kind}): use the query builder so the guard can be checked`);
         if (w.kind === 'deleteFrom') problems.push(`${s.file}:${w.line} deletes executions: history is never deleted`);
         // The values may be built before the chain: look in the whole module.
-        if (w.kind === 'insertInto' && !/\bstatus:\s*(['"])(queued|skipped)\1/.test(stripComments(s.code))) {
+        if ((w.kind === 'insertInto' || w.kind === 'insertMany') && !/\bstatus:\s*(['"])(queued|skipped)\1/.test(stripComments(s.code))) {
           problems.push(`${s.file}:${w.line} inserts an execution that does not start queued (or skipped)`);
+        }
+        if (w.kind === 'insertMany' && !/status\s*!==\s*(['"])queued\1\s*&&\s*\w+\.status\s*!==\s*(['"])skipped\2/.test(stripComments(s.code))) {
+          problems.push(`${s.file}:${w.line} bulk-inserts executions without checking each row starts queued or skipped`);
         }
         if (w.kind === 'updateTable') updates++;
         const why = unguarded(w);
@@ -126,7 +167,17 @@ describe('the writers of execution status', () => {
     // needs no TypeScript writer at all); never by the API, CLI or server.
     const writers = sources.filter((s) => [...stripComments(s.code).matchAll(EVENT_WRITE)].length > 0).map((s) => s.file);
     console.log(`execution_events writers: ${writers.join(', ') || '(none in TypeScript)'}`);
-    expect(writers.filter((f) => !f.startsWith(TRANSITIONS))).toEqual([]);
+    expect(writers.filter((f) => !f.startsWith(TRANSITIONS) && f !== PRUNER)).toEqual([]);
+  });
+
+  it('the pruner only deletes, and only inside the pruning transaction', () => {
+    const pruner = sources.find((s) => s.file === PRUNER);
+    expect(pruner, `${PRUNER} exists`).toBeDefined();
+    const code = stripComments(pruner!.code);
+    expect(findWrites(code).map((w) => w.kind)).toEqual(expect.arrayContaining(['deleteFrom']));
+    expect(findWrites(code).filter((w) => w.kind !== 'deleteFrom')).toEqual([]);
+    expect([...code.matchAll(EVENT_WRITE)].map((m) => m[1] ?? 'sql').every((k) => k === 'deleteFrom')).toBe(true);
+    expect(code).toMatch(/\.pruneTransaction\(/);
   });
 
   it('the scanner itself catches what it must (and ignores prose)', () => {
@@ -140,6 +191,8 @@ describe('the writers of execution status', () => {
     expect(kinds(`client.query('UPDATE public.executions SET x = 1')`)).toEqual(['sql UPDATE']);
     expect(kinds(`tx.updateTable('execution_events'); tx.insertInto('executions_archive'); sql\`UPDATE executions_x\``)).toEqual([]);
     expect(kinds(`selectFrom('executions').where('status', '=', 'running')`)).toEqual([]);
+    expect(kinds(`await engine.store.insertMany(tx, 'executions', rows)`)).toEqual(['insertMany']);
+    expect(kinds(`await store.insertMany(tx, 'audit_log', rows)`)).toEqual([]);
     expect(kinds(`// we never UPDATE executions here\n/* updateTable('executions') */ const x = 1;`)).toEqual([]);
 
     const guard = (code: string) => findWrites(code).map(unguarded);
@@ -147,6 +200,13 @@ describe('the writers of execution status', () => {
     expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).executeTakeFirst()`)[0]).toMatch(/no \.where\('status'/);
     // A guard after the statement ran does not count.
     expect(guard(`tx.updateTable('executions').set({ status: 'x' }).execute(); q.where('status', '=', 'queued')`)[0]).toMatch(/no \.where\('status'/);
+    // A guard must exclude the terminal states.
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('id', '=', id).where('status', 'in', ['running', 'queued']).execute()`)).toEqual([null]);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', RUNNING).execute()`)).toEqual([null]);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped']).execute()`)[0]).toMatch(/may match a terminal state/);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', 'succeeded').execute()`)[0]).toMatch(/may match a terminal state/);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', EXECUTION_STATES).execute()`)[0]).toMatch(/may match a terminal state/);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '<>', 'failed').execute()`)[0]).toMatch(/no \.where\('status'/);
     // A builder kept in a variable cannot be checked: refused.
     expect(guard(`const b = tx.updateTable('executions').set({ status: 'x' }); await b.where('status', '=', 'queued').execute();`)[0]).toMatch(/one chain/);
   });

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { DEFAULTS } from '../config.ts';
 import { RetryPolicy } from '../domain/retry.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
+import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const AgentName = z
@@ -143,10 +144,20 @@ export const ListExecutionsQuery = z.strictObject({
   schedule_id: Id.optional(),
   since: z.iso.datetime({ offset: true }).optional().describe('created at or after'),
   until: z.iso.datetime({ offset: true }).optional().describe('created before'),
-  limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
+  limit: z.coerce.number().int().min(1).max(EXECUTION_PAGE.max).optional().describe(`page size (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max})`),
   cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
 });
-export const ExecutionPage = z.object({ executions: z.array(Execution), next_cursor: z.string().nullable() });
+const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending in '…' when cut`);
+/** A list item: the execution without its bodies (GET /v1/executions/{id} has them in full). */
+export const ExecutionListItem = Execution.omit({ payload: true, result: true }).extend({
+  message: Preview,
+  payload_preview: Preview.nullable().describe(`the payload's JSON text: at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
+  result_preview: Preview.nullable().describe(`the result's JSON text (null: none): at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
+  error: z.object({ code: z.string().nullable(), message: Preview.nullable() }).nullable(),
+  usage: z.unknown().describe(`null when its JSON is over ${USAGE_LIST_CHARS} characters (the single read has it)`),
+});
+export type ExecutionListItem = z.infer<typeof ExecutionListItem>;
+export const ExecutionPage = z.object({ executions: z.array(ExecutionListItem), next_cursor: z.string().nullable() });
 
 // ── worker protocol ─────────────────────────────────────────────────────────
 

@@ -1,7 +1,7 @@
 import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
 import type { RetryPolicy } from '../domain/retry.ts';
-import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
+import type { CompletionStatus, TriggerKind } from '../domain/states.ts';
 import { DEFAULTS, defaultNodeId, readEnv } from '../config.ts';
 import { lazySecretBox, type SecretBox } from '../delivery/secrets.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
@@ -9,7 +9,10 @@ import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit } from './audit.ts';
+import { liveCountsByAgent } from './live-counts.ts';
+import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { redactJson, redactSecrets } from './redact.ts';
+import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
@@ -85,16 +88,7 @@ export interface ClaimOptions {
   signal?: AbortSignal;
 }
 
-export interface ExecutionFilter {
-  agent?: string;
-  status?: ExecutionStatus[];
-  schedule_id?: string;
-  created_after?: number;
-  created_before?: number;
-  limit?: number;
-  /** Keyset cursor from a previous page. */
-  before?: { created_at: number; id: string };
-}
+export type { ExecutionFilter, ExecutionListRow };
 
 export class Engine {
   readonly store: StoreAdapter;
@@ -201,51 +195,43 @@ export class Engine {
       const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
       if (!agent) throw new NotFound('agent', name);
       const queued = await this.store
-        .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', 'queued'), 'wait')
+        .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')), 'wait')
         .execute();
       const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
-      const running = await tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', 'running').execute();
+      const running = await tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', statusIs('running')).execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       await tx.deleteFrom('agents').where('name', '=', name).execute();
+      // Its keys go with it: a later agent of the same name must not be served to them.
+      const revoked = await tx
+        .updateTable('api_keys')
+        .set({ revoked_at: now })
+        .where('scope', '=', 'agent')
+        .where('agent', '=', name)
+        .where('revoked_at', 'is', null)
+        .returning('id')
+        .execute();
       // Its triggers go with it (their runs were cancelled above with the rest of its work).
       await tx.deleteFrom('webhooks').where('agent', '=', name).execute();
       await tx.deleteFrom('schedules').where('agent', '=', name).execute();
-      await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length } });
-      return { cancelled, cancel_requested: running.length };
+      await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length, keys_revoked: revoked.length } });
+      return { cancelled, cancel_requested: running.length, revoked: revoked.map((k) => k.id) };
     });
     announce(this.store, out.cancelled);
+    for (const id of out.revoked) this.store.publish('key', id);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancel_requested };
   }
 
   async getAgent(name: string): Promise<{ agent: AgentRow; running: number; queued: number }> {
     const agent = await this.store.db.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirst();
     if (!agent) throw new NotFound('agent', name);
-    const counts = await this.countsByAgent([name]);
+    const counts = await liveCountsByAgent(this.store.db, [name]);
     return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
   }
 
   async listAgents(): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
     const agents = await this.store.db.selectFrom('agents').selectAll().orderBy('name').execute();
-    const counts = await this.countsByAgent(agents.map((a) => a.name));
+    const counts = await liveCountsByAgent(this.store.db);
     return agents.map((agent) => ({ agent, ...(counts.get(agent.name) ?? { running: 0, queued: 0 }) }));
-  }
-
-  private async countsByAgent(names: string[]): Promise<Map<string, { running: number; queued: number }>> {
-    const out = new Map<string, { running: number; queued: number }>();
-    if (names.length === 0) return out;
-    const rows = await this.store.db
-      .selectFrom('executions')
-      .select(['agent', 'status', (eb) => eb.fn.countAll<number>().as('n')])
-      .where('status', 'in', ['running', 'queued'])
-      .where('agent', 'in', names)
-      .groupBy(['agent', 'status'])
-      .execute();
-    for (const r of rows) {
-      const c = out.get(r.agent) ?? { running: 0, queued: 0 };
-      c[r.status as 'running' | 'queued'] = Number(r.n);
-      out.set(r.agent, c);
-    }
-    return out;
   }
 
   // ── executions ────────────────────────────────────────────────────────────
@@ -344,7 +330,8 @@ export class Engine {
     const outcome: Outcome = {
       ...given,
       result: given.result === undefined ? undefined : redactJson(given.result),
-      error: given.error ? { ...given.error, message: redactSecrets(given.error.message) } : given.error,
+      error: given.error ? { ...given.error, code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) } : given.error,
+      usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
     if (outcome.status !== 'failed') {
       const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
@@ -396,18 +383,13 @@ export class Engine {
     return { execution, events, chain: chain.map((c) => c.id) };
   }
 
-  async listExecutions(f: ExecutionFilter): Promise<ExecutionRow[]> {
-    let q = this.store.db.selectFrom('executions').selectAll();
-    if (f.agent) q = q.where('agent', '=', f.agent);
-    if (f.status?.length) q = q.where('status', 'in', f.status);
-    if (f.schedule_id) q = q.where('schedule_id', '=', f.schedule_id);
-    if (f.created_after !== undefined) q = q.where('created_at', '>=', f.created_after);
-    if (f.created_before !== undefined) q = q.where('created_at', '<', f.created_before);
-    if (f.before) {
-      const b = f.before;
-      q = q.where((eb) => eb.or([eb('created_at', '<', b.created_at), eb.and([eb('created_at', '=', b.created_at), eb('id', '<', b.id)])]));
-    }
-    return q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(f.limit ?? 50).execute();
+  /**
+   * A page of list rows, newest first: bodies cut to previews (see list-executions.ts). On the
+   * reader: cutting previews from multi-MiB results still reads them inside SQLite (60 results
+   * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
+   */
+  listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
+    return listExecutions(this.store.reader, f);
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
+import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
@@ -37,6 +38,56 @@ export function executionView(r: ExecutionRow) {
   };
 }
 export type ExecutionView = ReturnType<typeof executionView>;
+
+/**
+ * At most PREVIEW_CHARS characters (code points, as the database counts them in substr) of a
+ * head read by list-executions.ts, ending in '…' when the text was longer.
+ */
+export function preview(text: string | null): string | null {
+  if (text === null) return null;
+  if (text.length <= PREVIEW_CHARS) return text; // UTF-16 units ≥ code points: short enough
+  const chars = Array.from(text);
+  return chars.length <= PREVIEW_CHARS ? text : chars.slice(0, PREVIEW_CHARS).join('') + '…';
+}
+
+/**
+ * A list item: the execution without its bodies. `message` and `error.message` are previews;
+ * `payload_preview` and `result_preview` are previews of the JSON text. The full execution
+ * comes from GET /v1/executions/{id}.
+ */
+export function executionListView(r: ExecutionListRow) {
+  return {
+    id: r.id,
+    agent: r.agent,
+    status: r.status,
+    attempt: r.attempt,
+    trigger: r.trigger_kind,
+    origin: json(r.origin),
+    message: preview(r.message_head)!,
+    payload_preview: preview(r.payload_head),
+    priority: r.priority,
+    schedule_id: r.schedule_id,
+    scheduled_for: iso(r.scheduled_for),
+    run_after: iso(r.run_after),
+    created_at: iso(r.created_at)!,
+    queued_at: iso(r.queued_at),
+    started_at: iso(r.started_at),
+    completed_at: iso(r.completed_at),
+    duration_ms: r.duration_ms === null ? null : Number(r.duration_ms),
+    lease_owner: r.lease_owner,
+    lease_expires_at: iso(r.lease_expires_at),
+    heartbeat_at: iso(r.heartbeat_at),
+    deadline_at: iso(r.deadline_at),
+    cancel_requested_at: iso(r.cancel_requested_at),
+    result_preview: preview(r.result_head),
+    error: r.error_code === null && r.error_head === null ? null : { code: r.error_code, message: preview(r.error_head) },
+    usage: json(r.usage),
+    retry_of: r.retry_of,
+    retry_number: r.retry_number,
+    idempotency_key: r.idempotency_key,
+  };
+}
+export type ExecutionListView = ReturnType<typeof executionListView>;
 
 export function eventView(e: ExecutionEventRow) {
   return {

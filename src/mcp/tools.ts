@@ -6,7 +6,8 @@
  */
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
-import { ApiError, type BatonClient, type Execution, type ExecutionDetail } from '../client.ts';
+import { ApiError, type BatonClient, type Execution, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
+import { EXECUTION_PAGE, PREVIEW_CHARS } from '../domain/lists.ts';
 import { AgentName, ExecutionStatus } from '../api/schemas.ts';
 import { API_VERSION } from '../api/server.ts';
 
@@ -32,9 +33,14 @@ const Summary = z.object({
   retry_of: z.string().nullable(),
 });
 const Outcome = Summary.extend({ result: z.unknown(), usage: z.unknown() });
+/** A list_executions item: the summary with previews of the payload and result (get_execution has them in full). */
+const ListItem = Summary.extend({
+  payload_preview: z.string().nullable().describe(`the payload's JSON text, at most ${PREVIEW_CHARS} characters ('…' when cut)`),
+  result_preview: z.string().nullable().describe(`the result's JSON text, at most ${PREVIEW_CHARS} characters ('…' when cut)`),
+});
 const NotAvailable = { available: z.boolean().describe('false: this server has no such route') };
 
-const summary = (e: Execution) => ({
+const summary = (e: Execution | ExecutionListItem) => ({
   id: e.id,
   agent: e.agent,
   status: e.status,
@@ -50,6 +56,7 @@ const summary = (e: Execution) => ({
   retry_of: e.retry_of,
 });
 const outcome = (e: Execution) => ({ ...summary(e), result: e.result ?? null, usage: e.usage ?? null });
+const listItem = (e: ExecutionListItem) => ({ ...summary(e), payload_preview: e.payload_preview, result_preview: e.result_preview });
 
 type Structured = Record<string, unknown>;
 const ok = (data: Structured, text?: string) => ({
@@ -194,20 +201,20 @@ export function createMcpServer(client: BatonClient): McpServer {
 
   server.registerTool('list_executions', {
     title: 'List executions',
-    description: 'Executions, newest first, optionally filtered by agent, status and schedule.',
+    description: 'Executions, newest first, optionally filtered by agent, status and schedule. Items carry previews of the message, payload and result; get_execution returns them in full.',
     inputSchema: {
       agent: AgentName.optional(),
       status: z.array(ExecutionStatus).optional().describe('any of these statuses'),
       schedule_id: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/).optional(),
-      limit: z.number().int().min(1).max(200).optional().describe('default 20'),
+      limit: z.number().int().min(1).max(EXECUTION_PAGE.max).optional().describe('default 20'),
       cursor: z.string().max(200).optional().describe('next_cursor from the previous call'),
     },
-    outputSchema: { executions: z.array(Summary), next_cursor: z.string().nullable() },
+    outputSchema: { executions: z.array(ListItem), next_cursor: z.string().nullable() },
     annotations: { readOnlyHint: true },
   }, async ({ agent, status, schedule_id, limit, cursor }) => {
     try {
       const page = await client.listExecutions({ agent, status: status?.join(','), schedule_id, limit: limit ?? 20, cursor });
-      return ok({ executions: page.executions.map(summary), next_cursor: page.next_cursor });
+      return ok({ executions: page.executions.map(listItem), next_cursor: page.next_cursor });
     } catch (err) {
       return asFailure(err);
     }

@@ -1,7 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
-import { eventView, executionView } from '../../engine/views.ts';
+import { eventView, executionListView, executionView } from '../../engine/views.ts';
+import { EXECUTION_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { AgentParams, Created, ErrorBody, ExecutionDetail, ExecutionPage, ExecutionParams, ListExecutionsQuery, SubmitBody, Execution } from '../schemas.ts';
 import type { ApiDeps } from '../server.ts';
@@ -54,11 +55,11 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
   });
 
   app.get('/v1/executions', {
-    schema: { tags: ['executions'], summary: 'List executions, newest first', querystring: ListExecutionsQuery, response: { 200: ExecutionPage, 400: ErrorBody } },
+    schema: { tags: ['executions'], summary: `List executions, newest first: list items carry previews of message, payload, result and error (at most ${EXECUTION_PAGE.max} a page)`, querystring: ListExecutionsQuery, response: { 200: ExecutionPage, 400: ErrorBody } },
   }, async (req) => {
     requireAdmin(req);
     const q = req.query;
-    const limit = q.limit ?? 50;
+    const limit = q.limit ?? EXECUTION_PAGE.default;
     const rows = await engine.listExecutions({
       agent: q.agent,
       status: q.status,
@@ -68,7 +69,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       limit,
       before: q.cursor ? decodeCursor(q.cursor) : undefined,
     });
-    return { executions: rows.map(executionView), next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!) : null };
+    return { executions: rows.map(executionListView), next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!) : null };
   });
 
   app.get('/v1/executions/:id', {

@@ -1,3 +1,4 @@
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
 import { QUEUED, stamp, type Executor } from './stamp.ts';
 
@@ -47,4 +48,15 @@ export function queuedValues(row: NewQueued, now: number, actor: string) {
  */
 export function skippedValues(row: NewQueued, code: string, message: string, now: number, actor: string): NewExecution {
   return Object.assign({}, row, { status: 'skipped' as const, attempt: 0, created_at: now, queued_at: null, completed_at: now, error_code: code, error_message: message }, stamp(now, actor, code));
+}
+
+/**
+ * create → queued | skipped, many rows in few statements (the scheduler's batches). The caller
+ * checked each agent's backlog under the agent lock; every row must start queued or skipped.
+ */
+export async function insertCreated(tx: Tx, store: StoreAdapter, rows: NewExecution[]): Promise<void> {
+  for (const r of rows) {
+    if (r.status !== 'queued' && r.status !== 'skipped') throw new Error(`a new execution starts queued or skipped, not ${r.status} (${r.id})`);
+  }
+  await store.insertMany(tx, 'executions', rows);
 }

@@ -3,7 +3,7 @@ import type { ExecutionStatus } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { insertRetry } from './retry.ts';
-import { stamp } from './stamp.ts';
+import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
 /** What the reaper did to one row. */
 export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
@@ -37,7 +37,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       tx
         .selectFrom('executions')
         .selectAll()
-        .where('status', '=', 'running')
+        .where('status', '=', RUNNING)
         .where((eb) =>
           eb.or([
             eb('lease_expires_at', '<', o.now),
@@ -85,7 +85,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       tx
         .selectFrom('executions')
         .selectAll()
-        .where('status', '=', 'queued')
+        .where('status', '=', QUEUED)
         .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', o.now - o.backlogExpiryMs))
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', o.now - o.backlogExpiryMs)]))
         .limit(o.batch),

@@ -2,7 +2,8 @@ import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { sql } from 'kysely';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, NewExecution, ScheduleRow } from '../../store/schema.ts';
-import { queuedValues, skippedValues } from '../transitions/create.ts';
+import { LIVE_STATUSES, statusIs } from '../status-sql.ts';
+import { insertCreated, queuedValues, skippedValues } from '../transitions/create.ts';
 import { announce } from '../announce.ts';
 import { appendAudits, type AuditEntry } from '../audit.ts';
 import { countSchedulerTick } from '../../metrics.ts';
@@ -168,7 +169,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
     .selectFrom('executions')
     .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])
     .where('agent', 'in', names)
-    .where('status', '=', 'queued')
+    .where('status', '=', statusIs('queued'))
     .groupBy('agent')
     .execute();
   const queuedBy = new Map(queued.map((q) => [q.agent, Number(q.n)]));
@@ -181,7 +182,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
       .selectFrom('executions')
       .select(['schedule_id', 'id'])
       .where('schedule_id', 'in', skipIds)
-      .where('status', 'in', ['queued', 'running'])
+      .where('status', 'in', LIVE_STATUSES)
       .orderBy('status', 'asc') // 'queued' before 'running': the later write (running) wins below
       .execute();
     for (const r of open) inFlight.set(r.schedule_id!, r.id);
@@ -247,7 +248,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
       }
     }
   }
-  await engine.store.insertMany(tx, 'executions', rows);
+  await insertCreated(tx, engine.store, rows);
   await appendAudits(engine.store, tx, audits);
   return { handled: due.length, fired };
 }

@@ -7,6 +7,7 @@ import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { Engine } from '../engine.ts';
+import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
 import { compileCron, nextAfter } from './cron.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
@@ -240,9 +241,9 @@ export class Schedules {
 /** Cancel the queued runs of these schedules and ask their running ones to stop (caller holds the schedule locks). */
 export async function cancelScheduleWork(tx: Tx, engine: Engine, ids: string[], now: number, actor: string, reason: string) {
   if (ids.length === 0) return { cancelled: [] as ExecutionRow[], cancelRequested: 0 };
-  const queued = await engine.store.lockRows(tx.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).where('status', '=', 'queued'), 'wait').execute();
+  const queued = await engine.store.lockRows(tx.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).where('status', '=', statusIs('queued')), 'wait').execute();
   const cancelled = await cancelQueued(tx, queued, now, actor, reason);
-  const running = await tx.selectFrom('executions').select('id').where('schedule_id', 'in', ids).where('status', '=', 'running').execute();
+  const running = await tx.selectFrom('executions').select('id').where('schedule_id', 'in', ids).where('status', '=', statusIs('running')).execute();
   for (const r of running) await cancelExecution(tx, engine.store, r.id, now, actor, reason);
   return { cancelled, cancelRequested: running.length };
 }

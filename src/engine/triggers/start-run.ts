@@ -3,6 +3,7 @@ import { newExecutionId } from '../../domain/ids.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
+import { LIVE_STATUSES } from '../status-sql.ts';
 import { insertQueued, type NewQueued } from '../transitions/create.ts';
 
 export type OverlapPolicy = 'skip' | 'queue' | 'allow';
@@ -38,7 +39,7 @@ export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Prom
 
 /** The run in flight that a `skip` overlap policy defers to (running first), if any. */
 export async function runInFlight(tx: Tx, spec: Pick<RunSpec, 'scheduleId' | 'webhookId'>): Promise<string | undefined> {
-  let q = tx.selectFrom('executions').select('id').where('status', 'in', ['queued', 'running']);
+  let q = tx.selectFrom('executions').select('id').where('status', 'in', LIVE_STATUSES);
   if (spec.scheduleId) q = q.where('schedule_id', '=', spec.scheduleId);
   else if (spec.webhookId) q = q.where('webhook_id', '=', spec.webhookId);
   else return undefined;

@@ -1,11 +1,11 @@
-import type { Execution } from '../api.ts';
+import type { ExecutionListItem } from '../api.ts';
 import { client } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { duration, Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
 
 const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped'];
 
-export function ExecutionTable({ rows }: { rows: Execution[] }) {
+export function ExecutionTable({ rows }: { rows: ExecutionListItem[] }) {
   return (
     <div className="table-wrap">
       <table className="executions">

@@ -1,0 +1,14 @@
+/**
+ * Bounds of list answers, defined once for the server, CLI, MCP and dashboard. A list never
+ * returns bodies: a stored result may be megabytes (60 of them were once a 234 MiB answer that
+ * took the server from 283 to 1,371 MiB); the single-execution read returns them in full.
+ */
+
+/** Page sizes of execution lists: the API refuses a larger `limit` (400 naming the field). */
+export const EXECUTION_PAGE = Object.freeze({ default: 50, max: 200 });
+
+/** Characters of `message`, `payload`, `result` and `error.message` a list item carries. */
+export const PREVIEW_CHARS = 200;
+
+/** Usage is a few token counts; a worker may send more (a completion may be 4 MiB): lists show it up to this size. */
+export const USAGE_LIST_CHARS = 1024;

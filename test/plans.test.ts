@@ -1,0 +1,418 @@
+import { CompiledQuery, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
+import { writeFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Dispatcher } from '../src/delivery/dispatcher.ts';
+import { Engine } from '../src/engine/engine.ts';
+import { appendLogs, readLogs } from '../src/engine/logs.ts';
+import { triggersFor } from '../src/engine/triggers/index.ts';
+import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
+import { runInFlight } from '../src/engine/triggers/start-run.ts';
+import { createNodeMetrics } from '../src/metrics.ts';
+import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
+import type { DB, NewExecution } from '../src/store/schema.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+// Cost independent of history (DESIGN.md §9): every query the hot paths make is served by an
+// index made for its shape. The store is seeded with enough terminal history for the planners
+// to care (skewed like real history, and analysed, so they see it); then the real functions run
+// against a recording store (a Kysely plugin keeps every statement they send), and the plan of
+// every statement that touches a history table is checked:
+// - SQLite (EXPLAIN QUERY PLAN): no SCAN of a history table, except of a partial index holding
+//   only live rows, or an ordered walk (an index or the rowid) stopped by a LIMIT with no filter
+//   (the unfiltered first page, the oldest row); no temp B-tree sorting rows found through a
+//   history index; a cursor (created_at <) is a range inside the index, not a filter.
+// - PostgreSQL (EXPLAIN): no Seq Scan of a history table; no full walk of a history index
+//   unless it is such an ordered walk; no scan of history expected to return a large share of
+//   it unless a Limit above it stops it; the cursor is an Index Cond.
+// The second test proves the check is not vacuous: the statements that used to scan fail it.
+
+const HISTORY = 30_000;
+const AGENTS = ['hist-a', 'hist-b', 'hist-c', 'hist-d', 'hist-e'];
+const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'];
+/** Partial indexes that hold live rows only (queued / running): scanning one is not a history walk. */
+const LIVE_INDEXES = new Set([
+  'executions_admission',
+  'executions_running',
+  'executions_lease',
+  'executions_deadline',
+  'executions_queued_at',
+  'executions_serial_running',
+  'executions_schedule_open',
+  'executions_webhook_open',
+]);
+/** Indexes over all history: a seek into one is fine; a walk through one is not. */
+const HISTORY_INDEXES = /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick)|execution_events_seats)$/;
+/** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
+const MANY_ROWS = 1_000;
+
+let ts: TestStore;
+let store: StoreAdapter;
+let engine: Engine;
+const now = Date.now();
+
+// ── recording ───────────────────────────────────────────────────────────────
+
+interface Recorded {
+  node: RootOperationNode;
+  queryId: QueryId;
+  label: string;
+}
+const recorded: Recorded[] = [];
+let label = '';
+
+/** The same store, with every statement the engine sends through it recorded (plan later). */
+function recordingStore(inner: StoreAdapter): StoreAdapter {
+  const plugin: KyselyPlugin = {
+    transformQuery: ({ node, queryId }) => {
+      if (label) recorded.push({ node, queryId, label });
+      return node;
+    },
+    transformResult: async ({ result }) => result,
+  };
+  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
+  const proxy = Object.create(inner) as StoreAdapter;
+  return Object.assign(proxy, {
+    db: wrap(inner.db),
+    reader: wrap(inner.reader),
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
+    snapshot: <T>(fn: (tx: Tx) => Promise<T>) => inner.snapshot((tx) => fn(wrap(tx))),
+    pruneTransaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.pruneTransaction((tx) => fn(wrap(tx))),
+  });
+}
+
+async function during<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  label = what;
+  try {
+    return await fn();
+  } finally {
+    label = '';
+  }
+}
+
+// ── plans ───────────────────────────────────────────────────────────────────
+
+interface Checked {
+  label: string;
+  sql: string;
+  plan: string;
+  problems: string[];
+}
+
+/** Table aliases in a compiled statement ("executions" as "r" → r is executions). */
+function historyNames(text: string): Set<string> {
+  const names = new Set(HISTORY_TABLES);
+  for (const m of text.matchAll(/"(\w+)" as "(\w+)"/g)) if (HISTORY_TABLES.includes(m[1]!)) names.add(m[2]!);
+  return names;
+}
+
+async function planOf(text: string, parameters: readonly unknown[], db: Kysely<DB> = store.db): Promise<{ plan: string; problems: string[] }> {
+  const names = historyNames(text);
+  // The unfiltered first page walks an index in order and stops at its LIMIT: the one walk allowed.
+  // A page after a cursor (or before `until`) must start where the cursor points: created_at is
+  // then a range inside the index, or the page walks every newer row of its filter first.
+  const cursor = /"?created_at"?\s*<=?\s*(\?|\$\d+)/i.test(text);
+  // (A partial index's own `col IS NOT NULL` is no filter: the walk still stops at the LIMIT.)
+  const unfiltered = text.replace(/\bwhere\s+"?\w+"?\s+is\s+not\s+null\b/i, '');
+  const orderedWalk = !/\b(where|group by|count|sum|max|min)\b/i.test(unfiltered) && /\border by\b[^()]*\blimit\b/i.test(text);
+  if (store.kind === 'sqlite') {
+    const out = await db.executeQuery<{ id: number; parent: number; detail: string }>(CompiledQuery.raw(`EXPLAIN QUERY PLAN ${text}`, [...parameters]));
+    const lines = out.rows.map((r) => r.detail);
+    const problems: string[] = [];
+    /** Parents (plan levels) that read through a history index: a temp B-tree there sorts what they found. */
+    const historyLevels = new Set<number>();
+    for (const { detail: d, parent } of out.rows) {
+      const m = /^(SCAN|SEARCH) (\w+)(?: USING (?:COVERING )?INDEX (\w+))?/.exec(d);
+      if (!m) continue;
+      const [, op, table, index] = m;
+      const onHistory = names.has(table!) || (index !== undefined && /^(executions|execution_events|execution_logs|audit_log)_/.test(index));
+      if (!onHistory) continue;
+      if (index && HISTORY_INDEXES.test(index)) {
+        historyLevels.add(parent);
+        if (cursor && op === 'SEARCH' && /_recent$/.test(index) && !/created_at[<>]/.test(d)) problems.push(`cursor is not a range in the index: ${d}`);
+      }
+      if (op === 'SCAN') {
+        if (index && LIVE_INDEXES.has(index)) continue;
+        // An ordered walk through a history index, or the table in rowid (primary key) order.
+        if ((!index || HISTORY_INDEXES.test(index)) && orderedWalk && !lines.some((l) => /TEMP B-TREE/.test(l))) continue;
+        problems.push(`full scan: ${d}`);
+      }
+    }
+    // (A UNION ALL of seeks sorts each arm's LIMIT rows for the merge: that level reads a subquery, not history.)
+    if (out.rows.some((r) => /USE TEMP B-TREE FOR (ORDER|GROUP) BY/.test(r.detail) && historyLevels.has(r.parent))) problems.push('sorts rows found through a history index');
+    return { plan: lines.join('\n'), problems };
+  }
+  const out = await db.executeQuery<{ 'QUERY PLAN': unknown }>(CompiledQuery.raw(`EXPLAIN (FORMAT JSON) ${text}`, [...parameters]));
+  const root = (out.rows[0]!['QUERY PLAN'] as Array<{ Plan: PgNode }>)[0]!.Plan;
+  const problems: string[] = [];
+  const lines: string[] = [];
+  const walk = (n: PgNode, depth: number, limited: boolean) => {
+    const rel = n['Relation Name'];
+    const idx = n['Index Name'];
+    lines.push(`${'  '.repeat(depth)}${n['Node Type']}${rel ? ` on ${rel}` : ''}${idx ? ` using ${idx}` : ''} rows=${n['Plan Rows']}${n['Index Cond'] ? ` cond=${n['Index Cond']}` : ''}`);
+    const history = (rel && HISTORY_TABLES.includes(rel)) || (idx && /^(executions|execution_events|execution_logs|audit_log)_/.test(idx));
+    if (history) {
+      if (n['Node Type'] === 'Seq Scan') problems.push(`Seq Scan on ${rel}`);
+      const historyIndex = idx !== undefined && HISTORY_INDEXES.test(idx);
+      if (historyIndex && !n['Index Cond'] && !(orderedWalk && limited)) problems.push(`full walk of ${idx}`);
+      if (historyIndex && cursor && /_recent$/.test(idx!) && !/created_at [<>]/.test(n['Index Cond'] ?? '')) problems.push(`cursor is not a range in ${idx}`);
+      if (!(idx && LIVE_INDEXES.has(idx)) && n['Plan Rows'] > MANY_ROWS && !limited) problems.push(`${n['Node Type']} on ${rel ?? idx} expects ${n['Plan Rows']} rows`);
+    }
+    const type = n['Node Type'];
+    const nextLimited = type === 'Limit' ? true : type === 'Sort' || type === 'Aggregate' || type === 'Hash' || type === 'Incremental Sort' ? false : limited;
+    for (const c of n.Plans ?? []) walk(c, depth + 1, nextLimited);
+  };
+  walk(root, 0, false);
+  return { plan: lines.join('\n'), problems };
+}
+interface PgNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  'Index Cond'?: string;
+  'Plan Rows': number;
+  Plans?: PgNode[];
+}
+
+/** Plan every recorded statement (once per distinct SQL) that reads or writes a history table. */
+async function checkRecorded(): Promise<Checked[]> {
+  const seen = new Set<string>();
+  const out: Checked[] = [];
+  for (const r of recorded) {
+    const compiled = store.db.getExecutor().compileQuery(r.node, r.queryId);
+    const text = compiled.sql;
+    if (!/^\s*(select|update|delete|insert|with)\b/i.test(text)) continue;
+    if (!HISTORY_TABLES.some((t) => text.includes(`"${t}"`) || new RegExp(`\\b${t}\\b`).test(text))) continue;
+    if (/^\s*insert\b/i.test(text) && !/\bselect\b/i.test(text)) continue; // VALUES only: nothing read
+    const key = `${r.label}\u0000${text}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const { plan, problems } = await planOf(text, compiled.parameters);
+    out.push({ label: r.label, sql: text, plan, problems });
+  }
+  return out;
+}
+
+function report(checked: Checked[]): string {
+  return checked
+    .filter((c) => c.problems.length > 0)
+    .map((c) => `[${c.label}] ${c.problems.join('; ')}\n  ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`)
+    .join('\n\n');
+}
+
+// ── seeding ─────────────────────────────────────────────────────────────────
+
+const scheduleIds: string[] = [];
+let webhookId = '';
+let sampleId = '';
+let loggedId = '';
+
+function historyRow(i: number): NewExecution {
+  // Skewed like real history: one busy agent (80 %) and quiet ones (5 % each); most runs
+  // succeed. Filters below ask for the rare values, where a walk instead of a seek costs most.
+  const k = i % 20;
+  const agent = AGENTS[k < 16 ? 0 : k - 15]!;
+  const scheduled = i % 3 === 0;
+  const r = Math.floor(i / 20) % 100;
+  const status = scheduled && r === 99 ? 'skipped' : r < 94 ? 'succeeded' : r < 97 ? 'failed' : 'cancelled';
+  const created = now - 30 * 86_400_000 + i * 60_000;
+  const started = status === 'skipped' ? null : created + 1000;
+  return {
+    id: `ex_hist_${String(i).padStart(7, '0')}`,
+    agent,
+    schedule_id: scheduled ? scheduleIds[i % scheduleIds.length]! : null,
+    scheduled_for: scheduled ? created : null,
+    trigger_kind: scheduled ? 'schedule' : 'api',
+    origin: '{}',
+    message: `history task ${i}`,
+    payload: JSON.stringify({ n: i }),
+    priority: 0,
+    run_after: null,
+    status,
+    attempt: status === 'skipped' ? 0 : 1,
+    max_redeliveries: 3,
+    timeout_seconds: 600,
+    lease_ttl_seconds: 30,
+    lease_owner: status === 'skipped' ? null : 'w',
+    lease_token: status === 'skipped' ? null : `tok_${i}`,
+    lease_expires_at: null,
+    heartbeat_at: started,
+    deadline_at: null,
+    cancel_requested_at: null,
+    created_at: created,
+    queued_at: status === 'skipped' ? null : created,
+    started_at: started,
+    completed_at: created + 5000,
+    duration_ms: started === null ? null : 4000,
+    result: status === 'succeeded' ? JSON.stringify({ ok: i }) : null,
+    error_code: status === 'failed' ? 'boom' : status === 'cancelled' ? 'cancelled_by_user' : status === 'skipped' ? 'already_running' : null,
+    error_message: status === 'failed' ? 'it broke' : null,
+    usage: null,
+    retry_of: null,
+    idempotency_key: null,
+    webhook_id: i % 7 === 0 && webhookId ? webhookId : null,
+    changed_at: created + 5000,
+    changed_by: 'seed',
+    change_reason: status,
+  } as NewExecution;
+}
+
+async function seed(): Promise<void> {
+  for (const a of AGENTS) await engine.createAgent({ name: a, max_parallel: 2, max_backlog: 1000 }, 'seed');
+  await engine.createAgent({ name: 'hist-push', max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'seed');
+  const t = triggersFor(engine);
+  for (const a of AGENTS.slice(0, 2)) {
+    const s = await t.schedules.create(a, { name: `every-minute-${a}`, cron: '* * * * *', message: 'tick' }, 'seed');
+    scheduleIds.push(s.id);
+  }
+  webhookId = (await t.webhooks.create({ name: 'hook', agent: AGENTS[2]! }, 'seed')).row.id;
+  const chunk = 2000;
+  for (let i = 0; i < HISTORY; i += chunk) {
+    const rows = Array.from({ length: Math.min(chunk, HISTORY - i) }, (_, j) => historyRow(i + j));
+    await store.transaction(async (tx) => {
+      await store.insertMany(tx, 'executions', rows);
+      await store.insertMany(
+        tx,
+        'audit_log',
+        rows.map((r) => ({ at: r.created_at, actor: 'seed', action: 'execution.create', subject: r.agent, execution_id: r.id, detail: null })),
+      );
+    });
+  }
+  sampleId = historyRow(HISTORY - 10).id;
+  // Logs: 20 lines each for 500 executions.
+  loggedId = historyRow(HISTORY - 20).id;
+  await store.transaction(async (tx) => {
+    for (let i = 0; i < 500; i++) {
+      const id = historyRow(HISTORY - 1 - i).id;
+      await tx.insertInto('execution_logs').values(Array.from({ length: 20 }, (_, s) => ({ execution_id: id, seq: s + 1, at: now, stream: 'stdout' as const, line: `line ${s}` }))).execute();
+      await tx.insertInto('execution_log_heads').values({ execution_id: id, lines: 20, bytes: 200, truncated: 0 }).execute();
+    }
+  });
+  if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
+  else for (const table of [...HISTORY_TABLES, 'agents', 'schedules', 'webhooks', 'idempotency_keys']) await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
+}
+
+// ── the test ────────────────────────────────────────────────────────────────
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  store = ts.store;
+  engine = new Engine({ store: recordingStore(store), nodeId: 'plans', clock: () => now });
+  await seed();
+}, 120_000);
+afterAll(async () => {
+  engine?.close();
+  await ts?.cleanup();
+});
+
+describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history (${STORE_KIND})`, () => {
+  it('every hot query seeks instead of scanning history', async () => {
+    const [a, b] = AGENTS as [string, string];
+    // Live work: a few queued and running rows among the history.
+    const live: Array<{ id: string }> = [];
+    for (let i = 0; i < 6; i++) live.push(await engine.submit(AGENTS[i % 3]!, { message: `live ${i}`, payload: { i } }, 'test'));
+    await engine.submit('hist-push', { message: 'push me' }, 'test');
+
+    await during('listAgents', () => engine.listAgents());
+    await during('getAgent', () => engine.getAgent(a));
+    const claimed = await during('claim', () => engine.claim(a, { owner: 'w1', max: 2 }));
+    expect(claimed.length).toBeGreaterThan(0);
+    await during('heartbeat', () => engine.heartbeat(claimed[0]!.id, claimed[0]!.lease_token!));
+    await during('logs append', () => appendLogs(engine.store, claimed[0]!.id, claimed[0]!.lease_token!, [{ stream: 'stdout', line: 'hi' }], now));
+    await during('complete', () => engine.complete(claimed[0]!.id, claimed[0]!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w1'));
+    if (claimed[1]) await during('complete failed', () => engine.complete(claimed[1]!.id, claimed[1]!.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'));
+    const [again] = await engine.claim(AGENTS[1]!, { owner: 'w2' });
+    if (again) await during('release', () => engine.release(again.id, again.lease_token!, 'w2'));
+    await during('cancel', () => engine.cancel(live[5]!.id, 'test'));
+
+    const filters: Array<[string, Parameters<Engine['listExecutions']>[0]]> = [
+      ['list', {}],
+      ['list agent', { agent: b }],
+      ['list status queued', { status: ['queued'] }],
+      ['list status failed', { status: ['failed'] }],
+      ['list status queued,running', { status: ['queued', 'running'] }],
+      ['list agent+status failed', { agent: b, status: ['failed'] }],
+      ['list agent+status queued,running', { agent: b, status: ['queued', 'running'] }],
+      ['list schedule', { schedule_id: scheduleIds[0]! }],
+      ['list schedule+status skipped', { schedule_id: scheduleIds[0]!, status: ['skipped'] }],
+      ['list schedule+status queued', { schedule_id: scheduleIds[0]!, status: ['queued'] }],
+      ['list since/until', { created_after: now - 10 * 86_400_000, created_before: now - 9 * 86_400_000 }],
+      ['list agent since', { agent: b, created_after: now - 86_400_000 }],
+      ['list deep cursor', { before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
+      ['list agent deep cursor', { agent: b, before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
+      ['list status deep cursor', { status: ['succeeded'], before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
+      ['list agent+status deep cursor', { agent: b, status: ['failed', 'cancelled'], before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
+    ];
+    for (const [what, f] of filters) await during(what, () => engine.listExecutions({ limit: 50, ...f }));
+    await during('getExecution', () => engine.getExecution(sampleId));
+    await during('logs read', () => readLogs(engine.store, loggedId, { after: 5, limit: 100 }));
+
+    const t = triggersFor(engine);
+    await during('schedule trigger', () => t.schedules.trigger(scheduleIds[1]!, { actor: 'test', trigger: 'manual', origin: {} }).catch(() => undefined));
+    await during('webhook overlap', () => engine.store.transaction((tx) => runInFlight(tx, { scheduleId: null, webhookId })));
+    await store.db.updateTable('schedules').set({ next_run_at: now - 1000 }).execute();
+    await during('scheduler pass', () => tickSchedulesOnce(engine, { now }));
+    await during('reaper pass', () => engine.reapOnce());
+
+    const dispatcher = new Dispatcher(engine, { concurrency: 2 });
+    try {
+      await during('dispatcher pass', async () => {
+        await dispatcher.dispatchOnce();
+        for (let i = 0; i < 200 && dispatcher.active > 0; i++) await new Promise((r) => setTimeout(r, 25));
+      });
+    } finally {
+      await dispatcher.stop();
+    }
+
+    const metrics = createNodeMetrics(engine);
+    try {
+      const body = await during('metrics', () => metrics.render().then((r) => r.body));
+      expect(body).toMatch(/baton_store_up 1/);
+    } finally {
+      metrics.close();
+    }
+
+    await during('schedule delete', () => t.schedules.delete(scheduleIds[1]!, 'test'));
+    await during('agent delete', () => engine.deleteAgent(AGENTS[4]!, 'test'));
+
+    const checked = await checkRecorded();
+    const labels = new Set(checked.map((c) => c.label));
+    // The recording saw every path (a path that sent nothing would pass unchecked).
+    for (const l of ['listAgents', 'getAgent', 'claim', 'heartbeat', 'complete', 'getExecution', 'list status failed', 'list deep cursor', 'scheduler pass', 'reaper pass', 'dispatcher pass', 'metrics', 'logs read', 'webhook overlap']) {
+      expect(labels, `no statement recorded for ${l}`).toContain(l);
+    }
+    if (process.env.BATON_PLANS_DUMP) writeFileSync(process.env.BATON_PLANS_DUMP, checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'));
+    expect(report(checked)).toBe('');
+  });
+
+  it('the check itself flags the shapes that used to scan history', async () => {
+    // What metrics, GET /v1/agents and the lists sent before: each must fail the check.
+    const old = [
+      sql`select agent, status, count(*) as n from executions group by agent, status`,
+      sql`select * from executions where status in (${'failed'}, ${'cancelled'}) order by created_at desc, id desc limit ${50}`,
+      sql`select * from executions where (created_at < ${now - 25 * 86_400_000} or (created_at = ${now - 25 * 86_400_000} and id < ${'ex_zzz'})) and agent = ${AGENTS[1]!} order by created_at desc, id desc limit ${50}`,
+      sql`select count(*) from executions where error_code = ${'boom'}`,
+      sql`select id from executions order by duration_ms desc limit ${5}`,
+    ];
+    for (const q of old) {
+      const c = q.compile(store.db);
+      const { problems, plan } = await planOf(c.sql, c.parameters);
+      expect(problems, `${c.sql}\n${plan}`).not.toEqual([]);
+    }
+    // GET /v1/agents before 0006 and this change: live counts bound `status IN (?, ?)`, which kept
+    // SQLite off the partial indexes, so it read every execution of every agent. Without 0006's
+    // indexes (dropped in a transaction that is rolled back) the check must catch it.
+    const countsByAgent = sql`select agent, status, count(*) as n from executions where status in (${'running'}, ${'queued'}) and agent in (${AGENTS[0]!}, ${AGENTS[1]!}) group by agent, status`;
+    const rollback = new Error('rollback');
+    const caught = await store
+      .transaction(async (tx) => {
+        await sql`drop index executions_agent_status_recent`.execute(tx);
+        await sql`drop index executions_status_recent`.execute(tx);
+        const c = countsByAgent.compile(tx);
+        const { problems, plan } = await planOf(c.sql, c.parameters, tx);
+        expect(problems, `${c.sql}\n${plan}`).not.toEqual([]);
+        throw rollback;
+      })
+      .catch((err) => err);
+    expect(caught).toBe(rollback);
+  });
+});
