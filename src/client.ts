@@ -14,6 +14,8 @@ export type AgentPatch = z.input<typeof S.AgentPatch>;
 export type Agent = z.infer<typeof S.Agent>;
 export type Execution = z.infer<typeof S.Execution>;
 export type ExecutionDetail = z.infer<typeof S.ExecutionDetail>;
+/** A list item: previews instead of bodies (getExecution has them in full). */
+export type ExecutionListItem = z.infer<typeof S.ExecutionListItem>;
 export type SubmitBody = z.input<typeof S.SubmitBody>;
 export type Created = z.infer<typeof S.Created>;
 export type Task = z.infer<typeof S.Task>;
@@ -182,7 +184,8 @@ export class BatonClient {
     const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
     return this.call<{ violations: CanaryViolation[]; next_before: number | null }>('GET', `/v1/canary/violations${qs.size ? '?' + qs : ''}`);
   };
-  canaryRun = () => this.call<CanaryCycle>('POST', '/v1/canary/run');
+  /** `full`: judge all history (in bounded chunks) instead of the activity since the checkpoints. */
+  canaryRun = (opts: { full?: boolean } = {}) => this.call<CanaryCycle>('POST', `/v1/canary/run${opts.full ? '?full=true' : ''}`);
 
   /** Poll until the execution is terminal (or `timeoutMs` passes); `onTick` sees each read. */
   async waitFor(id: string, opts: { timeoutMs?: number; intervalMs?: number; onTick?: (e: ExecutionDetail) => void } = {}): Promise<ExecutionDetail> {

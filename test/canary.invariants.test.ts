@@ -182,17 +182,14 @@ describe('E-06 no enabled schedule overdue beyond its misfire grace', () => {
       VALUES (${id}, ${agent}, ${id}, '* * * * *', 'UTC', 'tick', 'null', ${enabled}, 'skip', 'run_once', ${misfireS}, 0, ${next}, ${now}, ${now})`.execute(ts.store.db);
     return id;
   }
-  const hasSchedules = async () => (await cycle()).checks.find((c) => c.id === 'E-06')!.status !== 'skipped';
 
-  it('fires on an enabled schedule overdue beyond misfire grace + two scheduler ticks', async (ctx) => {
-    if (!(await hasSchedules())) return ctx.skip();
+  it('fires on an enabled schedule overdue beyond misfire grace + two scheduler ticks', async () => {
     const agent = await newAgent();
     const id = await schedule(agent, clock() - 60_000 - grace - 1);
     await expectFires('E-06', id, 'schedule_overdue', /scheduler/);
   });
 
-  it('is silent inside the grace, for a future run and for a disabled schedule', async (ctx) => {
-    if (!(await hasSchedules())) return ctx.skip();
+  it('is silent inside the grace, for a future run and for a disabled schedule', async () => {
     const agent = await newAgent();
     const inside = await schedule(agent, clock() - 60_000 - grace + 500);
     const future = await schedule(agent, clock() + 60_000);
@@ -201,15 +198,14 @@ describe('E-06 no enabled schedule overdue beyond its misfire grace', () => {
     for (const id of [inside, future, disabled]) expect(await findings('E-06', id, r)).toEqual([]);
   });
 
-  it('is skipped, and says so, while the schedules table does not exist', async () => {
-    if (ts.store.kind === 'sqlite' && !(await hasSchedules())) return; // nothing to hide
+  it('a missing schedules table is not a clean E-06: the snapshot fails (H-01)', async () => {
     await withTableRenamed(ts.store, 'schedules', async () => {
       const r = await cycle();
-      const c = r.checks.find((x) => x.id === 'E-06')!;
-      expect(c.status).toBe('skipped');
-      expect(c.skipped_reason).toMatch(/schedules does not exist/);
-      expect(r.ok).toBe(true);
+      expect(r.ok).toBe(false);
+      expect(r.checks.find((x) => x.id === 'E-06')).toBeUndefined();
+      expect(await findings('H-01', 'canary', r)).toEqual(['snapshot_failed']);
     });
+    expect((await cycle()).ok).toBe(true);
   });
 });
 
@@ -402,9 +398,7 @@ describe('G-04 no recognisable secret stored', () => {
     expect(JSON.parse(v!.detail!)).toEqual({ kind: 'ghp_' });
   });
 
-  it('fires on a log line holding a secret, and is silent for one the log path redacted', async (ctx) => {
-    const c = (await cycle()).checks.find((x) => x.id === 'G-04')!;
-    if (c.notes?.some((t) => t.includes('execution_logs'))) return ctx.skip(); // migration 0002 not here
+  it('fires on a log line holding a secret, and is silent for one the log path redacted', async () => {
     const agent = await newAgent();
     const leaky = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock() });
     const clean = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock() });
@@ -413,6 +407,15 @@ describe('G-04 no recognisable secret stored', () => {
     await line(clean.id, 'token ghp_[redacted] used');
     await expectFires('G-04', leaky.id, 'secret_in_log', /log/);
     expect(await findings('G-04', clean.id)).toEqual([]);
+  });
+
+  it('fires on a secret in reported usage or an error code (columns a client supplies)', async () => {
+    const agent = await newAgent();
+    const inUsage = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock(), usage: JSON.stringify({ key: 'xoxp-1234567890-abcdefghij' }) });
+    const inCode = await writeRow(ts.store, clock(), { agent, status: 'failed', completed_at: clock(), error_code: 'ASIAABCDEFGHIJKLMNOP', error_message: 'x' });
+    await expectFires('G-04', inUsage.id, 'secret_in_usage', /usage/);
+    await expectFires('G-04', inCode.id, 'secret_in_error_code', /error code/);
+    expect(JSON.parse((await openViolation('G-04', inCode.id))!.detail!)).toEqual({ kind: 'ASIA' });
   });
 
   it('is silent for look-alikes that are not secrets', async () => {
@@ -443,11 +446,21 @@ describe('H-01 the canary is not blind', () => {
     expect(await openViolation('E-03', a.id)).toBeUndefined();
   });
 
-  it('a snapshot that sees fewer executions than an earlier cycle is reported', async () => {
+  // H-01's evidence from the last good cycle: the newest event id it saw, and the pruner's total.
+  const bumpEvidence = (events: number) => ts.store.db.updateTable('canary_checkpoints').set((eb) => ({ event_id: eb('event_id', '+', events) })).where('invariant', '=', 'H-01').execute();
+
+  it('a snapshot that sees older events than an earlier cycle, with no pruning since, is reported', async () => {
     await cycle();
-    await ts.store.db.updateTable('canary_state').set((eb) => ({ seen_executions: eb('seen_executions', '+', 1000) })).where('id', '=', 'canary').execute();
+    await bumpEvidence(1000);
     expect(await findings('H-01', 'canary')).toEqual(['snapshot_regressed']);
     expect(diagnose('H-01', 'snapshot_regressed')).toMatch(/wrong database/);
+  });
+
+  it('is silent when the pruner explains an older newest event', async () => {
+    await cycle();
+    await bumpEvidence(1000);
+    await ts.store.db.updateTable('retention_state').set((eb) => ({ total_executions: eb('total_executions', '+', 5) })).where('id', '=', 'retention').execute();
+    expect(await findings('H-01', 'canary')).toEqual([]);
   });
 
   it('is silent for a healthy read', async () => {

@@ -263,5 +263,24 @@ describe('metrics and the CLI', () => {
     const green = await run(['canary', 'run']);
     expect(green.out).toContain('all invariants hold');
     expect(green.code).toBe(0);
+    const full = await run(['canary', 'run', '--full']);
+    expect(full.out).toMatch(/full check: \d+ event\(s\) read/);
+    expect(full.out).toContain('all invariants hold');
+    expect(full.code).toBe(0);
+  });
+
+  it('POST /v1/canary/run takes `full` as a query parameter or in the body', async () => {
+    const plain = await api('POST', '/v1/canary/run');
+    expect(plain.status).toBe(200);
+    expect(plain.body).toMatchObject({ full: false, events: { caught_up: true } });
+    const byQuery = await api('POST', '/v1/canary/run?full=true');
+    expect(byQuery.body).toMatchObject({ full: true, events: { after: 0, caught_up: true } });
+    expect(byQuery.body.events.read).toBeGreaterThan(0);
+    const byBody = await app.inject({ method: 'POST', url: '/v1/canary/run', headers: { authorization: `Bearer ${admin}` }, payload: { full: true } });
+    expect(byBody.statusCode).toBe(200);
+    expect(JSON.parse(byBody.body).full).toBe(true);
+    const bad = await api('POST', '/v1/canary/run?full=maybe');
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toBe('validation_error');
   });
 });

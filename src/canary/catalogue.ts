@@ -4,10 +4,13 @@ import { E01, S03 } from './invariants/lease.ts';
 import { E03, E04, E07, G03 } from './invariants/rows.ts';
 import { E06 } from './invariants/schedules.ts';
 import { G04 } from './invariants/secrets.ts';
-import type { Invariant, Severity, Tier } from './types.ts';
+import type { ActivityInvariant, Invariant, Severity, StateInvariant, Tier } from './types.ts';
 
 /** Every invariant the canary evaluates over its snapshot, in report order. */
 export const CATALOGUE: readonly Invariant[] = Object.freeze([E01, E02, E03, E04, E06, E07, E08, S02, S03, B02, B05, B06, G03, G04]);
+
+export const isActivity = (i: Invariant): i is ActivityInvariant<any> => i.kind === 'activity';
+export const isState = (i: Invariant): i is StateInvariant => i.kind === 'state';
 
 /**
  * H-01 is about the canary itself, so it is not a query over the snapshot: runCanaryOnce
@@ -21,7 +24,7 @@ export const H01 = Object.freeze({
   holds: 'the canary is not blind: its snapshot read succeeded and agrees with independent evidence',
   diagnoses: {
     snapshot_failed: 'the canary could not read its snapshot: the database is unreachable, wedged or missing tables; no other check can be trusted this cycle',
-    snapshot_regressed: 'the snapshot saw fewer executions or older events than an earlier cycle: the canary reads the wrong database/schema, or rows were deleted',
+    snapshot_regressed: 'the snapshot saw older events than were committed before it, or than an earlier cycle saw, with no pruning in between: the canary reads the wrong database/schema, or history was deleted',
     empty_snapshot_contradicted: 'the snapshot saw no executions although the event log outside it has events: the canary reads the wrong database/schema',
   } as Record<string, string>,
 });

@@ -7,8 +7,13 @@ import { diagnose } from './catalogue.ts';
 import { type CanaryTiming } from './graces.ts';
 import { runCanaryOnce, type CycleReport } from './run.ts';
 
-/** How often the canary runs by default. A cycle costs a few grouped scans of the executions table. */
+/**
+ * How often the canary runs by default. A cycle reads the events since its checkpoints and the
+ * non-terminal rows: its cost follows activity (and the backlog), not the age of the database.
+ */
 export const CANARY_INTERVAL_MS = 60_000;
+/** A tick that finds the canary behind runs more cycles for at most this share of the interval. */
+export const CATCH_UP_SHARE = 0.5;
 /** How often pending alerts are (re)tried. */
 export const ALERT_LOOP_MS = 5_000;
 /** No cycle completed for this many intervals: the canary is `stale` (a dead canary must not look healthy). */
@@ -108,17 +113,30 @@ export class Canary {
     return this.intervalMs > 0;
   }
 
-  /** Run one cycle now, whoever holds the timer lease (recording is serialised in the database). */
-  async runOnce(): Promise<CycleReport> {
-    const report = await runCanaryOnce({ store: this.store, clock: this.clock, timing: this.timing, sinks: this.sinks });
+  /**
+   * Run one cycle now, whoever holds the timer lease (recording is serialised in the database).
+   * `full`: judge all history in bounded chunks instead of the activity since the checkpoints.
+   */
+  async runOnce(opts: { full?: boolean } = {}): Promise<CycleReport> {
+    const report = await runCanaryOnce({ store: this.store, clock: this.clock, timing: this.timing, sinks: this.sinks, full: opts.full });
     if (report.transitions.length > 0) await this.deliverAlerts().catch(() => undefined);
     return report;
   }
 
-  /** The timer's tick: run a cycle only if this process holds (or takes) the lease. */
+  /**
+   * The timer's tick: run a cycle only if this process holds (or takes) the lease. A cycle that
+   * stopped at its per-cycle cap of events (after downtime, or a burst) is followed by more
+   * cycles at once, each bounded, for up to CATCH_UP_SHARE of the interval.
+   */
   async tick(): Promise<CycleReport | undefined> {
     if (!(await this.acquireLease())) return undefined;
-    const report = await this.runOnce();
+    const until = Date.now() + CATCH_UP_SHARE * this.intervalMs;
+    let report = await this.runOnce();
+    while (report.ok && report.events && !report.events.caught_up && Date.now() < until) {
+      // Renew between cycles, so catching up does not hand the timer to another process.
+      if (!(await this.acquireLease())) return report;
+      report = await this.runOnce();
+    }
     // Renew again after the cycle, so a slow cycle does not hand the timer to another process.
     await this.acquireLease();
     return report;

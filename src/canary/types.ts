@@ -1,3 +1,14 @@
+/**
+ * Glossary:
+ * - **state invariant** — judged each cycle over the current non-terminal rows (running,
+ *   queued), a population small by construction and read through partial indexes.
+ * - **activity invariant** — judged over what happened since its **checkpoint** (an event id
+ *   high-water mark stored in canary_checkpoints): the events since then, and the executions
+ *   they touched. Its cost follows activity, not the age of the database.
+ * - **recheck** — each cycle an activity invariant judges the subjects of its open violations
+ *   again, so a violation fixed without a new event still resolves.
+ * - **full check** — an activity invariant over all history in keyset chunks (on demand).
+ */
 import type { StoreKind, Tx } from '../store/adapter.ts';
 import type { CanaryTiming } from './graces.ts';
 
@@ -22,16 +33,11 @@ export interface CheckContext {
   graceMs: number;
   timing: CanaryTiming;
   kind: StoreKind;
-  /** Say something about a partial check (e.g. a table that does not exist yet). */
+  /** Say something about a partial check. */
   note(text: string): void;
 }
 
-/** A check that cannot run on this database yet (e.g. its table comes with a later migration). */
-export interface Skip {
-  skip: string;
-}
-
-export interface Invariant<Row = any> {
+interface InvariantMeta {
   id: string;
   tier: Tier;
   severity: Severity;
@@ -40,11 +46,70 @@ export interface Invariant<Row = any> {
   /** reason code → one-line diagnosis naming the component at fault. */
   diagnoses: Record<string, string>;
   grace(t: CanaryTiming): number;
+}
+
+/** Judged over the current non-terminal rows each cycle. */
+export interface StateInvariant<Row = any> extends InvariantMeta {
+  kind: 'state';
   /** The rows that may break the invariant, read inside the cycle's snapshot. */
-  population(tx: Tx, ctx: CheckContext): Promise<Row[] | Skip>;
+  population(tx: Tx, ctx: CheckContext): Promise<Row[]>;
   /** Pure: which of those rows break it, and why. */
   evaluate(rows: Row[], ctx: CheckContext): Finding[];
 }
+
+/** One row of execution_events as the canary reads it. */
+export interface EventRow {
+  id: number;
+  execution_id: string;
+  agent: string;
+  from_status: string | null;
+  to_status: string;
+  at: number;
+  seats_in_use: number | null;
+  seat_cap: number | null;
+}
+
+/** The executions a row check looks at: these ids, or (full check) a keyset range of ids. */
+export type RowScope = { ids: readonly string[] } | { after: string | null; through: string };
+
+/** An open violation, as an activity invariant re-checks it. */
+export interface OpenViolation {
+  subject: string;
+  agent: string | null;
+  reason: string;
+  detail: Record<string, string | number | null> | null;
+}
+
+/** What an activity invariant carries from one cycle to the next (S-02: seats in use). */
+export interface CarriedState<S> {
+  initial(): S;
+  load(json: string): S;
+  save(state: S): string;
+  /** Drop what can no longer be true, before replaying (S-02: seats of pruned executions). */
+  prune?(tx: Tx, state: S): Promise<void>;
+}
+
+/**
+ * Judged over activity: the events since its checkpoint and the executions they touched, plus a
+ * recheck of its open violations. Either part is optional.
+ */
+export interface ActivityInvariant<S = unknown> extends InvariantMeta {
+  kind: 'activity';
+  /**
+   * Pure, over one chunk of events in id order: findings from the events alone, and which
+   * executions to judge on their rows (default: every execution the chunk touched).
+   */
+  events?(chunk: readonly EventRow[], state: S, ctx: CheckContext): { findings: Finding[]; judge?: Iterable<string> };
+  /** The executions in `scope`, as they are now. */
+  rows?(tx: Tx, scope: RowScope, ctx: CheckContext): Promise<Finding[]>;
+  /** Judge the subjects of open violations again (default: `rows` over their ids). */
+  recheck?(tx: Tx, open: readonly OpenViolation[], ctx: CheckContext): Promise<Finding[]>;
+  /** A full check walks every execution through `rows` (else only those `events` names). */
+  fullWalksRows?: boolean;
+  state?: CarriedState<S>;
+}
+
+export type Invariant = StateInvariant | ActivityInvariant<any>;
 
 export interface CheckResult {
   id: string;
@@ -61,4 +126,14 @@ export interface CheckResult {
 /** At most this many findings per invariant per cycle are stored (the rest are counted). */
 export const MAX_FINDINGS = 500;
 
-export const isSkip = (x: unknown): x is Skip => typeof x === 'object' && x !== null && 'skip' in x && !Array.isArray(x);
+/** Executions per IN list (well under SQLite's and PostgreSQL's bound-parameter limits). */
+export const IDS_PER_QUERY = 500;
+
+export function idChunks<T>(xs: readonly T[], size = IDS_PER_QUERY): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
+
+/** Give the event loop a turn: between chunks, so no single step holds it long. */
+export const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));

@@ -28,13 +28,15 @@ export function registerCanaryCommands(program: Command): void {
   canary
     .command('run')
     .description('run one canary cycle now; exits 1 when any invariant is violated')
+    .option('--full', 'check all history (in bounded chunks), not only the activity since the last checkpoint')
     .action(async (_o, cmd) => {
       const o = flags(cmd);
       const c = connect(o);
-      const r = await c.canaryRun();
+      const r = await c.canaryRun({ full: Boolean(o.full) });
       const open = r.violated ? (await c.canaryViolations({ state: 'open', limit: 500 })).violations : [];
       print(o, { ...r, open_violations: open }, () => {
         const lines = r.checks.map((k) => `${k.id.padEnd(5)} ${k.status.padEnd(8)} ${k.status === 'skipped' ? k.skipped_reason : `${k.findings.length} finding(s)`}${k.notes?.length ? ` (${k.notes.join('; ')})` : ''}`);
+        if (r.events) lines.push('', `${r.full ? 'full check: ' : ''}${r.events.read} event(s) read${r.events.caught_up ? '' : ' (more remain: the next cycle continues)'}`);
         lines.push('', r.violated ? `VIOLATED: ${r.open} open violation(s)` : 'all invariants hold');
         if (open.length) lines.push('', table(open.map(violationRow), COLS));
         return lines.join('\n');

@@ -32,14 +32,14 @@ export const SECRET_PATTERNS: readonly SecretPattern[] = Object.freeze([
 const HEAD = /^(sk-|github_pat_|gh[pousr]_|xox[abeprs]-|AKIA|ASIA|bt_|bwh_|whsec_)/;
 export const secretHead = (match: string): string => HEAD.exec(match)?.[1] ?? '';
 
-/** The kind of the first recognisable secret in `text`, if any. */
+/** The kind of the first recognisable secret in `text` (its head, e.g. `ghp_`, `ASIA`), if any. */
 export function findSecret(text: string | null | undefined): string | undefined {
   if (!text) return undefined;
   for (const p of SECRET_PATTERNS) {
     p.re.lastIndex = 0;
-    const hit = p.re.test(text);
+    const hit = p.re.exec(text);
     p.re.lastIndex = 0;
-    if (hit) return p.kind;
+    if (hit) return secretHead(hit[0]) || p.kind;
   }
   return undefined;
 }

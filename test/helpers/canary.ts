@@ -1,6 +1,6 @@
-import { sql } from 'kysely';
+import { CompiledQuery, sql, type KyselyPlugin } from 'kysely';
 import { newExecutionId } from '../../src/domain/ids.ts';
-import type { StoreAdapter } from '../../src/store/adapter.ts';
+import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
 import type { ExecutionRow, NewExecution } from '../../src/store/schema.ts';
 
 /**
@@ -76,4 +76,78 @@ export async function withTableRenamed(store: StoreAdapter, table: string, fn: (
   } finally {
     await sql`ALTER TABLE ${sql.table(table + '_hidden')} RENAME TO ${sql.table(table)}`.execute(store.db);
   }
+}
+
+/**
+ * A store whose snapshots count the rows their queries return and keep the queries (compiled,
+ * with parameters), so a test can see what a canary cycle reads and EXPLAIN each query.
+ */
+export function observed(store: StoreAdapter) {
+  const queries: CompiledQuery[] = [];
+  let rows = 0;
+  const plugin: KyselyPlugin = {
+    transformQuery(args) {
+      queries.push(store.db.getExecutor().compileQuery(args.node, args.queryId));
+      return args.node;
+    },
+    async transformResult(args) {
+      rows += args.result.rows.length;
+      return args.result;
+    },
+  };
+  const wrapped: StoreAdapter = { ...store, snapshot: (fn) => store.snapshot((tx) => fn(tx.withPlugin(plugin) as Tx)) };
+  return {
+    store: wrapped,
+    queries,
+    get rows() {
+      return rows;
+    },
+    reset() {
+      rows = 0;
+      queries.length = 0;
+    },
+  };
+}
+
+/** Tables whose size is history: a query may only seek them through an index. */
+const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'];
+/** Partial indexes over non-terminal rows (and open violations): walking one is bounded by the live fleet, not history. */
+const LIVE_INDEXES = ['canary_violations_open', 'executions_admission', 'executions_running', 'executions_lease', 'executions_deadline', 'executions_queued_at', 'executions_schedule_open', 'executions_webhook_open', 'executions_serial_running'];
+
+/**
+ * The plan of each query, and why it walks history (undefined: every history table is reached
+ * through an index seek, or a walk of a partial index over live rows). PostgreSQL plans with
+ * sequential scans disabled, so a Seq Scan left in the plan means no index fits the shape;
+ * an index scan without an index condition is a walk too.
+ */
+export async function historyWalks(store: StoreAdapter, queries: CompiledQuery[]): Promise<Array<{ sql: string; walk: string }>> {
+  const out: Array<{ sql: string; walk: string }> = [];
+  if (store.kind === 'sqlite') {
+    for (const q of queries) {
+      const plan = await store.db.executeQuery<{ detail: string }>(CompiledQuery.raw(`EXPLAIN QUERY PLAN ${q.sql}`, [...q.parameters]));
+      for (const { detail } of plan.rows) {
+        const m = /^SCAN (\w+)(?: AS \w+)?(?: USING (?:COVERING )?INDEX (\w+))?/.exec(detail);
+        if (m && HISTORY_TABLES.includes(m[1]!) && !(m[2] && LIVE_INDEXES.includes(m[2]))) out.push({ sql: q.sql, walk: detail });
+      }
+    }
+    return out;
+  }
+  await store.transaction(async (tx) => {
+    await sql`SET LOCAL enable_seqscan = off`.execute(tx);
+    for (const q of queries) {
+      const res = await tx.executeQuery<{ 'QUERY PLAN': any }>(CompiledQuery.raw(`EXPLAIN (FORMAT JSON) ${q.sql}`, [...q.parameters]));
+      const visit = (node: any) => {
+        const rel = node['Relation Name'];
+        if (rel && HISTORY_TABLES.includes(rel)) {
+          const type = node['Node Type'];
+          if (type === 'Seq Scan') out.push({ sql: q.sql, walk: `Seq Scan on ${rel}` });
+          if ((type === 'Index Scan' || type === 'Index Only Scan') && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name'])) out.push({ sql: q.sql, walk: `${type} using ${node['Index Name']} on ${rel} without an index condition` });
+        }
+        if (node['Node Type'] === 'Bitmap Index Scan' && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name'])) out.push({ sql: q.sql, walk: `Bitmap Index Scan using ${node['Index Name']} without an index condition` });
+        for (const child of node.Plans ?? []) visit(child);
+      };
+      visit(res.rows[0]!['QUERY PLAN'][0].Plan);
+    }
+  });
+  return out;
 }

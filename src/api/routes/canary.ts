@@ -3,7 +3,7 @@ import type { Canary } from '../../canary/service.ts';
 import { iso } from '../../engine/views.ts';
 import { requireAdmin } from '../auth.ts';
 import { ErrorBody } from '../schemas.ts';
-import { CanaryStatus, CycleReport, ViolationPage, ViolationsQuery } from '../schemas/canary.ts';
+import { CanaryRunBody, CanaryRunQuery, CanaryStatus, CycleReport, ViolationPage, ViolationsQuery } from '../schemas/canary.ts';
 import type { ApiDeps } from '../server.ts';
 
 /** The canary's state. Admin keys only: violations name executions of every agent. */
@@ -26,10 +26,16 @@ export const canaryRoutes: FastifyPluginAsyncZod<ApiDeps & { canary: Canary }> =
   });
 
   app.post('/v1/canary/run', {
-    schema: { tags: ['canary'], summary: 'Run one canary cycle now and return what it found', response: { 200: CycleReport, 403: ErrorBody } },
+    schema: {
+      tags: ['canary'],
+      summary: 'Run one canary cycle now and return what it found; `full` judges all history (in bounded chunks: takes longer on a large database)',
+      querystring: CanaryRunQuery,
+      body: CanaryRunBody, // a bare POST arrives as null
+      response: { 200: CycleReport, 400: ErrorBody, 403: ErrorBody },
+    },
   }, async (req) => {
     requireAdmin(req);
-    const r = await canary.runOnce();
+    const r = await canary.runOnce({ full: req.query.full ?? req.body?.full ?? false });
     return { ...r, started_at: iso(r.started_at)!, completed_at: iso(r.completed_at)! };
   });
 };

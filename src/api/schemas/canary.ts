@@ -67,9 +67,17 @@ export const CheckSummary = z.object({
   truncated: z.boolean(),
   findings: z.array(z.object({ subject: z.string(), reason: z.string() })),
 });
+export const EventsRead = z.object({
+  after: z.number().int().describe('the lowest checkpoint the cycle started from (0 in a full check)'),
+  through: z.number().int().describe('the last event id read'),
+  read: z.number().int().describe('events read'),
+  caught_up: z.boolean().describe('false: the cycle stopped at its per-cycle cap; the next one continues'),
+});
 export const CycleReport = z.object({
   ok: z.boolean(),
   violated: z.boolean(),
+  full: z.boolean().describe('a full check over all history, not the activity since the checkpoints'),
+  events: EventsRead.optional().describe('the events the activity invariants read (absent when the snapshot failed)'),
   started_at: Timestamp,
   completed_at: Timestamp,
   duration_ms: z.number(),
@@ -80,3 +88,9 @@ export const CycleReport = z.object({
   transitions: z.array(z.object({ invariant: z.string(), transition: z.enum(['violated', 'resolved']) })),
 });
 export type CycleReport = z.infer<typeof CycleReport>;
+
+const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+export const CanaryRunQuery = z.strictObject({
+  full: bool.optional().describe('judge all history in bounded chunks instead of the activity since the checkpoints (default false)'),
+});
+export const CanaryRunBody = z.strictObject({ full: z.boolean().optional().describe('as the `full` query parameter') }).nullish();

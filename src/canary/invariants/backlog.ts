@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { graces } from '../graces.ts';
-import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
+import { status } from '../sql.ts';
+import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
 
 const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
@@ -19,7 +20,8 @@ interface PushAgent {
  * A queued row became admissible at max(changed_at, run_after): changed_at is when it last
  * entered `queued` (created, re-queued or released).
  */
-export const B02: Invariant<PushAgent> = {
+export const B02: StateInvariant<PushAgent> = {
+  kind: 'state',
   id: 'B-02',
   tier: 'B',
   severity: 'warning',
@@ -36,14 +38,14 @@ export const B02: Invariant<PushAgent> = {
     const running = await tx
       .selectFrom('executions')
       .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])
-      .where('status', '=', 'running')
+      .where('status', '=', status('running'))
       .where('agent', 'in', names)
       .groupBy('agent')
       .execute();
     const waiting = await tx
       .selectFrom('executions')
       .select(['agent', (eb) => eb.fn.min<number>('changed_at').as('oldest')])
-      .where('status', '=', 'queued')
+      .where('status', '=', status('queued'))
       .where('agent', 'in', names)
       .where('changed_at', '<', cutoff)
       .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
@@ -67,7 +69,8 @@ interface StaleQueued {
 }
 
 /** B-05: the reaper's backlog-expiry sweep, measured the way the reaper measures it. */
-export const B05: Invariant<StaleQueued> = {
+export const B05: StateInvariant<StaleQueued> = {
+  kind: 'state',
   id: 'B-05',
   tier: 'B',
   severity: 'warning',
@@ -81,7 +84,7 @@ export const B05: Invariant<StaleQueued> = {
     const rows = await tx
       .selectFrom('executions')
       .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
-      .where('status', '=', 'queued')
+      .where('status', '=', status('queued'))
       .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', cutoff))
       .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
       .orderBy('id')
@@ -107,7 +110,8 @@ interface BacklogCount {
  * re-queues lapsed rows and a release hands rows back regardless of max_backlog, and lowering
  * max_backlog leaves the existing queue in place.
  */
-export const B06: Invariant<BacklogCount> = {
+export const B06: StateInvariant<BacklogCount> = {
+  kind: 'state',
   id: 'B-06',
   tier: 'A',
   severity: 'warning',
@@ -121,7 +125,7 @@ export const B06: Invariant<BacklogCount> = {
       .selectFrom('executions as e')
       .innerJoin('agents as a', 'a.name', 'e.agent')
       .select(['e.agent', 'a.max_backlog', (eb) => eb.fn.countAll<number>().as('fresh_queued')])
-      .where('e.status', '=', 'queued')
+      .where('e.status', '=', status('queued'))
       .where('e.started_at', 'is', null)
       .whereRef('e.created_at', '>', 'a.updated_at')
       .groupBy(['e.agent', 'a.max_backlog'])

@@ -2,7 +2,8 @@ import { sql, type Expression, type ExpressionBuilder, type SqlBool } from 'kyse
 import type { Tx } from '../../store/adapter.ts';
 import type { DB } from '../../store/schema.ts';
 import { graces } from '../graces.ts';
-import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
+import { status } from '../sql.ts';
+import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
 
 interface RunningRow {
   id: string;
@@ -17,12 +18,12 @@ interface RunningRow {
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 const normalise = (rows: RunningRow[]) => rows.map((r) => ({ ...r, lease_expires_at: num(r.lease_expires_at), deadline_at: num(r.deadline_at) }));
 
-/** Running rows matching `where`, at most MAX_FINDINGS + 1 (one more tells the list was cut). */
+/** Running rows matching `where` (through the running partial indexes), at most MAX_FINDINGS + 1 (one more tells the list was cut). */
 async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions'>) => Expression<SqlBool>): Promise<RunningRow[]> {
   const rows = await tx
     .selectFrom('executions')
     .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
-    .where('status', '=', 'running')
+    .where('status', '=', status('running'))
     .where(where)
     .orderBy('id')
     .limit(MAX_FINDINGS + 1)
@@ -37,7 +38,8 @@ async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions
  * holds no lapsed lease — a running row inside its lease, or a row the reaper already handed
  * back (queued, lease cleared) — and those never fire.
  */
-export const E01: Invariant<RunningRow> = {
+export const E01: StateInvariant<RunningRow> = {
+  kind: 'state',
   id: 'E-01',
   tier: 'B',
   severity: 'critical',
@@ -65,7 +67,8 @@ export const E01: Invariant<RunningRow> = {
 };
 
 /** S-03. The database CHECK enforces the first half; the lease horizon is the part only code guards. */
-export const S03: Invariant<RunningRow> = {
+export const S03: StateInvariant<RunningRow> = {
+  kind: 'state',
   id: 'S-03',
   tier: 'A',
   severity: 'critical',

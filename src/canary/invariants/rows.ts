@@ -1,7 +1,8 @@
 import { sql } from 'kysely';
 import { TERMINAL_STATES } from '../../domain/states.ts';
 import { graces } from '../graces.ts';
-import { MAX_FINDINGS, type Finding, type Invariant } from '../types.ts';
+import { forScope, inScope, status, statuses } from '../sql.ts';
+import type { ActivityInvariant, Finding, StateInvariant } from '../types.ts';
 
 const zero = () => 0;
 const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
@@ -15,8 +16,9 @@ interface Ended {
   duration_ms: number | null;
 }
 
-/** E-03 */
-export const E03: Invariant<Ended> = {
+/** E-03, over the executions the events since the checkpoint touched (an execution ends by an event). */
+export const E03: ActivityInvariant = {
+  kind: 'activity',
   id: 'E-03',
   tier: 'A',
   severity: 'warning',
@@ -26,32 +28,34 @@ export const E03: Invariant<Ended> = {
     ran_without_duration: 'an execution that ran and ended has no duration_ms: the transition that ended it forgot it (src/engine/transitions/)',
   },
   grace: zero,
-  async population(tx) {
-    const rows = await tx
-      .selectFrom('executions')
-      .select(['id', 'agent', 'status', 'started_at', 'completed_at', 'duration_ms'])
-      .where('status', 'in', [...TERMINAL_STATES])
-      .where((eb) =>
-        eb.or([
-          eb('completed_at', 'is', null),
-          eb.and([eb('status', '<>', 'skipped'), eb('started_at', 'is not', null), eb('duration_ms', 'is', null)]),
-        ]),
-      )
-      .orderBy('id')
-      .limit(MAX_FINDINGS + 1)
-      .execute();
-    return rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) }));
-  },
-  evaluate(rows) {
-    const out: Finding[] = [];
-    for (const r of rows) {
-      if (!(TERMINAL_STATES as readonly string[]).includes(r.status)) continue;
-      if (r.completed_at === null) out.push({ subject: r.id, agent: r.agent, reason: 'terminal_without_completed_at', detail: { status: r.status } });
-      else if (r.status !== 'skipped' && r.started_at !== null && r.duration_ms === null) out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
-    }
-    return out;
-  },
+  fullWalksRows: true,
+  rows: (tx, scope) =>
+    forScope(scope, async (part) => {
+      const rows: Ended[] = await tx
+        .selectFrom('executions')
+        .select(['id', 'agent', 'status', 'started_at', 'completed_at', 'duration_ms'])
+        .where((eb) => inScope(eb, 'id', part))
+        .where('status', 'in', statuses(TERMINAL_STATES))
+        .where((eb) =>
+          eb.or([
+            eb('completed_at', 'is', null),
+            eb.and([eb('status', '<>', status('skipped')), eb('started_at', 'is not', null), eb('duration_ms', 'is', null)]),
+          ]),
+        )
+        .execute();
+      return judgeEnded(rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) })));
+    }),
 };
+
+function judgeEnded(rows: Ended[]): Finding[] {
+  const out: Finding[] = [];
+  for (const r of rows) {
+    if (!(TERMINAL_STATES as readonly string[]).includes(r.status)) continue;
+    if (r.completed_at === null) out.push({ subject: r.id, agent: r.agent, reason: 'terminal_without_completed_at', detail: { status: r.status } });
+    else if (r.status !== 'skipped' && r.started_at !== null && r.duration_ms === null) out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
+  }
+  return out;
+}
 
 interface QueuedRow {
   id: string;
@@ -72,8 +76,9 @@ function parses(text: string): boolean {
   }
 }
 
-/** E-04. Reads every queued row's payload once per cycle: its cost grows with the backlog. */
-export const E04: Invariant<QueuedRow> = {
+/** E-04. Reads every queued row's payload once per cycle: its cost grows with the backlog, never with history. */
+export const E04: StateInvariant<QueuedRow> = {
+  kind: 'state',
   id: 'E-04',
   tier: 'A',
   severity: 'critical',
@@ -90,8 +95,7 @@ export const E04: Invariant<QueuedRow> = {
       .selectFrom('executions as e')
       .leftJoin('agents as a', 'a.name', 'e.agent')
       .select(['e.id', 'e.agent', 'a.name as agent_exists', 'e.payload', 'e.origin', 'e.attempt', 'e.max_redeliveries'])
-      .where('e.status', '=', 'queued')
-      .orderBy('e.id')
+      .where('e.status', '=', status('queued'))
       .execute();
   },
   evaluate(rows) {
@@ -114,8 +118,9 @@ interface RetryRow {
   target_agent: string | null;
 }
 
-/** E-07 */
-export const E07: Invariant<RetryRow> = {
+/** E-07, over touched executions: retry_of is set when the retry is created (an event). */
+export const E07: ActivityInvariant = {
+  kind: 'activity',
   id: 'E-07',
   tier: 'A',
   severity: 'warning',
@@ -126,25 +131,25 @@ export const E07: Invariant<RetryRow> = {
     retry_self: 'an execution is a retry of itself: the retry path linked the wrong id',
   },
   grace: zero,
-  async population(tx) {
-    return tx
-      .selectFrom('executions as e')
-      .leftJoin('executions as r', 'r.id', 'e.retry_of')
-      .select(['e.id', 'e.agent', 'e.retry_of', 'r.agent as target_agent'])
-      .where('e.retry_of', 'is not', null)
-      .where((eb) => eb.or([eb('r.id', 'is', null), eb('r.agent', '<>', eb.ref('e.agent')), eb('e.retry_of', '=', eb.ref('e.id'))]))
-      .orderBy('e.id')
-      .limit(MAX_FINDINGS + 1)
-      .execute() as Promise<RetryRow[]>;
-  },
-  evaluate(rows) {
-    return rows.flatMap((r): Finding[] => {
-      if (r.retry_of === r.id) return [{ subject: r.id, agent: r.agent, reason: 'retry_self' }];
-      if (r.target_agent === null) return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
-      if (r.target_agent !== r.agent) return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
-      return [];
-    });
-  },
+  fullWalksRows: true,
+  rows: (tx, scope) =>
+    forScope(scope, async (part) => {
+      // Every row in scope comes back (id, agent, two ids): filtering on retry_of in SQL would
+      // let the planner walk the executions_retry_of partial index instead of seeking the ids.
+      const rows = (await tx
+        .selectFrom('executions as e')
+        .leftJoin('executions as r', 'r.id', 'e.retry_of')
+        .select(['e.id', 'e.agent', 'e.retry_of', 'r.agent as target_agent'])
+        .where((eb) => inScope(eb, 'e.id', part))
+        .execute()) as Array<Omit<RetryRow, 'retry_of'> & { retry_of: string | null }>;
+      return rows.flatMap((r): Finding[] => {
+        if (r.retry_of === null) return [];
+        if (r.retry_of === r.id) return [{ subject: r.id, agent: r.agent, reason: 'retry_self' }];
+        if (r.target_agent === null) return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
+        if (r.target_agent !== r.agent) return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
+        return [];
+      });
+    }),
 };
 
 interface Times {
@@ -155,8 +160,9 @@ interface Times {
   completed_at: number | null;
 }
 
-/** G-03. Allows the stated clock skew between servers (graces.clockSkew). */
-export const G03: Invariant<Times> = {
+/** G-03, over touched executions (each timestamp is written by a transition, with its event). Allows the stated clock skew. */
+export const G03: ActivityInvariant = {
+  kind: 'activity',
   id: 'G-03',
   tier: 'A',
   severity: 'warning',
@@ -167,31 +173,30 @@ export const G03: Invariant<Times> = {
     completed_before_queued: 'an execution completed before it was queued: a server clock is off or a transition stamped the wrong time',
   },
   grace: graces.clockSkew,
-  async population(tx, { graceMs }) {
-    const g = sql<number>`cast(${graceMs} as bigint)`;
-    const rows = await tx
-      .selectFrom('executions')
-      .select(['id', 'agent', 'queued_at', 'started_at', 'completed_at'])
-      .where((eb) =>
-        eb.or([
-          eb('queued_at', '>', sql<number>`started_at + ${g}`),
-          eb('started_at', '>', sql<number>`completed_at + ${g}`),
-          eb('queued_at', '>', sql<number>`completed_at + ${g}`),
-        ]),
-      )
-      .orderBy('id')
-      .limit(MAX_FINDINGS + 1)
-      .execute();
-    return rows.map((r) => ({ ...r, queued_at: n(r.queued_at), started_at: n(r.started_at), completed_at: n(r.completed_at) }));
-  },
-  evaluate(rows, { graceMs }) {
-    const out: Finding[] = [];
-    const after = (a: number | null, b: number | null) => a !== null && b !== null && a > b + graceMs;
-    for (const r of rows) {
-      if (after(r.queued_at, r.started_at)) out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
-      else if (after(r.started_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_started', detail: { early_ms: r.started_at! - r.completed_at! } });
-      else if (after(r.queued_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_queued', detail: { early_ms: r.queued_at! - r.completed_at! } });
-    }
-    return out;
-  },
+  fullWalksRows: true,
+  rows: (tx, scope, { graceMs }) =>
+    forScope(scope, async (part) => {
+      const g = sql<number>`cast(${graceMs} as bigint)`;
+      const rows = await tx
+        .selectFrom('executions')
+        .select(['id', 'agent', 'queued_at', 'started_at', 'completed_at'])
+        .where((eb) => inScope(eb, 'id', part))
+        .where((eb) =>
+          eb.or([
+            eb('queued_at', '>', sql<number>`started_at + ${g}`),
+            eb('started_at', '>', sql<number>`completed_at + ${g}`),
+            eb('queued_at', '>', sql<number>`completed_at + ${g}`),
+          ]),
+        )
+        .execute();
+      const out: Finding[] = [];
+      const after = (a: number | null, b: number | null) => a !== null && b !== null && a > b + graceMs;
+      for (const raw of rows) {
+        const r: Times = { ...raw, queued_at: n(raw.queued_at), started_at: n(raw.started_at), completed_at: n(raw.completed_at) };
+        if (after(r.queued_at, r.started_at)) out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
+        else if (after(r.started_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_started', detail: { early_ms: r.started_at! - r.completed_at! } });
+        else if (after(r.queued_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_queued', detail: { early_ms: r.queued_at! - r.completed_at! } });
+      }
+      return out;
+    }),
 };

@@ -1,7 +1,6 @@
 import { sql } from 'kysely';
 import { graces } from '../graces.ts';
-import { missingColumns } from '../tables.ts';
-import { MAX_FINDINGS, type Invariant } from '../types.ts';
+import { MAX_FINDINGS, type StateInvariant } from '../types.ts';
 
 interface OverdueSchedule {
   id: string;
@@ -11,13 +10,9 @@ interface OverdueSchedule {
   misfire_grace_seconds: number;
 }
 
-const NEEDED = ['id', 'agent', 'enabled', 'next_run_at', 'misfire_grace_seconds'];
-
-/**
- * E-06. The schedules table comes with migration 0003_triggers; on a database without it the
- * check is skipped (and says so) instead of failing the snapshot.
- */
-export const E06: Invariant<OverdueSchedule> = {
+/** E-06. Seeks the schedules_due partial index: enabled schedules due before now − grace. */
+export const E06: StateInvariant<OverdueSchedule> = {
+  kind: 'state',
   id: 'E-06',
   tier: 'B',
   severity: 'critical',
@@ -26,14 +21,14 @@ export const E06: Invariant<OverdueSchedule> = {
     schedule_overdue: 'an enabled schedule is overdue beyond its misfire grace: the scheduler is stuck or not running',
   },
   grace: graces.schedulerLag,
-  async population(tx, { now, graceMs, kind }) {
-    const missing = await missingColumns(tx, kind, 'schedules', NEEDED);
-    if (missing) return { skip: missing };
+  async population(tx, { now, graceMs }) {
     const rows = await tx
       .selectFrom('schedules')
       .select(['id', 'agent', 'enabled', 'next_run_at', 'misfire_grace_seconds'])
-      .where('enabled', '=', 1)
+      .where('enabled', '=', sql.lit(1))
       .where('next_run_at', 'is not', null)
+      // The first bound seeks the index (misfire grace is never negative); the second decides.
+      .where('next_run_at', '<', now - graceMs)
       .where('next_run_at', '<', sql<number>`cast(${now - graceMs} as bigint) - misfire_grace_seconds * 1000`)
       .orderBy('id')
       .limit(MAX_FINDINGS + 1)
