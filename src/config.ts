@@ -59,3 +59,39 @@ export function readEnv(env: NodeJS.ProcessEnv = process.env): Env {
 export function defaultNodeId(): string {
   return `node:${hostname()}:${process.pid}`;
 }
+
+/**
+ * Retention (docs/operations.md, "Sizing and retention"). Read by `baton up` and the CLI; a bad
+ * value throws a message naming the variable, so `baton up` stops before serving.
+ */
+export interface RetentionEnv {
+  /** BATON_RETENTION_DAYS: terminal executions older than this go (default 30; 0 keeps everything). */
+  retentionDays: number;
+  /** BATON_AUDIT_RETENTION_DAYS: audit rows older than this go (default 365; 0 keeps everything). */
+  auditRetentionDays: number;
+  /** BATON_ARCHIVE_DIR: pruned executions are appended here first (gzip JSON lines); unset: no archive. */
+  archiveDir?: string;
+}
+
+export const RETENTION_DEFAULTS = Object.freeze({ retentionDays: 30, auditRetentionDays: 365 });
+
+/** Days are a non-negative number (fractions allowed: 0.5 is twelve hours), at most 100 years. */
+function days(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const n = Number(raw.trim());
+  if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !Number.isFinite(n) || n > 36_500) {
+    throw new Error(`${name} must be a number of days from 0 to 36500 (0 keeps everything); got '${raw}'`);
+  }
+  return n;
+}
+
+export function readRetentionEnv(env: NodeJS.ProcessEnv = process.env): RetentionEnv {
+  const dir = env.BATON_ARCHIVE_DIR;
+  if (dir !== undefined && dir.trim() === '' && dir !== '') throw new Error('BATON_ARCHIVE_DIR must be a directory path; got only spaces');
+  return {
+    retentionDays: days(env, 'BATON_RETENTION_DAYS', RETENTION_DEFAULTS.retentionDays),
+    auditRetentionDays: days(env, 'BATON_AUDIT_RETENTION_DAYS', RETENTION_DEFAULTS.auditRetentionDays),
+    archiveDir: dir ? resolve(dir) : undefined,
+  };
+}

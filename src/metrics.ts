@@ -17,7 +17,10 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Engine } from './engine/engine.ts';
+import { liveCountsByAgent } from './engine/live-counts.ts';
 import type { StoreAdapter } from './store/adapter.ts';
+import { readRetentionEnv, RETENTION_DEFAULTS } from './config.ts';
+import { readHistoryStats, type HistoryStats } from './retention/stats.ts';
 
 export const processRegistry = new Registry();
 collectDefaultMetrics({ register: processRegistry });
@@ -58,7 +61,8 @@ export const DB_GAUGE_TTL_MS = 5_000;
 const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 86_400];
 
 interface DbStats {
-  executions: Array<{ agent: string; status: string; n: number }>;
+  /** Live executions (queued, running) per agent: never a count over history. */
+  executions: Array<{ agent: string; status: 'queued' | 'running'; n: number }>;
   agents: Array<{ name: string; max_parallel: number; max_backlog: number }>;
   violations: Array<{ invariant: string; severity: string; n: number }>;
   alerts: Array<{ status: string; n: number }>;
@@ -66,14 +70,19 @@ interface DbStats {
 }
 
 async function readDbStats(store: StoreAdapter): Promise<DbStats> {
-  const db = store.db;
-  const executions = await db.selectFrom('executions').select(['agent', 'status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy(['agent', 'status']).execute();
+  // Long reads go to the reader (a worker-thread connection on SQLite), off the writer's path.
+  const db = store.reader;
+  const live = await liveCountsByAgent(db);
+  const executions = [...live].flatMap(([agent, c]) => [
+    { agent, status: 'running' as const, n: c.running },
+    { agent, status: 'queued' as const, n: c.queued },
+  ]);
   const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog']).execute();
   const violations = await db.selectFrom('canary_violations').select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')]).where('resolved_at', 'is', null).groupBy(['invariant', 'severity']).execute();
   const alerts = await db.selectFrom('canary_alerts').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute();
   const state = await db.selectFrom('canary_state').select('last_completed_at').where('id', '=', 'canary').executeTakeFirst();
   return {
-    executions: executions.map((r) => ({ ...r, n: Number(r.n) })),
+    executions,
     agents,
     violations: violations.map((r) => ({ ...r, n: Number(r.n) })),
     alerts: alerts.map((r) => ({ ...r, n: Number(r.n) })),
@@ -120,7 +129,7 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
       this.set((await stats()) ? 1 : 0);
     },
   });
-  dbGauge('baton_executions', 'Executions by agent and status (all time)', ['agent', 'status'], (g, s) => {
+  dbGauge('baton_executions', 'Live executions by agent and status (queued, running); finished ones are history, not counted here', ['agent', 'status'], (g, s) => {
     for (const r of s.executions) g.set({ agent: r.agent, status: r.status }, r.n);
   });
   const countOf = (s: DbStats, agent: string, status: string) => s.executions.find((r) => r.agent === agent && r.status === status)?.n ?? 0;
@@ -145,6 +154,61 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
   dbGauge('baton_canary_last_cycle_timestamp_seconds', 'When the last canary cycle completed (any process)', [], (g, s) => {
     if (s.canaryCompletedAt !== null) g.set(s.canaryCompletedAt / 1000);
   });
+
+  // ── History and retention (src/retention): estimates from the catalogue and a few index reads,
+  // cached for HISTORY_GAUGE_TTL_MS. Settings from the environment as `baton up` read them.
+  const HISTORY_GAUGE_TTL_MS = 30_000;
+  const retentionSettings = (() => {
+    try {
+      return readRetentionEnv();
+    } catch {
+      return { ...RETENTION_DEFAULTS, archiveDir: undefined };
+    }
+  })();
+  let historyCached: { at: number; stats: Promise<HistoryStats | undefined> } | undefined;
+  const historyStats = () => {
+    const now = Date.now();
+    if (!historyCached || now - historyCached.at > HISTORY_GAUGE_TTL_MS) historyCached = { at: now, stats: readHistoryStats(store, retentionSettings).catch(() => undefined) };
+    return historyCached.stats;
+  };
+  const historyGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, s: HistoryStats) => void) =>
+    new Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      async collect() {
+        const s = await historyStats();
+        this.reset();
+        if (s) fill(this, s);
+      },
+    });
+  historyGauge('baton_history_rows', 'Estimated rows of history tables (PostgreSQL reltuples; SQLite rowid span)', ['table'], (g, s) => {
+    for (const [table, n] of Object.entries(s.rows)) if (n !== null) g.set({ table }, n);
+  });
+  historyGauge('baton_history_bytes', 'Database size in bytes (SQLite: file pages incl. free ones; PostgreSQL: tables with indexes and TOAST)', [], (g, s) => g.set(s.bytes));
+  historyGauge('baton_history_free_bytes', 'SQLite free pages in bytes (reusable; returned by incremental vacuum after a prune)', [], (g, s) => {
+    if (s.free_bytes !== null) g.set(s.free_bytes);
+  });
+  historyGauge('baton_history_oldest_age_seconds', 'Age of the oldest finished execution (completed_at)', [], (g, s) => {
+    if (s.oldest_completed_at !== null) g.set(Math.max(0, (Date.now() - s.oldest_completed_at) / 1000));
+  });
+  historyGauge('baton_history_retention_days', 'Retention windows in days (kind: executions | audit; 0 keeps everything)', ['kind'], (g, s) => {
+    g.set({ kind: 'executions' }, s.retention.days);
+    g.set({ kind: 'audit' }, s.retention.audit_days);
+  });
+  historyGauge('baton_history_last_prune_timestamp_seconds', 'When the last prune sweep completed (any process)', [], (g, s) => {
+    if (s.last_prune.completed_at !== null) g.set(s.last_prune.completed_at / 1000);
+  });
+  historyGauge('baton_history_last_prune_removed', 'Rows the last prune sweep removed (kind: executions, with their events, logs and keys | audit)', ['kind'], (g, s) => {
+    g.set({ kind: 'executions' }, s.last_prune.executions ?? 0);
+    g.set({ kind: 'audit' }, s.last_prune.audit ?? 0);
+  });
+  historyGauge('baton_history_pruned_total', 'Rows removed by the pruner since the database was created (kind: executions | audit)', ['kind'], (g, s) => {
+    g.set({ kind: 'executions' }, s.last_prune.total_executions);
+    g.set({ kind: 'audit' }, s.last_prune.total_audit);
+  });
+  historyGauge('baton_history_last_prune_failed', '1 when the last prune sweep stopped on an error', [], (g, s) => g.set(s.last_prune.error ? 1 : 0));
 
   const admissionWait = new Histogram({
     name: 'baton_admission_wait_seconds',

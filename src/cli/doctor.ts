@@ -2,7 +2,9 @@ import type { Command } from 'commander';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
-import { readEnv } from '../config.ts';
+import { readEnv, readRetentionEnv } from '../config.ts';
+import type { StoreAdapter } from '../store/adapter.ts';
+import { iso } from '../engine/views.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
 import { EXIT } from './exit.ts';
 import { relativeTime, table } from './output.ts';
@@ -46,12 +48,46 @@ async function checkStore(dataDir: string): Promise<Check[]> {
     if (missing.length) checks.push({ check: 'migrations', status: 'fail', detail: `not applied: ${missing.join(', ')} (run \`baton migrate\`)` });
     else if (unknown.length) checks.push({ check: 'migrations', status: 'warn', detail: `the database has migrations this version does not know (${unknown.join(', ')}): a newer baton wrote it` });
     else checks.push({ check: 'migrations', status: 'ok', detail: `current (version ${Math.max(0, ...applied)})` });
+    if (!missing.length) checks.push(...(await checkHistory(store)));
     return checks;
   } catch (err) {
     return [{ check: 'store', status: 'fail', detail: `cannot read the store: ${(err as Error)?.message ?? err}` }];
   } finally {
     await store?.close().catch(() => undefined);
   }
+}
+
+const fmt = (n: number) => n.toLocaleString('en-US');
+const count = (n: number | null) => (n === null ? '?' : `~${fmt(n)}`);
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+/** History size, oldest rows, retention settings and the last prune (estimates; no table scans). */
+async function checkHistory(store: StoreAdapter): Promise<Check[]> {
+  let settings;
+  try {
+    settings = readRetentionEnv();
+  } catch (err) {
+    return [{ check: 'retention', status: 'fail', detail: (err as Error).message }];
+  }
+  const { readHistoryStats } = await import('../retention/stats.ts');
+  const s = await readHistoryStats(store, settings);
+  const r = s.rows;
+  const free = s.free_bytes ? ` (${mib(s.free_bytes)} free, returned by the pruner's incremental vacuum)` : '';
+  const checks: Check[] = [
+    { check: 'history', status: 'ok', detail: `${count(r.executions)} executions, ${count(r.execution_events)} events, ${count(r.execution_logs)} log lines, ${count(r.audit_log)} audit rows (estimates); ${mib(s.bytes)}${free}; oldest finished ${relativeTime(iso(s.oldest_completed_at))}, oldest created ${relativeTime(iso(s.oldest_created_at))}` },
+  ];
+  const window = s.retention.days > 0 ? `executions ${s.retention.days} d` : 'executions kept forever (BATON_RETENTION_DAYS=0)';
+  const audit = s.retention.audit_days > 0 ? `audit ${s.retention.audit_days} d` : 'audit kept forever';
+  const archive = s.retention.archive_dir ? `archive ${s.retention.archive_dir}` : 'no archive';
+  const p = s.last_prune;
+  const last = p.completed_at === null ? 'never pruned' : `last prune ${relativeTime(iso(p.completed_at))}: ${fmt(p.executions ?? 0)} executions, ${fmt(p.audit ?? 0)} audit rows in ${((p.duration_ms ?? 0) / 1000).toFixed(1)} s (all time ${fmt(p.total_executions)}, ${fmt(p.total_audit)})`;
+  const detail = `${window}, ${audit}, ${archive}; ${last}`;
+  // A day of slack past the window: the pruner sweeps every 10 minutes when a baton up runs it.
+  const overdue = s.retention.days > 0 && s.oldest_completed_at !== null && s.oldest_completed_at < Date.now() - (s.retention.days + 1) * 86_400_000;
+  if (p.error) checks.push({ check: 'retention', status: 'warn', detail: `${detail}; the last sweep failed: ${p.error}` });
+  else if (overdue) checks.push({ check: 'retention', status: 'warn', detail: `${detail}; finished executions older than the window remain (a retry chain still running, an open violation's subject, or no baton up is pruning)` });
+  else checks.push({ check: 'retention', status: 'ok', detail });
+  return checks;
 }
 
 /** Read-only checks of a deployment: store, migrations, server, key, canary. */

@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { BatonClient, type Agent, type Execution, type ExecutionDetail } from '../client.ts';
+import { BatonClient, type Agent, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
 import { readEnv } from '../config.ts';
+import { EXECUTION_PAGE } from '../domain/lists.ts';
 import { int, json, num } from './args.ts';
 import { connect } from './connection.ts';
 import { describeError, EXIT } from './exit.ts';
@@ -9,6 +10,7 @@ import { registerMcpCommands } from './mcp.ts';
 import { registerDoctorCommands } from './doctor.ts';
 import { registerEventCommands } from './events.ts';
 import { registerCanaryCommands } from './canary.ts';
+import { registerRetentionCommands } from './retention.ts';
 import { registerTriggerCommands } from './triggers.ts';
 import { duration, keyValues, relativeTime, table } from './output.ts';
 
@@ -28,7 +30,7 @@ function print(g: Globals, data: unknown, human: () => string): void {
 }
 
 const agentRow = (a: Agent) => ({ name: a.name, delivery: a.delivery, running: `${a.running}/${a.max_parallel}`, queued: `${a.queued}/${a.max_backlog}`, timeout: `${a.timeout_seconds}s`, lease: `${a.lease_ttl_seconds}s` });
-const execRow = (e: Execution) => ({
+const execRow = (e: ExecutionListItem) => ({
   id: e.id,
   agent: e.agent,
   status: e.status,
@@ -200,7 +202,7 @@ export function buildProgram(): Command {
     .command('list')
     .option('--agent <name>')
     .addOption(new Option('--status <list>', 'comma-separated statuses'))
-    .option('--limit <n>', 'rows (default 50)', int('--limit'))
+    .option('--limit <n>', `rows (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max}; --json items carry previews, \`executions show\` the full bodies)`, int('--limit'))
     .option('--schedule <id>', 'only runs of this schedule')
     .option('--since <iso>', 'created at or after (ISO-8601)')
     .option('--until <iso>', 'created before (ISO-8601)')
@@ -258,6 +260,7 @@ export function buildProgram(): Command {
   registerEventCommands(program);
   registerDeliveryCommands(program);
   registerCanaryCommands(program);
+  registerRetentionCommands(program);
   registerTriggerCommands(program, { client, print, opts: g });
   return program;
 }

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildServer, type ConnectionLimits } from '../api/server.ts';
 import { Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
-import { DEFAULTS, defaultNodeId, readEnv, type Env } from '../config.ts';
+import { DEFAULTS, defaultNodeId, readEnv, readRetentionEnv, type Env, type RetentionEnv } from '../config.ts';
 import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../delivery/dispatcher.ts';
 import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
@@ -11,6 +11,7 @@ import { startLoop, type LoopHandle } from '../engine/loop.ts';
 import { SCHEDULER_INTERVAL_MS, schedulerPass } from '../engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
+import { Pruner } from '../retention/pruner.ts';
 
 export interface BatonNode {
   engine: Engine;
@@ -39,11 +40,19 @@ export interface StartOptions {
   nodeId?: string;
   /** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts). */
   limits?: Partial<ConnectionLimits>;
+  /** Run the retention pruner (default true; it does nothing when both windows are 0). */
+  pruner?: boolean;
+  /** Default PRUNE_INTERVAL_MS (10 min) between sweeps. */
+  pruneIntervalMs?: number;
+  /** Retention settings (default: BATON_RETENTION_DAYS, BATON_AUDIT_RETENTION_DAYS, BATON_ARCHIVE_DIR). */
+  retention?: RetentionEnv;
 }
 
 /** `baton up`: open the store, migrate, ensure an admin key, serve HTTP, run background loops. */
 export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const env = { ...readEnv(), ...opts.env };
+  // A bad retention variable stops the start here, before the store opens, naming the variable.
+  const retention = opts.retention ?? readRetentionEnv();
   const logger = opts.logger === undefined ? pino({ level: process.env.BATON_LOG_LEVEL ?? 'info', redact: ['req.headers.authorization', '*.key', '*.secret'] }) : opts.logger;
   const store = openStore({ databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? process.env.BATON_PG_SCHEMA });
   let ready = false;
@@ -55,7 +64,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
   const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;
   const canary = new Canary({ store, nodeId, intervalMs: opts.canaryIntervalMs, timing: { reaperIntervalMs, backlogExpiryMs: engine.backlogExpiryMs, schedulerIntervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, dispatchPollMs: DISPATCH_POLL_MS } });
-  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary, limits: opts.limits });
+  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary, limits: opts.limits, retention });
 
   engine.events.on('loop:error', ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`));
   engine.events.on('reaper:reaped', (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'));
@@ -65,6 +74,20 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
   if (dispatcher) loops.push(startLoop('dispatcher', () => dispatcher.dispatchOnce(), DISPATCH_POLL_MS, engine.events));
   if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => schedulerPass(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
+  if (opts.pruner !== false) {
+    const pruner = new Pruner({
+      store,
+      settings: retention,
+      nodeId,
+      intervalMs: opts.pruneIntervalMs,
+      onSweep: (r) => {
+        if (!logger) return;
+        const removed = { executions: r.executions, events: r.events, logs: r.logs, keys: r.keys, audit: r.audit, violations: r.violations, alerts: r.alerts };
+        if (Object.values(removed).some((n) => n > 0) || r.kept > 0) logger.info({ removed, kept: r.kept, batches: r.batches, duration_ms: Math.round(r.duration_ms), max_batch_ms: Math.round(r.max_tx_ms), archive: retention.archiveDir ?? null }, 'pruner removed history past its window');
+      },
+    });
+    if (pruner.enabled) loops.push(pruner.start(engine.events));
+  }
 
   const address = await app.listen({ port: env.port, host: env.host });
   ready = true;

@@ -49,6 +49,15 @@ export interface StoreAdapter {
   pruneTransaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
   /**
+   * Return up to `pages` free pages to the file system, after the pruner deleted rows. SQLite
+   * (incremental auto-vacuum): one PRAGMA incremental_vacuum(pages) — keep `pages` small, it is
+   * synchronous (measured at load 8-15: 2,048 pages of 4 KiB took up to 34 ms, so the pruner steps
+   * 512). Resolves with the free pages left.
+   * PostgreSQL: a no-op resolving 0 — autovacuum makes dead rows' space reusable in place.
+   */
+  reclaimSpace(pages: number): Promise<number>;
+
+  /**
    * Lock the rows a SELECT returns until the transaction ends (PostgreSQL modes):
    * - `wait` — FOR UPDATE: exclusive, e.g. before deleting an agent or changing one execution;
    * - `skip` — FOR NO KEY UPDATE SKIP LOCKED: take only rows nobody else holds (claims, reaper);

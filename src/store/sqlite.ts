@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql, type SelectQueryBuilder } from 'kysely';
@@ -14,7 +14,7 @@ import { openSqliteReader } from './sqlite-reader.ts';
  * BEGIN IMMEDIATE sees and writes alone; admission needs no row locks here.
  */
 export function openSqlite(file: string): StoreAdapter {
-  if (file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
+  if (file !== ':memory:') createPrivately(file);
   const raw = new Database(file);
   raw.pragma('journal_mode = WAL');
   // NORMAL in WAL mode survives a process crash (SIGKILL); only an OS crash can lose the
@@ -79,6 +79,13 @@ export function openSqlite(file: string): StoreAdapter {
         await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
         return out;
       }),
+    reclaimSpace: (pages) =>
+      // On the raw handle, inside Kysely's connection turn: pragma() steps the statement to the
+      // end (each step frees one page; a single-step run would free one page per call).
+      db.connection().execute(async () => {
+        raw.pragma(`incremental_vacuum(${Math.max(1, Math.floor(pages))})`);
+        return Number(raw.pragma('freelist_count', { simple: true }));
+      }),
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
@@ -138,4 +145,16 @@ export function openSqlite(file: string): StoreAdapter {
     },
   };
   return adapter;
+}
+
+/**
+ * The database holds payloads, results, logs and push URLs: its directory is created 0700 and the
+ * file 0600 before SQLite opens it. SQLite gives the -wal and -shm files it creates the mode of the
+ * database file, so they are 0600 too. Existing files keep their mode (`baton doctor` warns when
+ * it is looser).
+ */
+function createPrivately(file: string): void {
+  const dir = dirname(file);
+  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (!existsSync(file)) closeSync(openSync(file, 'a', 0o600));
 }

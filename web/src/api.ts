@@ -4,7 +4,7 @@
  */
 import { ApiError, BatonClient } from '../../src/client.ts';
 
-export type { Agent, Execution, ExecutionDetail, LogLine } from '../../src/client.ts';
+export type { Agent, Execution, ExecutionDetail, ExecutionListItem, LogLine } from '../../src/client.ts';
 export { ApiError };
 
 const KEY = 'baton.key';
@@ -93,4 +93,18 @@ export function closeEvents() {
 
 export function logStreamUrl(id: string, after = 0): string {
   return `/v1/executions/${encodeURIComponent(id)}/logs?follow=true&after=${after}&key=${encodeURIComponent(getKey() ?? '')}`;
+}
+
+// ── History (GET /v1/history, admin keys) ───────────────────────────────────
+
+export type HistoryStats = import('../../src/api/schemas/history.ts').HistoryStats;
+
+/** History size, oldest rows, retention settings and the last prune; null on a server without the route. */
+export async function historyStats(): Promise<HistoryStats | null> {
+  try {
+    return (await client().request<HistoryStats>('GET', '/v1/history')).body;
+  } catch (err) {
+    if (isMissingRoute(err)) return null;
+    throw err;
+  }
 }

@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from 'react';
-import { client, describe, isMissingRoute, type Agent } from '../api.ts';
+import { client, describe, historyStats, isMissingRoute, type Agent, type HistoryStats } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
 import { CanarySummary } from './Canary.tsx';
@@ -36,6 +36,9 @@ export function OverviewPage() {
       </Section>
       <Section title="Canary">
         <CanarySummary />
+      </Section>
+      <Section title="History">
+        <HistorySummary />
       </Section>
     </div>
   );
@@ -90,5 +93,48 @@ function CreateAgent({ onCreated }: { onCreated: () => void }) {
       <button type="button" className="link" onClick={() => setOpen(false)}>Cancel</button>
       {error && <p className="state error" role="alert">{error}</p>}
     </form>
+  );
+}
+
+const rows = (n: number | null) => (n === null ? '?' : `~${n.toLocaleString()}`);
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+/** History size, oldest row, retention settings and the last prune (GET /v1/history). */
+function HistorySummary() {
+  const h = useLoad(historyStats, []);
+  if (h.error) return <Failed what="history" error={h.error} retry={h.reload} />;
+  if (h.data === undefined) return <Loading what="history" />;
+  if (h.data === null) return <Empty>History figures are not available on this server.</Empty>;
+  const s: HistoryStats = h.data;
+  const p = s.last_prune;
+  return (
+    <dl className="history" aria-label="history">
+      <dt>Size</dt>
+      <dd>
+        {rows(s.rows.executions)} executions · {rows(s.rows.execution_events)} events · {rows(s.rows.execution_logs)} log lines · {rows(s.rows.audit_log)} audit rows{' '}
+        <span className="muted small">(estimates)</span> · {mib(s.bytes)}
+        {s.free_bytes ? ` (${mib(s.free_bytes)} free)` : ''}
+      </dd>
+      <dt>Oldest</dt>
+      <dd>
+        finished <Time iso={s.oldest_completed_at} /> · created <Time iso={s.oldest_created_at} />
+      </dd>
+      <dt>Retention</dt>
+      <dd>
+        {s.retention.days > 0 ? `executions ${s.retention.days} days` : 'executions kept forever'} · {s.retention.audit_days > 0 ? `audit ${s.retention.audit_days} days` : 'audit kept forever'} ·{' '}
+        {s.retention.archive_dir ? <>archived to <code>{s.retention.archive_dir}</code></> : 'no archive'}
+      </dd>
+      <dt>Last prune</dt>
+      <dd>
+        {p.completed_at === null ? (
+          'never'
+        ) : (
+          <>
+            <Time iso={p.completed_at} />: {p.executions ?? 0} executions, {p.audit ?? 0} audit rows removed in {((p.duration_ms ?? 0) / 1000).toFixed(1)} s
+          </>
+        )}
+        {p.error ? <span className="err"> · last sweep failed: {p.error}</span> : null}
+      </dd>
+    </dl>
   );
 }

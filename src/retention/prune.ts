@@ -1,0 +1,358 @@
+/**
+ * The pruner: the one writer allowed to delete history (DESIGN §9). `pruneOnce` removes one
+ * batch and says where to go on; a sweep is a run of batches from `startCursor()` until the
+ * cursor reaches `done`:
+ *
+ *   executions — terminal rows whose `completed_at` is older than BATON_RETENTION_DAYS, with
+ *                their events, log lines, log head and idempotency keys. A retry chain goes
+ *                whole or not at all (every member terminal and old); a chain that holds the
+ *                subject of an open canary violation stays. Archived first when a writer is given.
+ *   audit      — audit rows older than BATON_AUDIT_RETENTION_DAYS (ids grow with time: the
+ *                oldest prefix, stopping at the first younger row).
+ *   canary     — resolved violations and delivered/failed alerts older than the execution window.
+ *
+ * Each batch is one short transaction (`store.pruneTransaction`); candidates are read before it,
+ * through indexes made for these shapes (migration 0006: executions_completed,
+ * idempotency_keys_execution; 0007: executions_retry_of for the foreign-key check on delete).
+ */
+import type { Kysely } from 'kysely';
+import { isTerminal } from '../domain/states.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { DB } from '../store/schema.ts';
+import { readRecords, type ArchiveWriter } from './archive.ts';
+
+export const DAY_MS = 86_400_000;
+
+/**
+ * Executions per batch (one transaction), by store. On SQLite a batch holds the only writer, and
+ * the event loop, for its whole transaction: 100 executions (with 3 events, a few log lines and
+ * keys each) took 4.2 ms at the median on the 2-core development machine at load 8-15 (500 took
+ * 29 ms, with a p99 of 110 ms), so the ~50 ms budget holds with room for a loaded machine
+ * (docs/operations.md, "Sizing and retention"). PostgreSQL does the work in its own process and
+ * locks only the rows it deletes, so a bigger batch costs other requests nothing.
+ */
+export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 100, postgres: 1000 });
+
+/**
+ * Ids per DELETE … IN (…) statement. PostgreSQL plans a long IN list as a scan of the whole table
+ * (measured at 100k executions: 1,000 ids → a sequential scan of execution_logs, 96 ms; 100 ids
+ * → its primary key; 250 ids still scanned execution_events at 20k executions); SQLite seeks the
+ * index for any length, and 100 keeps each statement short.
+ */
+const DELETE_CHUNK = 100;
+/** Ids per read (SELECT … IN (…)). */
+const READ_CHUNK = 500;
+
+export type PrunePhase = 'executions' | 'audit' | 'canary' | 'done';
+
+/** Where a sweep stands. Executions are taken in (completed_at, id) order; alerts in id order. */
+export interface PruneCursor {
+  phase: PrunePhase;
+  completedAt?: number;
+  id?: string;
+  alertId?: number;
+}
+
+export const startCursor = (): PruneCursor => ({ phase: 'executions' });
+
+export interface RetentionWindows {
+  /** 0 keeps every execution. */
+  retentionDays: number;
+  /** 0 keeps every audit row. */
+  auditRetentionDays: number;
+}
+
+export interface PruneOptions {
+  store: StoreAdapter;
+  settings: RetentionWindows;
+  /** Epoch ms the windows count back from. */
+  now: number;
+  cursor?: PruneCursor;
+  /** Append each batch here (fsynced) before deleting it. */
+  archive?: ArchiveWriter;
+  batchSize?: number;
+}
+
+export interface PruneCounts {
+  executions: number;
+  events: number;
+  logs: number;
+  keys: number;
+  audit: number;
+  violations: number;
+  alerts: number;
+  /** Old terminal executions kept: part of a young or unfinished retry chain, or an open violation's subject. */
+  kept: number;
+}
+
+export interface PruneBatch extends PruneCounts {
+  phase: PrunePhase;
+  /** How long the delete transaction held the store (ms). */
+  txMs: number;
+  /** How long the reads (and archive write) before it took (ms); they hold neither the writer nor, on SQLite, the event loop. */
+  readMs?: number;
+  next: PruneCursor;
+}
+
+export const zeroCounts = (): PruneCounts => ({ executions: 0, events: 0, logs: 0, keys: 0, audit: 0, violations: 0, alerts: 0, kept: 0 });
+
+export function addCounts(a: PruneCounts, b: PruneCounts): PruneCounts {
+  return {
+    executions: a.executions + b.executions,
+    events: a.events + b.events,
+    logs: a.logs + b.logs,
+    keys: a.keys + b.keys,
+    audit: a.audit + b.audit,
+    violations: a.violations + b.violations,
+    alerts: a.alerts + b.alerts,
+    kept: a.kept + b.kept,
+  };
+}
+
+/** Remove one batch of the cursor's phase; `next` is where the following call goes on. */
+export async function pruneOnce(o: PruneOptions): Promise<PruneBatch> {
+  const cursor = o.cursor ?? startCursor();
+  switch (cursor.phase) {
+    case 'executions':
+      return pruneExecutions(o, cursor);
+    case 'audit':
+      return pruneAudit(o);
+    case 'canary':
+      return pruneCanary(o, cursor);
+    case 'done':
+      return { ...zeroCounts(), phase: 'done', txMs: 0, next: cursor };
+  }
+}
+
+const deleted = (r: { numDeletedRows: bigint } | undefined) => Number(r?.numDeletedRows ?? 0);
+
+function chunks<T>(xs: readonly T[], n: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += n) out.push(xs.slice(i, i + n));
+  return out;
+}
+
+/** Subjects of open canary violations: a few rows, read through the open-violations partial index. */
+async function openSubjects(db: Kysely<DB>): Promise<Set<string>> {
+  const rows = await db.selectFrom('canary_violations').select('subject').where('resolved_at', 'is', null).execute();
+  return new Set(rows.map((r) => r.subject));
+}
+
+interface Member {
+  id: string;
+  status: string;
+  completed_at: number | null;
+  retry_number: number;
+}
+
+async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<PruneBatch> {
+  const t0 = performance.now();
+  const base = { ...zeroCounts(), phase: 'executions' as const, txMs: 0 };
+  if (o.settings.retentionDays <= 0) return { ...base, next: { phase: 'audit' } };
+  const cutoff = o.now - o.settings.retentionDays * DAY_MS;
+  const limit = o.batchSize ?? PRUNE_BATCH[o.store.kind];
+  const reader = o.store.reader;
+
+  // The oldest finished rows, after the cursor: a range of executions_completed.
+  let q = reader
+    .selectFrom('executions')
+    .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number'])
+    .where('completed_at', 'is not', null)
+    .where('completed_at', '<', cutoff);
+  // No status filter here: on SQLite it would steer the plan to executions_status_recent (every
+  // terminal row, then a sort). Only terminal rows carry completed_at; isTerminal() checks below.
+  if (cursor.completedAt !== undefined) {
+    const c = cursor.completedAt;
+    const id = cursor.id ?? '';
+    q = q.where('completed_at', '>=', c).where((eb) => eb.or([eb('completed_at', '>', c), eb('id', '>', id)]));
+  }
+  const rows = await q.orderBy('completed_at').orderBy('id').limit(limit).execute();
+  if (rows.length === 0) return { ...base, next: { phase: 'audit' } };
+  const last = rows[rows.length - 1]!;
+  const next: PruneCursor = rows.length < limit ? { phase: 'audit' } : { phase: 'executions', completedAt: Number(last.completed_at), id: last.id };
+
+  // Retry chains go together: gather every member of each candidate's chain (the first run's id
+  // is the chain's key; later runs carry it in retry_root).
+  const chains = new Map<string, Member[]>();
+  const add = (key: string, m: Member) => {
+    const list = chains.get(key);
+    if (!list) chains.set(key, [m]);
+    else if (!list.some((x) => x.id === m.id)) list.push(m);
+  };
+  for (const r of rows) add(r.retry_root ?? r.id, r);
+  const keys = [...chains.keys()];
+  for (const part of chunks(keys, READ_CHUNK)) {
+    const members = await reader.selectFrom('executions').select(['id', 'status', 'completed_at', 'retry_root', 'retry_number']).where('retry_root', 'in', part).execute();
+    for (const m of members) add(m.retry_root!, m);
+  }
+  const candidateIds = new Set(rows.map((r) => r.id));
+  const roots = keys.filter((k) => !candidateIds.has(k));
+  for (const part of chunks(roots, READ_CHUNK)) {
+    const found = await reader.selectFrom('executions').select(['id', 'status', 'completed_at', 'retry_number']).where('id', 'in', part).execute();
+    for (const m of found) add(m.id, m);
+  }
+
+  const open = await openSubjects(reader);
+  const old = (m: Member) => isTerminal(m.status) && m.completed_at !== null && Number(m.completed_at) < cutoff;
+  const prunable = (members: Member[]) => members.every((m) => old(m) && !open.has(m.id));
+  const chosen: Member[] = [];
+  let kept = 0;
+  for (const members of chains.values()) {
+    if (prunable(members)) chosen.push(...members);
+    else kept += members.filter((m) => candidateIds.has(m.id)).length;
+  }
+  // Later retries first: each points at the one before (retry_of), and a statement that deletes a
+  // row still referenced by a row left for a later statement would break the foreign key.
+  const retryNumber = new Map(chosen.map((m) => [m.id, Number(m.retry_number)]));
+  const ids = chosen.sort((a, b) => Number(b.retry_number) - Number(a.retry_number)).map((m) => m.id);
+  if (ids.length === 0) return { ...base, kept, next };
+
+  // Archive, then delete: the member is on disk before the rows go.
+  if (o.archive) await o.archive.append(await readRecords(reader, ids), o.now);
+
+  const started = performance.now();
+  const counts = await o.store.pruneTransaction(async (tx) => {
+    // A violation opened since the read keeps its chain (already archived: a duplicate line later).
+    const openNow = await openSubjects(tx);
+    let go = ids;
+    if ([...openNow].some((s) => retryNumber.has(s))) {
+      const keep = new Set<string>();
+      for (const members of chains.values()) if (members.some((m) => openNow.has(m.id))) for (const m of members) keep.add(m.id);
+      go = ids.filter((id) => !keep.has(id));
+    }
+    const c = zeroCounts();
+    for (const part of chunks(go, DELETE_CHUNK)) {
+      c.logs += deleted(await tx.deleteFrom('execution_logs').where('execution_id', 'in', part).executeTakeFirst());
+      await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', part).execute();
+      c.events += deleted(await tx.deleteFrom('execution_events').where('execution_id', 'in', part).executeTakeFirst());
+      c.keys += deleted(await tx.deleteFrom('idempotency_keys').where('execution_id', 'in', part).executeTakeFirst());
+      c.executions += deleted(await tx.deleteFrom('executions').where('id', 'in', part).executeTakeFirst());
+    }
+    await addTotals(tx, c.executions, 0);
+    return c;
+  });
+  return { ...base, ...counts, kept, txMs: performance.now() - started, readMs: started - t0, next };
+}
+
+async function pruneAudit(o: PruneOptions): Promise<PruneBatch> {
+  const base = { ...zeroCounts(), phase: 'audit' as const, txMs: 0 };
+  if (o.settings.auditRetentionDays <= 0) return { ...base, next: { phase: 'canary' } };
+  const cutoff = o.now - o.settings.auditRetentionDays * DAY_MS;
+  const limit = o.batchSize ?? PRUNE_BATCH[o.store.kind];
+  // Audit ids grow with time: the oldest prefix, up to the first row inside the window.
+  const rows = await o.store.reader.selectFrom('audit_log').select(['id', 'at']).orderBy('id').limit(limit).execute();
+  let upTo: number | undefined;
+  let stopped = rows.length < limit;
+  for (const r of rows) {
+    if (Number(r.at) >= cutoff) {
+      stopped = true;
+      break;
+    }
+    upTo = Number(r.id);
+  }
+  if (upTo === undefined) return { ...base, next: { phase: 'canary' } };
+  const started = performance.now();
+  const audit = await o.store.pruneTransaction(async (tx) => {
+    const n = deleted(await tx.deleteFrom('audit_log').where('id', '<=', upTo!).executeTakeFirst());
+    await addTotals(tx, 0, n);
+    return n;
+  });
+  return { ...base, audit, txMs: performance.now() - started, next: stopped ? { phase: 'canary' } : { phase: 'audit' } };
+}
+
+async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneBatch> {
+  const base = { ...zeroCounts(), phase: 'canary' as const, txMs: 0 };
+  if (o.settings.retentionDays <= 0) return { ...base, next: { phase: 'done' } };
+  const cutoff = o.now - o.settings.retentionDays * DAY_MS;
+  const limit = o.batchSize ?? PRUNE_BATCH[o.store.kind];
+  const reader = o.store.reader;
+  // Resolved violations: last_seen ≤ resolved_at, so the old ones lie in the canary_violations_recent range.
+  const violations = await reader
+    .selectFrom('canary_violations')
+    .select('id')
+    .where('last_seen', '<', cutoff)
+    .where('resolved_at', 'is not', null)
+    .where('resolved_at', '<', cutoff)
+    .orderBy('last_seen', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .execute();
+  // Alerts: ids grow with time; take the old prefix, keep pending ones (still being delivered).
+  const alertRows = await reader.selectFrom('canary_alerts').select(['id', 'status', 'created_at']).where('id', '>', cursor.alertId ?? 0).orderBy('id').limit(limit).execute();
+  const alertIds: number[] = [];
+  let alertsDone = alertRows.length < limit;
+  let alertCursor = cursor.alertId ?? 0;
+  for (const a of alertRows) {
+    if (Number(a.created_at) >= cutoff) {
+      alertsDone = true;
+      break;
+    }
+    alertCursor = Number(a.id);
+    if (a.status !== 'pending') alertIds.push(Number(a.id));
+  }
+  const violationIds = violations.map((v) => Number(v.id));
+  const done = alertsDone && violations.length < limit;
+  const next: PruneCursor = done ? { phase: 'done' } : { phase: 'canary', alertId: alertCursor };
+  if (violationIds.length === 0 && alertIds.length === 0) return { ...base, next };
+  const started = performance.now();
+  const counts = await o.store.pruneTransaction(async (tx) => {
+    const c = zeroCounts();
+    for (const part of chunks(violationIds, DELETE_CHUNK)) c.violations += deleted(await tx.deleteFrom('canary_violations').where('id', 'in', part).where('resolved_at', 'is not', null).executeTakeFirst());
+    for (const part of chunks(alertIds, DELETE_CHUNK)) c.alerts += deleted(await tx.deleteFrom('canary_alerts').where('id', 'in', part).executeTakeFirst());
+    return c;
+  });
+  return { ...base, ...counts, txMs: performance.now() - started, next };
+}
+
+async function addTotals(tx: Tx, executions: number, audit: number): Promise<void> {
+  if (executions === 0 && audit === 0) return;
+  await tx
+    .updateTable('retention_state')
+    .set((eb) => ({ total_executions: eb('total_executions', '+', executions), total_audit: eb('total_audit', '+', audit) }))
+    .where('id', '=', 'retention')
+    .execute();
+}
+
+export interface SweepReport extends PruneCounts {
+  started_at: number;
+  completed_at: number;
+  duration_ms: number;
+  batches: number;
+  /** The longest single delete transaction (ms). */
+  max_tx_ms: number;
+}
+
+/** Record a finished sweep in retention_state (what doctor, /metrics and the dashboard show). */
+export async function recordSweep(store: StoreAdapter, r: SweepReport, error: string | null = null): Promise<void> {
+  await store.db
+    .updateTable('retention_state')
+    .set({ last_started_at: r.started_at, last_completed_at: r.completed_at, last_duration_ms: Math.round(r.duration_ms), last_executions: r.executions, last_audit: r.audit, last_error: error })
+    .where('id', '=', 'retention')
+    .execute();
+}
+
+/**
+ * Run a whole sweep now (tests, `baton prune`-style callers): batches back to back, with an
+ * optional pause between them, then record it. The server uses `Pruner` instead, which paces
+ * batches on its loop and holds the leader lease.
+ */
+export async function pruneAll(o: Omit<PruneOptions, 'cursor'> & { pauseMs?: number; clock?: () => number }): Promise<SweepReport> {
+  const clock = o.clock ?? Date.now;
+  const startedAt = clock();
+  const t0 = performance.now();
+  let cursor = startCursor();
+  let total = zeroCounts();
+  let batches = 0;
+  let maxTx = 0;
+  while (cursor.phase !== 'done') {
+    const b = await pruneOnce({ ...o, cursor });
+    total = addCounts(total, b);
+    batches++;
+    maxTx = Math.max(maxTx, b.txMs);
+    cursor = b.next;
+    if (o.pauseMs && b.txMs > 0) await new Promise((r) => setTimeout(r, o.pauseMs));
+  }
+  const report: SweepReport = { ...total, started_at: startedAt, completed_at: clock(), duration_ms: performance.now() - t0, batches, max_tx_ms: maxTx };
+  await recordSweep(o.store, report);
+  return report;
+}

@@ -1,0 +1,124 @@
+/**
+ * The pruner as a background service: `baton up` runs `pass()` on a loop. One pass is one batch
+ * (`pruneOnce`); while a sweep has more to do, the pass asks to run again after a pause, so that
+ * the pruner's transactions hold the store at most about half the time (the batch's reads —
+ * which hold neither the writer nor the event loop — plus the pause last at least as long as
+ * its transaction did), and a claim or submit that arrives meanwhile waits for one short batch at
+ * most. After the
+ * last batch the sweep is recorded in retention_state and, on SQLite, freed pages go back to the
+ * file system in small incremental-vacuum steps, paced the same way.
+ *
+ * On PostgreSQL only the holder of the `pruner` leader lease prunes; another process takes over
+ * when it lapses (LEASE_MS after the holder died). On SQLite there is one process, so no lease.
+ */
+import type { RetentionEnv } from '../config.ts';
+import type { EngineEvents } from '../engine/events.ts';
+import { LeaderLease } from '../engine/leader.ts';
+import { startLoop, type LoopHandle } from '../engine/loop.ts';
+import type { StoreAdapter } from '../store/adapter.ts';
+import { ArchiveWriter } from './archive.ts';
+import { addCounts, pruneOnce, PRUNE_BATCH, recordSweep, startCursor, zeroCounts, type PruneCounts, type PruneCursor, type SweepReport } from './prune.ts';
+
+/** How often a sweep starts when the last one finished. Old rows wait at most this long past their window. */
+export const PRUNE_INTERVAL_MS = 10 * 60_000;
+/** Pause between batches, at least: other writers get the store between two batches. */
+export const PRUNE_MIN_PAUSE_MS = 2;
+/** Pause after a batch = its transaction time × this: the pruner holds the store ≤ ~1/(1+x) of the time. */
+export const PRUNE_PAUSE_FACTOR = 0.5;
+/** The leader lease lasts this long without renewal (renewed every batch): the takeover delay after a crash. */
+export const PRUNE_LEASE_MS = 60_000;
+/** Pages per SQLite incremental-vacuum step (4 KiB each): a step of 2 MiB takes a few ms. */
+export const VACUUM_STEP_PAGES = 512;
+
+export interface PrunerOptions {
+  store: StoreAdapter;
+  settings: RetentionEnv;
+  nodeId: string;
+  clock?: () => number;
+  batchSize?: number;
+  intervalMs?: number;
+  /** Default PRUNE_PAUSE_FACTOR. */
+  pauseFactor?: number;
+  /** Called when a sweep ends (logging). */
+  onSweep?: (report: SweepReport) => void;
+}
+
+type Stage = { kind: 'idle' } | { kind: 'sweep'; cursor: PruneCursor; startedAt: number; t0: number; counts: PruneCounts; batches: number; maxTx: number } | { kind: 'vacuum' };
+
+export class Pruner {
+  private stage: Stage = { kind: 'idle' };
+  private readonly lease: LeaderLease | undefined;
+  private readonly archive: ArchiveWriter | undefined;
+  private readonly clock: () => number;
+  private loop: LoopHandle | undefined;
+
+  constructor(private readonly o: PrunerOptions) {
+    this.clock = o.clock ?? Date.now;
+    this.lease = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
+    this.archive = o.settings.archiveDir ? new ArchiveWriter(o.settings.archiveDir) : undefined;
+  }
+
+  get enabled(): boolean {
+    return this.o.settings.retentionDays > 0 || this.o.settings.auditRetentionDays > 0;
+  }
+
+  /** One step: a batch of the current sweep (starting one if due), or a vacuum step. */
+  async pass(): Promise<{ nextInMs?: number; report?: SweepReport }> {
+    if (!this.enabled) return {};
+    if (this.lease && !(await this.lease.acquire())) {
+      this.stage = { kind: 'idle' };
+      return {};
+    }
+    if (this.stage.kind === 'vacuum') {
+      const t0 = performance.now();
+      const left = await this.o.store.reclaimSpace(VACUUM_STEP_PAGES);
+      if (left === 0) this.stage = { kind: 'idle' };
+      return left === 0 ? {} : { nextInMs: this.pause(performance.now() - t0) };
+    }
+    if (this.stage.kind === 'idle') {
+      this.stage = { kind: 'sweep', cursor: startCursor(), startedAt: this.clock(), t0: performance.now(), counts: zeroCounts(), batches: 0, maxTx: 0 };
+    }
+    const s = this.stage;
+    let batch;
+    try {
+      batch = await pruneOnce({ store: this.o.store, settings: this.o.settings, now: s.startedAt, cursor: s.cursor, archive: this.archive, batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind] });
+    } catch (err) {
+      this.stage = { kind: 'idle' };
+      const report = this.report(s);
+      await recordSweep(this.o.store, report, String((err as Error)?.message ?? err).slice(0, 500)).catch(() => undefined);
+      throw err;
+    }
+    s.counts = addCounts(s.counts, batch);
+    s.batches++;
+    s.maxTx = Math.max(s.maxTx, batch.txMs);
+    s.cursor = batch.next;
+    if (batch.next.phase !== 'done') return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, batch.readMs) : 0 };
+    const report = this.report(s);
+    await recordSweep(this.o.store, report);
+    this.o.onSweep?.(report);
+    const removed = report.executions + report.audit + report.violations + report.alerts;
+    this.stage = removed > 0 && this.o.store.kind === 'sqlite' ? { kind: 'vacuum' } : { kind: 'idle' };
+    return this.stage.kind === 'vacuum' ? { nextInMs: PRUNE_MIN_PAUSE_MS, report } : { report };
+  }
+
+  /** Time to leave the store to others after holding it `busyMs`; the batch's own `readMs` before that counts. */
+  private pause(busyMs: number, readMs = 0): number {
+    return Math.max(PRUNE_MIN_PAUSE_MS, Math.round(busyMs * (this.o.pauseFactor ?? PRUNE_PAUSE_FACTOR) - readMs));
+  }
+
+  private report(s: Extract<Stage, { kind: 'sweep' }>): SweepReport {
+    return { ...s.counts, started_at: s.startedAt, completed_at: this.clock(), duration_ms: performance.now() - s.t0, batches: s.batches, max_tx_ms: s.maxTx };
+  }
+
+  /** Run `pass` on the loop helper: the first sweep one interval (±20 %) after start, then every interval. */
+  start(events: EngineEvents): LoopHandle {
+    this.loop ??= startLoop('pruner', () => this.pass(), this.o.intervalMs ?? PRUNE_INTERVAL_MS, events);
+    return { stop: () => this.stop() };
+  }
+
+  async stop(): Promise<void> {
+    await this.loop?.stop();
+    this.loop = undefined;
+    await this.lease?.release().catch(() => undefined);
+  }
+}
