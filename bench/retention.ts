@@ -59,11 +59,14 @@ try {
   const txs: number[] = [];
   let removed = 0;
   const p0 = performance.now();
+  let selected: Awaited<ReturnType<typeof pruneOnce>>['prefetched'];
   while (cursor.phase !== 'done') {
-    const b = await pruneOnce({ store, settings: { retentionDays: 30, auditRetentionDays: 365 }, now, cursor, batchSize, archive });
+    // As the server's pruner does: the next batch is read while this one deletes.
+    const b = await pruneOnce({ store, settings: { retentionDays: 30, auditRetentionDays: 365 }, now, cursor, batchSize, archive, selected });
     if (b.txMs > 0) txs.push(b.txMs);
     removed += b.executions;
     cursor = b.next;
+    selected = b.prefetched;
   }
   const pruneS = (performance.now() - p0) / 1000;
   txs.sort((a, b) => a - b);

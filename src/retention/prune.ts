@@ -25,13 +25,14 @@ export const DAY_MS = 86_400_000;
 
 /**
  * Executions per batch (one transaction), by store. On SQLite a batch holds the only writer, and
- * the event loop, for its whole transaction: 100 executions (with 3 events, a few log lines and
- * keys each) took 4.2 ms at the median on the 2-core development machine at load 8-15 (500 took
- * 29 ms, with a p99 of 110 ms), so the ~50 ms budget holds with room for a loaded machine
+ * the event loop, for its whole transaction: 300 executions (with 3 events, a few log lines and
+ * keys each) take about 12 ms at the median on the 2-core development machine (100 took 4.2 ms,
+ * 500 took 20–29 ms with a p99 of 38–110 ms depending on load), so the ~50 ms budget holds with
+ * room for a loaded machine, and the next batch's reads (on the reader thread) overlap it
  * (docs/operations.md, "Sizing and retention"). PostgreSQL does the work in its own process and
  * locks only the rows it deletes, so a bigger batch costs other requests nothing.
  */
-export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 100, postgres: 1000 });
+export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 300, postgres: 1000 });
 
 /**
  * Ids per DELETE … IN (…) statement. PostgreSQL plans a long IN list as a scan of the whole table
@@ -64,6 +65,11 @@ export interface RetentionWindows {
 
 export interface PruneOptions {
   store: StoreAdapter;
+  /**
+   * The executions batch at `cursor`, already read (a previous batch's `prefetched`): its reads
+   * ran while that batch deleted. Must be the selection for this cursor.
+   */
+  selected?: Promise<ExecutionSelection>;
   settings: RetentionWindows;
   /** Epoch ms the windows count back from. */
   now: number;
@@ -87,6 +93,12 @@ export interface PruneCounts {
 
 export interface PruneBatch extends PruneCounts {
   phase: PrunePhase;
+  /**
+   * The next executions batch, being read while this one deleted (reads hold neither the writer
+   * nor, on SQLite, the event loop: they run on the reader thread). Pass it as `selected` with
+   * `next`; a caller that does not may drop it.
+   */
+  prefetched?: Promise<ExecutionSelection>;
   /** How long the delete transaction held the store (ms). */
   txMs: number;
   /** How long the reads (and archive write) before it took (ms); they hold neither the writer nor, on SQLite, the event loop. */
@@ -145,13 +157,31 @@ interface Member {
   retry_number: number;
 }
 
-async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<PruneBatch> {
+/** What one executions batch will delete, read before its transaction. */
+export interface ExecutionSelection {
+  /** Chosen executions, later retries first (each points at the one before: retry_of). */
+  ids: string[];
+  /** Every chosen chain's members, by chain key: a chain that gains an open violation meanwhile stays whole. */
+  chains: Map<string, Member[]>;
+  kept: number;
+  next: PruneCursor;
+  /** How long the reads (and the archive write) took, ms. */
+  readMs: number;
+  /** Empty: nothing old is left; `next` leaves the executions phase. */
+  done: boolean;
+}
+
+/**
+ * Read the next executions batch after `cursor`: the oldest finished rows (a range of
+ * executions_completed), every member of their retry chains, and the open violations' subjects;
+ * choose the chains that go whole; archive them when a writer is given (archive, then delete).
+ */
+export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Promise<ExecutionSelection> {
   const t0 = performance.now();
-  const base = { ...zeroCounts(), phase: 'executions' as const, txMs: 0 };
-  if (o.settings.retentionDays <= 0) return { ...base, next: { phase: 'audit' } };
   const cutoff = o.now - o.settings.retentionDays * DAY_MS;
   const limit = o.batchSize ?? PRUNE_BATCH[o.store.kind];
   const reader = o.store.reader;
+  const empty = (next: PruneCursor, kept = 0): ExecutionSelection => ({ ids: [], chains: new Map(), kept, next, readMs: performance.now() - t0, done: next.phase !== 'executions' });
 
   // The oldest finished rows, after the cursor: a range of executions_completed.
   let q = reader
@@ -167,7 +197,7 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
     q = q.where('completed_at', '>=', c).where((eb) => eb.or([eb('completed_at', '>', c), eb('id', '>', id)]));
   }
   const rows = await q.orderBy('completed_at').orderBy('id').limit(limit).execute();
-  if (rows.length === 0) return { ...base, next: { phase: 'audit' } };
+  if (rows.length === 0) return empty({ phase: 'audit' });
   const last = rows[rows.length - 1]!;
   const next: PruneCursor = rows.length < limit ? { phase: 'audit' } : { phase: 'executions', completedAt: Number(last.completed_at), id: last.id };
 
@@ -196,29 +226,45 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
   const old = (m: Member) => isTerminal(m.status) && m.completed_at !== null && Number(m.completed_at) < cutoff;
   const prunable = (members: Member[]) => members.every((m) => old(m) && !open.has(m.id));
   const chosen: Member[] = [];
+  const chosenChains = new Map<string, Member[]>();
   let kept = 0;
-  for (const members of chains.values()) {
-    if (prunable(members)) chosen.push(...members);
-    else kept += members.filter((m) => candidateIds.has(m.id)).length;
+  for (const [key, members] of chains) {
+    if (prunable(members)) {
+      chosen.push(...members);
+      chosenChains.set(key, members);
+    } else kept += members.filter((m) => candidateIds.has(m.id)).length;
   }
   // Later retries first: each points at the one before (retry_of), and a statement that deletes a
   // row still referenced by a row left for a later statement would break the foreign key.
-  const retryNumber = new Map(chosen.map((m) => [m.id, Number(m.retry_number)]));
   const ids = chosen.sort((a, b) => Number(b.retry_number) - Number(a.retry_number)).map((m) => m.id);
-  if (ids.length === 0) return { ...base, kept, next };
+  if (ids.length === 0) return { ...empty(next, kept), done: false };
 
   // Archive, then delete: the member is on disk before the rows go.
   if (o.archive) await o.archive.append(await readRecords(reader, ids), o.now);
+  return { ids, chains: chosenChains, kept, next, readMs: performance.now() - t0, done: false };
+}
+
+async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<PruneBatch> {
+  const base = { ...zeroCounts(), phase: 'executions' as const, txMs: 0 };
+  if (o.settings.retentionDays <= 0) return { ...base, next: { phase: 'audit' } };
+  const sel = await (o.selected ?? selectExecutions(o, cursor));
+  if (sel.done) return { ...base, next: sel.next };
+  // The next batch's reads run while this one deletes. Its rows come after this batch's in
+  // (completed_at, id) order; a chain reaching into both is deleted by the first, and the second
+  // finds its rows gone (deleting nothing; an archive line may be written twice, never lost).
+  const prefetched = sel.next.phase === 'executions' ? selectExecutions(o, sel.next) : undefined;
+  prefetched?.catch(() => undefined); // a caller that drops it must not see an unhandled rejection
+  if (sel.ids.length === 0) return { ...base, kept: sel.kept, readMs: sel.readMs, next: sel.next, prefetched };
 
   const started = performance.now();
   const counts = await o.store.pruneTransaction(async (tx) => {
     // A violation opened since the read keeps its chain (already archived: a duplicate line later).
     const openNow = await openSubjects(tx);
-    let go = ids;
-    if ([...openNow].some((s) => retryNumber.has(s))) {
+    let go = sel.ids;
+    if (sel.ids.some((id) => openNow.has(id))) {
       const keep = new Set<string>();
-      for (const members of chains.values()) if (members.some((m) => openNow.has(m.id))) for (const m of members) keep.add(m.id);
-      go = ids.filter((id) => !keep.has(id));
+      for (const members of sel.chains.values()) if (members.some((m) => openNow.has(m.id))) for (const m of members) keep.add(m.id);
+      go = sel.ids.filter((id) => !keep.has(id));
     }
     const c = zeroCounts();
     for (const part of chunks(go, DELETE_CHUNK)) {
@@ -231,7 +277,7 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
     await addTotals(tx, c.executions, 0);
     return c;
   });
-  return { ...base, ...counts, kept, txMs: performance.now() - started, readMs: started - t0, next };
+  return { ...base, ...counts, kept: sel.kept, txMs: performance.now() - started, readMs: sel.readMs, next: sel.next, prefetched };
 }
 
 async function pruneAudit(o: PruneOptions): Promise<PruneBatch> {
@@ -344,8 +390,10 @@ export async function pruneAll(o: Omit<PruneOptions, 'cursor'> & { pauseMs?: num
   let total = zeroCounts();
   let batches = 0;
   let maxTx = 0;
+  let selected: Promise<ExecutionSelection> | undefined;
   while (cursor.phase !== 'done') {
-    const b = await pruneOnce({ ...o, cursor });
+    const b = await pruneOnce({ ...o, cursor, selected });
+    selected = b.prefetched;
     total = addCounts(total, b);
     batches++;
     maxTx = Math.max(maxTx, b.txMs);

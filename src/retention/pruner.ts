@@ -17,7 +17,7 @@ import { LeaderLease } from '../engine/leader.ts';
 import { startLoop, type LoopHandle } from '../engine/loop.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { ArchiveWriter } from './archive.ts';
-import { addCounts, pruneOnce, PRUNE_BATCH, recordSweep, startCursor, zeroCounts, type PruneCounts, type PruneCursor, type SweepReport } from './prune.ts';
+import { addCounts, pruneOnce, PRUNE_BATCH, recordSweep, startCursor, zeroCounts, type ExecutionSelection, type PruneCounts, type PruneCursor, type SweepReport } from './prune.ts';
 
 /** How often a sweep starts when the last one finished. Old rows wait at most this long past their window. */
 export const PRUNE_INTERVAL_MS = 10 * 60_000;
@@ -43,7 +43,10 @@ export interface PrunerOptions {
   onSweep?: (report: SweepReport) => void;
 }
 
-type Stage = { kind: 'idle' } | { kind: 'sweep'; cursor: PruneCursor; startedAt: number; t0: number; counts: PruneCounts; batches: number; maxTx: number } | { kind: 'vacuum' };
+type Stage =
+  | { kind: 'idle' }
+  | { kind: 'sweep'; cursor: PruneCursor; selected?: Promise<ExecutionSelection>; startedAt: number; t0: number; counts: PruneCounts; batches: number; maxTx: number }
+  | { kind: 'vacuum' };
 
 export class Pruner {
   private stage: Stage = { kind: 'idle' };
@@ -81,7 +84,7 @@ export class Pruner {
     const s = this.stage;
     let batch;
     try {
-      batch = await pruneOnce({ store: this.o.store, settings: this.o.settings, now: s.startedAt, cursor: s.cursor, archive: this.archive, batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind] });
+      batch = await pruneOnce({ store: this.o.store, settings: this.o.settings, now: s.startedAt, cursor: s.cursor, selected: s.selected, archive: this.archive, batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind] });
     } catch (err) {
       this.stage = { kind: 'idle' };
       const report = this.report(s);
@@ -92,7 +95,9 @@ export class Pruner {
     s.batches++;
     s.maxTx = Math.max(s.maxTx, batch.txMs);
     s.cursor = batch.next;
-    if (batch.next.phase !== 'done') return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, batch.readMs) : 0 };
+    s.selected = batch.prefetched;
+    // The next batch was read during this one's transaction: the pause is the store's to others.
+    if (batch.next.phase !== 'done') return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, s.selected ? 0 : batch.readMs) : 0 };
     const report = this.report(s);
     await recordSweep(this.o.store, report);
     this.o.onSweep?.(report);
