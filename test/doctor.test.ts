@@ -85,6 +85,20 @@ describe('baton doctor', () => {
     expect(out.checks.map((c) => c.check)).toContain('canary');
   });
 
+  it('warns when the data directory or its files are readable by others', async () => {
+    const { chmodSync } = await import('node:fs');
+    const healthy = JSON.parse((await baton(['doctor', '--json']).done).stdout) as Checks;
+    expect(statusOf(healthy, 'file modes')).toBe('ok');
+    chmodSync(ts.location.dataDir, 0o755);
+    try {
+      const r = JSON.parse((await baton(['doctor', '--json']).done).stdout) as Checks;
+      expect(statusOf(r, 'file modes')).toBe('warn');
+      expect(r.checks.find((c) => c.check === 'file modes')!.detail).toContain('755');
+    } finally {
+      chmodSync(ts.location.dataDir, 0o700);
+    }
+  });
+
   it('fails on a refused key', async () => {
     const r = await baton(['doctor', '--json'], { BATON_API_KEY: 'bt_0000000000000000_' + 'x'.repeat(43) }).done;
     expect(r.code).toBe(EXIT.error);

@@ -221,10 +221,15 @@ describe('baton worker', () => {
     expect(badKey.code).toBe(4);
     expect(badKey.out).toContain('unknown or revoked');
 
+    // An unreachable server is waited for, not fatal: a fleet may start before its server.
     const port = await freePort();
-    const unreachable = await run(['--agent', 'echo', '--', 'true'], { BATON_URL: `http://127.0.0.1:${port}` });
-    expect(unreachable.code).toBe(9);
-    expect(unreachable.out).toContain('cannot reach the Baton server');
+    const waiting = spawnChild([BATON_BIN, 'worker', '--agent', 'echo', '--', 'true'], { BATON_URL: `http://127.0.0.1:${port}`, BATON_API_KEY: key });
+    children.push(waiting);
+    await until('the worker says it waits', () => /cannot reach the Baton server.*retrying with backoff/.test(waiting.output()));
+    expect(waiting.proc.exitCode).toBe(null);
+    waiting.proc.kill('SIGTERM');
+    expect(await waiting.exited).toBe(0);
+    expect(waiting.output().match(/retrying with backoff/g)).toHaveLength(1); // said once, not per retry
 
     const missing = await run(['--agent', 'echo']);
     expect(missing.code).toBe(2);

@@ -68,10 +68,8 @@ export function registerDeliveryCommands(program: Command): void {
           else say(`${e.op} failed: ${e.error}`);
         },
       });
-      await worker.start(); // unknown agent / bad key / unreachable server surface here, clearly
-      say(`serving agent '${o.agent}' at ${server}, up to ${o.concurrency} at a time: ${command.join(' ')}`);
-
       let signals = 0;
+      let started = false;
       const onSignal = (sig: NodeJS.Signals) => {
         if (++signals > 1) {
           // Second signal: no more grace. Kill every task's process group, then exit.
@@ -79,11 +77,21 @@ export function registerDeliveryCommands(program: Command): void {
           say(`${sig} again: killed running commands, exiting now`);
           process.exit(130);
         }
-        say(`${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)`);
+        say(started ? `${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)` : `${sig}: stopping before the first task`);
         void worker.stop();
       };
+      // Handlers first: a worker waiting at start for its server (or database) stops cleanly too.
       process.on('SIGINT', onSignal);
       process.on('SIGTERM', onSignal);
+      try {
+        // A final answer (unknown agent, refused key) surfaces here; an unreachable or unavailable
+        // server is waited for (said once, above), so a worker may start before its server.
+        await worker.start();
+        started = true;
+      } catch (err) {
+        if (!signals) throw err;
+      }
+      if (started) say(`serving agent '${o.agent}' at ${server}, up to ${o.concurrency} at a time: ${command.join(' ')}`);
       await worker.done;
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
 import { readEnv, readRetentionEnv } from '../config.ts';
@@ -90,9 +90,23 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
   return checks;
 }
 
-/** Read-only checks of a deployment: store, migrations, server, key, canary. */
+/**
+ * The data directory and what it holds — the SQLite database (payloads, results, logs, push URLs)
+ * and the key files — must not be readable by other users: the directory 0700, the files 0600.
+ */
+export function checkFileModes(dataDir: string): Check {
+  const paths = [dataDir, ...['baton.sqlite', 'baton.sqlite-wal', 'baton.sqlite-shm', 'admin.key', 'secret.key'].map((f) => join(dataDir, f))].filter((p) => existsSync(p));
+  if (paths.length === 0) return { check: 'file modes', status: 'skip', detail: `no data directory at ${dataDir}` };
+  const loose = paths.filter((p) => (statSync(p).mode & 0o077) !== 0).map((p) => `${p} (${(statSync(p).mode & 0o777).toString(8)})`);
+  if (loose.length === 0) return { check: 'file modes', status: 'ok', detail: `${dataDir} and its files are private to their owner` };
+  return { check: 'file modes', status: 'warn', detail: `readable or writable by others: ${loose.join(', ')} — chmod 700 ${dataDir} && chmod 600 ${dataDir}/*` };
+}
+
+/** Read-only checks of a deployment: store, migrations, file modes, server, key, canary. */
 export async function runDoctor(o: ConnectionFlags): Promise<Check[]> {
-  const checks: Check[] = await checkStore(o.dataDir ?? readEnv().dataDir);
+  const dataDir = o.dataDir ?? readEnv().dataDir;
+  const checks: Check[] = await checkStore(dataDir);
+  checks.push(checkFileModes(dataDir));
   const c = connect(o);
   try {
     const r = await fetch(`${c.server}/readyz`);
