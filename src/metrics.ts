@@ -20,7 +20,7 @@ import type { Engine } from './engine/engine.ts';
 import { liveCountsByAgent } from './engine/live-counts.ts';
 import type { StoreAdapter } from './store/adapter.ts';
 import { readRetentionEnv, RETENTION_DEFAULTS } from './config.ts';
-import { readHistoryStats, type HistoryStats } from './retention/stats.ts';
+import { readHistoryStats } from './retention/stats.ts';
 
 export const processRegistry = new Registry();
 collectDefaultMetrics({ register: processRegistry });
@@ -102,24 +102,32 @@ export interface NodeMetrics {
 export function createNodeMetrics(engine: Engine): NodeMetrics {
   const registry = new Registry();
   const store = engine.store;
-  let cached: { at: number; stats: Promise<DbStats | undefined> } | undefined;
-  const stats = () => {
-    const now = Date.now();
-    if (!cached || now - cached.at > DB_GAUGE_TTL_MS) cached = { at: now, stats: readDbStats(store).catch(() => undefined) };
-    return cached.stats;
+  /**
+   * Gauges filled at scrape time from one database read, shared by all of them and cached for
+   * `ttlMs` however often Prometheus scrapes. A failed read leaves them empty (baton_store_up says so).
+   */
+  const cachedGauges = <T>(read: () => Promise<T>, ttlMs: number) => {
+    let cached: { at: number; value: Promise<T | undefined> } | undefined;
+    const current = () => {
+      const now = Date.now();
+      if (!cached || now - cached.at > ttlMs) cached = { at: now, value: read().catch(() => undefined) };
+      return cached.value;
+    };
+    const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, v: T) => void) =>
+      new Gauge<L>({
+        name,
+        help,
+        labelNames,
+        registers: [registry],
+        async collect() {
+          const v = await current();
+          this.reset();
+          if (v !== undefined) fill(this, v);
+        },
+      });
+    return { current, gauge };
   };
-  const dbGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, s: DbStats) => void) =>
-    new Gauge<L>({
-      name,
-      help,
-      labelNames,
-      registers: [registry],
-      async collect() {
-        const s = await stats();
-        this.reset();
-        if (s) fill(this, s);
-      },
-    });
+  const { current: stats, gauge: dbGauge } = cachedGauges(() => readDbStats(store), DB_GAUGE_TTL_MS);
 
   new Gauge({
     name: 'baton_store_up',
@@ -165,24 +173,7 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
       return { ...RETENTION_DEFAULTS, archiveDir: undefined };
     }
   })();
-  let historyCached: { at: number; stats: Promise<HistoryStats | undefined> } | undefined;
-  const historyStats = () => {
-    const now = Date.now();
-    if (!historyCached || now - historyCached.at > HISTORY_GAUGE_TTL_MS) historyCached = { at: now, stats: readHistoryStats(store, retentionSettings).catch(() => undefined) };
-    return historyCached.stats;
-  };
-  const historyGauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, s: HistoryStats) => void) =>
-    new Gauge<L>({
-      name,
-      help,
-      labelNames,
-      registers: [registry],
-      async collect() {
-        const s = await historyStats();
-        this.reset();
-        if (s) fill(this, s);
-      },
-    });
+  const { gauge: historyGauge } = cachedGauges(() => readHistoryStats(store, retentionSettings), HISTORY_GAUGE_TTL_MS);
   historyGauge('baton_history_rows', 'Estimated rows of history tables (PostgreSQL reltuples; SQLite rowid span)', ['table'], (g, s) => {
     for (const [table, n] of Object.entries(s.rows)) if (n !== null) g.set({ table }, n);
   });
