@@ -6,7 +6,7 @@
  *
  * Options (all optional):
  *   --store sqlite|postgres|both     default both
- *   --only w1|w2                     default both workloads
+ *   --only w1|w2|history             default both workloads (history is never in the default run)
  *   --scenarios worker,push,triggers|none   after W1/W2 (default all; triggers: PostgreSQL only)
  *   --mode http|inproc|both          default both
  *   --tasks N                        W1 tasks (default 20000)
@@ -24,6 +24,15 @@
  *   --fire-lag-processes 1,3         baton up processes firing them, one setting after another
  *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
+ *
+ * The history scenario (issue #10) runs only when asked, because at its default size it takes
+ * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
+ *   npm run bench -- --only history --store sqlite --history-n 100000   # a short run
+ *   npm run bench -- --only history                                     # both stores at 1,000,000
+ * Options: --history-n N (default 1000000), --history-reps N (probe repetitions, default 100),
+ * --history-canary-reps N (default 5), --history-schedules N (default 1000; 0 skips fire lag),
+ * --history-prune-max-s S (default 600), --history-no-prune. Saves bench/results/history-*.json,
+ * history-*.md and history-latest.md. See bench/lib/history.ts and docs/benchmarks.md.
  */
 import { execSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -42,6 +51,7 @@ import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Ver
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
+import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -75,6 +85,12 @@ const { values: a } = parseArgs({
     schedules: { type: 'string', default: '10000' },
     'fire-lag-processes': { type: 'string', default: '1,3' },
     'fire-lag-runs': { type: 'string', default: '3' },
+    'history-n': { type: 'string', default: String(HISTORY_DEFAULTS.n) },
+    'history-reps': { type: 'string', default: String(HISTORY_DEFAULTS.reps) },
+    'history-canary-reps': { type: 'string', default: String(HISTORY_DEFAULTS.canaryReps) },
+    'history-schedules': { type: 'string', default: String(HISTORY_DEFAULTS.schedules) },
+    'history-prune-max-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneMaxS) },
+    'history-no-prune': { type: 'boolean', default: false },
   },
   strict: true,
 });
@@ -91,7 +107,8 @@ function int(name: string, value: string | undefined, min = 0): number {
 }
 
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
-const workloads = choice('only', a.only, ['w1', 'w2'] as const);
+const historyOnly = a.only === 'history';
+const workloads = historyOnly ? [] : choice('only', a.only, ['w1', 'w2'] as const);
 const scenarios: Scenario[] = a.scenarios === 'none' ? [] : a.scenarios!.split(',').map((s) => {
   if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--scenarios takes ${SCENARIOS.join(',')} or none`);
   return s as Scenario;
@@ -157,7 +174,7 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     interrupted = true;
     console.error(`\n${sig}: stopping servers and dropping benchmark databases…`);
     killChildren();
-    cleanupAllDbs().finally(() => process.exit(130));
+    Promise.all([cleanupAllDbs(), cleanupHistoryDbs()]).finally(() => process.exit(130));
   });
 }
 
@@ -397,7 +414,72 @@ function anatomyText(md: boolean): string {
 
 // ── main ─────────────────────────────────────────────────────────────────────
 
+async function mainHistory(): Promise<void> {
+  const t0 = Date.now();
+  if (stores.includes('postgres')) {
+    try {
+      env.postgres = await postgresVersion(pgUrl);
+    } catch (err: any) {
+      log(`PostgreSQL at ${pgUrl} is not reachable (${err?.message ?? err}); its rows will show the error.`);
+    }
+  }
+  const n = int('history-n', a['history-n'], 1);
+  const results: HistoryResult[] = [];
+  for (const store of stores) {
+    if (interrupted) return;
+    if (store === 'postgres' && !env.postgres) {
+      results.push({ store, n, error: `PostgreSQL not reachable at ${pgUrl}` });
+      continue;
+    }
+    results.push(
+      await runHistory({
+        store,
+        pgUrl,
+        n,
+        reps: int('history-reps', a['history-reps'], 1),
+        canaryReps: int('history-canary-reps', a['history-canary-reps'], 1),
+        schedules: int('history-schedules', a['history-schedules']),
+        pruneMaxS: int('history-prune-max-s', a['history-prune-max-s'], 1),
+        noPrune: a['history-no-prune']!,
+        log,
+      }),
+    );
+  }
+  // BENCH_GIT describes the code when the bench runs from a copy of the tree without .git.
+  const gitDirty = (sh('git status --porcelain') ?? '') !== '';
+  const codeVersion = process.env.BENCH_GIT ?? `${env.git_commit}${gitDirty ? ' with uncommitted work in progress' : ''}`;
+  const setup = [
+    `Baton history benchmark — ${env.date} — node ${env.node}, ${env.cpu}, SQLite ${env.sqlite}${env.postgres ? `, PostgreSQL ${env.postgres}` : ''}, git ${codeVersion}`,
+    `N = ${n.toLocaleString('en-US')} past executions (fast path: bench/lib/history-fill.ts) over 35 days and 100 agents; the same probes on the empty store and at N, each against its own \`baton up\` process over HTTP.`,
+    `Probes: sequential repetitions (${a['history-reps']} each; metrics ${HISTORY_DEFAULTS.metricsReps}, canary ${a['history-canary-reps']}); ratio = p50 at N / p50 empty. Worst /healthz: a loop pinging every ~10 ms during the metrics scrapes, the canary cycles, and the prune.`,
+    `Prune: \`baton up\` with BATON_RETENTION_DAYS=17 removes the executions completed more than 17 days ago (about half).`,
+  ];
+  const body = results.flatMap(historyRows);
+  const text = [...setup, '', textTable(HISTORY_HEAD, body)].join('\n');
+  process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
+  if (!a['no-save']) {
+    mkdirSync(RESULTS, { recursive: true });
+    const stamp = startedAt.toISOString().replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+    const jsonName = `history-${stamp}.json`;
+    writeFileSync(join(RESULTS, jsonName), JSON.stringify({ env: { ...env, git_dirty: gitDirty, code_version: codeVersion }, options: { stores, n, argv: process.argv.slice(2) }, setup, results }, null, 2) + '\n');
+    const md = [
+      '# Baton history benchmark',
+      '',
+      `Command: \`npm run bench${process.argv.length > 2 ? ' -- ' + process.argv.slice(2).join(' ') : ''}\` · full data: [${jsonName}](./${jsonName})`,
+      '',
+      ...setup.map((l) => `- ${l}`),
+      '',
+      mdTable(HISTORY_HEAD, body),
+      '',
+    ].join('\n');
+    writeFileSync(join(RESULTS, `history-${stamp}.md`), md);
+    writeFileSync(join(RESULTS, 'history-latest.md'), md);
+    process.stdout.write(`Saved bench/results/${jsonName}, history-${stamp}.md and history-latest.md\n`);
+  }
+}
+
 async function main(): Promise<void> {
+  if (historyOnly) return mainHistory();
   const t0 = Date.now();
   if (stores.includes('postgres')) {
     try {
@@ -508,4 +590,5 @@ main()
   .finally(async () => {
     killChildren();
     await cleanupAllDbs();
+    await cleanupHistoryDbs();
   });

@@ -21,7 +21,19 @@ export interface RunningServer {
 
 const children = new Set<ChildProcess>();
 
-export async function startServer(db: BenchDb, how: 'spawn' | 'inproc', opts: { cpuProfDir?: string } = {}): Promise<RunningServer> {
+/**
+ * `port`: listen there instead of on a free port the OS picks; `env`: extra BATON_* variables
+ * for the spawned process (e.g. BATON_RETENTION_DAYS). Both apply to `spawn` only.
+ */
+export interface ServerOptions {
+  cpuProfDir?: string;
+  port?: number;
+  env?: Record<string, string>;
+  /** Run this script (relative to the repository, with tsx) instead of `bin/baton.js up`. */
+  script?: string;
+}
+
+export async function startServer(db: BenchDb, how: 'spawn' | 'inproc', opts: ServerOptions = {}): Promise<RunningServer> {
   return how === 'spawn' ? spawnServer(db, opts) : inprocServer(db);
 }
 
@@ -35,16 +47,17 @@ async function inprocServer(db: BenchDb): Promise<RunningServer> {
   return { url: node.url, key, how: 'inproc', pid: process.pid, stop: () => node.stop() };
 }
 
-async function spawnServer(db: BenchDb, opts: { cpuProfDir?: string }): Promise<RunningServer> {
+async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningServer> {
   // Only the variables that select this database: an inherited BATON_DATABASE_URL must not
   // turn a SQLite run into a PostgreSQL one.
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of Object.keys(env)) if (k.startsWith('BATON_')) delete env[k];
-  Object.assign(env, db.env, { BATON_PORT: '0', BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' });
+  Object.assign(env, db.env, { BATON_PORT: String(opts.port ?? 0), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' }, opts.env);
   // BENCH_SERVER_NODE_ARGS adds node flags for diagnosis (e.g. "--report-on-signal").
   const extra = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const nodeArgs = [...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []), ...extra];
-  const child = spawn(process.execPath, [...nodeArgs, 'bin/baton.js', 'up'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const entry = opts.script ? ['--import', 'tsx', opts.script] : ['bin/baton.js', 'up'];
+  const child = spawn(process.execPath, [...nodeArgs, ...entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   let stderr = '';
   let partial = '';

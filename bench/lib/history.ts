@@ -1,0 +1,850 @@
+/**
+ * The `history` scenario (issue #10): does Baton stay fast as its history grows?
+ *
+ * One database per store (SQLite file under /tmp/bench-history-*, or a PostgreSQL schema
+ * bench_history_*), 100 agents `hist-000`…`hist-099` created through the engine. Then:
+ *   1. empty store: start `baton up` (its own process, port 7600+), run the probes, stop it;
+ *   2. fill N past executions through the fast path (bench/lib/history-fill.ts), ANALYZE,
+ *      measure bytes on disk per execution;
+ *   3. at N: start `baton up` again, the same probes, stop it;
+ *   4. prune: start `baton up` with BATON_RETENTION_DAYS=17 on the history spread over 35 days,
+ *      so the retention pruner removes about half of it; meanwhile /healthz is pinged every
+ *      ~10 ms and one submit→claim→complete runs every ~100 ms. Prune rate from the pruner's
+ *      record (retention_state) and a count at the end. If no pruner runs (no pass recorded
+ *      within --history-prune-detect-s), the scenario prints "pruner not available".
+ *
+ * Probes, each over a fixed number of sequential repetitions (latency from request to the
+ * parsed answer): submit → claim → complete on a history agent; agents list; executions list
+ * (first page; agent + status filter; a cursor page 30 days deep); one execution with its
+ * timeline; the dashboard overview (what web/src/pages/Overview.tsx loads: agents, the 8
+ * latest failures, canary status — in parallel, as the page does); a metrics scrape; a canary
+ * cycle (POST /v1/canary/run); 1,000 schedules due at one instant (fire lag, measured by
+ * bench/lib/triggers-fire-lag.ts, own `baton up`). During the canary cycles and the metrics
+ * scrapes a concurrent loop pings /healthz every ~10 ms and keeps the worst latency.
+ *
+ * Targets: every probe at N within 1.5× of its empty-store figure (p50); a canary cycle ≤ 1 s
+ * at N; worst /healthz ≤ 100 ms throughout; pruning ≥ 20,000 executions/s.
+ */
+import { mkdtempSync, rmSync, statSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import type { StoreKind } from '../../src/store/adapter.ts';
+import { openPostgres } from '../../src/store/postgres.ts';
+import { openSqlite } from '../../src/store/sqlite.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import { fillHistory, type FillAgent, type FillResult } from './history-fill.ts';
+import { cpuMeter, pgBackendTicks, waitForQuiet } from './cpu.ts';
+import { startServer, type RunningServer } from './server.ts';
+import { sleep, summarize, type LatencySummary } from './stats.ts';
+import type { BenchDb } from './stores.ts';
+import { runFireLag } from './triggers-fire-lag.ts';
+
+export interface HistoryConfig {
+  store: StoreKind;
+  pgUrl: string;
+  n: number;
+  days: number;
+  retentionDays: number;
+  /** Ports basePort … basePort + 9. */
+  basePort: number;
+  reps: number;
+  canaryReps: number;
+  metricsReps: number;
+  schedules: number;
+  pruneDetectS: number;
+  pruneMaxS: number;
+  batch: number;
+  /** Skip the prune phase. */
+  noPrune: boolean;
+  log: (line: string) => void;
+}
+
+export const HISTORY_DEFAULTS: Omit<HistoryConfig, 'store' | 'pgUrl' | 'log'> = {
+  n: 1_000_000,
+  days: 35,
+  retentionDays: 17,
+  basePort: 7600,
+  reps: 100,
+  canaryReps: 5,
+  metricsReps: 20,
+  schedules: 1000,
+  pruneDetectS: 60,
+  pruneMaxS: 600,
+  batch: 10_000,
+  noPrune: false,
+};
+
+export const PROBES = [
+  'healthz',
+  'submit_claim_complete',
+  'agents_list',
+  'executions_first_page',
+  'executions_agent_status',
+  'executions_deep_cursor',
+  'execution_detail',
+  'dashboard_overview',
+  'metrics_scrape',
+  'canary_cycle',
+] as const;
+export type ProbeName = (typeof PROBES)[number];
+
+export const PROBE_LABEL: Record<ProbeName, string> = {
+  healthz: 'GET /healthz (reference)',
+  submit_claim_complete: 'submit → claim → complete',
+  agents_list: 'agents list',
+  executions_first_page: 'executions list, first page',
+  executions_agent_status: 'executions list, agent + status=failed',
+  executions_deep_cursor: 'executions list, cursor page 30 days deep',
+  execution_detail: 'one execution with its timeline',
+  dashboard_overview: 'dashboard overview (agents, 8 failures, canary)',
+  metrics_scrape: 'GET /metrics',
+  canary_cycle: 'canary cycle (POST /v1/canary/run)',
+};
+
+export interface StateResult {
+  /** Executions in the store when the probes ran. */
+  executions: number;
+  probes: Partial<Record<ProbeName, LatencySummary>>;
+  /**
+   * CPU milliseconds per repetition spent by the server process (and, on PostgreSQL, the
+   * backends serving it) during each probe: steadier than latency on a shared machine.
+   */
+  cpu_ms_per_op: Partial<Record<ProbeName, number | null>>;
+  /** Machine busy % (all cores) during each probe: other jobs show here. */
+  machine_busy_pct: Partial<Record<ProbeName, number | null>>;
+  busy_before_pct: number | null;
+  /** submit → claim (the claim returned the task), within the submit_claim_complete probe. */
+  submit_to_claim: LatencySummary;
+  /** Worst /healthz latency while each of these ran (ms), and pings sent. */
+  healthz_worst: { startup: number; canary: number; metrics: number };
+  healthz_pings: { startup: number; canary: number; metrics: number };
+  /** The first canary cycle this probe run asked for, ms (the others are in probes.canary_cycle). */
+  canary_first_ms: number;
+  canary_first_report?: unknown;
+  /** When the first cycle had not read the whole event log: the cycles it took to catch up. */
+  canary_catch_up?: { cycles: number; seconds: number; events_read: number; worst_cycle_ms: number; caught_up: boolean };
+  fire_lag?: { schedules: number; fired: number; p50: number; p99: number; drain_ms: number; cpu_s: number | null } | { error: string };
+  errors: string[];
+}
+
+export interface PruneResult {
+  available: boolean;
+  note?: string;
+  eligible?: number;
+  removed?: number;
+  seconds?: number;
+  /** Executions removed per second: from `baton up` reporting it is up to the count of old rows reaching 0 (polled every second). */
+  rate_per_s?: number;
+  /** The pruner's own figure: retention_state.last_executions / last_duration_ms of its sweep. */
+  own_rate_per_s?: number;
+  first_removal_after_s?: number;
+  /** retention_state after each sweep that removed executions. */
+  sweeps?: Array<Record<string, unknown>>;
+  /** [ms since up, old rows left]. */
+  progress?: Array<[number, number]>;
+  retention_state?: Record<string, unknown>;
+  healthz_worst_ms?: number;
+  healthz_pings?: number;
+  healthz_over_100ms?: number;
+  submit_to_claim?: LatencySummary;
+  submit_errors?: number;
+  remaining?: number;
+}
+
+export interface HistoryResult {
+  store: StoreKind;
+  n: number;
+  fill?: FillResult;
+  bytes?: { empty: number; full: number; per_execution: number; per_execution_net: number; how: string };
+  empty?: StateResult;
+  full?: StateResult;
+  prune?: PruneResult;
+  error?: string;
+}
+
+// ── database ────────────────────────────────────────────────────────────────
+
+interface HistoryDb extends BenchDb {
+  file?: string;
+}
+
+const liveDbs = new Set<HistoryDb>();
+/** Last-resort cleanup (after an error or Ctrl-C): the scenario's databases. */
+export async function cleanupHistoryDbs(): Promise<void> {
+  for (const db of [...liveDbs]) await db.cleanup().catch(() => {});
+}
+
+function historyDb(kind: StoreKind, pgUrl: string): HistoryDb {
+  const db = makeHistoryDb(kind, pgUrl);
+  const cleanup = db.cleanup;
+  db.cleanup = async () => {
+    liveDbs.delete(db);
+    await cleanup();
+  };
+  liveDbs.add(db);
+  return db;
+}
+
+function makeHistoryDb(kind: StoreKind, pgUrl: string): HistoryDb {
+  const dataDir = mkdtempSync(`/tmp/bench-history-${kind}-`);
+  if (kind === 'sqlite') {
+    const file = join(dataDir, 'baton.sqlite');
+    return {
+      kind,
+      dataDir,
+      file,
+      env: { BATON_DATA_DIR: dataDir },
+      async open() {
+        const s = openSqlite(file);
+        await s.migrate();
+        return s;
+      },
+      async cleanup() {
+        rmSync(dataDir, { recursive: true, force: true });
+      },
+    };
+  }
+  const schema = `bench_history_${Date.now().toString(36)}`;
+  return {
+    kind,
+    dataDir,
+    url: pgUrl,
+    schema,
+    env: { BATON_DATA_DIR: dataDir, BATON_DATABASE_URL: pgUrl, BATON_PG_SCHEMA: schema },
+    async open(opts = {}) {
+      const s = openPostgres({ url: pgUrl, schema, poolMax: opts.poolMax });
+      await s.migrate();
+      return s;
+    },
+    async cleanup() {
+      const c = new pg.Client({ connectionString: pgUrl });
+      await c.connect();
+      try {
+        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      } finally {
+        await c.end();
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Small read-only queries from the bench process while `baton up` serves the database. */
+interface Peek {
+  one<T = Record<string, unknown>>(sqlText: string, params?: unknown[]): Promise<T | undefined>;
+  close(): Promise<void>;
+}
+async function peek(db: HistoryDb): Promise<Peek> {
+  if (db.kind === 'sqlite') {
+    const d = new Database(db.file!, { readonly: true, fileMustExist: true });
+    d.pragma('busy_timeout = 5000');
+    return {
+      async one(text, params = []) {
+        return d.prepare(text.replace(/\$\d+/g, '?')).get(...params) as never;
+      },
+      async close() {
+        d.close();
+      },
+    };
+  }
+  const c = new pg.Client({ connectionString: db.url, options: `-c search_path=${db.schema}` });
+  await c.connect();
+  return {
+    async one(text, params = []) {
+      return (await c.query(text, params)).rows[0];
+    },
+    async close() {
+      await c.end();
+    },
+  };
+}
+
+async function countExecutions(db: HistoryDb): Promise<number> {
+  const p = await peek(db);
+  try {
+    return Number((await p.one<{ n: number }>('SELECT count(*) AS n FROM executions'))!.n);
+  } finally {
+    await p.close();
+  }
+}
+
+async function bytesOnDisk(db: HistoryDb): Promise<number> {
+  if (db.kind === 'sqlite') {
+    const d = new Database(db.file!);
+    try {
+      d.pragma('wal_checkpoint(TRUNCATE)');
+    } finally {
+      d.close();
+    }
+    const wal = `${db.file}-wal`;
+    return statSync(db.file!).size + (existsSync(wal) ? statSync(wal).size : 0);
+  }
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  try {
+    const r = await c.query(
+      `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint AS b FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'm')`,
+      [db.schema],
+    );
+    return Number(r.rows[0].b);
+  } finally {
+    await c.end();
+  }
+}
+
+// ── HTTP ────────────────────────────────────────────────────────────────────
+
+class Http {
+  constructor(readonly url: string, readonly key: string) {}
+  async call(method: string, path: string, body?: unknown, timeoutMs = 180_000): Promise<{ status: number; body: any }> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.key}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path} → ${res.status} ${text.slice(0, 300)}`);
+    const type = res.headers.get('content-type') ?? '';
+    return { status: res.status, body: type.includes('json') && text ? JSON.parse(text) : text };
+  }
+}
+
+/** Pings /healthz every `everyMs` until stopped; keeps every latency. */
+function healthzLoop(url: string, everyMs = 10) {
+  const sample: number[] = [];
+  let running = true;
+  const done = (async () => {
+    while (running) {
+      const t0 = performance.now();
+      try {
+        const r = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(30_000) });
+        await r.text();
+      } catch {
+        /* counted by its latency */
+      }
+      const dt = performance.now() - t0;
+      sample.push(dt);
+      if (dt < everyMs) await sleep(everyMs - dt);
+    }
+  })();
+  return {
+    sample,
+    async stop() {
+      running = false;
+      await done;
+      return { worst: sample.length ? Math.round(Math.max(...sample) * 10) / 10 : NaN, pings: sample.length, over100: sample.filter((x) => x > 100).length };
+    },
+  };
+}
+
+async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
+  const t0 = performance.now();
+  const out = await fn();
+  return [performance.now() - t0, out];
+}
+
+/**
+ * Every probe server runs with the canary timer off and retention off, so each probe measures
+ * itself: the canary's cost is its own probe, the pruner's its own phase (the default
+ * retention, 30 days, would otherwise start pruning this 35-day history during the probes).
+ */
+const QUIET: Record<string, string> = { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: '0' };
+/** After the first canary cycle, more only while the probe's canary time stays under this. */
+const CANARY_BUDGET_MS = 120_000;
+/** The canary's catch-up over the filled event log, at most this long. */
+const CATCH_UP_BUDGET_MS = 400_000;
+/** Any other probe: more repetitions only while it has taken less than this. */
+const PROBE_BUDGET_MS = 60_000;
+
+const enc = encodeURIComponent;
+const agentName = (i: number) => `hist-${String(i).padStart(3, '0')}`;
+/** A cursor as the API returns it: base64url of "created_at:id" (src/api/routes/executions.ts). */
+const cursor = (createdAt: number, id: string) => Buffer.from(`${createdAt}:${id}`).toString('base64url');
+
+// ── probes ──────────────────────────────────────────────────────────────────
+
+async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port: number, detailIds: string[], firePrefix: string): Promise<StateResult> {
+  const errors: string[] = [];
+  const executions = await countExecutions(db);
+  // The machine is shared: wait (up to 30 s) for it to calm down, and record how busy it was.
+  const busyBefore = await waitForQuiet(25, 30_000);
+  cfg.log(`  [${label}] machine ${busyBefore ?? '?'} % busy before the probes`);
+  const server = await startServer(db, 'spawn', { port, env: QUIET });
+  const http = new Http(server.url, server.key);
+  const probes: Partial<Record<ProbeName, LatencySummary>> = {};
+  const cpuPerOp: Partial<Record<ProbeName, number | null>> = {};
+  const busy: Partial<Record<ProbeName, number | null>> = {};
+  const pgTicks = () => (cfg.store === 'postgres' ? pgBackendTicks(cfg.pgUrl, [server.pid]) : Promise.resolve(undefined));
+  const meterStart = async () => {
+    const before = await pgTicks();
+    const m = cpuMeter(server.pid);
+    return async (name: ProbeName, reps: number) => {
+      const after = await pgTicks();
+      const u = m.stop(before, after);
+      const cpu = u.server_s === null ? null : u.server_s + (u.postgres_s ?? 0);
+      cpuPerOp[name] = cpu === null || reps === 0 ? null : Math.round((cpu * 1000 * 100) / reps) / 100;
+      busy[name] = u.machine_busy_pct;
+    };
+  };
+  const submitToClaim: number[] = [];
+  const worst = { startup: NaN, canary: NaN, metrics: NaN };
+  const pings = { startup: 0, canary: 0, metrics: 0 };
+  let canaryFirst = NaN;
+  let catchUp: StateResult['canary_catch_up'];
+  let canaryFirstReport: unknown;
+  const log = (m: string) => cfg.log(`  [${label}] ${m}`);
+  try {
+    // The first 5 s after start (scheduler, reaper, dispatcher loops start), pinging meanwhile.
+    {
+      const hz = healthzLoop(server.url);
+      await sleep(5_000);
+      const h = await hz.stop();
+      worst.startup = h.worst;
+      pings.startup = h.pings;
+    }
+    const reps = cfg.reps;
+    const measure = async (name: ProbeName, n: number, fn: (i: number) => Promise<unknown>) => {
+      const sample: number[] = [];
+      const stopMeter = await meterStart();
+      try {
+        const t0 = performance.now();
+        for (let i = 0; i < n; i++) {
+          // A probe that became slow stops after PROBE_BUDGET_MS (with at least 5 repetitions).
+          if (i >= 5 && performance.now() - t0 > PROBE_BUDGET_MS) {
+            log(`${name}: stopped after ${i} repetitions (over ${PROBE_BUDGET_MS / 1000} s)`);
+            break;
+          }
+          sample.push((await timed(() => fn(i)))[0]);
+        }
+        await stopMeter(name, sample.length);
+        probes[name] = summarize(sample);
+        log(`${PROBE_LABEL[name]}: p50 ${probes[name]!.p50.toFixed(2)} ms, p99 ${probes[name]!.p99.toFixed(2)} ms; CPU ${cpuPerOp[name] ?? '?'} ms/op; machine ${busy[name] ?? '?'} % busy`);
+      } catch (err: any) {
+        errors.push(`${name}: ${err?.message ?? err}`);
+        log(`${name} FAILED: ${err?.message ?? err}`);
+        if (sample.length) probes[name] = summarize(sample);
+      }
+    };
+    await measure('healthz', reps, () => http.call('GET', '/healthz'));
+    // Submit → claim → complete on a history agent (warm up a few first).
+    const probeAgent = agentName(0);
+    const made: string[] = [];
+    const cycle = async (record: boolean) => {
+      const t0 = performance.now();
+      const sub = (await http.call('POST', `/v1/agents/${probeAgent}/executions`, { message: 'probe', payload: { probe: label } })).body;
+      const claimed = (await http.call('POST', `/v1/agents/${probeAgent}/claim`, { worker_id: 'bench-probe', max: 1, wait_seconds: 5 })).body;
+      const t1 = performance.now();
+      const task = claimed?.tasks?.[0];
+      if (!task) throw new Error('claim returned no task');
+      if (task.execution_id !== sub.execution_id) throw new Error(`claimed ${task.execution_id}, submitted ${sub.execution_id}`);
+      await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, { lease_token: task.lease_token, status: 'succeeded', result: { ok: true } });
+      if (record) submitToClaim.push(t1 - t0);
+      made.push(task.execution_id);
+    };
+    for (let i = 0; i < 10; i++) await cycle(false);
+    await measure('submit_claim_complete', reps, () => cycle(true));
+    await measure('agents_list', reps, () => http.call('GET', '/v1/agents'));
+    await measure('executions_first_page', reps, () => http.call('GET', '/v1/executions?limit=50'));
+    await measure('executions_agent_status', reps, (i) => http.call('GET', `/v1/executions?agent=${agentName((i * 7) % 100)}&status=failed&limit=50`));
+    const deep = Date.now() - 30 * 86_400_000;
+    await measure('executions_deep_cursor', reps, (i) => http.call('GET', `/v1/executions?limit=50&cursor=${cursor(deep + i * 60_000, 'ex_zzzzzzzzzzzzzzzzzzzzzz')}`));
+    const ids = detailIds.length ? detailIds : made;
+    await measure('execution_detail', reps, (i) => http.call('GET', `/v1/executions/${enc(ids[i % ids.length]!)}`));
+    await measure('dashboard_overview', reps, () =>
+      Promise.all([http.call('GET', '/v1/agents'), http.call('GET', '/v1/executions?status=failed&limit=8'), http.call('GET', '/v1/canary')]),
+    );
+    {
+      const hz = healthzLoop(server.url);
+      await measure('metrics_scrape', cfg.metricsReps, () => http.call('GET', '/metrics'));
+      const h = await hz.stop();
+      worst.metrics = h.worst;
+      pings.metrics = h.pings;
+    }
+    {
+      const hz = healthzLoop(server.url);
+      const sample: number[] = [];
+      let stopMeter = await meterStart();
+      try {
+        let c0 = performance.now();
+        for (let i = 0; i < cfg.canaryReps; i++) {
+          if (i === 1) {
+            c0 = performance.now();
+            stopMeter = await meterStart(); // CPU per cycle of the measured cycles only
+          }
+          if (i > 1 && performance.now() - c0 > CANARY_BUDGET_MS) {
+            log(`canary: stopped after ${i} cycles (over ${CANARY_BUDGET_MS / 1000} s)`);
+            break;
+          }
+          const [ms, r] = await timed(() => http.call('POST', '/v1/canary/run', undefined, 900_000));
+          if (i === 0) {
+            canaryFirst = Math.round(ms * 10) / 10;
+            canaryFirstReport = summarizeReport(r.body);
+            // The fill wrote its events behind the canary's back; a canary that follows the
+            // event log (checkpoints) reads them in bounded chunks first. Let it catch up (as
+            // it would have while the history grew), timing that apart, then measure cycles.
+            if (r.body?.events && r.body.events.caught_up === false) {
+              const k0 = performance.now();
+              let cycles = 1;
+              let read = Number(r.body.events.read ?? 0);
+              let worstCycle = ms;
+              let caught = false;
+              while (performance.now() - k0 < CATCH_UP_BUDGET_MS) {
+                const [m2, r2] = await timed(() => http.call('POST', '/v1/canary/run', undefined, 900_000));
+                cycles++;
+                worstCycle = Math.max(worstCycle, m2);
+                read += Number(r2.body?.events?.read ?? 0);
+                if (r2.body?.events?.caught_up !== false) {
+                  caught = true;
+                  break;
+                }
+              }
+              catchUp = { cycles, seconds: Math.round((ms + performance.now() - k0) / 100) / 10, events_read: read, worst_cycle_ms: Math.round(worstCycle), caught_up: caught };
+              log(`canary catch-up: ${cycles} cycles, ${catchUp.seconds} s, ${read.toLocaleString('en-US')} events, slowest cycle ${catchUp.worst_cycle_ms} ms${caught ? '' : ' (not caught up within the budget)'}`);
+            }
+            continue; // the first cycle is reported on its own; the probe is the cycles after it
+          }
+          sample.push(ms);
+        }
+        await stopMeter('canary_cycle', sample.length);
+        probes.canary_cycle = summarize(sample);
+        log(`canary cycle: first ${canaryFirst} ms, p50 ${probes.canary_cycle.p50.toFixed(1)} ms`);
+      } catch (err: any) {
+        errors.push(`canary_cycle: ${err?.message ?? err}`);
+        log(`canary FAILED: ${err?.message ?? err}`);
+      }
+      const h = await hz.stop();
+      worst.canary = h.worst;
+      pings.canary = h.pings;
+      log(`worst /healthz: startup ${worst.startup} ms, metrics ${worst.metrics} ms, canary ${worst.canary} ms`);
+    }
+  } finally {
+    await closeFetchPool();
+    await server.stop();
+  }
+  // 1,000 schedules due at one instant, fired by one `baton up` (its own process).
+  let fire: StateResult['fire_lag'];
+  if (cfg.schedules > 0) {
+    try {
+      const r = await runFireLag({ store: cfg.store, pgUrl: cfg.pgUrl, db, schedules: cfg.schedules, agents: 100, processes: 1, agentPrefix: firePrefix, basePort: port + 1, serverEnv: QUIET });
+      fire = { schedules: r.schedules, fired: r.fired, p50: r.lagMs.p50, p99: r.lagMs.p99, drain_ms: r.drainMs, cpu_s: r.cpuS };
+      log(`${cfg.schedules} schedules: fire lag p50 ${r.lagMs.p50} ms, p99 ${r.lagMs.p99} ms (${r.fired} fired)`);
+    } catch (err: any) {
+      fire = { error: String(err?.message ?? err) };
+      errors.push(`fire_lag: ${err?.message ?? err}`);
+      log(`fire lag FAILED: ${err?.message ?? err}`);
+    }
+  }
+  return {
+    executions,
+    probes,
+    cpu_ms_per_op: cpuPerOp,
+    machine_busy_pct: busy,
+    busy_before_pct: busyBefore,
+    submit_to_claim: summarize(submitToClaim),
+    healthz_worst: worst,
+    healthz_pings: pings,
+    canary_first_ms: canaryFirst,
+    canary_first_report: canaryFirstReport,
+    canary_catch_up: catchUp,
+    fire_lag: fire,
+    errors,
+  };
+}
+
+function summarizeReport(r: any): unknown {
+  if (!r || typeof r !== 'object') return r;
+  const { results, invariants, ...rest } = r;
+  return rest;
+}
+
+/** Drop pooled keep-alive connections before stopping a server (see bench/lib/drivers.ts). */
+async function closeFetchPool(): Promise<void> {
+  const key = Symbol.for('undici.globalDispatcher.1');
+  const g = globalThis as unknown as Record<symbol, { constructor: new () => unknown; destroy?: () => Promise<void> } | undefined>;
+  const current = g[key];
+  if (!current || typeof current.destroy !== 'function') return;
+  g[key] = new current.constructor() as never;
+  await current.destroy().catch(() => {});
+}
+
+// ── prune ───────────────────────────────────────────────────────────────────
+
+async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promise<PruneResult> {
+  const p = await peek(db);
+  const log = (m: string) => cfg.log(`  [prune] ${m}`);
+  let server: RunningServer | undefined;
+  try {
+    const cutoff = Date.now() - cfg.retentionDays * 86_400_000;
+    const countOld = async () => Number((await p.one<{ n: number }>('SELECT count(*) AS n FROM executions WHERE completed_at < $1', [cutoff]))!.n);
+    const eligible = await countOld();
+    const stateOf = async () => (await p.one<Record<string, unknown>>(`SELECT * FROM retention_state WHERE id = 'retention'`)) ?? {};
+    const before = await stateOf();
+    log(`${eligible.toLocaleString('en-US')} executions completed more than ${cfg.retentionDays} days ago; starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`);
+    const t0 = Date.now();
+    // bench/lib/history-node.ts: `baton up` whose pruner starts its first sweep after ~1 s, not 10 min.
+    server = await startServer(db, 'spawn', { port, script: 'bench/lib/history-node.ts', env: { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: String(cfg.retentionDays), BENCH_PRUNE_INTERVAL_MS: '1000' } });
+    const up = Date.now();
+    const http = new Http(server.url, server.key);
+    const hz = healthzLoop(server.url);
+    // submit → claim → complete every ~100 ms while the pruner works.
+    const s2c: number[] = [];
+    let submitErrors = 0;
+    let looping = true;
+    const loop = (async () => {
+      while (looping) {
+        try {
+          const t = performance.now();
+          await http.call('POST', `/v1/agents/${agentName(1)}/executions`, { message: 'probe', payload: { probe: 'prune' } });
+          const claimed = (await http.call('POST', `/v1/agents/${agentName(1)}/claim`, { worker_id: 'bench-prune', max: 1, wait_seconds: 10 })).body;
+          const task = claimed?.tasks?.[0];
+          if (task) {
+            s2c.push(performance.now() - t);
+            await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, { lease_token: task.lease_token, status: 'succeeded' });
+          } else submitErrors++;
+        } catch {
+          submitErrors++;
+        }
+        await sleep(100);
+      }
+    })();
+    // Progress by counting (the pruner records a sweep in retention_state only when it ends):
+    // the old rows left, every second, through the executions_completed index.
+    let available = false;
+    let note: string | undefined;
+    let left = eligible;
+    let firstDropAt: number | null = null;
+    let doneAt: number | null = null;
+    let lastProgressAt = Date.now();
+    const progress: Array<[number, number]> = [];
+    // The pruner's own records: one per sweep that removed executions.
+    const sweeps: Array<Record<string, unknown>> = [];
+    let lastSeen = before.last_completed_at;
+    const watchState = async () => {
+      const st = await stateOf();
+      if (st.last_completed_at !== lastSeen) {
+        lastSeen = st.last_completed_at;
+        if (Number(st.last_executions ?? 0) > 0) sweeps.push(st);
+      }
+      return st;
+    };
+    for (;;) {
+      await sleep(1000);
+      await watchState();
+      const now = Date.now();
+      const n = await countOld();
+      progress.push([now - up, n]);
+      if (n < left) {
+        available = true;
+        firstDropAt ??= now;
+        lastProgressAt = now;
+        left = n;
+      }
+      if (available && left === 0) {
+        doneAt = now;
+        break;
+      }
+      // The sweep that removed rows is recorded and the count stands still: done (the pruner may
+      // keep a few rows past the window on purpose; they show as `remaining`).
+      if (available && sweeps.length > 0 && progress.length >= 2 && progress[progress.length - 2]![1] === n) {
+        doneAt = lastProgressAt;
+        break;
+      }
+      if (!available && now - up > cfg.pruneDetectS * 1000) {
+        note = `pruner not available: no execution past the window was removed within ${cfg.pruneDetectS} s of starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`;
+        break;
+      }
+      if (available && now - lastProgressAt > 60_000) {
+        note = `the pruner stopped making progress with ${left.toLocaleString('en-US')} of ${eligible.toLocaleString('en-US')} left`;
+        break;
+      }
+      if (now - t0 > cfg.pruneMaxS * 1000) {
+        note = `stopped after --history-prune-max-s ${cfg.pruneMaxS} s with ${left.toLocaleString('en-US')} left`;
+        break;
+      }
+    }
+    // Keep pinging until the sweep is recorded (then a few seconds of SQLite's vacuum steps).
+    let state = await watchState();
+    if (available) {
+      const until = Date.now() + 60_000;
+      while (Date.now() < until && sweeps.length === 0) {
+        await sleep(500);
+        state = await watchState();
+      }
+      await sleep(5_000);
+      state = await watchState();
+    }
+    looping = false;
+    await loop;
+    const h = await hz.stop();
+    if (!available) {
+      log(note!);
+      cfg.log('pruner not available');
+      return { available: false, note, eligible, healthz_worst_ms: h.worst, healthz_pings: h.pings, healthz_over_100ms: h.over100, submit_to_claim: summarize(s2c), submit_errors: submitErrors };
+    }
+    const removed = eligible - left;
+    const end = doneAt ?? lastProgressAt;
+    const seconds = Math.max(0.001, (end - up) / 1000);
+    const ownExec = sweeps.reduce((a, x) => a + Number(x.last_executions ?? 0), 0);
+    const ownMs = sweeps.reduce((a, x) => a + Number(x.last_duration_ms ?? 0), 0);
+    const out: PruneResult = {
+      available: true,
+      note,
+      eligible,
+      removed,
+      seconds: Math.round(seconds * 10) / 10,
+      rate_per_s: Math.round(removed / seconds),
+      own_rate_per_s: ownExec > 0 && ownMs > 0 ? Math.round(ownExec / (ownMs / 1000)) : undefined,
+      first_removal_after_s: firstDropAt ? Math.round((firstDropAt - up) / 100) / 10 : undefined,
+      retention_state: state,
+      sweeps,
+      progress,
+      healthz_worst_ms: h.worst,
+      healthz_pings: h.pings,
+      healthz_over_100ms: h.over100,
+      submit_to_claim: summarize(s2c),
+      submit_errors: submitErrors,
+      remaining: left,
+    };
+    log(`removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`);
+    return out;
+  } finally {
+    await closeFetchPool();
+    await server?.stop();
+    await p.close();
+  }
+}
+
+// ── the scenario ────────────────────────────────────────────────────────────
+
+export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig, 'store' | 'pgUrl' | 'log'>): Promise<HistoryResult> {
+  const cfg: HistoryConfig = { ...HISTORY_DEFAULTS, ...c };
+  const out: HistoryResult = { store: cfg.store, n: cfg.n };
+  const db = historyDb(cfg.store, cfg.pgUrl);
+  const port = cfg.basePort + (cfg.store === 'postgres' ? 50 : 0);
+  cfg.log(`▶ ${cfg.store} history: ${db.kind === 'sqlite' ? db.file : `schema ${db.schema}`}`);
+  try {
+    // Agents through the engine, as an operator would make them.
+    const agents: FillAgent[] = [];
+    {
+      const s = await db.open();
+      const e = new Engine({ store: s, nodeId: 'bench-history' });
+      for (let i = 0; i < 100; i++) {
+        const a = { name: agentName(i), max_parallel: [1, 2, 3, 4, 8][i % 5]! };
+        await e.createAgent({ ...a, max_backlog: 10_000 }, 'bench');
+        agents.push(a);
+      }
+      e.close();
+      await s.close();
+    }
+    cfg.log(`  empty store: probes …`);
+    out.empty = await runProbes(cfg, db, 'empty', port, [], 'hfe-');
+    const emptyBytes = await bytesOnDisk(db);
+
+    cfg.log(`  filling ${cfg.n.toLocaleString('en-US')} executions over ${cfg.days} days …`);
+    out.fill = await fillHistory(
+      { kind: cfg.store, file: db.file, url: db.url, schema: db.schema },
+      { n: cfg.n, agents, days: cfg.days, now: Date.now(), batch: cfg.batch, seed: 10, log: cfg.log },
+    );
+    cfg.log(`  filled in ${out.fill.seconds} s (${out.fill.executions_per_s.toLocaleString('en-US')}/s), ANALYZE ${out.fill.analyze_seconds} s`);
+    const fullBytes = await bytesOnDisk(db);
+    out.bytes = {
+      empty: emptyBytes,
+      full: fullBytes,
+      per_execution: Math.round(fullBytes / cfg.n),
+      per_execution_net: Math.round((fullBytes - emptyBytes) / cfg.n),
+      how: db.kind === 'sqlite' ? 'SQLite main file + WAL after wal_checkpoint(TRUNCATE)' : "sum of pg_total_relation_size over the schema's tables (heap, TOAST, indexes)",
+    };
+    cfg.log(`  ${(fullBytes / 2 ** 20).toFixed(0)} MiB on disk: ${out.bytes.per_execution.toLocaleString('en-US')} bytes per execution`);
+
+    // Ids to read back: spread over the whole history.
+    const detailIds: string[] = [];
+    {
+      const p = await peek(db);
+      try {
+        const span = out.fill.newest_created_at - out.fill.oldest_created_at;
+        for (let i = 0; i < 100; i++) {
+          const at = Math.floor(out.fill.oldest_created_at + (span * (i + 0.5)) / 100);
+          const r = await p.one<{ id: string }>('SELECT id FROM executions WHERE created_at >= $1 ORDER BY created_at LIMIT 1', [at]);
+          if (r) detailIds.push(r.id);
+        }
+      } finally {
+        await p.close();
+      }
+    }
+    cfg.log(`  at ${cfg.n.toLocaleString('en-US')}: probes …`);
+    out.full = await runProbes(cfg, db, `N=${cfg.n}`, port + 10, detailIds, 'hfn-');
+    if (!cfg.noPrune) {
+      cfg.log(`  prune half of the history …`);
+      out.prune = await runPrune(cfg, db, port + 20);
+    }
+    return out;
+  } catch (err: any) {
+    cfg.log(`  history failed: ${err?.stack ?? err}`);
+    out.error = String(err?.message ?? err);
+    return out;
+  } finally {
+    await db.cleanup().catch((err) => cfg.log(`  cleanup failed: ${err?.message ?? err}`));
+  }
+}
+
+// ── output ──────────────────────────────────────────────────────────────────
+
+const f = (x: number | undefined | null, d = 1) => (x === undefined || x === null || Number.isNaN(x) ? '–' : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+
+export const HISTORY_HEAD = ['store', 'probe', 'empty p50 / p95 / p99 ms', 'at N p50 / p95 / p99 ms', 'ratio p50', 'target', '', 'CPU ms/op empty → N (machine busy %)'];
+
+/** Table rows: one per probe, then canary, /healthz, fire lag, prune, bytes. */
+export function historyRows(r: HistoryResult): string[][] {
+  const rows: string[][] = [];
+  const s = r.store;
+  if (r.error) rows.push([s, 'history', 'FAILED', r.error.split('\n')[0]!.slice(0, 120), '', '', '']);
+  const e = r.empty;
+  const n = r.full;
+  const trip = (x?: LatencySummary) => (x ? `${f(x.p50, 2)} / ${f(x.p95, 2)} / ${f(x.p99, 2)}` : '–');
+  for (const name of PROBES) {
+    const a = e?.probes[name];
+    const b = n?.probes[name];
+    const ratio = a && b ? b.p50 / a.p50 : NaN;
+    let target = '≤ 1.5×';
+    let verdict = a && b ? (ratio <= 1.5 ? 'met' : 'MISSED') : '';
+    if (name === 'healthz') {
+      target = 'reference';
+      verdict = '';
+    }
+    if (name === 'canary_cycle') {
+      target = '≤ 1.5× and ≤ 1,000 ms';
+      verdict = a && b ? (ratio <= 1.5 && b.p50 <= 1000 ? 'met' : 'MISSED') : '';
+    }
+    const ce = e?.cpu_ms_per_op?.[name];
+    const cn = n?.cpu_ms_per_op?.[name];
+    const cpu = ce === undefined && cn === undefined ? '' : `${f(ce, 2)} → ${f(cn, 2)} (${e?.machine_busy_pct?.[name] ?? '?'} %, ${n?.machine_busy_pct?.[name] ?? '?'} %)`;
+    rows.push([s, PROBE_LABEL[name], trip(a), trip(b), f(ratio, 2) + '×', target, verdict, cpu]);
+  }
+  if (e && n) {
+    rows.push([s, 'submit → claim (part of the cycle)', trip(e.submit_to_claim), trip(n.submit_to_claim), f(n.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×', '≤ 1.5×', n.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED']);
+    rows.push([s, 'first canary cycle after start', `${f(e.canary_first_ms, 0)} ms`, `${f(n.canary_first_ms, 0)} ms`, f(n.canary_first_ms / e.canary_first_ms, 1) + '×', '≤ 1,000 ms', n.canary_first_ms <= 1000 ? 'met' : 'MISSED']);
+    const cu = n.canary_catch_up;
+    if (cu) rows.push([s, 'canary catch-up over the filled event log', '', `${cu.cycles} cycles in ${f(cu.seconds, 1)} s, ${f(cu.events_read, 0)} events, slowest ${f(cu.worst_cycle_ms, 0)} ms${cu.caught_up ? '' : ' — NOT caught up'}`, '', 'each cycle ≤ 1,000 ms', cu.worst_cycle_ms <= 1000 ? 'met' : 'MISSED']);
+    for (const k of ['startup', 'metrics', 'canary'] as const) {
+      rows.push([s, `worst /healthz during ${k === 'startup' ? 'startup (first background cycles)' : k === 'metrics' ? 'metrics scrapes' : 'canary cycles'}`, `${f(e.healthz_worst[k], 1)} ms`, `${f(n.healthz_worst[k], 1)} ms`, '', '≤ 100 ms', n.healthz_worst[k] <= 100 ? 'met' : 'MISSED']);
+    }
+    const fl = (x: StateResult['fire_lag']) => (!x ? '–' : 'error' in x ? `error: ${x.error.slice(0, 60)}` : `p50 ${f(x.p50, 0)} / p99 ${f(x.p99, 0)} ms (${x.fired} fired)`);
+    const fe = e.fire_lag && !('error' in e.fire_lag) ? e.fire_lag : undefined;
+    const fn = n.fire_lag && !('error' in n.fire_lag) ? n.fire_lag : undefined;
+    const fr = fe && fn ? fn.p99 / fe.p99 : NaN;
+    if (e.fire_lag || n.fire_lag) rows.push([s, `${fe?.schedules ?? fn?.schedules ?? ''} schedules due at once: fire lag`, fl(e.fire_lag), fl(n.fire_lag), f(fr, 2) + '× (p99)', '≤ 1.5×', Number.isNaN(fr) ? '' : fr <= 1.5 ? 'met' : 'MISSED']);
+  }
+  if (r.prune) {
+    const p = r.prune;
+    if (!p.available) rows.push([s, 'prune half of the history', '', 'pruner not available', '', '≥ 20,000 /s', '']);
+    else {
+      const rate = p.own_rate_per_s ?? p.rate_per_s ?? 0;
+      rows.push([s, 'prune half of the history: rate', '', `${f(p.own_rate_per_s, 0)} executions/s by the pruner's record (sweep time); counted: ${f(p.removed, 0)} gone ${f(p.seconds, 1)} s after start = ${f(p.rate_per_s, 0)}/s${p.note ? ` — ${p.note}` : ''}`, '', '≥ 20,000 /s', rate >= 20_000 ? 'met' : 'MISSED']);
+      rows.push([s, 'worst /healthz during the prune', '', `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms)`, '', '≤ 100 ms', (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED']);
+      if (p.submit_to_claim) rows.push([s, 'submit → claim during the prune', '', trip(p.submit_to_claim) + ` (max ${f(p.submit_to_claim.max, 0)})`, e ? f(p.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×' : '', '≤ 1.5×', e ? (p.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED') : '']);
+    }
+  }
+  if (r.bytes) rows.push([s, 'bytes on disk per execution', `${f(r.bytes.empty / 2 ** 20, 1)} MiB total`, `${f(r.bytes.per_execution, 0)} B (${f(r.bytes.full / 2 ** 20, 0)} MiB total)`, '', '—', '']);
+  if (r.fill) rows.push([s, 'fill (fast path, not a Baton figure)', '', `${f(r.fill.executions, 0)} in ${f(r.fill.seconds, 1)} s (${f(r.fill.executions_per_s, 0)}/s) + ANALYZE ${f(r.fill.analyze_seconds, 1)} s`, '', '', '']);
+  for (const err of [...(e?.errors ?? []), ...(n?.errors ?? [])]) rows.push([s, 'error', '', err.split('\n')[0]!.slice(0, 120), '', '', '']);
+  return rows;
+}
