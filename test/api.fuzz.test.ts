@@ -168,6 +168,10 @@ const RAW_BODIES = [
   '{', '}', '[', '{"name":', '{"name": "a",}', "{'name': 'a'}", 'nul', 'undefined', 'NaN', '1e999', '-', '""', '"\\ud800"',
   '{"__proto__": {"admin": true}}', '{"constructor": {"prototype": {"x": 1}}}', '{"message": "m", "message": 5}',
   '\u0000', '\uFEFF{}', '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]', 'name=a&scope=admin',
+  // Nesting deep enough to overflow a recursive walk (JSON.stringify, redaction): refused up front.
+  '['.repeat(5000) + ']'.repeat(5000),
+  '{"message":"m","payload":' + '{"a":'.repeat(4000) + '1' + '}'.repeat(4000) + '}',
+  '{"lease_token":"LEASE","status":"succeeded","result":' + '['.repeat(5000) + ']'.repeat(5000) + '}',
 ];
 const CONTENT_TYPES = [
   'application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON', 'text/plain', 'application/x-www-form-urlencoded',
@@ -198,7 +202,7 @@ const segment = (valid: string[]) =>
 const agentParam = segment([AGENT, 'no-such-agent', 'a']);
 const idParam = () => segment([queuedId, runningId, 'ex_doesnotexist', 'x']);
 
-const QUERY_KEYS = ['agent', 'status', 'schedule_id', 'since', 'until', 'limit', 'cursor', 'follow', 'after'];
+const QUERY_KEYS = ['agent', 'status', 'schedule_id', 'since', 'until', 'limit', 'cursor', 'follow', 'after', 'before', 'full', 'state'];
 const queryString = fc.oneof(
   { arbitrary: fc.constant(''), weight: 3 },
   {
@@ -208,6 +212,8 @@ const queryString = fc.oneof(
           fc.oneof(fc.constantFrom(...QUERY_KEYS), fc.string({ maxLength: 8 })),
           fc.oneof(
             fc.constantFrom('', 'true', '1', 'running', 'queued,running', 'queued,,bogus', '0', '-1', '501', '1e999', '2.5', 'abc', 'AGENT', AGENT, '2026-13-45T99:99:99Z', 'MTox', '%%%', Buffer.from('99999999999999999999:ex_a').toString('base64url')),
+            // Numbers past every column type (int4, int8, a double's integers).
+            fc.constantFrom('2147483647', '2147483648', '-2147483649', '9223372036854775807', '9223372036854775808', '1e20', '9007199254740993', '-9223372036854775809'),
             fc.string({ unit: 'binary', maxLength: 20 }),
           ),
         ),

@@ -55,7 +55,8 @@ export const ViolationsQuery = z.strictObject({
   severity: z.enum(['critical', 'warning']).optional(),
   subject: z.string().regex(/^[A-Za-z0-9_:.-]{1,128}$/, 'must be an id').optional(),
   limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
-  before: z.coerce.number().int().min(1).optional().describe('violations with a smaller id (next page)'),
+  // An id is a BIGINT, read into a JS number: beyond 2^53 it cannot name a row exactly (nor, past 2^63, fit the column).
+  before: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional().describe('violations with a smaller id (next page)'),
 });
 export const ViolationPage = z.object({ violations: z.array(Violation), next_before: z.number().int().nullable() });
 
