@@ -5,7 +5,15 @@ import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
 const json = (text: string | null) => (text === null ? null : JSON.parse(text));
 
-export function executionView(r: ExecutionRow) {
+/** The columns a full execution and a list item show alike. */
+type ExecutionFields = Pick<
+  ExecutionRow,
+  | 'id' | 'agent' | 'status' | 'attempt' | 'trigger_kind' | 'origin' | 'priority' | 'schedule_id' | 'scheduled_for' | 'run_after'
+  | 'created_at' | 'queued_at' | 'started_at' | 'completed_at' | 'duration_ms' | 'lease_owner' | 'lease_expires_at' | 'heartbeat_at'
+  | 'deadline_at' | 'cancel_requested_at' | 'usage' | 'retry_of' | 'retry_number' | 'idempotency_key'
+>;
+
+function executionFields(r: ExecutionFields) {
   return {
     id: r.id,
     agent: r.agent,
@@ -13,8 +21,6 @@ export function executionView(r: ExecutionRow) {
     attempt: r.attempt,
     trigger: r.trigger_kind,
     origin: json(r.origin),
-    message: r.message,
-    payload: json(r.payload),
     priority: r.priority,
     schedule_id: r.schedule_id,
     scheduled_for: iso(r.scheduled_for),
@@ -29,13 +35,22 @@ export function executionView(r: ExecutionRow) {
     heartbeat_at: iso(r.heartbeat_at),
     deadline_at: iso(r.deadline_at),
     cancel_requested_at: iso(r.cancel_requested_at),
-    result: json(r.result),
-    error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
     usage: json(r.usage),
     retry_of: r.retry_of,
     retry_number: r.retry_number,
     idempotency_key: r.idempotency_key,
   };
+}
+
+/** A whole execution: bodies (message, payload, result, error) in full. */
+export function executionView(r: ExecutionRow) {
+  // Object.assign rather than a spread into a literal: this runs for every claim and completion.
+  return Object.assign(executionFields(r), {
+    message: r.message,
+    payload: json(r.payload),
+    result: json(r.result),
+    error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
+  });
 }
 export type ExecutionView = ReturnType<typeof executionView>;
 
@@ -56,36 +71,12 @@ export function preview(text: string | null): string | null {
  * comes from GET /v1/executions/{id}.
  */
 export function executionListView(r: ExecutionListRow) {
-  return {
-    id: r.id,
-    agent: r.agent,
-    status: r.status,
-    attempt: r.attempt,
-    trigger: r.trigger_kind,
-    origin: json(r.origin),
+  return Object.assign(executionFields(r), {
     message: preview(r.message_head)!,
     payload_preview: preview(r.payload_head),
-    priority: r.priority,
-    schedule_id: r.schedule_id,
-    scheduled_for: iso(r.scheduled_for),
-    run_after: iso(r.run_after),
-    created_at: iso(r.created_at)!,
-    queued_at: iso(r.queued_at),
-    started_at: iso(r.started_at),
-    completed_at: iso(r.completed_at),
-    duration_ms: r.duration_ms === null ? null : Number(r.duration_ms),
-    lease_owner: r.lease_owner,
-    lease_expires_at: iso(r.lease_expires_at),
-    heartbeat_at: iso(r.heartbeat_at),
-    deadline_at: iso(r.deadline_at),
-    cancel_requested_at: iso(r.cancel_requested_at),
     result_preview: preview(r.result_head),
     error: r.error_code === null && r.error_head === null ? null : { code: r.error_code, message: preview(r.error_head) },
-    usage: json(r.usage),
-    retry_of: r.retry_of,
-    retry_number: r.retry_number,
-    idempotency_key: r.idempotency_key,
-  };
+  });
 }
 export type ExecutionListView = ReturnType<typeof executionListView>;
 
