@@ -98,7 +98,15 @@ async function main() {
   if (fresh) {
     for (const ag of agents) await engine.createAgent({ name: ag.name, max_parallel: ag.max_parallel, max_backlog: 1000 }, 'bench');
     log(`filling ${n.toLocaleString('en-US')} executions into ${kind} ${where} …`);
-    const r = await fillHistory(kind === 'sqlite' ? { kind, file: where } : { kind, url: a['pg-url'], schema: where }, { n, agents, days: 35, now: Date.now(), batch: 10_000, seed: 1, log });
+    const r = await fillHistory(kind === 'sqlite' ? { kind, file: where } : { kind, url: a['pg-url'], schema: where }, {
+      n,
+      agents,
+      days: 35,
+      now: Date.now(),
+      batch: 10_000,
+      seed: 1,
+      log,
+    });
     log(`filled: ${r.executions} executions, ${r.events} events in ${r.seconds} s`);
   }
   const h = monitorEventLoopDelay({ resolution: 5 });
@@ -117,7 +125,9 @@ async function main() {
     const longest = stalls.stop();
     const busy = performance.eventLoopUtilization(elu);
     h.disable();
-    log(`${label.padEnd(28)} ${summary(r)}; main thread busy ${Math.round(busy.active)} ms; ${delay()}; busiest stretch ${longest.cpu} ms CPU (in a ${longest.wall} ms gap)`);
+    log(
+      `${label.padEnd(28)} ${summary(r)}; main thread busy ${Math.round(busy.active)} ms; ${delay()}; busiest stretch ${longest.cpu} ms CPU (in a ${longest.wall} ms gap)`,
+    );
     return r;
   };
 
@@ -131,11 +141,17 @@ async function main() {
     }
   } else {
     // Skip history the way an upgraded database would after catching up: checkpoints at the head.
-    const head = await store.db.selectFrom('execution_events').select((eb) => eb.fn.max<number>('id').as('m')).executeTakeFirstOrThrow();
+    const head = await store.db
+      .selectFrom('execution_events')
+      .select((eb) => eb.fn.max<number>('id').as('m'))
+      .executeTakeFirstOrThrow();
     await store.db.deleteFrom('canary_checkpoints').execute();
     const t = Date.now();
     for (const inv of ['E-02', 'E-03', 'E-07', 'E-08', 'S-02', 'G-03', 'G-04']) {
-      await store.db.insertInto('canary_checkpoints').values({ invariant: inv, event_id: Number(head.m), state: null, updated_at: t }).execute();
+      await store.db
+        .insertInto('canary_checkpoints')
+        .values({ invariant: inv, event_id: Number(head.m), state: null, updated_at: t })
+        .execute();
     }
     log(`checkpoints set at the head (event ${head.m})`);
   }

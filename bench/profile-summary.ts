@@ -29,7 +29,10 @@ interface Profile {
   endTime: number;
 }
 
-const { values, positionals } = parseArgs({ allowPositionals: true, options: { top: { type: 'string', default: '30' }, filter: { type: 'string' } } });
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { top: { type: 'string', default: '30' }, filter: { type: 'string' } },
+});
 if (positionals.length === 0) {
   console.error('usage: profile-summary.ts <file.cpuprofile> [--top N] [--filter substring]');
   process.exit(2);
@@ -98,10 +101,15 @@ for (const file of positionals) {
   const ms = (us: number) => `${(us / 1000).toFixed(0).padStart(7)} ms`;
   const show = (title: string, m: Map<string, number>) => {
     console.log(`\n${title}`);
-    const entries = [...m].filter(([k]) => !values.filter || k.includes(values.filter)).sort((x, y) => y[1] - x[1]).slice(0, top);
+    const entries = [...m]
+      .filter(([k]) => !values.filter || k.includes(values.filter))
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, top);
     for (const [k, v] of entries) console.log(`${ms(v)} ${pct(v)}  ${k}`);
   };
-  console.log(`${file}\n  wall ${((p.endTime - p.startTime) / 1e6).toFixed(2)} s, busy (non-idle) ${(busy / 1e6).toFixed(2)} s; percentages are of busy time`);
+  console.log(
+    `${file}\n  wall ${((p.endTime - p.startTime) / 1e6).toFixed(2)} s, busy (non-idle) ${(busy / 1e6).toFixed(2)} s; percentages are of busy time`,
+  );
   show('self time by package / file', selfByBucket);
   show('inclusive time by package / file (a sample counts once per bucket on its stack)', inclByBucket);
   show('self time by function', selfByFn);

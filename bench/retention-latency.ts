@@ -18,7 +18,15 @@ import { Pruner } from '../src/retention/pruner.ts';
 import { openSqlite } from '../src/store/sqlite.ts';
 import { seedHistory } from '../test/helpers/history.ts';
 
-const { values: args } = parseArgs({ options: { count: { type: 'string', default: '100000' }, tasks: { type: 'string', default: '300' }, 'gap-ms': { type: 'string', default: '15' }, 'pause-factor': { type: 'string', default: '1' }, batch: { type: 'string' } } });
+const { values: args } = parseArgs({
+  options: {
+    count: { type: 'string', default: '100000' },
+    tasks: { type: 'string', default: '300' },
+    'gap-ms': { type: 'string', default: '15' },
+    'pause-factor': { type: 'string', default: '1' },
+    batch: { type: 'string' },
+  },
+});
 const dir = mkdtempSync(join(tmpdir(), 'baton-retention-latency-'));
 const store = openSqlite(join(dir, 'baton.sqlite'));
 const DAY = 86_400_000;
@@ -55,10 +63,18 @@ try {
     loop.disable();
     const xs = [...latencies].sort((a, b) => a - b);
     const q = (p: number) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))]!.toFixed(1);
-    console.log(`${label}: ${xs.length} tasks, submit→claim p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms, max ${q(1)} ms; event-loop delay max ${(loop.max / 1e6).toFixed(1)} ms, p99 ${(loop.percentile(99) / 1e6).toFixed(1)} ms`);
+    console.log(
+      `${label}: ${xs.length} tasks, submit→claim p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms, max ${q(1)} ms; event-loop delay max ${(loop.max / 1e6).toFixed(1)} ms, p99 ${(loop.percentile(99) / 1e6).toFixed(1)} ms`,
+    );
   };
   await phase('pruner idle');
-  const pruner = new Pruner({ store, settings: { retentionDays: 30, auditRetentionDays: 365 }, nodeId: 'bench', pauseFactor: Number(args['pause-factor']), batchSize: args.batch ? Number(args.batch) : undefined });
+  const pruner = new Pruner({
+    store,
+    settings: { retentionDays: 30, auditRetentionDays: 365 },
+    nodeId: 'bench',
+    pauseFactor: Number(args['pause-factor']),
+    batchSize: args.batch ? Number(args.batch) : undefined,
+  });
   let sweeping = true;
   let maxTx = 0;
   let removed = 0;
@@ -69,7 +85,9 @@ try {
       if (out.report) {
         maxTx = out.report.max_tx_ms;
         removed = out.report.executions;
-        console.log(`sweep: ${removed} executions in ${((performance.now() - t0) / 1000).toFixed(1)} s = ${Math.round(removed / ((performance.now() - t0) / 1000))} executions/s paced; longest batch transaction ${maxTx.toFixed(1)} ms`);
+        console.log(
+          `sweep: ${removed} executions in ${((performance.now() - t0) / 1000).toFixed(1)} s = ${Math.round(removed / ((performance.now() - t0) / 1000))} executions/s paced; longest batch transaction ${maxTx.toFixed(1)} ms`,
+        );
         sweeping = false;
       }
       if (out.nextInMs === undefined) break;

@@ -45,13 +45,19 @@ try {
   let bytes: number;
   if (store.kind === 'postgres') {
     await sql`ANALYZE`.execute(store.db);
-    const r = await sql<{ b: string }>`SELECT sum(pg_total_relation_size(c.oid))::bigint AS b FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ${schema} AND c.relkind = 'r'`.execute(store.db);
+    const r = await sql<{
+      b: string;
+    }>`SELECT sum(pg_total_relation_size(c.oid))::bigint AS b FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ${schema} AND c.relkind = 'r'`.execute(
+      store.db,
+    );
     bytes = Number(r.rows[0]!.b);
   } else {
     await sql`PRAGMA wal_checkpoint(TRUNCATE)`.execute(store.db);
     bytes = statSync(join(dir, 'baton.sqlite')).size;
   }
-  console.log(`seeded ${count} executions in ${seedS.toFixed(1)} s; ${(bytes / 2 ** 20).toFixed(1)} MiB, ${(bytes / count).toFixed(0)} bytes per execution`);
+  console.log(
+    `seeded ${count} executions in ${seedS.toFixed(1)} s; ${(bytes / 2 ** 20).toFixed(1)} MiB, ${(bytes / count).toFixed(0)} bytes per execution`,
+  );
   console.log('stats before:', JSON.stringify(await readHistoryStats(store, { retentionDays: 30, auditRetentionDays: 365 })));
 
   const archive = args.archive ? new ArchiveWriter(join(dir, 'archive')) : undefined;
@@ -62,7 +68,15 @@ try {
   let selected: Awaited<ReturnType<typeof pruneOnce>>['prefetched'];
   while (cursor.phase !== 'done') {
     // As the server's pruner does: the next batch is read while this one deletes.
-    const b = await pruneOnce({ store, settings: { retentionDays: 30, auditRetentionDays: 365 }, now, cursor, batchSize, archive, selected });
+    const b = await pruneOnce({
+      store,
+      settings: { retentionDays: 30, auditRetentionDays: 365 },
+      now,
+      cursor,
+      batchSize,
+      archive,
+      selected,
+    });
     if (b.txMs > 0) txs.push(b.txMs);
     removed += b.executions;
     cursor = b.next;
@@ -71,7 +85,9 @@ try {
   const pruneS = (performance.now() - p0) / 1000;
   txs.sort((a, b) => a - b);
   const q = (p: number) => txs[Math.min(txs.length - 1, Math.floor(p * txs.length))]!.toFixed(1);
-  console.log(`pruned ${removed} executions in ${pruneS.toFixed(2)} s = ${Math.round(removed / pruneS)} executions/s (back to back, batch ${batchSize}${archive ? ', archived' : ''})`);
+  console.log(
+    `pruned ${removed} executions in ${pruneS.toFixed(2)} s = ${Math.round(removed / pruneS)} executions/s (back to back, batch ${batchSize}${archive ? ', archived' : ''})`,
+  );
   console.log(`batch transactions: ${txs.length}, p50 ${q(0.5)} ms, p99 ${q(0.99)} ms, max ${txs[txs.length - 1]!.toFixed(1)} ms`);
   if (store.kind === 'sqlite') {
     let steps = 0;
@@ -84,7 +100,9 @@ try {
       if (left === 0) break;
     }
     await sql`PRAGMA wal_checkpoint(TRUNCATE)`.execute(store.db);
-    console.log(`incremental vacuum: ${steps} steps of 2048 pages, longest ${longest.toFixed(1)} ms; file now ${(statSync(join(dir, 'baton.sqlite')).size / 2 ** 20).toFixed(1)} MiB`);
+    console.log(
+      `incremental vacuum: ${steps} steps of 2048 pages, longest ${longest.toFixed(1)} ms; file now ${(statSync(join(dir, 'baton.sqlite')).size / 2 ** 20).toFixed(1)} MiB`,
+    );
   }
 } finally {
   await store.close();

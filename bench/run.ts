@@ -109,10 +109,13 @@ function int(name: string, value: string | undefined, min = 0): number {
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const historyOnly = a.only === 'history';
 const workloads = historyOnly ? [] : choice('only', a.only, ['w1', 'w2'] as const);
-const scenarios: Scenario[] = a.scenarios === 'none' ? [] : a.scenarios!.split(',').map((s) => {
-  if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--scenarios takes ${SCENARIOS.join(',')} or none`);
-  return s as Scenario;
-});
+const scenarios: Scenario[] =
+  a.scenarios === 'none'
+    ? []
+    : a.scenarios!.split(',').map((s) => {
+        if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--scenarios takes ${SCENARIOS.join(',')} or none`);
+        return s as Scenario;
+      });
 const scenarioResults: Partial<Record<StoreKind, ScenarioResults | { error: string }>> = {};
 const modes = choice('mode', a.mode, ['http', 'inproc'] as const);
 const serverHow = choice('server', a.server, ['spawn', 'inproc'] as const)[0]!;
@@ -127,8 +130,13 @@ const w1: Omit<W1Config, 'agentPrefix' | 'tasks'> = {
   submitConcurrency: int('submit-concurrency', a['submit-concurrency'], 1),
   idleWaitMs: int('idle-wait-ms', a['idle-wait-ms'], 0),
 };
-const warmupTasks = a['warmup-tasks'] !== undefined ? int('warmup-tasks', a['warmup-tasks']) : Math.min(2000, Math.max(200, Math.floor(tasks / 10)));
-const w2cfg = { submits: int('w2-submits', a['w2-submits'], 1), warmup: int('w2-warmup', a['w2-warmup']), settleMs: int('w2-settle-ms', a['w2-settle-ms']) };
+const warmupTasks =
+  a['warmup-tasks'] !== undefined ? int('warmup-tasks', a['warmup-tasks']) : Math.min(2000, Math.max(200, Math.floor(tasks / 10)));
+const w2cfg = {
+  submits: int('w2-submits', a['w2-submits'], 1),
+  warmup: int('w2-warmup', a['w2-warmup']),
+  settleMs: int('w2-settle-ms', a['w2-settle-ms']),
+};
 const anatomyReps = int('anatomy-reps', a['anatomy-reps']);
 const quietPct = int('quiet-pct', a['quiet-pct']);
 const quietMaxMs = int('quiet-max-s', a['quiet-max-s']) * 1000;
@@ -141,7 +149,9 @@ const TARGETS = {
 
 function sh(cmd: string): string | null {
   try {
-    return execSync(cmd, { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    return execSync(cmd, { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] })
+      .toString()
+      .trim();
   } catch {
     return null;
   }
@@ -205,14 +215,22 @@ interface Ctx {
 }
 
 /** Runs `fn` with a driver on a fresh database, then tears everything down (then `after`, on the closed database). */
-async function withDriver<T>(store: StoreKind, mode: 'http' | 'inproc', label: string, fn: (c: Ctx) => Promise<T>, after?: (db: BenchDb) => Promise<void>): Promise<T> {
+async function withDriver<T>(
+  store: StoreKind,
+  mode: 'http' | 'inproc',
+  label: string,
+  fn: (c: Ctx) => Promise<T>,
+  after?: (db: BenchDb) => Promise<void>,
+): Promise<T> {
   const db = freshDb(store, pgUrl, label);
   let server: RunningServer | undefined;
   let driver: Driver | undefined;
   let closeStore: (() => Promise<void>) | undefined;
   try {
     if (mode === 'http') {
-      const profDir = a['server-cpu-prof'] ? join(RESULTS, 'profiles', `${startedAt.toISOString().replace(/[:.]/g, '-')}-${label}`) : undefined;
+      const profDir = a['server-cpu-prof']
+        ? join(RESULTS, 'profiles', `${startedAt.toISOString().replace(/[:.]/g, '-')}-${label}`)
+        : undefined;
       if (profDir) mkdirSync(profDir, { recursive: true });
       server = await startServer(db, serverHow, { cpuProfDir: profDir });
       driver = httpDriver(server.url, server.key);
@@ -262,7 +280,11 @@ async function phaseW1(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> 
       const cfg: W1Config = { ...w1, tasks, agentPrefix: 'w1-' };
       const agents = await setupAgents(driver, cfg, tasks);
       if (warmupTasks > 0) {
-        const warmAgents = await setupAgents(driver, { ...cfg, agents: Math.min(cfg.loops, cfg.agents), agentPrefix: 'warm-' }, warmupTasks);
+        const warmAgents = await setupAgents(
+          driver,
+          { ...cfg, agents: Math.min(cfg.loops, cfg.agents), agentPrefix: 'warm-' },
+          warmupTasks,
+        );
         await runW1(driver, { ...cfg, tasks: warmupTasks, agentPrefix: 'warm-' }, warmAgents);
       }
       const meter = await meterFor(store, serverPid);
@@ -297,7 +319,8 @@ async function phaseW2(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> 
 
 // ── output ───────────────────────────────────────────────────────────────────
 
-const fmt = (n: number | undefined, d = 0) => (n === undefined || Number.isNaN(n) ? '' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+const fmt = (n: number | undefined, d = 0) =>
+  n === undefined || Number.isNaN(n) ? '' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d });
 const VIA = { http: 'HTTP', inproc: 'in-process' };
 
 function tableRows(): string[][] {
@@ -306,7 +329,9 @@ function tableRows(): string[][] {
     const base = [r.store, r.workload.toUpperCase(), VIA[r.mode]];
     const c = r.cpu;
     const opt = (x: number | null | undefined, none: string) => (x === null || x === undefined ? none : fmt(x, 1));
-    const cpu = c ? `${fmt(c.bench_s, 1)} / ${opt(c.server_s, '–')} / ${r.store === 'postgres' ? opt(c.postgres_s, '?') : '–'} / ${opt(c.other_s, '?')}` : '';
+    const cpu = c
+      ? `${fmt(c.bench_s, 1)} / ${opt(c.server_s, '–')} / ${r.store === 'postgres' ? opt(c.postgres_s, '?') : '–'} / ${opt(c.other_s, '?')}`
+      : '';
     if (r.error) {
       out.push([...base, 'ERROR', '', '', '', '', '', '', r.error.split('\n')[0]!.slice(0, 80)]);
     } else if (r.w1) {
@@ -347,19 +372,41 @@ function perTask(r: Row): string {
   if (!c || !r.w1) return '';
   const ms = (s: number) => fmt((1000 * s) / r.w1!.tasks, 2);
   const pgPart = c.postgres_s !== undefined && c.postgres_s !== null ? `, PostgreSQL ${ms(c.postgres_s)} ms` : '';
-  return c.server_s === null ? `CPU/task: in-process ${ms(c.bench_s)} ms${pgPart}; ` : `CPU/task: server ${ms(c.server_s)} ms, load gen ${ms(c.bench_s)} ms${pgPart}; `;
+  return c.server_s === null
+    ? `CPU/task: in-process ${ms(c.bench_s)} ms${pgPart}; `
+    : `CPU/task: server ${ms(c.server_s)} ms, load gen ${ms(c.bench_s)} ms${pgPart}; `;
 }
-const HEAD = ['store', 'workload', 'via', 'tasks/s', 'submits/s', 'p50 ms', 'p95 ms', 'p99 ms', 'CPU s gen/srv/pg/other', 'target', 'notes'];
+const HEAD = [
+  'store',
+  'workload',
+  'via',
+  'tasks/s',
+  'submits/s',
+  'p50 ms',
+  'p95 ms',
+  'p99 ms',
+  'CPU s gen/srv/pg/other',
+  'target',
+  'notes',
+];
 const NUMERIC = new Set([3, 4, 5, 6, 7, 8]);
 
 function textTable(head: string[], body: string[][]): string {
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => (r[i] ?? '').length)));
-  const line = (r: string[]) => r.map((c, i) => (NUMERIC.has(i) && head === HEAD ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  const line = (r: string[]) =>
+    r
+      .map((c, i) => (NUMERIC.has(i) && head === HEAD ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
   return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 function mdTable(head: string[], body: string[][]): string {
   const esc = (c: string) => c.replace(/\|/g, '\\|');
-  return [`| ${head.join(' | ')} |`, `|${head.map((_, i) => (NUMERIC.has(i) && head === HEAD ? '---:' : '---')).join('|')}|`, ...body.map((r) => `| ${r.map(esc).join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map((_, i) => (NUMERIC.has(i) && head === HEAD ? '---:' : '---')).join('|')}|`,
+    ...body.map((r) => `| ${r.map(esc).join(' | ')} |`),
+  ].join('\n');
 }
 
 function describeSetup(): string[] {
@@ -387,9 +434,16 @@ function describeSetup(): string[] {
         : `HTTP: server is startNode() in this same process (shares the load generator's event loop); load generator = BatonClient (fetch).`,
     );
   }
-  if (modes.includes('inproc')) lines.push(`In-process: new Engine({store}) in this process, engine.submit / claim / complete; default store options (PostgreSQL pool max 10).`);
-  lines.push(`Each (store, workload, via) runs on a fresh database: new SQLite file in a temp dir, or a new PostgreSQL schema; all dropped afterwards.`);
-  lines.push(`CPU s gen/srv/pg/other: CPU seconds used during the measured part by this process (load generator; for in-process runs, everything), the server process, the PostgreSQL backends serving them, and the rest of the machine (other jobs: the machine is shared).`);
+  if (modes.includes('inproc'))
+    lines.push(
+      `In-process: new Engine({store}) in this process, engine.submit / claim / complete; default store options (PostgreSQL pool max 10).`,
+    );
+  lines.push(
+    `Each (store, workload, via) runs on a fresh database: new SQLite file in a temp dir, or a new PostgreSQL schema; all dropped afterwards.`,
+  );
+  lines.push(
+    `CPU s gen/srv/pg/other: CPU seconds used during the measured part by this process (load generator; for in-process runs, everything), the server process, the PostgreSQL backends serving them, and the rest of the machine (other jobs: the machine is shared).`,
+  );
   return lines;
 }
 
@@ -398,14 +452,23 @@ function anatomyText(md: boolean): string {
   for (const [store, ops] of Object.entries(anatomy)) {
     if (!ops) continue;
     const pgCol = ops.some((o) => o.postgres_cpu_ms !== undefined);
-    const head = ['store', 'operation (in-process, alone)', 'statements', 'mean ms', ...(pgCol ? ['PostgreSQL CPU ms'] : []), 'statements by kind'];
+    const head = [
+      'store',
+      'operation (in-process, alone)',
+      'statements',
+      'mean ms',
+      ...(pgCol ? ['PostgreSQL CPU ms'] : []),
+      'statements by kind',
+    ];
     const body = ops.map((o) => [
       store,
       o.op,
       fmt(o.statements, 1),
       fmt(o.mean_ms, 3),
       ...(pgCol ? [o.postgres_cpu_ms === null || o.postgres_cpu_ms === undefined ? '?' : fmt(o.postgres_cpu_ms, 2)] : []),
-      Object.entries(o.by_kind).map(([k, v]) => `${k} ${v}`).join(', '),
+      Object.entries(o.by_kind)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', '),
     ]);
     out.push(md ? mdTable(head, body) : textTable(head, body));
   }
@@ -459,9 +522,24 @@ async function mainHistory(): Promise<void> {
   process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
   if (!a['no-save']) {
     mkdirSync(RESULTS, { recursive: true });
-    const stamp = startedAt.toISOString().replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+    const stamp = startedAt
+      .toISOString()
+      .replace(/\.\d+Z$/, 'Z')
+      .replace(/:/g, '-');
     const jsonName = `history-${stamp}.json`;
-    writeFileSync(join(RESULTS, jsonName), JSON.stringify({ env: { ...env, git_dirty: gitDirty, code_version: codeVersion }, options: { stores, n, argv: process.argv.slice(2) }, setup, results }, null, 2) + '\n');
+    writeFileSync(
+      join(RESULTS, jsonName),
+      JSON.stringify(
+        {
+          env: { ...env, git_dirty: gitDirty, code_version: codeVersion },
+          options: { stores, n, argv: process.argv.slice(2) },
+          setup,
+          results,
+        },
+        null,
+        2,
+      ) + '\n',
+    );
     const md = [
       '# Baton history benchmark',
       '',
@@ -493,15 +571,23 @@ async function main(): Promise<void> {
       for (const mode of modes) {
         if (interrupted) return;
         log(`▶ ${store} ${w.toUpperCase()} ${VIA[mode]} …`);
-        const busyBefore = await waitForQuiet(quietPct, quietMaxMs, (b) => log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`));
+        const busyBefore = await waitForQuiet(quietPct, quietMaxMs, (b) =>
+          log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`),
+        );
         const started = Date.now();
         try {
           if (store === 'postgres' && !env.postgres) throw new Error(`PostgreSQL not reachable at ${pgUrl}`);
           const row = w === 'w1' ? await phaseW1(store, mode) : await phaseW2(store, mode);
           row.busy_before_pct = busyBefore;
           rows.push(row);
-          if (row.w1) log(`  ${fmt(row.w1.tasks_per_s)} tasks/s, submits ${fmt(row.w1.submits_per_s)}/s (${((Date.now() - started) / 1000).toFixed(1)} s)`);
-          if (row.w2) log(`  p50 ${fmt(row.w2.wake.p50, 2)} ms, p95 ${fmt(row.w2.wake.p95, 2)} ms, p99 ${fmt(row.w2.wake.p99, 2)} ms (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+          if (row.w1)
+            log(
+              `  ${fmt(row.w1.tasks_per_s)} tasks/s, submits ${fmt(row.w1.submits_per_s)}/s (${((Date.now() - started) / 1000).toFixed(1)} s)`,
+            );
+          if (row.w2)
+            log(
+              `  p50 ${fmt(row.w2.wake.p50, 2)} ms, p95 ${fmt(row.w2.wake.p95, 2)} ms, p99 ${fmt(row.w2.wake.p99, 2)} ms (${((Date.now() - started) / 1000).toFixed(1)} s)`,
+            );
         } catch (err: any) {
           log(`  failed: ${err?.stack ?? err}`);
           rows.push({ store, workload: w, mode, error: String(err?.message ?? err) });
@@ -511,12 +597,17 @@ async function main(): Promise<void> {
     if (anatomyReps > 0 && (store !== 'postgres' || env.postgres) && !interrupted) {
       log(`▶ ${store} statements per operation …`);
       try {
-        const blockMeter = store === 'postgres' ? async () => (await meterFor(store, process.pid)) : undefined;
+        const blockMeter = store === 'postgres' ? async () => await meterFor(store, process.pid) : undefined;
         anatomy[store] = await withDriver(store, 'inproc', 'anatomy', ({ driver }) =>
-          probeAnatomy(driver, anatomyReps, blockMeter && (async () => {
-            const m = await blockMeter();
-            return { stop: async () => (await m.stop()).postgres_s ?? null };
-          })),
+          probeAnatomy(
+            driver,
+            anatomyReps,
+            blockMeter &&
+              (async () => {
+                const m = await blockMeter();
+                return { stop: async () => (await m.stop()).postgres_s ?? null };
+              }),
+          ),
         );
       } catch (err: any) {
         log(`  failed: ${err?.stack ?? err}`);
@@ -549,12 +640,22 @@ async function main(): Promise<void> {
 
   const setup = describeSetup();
   const body = tableRows();
-  const text = [...setup, '', textTable(HEAD, body), '', anatomyText(false), ...(scenarioBody.length ? ['', textTable(SCENARIO_HEAD, scenarioBody)] : [])].join('\n');
+  const text = [
+    ...setup,
+    '',
+    textTable(HEAD, body),
+    '',
+    anatomyText(false),
+    ...(scenarioBody.length ? ['', textTable(SCENARIO_HEAD, scenarioBody)] : []),
+  ].join('\n');
   process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
 
   if (!a['no-save']) {
     mkdirSync(RESULTS, { recursive: true });
-    const stamp = startedAt.toISOString().replace(/\.\d+Z$/, 'Z').replace(/:/g, '-');
+    const stamp = startedAt
+      .toISOString()
+      .replace(/\.\d+Z$/, 'Z')
+      .replace(/:/g, '-');
     const jsonName = `engine-${stamp}.json`;
     const json = {
       env,
@@ -574,7 +675,9 @@ async function main(): Promise<void> {
       '',
       mdTable(HEAD, body),
       '',
-      ...(Object.keys(anatomy).length ? ['Statements per engine operation (in-process, one at a time, idle):', '', anatomyText(true), ''] : []),
+      ...(Object.keys(anatomy).length
+        ? ['Statements per engine operation (in-process, one at a time, idle):', '', anatomyText(true), '']
+        : []),
       ...(scenarioBody.length ? ['Delivery and trigger scenarios:', '', mdTable(SCENARIO_HEAD, scenarioBody), ''] : []),
     ].join('\n');
     writeFileSync(join(RESULTS, 'latest.md'), md);

@@ -40,7 +40,10 @@ export function serverProc(name: string, port: number, env: Record<string, strin
     alive: () => !!p.child && p.child.exitCode === null && p.child.signalCode === null,
     async start() {
       p.generation++;
-      const child = spawn(process.execPath, [BATON_BIN, 'up'], { env: { ...process.env, BATON_LOG_LEVEL: 'warn', ...env, BATON_PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(process.execPath, [BATON_BIN, 'up'], {
+        env: { ...process.env, BATON_LOG_LEVEL: 'warn', ...env, BATON_PORT: String(port) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       track(p, child);
       await waitReady(url, p, 60_000);
     },
@@ -63,7 +66,14 @@ export async function waitReady(url: string, p: Proc, timeoutMs: number): Promis
   }
 }
 
-export function workerProc(name: string, agent: string, server: () => string, key: string, concurrency: number, command: string[]): Proc & { workerId(): string } {
+export function workerProc(
+  name: string,
+  agent: string,
+  server: () => string,
+  key: string,
+  concurrency: number,
+  command: string[],
+): Proc & { workerId(): string } {
   const p: Proc & { workerId(): string } = {
     name,
     kind: 'worker',
@@ -73,7 +83,22 @@ export function workerProc(name: string, agent: string, server: () => string, ke
     alive: () => !!p.child && p.child.exitCode === null && p.child.signalCode === null,
     async start() {
       p.generation++;
-      const args = [BATON_BIN, 'worker', '--server', server(), '--key', key, '--agent', agent, '--concurrency', String(concurrency), '--worker-id', p.workerId(), '--', ...command];
+      const args = [
+        BATON_BIN,
+        'worker',
+        '--server',
+        server(),
+        '--key',
+        key,
+        '--agent',
+        agent,
+        '--concurrency',
+        String(concurrency),
+        '--worker-id',
+        p.workerId(),
+        '--',
+        ...command,
+      ];
       const child = spawn(process.execPath, args, { env: { ...process.env }, stdio: ['ignore', 'pipe', 'pipe'] });
       track(p, child);
       // `baton worker` checks the agent and key before it serves; give it a moment to fail loudly.

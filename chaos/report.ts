@@ -63,17 +63,69 @@ export function percentile(xs: number[], p: number): number | null {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
 }
 
-export async function analyse(store: StoreAdapter, traffic: TrafficStats): Promise<Omit<ChaosReport, 'mode' | 'started_at' | 'duration_s' | 'settle_s' | 'config' | 'canary_violations_after_settle' | 'kills' | 'recover' | 'throughput_per_s' | 'passed' | 'not_exercised' | 'details'> & { details: Omit<ChaosReport['details'], 'canary_open'> }> {
+export async function analyse(
+  store: StoreAdapter,
+  traffic: TrafficStats,
+): Promise<
+  Omit<
+    ChaosReport,
+    | 'mode'
+    | 'started_at'
+    | 'duration_s'
+    | 'settle_s'
+    | 'config'
+    | 'canary_violations_after_settle'
+    | 'kills'
+    | 'recover'
+    | 'throughput_per_s'
+    | 'passed'
+    | 'not_exercised'
+    | 'details'
+  > & { details: Omit<ChaosReport['details'], 'canary_open'> }
+> {
   const db = store.db;
-  const statuses = Object.fromEntries((await db.selectFrom('executions').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute()).map((r) => [r.status, Number(r.n)]));
-  const byTrigger = Object.fromEntries((await db.selectFrom('executions').select(['trigger_kind', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('trigger_kind').execute()).map((r) => [r.trigger_kind, Number(r.n)]));
-  const notTerminal = await db.selectFrom('executions').select(['id', 'status']).where('status', 'not in', [...TERMINAL_STATES]).limit(100).execute();
-  const notTerminalCount = Number((await db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).where('status', 'not in', [...TERMINAL_STATES]).executeTakeFirstOrThrow()).n);
+  const statuses = Object.fromEntries(
+    (
+      await db
+        .selectFrom('executions')
+        .select(['status', (eb) => eb.fn.countAll<number>().as('n')])
+        .groupBy('status')
+        .execute()
+    ).map((r) => [r.status, Number(r.n)]),
+  );
+  const byTrigger = Object.fromEntries(
+    (
+      await db
+        .selectFrom('executions')
+        .select(['trigger_kind', (eb) => eb.fn.countAll<number>().as('n')])
+        .groupBy('trigger_kind')
+        .execute()
+    ).map((r) => [r.trigger_kind, Number(r.n)]),
+  );
+  const notTerminal = await db
+    .selectFrom('executions')
+    .select(['id', 'status'])
+    .where('status', 'not in', [...TERMINAL_STATES])
+    .limit(100)
+    .execute();
+  const notTerminalCount = Number(
+    (
+      await db
+        .selectFrom('executions')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('status', 'not in', [...TERMINAL_STATES])
+        .executeTakeFirstOrThrow()
+    ).n,
+  );
 
   const acked = [...traffic.acknowledged.keys()];
   const found = new Set<string>();
   for (let i = 0; i < acked.length; i += 500) {
-    const rows = await db.selectFrom('executions').select('id').where('id', 'in', acked.slice(i, i + 500)).execute();
+    const rows = await db
+      .selectFrom('executions')
+      .select('id')
+      .where('id', 'in', acked.slice(i, i + 500))
+      .execute();
     for (const r of rows) found.add(r.id);
   }
   const missing = acked.filter((id) => !found.has(id));
@@ -154,7 +206,9 @@ export function markdown(r: ChaosReport): string {
     `| throughput (terminal executions / s of traffic) | ${r.throughput_per_s.toFixed(1)} |`,
     `| time to recover after a worker kill, p50 / p99 | ${ms(r.recover.worker_p50_ms)} / ${ms(r.recover.worker_p99_ms)} (target p99 ≤ ${ms(r.recover.target_p99_ms)}) |`,
     `| restarted server ready, p50 / p99 | ${ms(r.recover.server_p50_ms)} / ${ms(r.recover.server_p99_ms)} |`,
-    ...r.kills.filter((k) => k.target === 'postgresql').map((k) => `| PostgreSQL restart: every server ready again after | ${ms(k.recover_ms)} |`),
+    ...r.kills
+      .filter((k) => k.target === 'postgresql')
+      .map((k) => `| PostgreSQL restart: every server ready again after | ${ms(k.recover_ms)} |`),
     `| requests retried on another server | ${r.details.requests_retried} |`,
     `| units given up (no server answered in 90 s) | ${r.details.units_given_up} |`,
     `| cancels requested | ${r.details.cancels_requested} |`,
@@ -168,7 +222,13 @@ export function markdown(r: ChaosReport): string {
     '|---|---|---|---|',
     ...r.kills.map((k) => `| ${(k.at / 1000).toFixed(1)} | ${k.target} | ${k.kind === 'worker' ? k.held : '-'} | ${ms(k.recover_ms)} |`),
   ];
-  if (r.details.canary_open.length) lines.push('', '## Canary violations after settle', '', ...r.details.canary_open.map((v) => `- ${v.invariant} ${v.subject} ${v.reason}`));
+  if (r.details.canary_open.length)
+    lines.push(
+      '',
+      '## Canary violations after settle',
+      '',
+      ...r.details.canary_open.map((v) => `- ${v.invariant} ${v.subject} ${v.reason}`),
+    );
   if (r.not_exercised.length) lines.push('', '## Not exercised', '', ...r.not_exercised.map((x) => `- ${x}`));
   return lines.join('\n') + '\n';
 }

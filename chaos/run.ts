@@ -41,7 +41,8 @@ function parse(argv: string[]): Options {
     concurrency: 12,
     pgRestart: false,
     // The machine's cluster, whatever its version (as .ci/run starts it).
-    pgRestartCmd: process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
+    pgRestartCmd:
+      process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
     keep: false,
     databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
     seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
@@ -128,11 +129,23 @@ async function main(): Promise<number> {
       { name: 'chaos-b', max_parallel: 4 },
     ];
     for (const a of agents) {
-      const r = await admin('POST', '/v1/agents', { ...a, max_backlog: 100_000, lease_ttl_seconds: o.leaseTtl, timeout_seconds: 300, max_redeliveries: 20 });
+      const r = await admin('POST', '/v1/agents', {
+        ...a,
+        max_backlog: 100_000,
+        lease_ttl_seconds: o.leaseTtl,
+        timeout_seconds: 300,
+        max_redeliveries: 20,
+      });
       if (r.status !== 201) throw new Error(`create agent ${a.name}: ${r.status} ${JSON.stringify(r.body)}`);
     }
     let scheduleId: string | null = null;
-    const sch = await admin('POST', '/v1/agents/chaos-b/schedules', { name: 'chaos-tick', cron: '* * * * * *', message: 'tick', overlap_policy: 'allow', misfire_grace_seconds: 5 });
+    const sch = await admin('POST', '/v1/agents/chaos-b/schedules', {
+      name: 'chaos-tick',
+      cron: '* * * * * *',
+      message: 'tick',
+      overlap_policy: 'allow',
+      misfire_grace_seconds: 5,
+    });
     if (sch.status === 201) scheduleId = sch.body.id;
     else notExercised.push(`schedules (POST /v1/agents/:agent/schedules answered ${sch.status})`);
     let webhookPath: string | null = null;
@@ -155,7 +168,11 @@ async function main(): Promise<number> {
     const poller = (async () => {
       while (polling) {
         try {
-          const r = await store.db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).where('status', 'in', ['queued', 'running']).executeTakeFirstOrThrow();
+          const r = await store.db
+            .selectFrom('executions')
+            .select((eb) => eb.fn.countAll<number>().as('n'))
+            .where('status', 'in', ['queued', 'running'])
+            .executeTakeFirstOrThrow();
           open = Number(r.n);
         } catch {
           /* PostgreSQL restarting */
@@ -183,14 +200,25 @@ async function main(): Promise<number> {
         }
       }
     };
-    const heldBy = async (owner: string) => (await patiently(() => store.db.selectFrom('executions').select('id').where('status', '=', 'running').where('lease_owner', '=', owner).execute())).map((r) => r.id);
+    const heldBy = async (owner: string) =>
+      (
+        await patiently(() =>
+          store.db.selectFrom('executions').select('id').where('status', '=', 'running').where('lease_owner', '=', owner).execute(),
+        )
+      ).map((r) => r.id);
 
     async function killOne() {
       const serversUp = servers.filter((s) => s.alive()).length;
       const candidates = procs.filter((p) => p.alive() && (p.kind === 'worker' || serversUp > 1));
       const pick = Math.floor(killRandom() * candidates.length);
       const target = candidates[pick]!;
-      const rec: KillRecord = { at: Date.now() - t0, target: `${target.name}#${target.generation}`, kind: target.kind, held: 0, recover_ms: null };
+      const rec: KillRecord = {
+        at: Date.now() - t0,
+        target: `${target.name}#${target.generation}`,
+        kind: target.kind,
+        held: 0,
+        recover_ms: null,
+      };
       kills.push(rec);
       const killedAt = Date.now();
       if (target.kind === 'worker') {
@@ -206,7 +234,11 @@ async function main(): Promise<number> {
         recoveries.push(
           (async () => {
             for (;;) {
-              const rows = held.length ? await patiently(() => store.db.selectFrom('executions').select(['id', 'status', 'lease_owner']).where('id', 'in', held).execute()) : [];
+              const rows = held.length
+                ? await patiently(() =>
+                    store.db.selectFrom('executions').select(['id', 'status', 'lease_owner']).where('id', 'in', held).execute(),
+                  )
+                : [];
               if (rows.every((r) => r.status !== 'queued' && (r.status !== 'running' || r.lease_owner !== owner))) {
                 rec.recover_ms = Date.now() - killedAt;
                 return;
@@ -278,17 +310,36 @@ async function main(): Promise<number> {
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
     const workerTtr = kills.filter((k) => k.kind === 'worker' && k.recover_ms !== null && k.held > 0).map((k) => k.recover_ms!);
-    const serverTtr = kills.filter((k) => k.kind === 'server' && k.target !== 'postgresql' && k.recover_ms !== null).map((k) => k.recover_ms!);
-    const terminal = Object.entries(facts.details.statuses).filter(([s]) => !['queued', 'running'].includes(s)).reduce((n, [, v]) => n + v, 0);
+    const serverTtr = kills
+      .filter((k) => k.kind === 'server' && k.target !== 'postgresql' && k.recover_ms !== null)
+      .map((k) => k.recover_ms!);
+    const terminal = Object.entries(facts.details.statuses)
+      .filter(([s]) => !['queued', 'running'].includes(s))
+      .reduce((n, [, v]) => n + v, 0);
     const report: ChaosReport = {
       mode: o.mode,
       started_at: startedAt.toISOString(),
       duration_s: trafficS,
       settle_s: settleS,
-      config: { tasks: o.tasks, kills: o.kills, servers: 2, workers: 4, worker_concurrency: 3, lease_ttl_seconds: o.leaseTtl, driver_concurrency: o.concurrency, seed: o.seed, agents, command, pg_restart: o.pgRestart },
+      config: {
+        tasks: o.tasks,
+        kills: o.kills,
+        servers: 2,
+        workers: 4,
+        worker_concurrency: 3,
+        lease_ttl_seconds: o.leaseTtl,
+        driver_concurrency: o.concurrency,
+        seed: o.seed,
+        agents,
+        command,
+        pg_restart: o.pgRestart,
+      },
       ...facts,
       canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
-      details: { ...facts.details, canary_open: openViolations.map((v: any) => ({ invariant: v.invariant, subject: v.subject, reason: v.reason })) },
+      details: {
+        ...facts.details,
+        canary_open: openViolations.map((v: any) => ({ invariant: v.invariant, subject: v.subject, reason: v.reason })),
+      },
       kills,
       recover: {
         worker_p50_ms: percentile(workerTtr, 50),
@@ -302,7 +353,11 @@ async function main(): Promise<number> {
       not_exercised: notExercised,
     };
     if (cycle.status !== 200) report.not_exercised.push(`canary after settle (POST /v1/canary/run answered ${cycle.status})`);
-    passed = report.lost === 0 && report.duplicate_terminal_outcomes === 0 && report.over_admissions === 0 && report.canary_violations_after_settle === 0;
+    passed =
+      report.lost === 0 &&
+      report.duplicate_terminal_outcomes === 0 &&
+      report.over_admissions === 0 &&
+      report.canary_violations_after_settle === 0;
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(

@@ -46,7 +46,15 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const REQUEST_DEADLINE_MS = 90_000;
 
 export async function drive(o: TrafficOptions): Promise<TrafficStats> {
-  const stats: TrafficStats = { acknowledged: new Map(), answersByKey: new Map(), refused: {}, retriedRequests: 0, gaveUp: 0, cancelsRequested: 0, replaysChecked: 0 };
+  const stats: TrafficStats = {
+    acknowledged: new Map(),
+    answersByKey: new Map(),
+    refused: {},
+    retriedRequests: 0,
+    gaveUp: 0,
+    cancelsRequested: 0,
+    replaysChecked: 0,
+  };
   let turn = 0;
   const pending: Promise<unknown>[] = [];
 
@@ -59,12 +67,21 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
         const headers: Record<string, string> = { authorization: `Bearer ${o.key}` };
         if (body !== undefined) headers['content-type'] = 'application/json';
         if (idemKey) headers['idempotency-key'] = idemKey;
-        const r = await fetch(s.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(15_000) });
+        const r = await fetch(s.url + path, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(15_000),
+        });
         const text = await r.text();
         // 503: the server is closing or the store is unavailable; 429 rate_limited: come back.
         // 409 idempotency_in_flight: a server died holding this key's claim; it is taken over
         // once the claim lapses, so the same key is retried.
-        const retryable = r.status === 503 || (r.status === 429 && text.includes('rate_limited')) || (r.status === 409 && text.includes('idempotency_in_flight')) || r.status >= 500;
+        const retryable =
+          r.status === 503 ||
+          (r.status === 429 && text.includes('rate_limited')) ||
+          (r.status === 409 && text.includes('idempotency_in_flight')) ||
+          r.status >= 500;
         if (!retryable) return { status: r.status, body: text ? JSON.parse(text) : null };
       } catch {
         /* connection refused / reset: the server died; try again, same key */

@@ -41,7 +41,10 @@ function typeOf(s: Json | undefined): string {
   return s.type ?? 'any';
 }
 
-const cell = (text: unknown) => String(text ?? '').replaceAll('|', '\\|').replaceAll('\n', ' ');
+const cell = (text: unknown) =>
+  String(text ?? '')
+    .replaceAll('|', '\\|')
+    .replaceAll('\n', ' ');
 
 function toMarkdown(spec: Json): string {
   const out: string[] = [
@@ -60,14 +63,18 @@ function toMarkdown(spec: Json): string {
       const params = (op.parameters ?? []) as Json[];
       if (params.length) {
         lines.push('| parameter | in | type | required | description |', '|---|---|---|---|---|');
-        for (const p of params) lines.push(`| \`${p.name}\` | ${p.in} | ${cell(typeOf(p.schema))} | ${p.required ? 'yes' : 'no'} | ${cell(p.description ?? p.schema?.description)} |`);
+        for (const p of params)
+          lines.push(
+            `| \`${p.name}\` | ${p.in} | ${cell(typeOf(p.schema))} | ${p.required ? 'yes' : 'no'} | ${cell(p.description ?? p.schema?.description)} |`,
+          );
         lines.push('');
       }
       const body = op.requestBody?.content?.['application/json']?.schema as Json | undefined;
       if (body?.properties) {
         const required = new Set<string>(body.required ?? []);
         lines.push('| body field | type | required | description |', '|---|---|---|---|');
-        for (const [name, s] of Object.entries(body.properties as Json)) lines.push(`| \`${name}\` | ${cell(typeOf(s))} | ${required.has(name) ? 'yes' : 'no'} | ${cell((s as Json).description)} |`);
+        for (const [name, s] of Object.entries(body.properties as Json))
+          lines.push(`| \`${name}\` | ${cell(typeOf(s))} | ${required.has(name) ? 'yes' : 'no'} | ${cell((s as Json).description)} |`);
         lines.push('');
       }
       const codes = Object.keys(op.responses ?? {});

@@ -7,6 +7,8 @@ import type * as S from './api/schemas.ts';
 import type * as T from './api/schemas/triggers.ts';
 import type * as L from './api/schemas/logs.ts';
 import type * as C from './api/schemas/canary.ts';
+import type { ViolationStateFilter } from './domain/canary.ts';
+import { isTerminal } from './domain/states.ts';
 import { readSse } from './sse.ts';
 
 export type AgentCreate = z.input<typeof S.AgentCreate>;
@@ -54,7 +56,10 @@ export class ApiError extends Error {
 
 /** The server could not be reached at all. */
 export class Unreachable extends Error {
-  constructor(readonly server: string, cause: unknown) {
+  constructor(
+    readonly server: string,
+    cause: unknown,
+  ) {
     super(`cannot reach the Baton server at ${server}: ${(cause as Error)?.message ?? cause}`);
     this.name = 'Unreachable';
   }
@@ -75,14 +80,24 @@ export class BatonClient {
     this.server = opts.server.replace(/\/+$/, '');
   }
 
-  async request<T>(method: string, path: string, body?: unknown, init: { signal?: AbortSignal; headers?: Record<string, string> } = {}): Promise<{ status: number; body: T }> {
+  async request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    init: { signal?: AbortSignal; headers?: Record<string, string> } = {},
+  ): Promise<{ status: number; body: T }> {
     const headers: Record<string, string> = { ...init.headers };
     if (this.opts.key) headers.authorization = `Bearer ${this.opts.key}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.opts.via) headers['x-baton-client'] = this.opts.via;
     let res: Response;
     try {
-      res = await (this.opts.fetch ?? fetch)(this.server + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: init.signal });
+      res = await (this.opts.fetch ?? fetch)(this.server + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: init.signal,
+      });
     } catch (err) {
       if ((err as Error)?.name === 'AbortError') throw err;
       throw new Unreachable(this.server, (err as any)?.cause ?? err);
@@ -105,14 +120,19 @@ export class BatonClient {
   listAgents = async () => (await this.call<{ agents: Agent[] }>('GET', '/v1/agents')).agents;
   getAgent = (name: string) => this.call<Agent>('GET', `/v1/agents/${enc(name)}`);
   updateAgent = (name: string, patch: AgentPatch) => this.call<Agent>('PATCH', `/v1/agents/${enc(name)}`, patch);
-  deleteAgent = (name: string) => this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
+  deleteAgent = (name: string) =>
+    this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
 
   // executions
   submit = async (agent: string, body: SubmitBody, opts: { idempotencyKey?: string } = {}) =>
     (await this.request<Created>('POST', `/v1/agents/${enc(agent)}/executions`, body, { headers: idem(opts.idempotencyKey) })).body;
   getExecution = (id: string) => this.call<ExecutionDetail>('GET', `/v1/executions/${enc(id)}`);
   listExecutions = (q: Record<string, string | number | undefined> = {}) => {
-    const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
+    const qs = new URLSearchParams(
+      Object.entries(q)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, String(v)]),
+    );
     return this.call<ExecutionPage>('GET', `/v1/executions${qs.size ? '?' + qs : ''}`);
   };
   cancel = (id: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/cancel`);
@@ -130,11 +150,18 @@ export class BatonClient {
 
   // logs
   getLogs = (id: string, q: { after?: number; limit?: number } = {}) => {
-    const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
+    const qs = new URLSearchParams(
+      Object.entries(q)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, String(v)]),
+    );
     return this.call<LogPage>('GET', `/v1/executions/${enc(id)}/logs${qs.size ? '?' + qs : ''}`);
   };
   /** Lines as they are written, then one `{ end: true, status }` when the execution has ended. */
-  async *followLogs(id: string, opts: { after?: number; signal?: AbortSignal } = {}): AsyncGenerator<LogLine | { end: true; status: string }> {
+  async *followLogs(
+    id: string,
+    opts: { after?: number; signal?: AbortSignal } = {},
+  ): AsyncGenerator<LogLine | { end: true; status: string }> {
     const headers: Record<string, string> = { accept: 'text/event-stream' };
     if (this.opts.key) headers.authorization = `Bearer ${this.opts.key}`;
     const url = `${this.server}/v1/executions/${enc(id)}/logs?follow=true&after=${opts.after ?? 0}`;
@@ -161,16 +188,27 @@ export class BatonClient {
 
   // schedules and webhooks (docs/triggers.md)
   createSchedule = (agent: string, s: ScheduleCreate) => this.call<Schedule>('POST', `/v1/agents/${enc(agent)}/schedules`, s);
-  listSchedules = async (agent?: string) => (await this.call<{ schedules: Schedule[] }>('GET', agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules')).schedules;
+  listSchedules = async (agent?: string) =>
+    (await this.call<{ schedules: Schedule[] }>('GET', agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules')).schedules;
   getSchedule = (id: string) => this.call<Schedule>('GET', `/v1/schedules/${enc(id)}`);
   updateSchedule = (id: string, patch: SchedulePatch) => this.call<Schedule>('PATCH', `/v1/schedules/${enc(id)}`, patch);
-  deleteSchedule = (id: string) => this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/schedules/${enc(id)}`);
+  deleteSchedule = (id: string) =>
+    this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/schedules/${enc(id)}`);
   /** 201 with the run's id; ApiError 409 already_running (body.execution_id: the run in flight), 429, 404. */
   triggerSchedule = async (id: string, opts: { payload?: unknown; idempotencyKey?: string } = {}) =>
-    (await this.request<Triggered>('POST', `/v1/schedules/${enc(id)}/trigger`, opts.payload === undefined ? undefined : { payload: opts.payload }, { headers: idem(opts.idempotencyKey) })).body;
+    (
+      await this.request<Triggered>(
+        'POST',
+        `/v1/schedules/${enc(id)}/trigger`,
+        opts.payload === undefined ? undefined : { payload: opts.payload },
+        { headers: idem(opts.idempotencyKey) },
+      )
+    ).body;
   createWebhook = (w: WebhookCreate) => this.call<WebhookCreated>('POST', '/v1/webhooks', w);
-  listWebhooks = async (agent?: string) => (await this.call<{ webhooks: Webhook[] }>('GET', `/v1/webhooks${agent ? `?agent=${enc(agent)}` : ''}`)).webhooks;
-  rotateWebhook = (id: string, secret?: string) => this.call<WebhookCreated>('POST', `/v1/webhooks/${enc(id)}/rotate`, secret ? { secret } : undefined);
+  listWebhooks = async (agent?: string) =>
+    (await this.call<{ webhooks: Webhook[] }>('GET', `/v1/webhooks${agent ? `?agent=${enc(agent)}` : ''}`)).webhooks;
+  rotateWebhook = (id: string, secret?: string) =>
+    this.call<WebhookCreated>('POST', `/v1/webhooks/${enc(id)}/rotate`, secret ? { secret } : undefined);
   deleteWebhook = (id: string) => this.call<{ deleted: string }>('DELETE', `/v1/webhooks/${enc(id)}`);
 
   // keys
@@ -180,20 +218,40 @@ export class BatonClient {
 
   // canary
   canaryStatus = () => this.call<CanaryStatus>('GET', '/v1/canary');
-  canaryViolations = (q: { invariant?: string; state?: 'open' | 'resolved' | 'all'; agent?: string; severity?: string; subject?: string; limit?: number; before?: number } = {}) => {
-    const qs = new URLSearchParams(Object.entries(q).filter(([, v]) => v !== undefined).map(([k, v]) => [k, String(v)]));
-    return this.call<{ violations: CanaryViolation[]; next_before: number | null }>('GET', `/v1/canary/violations${qs.size ? '?' + qs : ''}`);
+  canaryViolations = (
+    q: {
+      invariant?: string;
+      state?: ViolationStateFilter;
+      agent?: string;
+      severity?: string;
+      subject?: string;
+      limit?: number;
+      before?: number;
+    } = {},
+  ) => {
+    const qs = new URLSearchParams(
+      Object.entries(q)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, String(v)]),
+    );
+    return this.call<{ violations: CanaryViolation[]; next_before: number | null }>(
+      'GET',
+      `/v1/canary/violations${qs.size ? '?' + qs : ''}`,
+    );
   };
   /** `full`: judge all history (in bounded chunks) instead of the activity since the checkpoints. */
   canaryRun = (opts: { full?: boolean } = {}) => this.call<CanaryCycle>('POST', `/v1/canary/run${opts.full ? '?full=true' : ''}`);
 
   /** Poll until the execution is terminal (or `timeoutMs` passes); `onTick` sees each read. */
-  async waitFor(id: string, opts: { timeoutMs?: number; intervalMs?: number; onTick?: (e: ExecutionDetail) => void } = {}): Promise<ExecutionDetail> {
+  async waitFor(
+    id: string,
+    opts: { timeoutMs?: number; intervalMs?: number; onTick?: (e: ExecutionDetail) => void } = {},
+  ): Promise<ExecutionDetail> {
     const until = Date.now() + (opts.timeoutMs ?? Infinity);
     for (;;) {
       const e = await this.getExecution(id);
       opts.onTick?.(e);
-      if (['succeeded', 'failed', 'cancelled', 'skipped'].includes(e.status) || Date.now() >= until) return e;
+      if (isTerminal(e.status) || Date.now() >= until) return e;
       await new Promise((r) => setTimeout(r, opts.intervalMs ?? 500));
     }
   }

@@ -1,5 +1,9 @@
 /**
- * Defaults and the environment. Each timing constant says which failure its value trades away.
+ * Defaults and the environment. Every BATON_* variable `baton up` and the CLI read is read here
+ * and nowhere else; other modules receive the values as options. A bad value throws a ConfigError
+ * whose one-line message names the variable and what it accepts, so `baton up` stops before it
+ * serves. docs/operations.md ("Environment variables") lists the same variables (a test checks).
+ * Each timing constant says which failure its value trades away.
  */
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
@@ -37,21 +41,240 @@ export const DEFAULTS = Object.freeze({
   payloadLimitBytes: 256 * 1024,
   port: 7070,
   host: '127.0.0.1',
+  dataDir: '.baton',
+  logLevel: 'info' as LogLevel,
+  /**
+   * How long an Idempotency-Key remembers its first answer. A client still retrying after this
+   * gets a second execution; longer keeps more rows (the scheduler purges expired keys).
+   */
+  idempotencyTtlHours: 24,
+  /**
+   * A request whose key is still in flight waits this long for the first one's answer (then
+   * replays it) before answering 409 idempotency_in_flight: it covers concurrent retries of one call.
+   */
+  idempotencyWaitMs: 5_000,
+  /** Webhook deliveries per second (burst twice that), per source address and per webhook, per process. */
+  hookRatePerSecond: 50,
+  /**
+   * How often the canary runs. A cycle reads the events since its checkpoints and the non-terminal
+   * rows: its cost follows activity (and the backlog), not the age of the database.
+   */
+  canaryIntervalMs: 60_000,
 });
 
+/** The variables as given: `process.env`, or a plain record in tests. */
+export type Vars = Readonly<Record<string, string | undefined>>;
+
+/** A bad BATON_* value. The message is one line: the variable, what it accepts, what it got. */
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** The value, or undefined when unset or empty (an empty variable means "not set"). */
+function text(env: Vars, name: string): string | undefined {
+  const raw = env[name];
+  return raw === undefined || raw === '' ? undefined : raw;
+}
+
+/** A value quoted for an error line: control characters escaped, long values cut. */
+const shown = (raw: string) => `'${JSON.stringify(raw.length > 60 ? raw.slice(0, 60) + '…' : raw).slice(1, -1)}'`;
+
+interface NumberRule {
+  min: number;
+  max: number;
+  /** Refuse `min` itself (a rate or a lifetime of 0 means nothing). */
+  aboveMin?: boolean;
+  /** Refuse fractions (ports, milliseconds). */
+  integer?: boolean;
+  /** What the variable accepts, for the message: "a number of days from 0 to 36500". */
+  accepts: string;
+}
+
+/** Plain decimal digits only: no sign, exponent, hex or `Infinity`, so '1e3' is refused, not 1000. */
+function number(env: Vars, name: string, fallback: number, rule: NumberRule): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const t = raw.trim();
+  const n = Number(t);
+  const shape = rule.integer ? /^\d+$/ : /^\d+(\.\d+)?$/;
+  if (!shape.test(t) || !Number.isFinite(n) || n < rule.min || n > rule.max || (rule.aboveMin && n === rule.min)) {
+    throw new ConfigError(name, `${name} must be ${rule.accepts}; got ${shown(raw)}`);
+  }
+  return n;
+}
+
+function oneOf<T extends string>(env: Vars, name: string, values: readonly T[], fallback: T): T {
+  const raw = text(env, name);
+  if (raw === undefined) return fallback;
+  const v = raw.trim().toLowerCase() as T;
+  if (!values.includes(v)) throw new ConfigError(name, `${name} must be one of ${values.join(', ')}; got ${shown(raw)}`);
+  return v;
+}
+
+/** An http(s) URL. `secret`: the value is never echoed (an alert sink URL is itself a credential). */
+function httpUrl(env: Vars, name: string, opts: { secret?: boolean } = {}): string | undefined {
+  const raw = text(env, name);
+  if (raw === undefined) return undefined;
+  let ok = false;
+  try {
+    ok = ['http:', 'https:'].includes(new URL(raw.trim()).protocol);
+  } catch {
+    ok = false;
+  }
+  if (!ok) throw new ConfigError(name, `${name} must be an http:// or https:// URL${opts.secret ? '' : `; got ${shown(raw)}`}`);
+  return raw.trim();
+}
+
+/** Timers cannot wait longer than this: Node runs a longer setTimeout after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+export const LOG_LEVELS = Object.freeze(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const);
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** Where the store is and where to listen: what `baton up` and the store commands (`migrate`, `export`, `doctor`) need. */
 export interface Env {
+  /** BATON_DATA_DIR: the SQLite file, admin.key and secret.key (default ./.baton, made absolute). */
   dataDir: string;
+  /** BATON_DATABASE_URL: postgres://… selects PostgreSQL (or sqlite:FILE); unset: SQLite in the data dir. */
   databaseUrl?: string;
+  /** BATON_PG_SCHEMA: the PostgreSQL schema to use, created if missing (unset: the connection's search_path). */
+  pgSchema?: string;
+  /** BATON_PORT: HTTP port; 0 lets the system pick one (default 7070). */
   port: number;
+  /** BATON_HOST: HTTP listen address (default 127.0.0.1). */
   host: string;
 }
 
-export function readEnv(env: NodeJS.ProcessEnv = process.env): Env {
+export function readEnv(env: Vars = process.env): Env {
+  const databaseUrl = text(env, 'BATON_DATABASE_URL');
+  if (databaseUrl !== undefined && !/^(postgres(ql)?:\/\/|sqlite:)/.test(databaseUrl)) {
+    // Only the scheme is shown: the rest may hold a password.
+    throw new ConfigError(
+      'BATON_DATABASE_URL',
+      `BATON_DATABASE_URL must be a postgres:// (or postgresql://) URL, or sqlite: and a file path; got '${databaseUrl.split(':')[0]}:…'`,
+    );
+  }
+  const pgSchema = text(env, 'BATON_PG_SCHEMA');
+  if (pgSchema !== undefined && !/^[a-z_][a-z0-9_]*$/.test(pgSchema)) {
+    throw new ConfigError(
+      'BATON_PG_SCHEMA',
+      `BATON_PG_SCHEMA must be a lower-case name (a-z, 0-9 and _, not starting with a digit); got ${shown(pgSchema)}`,
+    );
+  }
   return {
-    dataDir: resolve(env.BATON_DATA_DIR ?? '.baton'),
-    databaseUrl: env.BATON_DATABASE_URL || undefined,
-    port: env.BATON_PORT ? Number(env.BATON_PORT) : DEFAULTS.port,
-    host: env.BATON_HOST ?? DEFAULTS.host,
+    dataDir: resolve(text(env, 'BATON_DATA_DIR') ?? DEFAULTS.dataDir),
+    databaseUrl,
+    pgSchema,
+    port: number(env, 'BATON_PORT', DEFAULTS.port, {
+      min: 0,
+      max: 65_535,
+      integer: true,
+      accepts: 'a TCP port from 0 to 65535 (0: any free port)',
+    }),
+    host: text(env, 'BATON_HOST') ?? DEFAULTS.host,
+  };
+}
+
+/** Where the CLI and `baton mcp` connect, and as whom (flags win over these). */
+export interface ConnectionEnv {
+  /** BATON_URL: the server (default http://<BATON_HOST>:<BATON_PORT>). */
+  serverUrl?: string;
+  /** BATON_API_KEY: the key (default <data dir>/admin.key of a local `baton up`). */
+  apiKey?: string;
+}
+
+export function readConnectionEnv(env: Vars = process.env): ConnectionEnv {
+  return { serverUrl: httpUrl(env, 'BATON_URL'), apiKey: text(env, 'BATON_API_KEY') };
+}
+
+/** Everything `baton up` reads, validated at once so a bad value stops it before it serves. */
+export interface Config extends Env, ConnectionEnv {
+  /** BATON_LOG_LEVEL: pino level of the JSON log lines on stdout (default info). */
+  logLevel: LogLevel;
+  /** BATON_SECRET_KEY: encrypts push signing secrets at rest (unset: <data dir>/secret.key, generated). */
+  secretKey?: string;
+  idempotency: IdempotencySettings;
+  hookRates: HookRates;
+  canary: CanarySettings;
+  retention: RetentionEnv;
+}
+
+export interface IdempotencySettings {
+  /** BATON_IDEMPOTENCY_TTL_HOURS, in ms: how long a key remembers its first answer (default 24 h). */
+  ttlMs: number;
+  /** BATON_IDEMPOTENCY_WAIT_MS: how long a request waits for its key's in-flight first answer (default 5 000). */
+  waitMs: number;
+}
+
+export interface HookRates {
+  /** BATON_HOOK_RATE_PER_ADDRESS: webhook deliveries per second per source address (default 50). */
+  perAddress: number;
+  /** BATON_HOOK_RATE_PER_WEBHOOK: webhook deliveries per second per webhook (default 50). */
+  perWebhook: number;
+}
+
+export interface CanarySettings {
+  /** BATON_CANARY_INTERVAL_MS: how often the invariant checker runs; 0: not in this process (default 60 000). */
+  intervalMs: number;
+  /** BATON_ALERT_WEBHOOK_URL: canary alerts as generic JSON (unset: none). */
+  alertWebhookUrl?: string;
+  /** BATON_ALERT_SLACK_URL: canary alerts to a Slack-compatible incoming webhook (unset: none). */
+  alertSlackUrl?: string;
+}
+
+export function readConfig(env: Vars = process.env): Config {
+  const secretKey = text(env, 'BATON_SECRET_KEY');
+  if (secretKey !== undefined && secretKey.trim() === '') {
+    throw new ConfigError(
+      'BATON_SECRET_KEY',
+      'BATON_SECRET_KEY must be 64 hex characters, base64 of 32 bytes, or a passphrase; got only spaces',
+    );
+  }
+  const rate = (name: string) =>
+    number(env, name, DEFAULTS.hookRatePerSecond, {
+      min: 0,
+      max: 1_000_000_000,
+      aboveMin: true,
+      accepts: 'deliveries per second, a number above 0',
+    });
+  return {
+    ...readEnv(env),
+    ...readConnectionEnv(env),
+    logLevel: oneOf(env, 'BATON_LOG_LEVEL', LOG_LEVELS, DEFAULTS.logLevel),
+    secretKey,
+    idempotency: {
+      ttlMs:
+        number(env, 'BATON_IDEMPOTENCY_TTL_HOURS', DEFAULTS.idempotencyTtlHours, {
+          min: 0,
+          max: 876_000,
+          aboveMin: true,
+          accepts: 'a number of hours above 0 (at most 876000)',
+        }) * 3_600_000,
+      waitMs: number(env, 'BATON_IDEMPOTENCY_WAIT_MS', DEFAULTS.idempotencyWaitMs, {
+        min: 0,
+        max: 600_000,
+        integer: true,
+        accepts: 'whole milliseconds from 0 to 600000',
+      }),
+    },
+    hookRates: { perAddress: rate('BATON_HOOK_RATE_PER_ADDRESS'), perWebhook: rate('BATON_HOOK_RATE_PER_WEBHOOK') },
+    canary: {
+      intervalMs: number(env, 'BATON_CANARY_INTERVAL_MS', DEFAULTS.canaryIntervalMs, {
+        min: 0,
+        max: MAX_TIMER_MS,
+        integer: true,
+        accepts: `whole milliseconds from 0 to ${MAX_TIMER_MS} (0: no timer in this process)`,
+      }),
+      alertWebhookUrl: httpUrl(env, 'BATON_ALERT_WEBHOOK_URL', { secret: true }),
+      alertSlackUrl: httpUrl(env, 'BATON_ALERT_SLACK_URL', { secret: true }),
+    },
+    retention: readRetentionEnv(env),
   };
 }
 
@@ -76,19 +299,13 @@ export interface RetentionEnv {
 export const RETENTION_DEFAULTS = Object.freeze({ retentionDays: 30, auditRetentionDays: 365 });
 
 /** Days are a non-negative number (fractions allowed: 0.5 is twelve hours), at most 100 years. */
-function days(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  const n = Number(raw.trim());
-  if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !Number.isFinite(n) || n > 36_500) {
-    throw new Error(`${name} must be a number of days from 0 to 36500 (0 keeps everything); got '${raw}'`);
-  }
-  return n;
-}
+const days = (env: Vars, name: string, fallback: number) =>
+  number(env, name, fallback, { min: 0, max: 36_500, accepts: 'a number of days from 0 to 36500 (0 keeps everything)' });
 
-export function readRetentionEnv(env: NodeJS.ProcessEnv = process.env): RetentionEnv {
+export function readRetentionEnv(env: Vars = process.env): RetentionEnv {
   const dir = env.BATON_ARCHIVE_DIR;
-  if (dir !== undefined && dir.trim() === '' && dir !== '') throw new Error('BATON_ARCHIVE_DIR must be a directory path; got only spaces');
+  if (dir !== undefined && dir.trim() === '' && dir !== '')
+    throw new ConfigError('BATON_ARCHIVE_DIR', 'BATON_ARCHIVE_DIR must be a directory path; got only spaces');
   return {
     retentionDays: days(env, 'BATON_RETENTION_DAYS', RETENTION_DEFAULTS.retentionDays),
     auditRetentionDays: days(env, 'BATON_AUDIT_RETENTION_DAYS', RETENTION_DEFAULTS.auditRetentionDays),

@@ -5,7 +5,20 @@
  * - BatonClient: a typed client for the HTTP API
  * - Engine, openStore, startNode: embed the engine or a whole `baton up` in a process
  */
-export { createWorker, outcome, TaskAborted, backoffMs, type Worker, type WorkerOptions, type WorkerEvent, type Handler, type Task, type TaskOutcome, type AbortReason, type Usage } from './worker/sdk.ts';
+export {
+  createWorker,
+  outcome,
+  TaskAborted,
+  backoffMs,
+  type Worker,
+  type WorkerOptions,
+  type WorkerEvent,
+  type Handler,
+  type Task,
+  type TaskOutcome,
+  type AbortReason,
+  type Usage,
+} from './worker/sdk.ts';
 export { commandRunner, resolveCommand, type CommandOptions, type CommandRunner } from './worker/command.ts';
 export {
   BatonClient,
@@ -30,5 +43,7 @@ export { openStore, type OpenStoreOptions } from './store/open.ts';
 export type { StoreAdapter, StoreKind } from './store/adapter.ts';
 export { startNode, type BatonNode, type StartOptions } from './server/up.ts';
 export { Dispatcher, type DispatcherOptions } from './delivery/dispatcher.ts';
+/** An embedded Engine stores push secrets only with a box: `new Engine({ store, secrets: lazySecretBox(dataDir) })`. */
+export { lazySecretBox, type SecretBox } from './delivery/secrets.ts';
 export { BatonError, type ErrorCode } from './domain/errors.ts';
 export { EXECUTION_STATES, TERMINAL_STATES, isTerminal, type ExecutionStatus } from './domain/states.ts';

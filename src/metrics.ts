@@ -5,53 +5,36 @@
  *   increment through the functions below — import and call them, never create metrics with
  *   these names elsewhere;
  * - one per node (createNodeMetrics): HTTP, engine and canary metrics bound to that node's
- *   engine and store. Gauges that need the database are computed when scraped, from a few
+ *   engine and store. Engine code never imports this module: what the engine's passes do
+ *   reaches the counters through its events (`scheduler:fired`, `reaper:reaped`, `loop:error`…). Gauges that need the database are computed when scraped, from a few
  *   grouped counts cached for `DB_GAUGE_TTL_MS`, never on the request path.
  *
- * For components:
- *   countSchedulerTick('fired' | 'skipped', reason, n) — n due schedules handled
+ * For components above the engine:
  *   countWebhook(outcome)                               — one per webhook request answered
- *   countPushDelivery(outcome)                          — one per push delivery attempt
  * Outcomes and reasons are short fixed codes (e.g. 'accepted', 'already_running',
  * 'bad_signature', 'overlap'), never ids: each distinct value is a new time series.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { ALERT_STATUSES } from './domain/canary.ts';
+import type { Fired } from './domain/outcomes.ts';
 import type { Engine } from './engine/engine.ts';
 import { liveCountsByAgent } from './engine/live-counts.ts';
 import type { StoreAdapter } from './store/adapter.ts';
-import { readRetentionEnv, RETENTION_DEFAULTS } from './config.ts';
+import { RETENTION_DEFAULTS, type RetentionEnv } from './config.ts';
 import { readHistoryStats } from './retention/stats.ts';
 
 export const processRegistry = new Registry();
 collectDefaultMetrics({ register: processRegistry });
 
-const schedulerTicks = new Counter({
-  name: 'baton_scheduler_ticks_total',
-  help: 'Due schedule ticks handled, by outcome (fired | skipped) and reason',
-  labelNames: ['outcome', 'reason'] as const,
-  registers: [processRegistry],
-});
 const webhookRequests = new Counter({
   name: 'baton_webhook_requests_total',
   help: 'Webhook requests answered, by outcome',
   labelNames: ['outcome'] as const,
   registers: [processRegistry],
 });
-const pushDeliveries = new Counter({
-  name: 'baton_push_deliveries_total',
-  help: 'Push delivery attempts to agents, by outcome',
-  labelNames: ['outcome'] as const,
-  registers: [processRegistry],
-});
 
-export function countSchedulerTick(outcome: 'fired' | 'skipped', reason = '', n = 1): void {
-  schedulerTicks.inc({ outcome, reason }, n);
-}
 export function countWebhook(outcome: string): void {
   webhookRequests.inc({ outcome });
-}
-export function countPushDelivery(outcome: string): void {
-  pushDeliveries.inc({ outcome });
 }
 
 /** Database-derived gauges are recomputed at most this often, however often Prometheus scrapes. */
@@ -78,8 +61,17 @@ async function readDbStats(store: StoreAdapter): Promise<DbStats> {
     { agent, status: 'queued' as const, n: c.queued },
   ]);
   const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog']).execute();
-  const violations = await db.selectFrom('canary_violations').select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')]).where('resolved_at', 'is', null).groupBy(['invariant', 'severity']).execute();
-  const alerts = await db.selectFrom('canary_alerts').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute();
+  const violations = await db
+    .selectFrom('canary_violations')
+    .select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')])
+    .where('resolved_at', 'is', null)
+    .groupBy(['invariant', 'severity'])
+    .execute();
+  const alerts = await db
+    .selectFrom('canary_alerts')
+    .select(['status', (eb) => eb.fn.countAll<number>().as('n')])
+    .groupBy('status')
+    .execute();
   const state = await db.selectFrom('canary_state').select('last_completed_at').where('id', '=', 'canary').executeTakeFirst();
   return {
     executions,
@@ -99,7 +91,8 @@ export interface NodeMetrics {
   close(): void;
 }
 
-export function createNodeMetrics(engine: Engine): NodeMetrics {
+/** `retention`: the settings the history gauges report (`baton up`'s, from the environment). */
+export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ...RETENTION_DEFAULTS, archiveDir: undefined }): NodeMetrics {
   const registry = new Registry();
   const store = engine.store;
   /**
@@ -137,9 +130,14 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
       this.set((await stats()) ? 1 : 0);
     },
   });
-  dbGauge('baton_executions', 'Live executions by agent and status (queued, running); finished ones are history, not counted here', ['agent', 'status'], (g, s) => {
-    for (const r of s.executions) g.set({ agent: r.agent, status: r.status }, r.n);
-  });
+  dbGauge(
+    'baton_executions',
+    'Live executions by agent and status (queued, running); finished ones are history, not counted here',
+    ['agent', 'status'],
+    (g, s) => {
+      for (const r of s.executions) g.set({ agent: r.agent, status: r.status }, r.n);
+    },
+  );
   const countOf = (s: DbStats, agent: string, status: string) => s.executions.find((r) => r.agent === agent && r.status === status)?.n ?? 0;
   dbGauge('baton_agent_running', 'Running executions (seats in use) per agent', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, countOf(s, a.name, 'running'));
@@ -157,49 +155,69 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
     for (const v of s.violations) g.set({ invariant: v.invariant, severity: v.severity }, v.n);
   });
   dbGauge('baton_canary_alerts', 'Canary alerts by delivery status (failed: could not be delivered)', ['status'], (g, s) => {
-    for (const st of ['pending', 'delivered', 'failed']) g.set({ status: st }, s.alerts.find((a) => a.status === st)?.n ?? 0);
+    for (const st of ALERT_STATUSES) g.set({ status: st }, s.alerts.find((a) => a.status === st)?.n ?? 0);
   });
   dbGauge('baton_canary_last_cycle_timestamp_seconds', 'When the last canary cycle completed (any process)', [], (g, s) => {
     if (s.canaryCompletedAt !== null) g.set(s.canaryCompletedAt / 1000);
   });
 
   // ── History and retention (src/retention): estimates from the catalogue and a few index reads,
-  // cached for HISTORY_GAUGE_TTL_MS. Settings from the environment as `baton up` read them.
+  // cached for HISTORY_GAUGE_TTL_MS.
   const HISTORY_GAUGE_TTL_MS = 30_000;
-  const retentionSettings = (() => {
-    try {
-      return readRetentionEnv();
-    } catch {
-      return { ...RETENTION_DEFAULTS, archiveDir: undefined };
-    }
-  })();
-  const { gauge: historyGauge } = cachedGauges(() => readHistoryStats(store, retentionSettings), HISTORY_GAUGE_TTL_MS);
+  const { gauge: historyGauge } = cachedGauges(() => readHistoryStats(store, retention), HISTORY_GAUGE_TTL_MS);
   historyGauge('baton_history_rows', 'Estimated rows of history tables (PostgreSQL reltuples; SQLite rowid span)', ['table'], (g, s) => {
     for (const [table, n] of Object.entries(s.rows)) if (n !== null) g.set({ table }, n);
   });
-  historyGauge('baton_history_bytes', 'Database size in bytes (SQLite: file pages incl. free ones; PostgreSQL: tables with indexes and TOAST)', [], (g, s) => g.set(s.bytes));
-  historyGauge('baton_history_free_bytes', 'SQLite free pages in bytes (reusable; returned by incremental vacuum after a prune)', [], (g, s) => {
-    if (s.free_bytes !== null) g.set(s.free_bytes);
-  });
+  historyGauge(
+    'baton_history_bytes',
+    'Database size in bytes (SQLite: file pages incl. free ones; PostgreSQL: tables with indexes and TOAST)',
+    [],
+    (g, s) => g.set(s.bytes),
+  );
+  historyGauge(
+    'baton_history_free_bytes',
+    'SQLite free pages in bytes (reusable; returned by incremental vacuum after a prune)',
+    [],
+    (g, s) => {
+      if (s.free_bytes !== null) g.set(s.free_bytes);
+    },
+  );
   historyGauge('baton_history_oldest_age_seconds', 'Age of the oldest finished execution (completed_at)', [], (g, s) => {
     if (s.oldest_completed_at !== null) g.set(Math.max(0, (Date.now() - s.oldest_completed_at) / 1000));
   });
-  historyGauge('baton_history_retention_days', 'Retention windows in days (kind: executions | audit; 0 keeps everything)', ['kind'], (g, s) => {
-    g.set({ kind: 'executions' }, s.retention.days);
-    g.set({ kind: 'audit' }, s.retention.audit_days);
-  });
+  historyGauge(
+    'baton_history_retention_days',
+    'Retention windows in days (kind: executions | audit; 0 keeps everything)',
+    ['kind'],
+    (g, s) => {
+      g.set({ kind: 'executions' }, s.retention.days);
+      g.set({ kind: 'audit' }, s.retention.audit_days);
+    },
+  );
   historyGauge('baton_history_last_prune_timestamp_seconds', 'When the last prune sweep completed (any process)', [], (g, s) => {
     if (s.last_prune.completed_at !== null) g.set(s.last_prune.completed_at / 1000);
   });
-  historyGauge('baton_history_last_prune_removed', 'Rows the last prune sweep removed (kind: executions, with their events, logs and keys | audit)', ['kind'], (g, s) => {
-    g.set({ kind: 'executions' }, s.last_prune.executions ?? 0);
-    g.set({ kind: 'audit' }, s.last_prune.audit ?? 0);
-  });
-  historyGauge('baton_history_pruned_total', 'Rows removed by the pruner since the database was created (kind: executions | audit)', ['kind'], (g, s) => {
-    g.set({ kind: 'executions' }, s.last_prune.total_executions);
-    g.set({ kind: 'audit' }, s.last_prune.total_audit);
-  });
-  historyGauge('baton_history_last_prune_failed', '1 when the last prune sweep stopped on an error', [], (g, s) => g.set(s.last_prune.error ? 1 : 0));
+  historyGauge(
+    'baton_history_last_prune_removed',
+    'Rows the last prune sweep removed (kind: executions, with their events, logs and keys | audit)',
+    ['kind'],
+    (g, s) => {
+      g.set({ kind: 'executions' }, s.last_prune.executions ?? 0);
+      g.set({ kind: 'audit' }, s.last_prune.audit ?? 0);
+    },
+  );
+  historyGauge(
+    'baton_history_pruned_total',
+    'Rows removed by the pruner since the database was created (kind: executions | audit)',
+    ['kind'],
+    (g, s) => {
+      g.set({ kind: 'executions' }, s.last_prune.total_executions);
+      g.set({ kind: 'audit' }, s.last_prune.total_audit);
+    },
+  );
+  historyGauge('baton_history_last_prune_failed', '1 when the last prune sweep stopped on an error', [], (g, s) =>
+    g.set(s.last_prune.error ? 1 : 0),
+  );
 
   const admissionWait = new Histogram({
     name: 'baton_admission_wait_seconds',
@@ -221,6 +239,18 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
     labelNames: ['kind'] as const,
     registers: [registry],
   });
+  const schedulerTicks = new Counter({
+    name: 'baton_scheduler_ticks_total',
+    help: 'Due schedule ticks handled, by outcome (fired | skipped) and reason',
+    labelNames: ['outcome', 'reason'] as const,
+    registers: [registry],
+  });
+  const loopErrors = new Counter({
+    name: 'baton_loop_errors_total',
+    help: 'Failed background passes in this process, by loop (they run again on their next interval)',
+    labelNames: ['loop'] as const,
+    registers: [registry],
+  });
   const httpDuration = new Histogram({
     name: 'baton_http_request_duration_seconds',
     help: 'HTTP requests answered, by method, route pattern and status code',
@@ -229,7 +259,9 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
     registers: [registry],
   });
 
-  const onAdmitted = (rows: Array<{ agent: string; attempt: number; started_at: number | null; queued_at: number | null; run_after: number | null }>) => {
+  const onAdmitted = (
+    rows: Array<{ agent: string; attempt: number; started_at: number | null; queued_at: number | null; run_after: number | null }>,
+  ) => {
     for (const r of rows) {
       if (r.attempt !== 1 || r.started_at === null || r.queued_at === null) continue;
       const since = Math.max(Number(r.queued_at), Number(r.run_after ?? 0));
@@ -242,9 +274,23 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
   const onReaped = (rows: Array<{ kind: string }>) => {
     for (const r of rows) reaperActions.inc({ kind: r.kind });
   };
+  // One increment per outcome and batch rather than per row.
+  const onFired = (fired: Fired[]) => {
+    let queued = 0;
+    const skipped = new Map<string, number>();
+    for (const f of fired) {
+      if (f.status === 'queued') queued++;
+      else skipped.set(f.reason ?? '', (skipped.get(f.reason ?? '') ?? 0) + 1);
+    }
+    if (queued > 0) schedulerTicks.inc({ outcome: 'fired', reason: '' }, queued);
+    for (const [reason, n] of skipped) schedulerTicks.inc({ outcome: 'skipped', reason }, n);
+  };
+  const onLoopError = ({ loop }: { loop: string }) => loopErrors.inc({ loop });
   engine.events.on('execution:admitted', onAdmitted);
   engine.events.on('execution:completed', onCompleted);
   engine.events.on('reaper:reaped', onReaped);
+  engine.events.on('scheduler:fired', onFired);
+  engine.events.on('loop:error', onLoopError);
 
   return {
     registry,
@@ -259,6 +305,8 @@ export function createNodeMetrics(engine: Engine): NodeMetrics {
       engine.events.off('execution:admitted', onAdmitted);
       engine.events.off('execution:completed', onCompleted);
       engine.events.off('reaper:reaped', onReaped);
+      engine.events.off('scheduler:fired', onFired);
+      engine.events.off('loop:error', onLoopError);
     },
   };
 }

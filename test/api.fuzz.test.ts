@@ -54,12 +54,18 @@ beforeAll(async () => {
   countRows = sql.raw(`SELECT ${tables.map((t) => `(SELECT count(*) FROM "${t}") AS "${t}"`).join(', ')}`);
 
   const spec = JSON.parse((await app.inject({ method: 'GET', url: '/openapi.json' })).body);
-  documented = Object.entries(spec.paths as Record<string, Record<string, { summary?: string; responses?: Record<string, unknown> }>>).flatMap(([template, ops]) =>
+  documented = Object.entries(
+    spec.paths as Record<string, Record<string, { summary?: string; responses?: Record<string, unknown> }>>,
+  ).flatMap(([template, ops]) =>
     Object.entries(ops).map(([method, op]) => ({
       method: method.toUpperCase() as Req['method'],
       template,
       longLived: /long-poll|server-sent|sse|stream/i.test(op.summary ?? ''),
-      statuses: new Set(Object.keys(op.responses ?? {}).filter((k) => /^\d{3}$/.test(k)).map(Number)),
+      statuses: new Set(
+        Object.keys(op.responses ?? {})
+          .filter((k) => /^\d{3}$/.test(k))
+          .map(Number),
+      ),
     })),
   );
 });
@@ -121,7 +127,10 @@ async function check(req: Req, expected?: (a: Answer) => void): Promise<Answer |
   // The contract says what the server does: every answer is a status the route declares.
   const route = documented.find((d) => `${d.method} ${d.template}` === req.template);
   if (route && !(a.status < 300 && route.statuses.has(a.status === 204 ? 204 : a.status))) {
-    if (a.status >= 300 || route.statuses.size > 0) expect([...route.statuses], `${req.template} answered ${a.status}, which /openapi.json does not declare: ${what}`).toContain(a.status);
+    if (a.status >= 300 || route.statuses.size > 0)
+      expect([...route.statuses], `${req.template} answered ${a.status}, which /openapi.json does not declare: ${what}`).toContain(
+        a.status,
+      );
   }
   if (a.status >= 400) {
     expect(a.contentType, what).toMatch(/^application\/json/);
@@ -133,7 +142,11 @@ async function check(req: Req, expected?: (a: Answer) => void): Promise<Answer |
     // A backlog refusal is audited on purpose (one audit_log row); any other refusal writes nothing.
     const audited = a.status === 429 && a.body.error === 'backlog_full' ? 1 : 0;
     const after = await rowCounts();
-    const written = Object.fromEntries(Object.keys(after).filter((t) => after[t] !== before[t]).map((t) => [t, after[t]! - before[t]!]));
+    const written = Object.fromEntries(
+      Object.keys(after)
+        .filter((t) => after[t] !== before[t])
+        .map((t) => [t, after[t]! - before[t]!]),
+    );
     expect(written, `a refusal wrote rows: ${what}`).toEqual(audited ? { audit_log: 1 } : {});
   }
   expected?.(a);
@@ -143,16 +156,71 @@ async function check(req: Req, expected?: (a: Answer) => void): Promise<Answer |
 // ── arbitraries ─────────────────────────────────────────────────────────────
 
 const FIELDS = [
-  'name', 'description', 'max_parallel', 'max_backlog', 'timeout_seconds', 'lease_ttl_seconds', 'max_redeliveries',
-  'delivery', 'push_url', 'message', 'payload', 'priority', 'run_after', 'delay_seconds', 'worker_id', 'wait_seconds',
-  'max', 'lease_token', 'status', 'result', 'error', 'usage', 'scope', 'agent', 'code',
+  'name',
+  'description',
+  'max_parallel',
+  'max_backlog',
+  'timeout_seconds',
+  'lease_ttl_seconds',
+  'max_redeliveries',
+  'delivery',
+  'push_url',
+  'message',
+  'payload',
+  'priority',
+  'run_after',
+  'delay_seconds',
+  'worker_id',
+  'wait_seconds',
+  'max',
+  'lease_token',
+  'status',
+  'result',
+  'error',
+  'usage',
+  'scope',
+  'agent',
+  'code',
 ];
 
 const nasty = fc.constantFrom(
-  1e308, -1e308, 2 ** 53 + 1, -(2 ** 53), 2 ** 31, -1, 0, 0.5, -0.0001, 1e-300, 99999999999,
-  '', ' ', 'a\u0000b', '\u0000', '💥', 'x'.repeat(5000), '<script>', "'; DROP TABLE agents; --", '1', 'true', 'null',
-  '2026-01-01T00:00:00Z', '9999-12-31T23:59:59Z', 'LEASE', 'bt_0000000000000000_' + 'a'.repeat(43), 'succeeded', 'admin', 'agent', 'pull',
-  true, false, null, [], {}, [null], { nested: { deep: [1, { x: null }] } },
+  1e308,
+  -1e308,
+  2 ** 53 + 1,
+  -(2 ** 53),
+  2 ** 31,
+  -1,
+  0,
+  0.5,
+  -0.0001,
+  1e-300,
+  99999999999,
+  '',
+  ' ',
+  'a\u0000b',
+  '\u0000',
+  '💥',
+  'x'.repeat(5000),
+  '<script>',
+  "'; DROP TABLE agents; --",
+  '1',
+  'true',
+  'null',
+  '2026-01-01T00:00:00Z',
+  '9999-12-31T23:59:59Z',
+  'LEASE',
+  'bt_0000000000000000_' + 'a'.repeat(43),
+  'succeeded',
+  'admin',
+  'agent',
+  'pull',
+  true,
+  false,
+  null,
+  [],
+  {},
+  [null],
+  { nested: { deep: [1, { x: null }] } },
 );
 const anyValue: fc.Arbitrary<unknown> = fc.oneof(
   { arbitrary: nasty, weight: 4 },
@@ -165,27 +233,59 @@ const fieldName = fc.oneof({ arbitrary: fc.constantFrom(...FIELDS), weight: 5 },
 const objectBody = fc.dictionary(fieldName, anyValue, { maxKeys: 5 });
 
 const RAW_BODIES = [
-  '{', '}', '[', '{"name":', '{"name": "a",}', "{'name': 'a'}", 'nul', 'undefined', 'NaN', '1e999', '-', '""', '"\\ud800"',
-  '{"__proto__": {"admin": true}}', '{"constructor": {"prototype": {"x": 1}}}', '{"message": "m", "message": 5}',
-  '\u0000', '\uFEFF{}', '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]', 'name=a&scope=admin',
+  '{',
+  '}',
+  '[',
+  '{"name":',
+  '{"name": "a",}',
+  "{'name': 'a'}",
+  'nul',
+  'undefined',
+  'NaN',
+  '1e999',
+  '-',
+  '""',
+  '"\\ud800"',
+  '{"__proto__": {"admin": true}}',
+  '{"constructor": {"prototype": {"x": 1}}}',
+  '{"message": "m", "message": 5}',
+  '\u0000',
+  '\uFEFF{}',
+  '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]',
+  'name=a&scope=admin',
   // Nesting deep enough to overflow a recursive walk (JSON.stringify, redaction): refused up front.
   '['.repeat(5000) + ']'.repeat(5000),
   '{"message":"m","payload":' + '{"a":'.repeat(4000) + '1' + '}'.repeat(4000) + '}',
   '{"lease_token":"LEASE","status":"succeeded","result":' + '['.repeat(5000) + ']'.repeat(5000) + '}',
 ];
 const CONTENT_TYPES = [
-  'application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON', 'text/plain', 'application/x-www-form-urlencoded',
-  'application/octet-stream', 'multipart/form-data; boundary=x', 'application/vnd.api+json', 'application/json; charset=latin1', 'garbage',
+  'application/json',
+  'application/json; charset=utf-8',
+  'APPLICATION/JSON',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'application/octet-stream',
+  'multipart/form-data; boundary=x',
+  'application/vnd.api+json',
+  'application/json; charset=latin1',
+  'garbage',
 ];
 
 type Body = { payload?: string; contentType?: string };
 const body: fc.Arbitrary<Body> = fc.oneof(
   { arbitrary: fc.constant({}), weight: 1 },
   { arbitrary: objectBody.map((o) => ({ payload: JSON.stringify(o), contentType: 'application/json' })), weight: 5 },
-  { arbitrary: fc.jsonValue({ maxDepth: 2 }).map((v) => ({ payload: JSON.stringify(v) ?? 'null', contentType: 'application/json' })), weight: 2 },
+  {
+    arbitrary: fc.jsonValue({ maxDepth: 2 }).map((v) => ({ payload: JSON.stringify(v) ?? 'null', contentType: 'application/json' })),
+    weight: 2,
+  },
   {
     arbitrary: fc.record({
-      payload: fc.oneof(fc.constantFrom(...RAW_BODIES), fc.string({ unit: 'binary', maxLength: 60 }), objectBody.map((o) => JSON.stringify(o))),
+      payload: fc.oneof(
+        fc.constantFrom(...RAW_BODIES),
+        fc.string({ unit: 'binary', maxLength: 60 }),
+        objectBody.map((o) => JSON.stringify(o)),
+      ),
       contentType: fc.option(fc.constantFrom(...CONTENT_TYPES), { nil: undefined }),
     }),
     weight: 3,
@@ -197,7 +297,27 @@ const segment = (valid: string[]) =>
   fc.oneof(
     { arbitrary: fc.constantFrom(...valid), weight: 3 },
     { arbitrary: fc.string({ unit: 'binary', maxLength: 30 }).map(encodeURIComponent), weight: 3 },
-    { arbitrary: fc.constantFrom('%00', '%E0%A4%A', '%', '%%', '..', '.', '%2F', 'A', 'UPPER', '-', '_', 'a'.repeat(65), 'ex_' + 'x'.repeat(70), '%20', '💥', '\u00e9'), weight: 2 },
+    {
+      arbitrary: fc.constantFrom(
+        '%00',
+        '%E0%A4%A',
+        '%',
+        '%%',
+        '..',
+        '.',
+        '%2F',
+        'A',
+        'UPPER',
+        '-',
+        '_',
+        'a'.repeat(65),
+        'ex_' + 'x'.repeat(70),
+        '%20',
+        '💥',
+        '\u00e9',
+      ),
+      weight: 2,
+    },
   );
 const agentParam = segment([AGENT, 'no-such-agent', 'a']);
 const idParam = () => segment([queuedId, runningId, 'ex_doesnotexist', 'x']);
@@ -211,9 +331,37 @@ const queryString = fc.oneof(
         fc.tuple(
           fc.oneof(fc.constantFrom(...QUERY_KEYS), fc.string({ maxLength: 8 })),
           fc.oneof(
-            fc.constantFrom('', 'true', '1', 'running', 'queued,running', 'queued,,bogus', '0', '-1', '501', '1e999', '2.5', 'abc', 'AGENT', AGENT, '2026-13-45T99:99:99Z', 'MTox', '%%%', Buffer.from('99999999999999999999:ex_a').toString('base64url')),
+            fc.constantFrom(
+              '',
+              'true',
+              '1',
+              'running',
+              'queued,running',
+              'queued,,bogus',
+              '0',
+              '-1',
+              '501',
+              '1e999',
+              '2.5',
+              'abc',
+              'AGENT',
+              AGENT,
+              '2026-13-45T99:99:99Z',
+              'MTox',
+              '%%%',
+              Buffer.from('99999999999999999999:ex_a').toString('base64url'),
+            ),
             // Numbers past every column type (int4, int8, a double's integers).
-            fc.constantFrom('2147483647', '2147483648', '-2147483649', '9223372036854775807', '9223372036854775808', '1e20', '9007199254740993', '-9223372036854775809'),
+            fc.constantFrom(
+              '2147483647',
+              '2147483648',
+              '-2147483649',
+              '9223372036854775807',
+              '9223372036854775808',
+              '1e20',
+              '9007199254740993',
+              '-9223372036854775809',
+            ),
             fc.string({ unit: 'binary', maxLength: 20 }),
           ),
         ),
@@ -222,13 +370,19 @@ const queryString = fc.oneof(
       .map((pairs) => '?' + pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&')),
     weight: 3,
   },
-  { arbitrary: fc.constantFrom('?', '?&&&', '?%', '?a[b]=1', '?limit=1&limit=2', '?status[]=running', '?=x', '?cursor', '?agent=%00'), weight: 1 },
+  {
+    arbitrary: fc.constantFrom('?', '?&&&', '?%', '?a[b]=1', '?limit=1&limit=2', '?status[]=running', '?=x', '?cursor', '?agent=%00'),
+    weight: 1,
+  },
 );
 
 const auth = fc.oneof(
   { arbitrary: fc.constant('admin'), weight: 8 },
   { arbitrary: fc.constant('agent'), weight: 2 },
-  { arbitrary: fc.constantFrom('none', 'Bearer', 'Bearer bt_', 'bearer ADMIN', 'Basic YTpi', 'Bearer ADMIN_TAIL', 'Bearer \u00e9'), weight: 1 },
+  {
+    arbitrary: fc.constantFrom('none', 'Bearer', 'Bearer bt_', 'bearer ADMIN', 'Basic YTpi', 'Bearer ADMIN_TAIL', 'Bearer \u00e9'),
+    weight: 1,
+  },
 );
 function authHeader(kind: string): Record<string, string> {
   if (kind === 'none') return {};
@@ -263,7 +417,12 @@ function routes(): Route[] {
     const arbs = parts.map((p) => (p.startsWith('{') ? param(p.slice(1, -1), method, template) : fc.constant(p)));
     return { method, template, longLived, path: fc.tuple(...arbs).map((xs) => xs.join('')) };
   });
-  out.push({ method: 'GET', template: '(outside the API)', longLived: false, path: fc.constantFrom('/healthz', '/readyz', '/openapi.json', '/', '/v1', '/v1/', '/nope') });
+  out.push({
+    method: 'GET',
+    template: '(outside the API)',
+    longLived: false,
+    path: fc.constantFrom('/healthz', '/readyz', '/openapi.json', '/', '/v1', '/v1/', '/nope'),
+  });
   return out;
 }
 
@@ -272,9 +431,15 @@ const request = (): fc.Arbitrary<Req & { template: string }> =>
     .record({
       // An accepted stream costs a wait before the client gives up on it: fewer of those.
       route: fc.oneof(
-        ...routes().map((r) => ({ arbitrary: r.path.map((path) => ({ ...r, path })), weight: r.longLived && !r.template.endsWith('/claim') ? 1 : 4 })),
+        ...routes().map((r) => ({
+          arbitrary: r.path.map((path) => ({ ...r, path })),
+          weight: r.longLived && !r.template.endsWith('/claim') ? 1 : 4,
+        })),
       ),
-      wrongMethod: fc.oneof({ arbitrary: fc.constant(undefined), weight: 7 }, { arbitrary: fc.constantFrom<Req['method']>('GET', 'POST', 'PATCH', 'DELETE', 'PUT'), weight: 1 }),
+      wrongMethod: fc.oneof(
+        { arbitrary: fc.constant(undefined), weight: 7 },
+        { arbitrary: fc.constantFrom<Req['method']>('GET', 'POST', 'PATCH', 'DELETE', 'PUT'), weight: 1 },
+      ),
       query: queryString,
       body,
       auth,
@@ -318,11 +483,34 @@ const agentFields: Record<string, Spec> = {
   delivery: { kind: 'enum', values: ['pull', 'push'] },
   push_url: { kind: 'url' },
 };
-const validAgentSettings = { description: 'd', max_parallel: 2, max_backlog: 10, timeout_seconds: 60, lease_ttl_seconds: 30, max_redeliveries: 1, delivery: 'pull', push_url: 'https://example.com/hook' };
+const validAgentSettings = {
+  description: 'd',
+  max_parallel: 2,
+  max_backlog: 10,
+  timeout_seconds: 60,
+  lease_ttl_seconds: 30,
+  max_redeliveries: 1,
+  delivery: 'pull',
+  push_url: 'https://example.com/hook',
+};
 let fresh = 0;
 const ALL_BODY_ROUTES: BodyRoute[] = [
-  { method: 'POST', template: '/v1/agents', path: () => '/v1/agents', valid: () => ({ name: `fz-new-${++fresh}`, ...validAgentSettings }), required: ['name'], fields: { name: { kind: 'string', min: 1, max: 63 }, ...agentFields } },
-  { method: 'PATCH', template: '/v1/agents/{agent}', path: () => `/v1/agents/${AGENT}`, valid: () => ({ ...validAgentSettings }), required: [], fields: agentFields },
+  {
+    method: 'POST',
+    template: '/v1/agents',
+    path: () => '/v1/agents',
+    valid: () => ({ name: `fz-new-${++fresh}`, ...validAgentSettings }),
+    required: ['name'],
+    fields: { name: { kind: 'string', min: 1, max: 63 }, ...agentFields },
+  },
+  {
+    method: 'PATCH',
+    template: '/v1/agents/{agent}',
+    path: () => `/v1/agents/${AGENT}`,
+    valid: () => ({ ...validAgentSettings }),
+    required: [],
+    fields: agentFields,
+  },
   {
     method: 'POST',
     template: '/v1/agents/{agent}/executions',
@@ -342,10 +530,28 @@ const ALL_BODY_ROUTES: BodyRoute[] = [
     path: () => `/v1/agents/${AGENT}/claim`,
     valid: () => ({ worker_id: 'w', wait_seconds: 0, max: 1 }),
     required: [],
-    fields: { worker_id: { kind: 'string', min: 1, max: 200 }, wait_seconds: { kind: 'number', min: 0, max: 60 }, max: { kind: 'int', min: 1, max: 100 } },
+    fields: {
+      worker_id: { kind: 'string', min: 1, max: 200 },
+      wait_seconds: { kind: 'number', min: 0, max: 60 },
+      max: { kind: 'int', min: 1, max: 100 },
+    },
   },
-  { method: 'POST', template: '/v1/executions/{id}/heartbeat', path: () => `/v1/executions/${held.id}/heartbeat`, valid: () => ({ lease_token: held.token }), required: ['lease_token'], fields: { lease_token: { kind: 'string', min: 1, max: 200 } } },
-  { method: 'POST', template: '/v1/executions/{id}/release', path: () => `/v1/executions/${held.id}/release`, valid: () => ({ lease_token: held.token }), required: ['lease_token'], fields: { lease_token: { kind: 'string', min: 1, max: 200 } } },
+  {
+    method: 'POST',
+    template: '/v1/executions/{id}/heartbeat',
+    path: () => `/v1/executions/${held.id}/heartbeat`,
+    valid: () => ({ lease_token: held.token }),
+    required: ['lease_token'],
+    fields: { lease_token: { kind: 'string', min: 1, max: 200 } },
+  },
+  {
+    method: 'POST',
+    template: '/v1/executions/{id}/release',
+    path: () => `/v1/executions/${held.id}/release`,
+    valid: () => ({ lease_token: held.token }),
+    required: ['lease_token'],
+    fields: { lease_token: { kind: 'string', min: 1, max: 200 } },
+  },
   {
     method: 'POST',
     template: '/v1/executions/{id}/complete',
@@ -369,7 +575,11 @@ const ALL_BODY_ROUTES: BodyRoute[] = [
     path: () => '/v1/keys',
     valid: () => ({ name: 'k', scope: 'agent', agent: AGENT }),
     required: ['name', 'scope'],
-    fields: { name: { kind: 'string', min: 1, max: 200 }, scope: { kind: 'enum', values: ['admin', 'agent'] }, agent: { kind: 'string', min: 1, max: 63 } },
+    fields: {
+      name: { kind: 'string', min: 1, max: 200 },
+      scope: { kind: 'enum', values: ['admin', 'agent'] },
+      agent: { kind: 'string', min: 1, max: 63 },
+    },
   },
 ];
 
@@ -385,21 +595,49 @@ function badValue(spec: Spec): fc.Arbitrary<unknown> {
         fc.double({ min: spec.min + 0.001, max: spec.min + 0.999, noNaN: true }),
       );
     case 'number':
-      return fc.oneof(wrongType, fc.constantFrom(null, String(spec.max), spec.min - 0.001, spec.max + 1, 1e308, -1e308), fc.double({ max: spec.min - 1e-9, noNaN: true, noDefaultInfinity: true }));
+      return fc.oneof(
+        wrongType,
+        fc.constantFrom(null, String(spec.max), spec.min - 0.001, spec.max + 1, 1e308, -1e308),
+        fc.double({ max: spec.min - 1e-9, noNaN: true, noDefaultInfinity: true }),
+      );
     case 'string':
       return fc.oneof(
         wrongType,
-        fc.constantFrom<unknown>(...(spec.nullable ? [] : [null]), ...(spec.nul === 'allowed' ? [] : ['a\u0000b']), 0, -1, 1e308, 'x'.repeat(spec.max + 1)),
+        fc.constantFrom<unknown>(
+          ...(spec.nullable ? [] : [null]),
+          ...(spec.nul === 'allowed' ? [] : ['a\u0000b']),
+          0,
+          -1,
+          1e308,
+          'x'.repeat(spec.max + 1),
+        ),
         ...(spec.min > 0 ? [fc.constant('')] : []),
       );
     case 'enum':
-      return fc.oneof(wrongType, fc.constantFrom<unknown>(null, 0, '', 'SUCCEEDED', 'done'), fc.string({ maxLength: 10 }).filter((s) => !spec.values.includes(s)));
+      return fc.oneof(
+        wrongType,
+        fc.constantFrom<unknown>(null, 0, '', 'SUCCEEDED', 'done'),
+        fc.string({ maxLength: 10 }).filter((s) => !spec.values.includes(s)),
+      );
     case 'datetime':
       return fc.oneof(wrongType, fc.constantFrom<unknown>('yesterday', '2026-13-01T00:00:00Z', 0));
     case 'url':
       return fc.oneof(wrongType, fc.constantFrom<unknown>('not a url', '', 0, 'http://a/\u0000'));
     case 'lines':
-      return fc.constantFrom<unknown>(true, {}, 'line', 0, null, [1], ['line'], [{}], [{ line: 1 }], [{ line: 'l', stream: 'system' }], [{ line: 'l', extra: 1 }], Array.from({ length: 1001 }, () => ({ line: 'l' })));
+      return fc.constantFrom<unknown>(
+        true,
+        {},
+        'line',
+        0,
+        null,
+        [1],
+        ['line'],
+        [{}],
+        [{ line: 1 }],
+        [{ line: 'l', stream: 'system' }],
+        [{ line: 'l', extra: 1 }],
+        Array.from({ length: 1001 }, () => ({ line: 'l' })),
+      );
   }
 }
 
@@ -407,22 +645,29 @@ function badValue(spec: Spec): fc.Arbitrary<unknown> {
 const bodyRoutes = () => ALL_BODY_ROUTES.filter((r) => documented.some((d) => d.method === r.method && d.template === r.template));
 
 type Mutation = { route: BodyRoute; body: unknown; field: string | null; unknownKey?: string };
-const mutation = (): fc.Arbitrary<Mutation> => fc.constantFrom(...bodyRoutes()).chain((route) => {
-  const options: fc.Arbitrary<Mutation>[] = [
-    // An unknown key: every body is a strict object.
-    fc.string({ minLength: 1, maxLength: 12 }).filter((k) => !(k in route.valid()) && !(k in route.fields) && k !== '__proto__')
-      .map((k) => ({ route, body: { ...route.valid(), [k]: 1 }, field: null, unknownKey: k })),
-    // Not an object at all (null is a bare POST for claim, which is valid there).
-    fc.constantFrom<unknown>([], [route.valid()], 'text', 0, true, ...(route.path().endsWith('/claim') ? [] : [null])).map((b) => ({ route, body: b, field: 'body' })),
-  ];
-  for (const f of route.required) {
-    options.push(fc.constant({ route, body: Object.fromEntries(Object.entries(route.valid()).filter(([k]) => k !== f)), field: `body.${f}` }));
-  }
-  for (const [f, spec] of Object.entries(route.fields)) {
-    options.push(badValue(spec).map((v) => ({ route, body: { ...route.valid(), [f]: v }, field: `body.${f}` })));
-  }
-  return fc.oneof(...options);
-});
+const mutation = (): fc.Arbitrary<Mutation> =>
+  fc.constantFrom(...bodyRoutes()).chain((route) => {
+    const options: fc.Arbitrary<Mutation>[] = [
+      // An unknown key: every body is a strict object.
+      fc
+        .string({ minLength: 1, maxLength: 12 })
+        .filter((k) => !(k in route.valid()) && !(k in route.fields) && k !== '__proto__')
+        .map((k) => ({ route, body: { ...route.valid(), [k]: 1 }, field: null, unknownKey: k })),
+      // Not an object at all (null is a bare POST for claim, which is valid there).
+      fc
+        .constantFrom<unknown>([], [route.valid()], 'text', 0, true, ...(route.path().endsWith('/claim') ? [] : [null]))
+        .map((b) => ({ route, body: b, field: 'body' })),
+    ];
+    for (const f of route.required) {
+      options.push(
+        fc.constant({ route, body: Object.fromEntries(Object.entries(route.valid()).filter(([k]) => k !== f)), field: `body.${f}` }),
+      );
+    }
+    for (const [f, spec] of Object.entries(route.fields)) {
+      options.push(badValue(spec).map((v) => ({ route, body: { ...route.valid(), [f]: v }, field: `body.${f}` })));
+    }
+    return fc.oneof(...options);
+  });
 
 // ── the properties ──────────────────────────────────────────────────────────
 
@@ -468,7 +713,10 @@ describe(`API fuzz (${STORE_KIND})`, { timeout: 60_000 * SCALE }, () => {
             template: `${m.route.method} ${m.route.template}`,
           },
           (a) => {
-            expect({ status: a.status, error: a.body?.error }, JSON.stringify(m.body).slice(0, 200)).toEqual({ status: 400, error: 'validation_error' });
+            expect({ status: a.status, error: a.body?.error }, JSON.stringify(m.body).slice(0, 200)).toEqual({
+              status: 400,
+              error: 'validation_error',
+            });
             if (m.unknownKey !== undefined) expect(a.body.message).toMatch(/Unrecognized key/);
             else expect(a.body.message).toContain(m.field);
           },
@@ -485,10 +733,20 @@ describe(`API fuzz (${STORE_KIND})`, { timeout: 60_000 * SCALE }, () => {
   it('accepts the valid bodies the mutations start from (the mutations test what they claim to)', async () => {
     expect(bodyRoutes().length).toBeGreaterThanOrEqual(8);
     for (const route of bodyRoutes().filter((r) => !/heartbeat|release|complete/.test(r.path()))) {
-      const a = await send({ method: route.method, url: route.path(), headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, payload: JSON.stringify(route.valid()) });
+      const a = await send({
+        method: route.method,
+        url: route.path(),
+        headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+        payload: JSON.stringify(route.valid()),
+      });
       expect(a === 'accepted_long_poll' ? 200 : a.status, `${route.method} ${route.path()}`).toBeLessThan(300);
     }
-    const hb = await send({ method: 'POST', url: `/v1/executions/${held.id}/heartbeat`, headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, payload: JSON.stringify({ lease_token: held.token }) });
+    const hb = await send({
+      method: 'POST',
+      url: `/v1/executions/${held.id}/heartbeat`,
+      headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+      payload: JSON.stringify({ lease_token: held.token }),
+    });
     expect(hb).toMatchObject({ status: 200 });
   });
 });

@@ -24,7 +24,11 @@ interface Answer {
   headers: Record<string, unknown>;
 }
 
-async function call(method: InjectOptions['method'], url: string, opts: { body?: unknown; key?: string | null; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function call(
+  method: InjectOptions['method'],
+  url: string,
+  opts: { body?: unknown; key?: string | null; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { ...opts.headers };
   const key = opts.key === undefined ? admin : opts.key;
   if (key !== null) headers.authorization ??= `Bearer ${key}`;
@@ -56,7 +60,10 @@ async function submit(agent: string, body: Record<string, unknown> = {}): Promis
   return r.body.execution_id;
 }
 
-async function claimOne(agent: string, key?: string): Promise<{ execution_id: string; lease_token: string; lease_expires_at: string; deadline_at: string }> {
+async function claimOne(
+  agent: string,
+  key?: string,
+): Promise<{ execution_id: string; lease_token: string; lease_expires_at: string; deadline_at: string }> {
   const r = await post(`/v1/agents/${agent}/claim`, { wait_seconds: 0 }, key);
   expect(r.status).toBe(200);
   expect(r.body.tasks).toHaveLength(1);
@@ -233,14 +240,20 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       refused(await post('/v1/agents', [1, 2]), 400, 'validation_error');
       refused(await post('/v1/agents'), 400, 'validation_error');
       refused(await call('POST', '/v1/agents', { body: '{"name":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
-      refused(await call('POST', '/v1/agents', { body: '<agent/>', headers: { 'content-type': 'application/xml' } }), 415, 'unsupported_media_type');
+      refused(
+        await call('POST', '/v1/agents', { body: '<agent/>', headers: { 'content-type': 'application/xml' } }),
+        415,
+        'unsupported_media_type',
+      );
       // The name in the path is validated too.
       expect(refused(await get('/v1/agents/Not_Valid'), 400, 'validation_error').message).toContain('params.agent');
     });
 
     it('never stores a NUL character (PostgreSQL text cannot hold one)', async () => {
       const name = `agent-${++n}`;
-      expect(refused(await post('/v1/agents', { name, description: 'a\u0000b' }), 400, 'validation_error').message).toContain('body.description');
+      expect(refused(await post('/v1/agents', { name, description: 'a\u0000b' }), 400, 'validation_error').message).toContain(
+        'body.description',
+      );
       refused(await get(`/v1/agents/${name}`), 404, 'not_found');
     });
   });
@@ -254,7 +267,16 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       expect(r.body.execution_id).toMatch(/^ex_/);
       expect(r.body.status).toBe('queued');
       expect(r.body.agent).toBe(agent);
-      expect(r.body.execution).toMatchObject({ agent, status: 'queued', attempt: 0, trigger: 'api', message: 'summarise', payload: { doc: 42 }, priority: -5, run_after: null });
+      expect(r.body.execution).toMatchObject({
+        agent,
+        status: 'queued',
+        attempt: 0,
+        trigger: 'api',
+        message: 'summarise',
+        payload: { doc: 42 },
+        priority: -5,
+        run_after: null,
+      });
       const read = await get(`/v1/executions/${r.body.execution_id}`);
       expect(read.status).toBe(200);
       expect(read.body.status).toBe('queued');
@@ -279,7 +301,11 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       const due = Date.parse(b.body.execution.run_after);
       expect(due).toBeGreaterThanOrEqual(before + 60_000);
       expect(due).toBeLessThan(Date.now() + 60_000 + 1);
-      const both = refused(await post(`/v1/agents/${agent}/executions`, { message: 'm', run_after: at, delay_seconds: 5 }), 400, 'validation_error');
+      const both = refused(
+        await post(`/v1/agents/${agent}/executions`, { message: 'm', run_after: at, delay_seconds: 5 }),
+        400,
+        'validation_error',
+      );
       expect(both.message).toContain('body.run_after');
       expect(both.message).toContain('body.delay_seconds');
       // A delayed task is not claimable yet.
@@ -298,7 +324,12 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       expect(full).toMatchObject({ agent, max_backlog: 2 });
       expect((await get(`/v1/executions?agent=${agent}`)).body.executions).toHaveLength(2);
       // The refusal itself is audited, and that is its only trace.
-      const audit = await ts.store.db.selectFrom('audit_log').select(['action', 'detail']).where('subject', '=', agent).where('action', '=', 'execution.refused').execute();
+      const audit = await ts.store.db
+        .selectFrom('audit_log')
+        .select(['action', 'detail'])
+        .where('subject', '=', agent)
+        .where('action', '=', 'execution.refused')
+        .execute();
       expect(audit).toHaveLength(1);
     });
 
@@ -307,10 +338,18 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       // JSON.stringify adds two quotes: this payload is exactly the limit.
       const atLimit = 'x'.repeat(DEFAULTS.payloadLimitBytes - 2);
       expect((await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: atLimit })).status).toBe(201);
-      const over = refused(await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: atLimit + 'x' }), 413, 'payload_too_large');
+      const over = refused(
+        await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: atLimit + 'x' }),
+        413,
+        'payload_too_large',
+      );
       expect(over.message).toContain('body.payload');
       // Far past the route's body limit: Fastify refuses before parsing, in the same vocabulary.
-      refused(await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: 'x'.repeat(DEFAULTS.payloadLimitBytes * 2) }), 413, 'payload_too_large');
+      refused(
+        await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: 'x'.repeat(DEFAULTS.payloadLimitBytes * 2) }),
+        413,
+        'payload_too_large',
+      );
       expect((await get(`/v1/executions?agent=${agent}`)).body.executions).toHaveLength(1);
     });
 
@@ -384,12 +423,20 @@ describe(`HTTP API (${STORE_KIND})`, () => {
     it('refuses an unknown agent and bad options', async () => {
       refused(await post('/v1/agents/no-such-agent/claim', { wait_seconds: 0 }), 404, 'not_found');
       const agent = await newAgent();
-      expect(refused(await post(`/v1/agents/${agent}/claim`, { wait_seconds: 61 }), 400, 'validation_error').message).toContain('body.wait_seconds');
-      expect(refused(await post(`/v1/agents/${agent}/claim`, { wait_seconds: -1 }), 400, 'validation_error').message).toContain('body.wait_seconds');
+      expect(refused(await post(`/v1/agents/${agent}/claim`, { wait_seconds: 61 }), 400, 'validation_error').message).toContain(
+        'body.wait_seconds',
+      );
+      expect(refused(await post(`/v1/agents/${agent}/claim`, { wait_seconds: -1 }), 400, 'validation_error').message).toContain(
+        'body.wait_seconds',
+      );
       expect(refused(await post(`/v1/agents/${agent}/claim`, { max: 0 }), 400, 'validation_error').message).toContain('body.max');
       expect(refused(await post(`/v1/agents/${agent}/claim`, { max: 101 }), 400, 'validation_error').message).toContain('body.max');
-      expect(refused(await post(`/v1/agents/${agent}/claim`, { worker_id: '' }), 400, 'validation_error').message).toContain('body.worker_id');
-      expect(refused(await post(`/v1/agents/${agent}/claim`, { worker_id: 'w\u0000' }), 400, 'validation_error').message).toContain('body.worker_id');
+      expect(refused(await post(`/v1/agents/${agent}/claim`, { worker_id: '' }), 400, 'validation_error').message).toContain(
+        'body.worker_id',
+      );
+      expect(refused(await post(`/v1/agents/${agent}/claim`, { worker_id: 'w\u0000' }), 400, 'validation_error').message).toContain(
+        'body.worker_id',
+      );
       expect(refused(await post(`/v1/agents/${agent}/claim`, { wait: 1 }), 400, 'validation_error').message).toContain('wait');
     });
   });
@@ -412,9 +459,20 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       const bad = await submit(agent);
       const [t1, t2] = (await post(`/v1/agents/${agent}/claim`, { wait_seconds: 0, max: 2 })).body.tasks;
       const tasks = new Map([t1, t2].map((t: any) => [t.execution_id, t.lease_token]));
-      const done = await post(`/v1/executions/${ok}/complete`, { lease_token: tasks.get(ok), status: 'succeeded', result: { answer: 42 }, usage: { input_tokens: 10, cost_usd: 0.01, model: 'm' } });
+      const done = await post(`/v1/executions/${ok}/complete`, {
+        lease_token: tasks.get(ok),
+        status: 'succeeded',
+        result: { answer: 42 },
+        usage: { input_tokens: 10, cost_usd: 0.01, model: 'm' },
+      });
       expect(done.status).toBe(200);
-      expect(done.body).toMatchObject({ id: ok, status: 'succeeded', result: { answer: 42 }, usage: { input_tokens: 10, cost_usd: 0.01, model: 'm' }, error: null });
+      expect(done.body).toMatchObject({
+        id: ok,
+        status: 'succeeded',
+        result: { answer: 42 },
+        usage: { input_tokens: 10, cost_usd: 0.01, model: 'm' },
+        error: null,
+      });
       expect(done.body.duration_ms).toBeGreaterThanOrEqual(0);
       const failed = await post(`/v1/executions/${bad}/complete`, { lease_token: tasks.get(bad), status: 'failed' });
       expect(failed.status).toBe(200);
@@ -428,7 +486,11 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       const agent = await newAgent();
       const id = await submit(agent);
       const task = await claimOne(agent);
-      const r = await post(`/v1/executions/${id}/complete`, { lease_token: task.lease_token, status: 'failed', error: { code: 'model_refused', message: 'no' } });
+      const r = await post(`/v1/executions/${id}/complete`, {
+        lease_token: task.lease_token,
+        status: 'failed',
+        error: { code: 'model_refused', message: 'no' },
+      });
       expect(r.status).toBe(200);
       expect(r.body.error).toEqual({ code: 'model_refused', message: 'no' });
     });
@@ -475,10 +537,26 @@ describe(`HTTP API (${STORE_KIND})`, () => {
         expect(refused(await post(`/v1/executions/not.an.id/${verb}`, body), 400, 'validation_error').message).toContain('params.id');
       }
       expect(refused(await post('/v1/executions/ex_x/heartbeat', {}), 400, 'validation_error').message).toContain('body.lease_token');
-      expect(refused(await post('/v1/executions/ex_x/heartbeat', { lease_token: 'a\u0000' }), 400, 'validation_error').message).toContain('body.lease_token');
-      expect(refused(await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'done' }), 400, 'validation_error').message).toContain('body.status');
-      expect(refused(await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'failed', error: { message: 1 } }), 400, 'validation_error').message).toContain('body.error.message');
-      expect(refused(await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'succeeded', usage: { input_tokens: -1 } }), 400, 'validation_error').message).toContain('body.usage.input_tokens');
+      expect(refused(await post('/v1/executions/ex_x/heartbeat', { lease_token: 'a\u0000' }), 400, 'validation_error').message).toContain(
+        'body.lease_token',
+      );
+      expect(
+        refused(await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'done' }), 400, 'validation_error').message,
+      ).toContain('body.status');
+      expect(
+        refused(
+          await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'failed', error: { message: 1 } }),
+          400,
+          'validation_error',
+        ).message,
+      ).toContain('body.error.message');
+      expect(
+        refused(
+          await post('/v1/executions/ex_x/complete', { lease_token: 't', status: 'succeeded', usage: { input_tokens: -1 } }),
+          400,
+          'validation_error',
+        ).message,
+      ).toContain('body.usage.input_tokens');
     });
   });
 
@@ -572,7 +650,9 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       cursor = null;
       pages = 0;
       do {
-        const page: Answer = await get(`/v1/executions?agent=${agent}&status=queued,cancelled,running&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+        const page: Answer = await get(
+          `/v1/executions?agent=${agent}&status=queued,cancelled,running&limit=2${cursor ? `&cursor=${cursor}` : ''}`,
+        );
         expect(page.status).toBe(200);
         const at = page.body.executions.map((e: any) => Date.parse(e.created_at));
         expect(at).toEqual([...at].sort((a, b) => b - a));
@@ -593,9 +673,19 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       for (let i = 0; i < 3; i++) ids.push(await submit(agent, { message, payload: { blob: 'p'.repeat(200 * 1024) } }));
       for (let i = 0; i < 3; i++) {
         const task = await claimOne(agent);
-        const done = i < 2
-          ? await post(`/v1/executions/${task.execution_id}/complete`, { lease_token: task.lease_token, status: 'succeeded', result: { big } })
-          : await post(`/v1/executions/${task.execution_id}/complete`, { lease_token: task.lease_token, status: 'failed', error: { code: 'boom', message: 'e'.repeat(5000) }, result: 'short' });
+        const done =
+          i < 2
+            ? await post(`/v1/executions/${task.execution_id}/complete`, {
+                lease_token: task.lease_token,
+                status: 'succeeded',
+                result: { big },
+              })
+            : await post(`/v1/executions/${task.execution_id}/complete`, {
+                lease_token: task.lease_token,
+                status: 'failed',
+                error: { code: 'boom', message: 'e'.repeat(5000) },
+                result: 'short',
+              });
         expect(done.status).toBe(200);
       }
       const page = await get(`/v1/executions?agent=${agent}&limit=200`);
@@ -654,7 +744,15 @@ describe(`HTTP API (${STORE_KIND})`, () => {
         ['running', 'succeeded'],
       ]);
       for (const e of r.body.events) {
-        expect(e).toEqual({ id: expect.any(Number), from: e.from, to: e.to, at: expect.any(String), actor: expect.any(String), reason: e.reason, attempt: expect.any(Number) });
+        expect(e).toEqual({
+          id: expect.any(Number),
+          from: e.from,
+          to: e.to,
+          at: expect.any(String),
+          actor: expect.any(String),
+          reason: e.reason,
+          attempt: expect.any(Number),
+        });
       }
       refused(await get('/v1/executions/ex_doesnotexist'), 404, 'not_found');
       expect(refused(await get('/v1/executions/has%20space'), 400, 'validation_error').message).toContain('params.id');
@@ -680,15 +778,24 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       expect((await post(`/v1/agents/${mine}/claim`, { wait_seconds: 0 }, k.key)).status).toBe(204);
 
       expect((await post(`/v1/executions/${ids[0]}/heartbeat`, { lease_token: tasks.get(ids[0]!) }, k.key)).status).toBe(200);
-      expect((await post(`/v1/executions/${ids[0]}/complete`, { lease_token: tasks.get(ids[0]!), status: 'succeeded' }, k.key)).body.status).toBe('succeeded');
+      expect(
+        (await post(`/v1/executions/${ids[0]}/complete`, { lease_token: tasks.get(ids[0]!), status: 'succeeded' }, k.key)).body.status,
+      ).toBe('succeeded');
       expect((await post(`/v1/executions/${ids[1]}/release`, { lease_token: tasks.get(ids[1]!) }, k.key)).body.status).toBe('queued');
 
       // Another agent's work: forbidden to claim, invisible to the lease calls.
       refused(await post(`/v1/agents/${theirs}/claim`, { wait_seconds: 0 }, k.key), 403, 'forbidden');
       refused(await post(`/v1/executions/${theirId}/heartbeat`, { lease_token: theirTask.lease_token }, k.key), 404, 'not_found');
-      refused(await post(`/v1/executions/${theirId}/complete`, { lease_token: theirTask.lease_token, status: 'failed' }, k.key), 404, 'not_found');
+      refused(
+        await post(`/v1/executions/${theirId}/complete`, { lease_token: theirTask.lease_token, status: 'failed' }, k.key),
+        404,
+        'not_found',
+      );
       refused(await post(`/v1/executions/${theirId}/release`, { lease_token: theirTask.lease_token }, k.key), 404, 'not_found');
-      expect((await get(`/v1/executions/${theirId}`)).body).toMatchObject({ status: 'running', lease_expires_at: theirTask.lease_expires_at });
+      expect((await get(`/v1/executions/${theirId}`)).body).toMatchObject({
+        status: 'running',
+        lease_expires_at: theirTask.lease_expires_at,
+      });
 
       // Reads: its own agent only.
       const agents = await get('/v1/agents', k.key);

@@ -36,7 +36,8 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run does it)`);
-    if (!existsSync(join(ROOT, 'web/dist/index.html'))) execFileSync(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', 'web', '--logLevel', 'warn'], { cwd: ROOT });
+    if (!existsSync(join(ROOT, 'web/dist/index.html')))
+      execFileSync(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', 'web', '--logLevel', 'warn'], { cwd: ROOT });
     dir = mkdtempSync(join(tmpdir(), 'baton-browser-'));
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
     for (const k of Object.keys(process.env)) if (k.startsWith('BATON_')) delete base[k];
@@ -45,7 +46,14 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--disable-dev-shm-usage',
+      ],
     });
     page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
     page.on('dialog', (d) => void d.accept());
@@ -72,7 +80,8 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
 
   function startWorker(agent: string) {
     // Each task prints lines, then waits for its gate file (named by its execution id) to exist.
-    const script = 'read m; echo "working on: $m"; echo "progress 1/2" >&2; while [ ! -f "$GATE_DIR/gate-$BATON_EXECUTION_ID" ]; do sleep 0.1; done; echo "progress 2/2"; echo "{\\"done\\":\\"$m\\"}"';
+    const script =
+      'read m; echo "working on: $m"; echo "progress 1/2" >&2; while [ ! -f "$GATE_DIR/gate-$BATON_EXECUTION_ID" ]; do sleep 0.1; done; echo "progress 2/2"; echo "{\\"done\\":\\"$m\\"}"';
     worker = spawnChild([BATON_BIN, 'worker', '--agent', agent, '--kill-grace', '1', '--', 'sh', '-c', script], {
       BATON_URL: server.url,
       BATON_API_KEY: key,
@@ -183,7 +192,11 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
 
   it('says so when the backlog is full and nothing was started', async () => {
     const api = (method: string, path: string, body?: unknown) =>
-      fetch(server.url + path, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+      fetch(server.url + path, {
+        method,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
     expect((await api('POST', '/v1/agents', { name: 'full', max_backlog: 0 })).status).toBe(201);
     const created = await api('POST', '/v1/agents/full/schedules', { name: 'hourly', cron: '0 * * * *', message: 'x' });
     expect(created.status).toBe(201);

@@ -33,13 +33,49 @@ afterAll(async () => {
 });
 
 const cycle = (o: { full?: boolean } = {}) => runCanaryOnce({ store: ts.store, clock, ...o });
-const newAgent = async (extra: Record<string, unknown> = {}) => (await engine.createAgent({ name: `cp-${++n}`, max_parallel: 1, max_backlog: 100, ...extra }, 'test')).name;
-const findings = (r: CycleReport, id: string, subject: string) => r.checks.find((c) => c.id === id)!.findings.filter((f) => f.subject === subject).map((f) => f.reason);
-const headEvent = async () => Number((await ts.store.db.selectFrom('execution_events').select((eb) => eb.fn.max<number>('id').as('m')).executeTakeFirstOrThrow()).m);
-const checkpoints = async () => new Map((await ts.store.db.selectFrom('canary_checkpoints').selectAll().execute()).map((c) => [c.invariant, { event_id: Number(c.event_id), state: c.state }]));
+const newAgent = async (extra: Record<string, unknown> = {}) =>
+  (await engine.createAgent({ name: `cp-${++n}`, max_parallel: 1, max_backlog: 100, ...extra }, 'test')).name;
+const findings = (r: CycleReport, id: string, subject: string) =>
+  r.checks
+    .find((c) => c.id === id)!
+    .findings.filter((f) => f.subject === subject)
+    .map((f) => f.reason);
+const headEvent = async () =>
+  Number(
+    (
+      await ts.store.db
+        .selectFrom('execution_events')
+        .select((eb) => eb.fn.max<number>('id').as('m'))
+        .executeTakeFirstOrThrow()
+    ).m,
+  );
+const checkpoints = async () =>
+  new Map(
+    (await ts.store.db.selectFrom('canary_checkpoints').selectAll().execute()).map((c) => [
+      c.invariant,
+      { event_id: Number(c.event_id), state: c.state },
+    ]),
+  );
 const isOpen = async (id: string, subject: string) =>
-  (await ts.store.db.selectFrom('canary_violations').select('id').where('invariant', '=', id).where('subject', '=', subject).where('resolved_at', 'is', null).executeTakeFirst()) !== undefined;
-const leftTerminalEvent = (execution_id: string, agent: string) => ({ execution_id, agent, from_status: 'succeeded' as const, to_status: 'queued' as const, at: clock(), actor: 'bug', reason: null, attempt: 1, seats_in_use: null, seat_cap: null });
+  (await ts.store.db
+    .selectFrom('canary_violations')
+    .select('id')
+    .where('invariant', '=', id)
+    .where('subject', '=', subject)
+    .where('resolved_at', 'is', null)
+    .executeTakeFirst()) !== undefined;
+const leftTerminalEvent = (execution_id: string, agent: string) => ({
+  execution_id,
+  agent,
+  from_status: 'succeeded' as const,
+  to_status: 'queued' as const,
+  at: clock(),
+  actor: 'bug',
+  reason: null,
+  attempt: 1,
+  seats_in_use: null,
+  seat_cap: null,
+});
 
 /** Submit, admit and complete `count` executions of `agent`: nine events for three, nothing left live. */
 async function runToCompletion(agent: string, count: number) {
@@ -106,7 +142,7 @@ describe('checkpoints', () => {
     const report = await timer.tick();
     expect(report!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
-    await timer.stop();
+    await timer.releaseLease();
   });
 
   it('more new findings than a cycle keeps: the checkpoint waits until every subject is open', async () => {
@@ -116,8 +152,21 @@ describe('checkpoints', () => {
     const count = MAX_FINDINGS + 10;
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${count})
       INSERT INTO executions (id, agent, trigger_kind, origin, message, payload, priority, status, attempt, max_redeliveries, timeout_seconds, lease_ttl_seconds, created_at, queued_at, changed_at, changed_by)
-      SELECT 'ex_many_' || ${agent} || '_' || i, ${agent}, 'api', '{}', 'broken', 'null', 0, 'failed', 0, 3, 900, 30, t, t, t, 'test' FROM k, (SELECT cast(${clock()} as bigint) AS t) c`.execute(ts.store.db);
-    const open = async () => Number((await ts.store.db.selectFrom('canary_violations').select((eb) => eb.fn.countAll<number>().as('n')).where('invariant', '=', 'E-03').where('agent', '=', agent).where('resolved_at', 'is', null).executeTakeFirstOrThrow()).n);
+      SELECT 'ex_many_' || ${agent} || '_' || i, ${agent}, 'api', '{}', 'broken', 'null', 0, 'failed', 0, 3, 900, 30, t, t, t, 'test' FROM k, (SELECT cast(${clock()} as bigint) AS t) c`.execute(
+      ts.store.db,
+    );
+    const open = async () =>
+      Number(
+        (
+          await ts.store.db
+            .selectFrom('canary_violations')
+            .select((eb) => eb.fn.countAll<number>().as('n'))
+            .where('invariant', '=', 'E-03')
+            .where('agent', '=', agent)
+            .where('resolved_at', 'is', null)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
     const first = await cycle();
     expect(first.checks.find((c) => c.id === 'E-03')!.truncated).toBe(true);
     expect(await open()).toBe(MAX_FINDINGS);
@@ -135,7 +184,13 @@ describe('checkpoints', () => {
 describe('before and after the checkpoint', () => {
   it('a violation after the checkpoint is found by the next cycle', async () => {
     const agent = await newAgent();
-    const row = await writeRow(ts.store, clock(), { agent, status: 'succeeded', started_at: clock(), completed_at: clock(), duration_ms: 0 });
+    const row = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      started_at: clock(),
+      completed_at: clock(),
+      duration_ms: 0,
+    });
     await cycle();
     await ts.store.db.insertInto('execution_events').values(leftTerminalEvent(row.id, agent)).execute();
     const next = await cycle();
@@ -147,8 +202,20 @@ describe('before and after the checkpoint', () => {
 
   it('a violation before the checkpoint is missed by a normal cycle and found by the full check', async () => {
     const agent = await newAgent();
-    const row = await writeRow(ts.store, clock(), { agent, status: 'succeeded', started_at: clock(), completed_at: clock(), duration_ms: 0 });
-    const old = await writeRow(ts.store, clock(), { agent, status: 'succeeded', started_at: clock(), completed_at: clock(), duration_ms: 0 });
+    const row = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      started_at: clock(),
+      completed_at: clock(),
+      duration_ms: 0,
+    });
+    const old = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      started_at: clock(),
+      completed_at: clock(),
+      duration_ms: 0,
+    });
     await ts.store.db.insertInto('execution_events').values(leftTerminalEvent(old.id, agent)).execute();
     // A history from before checkpoints were kept: the checkpoints start at the newest event.
     const head = await headEvent();
@@ -224,27 +291,48 @@ describe('S-02 carries its seats forward', () => {
 
   it('through the database: cycles at random points find what one full check finds', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 25 }), fc.array(fc.boolean(), { minLength: 25, maxLength: 25 }), async (ops, cycleAfter) => {
-        await cycle();
-        const agents = { a: await newAgent(), b: await newAgent() };
-        const rows = new Map<string, string>();
-        for (const o of ops) {
-          const key = `${o.agent}-${o.exec}`;
-          if (!rows.has(key)) rows.set(key, (await writeRow(ts.store, clock(), { agent: agents[o.agent as 'a' | 'b'] })).id);
-        }
-        // Over-admitted subjects: a cycle keeps one reason per subject, so compare subjects.
-        const mine = new Set(rows.values());
-        const found = new Set<string>();
-        const collect = (r: CycleReport) => r.checks.find((c) => c.id === 'S-02')!.findings.filter((f) => mine.has(f.subject)).map((f) => f.subject);
-        for (const [i, e] of toEvents(ops).entries()) {
-          const { id: _id, ...event } = e;
-          await ts.store.db.insertInto('execution_events').values({ ...event, execution_id: rows.get(e.execution_id)!, agent: agents[e.agent as 'a' | 'b'], from_status: e.from_status as any, to_status: e.to_status as any, at: clock(), actor: 'test', reason: null, attempt: 1 }).execute();
-          if (cycleAfter[i]) for (const s of collect(await cycle())) found.add(s);
-        }
-        for (const s of collect(await cycle())) found.add(s);
-        const full = new Set(collect(await cycle({ full: true })));
-        expect([...found].sort()).toEqual([...full].sort());
-      }),
+      fc.asyncProperty(
+        fc.array(op, { minLength: 1, maxLength: 25 }),
+        fc.array(fc.boolean(), { minLength: 25, maxLength: 25 }),
+        async (ops, cycleAfter) => {
+          await cycle();
+          const agents = { a: await newAgent(), b: await newAgent() };
+          const rows = new Map<string, string>();
+          for (const o of ops) {
+            const key = `${o.agent}-${o.exec}`;
+            if (!rows.has(key)) rows.set(key, (await writeRow(ts.store, clock(), { agent: agents[o.agent as 'a' | 'b'] })).id);
+          }
+          // Over-admitted subjects: a cycle keeps one reason per subject, so compare subjects.
+          const mine = new Set(rows.values());
+          const found = new Set<string>();
+          const collect = (r: CycleReport) =>
+            r.checks
+              .find((c) => c.id === 'S-02')!
+              .findings.filter((f) => mine.has(f.subject))
+              .map((f) => f.subject);
+          for (const [i, e] of toEvents(ops).entries()) {
+            const { id: _id, ...event } = e;
+            await ts.store.db
+              .insertInto('execution_events')
+              .values({
+                ...event,
+                execution_id: rows.get(e.execution_id)!,
+                agent: agents[e.agent as 'a' | 'b'],
+                from_status: e.from_status as any,
+                to_status: e.to_status as any,
+                at: clock(),
+                actor: 'test',
+                reason: null,
+                attempt: 1,
+              })
+              .execute();
+            if (cycleAfter[i]) for (const s of collect(await cycle())) found.add(s);
+          }
+          for (const s of collect(await cycle())) found.add(s);
+          const full = new Set(collect(await cycle({ full: true })));
+          expect([...found].sort()).toEqual([...full].sort());
+        },
+      ),
       { numRuns: 5 },
     );
   });
@@ -269,7 +357,13 @@ describe('gaps in event ids', () => {
 
   it.runIf(STORE_KIND === 'postgres')('an event committed after the canary read higher ids is still judged (two connections)', async () => {
     const agent = await newAgent({ max_parallel: 5 });
-    const row = await writeRow(ts.store, clock(), { agent, status: 'succeeded', started_at: clock(), completed_at: clock(), duration_ms: 0 });
+    const row = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      started_at: clock(),
+      completed_at: clock(),
+      duration_ms: 0,
+    });
     await cycle();
     const other = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
     await other.connect();
@@ -294,7 +388,10 @@ describe('gaps in event ids', () => {
 
       // A rolled-back id is a permanent gap: passed once the event after it is older than the margin.
       await other.query('BEGIN');
-      await other.query('INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt) VALUES ($1, $2, $3, $3, $4, $5, null, 0)', [row.id, agent, 'succeeded', clock(), 'test']);
+      await other.query(
+        'INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt) VALUES ($1, $2, $3, $3, $4, $5, null, 0)',
+        [row.id, agent, 'succeeded', clock(), 'test'],
+      );
       await other.query('ROLLBACK');
       await engine.submit(agent, { message: 'after the rollback' }, 'test');
       const head = await headEvent();
@@ -325,7 +422,9 @@ describe('what a cycle costs follows activity, not history', () => {
     // History: 3,000 finished executions (with their creation events).
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < 3000)
       INSERT INTO executions (id, agent, trigger_kind, origin, message, payload, priority, status, attempt, max_redeliveries, timeout_seconds, lease_ttl_seconds, created_at, queued_at, started_at, completed_at, duration_ms, changed_at, changed_by)
-      SELECT 'ex_hist_' || ${agent} || '_' || i, ${agent}, 'api', '{}', 'old', 'null', 0, 'succeeded', 1, 3, 900, 30, t, t, t, t, 1, t, 'test' FROM k, (SELECT cast(${clock()} as bigint) AS t) c`.execute(ts.store.db);
+      SELECT 'ex_hist_' || ${agent} || '_' || i, ${agent}, 'api', '{}', 'old', 'null', 0, 'succeeded', 1, 3, 900, 30, t, t, t, t, 1, t, 'test' FROM k, (SELECT cast(${clock()} as bigint) AS t) c`.execute(
+      ts.store.db,
+    );
     const large = await measure();
     expect(small.events).toBe(9);
     expect(large).toEqual(small);
@@ -341,10 +440,19 @@ describe('what a cycle costs follows activity, not history', () => {
     await engine.claim(agent, { owner: 'worker:test' }); // a seat S-02 carries (and prunes)
     // Open violations, rechecked next cycle: E-03 on its row, E-02 on its events, S-02 by existence.
     const broken = await writeRow(ts.store, clock(), { agent, status: 'failed' });
-    const ended = await writeRow(ts.store, clock(), { agent, status: 'succeeded', started_at: clock(), completed_at: clock(), duration_ms: 0 });
+    const ended = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      started_at: clock(),
+      completed_at: clock(),
+      duration_ms: 0,
+    });
     await ts.store.db.insertInto('execution_events').values(leftTerminalEvent(ended.id, agent)).execute();
     const over = await writeRow(ts.store, clock(), { agent });
-    await ts.store.db.insertInto('execution_events').values({ ...leftTerminalEvent(over.id, agent), from_status: 'queued', to_status: 'running', seats_in_use: 3, seat_cap: 2 }).execute();
+    await ts.store.db
+      .insertInto('execution_events')
+      .values({ ...leftTerminalEvent(over.id, agent), from_status: 'queued', to_status: 'running', seats_in_use: 3, seat_cap: 2 })
+      .execute();
     await runCanaryOnce({ store: o.store, clock });
     expect([await isOpen('E-03', broken.id), await isOpen('E-02', ended.id), await isOpen('S-02', over.id)]).toEqual([true, true, true]);
     const cancelled = await engine.submit(agent, { message: 'cancel me' }, 'test');
@@ -355,7 +463,9 @@ describe('what a cycle costs follows activity, not history', () => {
     if (process.env.BATON_SHOW_PLANS) for (const q of o.queries) console.log(q.sql);
     expect(await historyWalks(ts.store, o.queries)).toEqual([]);
     // The checker itself fires on a walk through history.
-    const walk = await historyWalks(ts.store, [CompiledQuery.raw(`SELECT count(*) FROM executions WHERE error_code = ${ts.store.kind === 'postgres' ? '$1' : '?'}`, ['x'])]);
+    const walk = await historyWalks(ts.store, [
+      CompiledQuery.raw(`SELECT count(*) FROM executions WHERE error_code = ${ts.store.kind === 'postgres' ? '$1' : '?'}`, ['x']),
+    ]);
     expect(walk).toHaveLength(1);
     await ts.store.db.updateTable('executions').set({ completed_at: clock() }).where('id', '=', broken.id).execute();
   });

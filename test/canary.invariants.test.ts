@@ -47,7 +47,13 @@ async function findings(id: string, subject: string, report?: CycleReport) {
 
 /** The stored open violation of `id` about `subject`, with its diagnosis. */
 async function openViolation(id: string, subject: string) {
-  return ts.store.db.selectFrom('canary_violations').selectAll().where('invariant', '=', id).where('subject', '=', subject).where('resolved_at', 'is', null).executeTakeFirst();
+  return ts.store.db
+    .selectFrom('canary_violations')
+    .selectAll()
+    .where('invariant', '=', id)
+    .where('subject', '=', subject)
+    .where('resolved_at', 'is', null)
+    .executeTakeFirst();
 }
 
 async function expectFires(id: string, subject: string, reason: string, component: RegExp) {
@@ -99,14 +105,26 @@ describe('E-01 lapsed lease / past timeout', () => {
     const now = clock();
     const live = await writeRow(ts.store, now, runningRow(now, agent));
     // Re-queued by the reaper long ago: lease cleared, token kept, started_at old.
-    const handedBack = await writeRow(ts.store, now, { agent, status: 'queued', attempt: 1, lease_token: 'ls_old', lease_owner: 'worker:gone', started_at: now - 3_600_000, queued_at: now - 3_700_000 });
+    const handedBack = await writeRow(ts.store, now, {
+      agent,
+      status: 'queued',
+      attempt: 1,
+      lease_token: 'ls_old',
+      lease_owner: 'worker:gone',
+      started_at: now - 3_600_000,
+      queued_at: now - 3_700_000,
+    });
     let report: CycleReport | undefined;
     let unleased = '';
     await withoutLeaseCheck(ts.store, async () => {
       const r = await writeRow(ts.store, now, { ...runningRow(now, agent), lease_expires_at: null });
       unleased = r.id;
       report = await cycle();
-      await ts.store.db.updateTable('executions').set({ status: 'failed', completed_at: now, duration_ms: 0 }).where('id', '=', r.id).execute();
+      await ts.store.db
+        .updateTable('executions')
+        .set({ status: 'failed', completed_at: now, duration_ms: 0 })
+        .where('id', '=', r.id)
+        .execute();
     });
     for (const id of [live.id, handedBack.id, unleased]) expect(await findings('E-01', id, report)).toEqual([]);
     // S-03 is the check that owns a missing lease.
@@ -118,7 +136,21 @@ describe('E-02 no terminal state is left (event log)', () => {
   it('fires on an event leaving a terminal state', async () => {
     const agent = await newAgent();
     const row = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock() });
-    await ts.store.db.insertInto('execution_events').values({ execution_id: row.id, agent, from_status: 'succeeded', to_status: 'queued', at: clock(), actor: 'bug', reason: null, attempt: 1, seats_in_use: null, seat_cap: null }).execute();
+    await ts.store.db
+      .insertInto('execution_events')
+      .values({
+        execution_id: row.id,
+        agent,
+        from_status: 'succeeded',
+        to_status: 'queued',
+        at: clock(),
+        actor: 'bug',
+        reason: null,
+        attempt: 1,
+        seats_in_use: null,
+        seat_cap: null,
+      })
+      .execute();
     await expectFires('E-02', row.id, 'left_terminal', /compare-and-set/);
   });
 
@@ -179,7 +211,9 @@ describe('E-06 no enabled schedule overdue beyond its misfire grace', () => {
     const id = `sch_canary_${++sid}`;
     const now = clock();
     await sql`INSERT INTO schedules (id, agent, name, cron, timezone, message, payload, enabled, overlap_policy, misfire_policy, misfire_grace_seconds, priority, next_run_at, created_at, updated_at)
-      VALUES (${id}, ${agent}, ${id}, '* * * * *', 'UTC', 'tick', 'null', ${enabled}, 'skip', 'run_once', ${misfireS}, 0, ${next}, ${now}, ${now})`.execute(ts.store.db);
+      VALUES (${id}, ${agent}, ${id}, '* * * * *', 'UTC', 'tick', 'null', ${enabled}, 'skip', 'run_once', ${misfireS}, 0, ${next}, ${now}, ${now})`.execute(
+      ts.store.db,
+    );
     return id;
   }
 
@@ -232,7 +266,11 @@ describe('E-08 cancellation is sticky', () => {
     const s = await engine.submit(agent, { message: 'x' }, 'test');
     await engine.cancel(s.id, 'test');
     // A buggy writer without a status guard:
-    await ts.store.db.updateTable('executions').set({ status: 'succeeded', changed_at: clock(), changed_by: 'bug' }).where('id', '=', s.id).execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ status: 'succeeded', changed_at: clock(), changed_by: 'bug' })
+      .where('id', '=', s.id)
+      .execute();
     const r = await cycle();
     expect(await findings('E-08', s.id, r)).toEqual(['cancel_overwritten']);
     expect(await findings('E-02', s.id, r)).toEqual(['left_terminal']);
@@ -257,7 +295,11 @@ describe('S-02 over-admission never happened (event log)', () => {
     // A second row made running without the admission path: the trigger records 2 seats of 1.
     const b = await writeRow(ts.store, clock(), { agent });
     const now = clock();
-    await ts.store.db.updateTable('executions').set({ ...runningRow(now, agent), changed_at: now, changed_by: 'bug' }).where('id', '=', b.id).execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ ...runningRow(now, agent), changed_at: now, changed_by: 'bug' })
+      .where('id', '=', b.id)
+      .execute();
     await expectFires('S-02', b.id, 'over_admitted', /admission/);
   });
 
@@ -265,8 +307,22 @@ describe('S-02 over-admission never happened (event log)', () => {
     const agent = await newAgent({ max_parallel: 1 });
     const a = await writeRow(ts.store, clock(), { agent });
     const b = await writeRow(ts.store, clock(), { agent });
-    const ev = (id: string) => ({ execution_id: id, agent, from_status: 'queued' as const, to_status: 'running' as const, at: clock(), actor: 'bug', reason: 'admitted', attempt: 1, seats_in_use: 1, seat_cap: 1 });
-    await ts.store.db.insertInto('execution_events').values([ev(a.id), ev(b.id)]).execute();
+    const ev = (id: string) => ({
+      execution_id: id,
+      agent,
+      from_status: 'queued' as const,
+      to_status: 'running' as const,
+      at: clock(),
+      actor: 'bug',
+      reason: 'admitted',
+      attempt: 1,
+      seats_in_use: 1,
+      seat_cap: 1,
+    });
+    await ts.store.db
+      .insertInto('execution_events')
+      .values([ev(a.id), ev(b.id)])
+      .execute();
     const r = await cycle();
     expect(await findings('S-02', a.id, r)).toEqual([]);
     expect(await findings('S-02', b.id, r)).toEqual(['over_admitted_replay']);
@@ -289,7 +345,11 @@ describe('S-03 every running row holds a complete lease within its TTL', () => {
   it('fires on a lease reaching further ahead than its TTL', async () => {
     const agent = await newAgent();
     const now = clock();
-    const row = await writeRow(ts.store, now, runningRow(now, agent, { lease_expires_at: now + 30_000 + graces.leaseHorizon(DEFAULT_TIMING) + 1_000 }));
+    const row = await writeRow(
+      ts.store,
+      now,
+      runningRow(now, agent, { lease_expires_at: now + 30_000 + graces.leaseHorizon(DEFAULT_TIMING) + 1_000 }),
+    );
     await expectFires('S-03', row.id, 'lease_beyond_ttl', /renew/);
   });
 
@@ -402,7 +462,10 @@ describe('G-04 no recognisable secret stored', () => {
     const agent = await newAgent();
     const leaky = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock() });
     const clean = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock() });
-    const line = (id: string, text: string) => sql`INSERT INTO execution_logs (execution_id, seq, at, stream, line) VALUES (${id}, 1, ${clock()}, 'stdout', ${text})`.execute(ts.store.db);
+    const line = (id: string, text: string) =>
+      sql`INSERT INTO execution_logs (execution_id, seq, at, stream, line) VALUES (${id}, 1, ${clock()}, 'stdout', ${text})`.execute(
+        ts.store.db,
+      );
     await line(leaky.id, `export AWS_ACCESS_KEY_ID=AKIA${'ABCDEFGHIJ234567'}`);
     await line(clean.id, 'token ghp_[redacted] used');
     await expectFires('G-04', leaky.id, 'secret_in_log', /log/);
@@ -411,8 +474,19 @@ describe('G-04 no recognisable secret stored', () => {
 
   it('fires on a secret in reported usage or an error code (columns a client supplies)', async () => {
     const agent = await newAgent();
-    const inUsage = await writeRow(ts.store, clock(), { agent, status: 'succeeded', completed_at: clock(), usage: JSON.stringify({ key: 'xoxp-1234567890-abcdefghij' }) });
-    const inCode = await writeRow(ts.store, clock(), { agent, status: 'failed', completed_at: clock(), error_code: 'ASIAABCDEFGHIJKLMNOP', error_message: 'x' });
+    const inUsage = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'succeeded',
+      completed_at: clock(),
+      usage: JSON.stringify({ key: 'xoxp-1234567890-abcdefghij' }),
+    });
+    const inCode = await writeRow(ts.store, clock(), {
+      agent,
+      status: 'failed',
+      completed_at: clock(),
+      error_code: 'ASIAABCDEFGHIJKLMNOP',
+      error_message: 'x',
+    });
     await expectFires('G-04', inUsage.id, 'secret_in_usage', /usage/);
     await expectFires('G-04', inCode.id, 'secret_in_error_code', /error code/);
     expect(JSON.parse((await openViolation('G-04', inCode.id))!.detail!)).toEqual({ kind: 'ASIA' });
@@ -420,7 +494,11 @@ describe('G-04 no recognisable secret stored', () => {
 
   it('is silent for look-alikes that are not secrets', async () => {
     const agent = await newAgent();
-    const s = await engine.submit(agent, { message: 'task-sk-1 on bt_x', payload: { note: 'AKIA-like? no; ghp_short; xoxb-? no; sk-abc' } }, 'test');
+    const s = await engine.submit(
+      agent,
+      { message: 'task-sk-1 on bt_x', payload: { note: 'AKIA-like? no; ghp_short; xoxb-? no; sk-abc' } },
+      'test',
+    );
     expect(await findings('G-04', s.id)).toEqual([]);
   });
 });
@@ -447,7 +525,12 @@ describe('H-01 the canary is not blind', () => {
   });
 
   // H-01's evidence from the last good cycle: the newest event id it saw, and the pruner's total.
-  const bumpEvidence = (events: number) => ts.store.db.updateTable('canary_checkpoints').set((eb) => ({ event_id: eb('event_id', '+', events) })).where('invariant', '=', 'H-01').execute();
+  const bumpEvidence = (events: number) =>
+    ts.store.db
+      .updateTable('canary_checkpoints')
+      .set((eb) => ({ event_id: eb('event_id', '+', events) }))
+      .where('invariant', '=', 'H-01')
+      .execute();
 
   it('a snapshot that sees older events than an earlier cycle, with no pruning since, is reported', async () => {
     await cycle();
@@ -459,7 +542,11 @@ describe('H-01 the canary is not blind', () => {
   it('is silent when the pruner explains an older newest event', async () => {
     await cycle();
     await bumpEvidence(1000);
-    await ts.store.db.updateTable('retention_state').set((eb) => ({ total_executions: eb('total_executions', '+', 5) })).where('id', '=', 'retention').execute();
+    await ts.store.db
+      .updateTable('retention_state')
+      .set((eb) => ({ total_executions: eb('total_executions', '+', 5) }))
+      .where('id', '=', 'retention')
+      .execute();
     expect(await findings('H-01', 'canary')).toEqual([]);
   });
 

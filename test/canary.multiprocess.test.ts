@@ -39,7 +39,12 @@ async function until<T>(what: string, ms: number, check: () => Promise<T | undef
 
 describeMultiProcess('canary timer lease across processes (PostgreSQL)', () => {
   it('one process runs the cycles; after it is SIGKILLed the other takes over', async () => {
-    const env = { BATON_DATABASE_URL: ts.location.databaseUrl!, BATON_PG_SCHEMA: ts.location.schema!, BATON_DATA_DIR: ts.location.dataDir, BATON_CANARY_INTERVAL_MS: '2000' };
+    const env = {
+      BATON_DATABASE_URL: ts.location.databaseUrl!,
+      BATON_PG_SCHEMA: ts.location.schema!,
+      BATON_DATA_DIR: ts.location.dataDir,
+      BATON_CANARY_INTERVAL_MS: '2000',
+    };
     const a = await startBatonUp(env, await freePort());
     children.push(a);
     const b = await startBatonUp(env, await freePort());
@@ -60,24 +65,54 @@ describeMultiProcess('canary timer lease across processes (PostgreSQL)', () => {
     await until('more cycles', 30_000, async () => (Number((await state()).cycles) > cyclesBefore ? true : undefined));
 
     // The checkpoint the holder stored moves on with whoever holds the lease next.
-    const checkpoint = async () => Number((await ts.store.db.selectFrom('canary_checkpoints').select('event_id').where('invariant', '=', 'E-02').executeTakeFirst())?.event_id ?? -1);
+    const checkpoint = async () =>
+      Number(
+        (await ts.store.db.selectFrom('canary_checkpoints').select('event_id').where('invariant', '=', 'E-02').executeTakeFirst())
+          ?.event_id ?? -1,
+      );
     const stored = await until('a stored checkpoint', 30_000, async () => ((await checkpoint()) >= 0 ? checkpoint() : undefined));
 
     first.proc.kill('SIGKILL');
     await first.exited;
     const survivor = first === a ? b : a;
     // A violation written after the dead holder's checkpoint is judged by the survivor's next cycle.
-    const row = await writeRow(ts.store, Date.now(), { agent: 'mp-canary', status: 'succeeded', started_at: Date.now(), completed_at: Date.now(), duration_ms: 0 });
+    const row = await writeRow(ts.store, Date.now(), {
+      agent: 'mp-canary',
+      status: 'succeeded',
+      started_at: Date.now(),
+      completed_at: Date.now(),
+      duration_ms: 0,
+    });
     const bad = await ts.store.db
       .insertInto('execution_events')
-      .values({ execution_id: row.id, agent: 'mp-canary', from_status: 'succeeded', to_status: 'queued', at: Date.now(), actor: 'bug', reason: null, attempt: 1, seats_in_use: null, seat_cap: null })
+      .values({
+        execution_id: row.id,
+        agent: 'mp-canary',
+        from_status: 'succeeded',
+        to_status: 'queued',
+        at: Date.now(),
+        actor: 'bug',
+        reason: null,
+        attempt: 1,
+        seats_in_use: null,
+        seat_cap: null,
+      })
       .returning('id')
       .executeTakeFirstOrThrow();
-    await until('the survivor to hold the lease', 30_000, async () => (holderOf((await state()).lease_owner) === survivor ? true : undefined));
+    await until('the survivor to hold the lease', 30_000, async () =>
+      holderOf((await state()).lease_owner) === survivor ? true : undefined,
+    );
     const after = Number((await state()).cycles);
     await until('a cycle by the survivor', 30_000, async () => (Number((await state()).cycles) > after ? true : undefined));
     await until('the survivor to find the violation', 30_000, async () =>
-      (await ts.store.db.selectFrom('canary_violations').select('id').where('invariant', '=', 'E-02').where('subject', '=', row.id).executeTakeFirst()) ? true : undefined,
+      (await ts.store.db
+        .selectFrom('canary_violations')
+        .select('id')
+        .where('invariant', '=', 'E-02')
+        .where('subject', '=', row.id)
+        .executeTakeFirst())
+        ? true
+        : undefined,
     );
     expect(await checkpoint()).toBeGreaterThanOrEqual(stored);
     expect(Number(bad.id)).toBeGreaterThan(stored);

@@ -66,7 +66,12 @@ const api = async (method: 'GET' | 'POST', url: string) => {
 };
 
 async function openRows(invariant: string) {
-  return ts.store.db.selectFrom('canary_violations').selectAll().where('invariant', '=', invariant).where('resolved_at', 'is', null).execute();
+  return ts.store.db
+    .selectFrom('canary_violations')
+    .selectAll()
+    .where('invariant', '=', invariant)
+    .where('resolved_at', 'is', null)
+    .execute();
 }
 
 describe('recording and alerting', () => {
@@ -98,7 +103,13 @@ describe('recording and alerting', () => {
     // Delivered by runOnce (transitions deliver at once); exactly one per sink.
     expect(received.map((x) => x.path).sort()).toEqual(['/hook', '/slack']);
     const hook = received.find((x) => x.path === '/hook')!.body;
-    expect(hook).toMatchObject({ event: 'canary.violated', invariant: 'G-04', severity: 'critical', subjects: [leaky], reasons: ['secret_in_payload'] });
+    expect(hook).toMatchObject({
+      event: 'canary.violated',
+      invariant: 'G-04',
+      severity: 'critical',
+      subjects: [leaky],
+      reasons: ['secret_in_payload'],
+    });
     expect(hook.diagnosis).toMatch(/credential/);
     expect(received.find((x) => x.path === '/slack')!.body.text).toMatch(/G-04 violated/);
     expect(JSON.stringify(received)).not.toContain(token);
@@ -118,7 +129,12 @@ describe('recording and alerting', () => {
     expect((await canary.runOnce()).transitions).toEqual([]);
     const again = (await engine.submit(agent, { message: 'y', payload: { k: token } }, 'test')).id;
     await canary.runOnce();
-    const all = await ts.store.db.selectFrom('canary_violations').select(['subject', 'resolved_at']).where('invariant', '=', 'G-04').orderBy('id').execute();
+    const all = await ts.store.db
+      .selectFrom('canary_violations')
+      .select(['subject', 'resolved_at'])
+      .where('invariant', '=', 'G-04')
+      .orderBy('id')
+      .execute();
     expect(all.map((v) => [v.subject, v.resolved_at === null])).toEqual([
       [leaky, false],
       [again, true],
@@ -208,7 +224,7 @@ describe('the timer runs in one process at a time', () => {
     clock.advance(1.5 * INTERVAL + 1);
     expect(await b.acquireLease()).toBe(true);
     expect(await canary.acquireLease()).toBe(false);
-    await b.stop(); // hands the lease on
+    await b.releaseLease(); // hands the lease on
     expect(await canary.acquireLease()).toBe(true);
   });
 });
@@ -224,7 +240,16 @@ describe('metrics and the CLI', () => {
     await writeRow(ts.store, clock(), { agent: a, status: 'failed' }); // E-03, open
     await canary.runOnce();
     // A crashed worker's lease, handed back by the reaper of this process.
-    await writeRow(ts.store, clock(), { agent: a, status: 'running', attempt: 1, lease_owner: 'w-dead', lease_token: 'ls_dead', lease_expires_at: clock() - 1, started_at: clock() - 10, deadline_at: clock() + 60_000 });
+    await writeRow(ts.store, clock(), {
+      agent: a,
+      status: 'running',
+      attempt: 1,
+      lease_owner: 'w-dead',
+      lease_token: 'ls_dead',
+      lease_expires_at: clock() - 1,
+      started_at: clock() - 10,
+      deadline_at: clock() + 60_000,
+    });
     expect((await engine.reapOnce()).map((x) => x.kind)).toEqual(['requeued']);
     expect((await api('GET', '/v1/canary')).status).toBe(200);
     const r = await app.inject({ method: 'GET', url: '/metrics' });
@@ -259,7 +284,12 @@ describe('metrics and the CLI', () => {
     const st = await run(['--json', 'canary', 'status']);
     expect(st.code).toBe(0);
     expect(JSON.parse(st.out).status).toBe('violated');
-    await ts.store.db.updateTable('executions').set({ completed_at: clock() }).where('status', '=', 'failed').where('completed_at', 'is', null).execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ completed_at: clock() })
+      .where('status', '=', 'failed')
+      .where('completed_at', 'is', null)
+      .execute();
     const green = await run(['canary', 'run']);
     expect(green.out).toContain('all invariants hold');
     expect(green.code).toBe(0);
@@ -276,7 +306,12 @@ describe('metrics and the CLI', () => {
     const byQuery = await api('POST', '/v1/canary/run?full=true');
     expect(byQuery.body).toMatchObject({ full: true, events: { after: 0, caught_up: true } });
     expect(byQuery.body.events.read).toBeGreaterThan(0);
-    const byBody = await app.inject({ method: 'POST', url: '/v1/canary/run', headers: { authorization: `Bearer ${admin}` }, payload: { full: true } });
+    const byBody = await app.inject({
+      method: 'POST',
+      url: '/v1/canary/run',
+      headers: { authorization: `Bearer ${admin}` },
+      payload: { full: true },
+    });
     expect(byBody.statusCode).toBe(200);
     expect(JSON.parse(byBody.body).full).toBe(true);
     const bad = await api('POST', '/v1/canary/run?full=maybe');

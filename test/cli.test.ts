@@ -66,8 +66,14 @@ const SPAWN_TIMEOUT_MS = 120_000;
 
 beforeAll(async () => {
   ts = await openTestStore();
-  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
-  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'cli-test' });
+  const store =
+    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({
+    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaper: false,
+    nodeId: 'cli-test',
+  });
   admin = node.createdAdminKey!;
   expect(admin).toMatch(/^bt_/);
 });
@@ -82,7 +88,12 @@ async function finishNext(agent: string, status: 'succeeded' | 'failed' | 'cance
   const [row] = await node.engine.claim(agent, { owner: 'cli-test-worker', waitMs: SPAWN_TIMEOUT_MS });
   expect(row, `nothing was submitted to ${agent}`).toBeDefined();
   if (status === 'cancelled') await node.engine.cancel(row!.id, 'test');
-  await node.engine.complete(row!.id, row!.lease_token!, { status, error: status === 'failed' ? { code: 'boom', message: 'it broke' } : null }, 'test');
+  await node.engine.complete(
+    row!.id,
+    row!.lease_token!,
+    { status, error: status === 'failed' ? { code: 'boom', message: 'it broke' } : null },
+    'test',
+  );
   return row!.id;
 }
 
@@ -90,7 +101,24 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
   it('agents create, list, show, update, delete: tables and --json', async () => {
     const a = agentName();
     const b = agentName();
-    const created = exits(await baton(['agents', 'create', a, '--max-parallel', '2', '--max-backlog', '7', '--timeout', '120', '--lease-ttl', '15', '--description', 'made by the CLI test']), EXIT.ok);
+    const created = exits(
+      await baton([
+        'agents',
+        'create',
+        a,
+        '--max-parallel',
+        '2',
+        '--max-backlog',
+        '7',
+        '--timeout',
+        '120',
+        '--lease-ttl',
+        '15',
+        '--description',
+        'made by the CLI test',
+      ]),
+      EXIT.ok,
+    );
     expect(created.stdout).toContain(`created agent ${a}`);
     expect(created.stdout).toMatch(/running\s+0\/2/);
     expect(created.stdout).toMatch(/queued\s+0\/7/);
@@ -98,14 +126,24 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     const createdJson = JSON.parse(exits(await baton(['--json', 'agents', 'create', b]), EXIT.ok).stdout);
     expect(createdJson).toMatchObject({ name: b, max_parallel: 1, delivery: 'pull', running: 0, queued: 0 });
 
-    const [list, listJson, show] = await Promise.all([baton(['agents', 'list']), baton(['agents', 'list', '--json']), baton(['agents', 'show', a])]);
+    const [list, listJson, show] = await Promise.all([
+      baton(['agents', 'list']),
+      baton(['agents', 'list', '--json']),
+      baton(['agents', 'show', a]),
+    ]);
     const lines = exits(list, EXIT.ok).stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^NAME\s+DELIVERY\s+RUNNING\s+QUEUED\s+TIMEOUT\s+LEASE$/);
     expect(lines.find((l) => l.startsWith(a + ' '))).toMatch(new RegExp(`^${a}\\s+pull\\s+0/2\\s+0/7\\s+120s\\s+15s$`));
     expect(lines.some((l) => l.startsWith(b + ' '))).toBe(true);
     const listed = JSON.parse(exits(listJson, EXIT.ok).stdout);
     expect(listed.map((x: any) => x.name)).toEqual(expect.arrayContaining([a, b]));
-    expect(listed.find((x: any) => x.name === a)).toMatchObject({ name: a, max_parallel: 2, max_backlog: 7, timeout_seconds: 120, lease_ttl_seconds: 15 });
+    expect(listed.find((x: any) => x.name === a)).toMatchObject({
+      name: a,
+      max_parallel: 2,
+      max_backlog: 7,
+      timeout_seconds: 120,
+      lease_ttl_seconds: 15,
+    });
     expect(exits(show, EXIT.ok).stdout).toMatch(new RegExp(`^name\\s+${a}$`, 'm'));
     expect(show.stdout).toMatch(/^description\s+made by the CLI test$/m);
 
@@ -157,12 +195,23 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     ]);
     const rows = exits(list, EXIT.ok).stdout.trimEnd().split('\n');
     expect(rows[0]).toMatch(/^ID\s+AGENT\s+STATUS\s+ATTEMPT\s+TRIGGER\s+CREATED\s+DURATION\s+ERROR$/);
-    expect(rows.slice(1).map((r) => r.split(/\s+/)[0]).sort()).toEqual([id1, id2, id3].sort());
+    expect(
+      rows
+        .slice(1)
+        .map((r) => r.split(/\s+/)[0])
+        .sort(),
+    ).toEqual([id1, id2, id3].sort());
     expect(rows.find((r) => r.startsWith(id2))).toMatch(new RegExp(`^${id2}\\s+${a}\\s+running\\s+1\\s+cli\\s`));
     const page = JSON.parse(exits(listJson, EXIT.ok).stdout);
     expect(page.executions).toHaveLength(2);
     expect(page.next_cursor).toEqual(expect.any(String));
-    expect(exits(filtered, EXIT.ok).stdout.trimEnd().split('\n').slice(1).map((r) => r.split(/\s+/)[0])).toEqual([id2]);
+    expect(
+      exits(filtered, EXIT.ok)
+        .stdout.trimEnd()
+        .split('\n')
+        .slice(1)
+        .map((r) => r.split(/\s+/)[0]),
+    ).toEqual([id2]);
     const shown = exits(show, EXIT.ok).stdout;
     expect(shown).toMatch(new RegExp(`^id\\s+${id2}$`, 'm'));
     expect(shown).toMatch(/^status\s+running$/m);
@@ -205,7 +254,11 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     expect(exits(r8, EXIT.executionCancelled).stdout).toMatch(/^status\s+cancelled$/m);
 
     // `executions wait` on one already finished answers at once, with the same exit codes.
-    const [w0, w7, conflict] = await Promise.all([baton(['executions', 'wait', ids[0]!]), baton(['executions', 'wait', ids[1]!]), baton(['executions', 'cancel', ids[0]!])]);
+    const [w0, w7, conflict] = await Promise.all([
+      baton(['executions', 'wait', ids[0]!]),
+      baton(['executions', 'wait', ids[1]!]),
+      baton(['executions', 'cancel', ids[0]!]),
+    ]);
     exits(w0, EXIT.ok);
     exits(w7, EXIT.executionFailed);
     // Cancelling a finished execution is a conflict.
@@ -224,19 +277,23 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
       });
     });
 
-    const [noAgent, badKey, scopedKey, full, unreachable, badPayload, badInt, unknownCommand, badName, duplicate, viaFlags] = await Promise.all([
-      baton(['run', 'no-such-agent', 'hello']),
-      baton(['agents', 'list', '--key', `bt_${'0'.repeat(16)}_${'a'.repeat(43)}`]),
-      baton(['agents', 'create', agentName()], { BATON_API_KEY: workerKey }),
-      baton(['run', a, 'one too many']),
-      baton(['agents', 'list'], { BATON_URL: `http://127.0.0.1:${closedPort}` }),
-      baton(['run', a, 'hello', '--payload', '{not json']),
-      baton(['agents', 'create', agentName(), '--max-parallel', 'lots']),
-      baton(['frobnicate']),
-      baton(['agents', 'create', 'Not_A_Valid_Name']),
-      baton(['agents', 'create', a]),
-      baton(['--server', node.url, '--key', admin, 'agents', 'show', a], { BATON_URL: `http://127.0.0.1:${closedPort}`, BATON_API_KEY: 'not-a-key' }),
-    ]);
+    const [noAgent, badKey, scopedKey, full, unreachable, badPayload, badInt, unknownCommand, badName, duplicate, viaFlags] =
+      await Promise.all([
+        baton(['run', 'no-such-agent', 'hello']),
+        baton(['agents', 'list', '--key', `bt_${'0'.repeat(16)}_${'a'.repeat(43)}`]),
+        baton(['agents', 'create', agentName()], { BATON_API_KEY: workerKey }),
+        baton(['run', a, 'one too many']),
+        baton(['agents', 'list'], { BATON_URL: `http://127.0.0.1:${closedPort}` }),
+        baton(['run', a, 'hello', '--payload', '{not json']),
+        baton(['agents', 'create', agentName(), '--max-parallel', 'lots']),
+        baton(['frobnicate']),
+        baton(['agents', 'create', 'Not_A_Valid_Name']),
+        baton(['agents', 'create', a]),
+        baton(['--server', node.url, '--key', admin, 'agents', 'show', a], {
+          BATON_URL: `http://127.0.0.1:${closedPort}`,
+          BATON_API_KEY: 'not-a-key',
+        }),
+      ]);
     expect(exits(noAgent, EXIT.notFound).stderr).toContain("agent 'no-such-agent' does not exist");
     expect(exits(badKey, EXIT.auth).stderr).toMatch(/unauthorized/);
     expect(exits(scopedKey, EXIT.auth).stderr).toMatch(/forbidden/);

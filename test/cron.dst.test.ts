@@ -15,7 +15,8 @@ const FALL_BACK = [
   { tz: 'Australia/Lord_Howe', from: '2026-04-04T12:00:00Z' }, // 02:00 → 01:30 (30-minute shift)
 ];
 
-const wall = (ms: number, tz: string) => new Intl.DateTimeFormat('en-GB', { timeZone: tz, dateStyle: 'short', timeStyle: 'medium' }).format(ms);
+const wall = (ms: number, tz: string) =>
+  new Intl.DateTimeFormat('en-GB', { timeZone: tz, dateStyle: 'short', timeStyle: 'medium' }).format(ms);
 
 function runsWithin(expr: string, tz: string, from: string, hours = 8): number[] {
   const start = Date.parse(from);
@@ -30,7 +31,9 @@ describe('fall-back: a repeated local time runs once', () => {
         const walls = runs.map((t) => wall(t, tz));
         expect(new Set(walls).size, walls.join(' | ')).toBe(walls.length);
         // Nothing is lost either: every wall time croner would fire appears once.
-        const croner = new Cron(expr, { timezone: tz, paused: true, mode: '5-or-6-parts' }).nextRuns(200, new Date(Date.parse(from) - 1)).filter((d) => d.getTime() < Date.parse(from) + 8 * 3_600_000);
+        const croner = new Cron(expr, { timezone: tz, paused: true, mode: '5-or-6-parts' })
+          .nextRuns(200, new Date(Date.parse(from) - 1))
+          .filter((d) => d.getTime() < Date.parse(from) + 8 * 3_600_000);
         expect(new Set(walls)).toEqual(new Set(croner.map((d) => wall(d.getTime(), tz))));
       });
     }

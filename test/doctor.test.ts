@@ -21,7 +21,11 @@ const children = new Set<ReturnType<typeof spawn>>();
 
 function baton(args: string[], env: Record<string, string> = {}, opts: { until?: (out: string) => boolean } = {}) {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
-  const proc = spawn(process.execPath, ['bin/baton.js', ...args], { cwd: ROOT, env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, ...ts.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['bin/baton.js', ...args], {
+    cwd: ROOT,
+    env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, ...ts.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.add(proc);
   let stdout = '';
   let stderr = '';
@@ -59,8 +63,14 @@ function baton(args: string[], env: Record<string, string> = {}, opts: { until?:
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
-  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'doctor-test' });
+  const store =
+    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({
+    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaper: false,
+    nodeId: 'doctor-test',
+  });
   admin = node.createdAdminKey!;
 });
 afterAll(async () => {
@@ -132,12 +142,19 @@ describe('baton events', () => {
   it('prints status changes as they happen', async () => {
     await node.engine.createAgent({ name: 'doc-ev' }, 'test');
     let id = '';
-    const child = baton(['events', '--agent', 'doc-ev', '--json'], {}, { until: (out) => !!id && out.includes(`"${id}"`) && out.includes('cancelled') });
+    const child = baton(
+      ['events', '--agent', 'doc-ev', '--json'],
+      {},
+      { until: (out) => !!id && out.includes(`"${id}"`) && out.includes('cancelled') },
+    );
     await child.stderrHas('following'); // the stream is open
     id = (await node.engine.submit('doc-ev', { message: 'x' }, 'test')).id;
     await node.engine.cancel(id, 'test');
     const r = await child.done;
-    const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const lines = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.filter((l) => l.id === id).map((l) => l.status)).toEqual(['queued', 'cancelled']);
   });
 });

@@ -118,7 +118,12 @@ describe(`transitions (${STORE_KIND})`, () => {
     await engine.submit(agent, { message: 'x' }, 't');
     const row = await claimOne();
     clock.advance(1234);
-    const done = await engine.complete(row.id, row.lease_token!, { status: 'failed', error: { code: 'boom', message: 'it broke' }, usage: { tokens: 5 } }, 'w');
+    const done = await engine.complete(
+      row.id,
+      row.lease_token!,
+      { status: 'failed', error: { code: 'boom', message: 'it broke' }, usage: { tokens: 5 } },
+      'w',
+    );
     expect(done.status).toBe('failed');
     expect(done.duration_ms).toBe(1234);
     expect(done.error_code).toBe('boom');
@@ -131,7 +136,12 @@ describe(`transitions (${STORE_KIND})`, () => {
     await engine.submit(agent, { message: 'x' }, 't');
     const row = await claimOne();
     const secret = 'sk-' + 'a'.repeat(40);
-    const done = await engine.complete(row.id, row.lease_token!, { status: 'failed', result: { out: `key ${secret}` }, error: { code: 'boom', message: `bad ${secret}` } }, 'w');
+    const done = await engine.complete(
+      row.id,
+      row.lease_token!,
+      { status: 'failed', result: { out: `key ${secret}` }, error: { code: 'boom', message: `bad ${secret}` } },
+      'w',
+    );
     expect(done.result).not.toContain(secret);
     expect(done.error_message).not.toContain(secret);
     expect(JSON.parse(done.result!).out).toMatch(/^key /);
@@ -178,7 +188,9 @@ describe(`transitions (${STORE_KIND})`, () => {
     await engine.cancel(row.id, 'u');
     const done = await engine.complete(row.id, row.lease_token!, { status: 'cancelled' }, 'w');
     expect(done.status).toBe('cancelled');
-    expect((await refusal(engine.cancel(row.id, 'u').then(() => engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'w')))).code).toBe('lease_lost');
+    expect(
+      (await refusal(engine.cancel(row.id, 'u').then(() => engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'w')))).code,
+    ).toBe('lease_lost');
   });
 
   it('cancelling a terminal row other than cancelled is invalid_transition', async () => {
@@ -220,7 +232,13 @@ describe(`transitions (${STORE_KIND})`, () => {
 
   it('the database refuses an unknown status and a running row without a lease', async () => {
     const ex = await engine.submit(agent, { message: 'x' }, 't');
-    await expect(ts.store.db.updateTable('executions').set({ status: 'exploded' as any }).where('id', '=', ex.id).execute()).rejects.toThrow();
+    await expect(
+      ts.store.db
+        .updateTable('executions')
+        .set({ status: 'exploded' as any })
+        .where('id', '=', ex.id)
+        .execute(),
+    ).rejects.toThrow();
     await expect(ts.store.db.updateTable('executions').set({ status: 'running' }).where('id', '=', ex.id).execute()).rejects.toThrow();
   });
 });

@@ -13,8 +13,14 @@ let admin: string;
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
-  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'events-test' });
+  const store =
+    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({
+    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaper: false,
+    nodeId: 'events-test',
+  });
   admin = node.createdAdminKey!;
   await node.engine.createAgent({ name: 'ev-a' }, 'test');
   await node.engine.createAgent({ name: 'ev-b' }, 'test');
@@ -118,7 +124,11 @@ describe('GET /v1/events', () => {
     // On the logs route only when it streams (follow=true), and never for writes.
     const row = await node.engine.submit('ev-a', { message: 'k' }, 'test');
     expect((await fetch(`${node.url}/v1/executions/${row.id}/logs?key=${admin}`)).status).toBe(401);
-    const post = await fetch(`${node.url}/v1/executions/${row.id}/logs?key=${admin}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lease_token: 'x', lines: [{ line: 'x' }] }) });
+    const post = await fetch(`${node.url}/v1/executions/${row.id}/logs?key=${admin}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ lease_token: 'x', lines: [{ line: 'x' }] }),
+    });
     expect(post.status).toBe(401);
     await node.engine.cancel(row.id, 'test');
     const follow = await fetch(`${node.url}/v1/executions/${row.id}/logs?follow=true&key=${admin}`);
@@ -139,8 +149,14 @@ describe('GET /v1/events', () => {
 
   it('a stream that is still open does not hold up shutdown', async () => {
     const ts2 = await openTestStore({ poolMax: 2 });
-    const store = STORE_KIND === 'postgres' ? { databaseUrl: ts2.location.databaseUrl, pgSchema: ts2.location.schema } : { databaseUrl: undefined };
-    const other = await startNode({ env: { ...store, dataDir: ts2.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'events-test-2' });
+    const store =
+      STORE_KIND === 'postgres' ? { databaseUrl: ts2.location.databaseUrl, pgSchema: ts2.location.schema } : { databaseUrl: undefined };
+    const other = await startNode({
+      env: { ...store, dataDir: ts2.location.dataDir, port: 0, host: '127.0.0.1' },
+      logger: false,
+      reaper: false,
+      nodeId: 'events-test-2',
+    });
     const res = await fetch(`${other.url}/v1/events`, { headers: { authorization: `Bearer ${other.createdAdminKey}` } });
     expect(res.status).toBe(200);
     const reader = res.body!.getReader();

@@ -45,13 +45,16 @@ function rawSocket(): { socket: net.Socket; closed: Promise<string>; connected: 
 
 const nested = (depth: number) => '['.repeat(depth) + ']'.repeat(depth);
 const auth = () => ({ authorization: `Bearer ${key}`, 'content-type': 'application/json' });
-const post = (path: string, body: string, headers: Record<string, string> = auth()) => fetch(node.url + path, { method: 'POST', headers, body });
+const post = (path: string, body: string, headers: Record<string, string> = auth()) =>
+  fetch(node.url + path, { method: 'POST', headers, body });
 
 describe(`slow and abusive clients (${STORE_KIND})`, () => {
   it('closes a connection that trickles its body past the request timeout, and keeps serving', async () => {
     const { socket, closed, connected } = rawSocket();
     await connected;
-    socket.write(`POST /v1/agents/hard/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"message":"`);
+    socket.write(
+      `POST /v1/agents/hard/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"message":"`,
+    );
     const trickle = setInterval(() => socket.writable && socket.write('a'), 100);
     const started = Date.now();
     const answer = await closed;
@@ -122,7 +125,10 @@ describe(`bodies (${STORE_KIND})`, () => {
     const { execution_id } = await api.submit('hard', { message: 'deep result' });
     const [task] = await api.claim('hard', { worker_id: 'w', wait_seconds: 1 });
     expect(task!.execution_id).toBeDefined();
-    const bad = await post(`/v1/executions/${task!.execution_id}/complete`, `{"lease_token":"${task!.lease_token}","status":"succeeded","result":${nested(5000)}}`);
+    const bad = await post(
+      `/v1/executions/${task!.execution_id}/complete`,
+      `{"lease_token":"${task!.lease_token}","status":"succeeded","result":${nested(5000)}}`,
+    );
     expect(bad.status).toBe(400);
     expect((await api.getExecution(task!.execution_id)).status).toBe('running');
     await api.complete(task!.execution_id, { lease_token: task!.lease_token, status: 'succeeded', result: { ok: true } });
@@ -260,7 +266,7 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
   };
 
   it('redacts usage, error code and message, and result reported by a worker, in every known shape', async () => {
-    const { redactSecrets } = await import('../src/engine/redact.ts');
+    const { redactSecrets } = await import('../src/domain/redact.ts');
     const { findSecret } = await import('../src/domain/secrets.ts');
     for (const [name, make] of Object.entries(samples)) {
       const s = make();
@@ -272,7 +278,9 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     const { execution_id } = await api.submit('leaky', { message: 'leaky' });
     const [task] = await api.claim('leaky', { worker_id: 'w', wait_seconds: 20 });
     expect(task!.execution_id).toBe(execution_id);
-    const all = Object.values(samples).map((f) => f()).join(' ');
+    const all = Object.values(samples)
+      .map((f) => f())
+      .join(' ');
     await api.complete(execution_id, {
       lease_token: task!.lease_token,
       status: 'failed',
@@ -280,7 +288,11 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
       usage: { key: samples.admin(), tokens: 10, note: all } as never,
       result: { echo: all },
     });
-    const row = await ts.store.db.selectFrom('executions').select(['usage', 'error_code', 'error_message', 'result']).where('id', '=', execution_id).executeTakeFirstOrThrow();
+    const row = await ts.store.db
+      .selectFrom('executions')
+      .select(['usage', 'error_code', 'error_message', 'result'])
+      .where('id', '=', execution_id)
+      .executeTakeFirstOrThrow();
     const stored = JSON.stringify(row);
     for (const [name, make] of Object.entries(samples)) expect(stored, name).not.toContain(make());
     expect(JSON.parse(row.usage!).tokens).toBe(10);

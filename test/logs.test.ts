@@ -44,12 +44,38 @@ describe('log appends (engine)', () => {
     const { engine } = node;
     await engine.createAgent({ name: 'fenced' }, 'test');
     const row = await claimOne('fenced');
-    await expect(appendLogs(engine.store, row.id, 'ls_wrong', [{ stream: 'stdout', line: 'x' }], engine.now())).rejects.toMatchObject({ code: 'lease_lost' });
+    await expect(appendLogs(engine.store, row.id, 'ls_wrong', [{ stream: 'stdout', line: 'x' }], engine.now())).rejects.toMatchObject({
+      code: 'lease_lost',
+    });
 
-    const secretLines = ['token sk-abcdefghijklmnopqrstuvwx here', 'gh ghp_abcdefghijklmnopqrstuvwxyz0123', 'slack xoxb-1234567890-abcdefghij', 'aws AKIAABCDEFGHIJKLMNOP', 'baton bt_0123456789abcdef_' + 'A'.repeat(43)];
-    await appendLogs(engine.store, row.id, row.lease_token!, secretLines.map((line) => ({ stream: 'stdout' as const, line })), engine.now());
+    const secretLines = [
+      'token sk-abcdefghijklmnopqrstuvwx here',
+      'gh ghp_abcdefghijklmnopqrstuvwxyz0123',
+      'slack xoxb-1234567890-abcdefghij',
+      'aws AKIAABCDEFGHIJKLMNOP',
+      'baton bt_0123456789abcdef_' + 'A'.repeat(43),
+    ];
+    await appendLogs(
+      engine.store,
+      row.id,
+      row.lease_token!,
+      secretLines.map((line) => ({ stream: 'stdout' as const, line })),
+      engine.now(),
+    );
     const limits = { maxLines: 8, maxBytes: 1_000_000, maxLineBytes: 100 };
-    const r = await appendLogs(engine.store, row.id, row.lease_token!, [{ stream: 'stderr', line: 'y'.repeat(500) }, { stream: 'stdout', line: 'six' }, { stream: 'stdout', line: 'seven' }, { stream: 'stdout', line: 'eight' }], engine.now(), limits);
+    const r = await appendLogs(
+      engine.store,
+      row.id,
+      row.lease_token!,
+      [
+        { stream: 'stderr', line: 'y'.repeat(500) },
+        { stream: 'stdout', line: 'six' },
+        { stream: 'stdout', line: 'seven' },
+        { stream: 'stdout', line: 'eight' },
+      ],
+      engine.now(),
+      limits,
+    );
     expect(r).toEqual({ accepted: 3, dropped: 2, truncated: true });
     const again = await appendLogs(engine.store, row.id, row.lease_token!, [{ stream: 'stdout', line: 'later' }], engine.now(), limits);
     expect(again).toEqual({ accepted: 0, dropped: 1, truncated: true });
@@ -58,7 +84,8 @@ describe('log appends (engine)', () => {
     expect(page.truncated).toBe(true);
     expect(page.lines.map((l) => l.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     const text = page.lines.map((l) => l.line).join('\n');
-    for (const s of ['sk-abcdefghijklmnop', 'ghp_abcdefghij', 'xoxb-1234567890', 'AKIAABCDEFGHIJKLMNOP', 'bt_0123456789abcdef_AAAA']) expect(text).not.toContain(s);
+    for (const s of ['sk-abcdefghijklmnop', 'ghp_abcdefghij', 'xoxb-1234567890', 'AKIAABCDEFGHIJKLMNOP', 'bt_0123456789abcdef_AAAA'])
+      expect(text).not.toContain(s);
     expect(text).toContain('sk-[redacted]');
     expect(page.lines[5]!.line.length).toBeLessThan(200);
     expect(page.lines[5]!.line).toContain('line cut at 100 bytes');
@@ -67,7 +94,9 @@ describe('log appends (engine)', () => {
 
     // After completion the token no longer writes.
     await engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'test');
-    await expect(appendLogs(engine.store, row.id, row.lease_token!, [{ stream: 'stdout', line: 'late' }], engine.now())).rejects.toBeInstanceOf(BatonError);
+    await expect(
+      appendLogs(engine.store, row.id, row.lease_token!, [{ stream: 'stdout', line: 'late' }], engine.now()),
+    ).rejects.toBeInstanceOf(BatonError);
   });
 
   it('the HTTP route refuses a stale token with 409 lease_lost and an unknown execution with 404', async () => {
@@ -187,7 +216,11 @@ describe('SDK and follow', () => {
     const { execution_id } = await api.submit('sdk-lost', { message: 'x' });
     await started.opened;
     // Another owner takes the lease (as a re-claim after a lapse would): the old token is dead.
-    await ts.store.db.updateTable('executions').set({ lease_token: 'ls_someone_else', lease_owner: 'other' }).where('id', '=', execution_id).execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ lease_token: 'ls_someone_else', lease_owner: 'other' })
+      .where('id', '=', execution_id)
+      .execute();
     await aborted.opened;
     expect(reason).toBe('lease_lost');
     await until('the task to end', () => events.includes('end:lost'));
@@ -201,7 +234,13 @@ describe('SDK and follow', () => {
 
   it('a handler that throws fails the execution with its message', async () => {
     await api.createAgent({ name: 'sdk-throw' });
-    const w = createWorker({ server: node.url, key, agent: 'sdk-throw', claimWaitSeconds: 1, handler: () => Promise.reject(new Error('model refused')) });
+    const w = createWorker({
+      server: node.url,
+      key,
+      agent: 'sdk-throw',
+      claimWaitSeconds: 1,
+      handler: () => Promise.reject(new Error('model refused')),
+    });
     await w.start();
     const { execution_id } = await api.submit('sdk-throw', { message: 'x' });
     const e = await api.waitFor(execution_id, { timeoutMs: 20_000, intervalMs: 100 });
@@ -212,7 +251,13 @@ describe('SDK and follow', () => {
 
   it('an outcome the server refuses is reported as failed/invalid_outcome, not left to lapse', async () => {
     await api.createAgent({ name: 'sdk-invalid' });
-    const w = createWorker({ server: node.url, key, agent: 'sdk-invalid', claimWaitSeconds: 1, handler: () => outcome({ status: 'succeeded', usage: { input_tokens: -5 } }) });
+    const w = createWorker({
+      server: node.url,
+      key,
+      agent: 'sdk-invalid',
+      claimWaitSeconds: 1,
+      handler: () => outcome({ status: 'succeeded', usage: { input_tokens: -5 } }),
+    });
     await w.start();
     const { execution_id } = await api.submit('sdk-invalid', { message: 'x' });
     const e = await api.waitFor(execution_id, { timeoutMs: 20_000, intervalMs: 100 });
@@ -229,7 +274,10 @@ describe('SDK and follow', () => {
       key,
       agent: 'sdk-secret',
       claimWaitSeconds: 1,
-      handler: (task) => (task.message === 'ok' ? { token: 'use sk-abcdefghijklmnopqrstuvwx please', list: ['ghp_abcdefghijklmnopqrstuvwxyz0123'] } : Promise.reject(new Error('login failed for AKIAABCDEFGHIJKLMNOP'))),
+      handler: (task) =>
+        task.message === 'ok'
+          ? { token: 'use sk-abcdefghijklmnopqrstuvwx please', list: ['ghp_abcdefghijklmnopqrstuvwxyz0123'] }
+          : Promise.reject(new Error('login failed for AKIAABCDEFGHIJKLMNOP')),
     });
     await w.start();
     const ok = await api.submit('sdk-secret', { message: 'ok' });
@@ -244,6 +292,8 @@ describe('SDK and follow', () => {
   it('start() refuses an unknown agent and a bad key', async () => {
     const h = () => null;
     await expect(createWorker({ server: node.url, key, agent: 'nope', handler: h }).start()).rejects.toMatchObject({ status: 404 });
-    await expect(createWorker({ server: node.url, key: 'bt_0123456789abcdef_' + 'x'.repeat(43), agent: 'sdk-throw', handler: h }).start()).rejects.toBeInstanceOf(ApiError);
+    await expect(
+      createWorker({ server: node.url, key: 'bt_0123456789abcdef_' + 'x'.repeat(43), agent: 'sdk-throw', handler: h }).start(),
+    ).rejects.toBeInstanceOf(ApiError);
   });
 });

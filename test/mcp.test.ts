@@ -11,7 +11,16 @@ import { startNode, type BatonNode } from '../src/server/up.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
-const TOOLS = ['canary_status', 'cancel_execution', 'get_execution', 'get_logs', 'list_agents', 'list_executions', 'run_task', 'trigger_schedule'];
+const TOOLS = [
+  'canary_status',
+  'cancel_execution',
+  'get_execution',
+  'get_logs',
+  'list_agents',
+  'list_executions',
+  'run_task',
+  'trigger_schedule',
+];
 
 let ts: TestStore;
 let node: BatonNode;
@@ -20,8 +29,14 @@ const clients: Client[] = [];
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
-  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, nodeId: 'mcp-test' });
+  const store =
+    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({
+    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaper: false,
+    nodeId: 'mcp-test',
+  });
   admin = node.createdAdminKey!;
 });
 afterAll(async () => {
@@ -32,16 +47,27 @@ afterAll(async () => {
 
 async function httpClient(key: string): Promise<Client> {
   const client = new Client({ name: 'baton-test', version: '0.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${key}` } } }));
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${key}` } } }),
+  );
   clients.push(client);
   return client;
 }
 
 async function stdioClient(key: string): Promise<Client> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => !k.startsWith('BATON_') && v !== undefined)) as Record<string, string>;
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k, v]) => !k.startsWith('BATON_') && v !== undefined)) as Record<
+    string,
+    string
+  >;
   const client = new Client({ name: 'baton-test', version: '0.0.0' });
   await client.connect(
-    new StdioClientTransport({ command: process.execPath, args: ['bin/baton.js', 'mcp'], cwd: ROOT, env: { ...base, BATON_URL: node.url, BATON_API_KEY: key }, stderr: 'pipe' }),
+    new StdioClientTransport({
+      command: process.execPath,
+      args: ['bin/baton.js', 'mcp'],
+      cwd: ROOT,
+      env: { ...base, BATON_URL: node.url, BATON_API_KEY: key },
+      stderr: 'pipe',
+    }),
   );
   clients.push(client);
   return client;
@@ -94,7 +120,11 @@ describe.each([
     const list = await call(c, 'list_executions', { agent, status: ['queued'] });
     expect(list.structuredContent.executions.map((e: any) => e.id)).toContain(id);
     // List items carry previews (get_execution has the whole payload and result).
-    expect(list.structuredContent.executions.find((e: any) => e.id === id)).toMatchObject({ message: 'hello', payload_preview: '{"n":1}', result_preview: null });
+    expect(list.structuredContent.executions.find((e: any) => e.id === id)).toMatchObject({
+      message: 'hello',
+      payload_preview: '{"n":1}',
+      result_preview: null,
+    });
 
     const cancelled = await call(c, 'cancel_execution', { execution_id: id });
     expect(cancelled.structuredContent).toMatchObject({ execution_id: id, status: 'cancelled', cancelled: true });
@@ -103,7 +133,12 @@ describe.each([
   it('run_task with wait_seconds returns the outcome when it finishes in time', async () => {
     const worker = (async () => {
       const [row] = await node.engine.claim(agent, { owner: 'test-worker', waitMs: 20_000 });
-      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { answer: 42 }, usage: { total_tokens: 7 } }, 'test');
+      await node.engine.complete(
+        row!.id,
+        row!.lease_token!,
+        { status: 'succeeded', result: { answer: 42 }, usage: { total_tokens: 7 } },
+        'test',
+      );
     })();
     const r = await call(c, 'run_task', { agent, message: 'compute', wait_seconds: 20 });
     await worker;
@@ -178,7 +213,10 @@ describe.each([
     const logs = await call(c, 'get_logs', { execution_id: created.id });
     expect(logs.isError).toBeFalsy();
     expect(logs.structuredContent).toMatchObject({ available: true, execution_id: created.id, status: 'running' });
-    expect(logs.structuredContent.lines.map((l: any) => [l.stream, l.line])).toEqual([['stdout', 'first line'], ['stderr', 'second line']]);
+    expect(logs.structuredContent.lines.map((l: any) => [l.stream, l.line])).toEqual([
+      ['stdout', 'first line'],
+      ['stderr', 'second line'],
+    ]);
     const rest = await call(c, 'get_logs', { execution_id: created.id, after: logs.structuredContent.next_after });
     expect(rest.structuredContent.lines).toEqual([]);
     const missing = await call(c, 'get_logs', { execution_id: 'ex_doesnotexist' });
@@ -209,11 +247,20 @@ describe.each([
 
 describe('MCP over HTTP: authentication', () => {
   it('refuses a missing or wrong key with 401 before any MCP framing', async () => {
-    const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } } };
+    const init = {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+    };
     for (const auth of [undefined, 'Bearer bt_0000000000000000_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx']) {
       const r = await fetch(node.url + '/mcp', {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(auth ? { authorization: auth } : {}) },
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          ...(auth ? { authorization: auth } : {}),
+        },
         body: JSON.stringify(init),
       });
       expect(r.status).toBe(401);

@@ -65,13 +65,33 @@ const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
 const ex: fc.Arbitrary<Target> = fc.record({ i: fc.nat({ max: 15 }), live: fc.boolean() });
 const token = fc.nat({ max: 4 });
 const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('create' as const), agent: fc.nat({ max: 2 }), priority: fc.integer({ min: 0, max: 1 }) }) },
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('claim' as const), agent: fc.nat({ max: 2 }), max: fc.integer({ min: 1, max: 2 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({ kind: fc.constant('create' as const), agent: fc.nat({ max: 2 }), priority: fc.integer({ min: 0, max: 1 }) }),
+  },
+  {
+    weight: 5,
+    arbitrary: fc.record({ kind: fc.constant('claim' as const), agent: fc.nat({ max: 2 }), max: fc.integer({ min: 1, max: 2 }) }),
+  },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('heartbeat' as const), ex, token }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('complete' as const), ex, token, status: fc.constantFrom<CompletionStatus>('succeeded', 'failed', 'cancelled') }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant('complete' as const),
+      ex,
+      token,
+      status: fc.constantFrom<CompletionStatus>('succeeded', 'failed', 'cancelled'),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('release' as const), ex, token }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('cancel' as const), ex }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.constantFrom(1_000, 4_000, 9_000, 11_000, 16_000, 40_000, 95_000) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant('advance' as const),
+      ms: fc.constantFrom(1_000, 4_000, 9_000, 11_000, 16_000, 40_000, 95_000),
+    }),
+  },
   { weight: 3, arbitrary: fc.constant({ kind: 'reap' as const }) },
 );
 
@@ -172,8 +192,19 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
       }
       if (!got.ok) throw new Error(`submit refused: ${got.code}`);
       model.rows.push({
-        id: got.value.id, agent, priority: cmd.priority, status: 'queued', attempt: 0, queuedAt: now, startedAt: null,
-        leaseExpiresAt: null, deadlineAt: null, cancelRequestedAt: null, token: null, granted: [], errorCode: null,
+        id: got.value.id,
+        agent,
+        priority: cmd.priority,
+        status: 'queued',
+        attempt: 0,
+        queuedAt: now,
+        startedAt: null,
+        leaseExpiresAt: null,
+        deadlineAt: null,
+        cancelRequestedAt: null,
+        token: null,
+        granted: [],
+        errorCode: null,
       });
       return;
     }
@@ -191,8 +222,12 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
         const m = expected[i]!;
         expect(m.cancelRequestedAt).toBeNull();
         Object.assign(m, {
-          status: 'running', attempt: m.attempt + 1, startedAt: now, leaseExpiresAt: now + LEASE_MS,
-          deadlineAt: now + spec.timeout_seconds * 1000, token: row.lease_token,
+          status: 'running',
+          attempt: m.attempt + 1,
+          startedAt: now,
+          leaseExpiresAt: now + LEASE_MS,
+          deadlineAt: now + spec.timeout_seconds * 1000,
+          token: row.lease_token,
         });
         expect(m.granted).not.toContain(row.lease_token);
         m.granted.push(row.lease_token!);
@@ -206,7 +241,10 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
       const got = await outcome(engine.heartbeat(m.id, t));
       if (m.status === 'running' && t === m.token) {
         m.leaseExpiresAt = now + LEASE_MS;
-        expect(got).toEqual({ ok: true, value: { lease_expires_at: m.leaseExpiresAt, cancel_requested: m.cancelRequestedAt !== null, deadline_at: m.deadlineAt } });
+        expect(got).toEqual({
+          ok: true,
+          value: { lease_expires_at: m.leaseExpiresAt, cancel_requested: m.cancelRequestedAt !== null, deadline_at: m.deadlineAt },
+        });
       } else {
         expect(got).toEqual({ ok: false, code: 'lease_lost' });
       }
@@ -354,19 +392,23 @@ function invariantsOfOne(row: ExecutionRow, events: ExecutionEventRow[], at: str
 describe(`model (${STORE_KIND})`, () => {
   it('random command sequences keep the rows equal to the model and every invariant true', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.array(agentArb, { minLength: 2, maxLength: 3 }), fc.array(cmdArb, { minLength: 10, maxLength: 40, size: 'max' }), async (specs, cmds) => {
-        // Fresh agents per run (shrinking included), so runs never see each other's rows.
-        const r = ++run;
-        const names = specs.map((_, i) => `m${r}-${i}`);
-        for (const [i, spec] of specs.entries()) {
-          await engine.createAgent({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, ...spec }, 'model');
-        }
-        const model = new Model(names, specs);
-        for (const cmd of cmds) {
-          await step(model, cmd);
-          await check(model, cmd);
-        }
-      }),
+      fc.asyncProperty(
+        fc.array(agentArb, { minLength: 2, maxLength: 3 }),
+        fc.array(cmdArb, { minLength: 10, maxLength: 40, size: 'max' }),
+        async (specs, cmds) => {
+          // Fresh agents per run (shrinking included), so runs never see each other's rows.
+          const r = ++run;
+          const names = specs.map((_, i) => `m${r}-${i}`);
+          for (const [i, spec] of specs.entries()) {
+            await engine.createAgent({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, ...spec }, 'model');
+          }
+          const model = new Model(names, specs);
+          for (const cmd of cmds) {
+            await step(model, cmd);
+            await check(model, cmd);
+          }
+        },
+      ),
       { numRuns: 50, seed: process.env.BATON_MODEL_SEED ? Number(process.env.BATON_MODEL_SEED) : undefined },
     );
   });

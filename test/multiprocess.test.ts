@@ -109,12 +109,33 @@ async function replay(agent: string) {
 
 describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
   async function contend(agent: string, cap: number) {
-    await engine.createAgent({ name: agent, max_parallel: cap, max_backlog: EXECUTIONS, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
+    await engine.createAgent(
+      { name: agent, max_parallel: cap, max_backlog: EXECUTIONS, lease_ttl_seconds: 30, timeout_seconds: 600 },
+      'test',
+    );
     const t0 = Date.now();
     const children: Child[] = Array.from({ length: PROCESSES }, (_, k) =>
       spawnFixture(
         'claimer',
-        ['--agent', agent, '--node-id', `claimer-${k + 1}`, '--loops', String(LOOPS_PER_PROCESS), '--max-claim', '3', '--hold-ms', '3', '--wait-ms', '50', '--total', String(EXECUTIONS), '--deadline-ms', String(PHASE_DEADLINE_MS), '--wait-for-go'],
+        [
+          '--agent',
+          agent,
+          '--node-id',
+          `claimer-${k + 1}`,
+          '--loops',
+          String(LOOPS_PER_PROCESS),
+          '--max-claim',
+          '3',
+          '--hold-ms',
+          '3',
+          '--wait-ms',
+          '50',
+          '--total',
+          String(EXECUTIONS),
+          '--deadline-ms',
+          String(PHASE_DEADLINE_MS),
+          '--wait-for-go',
+        ],
         ts.env,
       ),
     );
@@ -128,7 +149,8 @@ describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
     const exits = await Promise.all(children.map((c) => c.exit(PHASE_DEADLINE_MS + 5_000)));
     const elapsed = Date.now() - started;
 
-    for (const [k, x] of exits.entries()) expect(x, `claimer-${k + 1} stderr:\n${children[k]!.stderr()}`).toEqual({ code: 0, signal: null });
+    for (const [k, x] of exits.entries())
+      expect(x, `claimer-${k + 1} stderr:\n${children[k]!.stderr()}`).toEqual({ code: 0, signal: null });
     const summaries = children.map((c) => JSON.parse(c.lines.at(-1)!));
     for (const s of summaries) expect(s.errors).toEqual([]);
     expect(summaries.reduce((n, s) => n + s.completed, 0)).toBe(EXECUTIONS);
@@ -168,13 +190,21 @@ describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
     return { elapsed, perProcess };
   }
 
-  it(`max_parallel 1: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run two at once`, async () => {
-    await contend('mp-cap-1', 1);
-  }, PHASE_TIMEOUT_MS);
+  it(
+    `max_parallel 1: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run two at once`,
+    async () => {
+      await contend('mp-cap-1', 1);
+    },
+    PHASE_TIMEOUT_MS,
+  );
 
-  it(`max_parallel 3: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run four at once`, async () => {
-    await contend('mp-cap-3', 3);
-  }, PHASE_TIMEOUT_MS);
+  it(
+    `max_parallel 3: ${PROCESSES} processes × ${LOOPS_PER_PROCESS} loops never run four at once`,
+    async () => {
+      await contend('mp-cap-3', 3);
+    },
+    PHASE_TIMEOUT_MS,
+  );
 });
 
 describe(`a worker process killed with SIGKILL (${STORE_KIND})`, () => {

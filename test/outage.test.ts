@@ -48,13 +48,18 @@ describeNetworkStore('a PostgreSQL outage', () => {
     await ts?.cleanup();
   });
 
-  const raw = (path: string, init?: RequestInit) => fetch(node.url + path, { ...init, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...init?.headers } });
+  const raw = (path: string, init?: RequestInit) =>
+    fetch(node.url + path, { ...init, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...init?.headers } });
 
   it('answers 503 unavailable with Retry-After, writes nothing, and recovers by itself', async () => {
     const before = await api.submit('weather', { message: 'before' });
     await proxy.down();
 
-    const submit = await raw('/v1/agents/weather/executions', { method: 'POST', body: JSON.stringify({ message: 'during' }), headers: { 'idempotency-key': 'k-1' } });
+    const submit = await raw('/v1/agents/weather/executions', {
+      method: 'POST',
+      body: JSON.stringify({ message: 'during' }),
+      headers: { 'idempotency-key': 'k-1' },
+    });
     expect(submit.status).toBe(503);
     expect(submit.headers.get('retry-after')).toMatch(/^\d+$/);
     expect(await submit.json()).toMatchObject({ error: 'unavailable' });
@@ -70,7 +75,11 @@ describeNetworkStore('a PostgreSQL outage', () => {
     await proxy.up();
     // The same idempotency key works after the outage: the failed attempt held nothing.
     const after = await until('the API answers again', async () => {
-      const r = await raw('/v1/agents/weather/executions', { method: 'POST', body: JSON.stringify({ message: 'during' }), headers: { 'idempotency-key': 'k-1' } });
+      const r = await raw('/v1/agents/weather/executions', {
+        method: 'POST',
+        body: JSON.stringify({ message: 'during' }),
+        headers: { 'idempotency-key': 'k-1' },
+      });
       return r.status === 201 ? r.json() : undefined;
     });
     expect(after.status).toBe('queued');
@@ -116,8 +125,30 @@ describeNetworkStore('a PostgreSQL outage', () => {
 
 describe('what counts as the database being away', () => {
   it('classifies PostgreSQL, socket and SQLite errors, and nothing else', () => {
-    const yes = [{ code: '57P01' }, { code: '57P03' }, { code: '08006' }, { code: '53300' }, { code: 'ECONNREFUSED' }, { code: 'ECONNRESET' }, { message: 'Connection terminated unexpectedly' }, { code: 'SQLITE_BUSY' }, { code: 'SQLITE_FULL' }, { code: 'SQLITE_IOERR_WRITE' }, { code: 'SQLITE_READONLY' }, new AggregateError([{ code: 'ECONNREFUSED' }])];
-    const no = [{ code: '23505' }, { code: '40001' }, { code: 'SQLITE_CONSTRAINT_CHECK' }, { code: 'SQLITE_ERROR' }, new Error('boom'), new TypeError('x is undefined'), null, 'ECONNREFUSED'];
+    const yes = [
+      { code: '57P01' },
+      { code: '57P03' },
+      { code: '08006' },
+      { code: '53300' },
+      { code: 'ECONNREFUSED' },
+      { code: 'ECONNRESET' },
+      { message: 'Connection terminated unexpectedly' },
+      { code: 'SQLITE_BUSY' },
+      { code: 'SQLITE_FULL' },
+      { code: 'SQLITE_IOERR_WRITE' },
+      { code: 'SQLITE_READONLY' },
+      new AggregateError([{ code: 'ECONNREFUSED' }]),
+    ];
+    const no = [
+      { code: '23505' },
+      { code: '40001' },
+      { code: 'SQLITE_CONSTRAINT_CHECK' },
+      { code: 'SQLITE_ERROR' },
+      new Error('boom'),
+      new TypeError('x is undefined'),
+      null,
+      'ECONNREFUSED',
+    ];
     for (const e of yes) expect(isStoreUnavailable(e), JSON.stringify(e)).toBe(true);
     for (const e of no) expect(isStoreUnavailable(e), String(e)).toBe(false);
   });

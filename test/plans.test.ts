@@ -4,7 +4,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { appendLogs, readLogs } from '../src/engine/logs.ts';
-import { triggersFor } from '../src/engine/triggers/index.ts';
 import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { runInFlight } from '../src/engine/triggers/start-run.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
@@ -41,7 +40,8 @@ const LIVE_INDEXES = new Set([
   'executions_webhook_open',
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */
-const HISTORY_INDEXES = /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick)|execution_events_seats)$/;
+const HISTORY_INDEXES =
+  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick)|execution_events_seats)$/;
 /** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
 const MANY_ROWS = 1_000;
 
@@ -105,7 +105,11 @@ function historyNames(text: string): Set<string> {
   return names;
 }
 
-async function planOf(text: string, parameters: readonly unknown[], db: Kysely<DB> = store.db): Promise<{ plan: string; problems: string[] }> {
+async function planOf(
+  text: string,
+  parameters: readonly unknown[],
+  db: Kysely<DB> = store.db,
+): Promise<{ plan: string; problems: string[] }> {
   const names = historyNames(text);
   // The unfiltered first page walks an index in order and stops at its LIMIT: the one walk allowed.
   // A page after a cursor (or before `until`) must start where the cursor points: created_at is
@@ -115,7 +119,9 @@ async function planOf(text: string, parameters: readonly unknown[], db: Kysely<D
   const unfiltered = text.replace(/\bwhere\s+"?\w+"?\s+is\s+not\s+null\b/i, '');
   const orderedWalk = !/\b(where|group by|count|sum|max|min)\b/i.test(unfiltered) && /\border by\b[^()]*\blimit\b/i.test(text);
   if (store.kind === 'sqlite') {
-    const out = await db.executeQuery<{ id: number; parent: number; detail: string }>(CompiledQuery.raw(`EXPLAIN QUERY PLAN ${text}`, [...parameters]));
+    const out = await db.executeQuery<{ id: number; parent: number; detail: string }>(
+      CompiledQuery.raw(`EXPLAIN QUERY PLAN ${text}`, [...parameters]),
+    );
     const lines = out.rows.map((r) => r.detail);
     const problems: string[] = [];
     /** Parents (plan levels) that read through a history index: a temp B-tree there sorts what they found. */
@@ -124,11 +130,13 @@ async function planOf(text: string, parameters: readonly unknown[], db: Kysely<D
       const m = /^(SCAN|SEARCH) (\w+)(?: USING (?:COVERING )?INDEX (\w+))?/.exec(d);
       if (!m) continue;
       const [, op, table, index] = m;
-      const onHistory = names.has(table!) || (index !== undefined && /^(executions|execution_events|execution_logs|audit_log)_/.test(index));
+      const onHistory =
+        names.has(table!) || (index !== undefined && /^(executions|execution_events|execution_logs|audit_log)_/.test(index));
       if (!onHistory) continue;
       if (index && HISTORY_INDEXES.test(index)) {
         historyLevels.add(parent);
-        if (cursor && op === 'SEARCH' && /_recent$/.test(index) && !/created_at[<>]/.test(d)) problems.push(`cursor is not a range in the index: ${d}`);
+        if (cursor && op === 'SEARCH' && /_recent$/.test(index) && !/created_at[<>]/.test(d))
+          problems.push(`cursor is not a range in the index: ${d}`);
       }
       if (op === 'SCAN') {
         if (index && LIVE_INDEXES.has(index)) continue;
@@ -138,7 +146,8 @@ async function planOf(text: string, parameters: readonly unknown[], db: Kysely<D
       }
     }
     // (A UNION ALL of seeks sorts each arm's LIMIT rows for the merge: that level reads a subquery, not history.)
-    if (out.rows.some((r) => /USE TEMP B-TREE FOR (ORDER|GROUP) BY/.test(r.detail) && historyLevels.has(r.parent))) problems.push('sorts rows found through a history index');
+    if (out.rows.some((r) => /USE TEMP B-TREE FOR (ORDER|GROUP) BY/.test(r.detail) && historyLevels.has(r.parent)))
+      problems.push('sorts rows found through a history index');
     return { plan: lines.join('\n'), problems };
   }
   const out = await db.executeQuery<{ 'QUERY PLAN': unknown }>(CompiledQuery.raw(`EXPLAIN (FORMAT JSON) ${text}`, [...parameters]));
@@ -148,17 +157,22 @@ async function planOf(text: string, parameters: readonly unknown[], db: Kysely<D
   const walk = (n: PgNode, depth: number, limited: boolean) => {
     const rel = n['Relation Name'];
     const idx = n['Index Name'];
-    lines.push(`${'  '.repeat(depth)}${n['Node Type']}${rel ? ` on ${rel}` : ''}${idx ? ` using ${idx}` : ''} rows=${n['Plan Rows']}${n['Index Cond'] ? ` cond=${n['Index Cond']}` : ''}`);
+    lines.push(
+      `${'  '.repeat(depth)}${n['Node Type']}${rel ? ` on ${rel}` : ''}${idx ? ` using ${idx}` : ''} rows=${n['Plan Rows']}${n['Index Cond'] ? ` cond=${n['Index Cond']}` : ''}`,
+    );
     const history = (rel && HISTORY_TABLES.includes(rel)) || (idx && /^(executions|execution_events|execution_logs|audit_log)_/.test(idx));
     if (history) {
       if (n['Node Type'] === 'Seq Scan') problems.push(`Seq Scan on ${rel}`);
       const historyIndex = idx !== undefined && HISTORY_INDEXES.test(idx);
       if (historyIndex && !n['Index Cond'] && !(orderedWalk && limited)) problems.push(`full walk of ${idx}`);
-      if (historyIndex && cursor && /_recent$/.test(idx!) && !/created_at [<>]/.test(n['Index Cond'] ?? '')) problems.push(`cursor is not a range in ${idx}`);
-      if (!(idx && LIVE_INDEXES.has(idx)) && n['Plan Rows'] > MANY_ROWS && !limited) problems.push(`${n['Node Type']} on ${rel ?? idx} expects ${n['Plan Rows']} rows`);
+      if (historyIndex && cursor && /_recent$/.test(idx!) && !/created_at [<>]/.test(n['Index Cond'] ?? ''))
+        problems.push(`cursor is not a range in ${idx}`);
+      if (!(idx && LIVE_INDEXES.has(idx)) && n['Plan Rows'] > MANY_ROWS && !limited)
+        problems.push(`${n['Node Type']} on ${rel ?? idx} expects ${n['Plan Rows']} rows`);
     }
     const type = n['Node Type'];
-    const nextLimited = type === 'Limit' ? true : type === 'Sort' || type === 'Aggregate' || type === 'Hash' || type === 'Incremental Sort' ? false : limited;
+    const nextLimited =
+      type === 'Limit' ? true : type === 'Sort' || type === 'Aggregate' || type === 'Hash' || type === 'Incremental Sort' ? false : limited;
     for (const c of n.Plans ?? []) walk(c, depth + 1, nextLimited);
   };
   walk(root, 0, false);
@@ -244,7 +258,8 @@ function historyRow(i: number): NewExecution {
     completed_at: created + 5000,
     duration_ms: started === null ? null : 4000,
     result: status === 'succeeded' ? JSON.stringify({ ok: i }) : null,
-    error_code: status === 'failed' ? 'boom' : status === 'cancelled' ? 'cancelled_by_user' : status === 'skipped' ? 'already_running' : null,
+    error_code:
+      status === 'failed' ? 'boom' : status === 'cancelled' ? 'cancelled_by_user' : status === 'skipped' ? 'already_running' : null,
     error_message: status === 'failed' ? 'it broke' : null,
     usage: null,
     retry_of: null,
@@ -259,7 +274,7 @@ function historyRow(i: number): NewExecution {
 async function seed(): Promise<void> {
   for (const a of AGENTS) await engine.createAgent({ name: a, max_parallel: 2, max_backlog: 1000 }, 'seed');
   await engine.createAgent({ name: 'hist-push', max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'seed');
-  const t = triggersFor(engine);
+  const t = engine;
   for (const a of AGENTS.slice(0, 2)) {
     const s = await t.schedules.create(a, { name: `every-minute-${a}`, cron: '* * * * *', message: 'tick' }, 'seed');
     scheduleIds.push(s.id);
@@ -273,7 +288,14 @@ async function seed(): Promise<void> {
       await store.insertMany(
         tx,
         'audit_log',
-        rows.map((r) => ({ at: r.created_at, actor: 'seed', action: 'execution.create', subject: r.agent, execution_id: r.id, detail: null })),
+        rows.map((r) => ({
+          at: r.created_at,
+          actor: 'seed',
+          action: 'execution.create',
+          subject: r.agent,
+          execution_id: r.id,
+          detail: null,
+        })),
       );
     });
   }
@@ -283,12 +305,19 @@ async function seed(): Promise<void> {
   await store.transaction(async (tx) => {
     for (let i = 0; i < 500; i++) {
       const id = historyRow(HISTORY - 1 - i).id;
-      await tx.insertInto('execution_logs').values(Array.from({ length: 20 }, (_, s) => ({ execution_id: id, seq: s + 1, at: now, stream: 'stdout' as const, line: `line ${s}` }))).execute();
+      await tx
+        .insertInto('execution_logs')
+        .values(
+          Array.from({ length: 20 }, (_, s) => ({ execution_id: id, seq: s + 1, at: now, stream: 'stdout' as const, line: `line ${s}` })),
+        )
+        .execute();
       await tx.insertInto('execution_log_heads').values({ execution_id: id, lines: 20, bytes: 200, truncated: 0 }).execute();
     }
   });
   if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
-  else for (const table of [...HISTORY_TABLES, 'agents', 'schedules', 'webhooks', 'idempotency_keys']) await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
+  else
+    for (const table of [...HISTORY_TABLES, 'agents', 'schedules', 'webhooks', 'idempotency_keys'])
+      await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
 }
 
 // ── the test ────────────────────────────────────────────────────────────────
@@ -317,9 +346,16 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     const claimed = await during('claim', () => engine.claim(a, { owner: 'w1', max: 2 }));
     expect(claimed.length).toBeGreaterThan(0);
     await during('heartbeat', () => engine.heartbeat(claimed[0]!.id, claimed[0]!.lease_token!));
-    await during('logs append', () => appendLogs(engine.store, claimed[0]!.id, claimed[0]!.lease_token!, [{ stream: 'stdout', line: 'hi' }], now));
-    await during('complete', () => engine.complete(claimed[0]!.id, claimed[0]!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w1'));
-    if (claimed[1]) await during('complete failed', () => engine.complete(claimed[1]!.id, claimed[1]!.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'));
+    await during('logs append', () =>
+      appendLogs(engine.store, claimed[0]!.id, claimed[0]!.lease_token!, [{ stream: 'stdout', line: 'hi' }], now),
+    );
+    await during('complete', () =>
+      engine.complete(claimed[0]!.id, claimed[0]!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w1'),
+    );
+    if (claimed[1])
+      await during('complete failed', () =>
+        engine.complete(claimed[1]!.id, claimed[1]!.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'),
+      );
     const [again] = await engine.claim(AGENTS[1]!, { owner: 'w2' });
     if (again) await during('release', () => engine.release(again.id, again.lease_token!, 'w2'));
     await during('cancel', () => engine.cancel(live[5]!.id, 'test'));
@@ -340,16 +376,24 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       ['list deep cursor', { before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
       ['list agent deep cursor', { agent: b, before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
       ['list status deep cursor', { status: ['succeeded'], before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
-      ['list agent+status deep cursor', { agent: b, status: ['failed', 'cancelled'], before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } }],
+      [
+        'list agent+status deep cursor',
+        { agent: b, status: ['failed', 'cancelled'], before: { created_at: now - 25 * 86_400_000, id: 'ex_zzz' } },
+      ],
     ];
     for (const [what, f] of filters) await during(what, () => engine.listExecutions({ limit: 50, ...f }));
     await during('getExecution', () => engine.getExecution(sampleId));
     await during('logs read', () => readLogs(engine.store, loggedId, { after: 5, limit: 100 }));
 
-    const t = triggersFor(engine);
-    await during('schedule trigger', () => t.schedules.trigger(scheduleIds[1]!, { actor: 'test', trigger: 'manual', origin: {} }).catch(() => undefined));
+    const t = engine;
+    await during('schedule trigger', () =>
+      t.schedules.trigger(scheduleIds[1]!, { actor: 'test', trigger: 'manual', origin: {} }).catch(() => undefined),
+    );
     await during('webhook overlap', () => engine.store.transaction((tx) => runInFlight(tx, { scheduleId: null, webhookId })));
-    await store.db.updateTable('schedules').set({ next_run_at: now - 1000 }).execute();
+    await store.db
+      .updateTable('schedules')
+      .set({ next_run_at: now - 1000 })
+      .execute();
     await during('scheduler pass', () => tickSchedulesOnce(engine, { now }));
     await during('reaper pass', () => engine.reapOnce());
 
@@ -377,10 +421,29 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     const checked = await checkRecorded();
     const labels = new Set(checked.map((c) => c.label));
     // The recording saw every path (a path that sent nothing would pass unchecked).
-    for (const l of ['listAgents', 'getAgent', 'claim', 'heartbeat', 'complete', 'getExecution', 'list status failed', 'list deep cursor', 'scheduler pass', 'reaper pass', 'dispatcher pass', 'metrics', 'logs read', 'webhook overlap']) {
+    for (const l of [
+      'listAgents',
+      'getAgent',
+      'claim',
+      'heartbeat',
+      'complete',
+      'getExecution',
+      'list status failed',
+      'list deep cursor',
+      'scheduler pass',
+      'reaper pass',
+      'dispatcher pass',
+      'metrics',
+      'logs read',
+      'webhook overlap',
+    ]) {
       expect(labels, `no statement recorded for ${l}`).toContain(l);
     }
-    if (process.env.BATON_PLANS_DUMP) writeFileSync(process.env.BATON_PLANS_DUMP, checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'));
+    if (process.env.BATON_PLANS_DUMP)
+      writeFileSync(
+        process.env.BATON_PLANS_DUMP,
+        checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'),
+      );
     expect(report(checked)).toBe('');
   });
 

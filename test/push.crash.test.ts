@@ -36,7 +36,13 @@ describeMultiProcess('push delivery survives the death of the dispatching proces
       let raw = '';
       req.on('data', (c) => (raw += c));
       req.on('end', () => {
-        requests.push({ key: String(req.headers['idempotency-key']), attempt: String(req.headers['x-baton-attempt']), body: JSON.parse(raw), res, req });
+        requests.push({
+          key: String(req.headers['idempotency-key']),
+          attempt: String(req.headers['x-baton-attempt']),
+          body: JSON.parse(raw),
+          res,
+          req,
+        });
         if (requests.length > 1) {
           res.writeHead(200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ status: 'succeeded', result: { delivery: requests.length } }));

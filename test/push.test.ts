@@ -64,7 +64,13 @@ const terminal = (id: string) => api.waitFor(id, { timeoutMs: 30_000, intervalMs
 
 describe('push delivery', () => {
   it('POSTs the task with Idempotency-Key and attempt; a 2xx answer decides the outcome, usage included', async () => {
-    const a = await agentServer((s, res) => json(res, 200, { status: 'succeeded', result: { echo: s.body.message }, usage: { input_tokens: 12, output_tokens: 5, cost_usd: 0.0021 } }));
+    const a = await agentServer((s, res) =>
+      json(res, 200, {
+        status: 'succeeded',
+        result: { echo: s.body.message },
+        usage: { input_tokens: 12, output_tokens: 5, cost_usd: 0.0021 },
+      }),
+    );
     await api.createAgent({ name: 'push-ok', delivery: 'push', push_url: a.url, max_parallel: 2 });
     const { execution_id } = await api.submit('push-ok', { message: 'hello', payload: { k: [1, 2] } });
     const e = await terminal(execution_id);
@@ -78,7 +84,14 @@ describe('push delivery', () => {
     expect(req!.headers['idempotency-key']).toBe(execution_id);
     expect(req!.headers['x-baton-attempt']).toBe('1');
     expect(req!.headers['x-baton-signature']).toBeUndefined();
-    expect(req!.body).toEqual({ execution_id, attempt: 1, agent: 'push-ok', message: 'hello', payload: { k: [1, 2] }, deadline: e.deadline_at });
+    expect(req!.body).toEqual({
+      execution_id,
+      attempt: 1,
+      agent: 'push-ok',
+      message: 'hello',
+      payload: { k: [1, 2] },
+      deadline: e.deadline_at,
+    });
 
     // The agent may also report failure in a 2xx body.
     const b = await agentServer((_s, res) => json(res, 200, { status: 'failed', error: { code: 'model_refused', message: 'no can do' } }));

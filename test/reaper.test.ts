@@ -35,7 +35,10 @@ beforeEach(async () => {
 /** Defaults to one seat and the default max_redeliveries (3). */
 async function newAgent(extra: { max_parallel?: number; max_redeliveries?: number } = {}): Promise<string> {
   const name = `agent-${++n}`;
-  await engine.createAgent({ name, max_parallel: 1, max_backlog: 10, lease_ttl_seconds: LEASE_MS / 1000, timeout_seconds: TIMEOUT_MS / 1000, ...extra }, 'test');
+  await engine.createAgent(
+    { name, max_parallel: 1, max_backlog: 10, lease_ttl_seconds: LEASE_MS / 1000, timeout_seconds: TIMEOUT_MS / 1000, ...extra },
+    'test',
+  );
   return name;
 }
 
@@ -63,7 +66,9 @@ const reap = async (...agents: string[]) => {
 
 /** [from, to] per event, and the reason on the reaper's own events (other writers name theirs). */
 const transitions = async (id: string) =>
-  (await engine.getExecution(id)).events.map((e) => (e.actor.startsWith('reaper:') ? [e.from_status, e.to_status, e.reason] : [e.from_status, e.to_status]));
+  (await engine.getExecution(id)).events.map((e) =>
+    e.actor.startsWith('reaper:') ? [e.from_status, e.to_status, e.reason] : [e.from_status, e.to_status],
+  );
 
 /**
  * The row and its event log agree: the events form one unbroken chain from creation to the
@@ -276,7 +281,9 @@ describe(`reaper (${STORE_KIND})`, () => {
     const fresh = await claimOne('w2');
     const before = await engine.getExecution(taken.id);
     expect((await refusal(engine.complete(taken.id, old.lease_token!, { status: 'succeeded' }, 'w1'))).code).toBe('lease_lost');
-    expect((await refusal(engine.complete(taken.id, old.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'))).code).toBe('lease_lost');
+    expect(
+      (await refusal(engine.complete(taken.id, old.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'))).code,
+    ).toBe('lease_lost');
     expect((await refusal(engine.heartbeat(taken.id, old.lease_token!))).code).toBe('lease_lost');
     expect((await refusal(engine.release(taken.id, old.lease_token!, 'w1'))).code).toBe('lease_lost');
     expect(await engine.getExecution(taken.id)).toEqual(before);
@@ -311,9 +318,21 @@ describe(`reaper (${STORE_KIND})`, () => {
     expect(await reap(a)).toEqual([]);
 
     const now = clock();
-    await ts.store.db.updateTable('executions').set({ lease_expires_at: now - 1 }).where('id', '=', lapsed.id).execute();
-    await ts.store.db.updateTable('executions').set({ lease_expires_at: now - 1, attempt: 4 }).where('id', '=', spent.id).execute();
-    await ts.store.db.updateTable('executions').set({ deadline_at: now - 1 }).where('id', '=', late.id).execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ lease_expires_at: now - 1 })
+      .where('id', '=', lapsed.id)
+      .execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ lease_expires_at: now - 1, attempt: 4 })
+      .where('id', '=', spent.id)
+      .execute();
+    await ts.store.db
+      .updateTable('executions')
+      .set({ deadline_at: now - 1 })
+      .where('id', '=', late.id)
+      .execute();
 
     const reaped = await reap(a);
     expect(reaped).toHaveLength(3);
@@ -351,7 +370,12 @@ describe(`dispatch racing recovery (${STORE_KIND})`, () => {
 
   /** Nothing of this agent is running on a lapsed lease. */
   async function expectNoDeadSeats(on: string) {
-    const running = await ts.store.db.selectFrom('executions').selectAll().where('agent', '=', on).where('status', '=', 'running').execute();
+    const running = await ts.store.db
+      .selectFrom('executions')
+      .selectAll()
+      .where('agent', '=', on)
+      .where('status', '=', 'running')
+      .execute();
     for (const r of running) expect(r.lease_expires_at, `running ${r.id} without a live lease`).toBeGreaterThan(clock());
   }
 
@@ -367,9 +391,10 @@ describe(`dispatch racing recovery (${STORE_KIND})`, () => {
       // Start them in either order; on PostgreSQL they really run at once.
       const reaper = () => engine.reapOnce();
       const result = () => engine.complete(ex.id, row.lease_token!, { status: 'succeeded' }, 'w1');
-      const [reaped, completed] = Math.floor(i / 2) % 2 === 0
-        ? await Promise.allSettled([reaper(), result()])
-        : await Promise.allSettled([result(), reaper()]).then(([c, r]) => [r, c] as const);
+      const [reaped, completed] =
+        Math.floor(i / 2) % 2 === 0
+          ? await Promise.allSettled([reaper(), result()])
+          : await Promise.allSettled([result(), reaper()]).then(([c, r]) => [r, c] as const);
       if (reaped.status === 'rejected') throw reaped.reason;
       const mine = (reaped.value as Awaited<ReturnType<typeof reaper>>).filter((r) => r.id === ex.id).map((r) => r.kind);
       const final = await expectConsistent(ex.id);

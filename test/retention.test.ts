@@ -45,11 +45,18 @@ afterAll(async () => {
 async function ids(table: 'executions'): Promise<Set<string>> {
   return new Set((await ts.store.db.selectFrom(table).select('id').execute()).map((r) => r.id));
 }
-async function countWhere(table: 'execution_events' | 'execution_logs' | 'execution_log_heads' | 'idempotency_keys', executionIds: string[]): Promise<number> {
+async function countWhere(
+  table: 'execution_events' | 'execution_logs' | 'execution_log_heads' | 'idempotency_keys',
+  executionIds: string[],
+): Promise<number> {
   if (executionIds.length === 0) return 0;
   let n = 0;
   for (let i = 0; i < executionIds.length; i += 500) {
-    const r = await ts.store.db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as('n')).where('execution_id', 'in', executionIds.slice(i, i + 500)).executeTakeFirstOrThrow();
+    const r = await ts.store.db
+      .selectFrom(table)
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('execution_id', 'in', executionIds.slice(i, i + 500))
+      .executeTakeFirstOrThrow();
     n += Number(r.n);
   }
   return n;
@@ -59,7 +66,9 @@ async function orphans(): Promise<number> {
     SELECT (SELECT count(*) FROM execution_events e WHERE NOT EXISTS (SELECT 1 FROM executions x WHERE x.id = e.execution_id))
          + (SELECT count(*) FROM execution_logs l WHERE NOT EXISTS (SELECT 1 FROM executions x WHERE x.id = l.execution_id))
          + (SELECT count(*) FROM execution_log_heads h WHERE NOT EXISTS (SELECT 1 FROM executions x WHERE x.id = h.execution_id))
-         + (SELECT count(*) FROM idempotency_keys k WHERE k.execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.id = k.execution_id)) AS n`.execute(ts.store.db);
+         + (SELECT count(*) FROM idempotency_keys k WHERE k.execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.id = k.execution_id)) AS n`.execute(
+    ts.store.db,
+  );
   return Number(r.rows[0]!.n);
 }
 function readArchiveDir(dir: string): ArchiveRecord[] {
@@ -74,7 +83,14 @@ function readArchiveDir(dir: string): ArchiveRecord[] {
 describe(`retention (${STORE_KIND})`, () => {
   it('prunes terminal executions older than the window with their events, logs, heads and keys; keeps young and unfinished ones', async () => {
     // Every fourth run failed and was retried: chains straddle the delete statements (100 ids each).
-    const old = await seedHistory(ts.store, { count: 120, from: NOW - 60 * DAY_MS, stepMs: 1000, logsEvery: 3, keysEvery: 10, chainsEvery: 4 });
+    const old = await seedHistory(ts.store, {
+      count: 120,
+      from: NOW - 60 * DAY_MS,
+      stepMs: 1000,
+      logsEvery: 3,
+      keysEvery: 10,
+      chainsEvery: 4,
+    });
     expect(old).toHaveLength(150);
     const young = await seedHistory(ts.store, { count: 30, from: NOW - 2 * DAY_MS, stepMs: 1000 });
     await ts.store.db
@@ -96,7 +112,8 @@ describe(`retention (${STORE_KIND})`, () => {
     for (const id of old) expect(left.has(id)).toBe(false);
     for (const id of young) expect(left.has(id)).toBe(true);
     expect(left.has('ex_old_queued') && left.has('ex_old_running')).toBe(true);
-    for (const t of ['execution_events', 'execution_logs', 'execution_log_heads', 'idempotency_keys'] as const) expect(await countWhere(t, old)).toBe(0);
+    for (const t of ['execution_events', 'execution_logs', 'execution_log_heads', 'idempotency_keys'] as const)
+      expect(await countWhere(t, old)).toBe(0);
     expect(await countWhere('execution_events', young)).toBe(90);
     expect(await orphans()).toBe(0);
 
@@ -116,13 +133,35 @@ describe(`retention (${STORE_KIND})`, () => {
       .values([
         // Whole chain old: goes, both members in one statement (retry_of is a foreign key).
         executionRow('ex_c1_root', { status: 'failed', completed_at: old }),
-        executionRow('ex_c1_retry', { status: 'succeeded', completed_at: old + 1000, retry_of: 'ex_c1_root', retry_root: 'ex_c1_root', retry_number: 1, trigger_kind: 'retry' }),
+        executionRow('ex_c1_retry', {
+          status: 'succeeded',
+          completed_at: old + 1000,
+          retry_of: 'ex_c1_root',
+          retry_root: 'ex_c1_root',
+          retry_number: 1,
+          trigger_kind: 'retry',
+        }),
         // Newest member young: the chain stays.
         executionRow('ex_c2_root', { status: 'failed', completed_at: old }),
-        executionRow('ex_c2_retry', { status: 'failed', completed_at: NOW - DAY_MS, retry_of: 'ex_c2_root', retry_root: 'ex_c2_root', retry_number: 1, trigger_kind: 'retry' }),
+        executionRow('ex_c2_retry', {
+          status: 'failed',
+          completed_at: NOW - DAY_MS,
+          retry_of: 'ex_c2_root',
+          retry_root: 'ex_c2_root',
+          retry_number: 1,
+          trigger_kind: 'retry',
+        }),
         // Newest member still queued: the chain stays.
         executionRow('ex_c3_root', { status: 'failed', completed_at: old }),
-        executionRow('ex_c3_retry', { status: 'queued', completed_at: null, created_at: old, retry_of: 'ex_c3_root', retry_root: 'ex_c3_root', retry_number: 1, trigger_kind: 'retry' }),
+        executionRow('ex_c3_retry', {
+          status: 'queued',
+          completed_at: null,
+          created_at: old,
+          retry_of: 'ex_c3_root',
+          retry_root: 'ex_c3_root',
+          retry_number: 1,
+          trigger_kind: 'retry',
+        }),
         // An open violation's subject stays; a resolved one's goes.
         executionRow('ex_subject_open', { status: 'succeeded', completed_at: old }),
         executionRow('ex_subject_resolved', { status: 'succeeded', completed_at: old }),
@@ -131,8 +170,30 @@ describe(`retention (${STORE_KIND})`, () => {
     await ts.store.db
       .insertInto('canary_violations')
       .values([
-        { invariant: 'G-04', subject: 'ex_subject_open', agent: 'seeded', tier: 'A', severity: 'critical', reason: 'secret_in_result', detail: null, first_seen: NOW - DAY_MS, last_seen: NOW, resolved_at: null },
-        { invariant: 'G-03', subject: 'ex_subject_resolved', agent: 'seeded', tier: 'A', severity: 'warning', reason: 'completed_before_started', detail: null, first_seen: NOW - 2 * DAY_MS, last_seen: NOW - DAY_MS, resolved_at: NOW - DAY_MS },
+        {
+          invariant: 'G-04',
+          subject: 'ex_subject_open',
+          agent: 'seeded',
+          tier: 'A',
+          severity: 'critical',
+          reason: 'secret_in_result',
+          detail: null,
+          first_seen: NOW - DAY_MS,
+          last_seen: NOW,
+          resolved_at: null,
+        },
+        {
+          invariant: 'G-03',
+          subject: 'ex_subject_resolved',
+          agent: 'seeded',
+          tier: 'A',
+          severity: 'warning',
+          reason: 'completed_before_started',
+          detail: null,
+          first_seen: NOW - 2 * DAY_MS,
+          last_seen: NOW - DAY_MS,
+          resolved_at: NOW - DAY_MS,
+        },
       ])
       .execute();
 
@@ -157,7 +218,15 @@ describe(`retention (${STORE_KIND})`, () => {
       override async append(records: readonly ArchiveRecord[], at: number) {
         const out = await super.append(records, at);
         // The member is on disk and the rows are still in the database.
-        const present = await ts.store.db.selectFrom('executions').select('id').where('id', 'in', records.map((r) => r.execution.id)).execute();
+        const present = await ts.store.db
+          .selectFrom('executions')
+          .select('id')
+          .where(
+            'id',
+            'in',
+            records.map((r) => r.execution.id),
+          )
+          .execute();
         expect(present).toHaveLength(records.length);
         seenBeforeDelete.push(...records.map((r) => r.execution.id));
         return out;
@@ -178,7 +247,9 @@ describe(`retention (${STORE_KIND})`, () => {
     expect(withLogs).toHaveLength(45);
     expect(withLogs[0]!.logs.map((l) => l.seq)).toEqual([1, 2, 3, 4, 5]);
     // Five members (one per batch), each self-describing: the file is valid to its end.
-    expect(await validLength(join(dir, 'executions-2026-06-01.jsonl.gz'))).toBe(readFileSync(join(dir, 'executions-2026-06-01.jsonl.gz')).length);
+    expect(await validLength(join(dir, 'executions-2026-06-01.jsonl.gz'))).toBe(
+      readFileSync(join(dir, 'executions-2026-06-01.jsonl.gz')).length,
+    );
   });
 
   it('deletes nothing when the archive cannot be written', async () => {
@@ -212,7 +283,10 @@ describe(`retention (${STORE_KIND})`, () => {
   it('export writes the archive format for executions finished before a date, and deletes nothing', async () => {
     const oldIds = await seedHistory(ts.store, { count: 40, from: NOW - 50 * DAY_MS, stepMs: 1000 });
     await seedHistory(ts.store, { count: 10, from: NOW - DAY_MS });
-    await ts.store.db.insertInto('executions').values(executionRow('ex_running', { status: 'running', completed_at: null, created_at: NOW - 60 * DAY_MS })).execute();
+    await ts.store.db
+      .insertInto('executions')
+      .values(executionRow('ex_running', { status: 'running', completed_at: null, created_at: NOW - 60 * DAY_MS }))
+      .execute();
     const out = join(tmp(), 'export.jsonl.gz');
     const r = await exportHistory({ store: ts.store, before: NOW - 10 * DAY_MS, out, chunk: 15 });
     expect(r).toMatchObject({ executions: 40, events: 120 });
@@ -227,7 +301,16 @@ describe(`retention (${STORE_KIND})`, () => {
     const at = (d: number) => NOW - d * DAY_MS;
     await ts.store.db
       .insertInto('audit_log')
-      .values([400, 390, 380, 100, 370, 10].map((d) => ({ at: at(d), actor: 'test', action: 'agent.create', subject: 'a', execution_id: null, detail: null })))
+      .values(
+        [400, 390, 380, 100, 370, 10].map((d) => ({
+          at: at(d),
+          actor: 'test',
+          action: 'agent.create',
+          subject: 'a',
+          execution_id: null,
+          detail: null,
+        })),
+      )
       .execute();
     const r = await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW, batchSize: 2 });
     expect(r.audit).toBe(3);
@@ -236,7 +319,9 @@ describe(`retention (${STORE_KIND})`, () => {
     expect(left.map((x) => Math.round((NOW - Number(x.at)) / DAY_MS))).toEqual([100, 370, 10]);
     expect((await readHistoryStats(ts.store, WINDOWS)).last_prune).toMatchObject({ audit: 3, total_audit: 3 });
     // 0 keeps every audit row.
-    expect((await pruneAll({ store: ts.store, settings: { retentionDays: 30, auditRetentionDays: 0 }, now: NOW + 1000 * DAY_MS })).audit).toBe(0);
+    expect(
+      (await pruneAll({ store: ts.store, settings: { retentionDays: 30, auditRetentionDays: 0 }, now: NOW + 1000 * DAY_MS })).audit,
+    ).toBe(0);
   });
 
   it('prunes resolved canary violations and delivered or failed alerts older than the window', async () => {
@@ -244,22 +329,75 @@ describe(`retention (${STORE_KIND})`, () => {
     await ts.store.db
       .insertInto('canary_violations')
       .values([
-        { invariant: 'E-01', subject: 'x1', agent: null, tier: 'A', severity: 'critical', reason: 'lease_lapsed', detail: null, first_seen: old, last_seen: old, resolved_at: old },
-        { invariant: 'E-01', subject: 'x2', agent: null, tier: 'A', severity: 'critical', reason: 'lease_lapsed', detail: null, first_seen: old, last_seen: old, resolved_at: null },
-        { invariant: 'E-01', subject: 'x3', agent: null, tier: 'A', severity: 'critical', reason: 'lease_lapsed', detail: null, first_seen: NOW, last_seen: NOW, resolved_at: NOW },
+        {
+          invariant: 'E-01',
+          subject: 'x1',
+          agent: null,
+          tier: 'A',
+          severity: 'critical',
+          reason: 'lease_lapsed',
+          detail: null,
+          first_seen: old,
+          last_seen: old,
+          resolved_at: old,
+        },
+        {
+          invariant: 'E-01',
+          subject: 'x2',
+          agent: null,
+          tier: 'A',
+          severity: 'critical',
+          reason: 'lease_lapsed',
+          detail: null,
+          first_seen: old,
+          last_seen: old,
+          resolved_at: null,
+        },
+        {
+          invariant: 'E-01',
+          subject: 'x3',
+          agent: null,
+          tier: 'A',
+          severity: 'critical',
+          reason: 'lease_lapsed',
+          detail: null,
+          first_seen: NOW,
+          last_seen: NOW,
+          resolved_at: NOW,
+        },
       ])
       .execute();
-    const alert = (status: 'pending' | 'delivered' | 'failed', created_at: number) => ({ invariant: 'E-01', transition: 'violated' as const, sink: 'webhook' as const, body: '{}', status, next_attempt_at: created_at, last_error: null, created_at, delivered_at: null });
-    await ts.store.db.insertInto('canary_alerts').values([alert('delivered', old), alert('pending', old), alert('failed', old), alert('delivered', NOW)]).execute();
+    const alert = (status: 'pending' | 'delivered' | 'failed', created_at: number) => ({
+      invariant: 'E-01',
+      transition: 'violated' as const,
+      sink: 'webhook' as const,
+      body: '{}',
+      status,
+      next_attempt_at: created_at,
+      last_error: null,
+      created_at,
+      delivered_at: null,
+    });
+    await ts.store.db
+      .insertInto('canary_alerts')
+      .values([alert('delivered', old), alert('pending', old), alert('failed', old), alert('delivered', NOW)])
+      .execute();
     const r = await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW });
     expect(r).toMatchObject({ violations: 1, alerts: 2 });
-    expect((await ts.store.db.selectFrom('canary_violations').select('subject').orderBy('subject').execute()).map((v) => v.subject)).toEqual(['x2', 'x3']);
-    expect((await ts.store.db.selectFrom('canary_alerts').select(['status', 'created_at']).orderBy('id').execute()).map((a) => a.status)).toEqual(['pending', 'delivered']);
+    expect(
+      (await ts.store.db.selectFrom('canary_violations').select('subject').orderBy('subject').execute()).map((v) => v.subject),
+    ).toEqual(['x2', 'x3']);
+    expect(
+      (await ts.store.db.selectFrom('canary_alerts').select(['status', 'created_at']).orderBy('id').execute()).map((a) => a.status),
+    ).toEqual(['pending', 'delivered']);
   });
 
   it('history stays append-only for every writer but the pruner', async () => {
     await seedHistory(ts.store, { count: 2, from: NOW - 40 * DAY_MS });
-    await ts.store.db.insertInto('audit_log').values({ at: NOW, actor: 'test', action: 'x', subject: null, execution_id: null, detail: null }).execute();
+    await ts.store.db
+      .insertInto('audit_log')
+      .values({ at: NOW, actor: 'test', action: 'x', subject: null, execution_id: null, detail: null })
+      .execute();
     const refused = /append-only/;
     await expect(ts.store.db.updateTable('execution_events').set({ reason: 'rewritten' }).execute()).rejects.toThrow(refused);
     await expect(ts.store.db.deleteFrom('execution_events').execute()).rejects.toThrow(refused);
@@ -268,17 +406,33 @@ describe(`retention (${STORE_KIND})`, () => {
     await expect(ts.store.transaction((tx) => tx.deleteFrom('execution_events').execute())).rejects.toThrow(refused);
     await expect(ts.store.transaction((tx) => tx.deleteFrom('audit_log').execute())).rejects.toThrow(refused);
     // Even the pruner's transaction may not rewrite history, only delete it.
-    await expect(ts.store.pruneTransaction((tx) => tx.updateTable('audit_log').set({ action: 'rewritten' }).execute())).rejects.toThrow(refused);
+    await expect(ts.store.pruneTransaction((tx) => tx.updateTable('audit_log').set({ action: 'rewritten' }).execute())).rejects.toThrow(
+      refused,
+    );
     // After a pruner's transaction, ordinary writers are refused again.
     await ts.store.pruneTransaction(async () => undefined);
     await expect(ts.store.db.deleteFrom('execution_events').execute()).rejects.toThrow(refused);
-    expect(Number((await ts.store.db.selectFrom('execution_events').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n)).toBe(6);
+    expect(
+      Number(
+        (
+          await ts.store.db
+            .selectFrom('execution_events')
+            .select((eb) => eb.fn.countAll<number>().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      ),
+    ).toBe(6);
   });
 
   it('BATON_RETENTION_DAYS=0 keeps everything; bad values are refused naming the variable (and stop `baton up`)', async () => {
     expect(readRetentionEnv({})).toEqual({ retentionDays: 30, auditRetentionDays: 365, archiveDir: undefined });
-    expect(readRetentionEnv({ BATON_RETENTION_DAYS: '0', BATON_AUDIT_RETENTION_DAYS: '7', BATON_ARCHIVE_DIR: '/tmp/arch' })).toEqual({ retentionDays: 0, auditRetentionDays: 7, archiveDir: '/tmp/arch' });
-    for (const bad of ['-1', 'thirty', '1e3', '40000']) expect(() => readRetentionEnv({ BATON_RETENTION_DAYS: bad })).toThrow(/BATON_RETENTION_DAYS/);
+    expect(readRetentionEnv({ BATON_RETENTION_DAYS: '0', BATON_AUDIT_RETENTION_DAYS: '7', BATON_ARCHIVE_DIR: '/tmp/arch' })).toEqual({
+      retentionDays: 0,
+      auditRetentionDays: 7,
+      archiveDir: '/tmp/arch',
+    });
+    for (const bad of ['-1', 'thirty', '1e3', '40000'])
+      expect(() => readRetentionEnv({ BATON_RETENTION_DAYS: bad })).toThrow(/BATON_RETENTION_DAYS/);
     expect(() => readRetentionEnv({ BATON_AUDIT_RETENTION_DAYS: 'x' })).toThrow(/BATON_AUDIT_RETENTION_DAYS/);
 
     await seedHistory(ts.store, { count: 20, from: NOW - 400 * DAY_MS });
@@ -298,7 +452,12 @@ describe(`retention (${STORE_KIND})`, () => {
     await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW });
     const engine = new Engine({ store: ts.store, nodeId: 'history-test' });
     const keys = new KeyStore(ts.store);
-    const app = await buildServer({ engine, keys, logger: false, retention: { retentionDays: 30, auditRetentionDays: 365, archiveDir: '/srv/archive' } });
+    const app = await buildServer({
+      engine,
+      keys,
+      logger: false,
+      retention: { retentionDays: 30, auditRetentionDays: 365, archiveDir: '/srv/archive' },
+    });
     try {
       const admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
       await engine.createAgent({ name: 'h-agent' }, 'test');
@@ -314,7 +473,9 @@ describe(`retention (${STORE_KIND})`, () => {
       });
       expect(body.bytes).toBeGreaterThan(0);
       if (STORE_KIND === 'sqlite') expect(body.rows.executions).toBeGreaterThanOrEqual(5);
-      expect((await app.inject({ method: 'GET', url: '/v1/history', headers: { authorization: `Bearer ${worker}` } })).statusCode).toBe(403);
+      expect((await app.inject({ method: 'GET', url: '/v1/history', headers: { authorization: `Bearer ${worker}` } })).statusCode).toBe(
+        403,
+      );
       const m = (await app.inject({ method: 'GET', url: '/metrics' })).body;
       expect(m).toMatch(/^baton_history_bytes \d+/m);
       expect(m).toMatch(/^baton_history_retention_days\{kind="executions"\} 30$/m);
@@ -350,7 +511,14 @@ describe(`retention (${STORE_KIND})`, () => {
     await seedHistory(ts.store, { count: 200, from: NOW - 60 * DAY_MS, resultBytes: 4096 });
     const clock = manualClock(NOW);
     const reports: number[] = [];
-    const pruner = new Pruner({ store: ts.store, settings: { ...WINDOWS, archiveDir: undefined }, nodeId: 'node-a', clock, batchSize: 50, onSweep: (r) => reports.push(r.executions) });
+    const pruner = new Pruner({
+      store: ts.store,
+      settings: { ...WINDOWS, archiveDir: undefined },
+      nodeId: 'node-a',
+      clock,
+      batchSize: 50,
+      onSweep: (r) => reports.push(r.executions),
+    });
     const other = new Pruner({ store: ts.store, settings: { ...WINDOWS, archiveDir: undefined }, nodeId: 'node-b', clock, batchSize: 50 });
     const first = await pruner.pass();
     expect(first.nextInMs).toBeGreaterThanOrEqual(PRUNE_MIN_PAUSE_MS); // paced: at least the minimum pause
@@ -368,12 +536,19 @@ describe(`retention (${STORE_KIND})`, () => {
       expect(freeBefore).toBeGreaterThan(0);
       expect((await readHistoryStats(ts.store, WINDOWS)).free_bytes).toBe(0);
     }
-    await pruner.stop();
-    await other.stop();
+    await pruner.lease?.release();
+    await other.lease?.release();
   });
 
   it('a pruner SIGKILLed mid-prune, again and again, leaves no orphaned events or logs and loses no archived execution', async () => {
-    const seeded = await seedHistory(ts.store, { count: 1500, from: NOW - 60 * DAY_MS, stepMs: 10, logsEvery: 2, keysEvery: 5, chainsEvery: 25 });
+    const seeded = await seedHistory(ts.store, {
+      count: 1500,
+      from: NOW - 60 * DAY_MS,
+      stepMs: 10,
+      logsEvery: 2,
+      keysEvery: 5,
+      chainsEvery: 25,
+    });
     const young = await seedHistory(ts.store, { count: 20, from: Date.now() - DAY_MS });
     const archive = tmp();
     let kills = 0;

@@ -14,7 +14,6 @@ const TRANSITIONS = 'src/engine/transitions/';
 
 /** Files that write `executions` rows. Change this list on purpose, with a guard, or not at all. */
 const EXPECTED_WRITERS = [
-  'src/engine/transitions/abandon.ts', // queued → failed (trigger_failed): a trigger could not answer
   'src/engine/transitions/admit.ts', // queued → running
   'src/engine/transitions/cancel.ts', // queued → cancelled; running: cancel requested
   'src/engine/transitions/complete.ts', // running | re-queued → succeeded | failed | cancelled
@@ -37,8 +36,12 @@ const TABLE = `(?:\\w+\\.)?executions(?:\\s+as\\s+\\w+)?`;
 /** Query-builder writes: updateTable('executions'), insertInto("executions"), deleteFrom(`executions as e`)… */
 const BUILDER_WRITE = new RegExp(`\\b(updateTable|insertInto|replaceInto|mergeInto|deleteFrom)\\(\\s*${q}${TABLE}\\2\\s*\\)`, 'g');
 /** Raw SQL writes: UPDATE executions, INSERT INTO "executions", DELETE FROM schema.executions… */
-const RAW_WRITE = /\b(UPDATE|INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|MERGE\s+INTO|DELETE\s+FROM)\s+(?:\w+\.)?("?)executions\2(?![\w"])/gi;
-const EVENT_WRITE = new RegExp(`\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`, 'gi');
+const RAW_WRITE =
+  /\b(UPDATE|INSERT\s+(?:OR\s+\w+\s+)?INTO|REPLACE\s+INTO|MERGE\s+INTO|DELETE\s+FROM)\s+(?:\w+\.)?("?)executions\2(?![\w"])/gi;
+const EVENT_WRITE = new RegExp(
+  `\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`,
+  'gi',
+);
 /** A status guard: `.where('status', '=' | 'in', <what>)`; <what> is read up to its closing parenthesis. */
 const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\s*${q}(=|in)\\2\\s*,`, 'g');
 /**
@@ -46,7 +49,17 @@ const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\
  * them. A guard that admits a terminal state (or anything this list does not know) could move a
  * finished execution: refused.
  */
-const LIVE_GUARD_TOKENS = new Set(["'queued'", "'running'", '"queued"', '"running"', 'QUEUED', 'RUNNING', 'LIVE_STATUSES', "statusIs('queued')", "statusIs('running')"]);
+const LIVE_GUARD_TOKENS = new Set([
+  "'queued'",
+  "'running'",
+  '"queued"',
+  '"running"',
+  'QUEUED',
+  'RUNNING',
+  'LIVE_STATUSES',
+  "statusIs('queued')",
+  "statusIs('running')",
+]);
 /** Bulk inserts through the store adapter: `insertMany(tx, 'executions', rows)`. */
 const BULK_WRITE = new RegExp(`\\binsertMany\\(\\s*\\w+\\s*,\\s*${q}executions\\1`, 'g');
 const CHAIN_END = /\.(execute\w*|returning\w*|compile)\s*\(/;
@@ -113,8 +126,16 @@ function statusGuards(chain: string): string[][] {
       if (chain[i] === '(') depth++;
       else if (chain[i] === ')') depth--;
     }
-    const arg = chain.slice(start, i - 1).trim().replace(/^\[|\]$/g, '');
-    out.push(arg.split(',').map((t) => t.trim().replace(/\s+/g, '')).filter(Boolean));
+    const arg = chain
+      .slice(start, i - 1)
+      .trim()
+      .replace(/^\[|\]$/g, '');
+    out.push(
+      arg
+        .split(',')
+        .map((t) => t.trim().replace(/\s+/g, ''))
+        .filter(Boolean),
+    );
   }
   return out;
 }
@@ -133,7 +154,11 @@ describe('the writers of execution status', () => {
     const writers = sources.filter((s) => s.file !== PRUNER && findWrites(s.code).length > 0).map((s) => s.file);
     const outside = sources
       .filter((s) => !s.file.startsWith(TRANSITIONS))
-      .flatMap((s) => findWrites(s.code).filter((w) => !(s.file === PRUNER && w.kind === 'deleteFrom')).map((w) => `${s.file}:${w.line} ${w.kind}`));
+      .flatMap((s) =>
+        findWrites(s.code)
+          .filter((w) => !(s.file === PRUNER && w.kind === 'deleteFrom'))
+          .map((w) => `${s.file}:${w.line} ${w.kind}`),
+      );
     console.log(`executions writers:\n  ${writers.join('\n  ')}`);
     expect(outside, 'writes to executions outside src/engine/transitions/ (add a transition module instead)').toEqual([]);
     expect(writers).toEqual(EXPECTED_WRITERS);
@@ -144,13 +169,17 @@ describe('the writers of execution status', () => {
     let updates = 0;
     for (const s of sources.filter((x) => x.file.startsWith(TRANSITIONS))) {
       for (const w of findWrites(s.code)) {
-        if (w.kind.startsWith('sql ')) problems.push(`${s.file}:${w.line} raw SQL write (${w.kind}): use the query builder so the guard can be checked`);
+        if (w.kind.startsWith('sql '))
+          problems.push(`${s.file}:${w.line} raw SQL write (${w.kind}): use the query builder so the guard can be checked`);
         if (w.kind === 'deleteFrom') problems.push(`${s.file}:${w.line} deletes executions: history is never deleted`);
         // The values may be built before the chain: look in the whole module.
         if ((w.kind === 'insertInto' || w.kind === 'insertMany') && !/\bstatus:\s*(['"])(queued|skipped)\1/.test(stripComments(s.code))) {
           problems.push(`${s.file}:${w.line} inserts an execution that does not start queued (or skipped)`);
         }
-        if (w.kind === 'insertMany' && !/status\s*!==\s*(['"])queued\1\s*&&\s*\w+\.status\s*!==\s*(['"])skipped\2/.test(stripComments(s.code))) {
+        if (
+          w.kind === 'insertMany' &&
+          !/status\s*!==\s*(['"])queued\1\s*&&\s*\w+\.status\s*!==\s*(['"])skipped\2/.test(stripComments(s.code))
+        ) {
           problems.push(`${s.file}:${w.line} bulk-inserts executions without checking each row starts queued or skipped`);
         }
         if (w.kind === 'updateTable') updates++;
@@ -196,18 +225,42 @@ describe('the writers of execution status', () => {
     expect(kinds(`// we never UPDATE executions here\n/* updateTable('executions') */ const x = 1;`)).toEqual([]);
 
     const guard = (code: string) => findWrites(code).map(unguarded);
-    expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).where('status', '=', 'running').returningAll().executeTakeFirst()`)).toEqual([null]);
-    expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).executeTakeFirst()`)[0]).toMatch(/no \.where\('status'/);
+    expect(
+      guard(
+        `tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).where('status', '=', 'running').returningAll().executeTakeFirst()`,
+      ),
+    ).toEqual([null]);
+    expect(guard(`tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).executeTakeFirst()`)[0]).toMatch(
+      /no \.where\('status'/,
+    );
     // A guard after the statement ran does not count.
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).execute(); q.where('status', '=', 'queued')`)[0]).toMatch(/no \.where\('status'/);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).execute(); q.where('status', '=', 'queued')`)[0]).toMatch(
+      /no \.where\('status'/,
+    );
     // A guard must exclude the terminal states.
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('id', '=', id).where('status', 'in', ['running', 'queued']).execute()`)).toEqual([null]);
+    expect(
+      guard(
+        `tx.updateTable('executions').set({ status: 'x' }).where('id', '=', id).where('status', 'in', ['running', 'queued']).execute()`,
+      ),
+    ).toEqual([null]);
     expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', RUNNING).execute()`)).toEqual([null]);
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped']).execute()`)[0]).toMatch(/may match a terminal state/);
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', 'succeeded').execute()`)[0]).toMatch(/may match a terminal state/);
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', EXECUTION_STATES).execute()`)[0]).toMatch(/may match a terminal state/);
-    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '<>', 'failed').execute()`)[0]).toMatch(/no \.where\('status'/);
+    expect(
+      guard(
+        `tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped']).execute()`,
+      )[0],
+    ).toMatch(/may match a terminal state/);
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', 'succeeded').execute()`)[0]).toMatch(
+      /may match a terminal state/,
+    );
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', EXECUTION_STATES).execute()`)[0]).toMatch(
+      /may match a terminal state/,
+    );
+    expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '<>', 'failed').execute()`)[0]).toMatch(
+      /no \.where\('status'/,
+    );
     // A builder kept in a variable cannot be checked: refused.
-    expect(guard(`const b = tx.updateTable('executions').set({ status: 'x' }); await b.where('status', '=', 'queued').execute();`)[0]).toMatch(/one chain/);
+    expect(
+      guard(`const b = tx.updateTable('executions').set({ status: 'x' }); await b.where('status', '=', 'queued').execute();`)[0],
+    ).toMatch(/one chain/);
   });
 });

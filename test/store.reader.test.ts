@@ -11,11 +11,35 @@ describe(`store reader (${STORE_KIND})`, () => {
   let t: TestStore;
   beforeAll(async () => {
     t = await openTestStore();
-    await t.store.db.insertInto('agents').values({ name: 'r', max_parallel: 1, max_backlog: 10, timeout_seconds: 60, lease_ttl_seconds: 30, max_redeliveries: 1, delivery: 'pull', push_url: null, push_secret: null, description: null, created_at: 1, updated_at: 1 }).execute();
+    await t.store.db
+      .insertInto('agents')
+      .values({
+        name: 'r',
+        max_parallel: 1,
+        max_backlog: 10,
+        timeout_seconds: 60,
+        lease_ttl_seconds: 30,
+        max_redeliveries: 1,
+        delivery: 'pull',
+        push_url: null,
+        push_secret: null,
+        description: null,
+        created_at: 1,
+        updated_at: 1,
+      })
+      .execute();
   });
   afterAll(() => t.cleanup());
 
-  const agentCount = async (h = t.store.reader) => Number((await h.selectFrom('agents').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n);
+  const agentCount = async (h = t.store.reader) =>
+    Number(
+      (
+        await h
+          .selectFrom('agents')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
 
   it('sees what the writer committed', async () => {
     expect(await agentCount()).toBe(1);
@@ -27,7 +51,25 @@ describe(`store reader (${STORE_KIND})`, () => {
   it('keeps one consistent snapshot while the writer commits', async () => {
     const seen = await t.store.snapshot(async (tx) => {
       const before = await agentCount(tx);
-      await t.store.transaction((w) => w.insertInto('agents').values({ name: 'r2', max_parallel: 1, max_backlog: 10, timeout_seconds: 60, lease_ttl_seconds: 30, max_redeliveries: 1, delivery: 'pull', push_url: null, push_secret: null, description: null, created_at: 1, updated_at: 1 }).execute());
+      await t.store.transaction((w) =>
+        w
+          .insertInto('agents')
+          .values({
+            name: 'r2',
+            max_parallel: 1,
+            max_backlog: 10,
+            timeout_seconds: 60,
+            lease_ttl_seconds: 30,
+            max_redeliveries: 1,
+            delivery: 'pull',
+            push_url: null,
+            push_secret: null,
+            description: null,
+            created_at: 1,
+            updated_at: 1,
+          })
+          .execute(),
+      );
       const after = await agentCount(tx);
       return { before, after };
     });
@@ -37,7 +79,9 @@ describe(`store reader (${STORE_KIND})`, () => {
 
   it('lets the writer and the event loop go on while a long read runs', async () => {
     // A read that takes a while on either store (a recursive count to a few million).
-    const long = sql<{ n: number }>`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT count(*) AS n FROM c`;
+    const long = sql<{
+      n: number;
+    }>`WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT count(*) AS n FROM c`;
     const order: string[] = [];
     const reading = long.execute(t.store.reader).then((r) => {
       order.push('long read');

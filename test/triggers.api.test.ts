@@ -19,7 +19,11 @@ interface Answer {
   body: any;
   headers: Record<string, unknown>;
 }
-async function call(method: InjectOptions['method'], url: string, opts: { body?: unknown; raw?: string | Buffer; key?: string | null; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function call(
+  method: InjectOptions['method'],
+  url: string,
+  opts: { body?: unknown; raw?: string | Buffer; key?: string | null; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { ...opts.headers };
   if (opts.key !== null) headers.authorization ??= `Bearer ${opts.key ?? admin}`;
   if (opts.raw !== undefined) headers['content-type'] ??= 'application/json';
@@ -41,7 +45,13 @@ async function newAgent(settings: Record<string, unknown> = {}): Promise<string>
   return name;
 }
 async function newSchedule(agent: string, body: Record<string, unknown> = {}): Promise<any> {
-  const r = await post(`/v1/agents/${agent}/schedules`, { name: `s${++n}`, cron: '0 0 1 1 *', message: 'scheduled work', payload: { from: 'schedule' }, ...body });
+  const r = await post(`/v1/agents/${agent}/schedules`, {
+    name: `s${++n}`,
+    cron: '0 0 1 1 *',
+    message: 'scheduled work',
+    payload: { from: 'schedule' },
+    ...body,
+  });
   expect(r.status).toBe(201);
   return r.body;
 }
@@ -70,7 +80,15 @@ describe('schedules over HTTP', () => {
   it('creates, lists, shows (with next runs), updates and refuses bad input with 400 naming the field', async () => {
     const agent = await newAgent();
     const s = await newSchedule(agent, { cron: '*/15 * * * *', timezone: 'Europe/Berlin' });
-    expect(s).toMatchObject({ agent, enabled: true, overlap_policy: 'skip', misfire_policy: 'run_once', misfire_grace_seconds: 3600, timezone: 'Europe/Berlin', payload: { from: 'schedule' } });
+    expect(s).toMatchObject({
+      agent,
+      enabled: true,
+      overlap_policy: 'skip',
+      misfire_policy: 'run_once',
+      misfire_grace_seconds: 3600,
+      timezone: 'Europe/Berlin',
+      payload: { from: 'schedule' },
+    });
     expect(s.next_runs).toHaveLength(5);
     expect(s.next_run_at).toBe(s.next_runs[0]);
     expect(Date.parse(s.next_runs[1]) - Date.parse(s.next_runs[0])).toBe(15 * 60_000);
@@ -78,9 +96,23 @@ describe('schedules over HTTP', () => {
     expect((await call('GET', `/v1/agents/${agent}/schedules`)).body.schedules.map((x: any) => x.id)).toEqual([s.id]);
     const off = await call('PATCH', `/v1/schedules/${s.id}`, { body: { enabled: false } });
     expect(off.body).toMatchObject({ enabled: false, next_run_at: null, next_runs: [] });
-    expect(refused(await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: 'every day', message: 'm' }), 400, 'validation_error').message).toMatch(/body\.cron/);
-    expect(refused(await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: '* * * * *', timezone: 'Nowhere/City', message: 'm' }), 400, 'validation_error').message).toMatch(/body\.timezone/);
-    expect(refused(await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: '* * * * *', message: 'm', overlap_policy: 'never' }), 400, 'validation_error').message).toMatch(/overlap_policy/);
+    expect(
+      refused(await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: 'every day', message: 'm' }), 400, 'validation_error').message,
+    ).toMatch(/body\.cron/);
+    expect(
+      refused(
+        await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: '* * * * *', timezone: 'Nowhere/City', message: 'm' }),
+        400,
+        'validation_error',
+      ).message,
+    ).toMatch(/body\.timezone/);
+    expect(
+      refused(
+        await post(`/v1/agents/${agent}/schedules`, { name: 'x', cron: '* * * * *', message: 'm', overlap_policy: 'never' }),
+        400,
+        'validation_error',
+      ).message,
+    ).toMatch(/overlap_policy/);
     refused(await call('PATCH', `/v1/schedules/${s.id}`, { body: { cron: '* * *' } }), 400, 'validation_error');
     refused(await post('/v1/agents/nobody/schedules', { name: 'x', cron: '* * * * *', message: 'm' }), 404, 'not_found');
     refused(await post(`/v1/agents/${agent}/schedules`, { name: s.name, cron: '* * * * *', message: 'm' }), 409, 'already_exists');
@@ -133,7 +165,9 @@ describe('schedules over HTTP', () => {
 describe('idempotent task submission', () => {
   it('ten concurrent requests with one key create one execution, and every caller gets its id', async () => {
     const agent = await newAgent({ max_backlog: 50 });
-    const answers = await Promise.all(Array.from({ length: 10 }, () => post(`/v1/agents/${agent}/executions`, { message: 'once' }, { 'idempotency-key': 'k-concurrent' })));
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => post(`/v1/agents/${agent}/executions`, { message: 'once' }, { 'idempotency-key': 'k-concurrent' })),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(201));
     const ids = new Set(answers.map((a) => a.body.execution_id));
     expect(ids.size).toBe(1);
@@ -149,26 +183,59 @@ describe('idempotent task submission', () => {
     const y = await post(`/v1/agents/${a2}/executions`, { message: 'm' }, { 'idempotency-key': 'shared' });
     expect([x.status, y.status]).toEqual([201, 201]);
     expect(x.body.execution_id).not.toBe(y.body.execution_id);
-    refused(await post(`/v1/agents/${a1}/executions`, { message: 'other' }, { 'idempotency-key': 'shared' }), 422, 'idempotency_key_reused');
+    refused(
+      await post(`/v1/agents/${a1}/executions`, { message: 'other' }, { 'idempotency-key': 'shared' }),
+      422,
+      'idempotency_key_reused',
+    );
 
     // A request holding the key right now (written as its claim would be).
     const body = { message: 'slow' };
     const now = Date.now();
     await ts.store.db
       .insertInto('idempotency_keys')
-      .values({ scope: `agent:${a1}`, idem_key: 'held', request_hash: fingerprint('submit', a1, JSON.stringify(body)), state: 'in_flight', locked_until: now + 60_000, status_code: null, response: null, execution_id: null, created_at: now, expires_at: now + 86_400_000 })
+      .values({
+        scope: `agent:${a1}`,
+        idem_key: 'held',
+        request_hash: fingerprint('submit', a1, JSON.stringify(body)),
+        state: 'in_flight',
+        locked_until: now + 60_000,
+        status_code: null,
+        response: null,
+        execution_id: null,
+        created_at: now,
+        expires_at: now + 86_400_000,
+      })
       .execute();
-    process.env.BATON_IDEMPOTENCY_WAIT_MS = '100';
+    // A server that waits 100 ms for the answer in flight (default 5 s; BATON_IDEMPOTENCY_WAIT_MS).
+    const impatient = await buildServer({ engine, keys: new KeyStore(ts.store), logger: false, idempotency: { waitMs: 100 } });
     try {
-      refused(await post(`/v1/agents/${a1}/executions`, body, { 'idempotency-key': 'held' }), 409, 'idempotency_in_flight');
+      const started = Date.now();
+      const r = await impatient.inject({
+        method: 'POST',
+        url: `/v1/agents/${a1}/executions`,
+        payload: body,
+        headers: { authorization: `Bearer ${admin}`, 'idempotency-key': 'held' },
+      });
+      refused({ status: r.statusCode, body: r.json(), headers: r.headers }, 409, 'idempotency_in_flight');
+      expect(Date.now() - started).toBeLessThan(2_500);
     } finally {
-      delete process.env.BATON_IDEMPOTENCY_WAIT_MS;
+      await impatient.close();
     }
     // Its holder died: once the claim lapses, the next request takes the key over.
-    await ts.store.db.updateTable('idempotency_keys').set({ locked_until: now - 1 }).where('idem_key', '=', 'held').execute();
+    await ts.store.db
+      .updateTable('idempotency_keys')
+      .set({ locked_until: now - 1 })
+      .where('idem_key', '=', 'held')
+      .execute();
     expect((await post(`/v1/agents/${a1}/executions`, body, { 'idempotency-key': 'held' })).status).toBe(201);
     // An expired key is forgotten.
-    await ts.store.db.updateTable('idempotency_keys').set({ expires_at: now - 1 }).where('idem_key', '=', 'shared').where('scope', '=', `agent:${a1}`).execute();
+    await ts.store.db
+      .updateTable('idempotency_keys')
+      .set({ expires_at: now - 1 })
+      .where('idem_key', '=', 'shared')
+      .where('scope', '=', `agent:${a1}`)
+      .execute();
     const again = await post(`/v1/agents/${a1}/executions`, { message: 'other' }, { 'idempotency-key': 'shared' });
     expect(again.status).toBe(201);
     expect(again.headers['idempotent-replay']).toBeUndefined();
@@ -200,7 +267,12 @@ describe('webhooks', () => {
     refused(await hook(path, '{not json', { 'x-baton-signature': sign(secret, '{not json') }), 400, 'invalid_json');
     expect(await countRows({ agent })).toBe(0);
     // Refusals are audited as counts per webhook and minute (test/webhooks.senders.test.ts), not a row each.
-    const refusals = await ts.store.db.selectFrom('audit_log').select(['action', 'detail']).where('subject', '=', id).where('action', '=', 'webhook.refused').execute();
+    const refusals = await ts.store.db
+      .selectFrom('audit_log')
+      .select(['action', 'detail'])
+      .where('subject', '=', id)
+      .where('action', '=', 'webhook.refused')
+      .execute();
     expect(refusals).toEqual([]);
 
     const ok = await hook(path, body, { 'x-baton-signature': sign(secret, body), 'idempotency-key': 'delivery-1' });
@@ -218,7 +290,11 @@ describe('webhooks', () => {
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.body).toEqual(ok.body);
     const other = JSON.stringify({ action: 'closed' });
-    refused(await hook(path, other, { 'x-hub-signature-256': sign(secret, other), 'idempotency-key': 'delivery-1' }), 422, 'idempotency_key_reused');
+    refused(
+      await hook(path, other, { 'x-hub-signature-256': sign(secret, other), 'idempotency-key': 'delivery-1' }),
+      422,
+      'idempotency_key_reused',
+    );
     // Two identical pings without keys are two events.
     const p1 = await hook(path, body, { 'x-hub-signature-256': sign(secret, body) });
     const p2 = await hook(path, body, { 'x-hub-signature-256': sign(secret, body) });
@@ -253,7 +329,12 @@ describe('webhooks', () => {
     expect(replay.status).toBe(202);
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.body).toEqual(busy.body);
-    const key = await ts.store.db.selectFrom('idempotency_keys').selectAll().where('scope', '=', `webhook:${w.id}`).where('idem_key', '=', 'd2').executeTakeFirstOrThrow();
+    const key = await ts.store.db
+      .selectFrom('idempotency_keys')
+      .selectAll()
+      .where('scope', '=', `webhook:${w.id}`)
+      .where('idem_key', '=', 'd2')
+      .executeTakeFirstOrThrow();
     expect(key).toMatchObject({ state: 'completed', execution_id: first.body.execution_id });
     expect(await countRows({ schedule_id: s.id })).toBe(1);
     expect((await call('GET', '/v1/webhooks')).body.webhooks.find((x: any) => x.id === w.id).last_delivery_at).toBe(ex.created_at);
@@ -268,7 +349,9 @@ describe('webhooks', () => {
     const w = (await post('/v1/webhooks', { name: 'fragile', agent })).body;
     // A real database failure: inserts into executions are refused while this trigger exists.
     if (STORE_KIND === 'postgres') {
-      await sql`CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk on fire'; END; $$`.execute(ts.store.db);
+      await sql`CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk on fire'; END; $$`.execute(
+        ts.store.db,
+      );
       await sql`CREATE TRIGGER test_refuse BEFORE INSERT ON executions FOR EACH ROW EXECUTE FUNCTION test_refuse()`.execute(ts.store.db);
     } else {
       await sql`CREATE TRIGGER test_refuse BEFORE INSERT ON executions BEGIN SELECT RAISE(ABORT, 'disk on fire'); END`.execute(ts.store.db);
@@ -301,7 +384,14 @@ describe('webhooks', () => {
 describe('OpenAPI', () => {
   it('documents the trigger routes', async () => {
     const doc = (await call('GET', '/openapi.json')).body;
-    for (const path of ['/v1/agents/{agent}/schedules', '/v1/schedules/{id}', '/v1/schedules/{id}/trigger', '/v1/webhooks', '/v1/webhooks/{id}/rotate', '/hooks/{token}']) {
+    for (const path of [
+      '/v1/agents/{agent}/schedules',
+      '/v1/schedules/{id}',
+      '/v1/schedules/{id}/trigger',
+      '/v1/webhooks',
+      '/v1/webhooks/{id}/rotate',
+      '/hooks/{token}',
+    ]) {
       expect(Object.keys(doc.paths)).toContain(path);
     }
   });
@@ -309,12 +399,17 @@ describe('OpenAPI', () => {
 
 describe('webhook rate limits come before the token check', () => {
   it('429 per source address, even for unknown tokens', async () => {
-    const prev = process.env.BATON_HOOK_RATE_PER_ADDRESS;
-    process.env.BATON_HOOK_RATE_PER_ADDRESS = '0.001'; // burst 0.002: no token at all after the first
     const keys = new KeyStore(ts.store);
-    const limited = await buildServer({ engine, keys, logger: false });
+    // Burst 0.002: no token at all after the first (`baton up`: BATON_HOOK_RATE_PER_ADDRESS).
+    const limited = await buildServer({ engine, keys, logger: false, hookRates: { perAddress: 0.001 } });
     try {
-      const hit = () => limited.inject({ method: 'POST', url: '/hooks/bwh_' + 'y'.repeat(43), payload: '{}', headers: { 'content-type': 'application/json' } });
+      const hit = () =>
+        limited.inject({
+          method: 'POST',
+          url: '/hooks/bwh_' + 'y'.repeat(43),
+          payload: '{}',
+          headers: { 'content-type': 'application/json' },
+        });
       const statuses: number[] = [];
       for (let i = 0; i < 3; i++) statuses.push((await hit()).statusCode);
       expect(statuses).toEqual([429, 429, 429]);
@@ -322,8 +417,6 @@ describe('webhook rate limits come before the token check', () => {
       expect(JSON.parse(r.body).error).toBe('rate_limited');
       expect(r.headers['retry-after']).toBe('1');
     } finally {
-      if (prev === undefined) delete process.env.BATON_HOOK_RATE_PER_ADDRESS;
-      else process.env.BATON_HOOK_RATE_PER_ADDRESS = prev;
       await limited.close();
     }
   });

@@ -50,8 +50,15 @@ function exits(r: Run, code: number): Run {
 
 beforeAll(async () => {
   ts = await openTestStore();
-  const store = STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
-  node = await startNode({ env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' }, logger: false, reaper: false, scheduler: false, nodeId: 'triggers-cli-test' });
+  const store =
+    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
+  node = await startNode({
+    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    logger: false,
+    reaper: false,
+    scheduler: false,
+    nodeId: 'triggers-cli-test',
+  });
   admin = node.createdAdminKey!;
   await node.engine.createAgent({ name: 'cli-sched' }, 'test');
 });
@@ -65,7 +72,26 @@ describe(`baton schedules, trigger and webhooks (${STORE_KIND})`, { timeout: 8 *
   it('create and list schedules; trigger prints the id, then exits 5 naming the run in flight; --idempotency-key replays', async () => {
     const bad = exits(await baton(['schedules', 'create', 'cli-sched', 'bad', '--cron', '* * *', '--message', 'm']), EXIT.usage);
     expect(bad.stderr).toMatch(/body\.cron/);
-    const created = JSON.parse(exits(await baton(['--json', 'schedules', 'create', 'cli-sched', 'nightly', '--cron', '0 2 * * *', '--tz', 'Europe/Berlin', '--message', 'report', '--payload', '{"k":1}']), EXIT.ok).stdout);
+    const created = JSON.parse(
+      exits(
+        await baton([
+          '--json',
+          'schedules',
+          'create',
+          'cli-sched',
+          'nightly',
+          '--cron',
+          '0 2 * * *',
+          '--tz',
+          'Europe/Berlin',
+          '--message',
+          'report',
+          '--payload',
+          '{"k":1}',
+        ]),
+        EXIT.ok,
+      ).stdout,
+    );
     expect(created).toMatchObject({ agent: 'cli-sched', name: 'nightly', timezone: 'Europe/Berlin', enabled: true, payload: { k: 1 } });
     expect(created.next_runs).toHaveLength(5);
     const list = exits(await baton(['schedules', 'list']), EXIT.ok);
@@ -93,7 +119,9 @@ describe(`baton schedules, trigger and webhooks (${STORE_KIND})`, { timeout: 8 *
     expect(b).toBe(a);
     exits(await baton(['run', 'cli-sched', 'other', '--idempotency-key', 'k1']), EXIT.conflict);
 
-    const hook = JSON.parse(exits(await baton(['--json', 'webhooks', 'create', 'ci', '--agent', 'cli-sched', '--generate-secret']), EXIT.ok).stdout);
+    const hook = JSON.parse(
+      exits(await baton(['--json', 'webhooks', 'create', 'ci', '--agent', 'cli-sched', '--generate-secret']), EXIT.ok).stdout,
+    );
     expect(hook.token).toMatch(/^bwh_/);
     expect(hook.secret).toMatch(/^whsec_/);
     const listed = exits(await baton(['webhooks', 'list']), EXIT.ok);

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.ts';
-import { triggersFor } from '../src/engine/triggers/index.ts';
 import { killLeftoverChildren, spawnFixture } from './helpers/processes.ts';
 import { describeMultiProcess, openTestStore, type TestStore } from './helpers/store.ts';
 
@@ -22,11 +21,17 @@ describeMultiProcess('three scheduler processes on one PostgreSQL', () => {
     await engine.createAgent({ name: 'mp', max_parallel: 1, max_backlog: 10_000 }, 'test');
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) {
-      const s = await triggersFor(engine).schedules.create('mp', { name: `every-second-${i}`, cron: '* * * * * *', message: 'tick', overlap_policy: 'allow' }, 'test');
+      const s = await engine.schedules.create(
+        'mp',
+        { name: `every-second-${i}`, cron: '* * * * * *', message: 'tick', overlap_policy: 'allow' },
+        'test',
+      );
       ids.push(s.id);
     }
     const start = Date.now();
-    const procs = ['s1', 's2', 's3'].map((node) => spawnFixture('scheduler', ['--node', node, '--run-ms', '7000', '--interval-ms', '150'], ts.env));
+    const procs = ['s1', 's2', 's3'].map((node) =>
+      spawnFixture('scheduler', ['--node', node, '--run-ms', '7000', '--interval-ms', '150'], ts.env),
+    );
     // The third dies mid-run, wherever it is (perhaps inside a pass): its transaction rolls back
     // and the others take its schedules over.
     await new Promise((r) => setTimeout(r, 3_500));
@@ -36,11 +41,18 @@ describeMultiProcess('three scheduler processes on one PostgreSQL', () => {
     await Promise.all(procs.slice(0, 2).map((p) => p.exit(10_000)));
     for (const r of reports) expect(r.errors, `${r.node} errors`).toEqual([]);
     // Stop the schedules where they are, then compare every due time with the rows.
-    for (const id of ids) await triggersFor(engine).schedules.update(id, { enabled: false }, 'test');
-    const rows = await ts.store.db.selectFrom('executions').select(['schedule_id', 'scheduled_for', 'changed_by', 'status']).where('schedule_id', 'in', ids).execute();
+    for (const id of ids) await engine.schedules.update(id, { enabled: false }, 'test');
+    const rows = await ts.store.db
+      .selectFrom('executions')
+      .select(['schedule_id', 'scheduled_for', 'changed_by', 'status'])
+      .where('schedule_id', 'in', ids)
+      .execute();
     let total = 0;
     for (const id of ids) {
-      const times = rows.filter((r) => r.schedule_id === id).map((r) => r.scheduled_for!).sort((a, b) => a - b);
+      const times = rows
+        .filter((r) => r.schedule_id === id)
+        .map((r) => r.scheduled_for!)
+        .sort((a, b) => a - b);
       expect(times.length, `schedule ${id} fired`).toBeGreaterThanOrEqual(5);
       // One row per due second, and every second from the first due time to the last handled one.
       expect(new Set(times).size).toBe(times.length);
@@ -52,6 +64,8 @@ describeMultiProcess('three scheduler processes on one PostgreSQL', () => {
     expect(reports.reduce((a, r) => a + r.fired, 0)).toBeLessThanOrEqual(total);
     // The work was shared (each process's actor appears), not done by one while the others idled.
     const actors = new Set(rows.map((r) => r.changed_by));
-    console.log(`fired ${total} runs over ${reports.map((r) => `${r.node}: ${r.fired} in ${r.passes} passes`).join(', ')}; actors ${[...actors].join(', ')}`);
+    console.log(
+      `fired ${total} runs over ${reports.map((r) => `${r.node}: ${r.fired} in ${r.passes} passes`).join(', ')}; actors ${[...actors].join(', ')}`,
+    );
   });
 });

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.ts';
-import { triggersFor } from '../src/engine/triggers/index.ts';
 import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
@@ -33,12 +32,19 @@ async function failNext(code = 'boom') {
 const retryOf = (id: string) => ts.store.db.selectFrom('executions').selectAll().where('retry_of', '=', id).executeTakeFirst();
 
 describe('retries', () => {
-  it("a failure with attempts left creates the retry in the same transaction, with backoff; the chain is visible from any member", async () => {
+  it('a failure with attempts left creates the retry in the same transaction, with backoff; the chain is visible from any member', async () => {
     const first = await engine.submit(agent, { message: 'flaky' }, 'test');
     const f1 = await failNext();
     expect(f1.status).toBe('failed');
     const r1 = await retryOf(first.id);
-    expect(r1).toMatchObject({ status: 'queued', trigger_kind: 'retry', retry_number: 1, retry_root: first.id, message: 'flaky', run_after: clock() + 10_000 });
+    expect(r1).toMatchObject({
+      status: 'queued',
+      trigger_kind: 'retry',
+      retry_number: 1,
+      retry_root: first.id,
+      message: 'flaky',
+      run_after: clock() + 10_000,
+    });
     expect(JSON.parse(r1!.origin)).toMatchObject({ retry_of: first.id, first_trigger: 'api' });
     // Not admitted before its run_after.
     expect(await engine.claim(agent, { owner: 'w' })).toEqual([]);
@@ -52,7 +58,12 @@ describe('retries', () => {
     for (const id of [first.id, r1!.id, r2!.id]) {
       expect((await engine.getExecution(id)).chain).toEqual([first.id, r1!.id, r2!.id]);
     }
-    const audit = await ts.store.db.selectFrom('audit_log').select(['action', 'execution_id']).where('action', '=', 'execution.retry').where('subject', '=', agent).execute();
+    const audit = await ts.store.db
+      .selectFrom('audit_log')
+      .select(['action', 'execution_id'])
+      .where('action', '=', 'execution.retry')
+      .where('subject', '=', agent)
+      .execute();
     expect(audit.map((a) => a.execution_id).sort()).toEqual([r1!.id, r2!.id].sort());
   });
 
@@ -65,7 +76,11 @@ describe('retries', () => {
     const [crow] = await engine.claim(agent, { owner: 'w' });
     await engine.complete(crow!.id, crow!.lease_token!, { status: 'cancelled' }, 'w');
     expect(await retryOf(c.id)).toBeUndefined();
-    const once = await engine.submit(agent, { message: 'no retries', retry: { max_attempts: 1, base_seconds: 1, factor: 1, max_seconds: 1, jitter: 0 } }, 'test');
+    const once = await engine.submit(
+      agent,
+      { message: 'no retries', retry: { max_attempts: 1, base_seconds: 1, factor: 1, max_seconds: 1, jitter: 0 } },
+      'test',
+    );
     await failNext();
     expect(await retryOf(once.id)).toBeUndefined();
   });
@@ -84,7 +99,16 @@ describe('retries', () => {
 
   it("a schedule's retry policy overrides the agent's", async () => {
     clock.set(Date.UTC(2026, 1, 2, 0, 0, 10));
-    const s = await triggersFor(engine).schedules.create(agent, { name: 'r', cron: '* * * * *', message: 'sched', retry_policy: { max_attempts: 2, base_seconds: 1, factor: 1, max_seconds: 1, jitter: 0 } }, 'test');
+    const s = await engine.schedules.create(
+      agent,
+      {
+        name: 'r',
+        cron: '* * * * *',
+        message: 'sched',
+        retry_policy: { max_attempts: 2, base_seconds: 1, factor: 1, max_seconds: 1, jitter: 0 },
+      },
+      'test',
+    );
     clock.set(Date.UTC(2026, 1, 2, 0, 1, 0, 10));
     const [fired] = (await tickSchedulesOnce(engine)).filter((f) => f.schedule_id === s.id);
     await failNext();
@@ -93,6 +117,6 @@ describe('retries', () => {
     clock.advance(1001);
     await failNext();
     expect(await retryOf(retry!.id)).toBeUndefined();
-    await triggersFor(engine).schedules.update(s.id, { enabled: false }, 'test');
+    await engine.schedules.update(s.id, { enabled: false }, 'test');
   });
 });

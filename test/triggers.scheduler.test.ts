@@ -1,13 +1,14 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { BatonError } from '../src/domain/errors.ts';
 import { Engine } from '../src/engine/engine.ts';
-import { triggersFor } from '../src/engine/triggers/index.ts';
 import fc from 'fast-check';
 import { Cron } from 'croner';
 import { startLoop } from '../src/engine/loop.ts';
 import { compileCron, nextAfter } from '../src/engine/triggers/cron.ts';
+import { purgeIdempotencyOnce } from '../src/engine/triggers/idempotency.ts';
 import { newScheduleId } from '../src/engine/triggers/schedules.ts';
-import { ON_TIME_MS, schedulerPass, tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
+import { ON_TIME_MS } from '../src/engine/triggers/fire-plan.ts';
+import { schedulerPass, tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
 
@@ -16,7 +17,7 @@ let engine: Engine;
 const clock = manualClock(Date.UTC(2026, 0, 1, 0, 0, 30));
 let n = 0;
 let agent: string;
-const t = () => triggersFor(engine);
+const t = () => engine;
 
 beforeAll(async () => {
   ts = await openTestStore();
@@ -36,7 +37,13 @@ beforeEach(async () => {
 });
 
 const rowsOf = (scheduleId: string) =>
-  ts.store.db.selectFrom('executions').selectAll().where('schedule_id', '=', scheduleId).orderBy('scheduled_for').orderBy('created_at').execute();
+  ts.store.db
+    .selectFrom('executions')
+    .selectAll()
+    .where('schedule_id', '=', scheduleId)
+    .orderBy('scheduled_for')
+    .orderBy('created_at')
+    .execute();
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 async function refusal(p: Promise<unknown>): Promise<BatonError> {
@@ -58,14 +65,22 @@ describe('schedules', () => {
     expect(fields.message).toMatch(/body\.cron: .* has 4 fields/);
     const tz = await refusal(t().schedules.create(agent, { name: 'x', cron: '* * * * *', timezone: 'Mars/Olympus', message: 'm' }, 'test'));
     expect(tz.message).toMatch(/body\.timezone: 'Mars\/Olympus' is not an IANA time zone/);
-    expect((await refusal(t().schedules.create('no-such-agent', { name: 'x', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe('not_found');
+    expect((await refusal(t().schedules.create('no-such-agent', { name: 'x', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe(
+      'not_found',
+    );
     await t().schedules.create(agent, { name: 'dup', cron: '* * * * *', message: 'm' }, 'test');
-    expect((await refusal(t().schedules.create(agent, { name: 'dup', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe('already_exists');
+    expect((await refusal(t().schedules.create(agent, { name: 'dup', cron: '* * * * *', message: 'm' }, 'test'))).code).toBe(
+      'already_exists',
+    );
   });
 
   it('fires once per due time, advances next_run_at, and a disabled schedule creates nothing', async () => {
     clock.set(Date.UTC(2026, 0, 1, 0, 0, 30));
-    const s = await t().schedules.create(agent, { name: 'every-minute', cron: '* * * * *', message: 'tick', payload: { a: 1 }, overlap_policy: 'allow' }, 'test');
+    const s = await t().schedules.create(
+      agent,
+      { name: 'every-minute', cron: '* * * * *', message: 'tick', payload: { a: 1 }, overlap_policy: 'allow' },
+      'test',
+    );
     expect(s.next_run_at).toBe(Date.UTC(2026, 0, 1, 0, 1));
     expect(await tickSchedulesOnce(engine)).toEqual([]); // not due yet
     clock.set(Date.UTC(2026, 0, 1, 0, 1, 0, 400));
@@ -101,7 +116,12 @@ describe('schedules', () => {
     const [second] = await tickSchedulesOnce(engine);
     expect(second).toMatchObject({ status: 'skipped', reason: 'already_running' });
     const skipped = await ts.store.db.selectFrom('executions').selectAll().where('id', '=', second!.execution_id).executeTakeFirstOrThrow();
-    expect(skipped).toMatchObject({ status: 'skipped', error_code: 'already_running', scheduled_for: Date.UTC(2026, 0, 2, 0, 2), completed_at: clock() });
+    expect(skipped).toMatchObject({
+      status: 'skipped',
+      error_code: 'already_running',
+      scheduled_for: Date.UTC(2026, 0, 2, 0, 2),
+      completed_at: clock(),
+    });
     expect(skipped.error_message).toContain(first!.execution_id);
     const events = await ts.store.db.selectFrom('execution_events').selectAll().where('execution_id', '=', skipped.id).execute();
     expect(events.map((e) => [e.from_status, e.to_status, e.reason])).toEqual([[null, 'skipped', 'already_running']]);
@@ -177,7 +197,11 @@ describe('schedules', () => {
 
   it('DST spring-forward (America/New_York, 2026-03-08): 02:30 does not exist and runs at 03:00 EDT, once', async () => {
     clock.set(Date.UTC(2026, 2, 7, 12));
-    const s = await t().schedules.create(agent, { name: 'spring', cron: '30 2 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
+    const s = await t().schedules.create(
+      agent,
+      { name: 'spring', cron: '30 2 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' },
+      'test',
+    );
     expect(iso(s.next_run_at)).toBe('2026-03-08T07:00:00.000Z'); // 03:00 EDT
     const seen: string[] = [];
     for (let h = 0; h < 72; h++) {
@@ -190,8 +214,16 @@ describe('schedules', () => {
 
   it('DST fall-back (America/New_York, 2026-11-01): 01:30 happens twice on the clock and runs once; an hourly schedule runs every real hour', async () => {
     clock.set(Date.UTC(2026, 9, 31, 12));
-    const daily = await t().schedules.create(agent, { name: 'fall-daily', cron: '30 1 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
-    const hourly = await t().schedules.create(agent, { name: 'fall-hourly', cron: '0 * * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' }, 'test');
+    const daily = await t().schedules.create(
+      agent,
+      { name: 'fall-daily', cron: '30 1 * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' },
+      'test',
+    );
+    const hourly = await t().schedules.create(
+      agent,
+      { name: 'fall-hourly', cron: '0 * * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' },
+      'test',
+    );
     await engine.updateAgent(agent, { max_backlog: 1000 }, 'test');
     const seen: Record<string, string[]> = { [daily.id]: [], [hourly.id]: [] };
     for (let m = 0; m < 48 * 4; m++) {
@@ -201,7 +233,13 @@ describe('schedules', () => {
     expect(seen[daily.id]).toEqual(['2026-11-01T05:30:00.000Z', '2026-11-02T06:30:00.000Z']);
     const hours = seen[hourly.id]!.filter((x) => x >= '2026-11-01T04:00' && x <= '2026-11-01T08:00:01');
     // 00:00 EDT, 01:00 EDT, 01:00 EST, 02:00 EST, 03:00 EST: five real hours, none lost or doubled.
-    expect(hours).toEqual(['2026-11-01T04:00:00.000Z', '2026-11-01T05:00:00.000Z', '2026-11-01T06:00:00.000Z', '2026-11-01T07:00:00.000Z', '2026-11-01T08:00:00.000Z']);
+    expect(hours).toEqual([
+      '2026-11-01T04:00:00.000Z',
+      '2026-11-01T05:00:00.000Z',
+      '2026-11-01T06:00:00.000Z',
+      '2026-11-01T07:00:00.000Z',
+      '2026-11-01T08:00:00.000Z',
+    ]);
     const rows = await rowsOf(hourly.id);
     expect(new Set(rows.map((r) => r.scheduled_for)).size).toBe(rows.length);
   });
@@ -239,12 +277,26 @@ describe('schedules', () => {
     expect(await tickSchedulesOnce(engine)).toEqual([]);
   });
 
-  it('the scheduler loop also forgets expired idempotency keys', async () => {
+  it('the purge pass forgets expired idempotency keys', async () => {
     const at = Date.UTC(2026, 5, 1);
-    const key = (k: string, expires: number) => ({ scope: `agent:${agent}`, idem_key: k, request_hash: 'h', state: 'completed' as const, locked_until: 0, status_code: 201, response: '{}', execution_id: null, created_at: at - 86_400_000, expires_at: expires });
-    await ts.store.db.insertInto('idempotency_keys').values([key('old', at - 1), key('fresh', at + 1000)]).execute();
+    const key = (k: string, expires: number) => ({
+      scope: `agent:${agent}`,
+      idem_key: k,
+      request_hash: 'h',
+      state: 'completed' as const,
+      locked_until: 0,
+      status_code: 201,
+      response: '{}',
+      execution_id: null,
+      created_at: at - 86_400_000,
+      expires_at: expires,
+    });
+    await ts.store.db
+      .insertInto('idempotency_keys')
+      .values([key('old', at - 1), key('fresh', at + 1000)])
+      .execute();
     clock.set(at);
-    await tickSchedulesOnce(engine);
+    expect(await purgeIdempotencyOnce(engine)).toBe(1);
     const left = await ts.store.db.selectFrom('idempotency_keys').select('idem_key').where('scope', '=', `agent:${agent}`).execute();
     expect(left.map((k) => k.idem_key)).toEqual(['fresh']);
   });
@@ -281,7 +333,10 @@ describe('schedules', () => {
       created_at: due - 1000,
       updated_at: due - 1000,
     });
-    const rows = [...Array.from({ length: 300 }, (_, i) => schedule(i, roomy)), ...Array.from({ length: 150 }, (_, i) => schedule(300 + i, agent))];
+    const rows = [
+      ...Array.from({ length: 300 }, (_, i) => schedule(i, roomy)),
+      ...Array.from({ length: 150 }, (_, i) => schedule(300 + i, agent)),
+    ];
     await ts.store.db.insertInto('schedules').values(rows).execute();
     const changed: string[] = [];
     const onChanged = (e: { id: string; status: string }) => e.status === 'queued' && changed.push(e.id);
@@ -305,14 +360,43 @@ describe('schedules', () => {
     for (const e of skipped) expect(e.completed_at).toBe(due + 200);
     // Each row as the one-at-a-time path would write it.
     const one = made.find((e) => e.schedule_id === rows[1]!.id)!;
-    expect(one).toMatchObject({ agent: roomy, trigger_kind: 'schedule', message: 'm-1', payload: '{"i":1}', priority: 1, scheduled_for: due, serial_key: rows[1]!.id, max_redeliveries: 7, timeout_seconds: 99, attempt: 0, queued_at: due + 200, changed_by: 'scheduler:sched-test' });
+    expect(one).toMatchObject({
+      agent: roomy,
+      trigger_kind: 'schedule',
+      message: 'm-1',
+      payload: '{"i":1}',
+      priority: 1,
+      scheduled_for: due,
+      serial_key: rows[1]!.id,
+      max_redeliveries: 7,
+      timeout_seconds: 99,
+      attempt: 0,
+      queued_at: due + 200,
+      changed_by: 'scheduler:sched-test',
+    });
     expect(made.find((e) => e.schedule_id === rows[0]!.id)!.serial_key).toBeNull();
     expect(JSON.parse(one.origin)).toEqual({ schedule_id: rows[1]!.id, scheduled_for: new Date(due).toISOString() });
     // The database trigger wrote one creation event per row; each fire has its audit row.
-    const events = await ts.store.db.selectFrom('execution_events').select(['execution_id', 'from_status', 'to_status']).where('execution_id', 'in', made.map((e) => e.id)).execute();
+    const events = await ts.store.db
+      .selectFrom('execution_events')
+      .select(['execution_id', 'from_status', 'to_status'])
+      .where(
+        'execution_id',
+        'in',
+        made.map((e) => e.id),
+      )
+      .execute();
     expect(events).toHaveLength(450);
     expect(events.every((e) => e.from_status === null)).toBe(true);
-    const audits = await ts.store.db.selectFrom('audit_log').select(['execution_id', 'action']).where('execution_id', 'in', made.map((e) => e.id)).execute();
+    const audits = await ts.store.db
+      .selectFrom('audit_log')
+      .select(['execution_id', 'action'])
+      .where(
+        'execution_id',
+        'in',
+        made.map((e) => e.id),
+      )
+      .execute();
     expect(audits.filter((a) => a.action === 'schedule.fire')).toHaveLength(303);
     expect(audits.filter((a) => a.action === 'schedule.skip')).toHaveLength(147);
     // Every queued row was announced (in messages carrying many ids).
@@ -334,7 +418,10 @@ describe('schedules', () => {
 
     // startLoop runs a pass again that soon rather than after its interval (at least 800 ms here).
     const at: number[] = [];
-    const loop = startLoop('test', async () => ({ nextInMs: at.push(Date.now()) < 3 ? 5 : undefined }), 1000, engine.events);
+    const loop = startLoop(
+      { name: 'test', once: async () => ({ nextInMs: at.push(Date.now()) < 3 ? 5 : undefined }), intervalMs: 1000 },
+      engine.events,
+    );
     while (at.length < 3) await new Promise((r) => setTimeout(r, 10));
     await loop.stop();
     expect(at[2]! - at[0]!).toBeLessThan(800);
@@ -345,12 +432,17 @@ describe('schedules', () => {
     const exprs = ['* * * * *', '*/7 * * * *', '0 9 * * 1-5', '30 2 * * *', '0 0 1 1 *', '*/10 * * * * *'];
     const zones = ['UTC', 'America/New_York', 'Europe/Berlin', 'Asia/Kolkata'];
     fc.assert(
-      fc.property(fc.constantFrom(...exprs), fc.constantFrom(...zones), fc.integer({ min: Date.UTC(2026, 0, 1), max: Date.UTC(2027, 0, 1) }), (expr, tz, at) => {
-        const want = new Cron(expr, { timezone: tz, paused: true, mode: '5-or-6-parts' }).nextRun(new Date(at))?.getTime() ?? null;
-        const c = compileCron(expr, tz);
-        expect(nextAfter(c, at)).toBe(want);
-        expect(nextAfter(c, at)).toBe(want); // a second answer comes from the memo
-      }),
+      fc.property(
+        fc.constantFrom(...exprs),
+        fc.constantFrom(...zones),
+        fc.integer({ min: Date.UTC(2026, 0, 1), max: Date.UTC(2027, 0, 1) }),
+        (expr, tz, at) => {
+          const want = new Cron(expr, { timezone: tz, paused: true, mode: '5-or-6-parts' }).nextRun(new Date(at))?.getTime() ?? null;
+          const c = compileCron(expr, tz);
+          expect(nextAfter(c, at)).toBe(want);
+          expect(nextAfter(c, at)).toBe(want); // a second answer comes from the memo
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -25,8 +25,10 @@ afterAll(async () => {
   await ts?.cleanup();
 });
 
-const deliver = (path: string, body: string, headers: Record<string, string>) => fetch(node.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
-const runsOf = async (webhookId: string) => (await ts.store.db.selectFrom('executions').select('id').where('webhook_id', '=', webhookId).execute()).length;
+const deliver = (path: string, body: string, headers: Record<string, string>) =>
+  fetch(node.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+const runsOf = async (webhookId: string) =>
+  (await ts.store.db.selectFrom('executions').select('id').where('webhook_id', '=', webhookId).execute()).length;
 
 describe(`webhook senders (${STORE_KIND})`, () => {
   it('accepts Standard Webhooks signatures, refuses a stale timestamp or a tampered body, and dedupes by webhook-id', async () => {
@@ -35,7 +37,11 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     expect(secret).toMatch(/^whsec_[A-Za-z0-9+/]+=*$/);
     const body = '{"event":"deploy"}';
     const now = Math.floor(Date.now() / 1000);
-    const headers = (id: string, ts: number, b = body) => ({ 'webhook-id': id, 'webhook-timestamp': String(ts), 'webhook-signature': `v1,bogus ${signStandard(secret, id, ts, b)}` });
+    const headers = (id: string, ts: number, b = body) => ({
+      'webhook-id': id,
+      'webhook-timestamp': String(ts),
+      'webhook-signature': `v1,bogus ${signStandard(secret, id, ts, b)}`,
+    });
 
     const first = await deliver(hook.path, body, headers('msg_1', now));
     expect(first.status).toBe(202);
@@ -56,7 +62,7 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     expect(await runsOf(hook.id)).toBe(1);
   });
 
-  it("uses X-GitHub-Delivery as the idempotency key: a redelivery is the first answer", async () => {
+  it('uses X-GitHub-Delivery as the idempotency key: a redelivery is the first answer', async () => {
     const hook = await api.createWebhook({ name: 'gh', agent: 'hooked', generate_secret: true } as never);
     const body = '{"ref":"main"}';
     const headers = { 'x-hub-signature-256': sign(hook.secret!, body), 'x-github-delivery': '72d3162e-cc78-11e3-81ab-4c9367dc0958' };
@@ -73,12 +79,24 @@ describe(`webhook senders (${STORE_KIND})`, () => {
 
   it('audits refused deliveries as counts per webhook and minute, not a row each', async () => {
     const hook = await api.createWebhook({ name: 'noisy', agent: 'hooked', generate_secret: true } as never);
-    const before = await ts.store.db.selectFrom('audit_log').select('id').where('action', '=', 'webhook.refused').where('subject', '=', hook.id).execute();
+    const before = await ts.store.db
+      .selectFrom('audit_log')
+      .select('id')
+      .where('action', '=', 'webhook.refused')
+      .where('subject', '=', hook.id)
+      .execute();
     expect(before).toHaveLength(0);
-    const answers = await Promise.all(Array.from({ length: 30 }, () => deliver(hook.path, '{}', { 'x-baton-signature': 'sha256=' + '0'.repeat(64) })));
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, () => deliver(hook.path, '{}', { 'x-baton-signature': 'sha256=' + '0'.repeat(64) })),
+    );
     expect(answers.every((r) => r.status === 401)).toBe(true);
     await node.stop(); // writes the counts still held in memory
-    const rows = await ts.store.db.selectFrom('audit_log').select(['detail']).where('action', '=', 'webhook.refused').where('subject', '=', hook.id).execute();
+    const rows = await ts.store.db
+      .selectFrom('audit_log')
+      .select(['detail'])
+      .where('action', '=', 'webhook.refused')
+      .where('subject', '=', hook.id)
+      .execute();
     expect(rows.length).toBeGreaterThanOrEqual(1);
     expect(rows.length).toBeLessThanOrEqual(2); // the 30 may straddle a minute boundary
     expect(rows.reduce((n, r) => n + JSON.parse(r.detail!).count, 0)).toBe(30);

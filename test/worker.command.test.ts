@@ -31,7 +31,12 @@ afterAll(async () => {
 });
 
 function worker(agent: string, command: string[], flags: string[] = [], env: Record<string, string> = {}): Child {
-  const c = spawnChild([BATON_BIN, 'worker', '--agent', agent, ...flags, '--', ...command], { BATON_URL: node.url, BATON_API_KEY: key, BATON_LOG_LEVEL: 'warn', ...env });
+  const c = spawnChild([BATON_BIN, 'worker', '--agent', agent, ...flags, '--', ...command], {
+    BATON_URL: node.url,
+    BATON_API_KEY: key,
+    BATON_LOG_LEVEL: 'warn',
+    ...env,
+  });
   children.push(c);
   return c;
 }
@@ -141,7 +146,11 @@ describe('baton worker', () => {
 
   it('a second signal exits at once, killing running commands', async () => {
     await api.createAgent({ name: 'impatient' });
-    const w = worker('impatient', ['sh', '-c', 'trap "" TERM; echo pid=$$; sleep 600 & sleep 600'], ['--shutdown-grace', '600', '--kill-grace', '600']);
+    const w = worker(
+      'impatient',
+      ['sh', '-c', 'trap "" TERM; echo pid=$$; sleep 600 & sleep 600'],
+      ['--shutdown-grace', '600', '--kill-grace', '600'],
+    );
     const { execution_id } = await api.submit('impatient', { message: 'go' });
     const pgid = await pgidOf(execution_id);
     w.proc.kill('SIGTERM');
@@ -190,7 +199,10 @@ describe('baton worker', () => {
     const followed = await cli(['logs', execution_id, '-f', '--json']);
     expect(followed.code).toBe(0);
     // In order per stream (stdout and stderr are two pipes: their interleaving is not preserved).
-    const got = followed.out.trim().split('\n').map((l) => JSON.parse(l) as LogLine);
+    const got = followed.out
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as LogLine);
     expect(got.filter((l) => l.stream === 'stdout').map((l) => l.line)).toEqual(['out-1', 'out-2']);
     expect(got.filter((l) => l.stream === 'stderr').map((l) => l.line)).toEqual(['err-1']);
     expect(got.map((l) => l.seq)).toEqual([1, 2, 3]);
@@ -201,7 +213,11 @@ describe('baton worker', () => {
     await api.createAgent({ name: 'cli-usage' });
     const sub = await api.submit('cli-usage', { message: 'go' });
     const [task] = await api.claim('cli-usage', { wait_seconds: 5 });
-    await api.complete(task!.execution_id, { lease_token: task!.lease_token, status: 'succeeded', usage: { input_tokens: 1200, output_tokens: 350, cost_usd: 0.0123 } });
+    await api.complete(task!.execution_id, {
+      lease_token: task!.lease_token,
+      status: 'succeeded',
+      usage: { input_tokens: 1200, output_tokens: 350, cost_usd: 0.0123 },
+    });
     const show = await cli(['executions', 'show', sub.execution_id]);
     expect(show.code).toBe(0);
     expect(show.out).toMatch(/usage\s+1200 in \/ 350 out tokens, \$0\.0123/);
@@ -223,7 +239,10 @@ describe('baton worker', () => {
 
     // An unreachable server is waited for, not fatal: a fleet may start before its server.
     const port = await freePort();
-    const waiting = spawnChild([BATON_BIN, 'worker', '--agent', 'echo', '--', 'true'], { BATON_URL: `http://127.0.0.1:${port}`, BATON_API_KEY: key });
+    const waiting = spawnChild([BATON_BIN, 'worker', '--agent', 'echo', '--', 'true'], {
+      BATON_URL: `http://127.0.0.1:${port}`,
+      BATON_API_KEY: key,
+    });
     children.push(waiting);
     await until('the worker says it waits', () => /cannot reach the Baton server.*retrying with backoff/.test(waiting.output()));
     expect(waiting.proc.exitCode).toBe(null);

@@ -23,7 +23,7 @@ function classify(sql: string): string {
 export function installCounter(): { take(): Counts; uninstall(): void } {
   let counts: Counts = {};
   const bump = (sql: unknown) => {
-    const text = typeof sql === 'string' ? sql : (sql as any)?.text ?? '';
+    const text = typeof sql === 'string' ? sql : ((sql as any)?.text ?? '');
     if (text.includes('pg_stat_activity')) return; // the benchmark's own CPU accounting
     const k = classify(text);
     counts[k] = (counts[k] ?? 0) + 1;

@@ -6,7 +6,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * Queue `tasks` on an agent held at max_parallel 0 (8 submitters), then raise its cap to `cap`
  * and time until nothing is queued or running. Used by the worker and push scenarios.
  */
-export async function timeDrain(api: BatonClient, agent: string, tasks: number, cap: number): Promise<{ seconds: number; tasks_per_s: number; failed: number }> {
+export async function timeDrain(
+  api: BatonClient,
+  agent: string,
+  tasks: number,
+  cap: number,
+): Promise<{ seconds: number; tasks_per_s: number; failed: number }> {
   let next = 0;
   await Promise.all(
     Array.from({ length: 8 }, async () => {

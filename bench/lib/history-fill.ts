@@ -115,7 +115,10 @@ function idPool() {
   };
 }
 
-const WORDS = 'fetch the quarterly report summarise open tickets triage inbox draft reply sync crm records check deploy status refresh embeddings classify documents translate notes reconcile invoices scan repository update dashboard'.split(' ');
+const WORDS =
+  'fetch the quarterly report summarise open tickets triage inbox draft reply sync crm records check deploy status refresh embeddings classify documents translate notes reconcile invoices scan repository update dashboard'.split(
+    ' ',
+  );
 const ERRORS: Array<[string, string]> = [
   ['tool_error', 'The tool call returned an error: upstream responded 502 Bad Gateway after 3 retries'],
   ['rate_limited', 'Model provider rate limit reached (429); retry after 20 s'],
@@ -245,7 +248,14 @@ export class HistoryGenerator {
       result = JSON.stringify({ ok: true, items: Math.floor(r() * 50) });
     }
     if (failed) this.stats.failed++;
-    const usage = r() < 0.5 ? JSON.stringify({ input_tokens: Math.floor(r() * 20_000), output_tokens: Math.floor(r() * 4000), cost_usd: Math.round(r() * 5000) / 100_000 }) : null;
+    const usage =
+      r() < 0.5
+        ? JSON.stringify({
+            input_tokens: Math.floor(r() * 20_000),
+            output_tokens: Math.floor(r() * 4000),
+            cost_usd: Math.round(r() * 5000) / 100_000,
+          })
+        : null;
     const heartbeat = started + Math.floor(duration / 10_000) * 10_000;
     const row: Record<string, unknown> = {
       id,
@@ -289,7 +299,16 @@ export class HistoryGenerator {
       changed_by: actor,
       change_reason: reason,
     };
-    const ev = (at: number, from: string | null, to: string, by: string, why: string, attempt: number, s: number | null, c: number | null) => ({
+    const ev = (
+      at: number,
+      from: string | null,
+      to: string,
+      by: string,
+      why: string,
+      attempt: number,
+      s: number | null,
+      c: number | null,
+    ) => ({
       execution_id: id,
       agent: agent.name,
       from_status: from,
@@ -318,7 +337,13 @@ export class HistoryGenerator {
         const stream = failed && s === lines ? 'stderr' : 'stdout';
         const text = `${new Date(started + s * 10).toISOString()} ${stream === 'stderr' ? 'ERROR' : 'INFO'} ${Array.from({ length: 5 + Math.floor(r() * 20) }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ')}`;
         bytes += Buffer.byteLength(text);
-        logs.push({ execution_id: id, seq: s, at: Math.min(completed, started + Math.floor((duration * s) / (lines + 1))), stream, line: text });
+        logs.push({
+          execution_id: id,
+          seq: s,
+          at: Math.min(completed, started + Math.floor((duration * s) / (lines + 1))),
+          stream,
+          line: text,
+        });
       }
       head = { execution_id: id, lines, bytes, truncated: 0 };
       this.stats.with_logs++;
@@ -345,7 +370,9 @@ export async function fillHistory(target: FillTarget, o: FillOptions): Promise<F
       const now = performance.now();
       if (o.log && now - lastLog > 10_000) {
         lastLog = now;
-        o.log(`  filled ${executions.toLocaleString('en-US')} executions (${Math.round(executions / ((now - t0) / 1000)).toLocaleString('en-US')}/s)`);
+        o.log(
+          `  filled ${executions.toLocaleString('en-US')} executions (${Math.round(executions / ((now - t0) / 1000)).toLocaleString('en-US')}/s)`,
+        );
       }
     }
     const seconds = (performance.now() - t0) / 1000;
@@ -412,11 +439,23 @@ function sqliteWriter(file: string): Writer {
   }
   const tx = db.transaction((executions: GenExecution[], events: Array<Record<string, unknown>>) => {
     for (const t of insertTriggers) db.exec(`DROP TRIGGER ${t.name}`);
-    insert('executions', executions.map((e) => e.row));
+    insert(
+      'executions',
+      executions.map((e) => e.row),
+    );
     insert('execution_events', events);
-    insert('audit_log', executions.map((e) => e.audit));
-    insert('execution_logs', executions.flatMap((e) => e.logs));
-    insert('execution_log_heads', executions.flatMap((e) => (e.head ? [e.head] : [])));
+    insert(
+      'audit_log',
+      executions.map((e) => e.audit),
+    );
+    insert(
+      'execution_logs',
+      executions.flatMap((e) => e.logs),
+    );
+    insert(
+      'execution_log_heads',
+      executions.flatMap((e) => (e.head ? [e.head] : [])),
+    );
     for (const t of insertTriggers) db.exec(t.sql);
   });
   return {
@@ -453,11 +492,23 @@ async function postgresWriter(url: string, schema: string): Promise<Writer> {
     async write(executions, events) {
       await c.query('BEGIN');
       try {
-        await insert('executions', executions.map((e) => e.row));
+        await insert(
+          'executions',
+          executions.map((e) => e.row),
+        );
         await insert('execution_events', events);
-        await insert('audit_log', executions.map((e) => e.audit));
-        await insert('execution_logs', executions.flatMap((e) => e.logs));
-        await insert('execution_log_heads', executions.flatMap((e) => (e.head ? [e.head] : [])));
+        await insert(
+          'audit_log',
+          executions.map((e) => e.audit),
+        );
+        await insert(
+          'execution_logs',
+          executions.flatMap((e) => e.logs),
+        );
+        await insert(
+          'execution_log_heads',
+          executions.flatMap((e) => (e.head ? [e.head] : [])),
+        );
         await c.query('COMMIT');
       } catch (err) {
         await c.query('ROLLBACK').catch(() => {});
@@ -467,7 +518,10 @@ async function postgresWriter(url: string, schema: string): Promise<Writer> {
     async finish() {
       await c.query('SET session_replication_role = origin');
       // This schema's tables only (a bare ANALYZE would visit every schema in the database).
-      const t = await c.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_type = $2', [schema, 'BASE TABLE']);
+      const t = await c.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_type = $2', [
+        schema,
+        'BASE TABLE',
+      ]);
       for (const r of t.rows) await c.query(`ANALYZE ${schema}.${r.table_name}`);
     },
     async close() {

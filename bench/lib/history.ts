@@ -296,11 +296,19 @@ async function bytesOnDisk(db: HistoryDb): Promise<number> {
 // ── HTTP ────────────────────────────────────────────────────────────────────
 
 class Http {
-  constructor(readonly url: string, readonly key: string) {}
+  constructor(
+    readonly url: string,
+    readonly key: string,
+  ) {}
   async call(method: string, path: string, body?: unknown, timeoutMs = 180_000): Promise<{ status: number; body: any }> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.key}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(this.url + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetch(this.url + path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     const text = await res.text();
     if (!res.ok) throw new Error(`${method} ${path} → ${res.status} ${text.slice(0, 300)}`);
     const type = res.headers.get('content-type') ?? '';
@@ -331,7 +339,11 @@ function healthzLoop(url: string, everyMs = 10) {
     async stop() {
       running = false;
       await done;
-      return { worst: sample.length ? Math.round(Math.max(...sample) * 10) / 10 : NaN, pings: sample.length, over100: sample.filter((x) => x > 100).length };
+      return {
+        worst: sample.length ? Math.round(Math.max(...sample) * 10) / 10 : NaN,
+        pings: sample.length,
+        over100: sample.filter((x) => x > 100).length,
+      };
     },
   };
 }
@@ -362,7 +374,14 @@ const cursor = (createdAt: number, id: string) => Buffer.from(`${createdAt}:${id
 
 // ── probes ──────────────────────────────────────────────────────────────────
 
-async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port: number, detailIds: string[], firePrefix: string): Promise<StateResult> {
+async function runProbes(
+  cfg: HistoryConfig,
+  db: HistoryDb,
+  label: string,
+  port: number,
+  detailIds: string[],
+  firePrefix: string,
+): Promise<StateResult> {
   const errors: string[] = [];
   const executions = await countExecutions(db);
   // The machine is shared: wait (up to 30 s) for it to calm down, and record how busy it was.
@@ -417,7 +436,9 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
         }
         await stopMeter(name, sample.length);
         probes[name] = summarize(sample);
-        log(`${PROBE_LABEL[name]}: p50 ${probes[name]!.p50.toFixed(2)} ms, p99 ${probes[name]!.p99.toFixed(2)} ms; CPU ${cpuPerOp[name] ?? '?'} ms/op; machine ${busy[name] ?? '?'} % busy`);
+        log(
+          `${PROBE_LABEL[name]}: p50 ${probes[name]!.p50.toFixed(2)} ms, p99 ${probes[name]!.p99.toFixed(2)} ms; CPU ${cpuPerOp[name] ?? '?'} ms/op; machine ${busy[name] ?? '?'} % busy`,
+        );
       } catch (err: any) {
         errors.push(`${name}: ${err?.message ?? err}`);
         log(`${name} FAILED: ${err?.message ?? err}`);
@@ -431,12 +452,17 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
     const cycle = async (record: boolean) => {
       const t0 = performance.now();
       const sub = (await http.call('POST', `/v1/agents/${probeAgent}/executions`, { message: 'probe', payload: { probe: label } })).body;
-      const claimed = (await http.call('POST', `/v1/agents/${probeAgent}/claim`, { worker_id: 'bench-probe', max: 1, wait_seconds: 5 })).body;
+      const claimed = (await http.call('POST', `/v1/agents/${probeAgent}/claim`, { worker_id: 'bench-probe', max: 1, wait_seconds: 5 }))
+        .body;
       const t1 = performance.now();
       const task = claimed?.tasks?.[0];
       if (!task) throw new Error('claim returned no task');
       if (task.execution_id !== sub.execution_id) throw new Error(`claimed ${task.execution_id}, submitted ${sub.execution_id}`);
-      await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, { lease_token: task.lease_token, status: 'succeeded', result: { ok: true } });
+      await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, {
+        lease_token: task.lease_token,
+        status: 'succeeded',
+        result: { ok: true },
+      });
       if (record) submitToClaim.push(t1 - t0);
       made.push(task.execution_id);
     };
@@ -444,13 +470,21 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
     await measure('submit_claim_complete', reps, () => cycle(true));
     await measure('agents_list', reps, () => http.call('GET', '/v1/agents'));
     await measure('executions_first_page', reps, () => http.call('GET', '/v1/executions?limit=50'));
-    await measure('executions_agent_status', reps, (i) => http.call('GET', `/v1/executions?agent=${agentName((i * 7) % 100)}&status=failed&limit=50`));
+    await measure('executions_agent_status', reps, (i) =>
+      http.call('GET', `/v1/executions?agent=${agentName((i * 7) % 100)}&status=failed&limit=50`),
+    );
     const deep = Date.now() - 30 * 86_400_000;
-    await measure('executions_deep_cursor', reps, (i) => http.call('GET', `/v1/executions?limit=50&cursor=${cursor(deep + i * 60_000, 'ex_zzzzzzzzzzzzzzzzzzzzzz')}`));
+    await measure('executions_deep_cursor', reps, (i) =>
+      http.call('GET', `/v1/executions?limit=50&cursor=${cursor(deep + i * 60_000, 'ex_zzzzzzzzzzzzzzzzzzzzzz')}`),
+    );
     const ids = detailIds.length ? detailIds : made;
     await measure('execution_detail', reps, (i) => http.call('GET', `/v1/executions/${enc(ids[i % ids.length]!)}`));
     await measure('dashboard_overview', reps, () =>
-      Promise.all([http.call('GET', '/v1/agents'), http.call('GET', '/v1/executions?status=failed&limit=8'), http.call('GET', '/v1/canary')]),
+      Promise.all([
+        http.call('GET', '/v1/agents'),
+        http.call('GET', '/v1/executions?status=failed&limit=8'),
+        http.call('GET', '/v1/canary'),
+      ]),
     );
     {
       const hz = healthzLoop(server.url);
@@ -497,8 +531,16 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
                   break;
                 }
               }
-              catchUp = { cycles, seconds: Math.round((ms + performance.now() - k0) / 100) / 10, events_read: read, worst_cycle_ms: Math.round(worstCycle), caught_up: caught };
-              log(`canary catch-up: ${cycles} cycles, ${catchUp.seconds} s, ${read.toLocaleString('en-US')} events, slowest cycle ${catchUp.worst_cycle_ms} ms${caught ? '' : ' (not caught up within the budget)'}`);
+              catchUp = {
+                cycles,
+                seconds: Math.round((ms + performance.now() - k0) / 100) / 10,
+                events_read: read,
+                worst_cycle_ms: Math.round(worstCycle),
+                caught_up: caught,
+              };
+              log(
+                `canary catch-up: ${cycles} cycles, ${catchUp.seconds} s, ${read.toLocaleString('en-US')} events, slowest cycle ${catchUp.worst_cycle_ms} ms${caught ? '' : ' (not caught up within the budget)'}`,
+              );
             }
             continue; // the first cycle is reported on its own; the probe is the cycles after it
           }
@@ -524,7 +566,17 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
   let fire: StateResult['fire_lag'];
   if (cfg.schedules > 0) {
     try {
-      const r = await runFireLag({ store: cfg.store, pgUrl: cfg.pgUrl, db, schedules: cfg.schedules, agents: 100, processes: 1, agentPrefix: firePrefix, basePort: port + 1, serverEnv: QUIET });
+      const r = await runFireLag({
+        store: cfg.store,
+        pgUrl: cfg.pgUrl,
+        db,
+        schedules: cfg.schedules,
+        agents: 100,
+        processes: 1,
+        agentPrefix: firePrefix,
+        basePort: port + 1,
+        serverEnv: QUIET,
+      });
       fire = { schedules: r.schedules, fired: r.fired, p50: r.lagMs.p50, p99: r.lagMs.p99, drain_ms: r.drainMs, cpu_s: r.cpuS };
       log(`${cfg.schedules} schedules: fire lag p50 ${r.lagMs.p50} ms, p99 ${r.lagMs.p99} ms (${r.fired} fired)`);
     } catch (err: any) {
@@ -574,14 +626,21 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
   let server: RunningServer | undefined;
   try {
     const cutoff = Date.now() - cfg.retentionDays * 86_400_000;
-    const countOld = async () => Number((await p.one<{ n: number }>('SELECT count(*) AS n FROM executions WHERE completed_at < $1', [cutoff]))!.n);
+    const countOld = async () =>
+      Number((await p.one<{ n: number }>('SELECT count(*) AS n FROM executions WHERE completed_at < $1', [cutoff]))!.n);
     const eligible = await countOld();
     const stateOf = async () => (await p.one<Record<string, unknown>>(`SELECT * FROM retention_state WHERE id = 'retention'`)) ?? {};
     const before = await stateOf();
-    log(`${eligible.toLocaleString('en-US')} executions completed more than ${cfg.retentionDays} days ago; starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`);
+    log(
+      `${eligible.toLocaleString('en-US')} executions completed more than ${cfg.retentionDays} days ago; starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`,
+    );
     const t0 = Date.now();
     // bench/lib/history-node.ts: `baton up` whose pruner starts its first sweep after ~1 s, not 10 min.
-    server = await startServer(db, 'spawn', { port, script: 'bench/lib/history-node.ts', env: { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: String(cfg.retentionDays), BENCH_PRUNE_INTERVAL_MS: '1000' } });
+    server = await startServer(db, 'spawn', {
+      port,
+      script: 'bench/lib/history-node.ts',
+      env: { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: String(cfg.retentionDays), BENCH_PRUNE_INTERVAL_MS: '1000' },
+    });
     const up = Date.now();
     const http = new Http(server.url, server.key);
     const hz = healthzLoop(server.url);
@@ -594,11 +653,16 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
         try {
           const t = performance.now();
           await http.call('POST', `/v1/agents/${agentName(1)}/executions`, { message: 'probe', payload: { probe: 'prune' } });
-          const claimed = (await http.call('POST', `/v1/agents/${agentName(1)}/claim`, { worker_id: 'bench-prune', max: 1, wait_seconds: 10 })).body;
+          const claimed = (
+            await http.call('POST', `/v1/agents/${agentName(1)}/claim`, { worker_id: 'bench-prune', max: 1, wait_seconds: 10 })
+          ).body;
           const task = claimed?.tasks?.[0];
           if (task) {
             s2c.push(performance.now() - t);
-            await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, { lease_token: task.lease_token, status: 'succeeded' });
+            await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, {
+              lease_token: task.lease_token,
+              status: 'succeeded',
+            });
           } else submitErrors++;
         } catch {
           submitErrors++;
@@ -682,7 +746,16 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     if (!available) {
       log(note!);
       cfg.log('pruner not available');
-      return { available: false, note, eligible, healthz_worst_ms: h.worst, healthz_pings: h.pings, healthz_over_100ms: h.over100, submit_to_claim: summarize(s2c), submit_errors: submitErrors };
+      return {
+        available: false,
+        note,
+        eligible,
+        healthz_worst_ms: h.worst,
+        healthz_pings: h.pings,
+        healthz_over_100ms: h.over100,
+        submit_to_claim: summarize(s2c),
+        submit_errors: submitErrors,
+      };
     }
     const removed = eligible - left;
     const end = doneAt ?? lastProgressAt;
@@ -708,7 +781,9 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       submit_errors: submitErrors,
       remaining: left,
     };
-    log(`removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`);
+    log(
+      `removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`,
+    );
     return out;
   } finally {
     await closeFetchPool();
@@ -748,14 +823,19 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
       { kind: cfg.store, file: db.file, url: db.url, schema: db.schema },
       { n: cfg.n, agents, days: cfg.days, now: Date.now(), batch: cfg.batch, seed: 10, log: cfg.log },
     );
-    cfg.log(`  filled in ${out.fill.seconds} s (${out.fill.executions_per_s.toLocaleString('en-US')}/s), ANALYZE ${out.fill.analyze_seconds} s`);
+    cfg.log(
+      `  filled in ${out.fill.seconds} s (${out.fill.executions_per_s.toLocaleString('en-US')}/s), ANALYZE ${out.fill.analyze_seconds} s`,
+    );
     const fullBytes = await bytesOnDisk(db);
     out.bytes = {
       empty: emptyBytes,
       full: fullBytes,
       per_execution: Math.round(fullBytes / cfg.n),
       per_execution_net: Math.round((fullBytes - emptyBytes) / cfg.n),
-      how: db.kind === 'sqlite' ? 'SQLite main file + WAL after wal_checkpoint(TRUNCATE)' : "sum of pg_total_relation_size over the schema's tables (heap, TOAST, indexes)",
+      how:
+        db.kind === 'sqlite'
+          ? 'SQLite main file + WAL after wal_checkpoint(TRUNCATE)'
+          : "sum of pg_total_relation_size over the schema's tables (heap, TOAST, indexes)",
     };
     cfg.log(`  ${(fullBytes / 2 ** 20).toFixed(0)} MiB on disk: ${out.bytes.per_execution.toLocaleString('en-US')} bytes per execution`);
 
@@ -792,9 +872,21 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
 
 // ── output ──────────────────────────────────────────────────────────────────
 
-const f = (x: number | undefined | null, d = 1) => (x === undefined || x === null || Number.isNaN(x) ? '–' : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }));
+const f = (x: number | undefined | null, d = 1) =>
+  x === undefined || x === null || Number.isNaN(x)
+    ? '–'
+    : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d });
 
-export const HISTORY_HEAD = ['store', 'probe', 'empty p50 / p95 / p99 ms', 'at N p50 / p95 / p99 ms', 'ratio p50', 'target', '', 'CPU ms/op empty → N (machine busy %)'];
+export const HISTORY_HEAD = [
+  'store',
+  'probe',
+  'empty p50 / p95 / p99 ms',
+  'at N p50 / p95 / p99 ms',
+  'ratio p50',
+  'target',
+  '',
+  'CPU ms/op empty → N (machine busy %)',
+];
 
 /** Table rows: one per probe, then canary, /healthz, fire lag, prune, bytes. */
 export function historyRows(r: HistoryResult): string[][] {
@@ -820,35 +912,125 @@ export function historyRows(r: HistoryResult): string[][] {
     }
     const ce = e?.cpu_ms_per_op?.[name];
     const cn = n?.cpu_ms_per_op?.[name];
-    const cpu = ce === undefined && cn === undefined ? '' : `${f(ce, 2)} → ${f(cn, 2)} (${e?.machine_busy_pct?.[name] ?? '?'} %, ${n?.machine_busy_pct?.[name] ?? '?'} %)`;
+    const cpu =
+      ce === undefined && cn === undefined
+        ? ''
+        : `${f(ce, 2)} → ${f(cn, 2)} (${e?.machine_busy_pct?.[name] ?? '?'} %, ${n?.machine_busy_pct?.[name] ?? '?'} %)`;
     rows.push([s, PROBE_LABEL[name], trip(a), trip(b), f(ratio, 2) + '×', target, verdict, cpu]);
   }
   if (e && n) {
-    rows.push([s, 'submit → claim (part of the cycle)', trip(e.submit_to_claim), trip(n.submit_to_claim), f(n.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×', '≤ 1.5×', n.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED']);
-    rows.push([s, 'first canary cycle after start', `${f(e.canary_first_ms, 0)} ms`, `${f(n.canary_first_ms, 0)} ms`, f(n.canary_first_ms / e.canary_first_ms, 1) + '×', '≤ 1,000 ms', n.canary_first_ms <= 1000 ? 'met' : 'MISSED']);
+    rows.push([
+      s,
+      'submit → claim (part of the cycle)',
+      trip(e.submit_to_claim),
+      trip(n.submit_to_claim),
+      f(n.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×',
+      '≤ 1.5×',
+      n.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED',
+    ]);
+    rows.push([
+      s,
+      'first canary cycle after start',
+      `${f(e.canary_first_ms, 0)} ms`,
+      `${f(n.canary_first_ms, 0)} ms`,
+      f(n.canary_first_ms / e.canary_first_ms, 1) + '×',
+      '≤ 1,000 ms',
+      n.canary_first_ms <= 1000 ? 'met' : 'MISSED',
+    ]);
     const cu = n.canary_catch_up;
-    if (cu) rows.push([s, 'canary catch-up over the filled event log', '', `${cu.cycles} cycles in ${f(cu.seconds, 1)} s, ${f(cu.events_read, 0)} events, slowest ${f(cu.worst_cycle_ms, 0)} ms${cu.caught_up ? '' : ' — NOT caught up'}`, '', 'each cycle ≤ 1,000 ms', cu.worst_cycle_ms <= 1000 ? 'met' : 'MISSED']);
+    if (cu)
+      rows.push([
+        s,
+        'canary catch-up over the filled event log',
+        '',
+        `${cu.cycles} cycles in ${f(cu.seconds, 1)} s, ${f(cu.events_read, 0)} events, slowest ${f(cu.worst_cycle_ms, 0)} ms${cu.caught_up ? '' : ' — NOT caught up'}`,
+        '',
+        'each cycle ≤ 1,000 ms',
+        cu.worst_cycle_ms <= 1000 ? 'met' : 'MISSED',
+      ]);
     for (const k of ['startup', 'metrics', 'canary'] as const) {
-      rows.push([s, `worst /healthz during ${k === 'startup' ? 'startup (first background cycles)' : k === 'metrics' ? 'metrics scrapes' : 'canary cycles'}`, `${f(e.healthz_worst[k], 1)} ms`, `${f(n.healthz_worst[k], 1)} ms`, '', '≤ 100 ms', n.healthz_worst[k] <= 100 ? 'met' : 'MISSED']);
+      rows.push([
+        s,
+        `worst /healthz during ${k === 'startup' ? 'startup (first background cycles)' : k === 'metrics' ? 'metrics scrapes' : 'canary cycles'}`,
+        `${f(e.healthz_worst[k], 1)} ms`,
+        `${f(n.healthz_worst[k], 1)} ms`,
+        '',
+        '≤ 100 ms',
+        n.healthz_worst[k] <= 100 ? 'met' : 'MISSED',
+      ]);
     }
-    const fl = (x: StateResult['fire_lag']) => (!x ? '–' : 'error' in x ? `error: ${x.error.slice(0, 60)}` : `p50 ${f(x.p50, 0)} / p99 ${f(x.p99, 0)} ms (${x.fired} fired)`);
+    const fl = (x: StateResult['fire_lag']) =>
+      !x ? '–' : 'error' in x ? `error: ${x.error.slice(0, 60)}` : `p50 ${f(x.p50, 0)} / p99 ${f(x.p99, 0)} ms (${x.fired} fired)`;
     const fe = e.fire_lag && !('error' in e.fire_lag) ? e.fire_lag : undefined;
     const fn = n.fire_lag && !('error' in n.fire_lag) ? n.fire_lag : undefined;
     const fr = fe && fn ? fn.p99 / fe.p99 : NaN;
-    if (e.fire_lag || n.fire_lag) rows.push([s, `${fe?.schedules ?? fn?.schedules ?? ''} schedules due at once: fire lag`, fl(e.fire_lag), fl(n.fire_lag), f(fr, 2) + '× (p99)', '≤ 1.5×', Number.isNaN(fr) ? '' : fr <= 1.5 ? 'met' : 'MISSED']);
+    if (e.fire_lag || n.fire_lag)
+      rows.push([
+        s,
+        `${fe?.schedules ?? fn?.schedules ?? ''} schedules due at once: fire lag`,
+        fl(e.fire_lag),
+        fl(n.fire_lag),
+        f(fr, 2) + '× (p99)',
+        '≤ 1.5×',
+        Number.isNaN(fr) ? '' : fr <= 1.5 ? 'met' : 'MISSED',
+      ]);
   }
   if (r.prune) {
     const p = r.prune;
     if (!p.available) rows.push([s, 'prune half of the history', '', 'pruner not available', '', '≥ 20,000 /s', '']);
     else {
       const rate = p.own_rate_per_s ?? p.rate_per_s ?? 0;
-      rows.push([s, 'prune half of the history: rate', '', `${f(p.own_rate_per_s, 0)} executions/s by the pruner's record (sweep time); counted: ${f(p.removed, 0)} gone ${f(p.seconds, 1)} s after start = ${f(p.rate_per_s, 0)}/s${p.note ? ` — ${p.note}` : ''}`, '', '≥ 20,000 /s', rate >= 20_000 ? 'met' : 'MISSED']);
-      rows.push([s, 'worst /healthz during the prune', '', `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms)`, '', '≤ 100 ms', (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED']);
-      if (p.submit_to_claim) rows.push([s, 'submit → claim during the prune', '', trip(p.submit_to_claim) + ` (max ${f(p.submit_to_claim.max, 0)})`, e ? f(p.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×' : '', '≤ 1.5×', e ? (p.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED') : '']);
+      rows.push([
+        s,
+        'prune half of the history: rate',
+        '',
+        `${f(p.own_rate_per_s, 0)} executions/s by the pruner's record (sweep time); counted: ${f(p.removed, 0)} gone ${f(p.seconds, 1)} s after start = ${f(p.rate_per_s, 0)}/s${p.note ? ` — ${p.note}` : ''}`,
+        '',
+        '≥ 20,000 /s',
+        rate >= 20_000 ? 'met' : 'MISSED',
+      ]);
+      rows.push([
+        s,
+        'worst /healthz during the prune',
+        '',
+        `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms)`,
+        '',
+        '≤ 100 ms',
+        (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED',
+      ]);
+      if (p.submit_to_claim)
+        rows.push([
+          s,
+          'submit → claim during the prune',
+          '',
+          trip(p.submit_to_claim) + ` (max ${f(p.submit_to_claim.max, 0)})`,
+          e ? f(p.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×' : '',
+          '≤ 1.5×',
+          e ? (p.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED') : '',
+        ]);
     }
   }
-  if (r.bytes) rows.push([s, 'bytes on disk per execution', `${f(r.bytes.empty / 2 ** 20, 1)} MiB total`, `${f(r.bytes.per_execution, 0)} B (${f(r.bytes.full / 2 ** 20, 0)} MiB total)`, '', '—', '']);
-  if (r.fill) rows.push([s, 'fill (fast path, not a Baton figure)', '', `${f(r.fill.executions, 0)} in ${f(r.fill.seconds, 1)} s (${f(r.fill.executions_per_s, 0)}/s) + ANALYZE ${f(r.fill.analyze_seconds, 1)} s`, '', '', '']);
-  for (const err of [...(e?.errors ?? []), ...(n?.errors ?? [])]) rows.push([s, 'error', '', err.split('\n')[0]!.slice(0, 120), '', '', '']);
+  if (r.bytes)
+    rows.push([
+      s,
+      'bytes on disk per execution',
+      `${f(r.bytes.empty / 2 ** 20, 1)} MiB total`,
+      `${f(r.bytes.per_execution, 0)} B (${f(r.bytes.full / 2 ** 20, 0)} MiB total)`,
+      '',
+      '—',
+      '',
+    ]);
+  if (r.fill)
+    rows.push([
+      s,
+      'fill (fast path, not a Baton figure)',
+      '',
+      `${f(r.fill.executions, 0)} in ${f(r.fill.seconds, 1)} s (${f(r.fill.executions_per_s, 0)}/s) + ANALYZE ${f(r.fill.analyze_seconds, 1)} s`,
+      '',
+      '',
+      '',
+    ]);
+  for (const err of [...(e?.errors ?? []), ...(n?.errors ?? [])])
+    rows.push([s, 'error', '', err.split('\n')[0]!.slice(0, 120), '', '', '']);
   return rows;
 }

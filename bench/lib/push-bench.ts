@@ -25,7 +25,6 @@ export interface PushBenchResult {
   failed: number;
 }
 
-
 export async function runPushBench(server: { url: string; key: string }, cfg: PushBenchConfig = {}): Promise<PushBenchResult> {
   const tasks = cfg.tasks ?? 2000;
   const maxParallel = cfg.maxParallel ?? 32;

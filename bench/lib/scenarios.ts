@@ -76,10 +76,14 @@ export async function runScenarios(store: StoreKind, which: Scenario[], o: Scena
     out.fire_lag = [];
     for (const processes of o.fireLagProcesses) {
       for (let run = 1; run <= o.fireLagRuns; run++) {
-        o.log(`▶ postgres ${o.schedules} schedules due at once, ${processes} baton up process${processes > 1 ? 'es' : ''}, run ${run} of ${o.fireLagRuns} …`);
+        o.log(
+          `▶ postgres ${o.schedules} schedules due at once, ${processes} baton up process${processes > 1 ? 'es' : ''}, run ${run} of ${o.fireLagRuns} …`,
+        );
         const r = await runFireLag({ pgUrl: o.pgUrl, schedules: o.schedules, processes });
         out.fire_lag.push(r);
-        o.log(`  fire lag p50 ${r.lagMs.p50.toFixed(0)} ms, p99 ${r.lagMs.p99.toFixed(0)} ms; machine ${r.machineBusyPct} % busy (${r.cpuS} CPU s)`);
+        o.log(
+          `  fire lag p50 ${r.lagMs.p50.toFixed(0)} ms, p99 ${r.lagMs.p99.toFixed(0)} ms; machine ${r.machineBusyPct} % busy (${r.cpuS} CPU s)`,
+        );
       }
     }
     o.log('▶ postgres webhooks with idempotency keys …');
@@ -92,8 +96,20 @@ export async function runScenarios(store: StoreKind, which: Scenario[], o: Scena
 /** Rows for the printed table: scenario, store, figure, target. */
 export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
   const rows: string[][] = [];
-  if (r.worker) rows.push([store, 'W1 via `baton worker -- true`', `${r.worker.tasks_per_s} tasks/s`, `${r.worker.tasks} tasks, concurrency ${r.worker.concurrency}, ${r.worker.failed} failed`]);
-  if (r.push) rows.push([store, 'push to a no-op HTTP agent', `${r.push.tasks_per_s} tasks/s`, `${r.push.tasks} tasks, max_parallel ${r.push.max_parallel}, ${r.push.failed} failed`]);
+  if (r.worker)
+    rows.push([
+      store,
+      'W1 via `baton worker -- true`',
+      `${r.worker.tasks_per_s} tasks/s`,
+      `${r.worker.tasks} tasks, concurrency ${r.worker.concurrency}, ${r.worker.failed} failed`,
+    ]);
+  if (r.push)
+    rows.push([
+      store,
+      'push to a no-op HTTP agent',
+      `${r.push.tasks_per_s} tasks/s`,
+      `${r.push.tasks} tasks, max_parallel ${r.push.max_parallel}, ${r.push.failed} failed`,
+    ]);
   for (const processes of [...new Set((r.fire_lag ?? []).map((f) => f.processes))]) {
     const runs = r.fire_lag!.filter((f) => f.processes === processes);
     const p99s = runs.map((f) => Math.round(f.lagMs.p99));
@@ -107,7 +123,13 @@ export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
       `target p99 ≤ 1,000 ms ${p99 <= 1000 ? 'met' : 'MISSED'} (in ${met} of ${runs.length} runs); p99 by run ${p99s.join(', ')} ms; CPU s by run ${runs.map((f) => f.cpuS ?? '?').join(', ')}`,
     ]);
   }
-  if (r.webhooks) rows.push([store, 'webhooks with Idempotency-Key', `${r.webhooks.perSecond.toFixed(0)} requests/s`, `${r.webhooks.requests} requests, concurrency ${r.webhooks.concurrency}, p50 ${r.webhooks.latencyMs.p50.toFixed(1)} ms`]);
+  if (r.webhooks)
+    rows.push([
+      store,
+      'webhooks with Idempotency-Key',
+      `${r.webhooks.perSecond.toFixed(0)} requests/s`,
+      `${r.webhooks.requests} requests, concurrency ${r.webhooks.concurrency}, p50 ${r.webhooks.latencyMs.p50.toFixed(1)} ms`,
+    ]);
   return rows;
 }
 

@@ -115,7 +115,8 @@ async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningSer
           await exited;
           clearTimeout(timer);
           if (killed) process.stderr.write(`  note: baton up (pid ${child.pid}) did not exit within 15 s of SIGTERM; killed it\n`);
-          else if (Date.now() - t0 > 3000) process.stderr.write(`  note: baton up (pid ${child.pid}) took ${Date.now() - t0} ms to stop after SIGTERM\n`);
+          else if (Date.now() - t0 > 3000)
+            process.stderr.write(`  note: baton up (pid ${child.pid}) took ${Date.now() - t0} ms to stop after SIGTERM\n`);
         }
         children.delete(child);
       })();

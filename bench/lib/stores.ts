@@ -77,7 +77,8 @@ export function freshDb(kind: StoreKind, pgUrl: string, label: string): BenchDb 
 
 /** Last-resort cleanup (after an error or Ctrl-C). */
 export async function cleanupAllDbs(): Promise<void> {
-  for (const db of [...live]) await db.cleanup().catch((err) => console.error(`cleanup of ${db.schema ?? db.dataDir} failed: ${err?.message ?? err}`));
+  for (const db of [...live])
+    await db.cleanup().catch((err) => console.error(`cleanup of ${db.schema ?? db.dataDir} failed: ${err?.message ?? err}`));
 }
 
 /** Can we reach PostgreSQL at all? Returns its version string, or throws a readable error. */

@@ -58,12 +58,16 @@ export async function runFireLag(c: Partial<FireLagConfig> & { pgUrl: string }):
     const admin = new Engine({ store: setup, nodeId: 'bench-setup' });
     const existing = new Set((await setup.db.selectFrom('agents').select('name').execute()).map((r) => r.name));
     for (let a = 0; a < cfg.agents; a++) {
-      if (!existing.has(`${cfg.agentPrefix}${a}`)) await admin.createAgent({ name: `${cfg.agentPrefix}${a}`, max_backlog: 1_000_000 }, 'bench');
+      if (!existing.has(`${cfg.agentPrefix}${a}`))
+        await admin.createAgent({ name: `${cfg.agentPrefix}${a}`, max_backlog: 1_000_000 }, 'bench');
     }
     admin.close();
     const startServers = async () => {
       // One at a time: the first creates the admin key file the others then read.
-      for (let p = 0; p < cfg.processes; p++) servers.push(await startServer(db, 'spawn', { port: cfg.basePort === undefined ? undefined : cfg.basePort + p, env: cfg.serverEnv }));
+      for (let p = 0; p < cfg.processes; p++)
+        servers.push(
+          await startServer(db, 'spawn', { port: cfg.basePort === undefined ? undefined : cfg.basePort + p, env: cfg.serverEnv }),
+        );
     };
     // SQLite: one process per file, and a server learns of new schedules only from its own
     // process; so the schedules go in first and the server starts before they come due.
@@ -90,7 +94,11 @@ export async function runFireLag(c: Partial<FireLagConfig> & { pgUrl: string }):
       created_at: now,
       updated_at: now,
     }));
-    for (let i = 0; i < rows.length; i += 500) await setup.db.insertInto('schedules').values(rows.slice(i, i + 500)).execute();
+    for (let i = 0; i < rows.length; i += 500)
+      await setup.db
+        .insertInto('schedules')
+        .values(rows.slice(i, i + 500))
+        .execute();
 
     // The schedules existed before they came due: let the planner know the table as it would
     // after autovacuum, instead of planning for the empty table it saw a moment ago.
@@ -115,7 +123,15 @@ export async function runFireLag(c: Partial<FireLagConfig> & { pgUrl: string }):
     while (Date.now() < deadline) {
       // Only rows created since the due time: on a store full of history a count of every row
       // would cost more than the polling interval.
-      fired = Number((await reader.db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).where('created_at', '>=', due).executeTakeFirstOrThrow()).n);
+      fired = Number(
+        (
+          await reader.db
+            .selectFrom('executions')
+            .select((eb) => eb.fn.countAll<number>().as('n'))
+            .where('created_at', '>=', due)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
       const t = Date.now();
       if (fired > 0 && (seenAt.length === 0 || seenAt[seenAt.length - 1]![1] < fired)) seenAt.push([t, fired]);
       if (fired >= cfg.schedules) break;

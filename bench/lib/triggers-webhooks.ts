@@ -42,8 +42,7 @@ export async function runWebhookBench(c: Partial<WebhookBenchConfig> & { pgUrl: 
   });
   try {
     await node.engine.createAgent({ name: 'hooked', max_backlog: 10_000_000 }, 'bench');
-    const { triggersFor } = await import('../../src/engine/triggers/index.ts');
-    const { token } = await triggersFor(node.engine).webhooks.create({ name: 'bench', agent: 'hooked' }, 'bench');
+    const { token } = await node.engine.webhooks.create({ name: 'bench', agent: 'hooked' }, 'bench');
     const url = `${node.url}/hooks/${token}`;
     const keys: string[] = [];
     const statuses: Record<string, number> = {};
@@ -68,8 +67,23 @@ export async function runWebhookBench(c: Partial<WebhookBenchConfig> & { pgUrl: 
       }),
     );
     const seconds = (performance.now() - start) / 1000;
-    const executions = Number((await node.store.db.selectFrom('executions').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n);
-    return { store: cfg.store, requests: cfg.requests, concurrency: cfg.concurrency, perSecond: round(cfg.requests / seconds, 0), latencyMs: summarize(lat), statuses, executions };
+    const executions = Number(
+      (
+        await node.store.db
+          .selectFrom('executions')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
+    return {
+      store: cfg.store,
+      requests: cfg.requests,
+      concurrency: cfg.concurrency,
+      perSecond: round(cfg.requests / seconds, 0),
+      latencyMs: summarize(lat),
+      statuses,
+      executions,
+    };
   } finally {
     await node.stop();
     if (saved.a === undefined) delete process.env.BATON_HOOK_RATE_PER_ADDRESS;

@@ -40,7 +40,11 @@ export interface W1Result {
   completion_rate_by_fifth: number[];
 }
 
-export async function setupAgents(driver: Driver, cfg: Pick<W1Config, 'agents' | 'maxParallel' | 'agentPrefix'>, maxBacklog: number): Promise<string[]> {
+export async function setupAgents(
+  driver: Driver,
+  cfg: Pick<W1Config, 'agents' | 'maxParallel' | 'agentPrefix'>,
+  maxBacklog: number,
+): Promise<string[]> {
   const names = Array.from({ length: cfg.agents }, (_, i) => `${cfg.agentPrefix}${String(i).padStart(3, '0')}`);
   let next = 0;
   await Promise.all(

@@ -37,10 +37,25 @@ export async function runWorkerBench(server: { url: string; key: string }, cfg: 
   const api = new BatonClient({ server: server.url, key: server.key });
   const agent = `wb-${Date.now().toString(36)}`;
   await api.createAgent({ name: agent, max_parallel: 0, max_backlog: tasks, lease_ttl_seconds: 30 });
-  const child = spawn(process.execPath, [BATON_BIN, 'worker', '--agent', agent, '--concurrency', String(concurrency), '--shutdown-grace', '5', '--', ...(cfg.command ?? ['true'])], {
-    env: { ...process.env, BATON_URL: server.url, BATON_API_KEY: server.key },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      BATON_BIN,
+      'worker',
+      '--agent',
+      agent,
+      '--concurrency',
+      String(concurrency),
+      '--shutdown-grace',
+      '5',
+      '--',
+      ...(cfg.command ?? ['true']),
+    ],
+    {
+      env: { ...process.env, BATON_URL: server.url, BATON_API_KEY: server.key },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let err = '';
   child.stderr!.on('data', (d) => (err += d));
   try {

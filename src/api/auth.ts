@@ -36,7 +36,8 @@ export function authenticate(keys: KeyStore) {
 }
 
 export function requireAdmin(req: FastifyRequest): void {
-  if (req.principal.scope !== 'admin') throw new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent');
+  if (req.principal.scope !== 'admin')
+    throw new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent');
 }
 
 /** Agent-scoped keys act only for their own agent. */

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Socket } from 'node:net';
-import type { ConnectionLimits } from './server.ts';
+import type { ConnectionLimits } from './deps.ts';
 
 /**
  * Socket-level defences, so one client cannot stall the server:

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { BatonError, type ErrorCode } from '../domain/errors.ts';
+import { BatonError, type ApiErrorCode, type ErrorCode } from '../domain/errors.ts';
 import { isStoreUnavailable, UNAVAILABLE_RETRY_AFTER_S } from '../store/unavailable.ts';
 
 /** The one mapping from domain errors to HTTP. */
@@ -25,7 +25,7 @@ const STATUS: Record<ErrorCode, number> = {
 };
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */
-const FASTIFY_CODES: Record<string, { status: number; error: string }> = {
+const FASTIFY_CODES: Record<string, { status: number; error: ApiErrorCode }> = {
   FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, error: 'payload_too_large' },
   FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, error: 'unsupported_media_type' },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, error: 'invalid_body' },
@@ -45,7 +45,9 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
     // Weather, not a fault: nothing was written (the transaction rolled back); try again shortly.
     req.log.warn({ code: (err as { code?: string }).code }, 'database unavailable');
     reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
-    return reply.code(503).send({ error: 'unavailable', message: 'the database is unavailable right now; nothing was changed; retry shortly' });
+    return reply
+      .code(503)
+      .send({ error: 'unavailable', message: 'the database is unavailable right now; nothing was changed; retry shortly' });
   }
   if (hasZodFastifySchemaValidationErrors(err)) {
     const where = err.validationContext ?? 'request';

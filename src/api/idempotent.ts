@@ -1,12 +1,26 @@
 import type { FastifyReply } from 'fastify';
 import { BatonError } from '../domain/errors.ts';
+import type { IdempotencySettings } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
-import { claimKey, completeKey, completeKeyAlone, idempotencyTtlMs, releaseKey, type IdemRequest, type StoredAnswer } from '../engine/triggers/idempotency.ts';
+import {
+  claimKey,
+  completeKey,
+  completeKeyAlone,
+  releaseKey,
+  type IdemRequest,
+  type StoredAnswer,
+} from '../engine/triggers/idempotency.ts';
 import type { Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { httpStatusOf } from './errors.ts';
 
 export type OnCreated = (tx: Tx, row: ExecutionRow) => Promise<void>;
+
+/** What `idempotent` runs with: the engine, and the key lifetime and in-flight wait (defaults: IDEMPOTENCY). */
+export interface IdempotencyDeps {
+  engine: Engine;
+  idempotency?: Partial<IdempotencySettings>;
+}
 
 /** Refusals a replay repeats. 429 and 5xx are released instead: the caller should retry them. */
 function storable(err: unknown): err is BatonError {
@@ -21,7 +35,7 @@ function storable(err: unknown): err is BatonError {
  * the answer to send. Same key and request again: the first answer, with `Idempotent-Replay: true`.
  */
 export async function idempotent(
-  engine: Engine,
+  { engine, idempotency }: IdempotencyDeps,
   reply: FastifyReply,
   r: IdemRequest | undefined,
   answerFor: (row: ExecutionRow) => StoredAnswer,
@@ -31,7 +45,7 @@ export async function idempotent(
     const answer = await run(undefined);
     return reply.code(answer.status).send(answer.body);
   }
-  const claim = await claimKey(engine.store, r, { now: () => engine.now(), ttlMs: idempotencyTtlMs() });
+  const claim = await claimKey(engine.store, r, { now: () => engine.now(), ttlMs: idempotency?.ttlMs, waitMs: idempotency?.waitMs });
   if (claim.kind === 'replay') {
     return reply.code(claim.answer.status).header('idempotent-replay', 'true').send(claim.answer.body);
   }
@@ -49,7 +63,9 @@ export async function idempotent(
   } catch (err) {
     if (storable(err)) {
       const body = { error: err.code, message: err.message, ...err.details };
-      await completeKeyAlone(engine.store, r, { status: httpStatusOf(err.code), body }, (err.details.execution_id as string) ?? null).catch(() => releaseKey(engine.store, r));
+      await completeKeyAlone(engine.store, r, { status: httpStatusOf(err.code), body }, (err.details.execution_id as string) ?? null).catch(
+        () => releaseKey(engine.store, r),
+      );
     } else {
       await releaseKey(engine.store, r).catch(() => {});
     }

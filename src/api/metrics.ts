@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import type { RetentionEnv } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
 import { createNodeMetrics } from '../metrics.ts';
 
@@ -7,8 +8,8 @@ import { createNodeMetrics } from '../metrics.ts';
  * behind your proxy) and the HTTP request histogram. Call on the root instance before routes
  * are registered, so the hook sees every route.
  */
-export function registerMetrics(app: FastifyInstance, engine: Engine): void {
-  const metrics = createNodeMetrics(engine);
+export function registerMetrics(app: FastifyInstance, engine: Engine, retention: RetentionEnv): void {
+  const metrics = createNodeMetrics(engine, retention);
   app.addHook('onResponse', async (req, reply) => {
     const route = req.routeOptions?.url ?? 'unmatched';
     metrics.observeHttp(req.method, route, reply.statusCode, reply.elapsedTime / 1000);

@@ -9,7 +9,9 @@ import type { StoreAdapter } from '../store/adapter.ts';
 export function closeOnRevoke(store: StoreAdapter, keyId: string, res: ServerResponse): () => void {
   const off = store.subscribe('key', (revoked) => {
     if (revoked !== keyId || res.writableEnded) return;
-    res.write(`event: error\ndata: ${JSON.stringify({ error: 'unauthorized', message: 'the API key that opened this stream was revoked' })}\n\n`);
+    res.write(
+      `event: error\ndata: ${JSON.stringify({ error: 'unauthorized', message: 'the API key that opened this stream was revoked' })}\n\n`,
+    );
     res.end();
   });
   res.once('close', off);

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { DEFAULTS } from '../config.ts';
 import { RetryPolicy } from '../domain/retry.ts';
+import { DELIVERY_MODES } from '../domain/delivery.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 
@@ -19,10 +20,12 @@ const NullableTimestamp = Timestamp.nullable();
 const NO_NUL = /^[^\u0000]*$/;
 const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
 
-export const ErrorBody = z.object({
-  error: z.string().describe('machine-readable code'),
-  message: z.string().describe('what went wrong, naming the field'),
-}).loose();
+export const ErrorBody = z
+  .object({
+    error: z.string().describe('machine-readable code'),
+    message: z.string().describe('what went wrong, naming the field'),
+  })
+  .loose();
 
 // ── agents ──────────────────────────────────────────────────────────────────
 
@@ -30,12 +33,28 @@ const agentSettings = {
   description: Text.max(1000).nullable().optional(),
   max_parallel: z.number().int().min(0).max(10_000).optional().describe(`capacity seats (default ${DEFAULTS.maxParallel})`),
   max_backlog: z.number().int().min(0).max(1_000_000).optional().describe(`queued executions allowed (default ${DEFAULTS.maxBacklog})`),
-  timeout_seconds: z.number().int().min(1).max(7 * 86_400).optional().describe(`hard timeout per run (default ${DEFAULTS.timeoutSeconds})`),
+  timeout_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(7 * 86_400)
+    .optional()
+    .describe(`hard timeout per run (default ${DEFAULTS.timeoutSeconds})`),
   lease_ttl_seconds: z.number().int().min(1).max(3600).optional().describe(`lease TTL (default ${DEFAULTS.leaseTtlSeconds})`),
-  max_redeliveries: z.number().int().min(0).max(100).optional().describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
-  delivery: z.enum(['pull', 'push']).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
+  max_redeliveries: z
+    .number()
+    .int()
+    .min(0)
+    .max(100)
+    .optional()
+    .describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
+  delivery: z.enum(DELIVERY_MODES).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
   push_url: z.url().regex(NO_NUL, 'must not contain NUL (\\u0000) characters').nullable().optional(),
-  push_secret: Text.min(16).max(1000).nullable().optional().describe('HMAC-SHA256 signing secret for push deliveries (X-Baton-Signature): stored encrypted, never returned'),
+  push_secret: Text.min(16)
+    .max(1000)
+    .nullable()
+    .optional()
+    .describe('HMAC-SHA256 signing secret for push deliveries (X-Baton-Signature): stored encrypted, never returned'),
   retry_policy: RetryPolicy.nullable().optional().describe('default retry policy of its executions (null: no retries)'),
 };
 export const AgentCreate = z
@@ -53,7 +72,7 @@ export const Agent = z.object({
   timeout_seconds: z.number().int(),
   lease_ttl_seconds: z.number().int(),
   max_redeliveries: z.number().int(),
-  delivery: z.enum(['pull', 'push']),
+  delivery: z.enum(DELIVERY_MODES),
   push_url: z.string().nullable(),
   push_signed: z.boolean().describe('a push signing secret is set (the secret itself is never returned)'),
   retry_policy: z.unknown().describe('RetryPolicy or null'),
@@ -117,10 +136,18 @@ export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 
 export const SubmitBody = z.strictObject({
   message: Text.min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),
-  payload: z.unknown().optional().describe(`any JSON (at most ${DEFAULTS.payloadLimitBytes / 1024} KiB serialised)`),
+  payload: z
+    .unknown()
+    .optional()
+    .describe(`any JSON (at most ${DEFAULTS.payloadLimitBytes / 1024} KiB serialised)`),
   priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
   run_after: z.iso.datetime({ offset: true }).optional().describe('do not start before this time'),
-  delay_seconds: z.number().min(0).max(365 * 86_400).optional().describe('do not start for this many seconds'),
+  delay_seconds: z
+    .number()
+    .min(0)
+    .max(365 * 86_400)
+    .optional()
+    .describe('do not start for this many seconds'),
   retry: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy for this task"),
 });
 export type SubmitBody = z.infer<typeof SubmitBody>;
@@ -136,7 +163,12 @@ export const ExecutionParams = z.strictObject({ id: Id });
 
 const csvStatuses = z
   .string()
-  .transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean))
+  .transform((s) =>
+    s
+      .split(',')
+      .map((x) => x.trim())
+      .filter(Boolean),
+  )
   .pipe(z.array(ExecutionStatus));
 export const ListExecutionsQuery = z.strictObject({
   agent: AgentName.optional(),
@@ -144,7 +176,13 @@ export const ListExecutionsQuery = z.strictObject({
   schedule_id: Id.optional(),
   since: z.iso.datetime({ offset: true }).optional().describe('created at or after'),
   until: z.iso.datetime({ offset: true }).optional().describe('created before'),
-  limit: z.coerce.number().int().min(1).max(EXECUTION_PAGE.max).optional().describe(`page size (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max})`),
+  limit: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(EXECUTION_PAGE.max)
+    .optional()
+    .describe(`page size (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max})`),
   cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
 });
 const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending in '…' when cut`);
@@ -152,7 +190,9 @@ const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending
 export const ExecutionListItem = Execution.omit({ payload: true, result: true }).extend({
   message: Preview,
   payload_preview: Preview.nullable().describe(`the payload's JSON text: at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
-  result_preview: Preview.nullable().describe(`the result's JSON text (null: none): at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
+  result_preview: Preview.nullable().describe(
+    `the result's JSON text (null: none): at most ${PREVIEW_CHARS} characters, ending in '…' when cut`,
+  ),
   error: z.object({ code: z.string().nullable(), message: Preview.nullable() }).nullable(),
   usage: z.unknown().describe(`null when its JSON is over ${USAGE_LIST_CHARS} characters (the single read has it)`),
 });
@@ -163,7 +203,12 @@ export const ExecutionPage = z.object({ executions: z.array(ExecutionListItem), 
 
 export const ClaimBody = z.strictObject({
   worker_id: Text.min(1).max(200).optional().describe('names the lease owner (default: the key id)'),
-  wait_seconds: z.number().min(0).max(DEFAULTS.claimWaitMaxMs / 1000).optional().describe(`long-poll wait (default ${DEFAULTS.claimWaitMs / 1000})`),
+  wait_seconds: z
+    .number()
+    .min(0)
+    .max(DEFAULTS.claimWaitMaxMs / 1000)
+    .optional()
+    .describe(`long-poll wait (default ${DEFAULTS.claimWaitMs / 1000})`),
   max: z.number().int().min(1).max(100).optional().describe('most tasks to take at once (default 1)'),
 });
 export const Task = z.object({

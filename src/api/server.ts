@@ -2,15 +2,14 @@ import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
-import type { KeyStore } from '../auth/keys.ts';
-import type { Engine } from '../engine/engine.ts';
-import type { RetentionEnv } from '../config.ts';
+import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
 import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
 import { declareCommonAnswers } from './contract.ts';
+import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
 import { canaryRoutes } from './routes/canary.ts';
 import { historyRoutes } from './routes/history.ts';
@@ -25,12 +24,10 @@ import { hookRoutes } from './routes/hooks.ts';
 import { scheduleRoutes } from './routes/schedules.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { mcpRoutes } from '../mcp/http.ts';
-import { webRoutes } from '../server/web.ts';
+import { VERSION } from '../version.ts';
+import { webRoutes } from './web.ts';
 
-export interface ApiDeps {
-  engine: Engine;
-  keys: KeyStore;
-}
+export type { ApiDeps, ConnectionLimits };
 
 export interface ServerOptions extends ApiDeps {
   logger?: Logger | false;
@@ -38,29 +35,12 @@ export interface ServerOptions extends ApiDeps {
   isReady?: () => boolean;
   /** The node's canary (GET /v1/canary…). Default: one with no timer, reporting the stored state. */
   canary?: Canary;
-  /** Retention settings shown on GET /v1/history. Default: from the environment. */
+  /** Retention settings shown on GET /v1/history and /metrics (default: RETENTION_DEFAULTS; `baton up`: the environment's). */
   retention?: RetentionEnv;
+  /** Webhook rate limits per second (default 50 each; `baton up`: BATON_HOOK_RATE_*). */
+  hookRates?: Partial<HookRates>;
   /** Connection limits (defaults: CONNECTION_LIMITS). */
   limits?: Partial<ConnectionLimits>;
-}
-
-export interface ConnectionLimits {
-  /**
-   * A request's headers and body must arrive within this long. It bounds a client that trickles
-   * a body forever (holding a socket and a descriptor); it does not cut long responses — a
-   * long-poll claim or an SSE stream has finished *receiving* its request at once. 30 s lets a
-   * 1 MiB body through a slow link (≈ 35 KB/s).
-   */
-  requestTimeoutMs: number;
-  /** Headers alone must arrive within this long (slowloris). */
-  headersTimeoutMs: number;
-  /**
-   * Open connections one address may hold. Above it, new connections are closed at once, so one
-   * client cannot take every descriptor. A `baton worker` holds one long-poll per claim loop plus a
-   * few for reports; 256 leaves room for a whole fleet behind one NAT address and for the bench's
-   * 100 loops, while a flood from one address cannot starve the others.
-   */
-  maxConnectionsPerAddress: number;
 }
 
 export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
@@ -68,8 +48,6 @@ export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
   headersTimeoutMs: 10_000,
   maxConnectionsPerAddress: 256,
 });
-
-export const API_VERSION = '0.1.0';
 
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
   return buildApp(opts) as unknown as Promise<FastifyInstance>;
@@ -90,7 +68,8 @@ async function buildApp(opts: ServerOptions) {
     http: { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, limits.requestTimeoutMs) },
     return503OnClosing: true,
     // Malformed URLs are refused by the router, before the error handler: answer in our vocabulary.
-    frameworkErrors: errorHandler,
+    // A reply is thenable, not a promise: nothing is left to reject unobserved once it is sent.
+    frameworkErrors: (err, req, reply) => void errorHandler(err, req, reply),
   }).withTypeProvider<ZodTypeProvider>();
 
   app.setValidatorCompiler(validatorCompiler);
@@ -108,13 +87,14 @@ async function buildApp(opts: ServerOptions) {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     if (jsonTooDeep(body as string)) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
-    parseJson(req, body as string, done);
+    // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
+    void parseJson(req, body as string, done);
   });
   app.removeContentTypeParser('text/plain');
 
   await app.register(swagger, {
     openapi: {
-      info: { title: 'Baton API', version: API_VERSION, description: 'Crash-safe execution control plane for AI agents' },
+      info: { title: 'Baton API', version: VERSION, description: 'Crash-safe execution control plane for AI agents' },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
@@ -122,14 +102,17 @@ async function buildApp(opts: ServerOptions) {
   });
 
   declareCommonAnswers(app as unknown as FastifyInstance);
-  registerMetrics(app as unknown as FastifyInstance, opts.engine);
+  const retention = opts.retention ?? { ...RETENTION_DEFAULTS, archiveDir: undefined };
+  registerMetrics(app as unknown as FastifyInstance, opts.engine, retention);
   app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { hide: true } }, async (_req, reply) => {
-    if (opts.isReady && !opts.isReady()) return reply.code(503).send({ status: 'starting', error: 'unavailable', message: 'migrations have not finished' });
+    if (opts.isReady && !opts.isReady())
+      return reply.code(503).send({ status: 'starting', error: 'unavailable', message: 'migrations have not finished' });
     try {
       const { applied, known } = await opts.engine.store.migrationStatus();
       const current = known.every((v) => applied.includes(v));
-      if (!current) return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
+      if (!current)
+        return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
       return { status: 'ready', store: opts.engine.store.kind };
     } catch {
       return reply.code(503).send({ status: 'store_unreachable', error: 'unavailable', message: 'the store did not answer' });
@@ -137,18 +120,26 @@ async function buildApp(opts: ServerOptions) {
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
-  const deps: ApiDeps = { engine: opts.engine, keys: opts.keys };
+  const deps: ApiDeps = { engine: opts.engine, keys: opts.keys, idempotency: opts.idempotency };
   await app.register(mcpRoutes, { keys: opts.keys, root: () => app as unknown as FastifyInstance });
   await app.register(webRoutes);
-  await app.register(hookRoutes, { engine: opts.engine }); // /hooks/<token>: its own body parser, no API key
+  await app.register(hookRoutes, {
+    engine: opts.engine,
+    perAddressRate: opts.hookRates?.perAddress,
+    perWebhookRate: opts.hookRates?.perWebhook,
+    idempotency: opts.idempotency,
+  }); // /hooks/<token>: its own body parser, no API key
   await app.register(async (v1) => {
     v1.addHook('onRequest', authenticate(opts.keys));
     await v1.register(agentRoutes, deps);
     await v1.register(executionRoutes, deps);
     await v1.register(workerRoutes, deps);
     await v1.register(keyRoutes, deps);
-    await v1.register(canaryRoutes, { ...deps, canary: opts.canary ?? new Canary({ store: opts.engine.store, nodeId: opts.engine.nodeId, intervalMs: 0 }) });
-    await v1.register(historyRoutes, { ...deps, retention: opts.retention });
+    await v1.register(canaryRoutes, {
+      ...deps,
+      canary: opts.canary ?? new Canary({ store: opts.engine.store, nodeId: opts.engine.nodeId, intervalMs: 0 }),
+    });
+    await v1.register(historyRoutes, { ...deps, retention });
     await v1.register(logRoutes, deps);
     await v1.register(eventRoutes, deps);
     await v1.register(scheduleRoutes, deps);

@@ -45,7 +45,10 @@ export class KeyStore {
     for (const [k, v] of this.cache) if (v.principal.keyId === keyId) this.cache.delete(k);
   }
 
-  async create(input: { name: string; scope: 'admin' | 'agent'; agent?: string | null }, actor: string): Promise<{ row: ApiKeyRow; key: string }> {
+  async create(
+    input: { name: string; scope: 'admin' | 'agent'; agent?: string | null },
+    actor: string,
+  ): Promise<{ row: ApiKeyRow; key: string }> {
     if (input.scope === 'agent' && !input.agent) {
       throw new BatonError('validation_error', "body.agent: required when scope is 'agent'");
     }
@@ -58,10 +61,24 @@ export class KeyStore {
       }
       const inserted = await tx
         .insertInto('api_keys')
-        .values({ id, name: input.name, secret_hash: hashSecret(secret), scope: input.scope, agent: input.scope === 'agent' ? input.agent! : null, created_at: now, revoked_at: null })
+        .values({
+          id,
+          name: input.name,
+          secret_hash: hashSecret(secret),
+          scope: input.scope,
+          agent: input.scope === 'agent' ? input.agent! : null,
+          created_at: now,
+          revoked_at: null,
+        })
         .returningAll()
         .executeTakeFirstOrThrow();
-      await appendAudit(tx, { at: now, actor, action: 'key.create', subject: id, detail: { scope: input.scope, agent: input.agent ?? null } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'key.create',
+        subject: id,
+        detail: { scope: input.scope, agent: input.agent ?? null },
+      });
       return inserted;
     });
     return { row, key };
@@ -74,7 +91,13 @@ export class KeyStore {
   async revoke(id: string, actor: string): Promise<ApiKeyRow> {
     const now = Date.now();
     const row = await this.store.transaction(async (tx) => {
-      const updated = await tx.updateTable('api_keys').set({ revoked_at: now }).where('id', '=', id).where('revoked_at', 'is', null).returningAll().executeTakeFirst();
+      const updated = await tx
+        .updateTable('api_keys')
+        .set({ revoked_at: now })
+        .where('id', '=', id)
+        .where('revoked_at', 'is', null)
+        .returningAll()
+        .executeTakeFirst();
       const current = updated ?? (await tx.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst());
       if (!current) throw new NotFound('key', id);
       if (updated) await appendAudit(tx, { at: now, actor, action: 'key.revoke', subject: id });
@@ -112,12 +135,27 @@ export class KeyStore {
     const inserted = await this.store.transaction(async (tx) => {
       const res = await tx
         .insertInto('api_keys')
-        .values({ id: BOOTSTRAP_KEY_ID, name: 'admin (created on first start)', secret_hash: hashSecret(secret), scope: 'admin', agent: null, created_at: now, revoked_at: null })
+        .values({
+          id: BOOTSTRAP_KEY_ID,
+          name: 'admin (created on first start)',
+          secret_hash: hashSecret(secret),
+          scope: 'admin',
+          agent: null,
+          created_at: now,
+          revoked_at: null,
+        })
         .onConflict((oc) => oc.column('id').doNothing())
         .returning('id')
         .executeTakeFirst();
       const created = res !== undefined;
-      if (created) await appendAudit(tx, { at: now, actor: 'system', action: 'key.create', subject: BOOTSTRAP_KEY_ID, detail: { scope: 'admin', bootstrap: true } });
+      if (created)
+        await appendAudit(tx, {
+          at: now,
+          actor: 'system',
+          action: 'key.create',
+          subject: BOOTSTRAP_KEY_ID,
+          detail: { scope: 'admin', bootstrap: true },
+        });
       return created;
     });
     if (!inserted) return null;

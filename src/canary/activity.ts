@@ -60,12 +60,24 @@ const touched = (events: readonly EventRow[]) => new Set(events.map((e) => e.exe
  * state from empty and walks every execution by keyset; it moves no checkpoint. Between chunks
  * the event loop gets a turn.
  */
-export async function judgeActivity(tx: Tx, invariants: readonly ActivityInvariant<any>[], o: ActivityOptions): Promise<{ results: ActivityResult[]; events: EventsRead }> {
+export async function judgeActivity(
+  tx: Tx,
+  invariants: readonly ActivityInvariant<any>[],
+  o: ActivityOptions,
+): Promise<{ results: ActivityResult[]; events: EventsRead }> {
   const runs: Run[] = invariants.map((inv) => {
     const notes: string[] = [];
     const cp = o.full ? undefined : o.checkpoints.get(inv.id);
     const state = inv.state ? (cp?.state ? inv.state.load(cp.state) : inv.state.initial()) : undefined;
-    return { inv, notes, from: cp?.event_id ?? 0, state, findings: [], judged: new Set<string>(), ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) } };
+    return {
+      inv,
+      notes,
+      from: cp?.event_id ?? 0,
+      state,
+      findings: [],
+      judged: new Set<string>(),
+      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
+    };
   });
   for (const r of runs) if (r.inv.state?.prune) await r.inv.state.prune(tx, r.state);
 
@@ -103,9 +115,15 @@ export async function judgeActivity(tx: Tx, invariants: readonly ActivityInvaria
       }
       // Carried state is saved exactly at the frontier: the replay up to it is what the next
       // cycle continues from; the events beyond are judged now and replayed again then.
-      await process(r, mine.filter((e) => e.id <= frontier.at));
+      await process(
+        r,
+        mine.filter((e) => e.id <= frontier.at),
+      );
       if (frontier.blocked && r.saved === undefined) r.saved = r.inv.state.save(r.state);
-      await process(r, mine.filter((e) => e.id > frontier.at));
+      await process(
+        r,
+        mine.filter((e) => e.id > frontier.at),
+      );
     }
     if (chunk.length < limit) {
       caughtUp = true;

@@ -1,20 +1,22 @@
+import type { AlertSinkKind, ViolationTransition } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { diagnose, invariantMeta } from './catalogue.ts';
 
 /**
  * Alert sinks, configured by the environment (never stored: a sink URL is itself a secret):
- *   BATON_ALERT_WEBHOOK_URL — generic JSON webhook: POST {event, invariant, severity, …}
- *   BATON_ALERT_SLACK_URL   — Slack-compatible incoming webhook: POST {text}
+ *   webhook — BATON_ALERT_WEBHOOK_URL, generic JSON: POST {event, invariant, severity, …}
+ *   slack   — BATON_ALERT_SLACK_URL, Slack-compatible incoming webhook: POST {text}
  */
 export interface AlertSink {
-  kind: 'webhook' | 'slack';
+  kind: AlertSinkKind;
   url: string;
 }
 
-export function alertSinksFromEnv(env: NodeJS.ProcessEnv = process.env): AlertSink[] {
+/** The sinks of the configured URLs (src/config.ts reads and validates them). */
+export function alertSinks(urls: { alertWebhookUrl?: string; alertSlackUrl?: string }): AlertSink[] {
   const out: AlertSink[] = [];
-  if (env.BATON_ALERT_WEBHOOK_URL) out.push({ kind: 'webhook', url: env.BATON_ALERT_WEBHOOK_URL });
-  if (env.BATON_ALERT_SLACK_URL) out.push({ kind: 'slack', url: env.BATON_ALERT_SLACK_URL });
+  if (urls.alertWebhookUrl) out.push({ kind: 'webhook', url: urls.alertWebhookUrl });
+  if (urls.alertSlackUrl) out.push({ kind: 'slack', url: urls.alertSlackUrl });
   return out;
 }
 
@@ -32,7 +34,7 @@ export const ALERT_DELIVERY = Object.freeze({
 
 export interface Transition {
   invariant: string;
-  transition: 'violated' | 'resolved';
+  transition: ViolationTransition;
   /** Open subjects after the cycle (ids only), their count and reason codes. */
   subjects: string[];
   count: number;
@@ -43,10 +45,14 @@ export interface Transition {
 /** The body one sink receives. Ids, reason codes and diagnoses only. */
 export function alertBody(sink: AlertSink['kind'], t: Transition): Record<string, unknown> {
   const meta = invariantMeta(t.invariant);
-  const diagnosis = t.reasons.length ? diagnose(t.invariant, t.reasons[0]!) : meta?.holds ?? t.invariant;
+  const diagnosis = t.reasons.length ? diagnose(t.invariant, t.reasons[0]!) : (meta?.holds ?? t.invariant);
   if (sink === 'slack') {
-    const head = t.transition === 'violated' ? `:red_circle: Baton canary: ${t.invariant} violated (${t.count} open, ${meta?.severity ?? 'critical'})` : `:large_green_circle: Baton canary: ${t.invariant} resolved`;
-    const tail = t.transition === 'violated' ? `\n${diagnosis}\nsubjects: ${t.subjects.slice(0, 10).join(', ')}${t.count > 10 ? ' …' : ''}` : '';
+    const head =
+      t.transition === 'violated'
+        ? `:red_circle: Baton canary: ${t.invariant} violated (${t.count} open, ${meta?.severity ?? 'critical'})`
+        : `:large_green_circle: Baton canary: ${t.invariant} resolved`;
+    const tail =
+      t.transition === 'violated' ? `\n${diagnosis}\nsubjects: ${t.subjects.slice(0, 10).join(', ')}${t.count > 10 ? ' …' : ''}` : '';
     return { text: head + tail };
   }
   return {
@@ -68,7 +74,15 @@ export async function enqueueAlerts(tx: Tx, sinks: AlertSink[], t: Transition): 
   for (const sink of sinks) {
     await tx
       .insertInto('canary_alerts')
-      .values({ invariant: t.invariant, transition: t.transition, sink: sink.kind, body: JSON.stringify(alertBody(sink.kind, t)), status: 'pending', next_attempt_at: t.at, created_at: t.at })
+      .values({
+        invariant: t.invariant,
+        transition: t.transition,
+        sink: sink.kind,
+        body: JSON.stringify(alertBody(sink.kind, t)),
+        status: 'pending',
+        next_attempt_at: t.at,
+        created_at: t.at,
+      })
       .execute();
   }
 }
@@ -89,7 +103,11 @@ export interface DeliveryOutcome {
  * Send pending alerts whose time has come. Each is claimed by a compare-and-set on
  * next_attempt_at first, so processes sharing a database never send the same attempt twice.
  */
-export async function deliverAlertsOnce(store: StoreAdapter, sinks: AlertSink[], clock: () => number = Date.now): Promise<DeliveryOutcome[]> {
+export async function deliverAlertsOnce(
+  store: StoreAdapter,
+  sinks: AlertSink[],
+  clock: () => number = Date.now,
+): Promise<DeliveryOutcome[]> {
   const now = clock();
   const due = await store.db
     .selectFrom('canary_alerts')
@@ -114,13 +132,22 @@ export async function deliverAlertsOnce(store: StoreAdapter, sinks: AlertSink[],
     const attempts = Number(a.attempts) + 1;
     const at = clock();
     if (!error) {
-      await store.db.updateTable('canary_alerts').set({ status: 'delivered', attempts, delivered_at: at, last_error: null }).where('id', '=', a.id).execute();
+      await store.db
+        .updateTable('canary_alerts')
+        .set({ status: 'delivered', attempts, delivered_at: at, last_error: null })
+        .where('id', '=', a.id)
+        .execute();
       out.push({ id: Number(a.id), sink: a.sink, result: 'delivered' });
     } else {
       const give_up = attempts >= ALERT_DELIVERY.maxAttempts || !sink;
       await store.db
         .updateTable('canary_alerts')
-        .set({ status: give_up ? 'failed' : 'pending', attempts, last_error: error, next_attempt_at: give_up ? at : at + backoffMs(attempts) })
+        .set({
+          status: give_up ? 'failed' : 'pending',
+          attempts,
+          last_error: error,
+          next_attempt_at: give_up ? at : at + backoffMs(attempts),
+        })
         .where('id', '=', a.id)
         .execute();
       out.push({ id: Number(a.id), sink: a.sink, result: give_up ? 'failed' : 'retry', error });
@@ -132,7 +159,12 @@ export async function deliverAlertsOnce(store: StoreAdapter, sinks: AlertSink[],
 /** undefined on a 2xx; otherwise a short error code (never the URL, which may hold a token). */
 async function post(url: string, body: string): Promise<string | undefined> {
   try {
-    const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(ALERT_DELIVERY.timeoutMs) });
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(ALERT_DELIVERY.timeoutMs),
+    });
     await res.arrayBuffer().catch(() => undefined);
     return res.ok ? undefined : `http_${res.status}`;
   } catch (err: any) {

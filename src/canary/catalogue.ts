@@ -23,9 +23,12 @@ export const H01 = Object.freeze({
   severity: 'critical' as Severity,
   holds: 'the canary is not blind: its snapshot read succeeded and agrees with independent evidence',
   diagnoses: {
-    snapshot_failed: 'the canary could not read its snapshot: the database is unreachable, wedged or missing tables; no other check can be trusted this cycle',
-    snapshot_regressed: 'the snapshot saw older events than were committed before it, or than an earlier cycle saw, with no pruning in between: the canary reads the wrong database/schema, or history was deleted',
-    empty_snapshot_contradicted: 'the snapshot saw no executions although the event log outside it has events: the canary reads the wrong database/schema',
+    snapshot_failed:
+      'the canary could not read its snapshot: the database is unreachable, wedged or missing tables; no other check can be trusted this cycle',
+    snapshot_regressed:
+      'the snapshot saw older events than were committed before it, or than an earlier cycle saw, with no pruning in between: the canary reads the wrong database/schema, or history was deleted',
+    empty_snapshot_contradicted:
+      'the snapshot saw no executions although the event log outside it has events: the canary reads the wrong database/schema',
   } as Record<string, string>,
 });
 

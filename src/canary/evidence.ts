@@ -20,8 +20,14 @@ export const H01_CHECKPOINT = 'H-01';
 
 export async function readEvidence(db: Kysely<DB>): Promise<Evidence> {
   // max / min over a primary key: one index seek on both stores.
-  const ev = await db.selectFrom('execution_events').select((eb) => eb.fn.max<number>('id').as('m')).executeTakeFirst();
-  const ex = await db.selectFrom('executions').select((eb) => eb.fn.min<string>('id').as('m')).executeTakeFirst();
+  const ev = await db
+    .selectFrom('execution_events')
+    .select((eb) => eb.fn.max<number>('id').as('m'))
+    .executeTakeFirst();
+  const ex = await db
+    .selectFrom('executions')
+    .select((eb) => eb.fn.min<string>('id').as('m'))
+    .executeTakeFirst();
   const rs = await db.selectFrom('retention_state').select('total_executions').where('id', '=', 'retention').executeTakeFirst();
   return { maxEventId: Number(ev?.m ?? 0), anyExecution: ex?.m !== null && ex?.m !== undefined, pruned: Number(rs?.total_executions ?? 0) };
 }
@@ -32,15 +38,25 @@ export async function readEvidence(db: Kysely<DB>): Promise<Evidence> {
  * snapshot began are in it, and the newest event id never goes down unless the pruner ran in
  * between; an event log with events means executions exist (every event references one).
  */
-export function judgeH01(failure: string | undefined, snapshot: Evidence | undefined, before: Evidence | undefined, previous: { maxEventId: number; pruned: number } | undefined): Finding[] {
+export function judgeH01(
+  failure: string | undefined,
+  snapshot: Evidence | undefined,
+  before: Evidence | undefined,
+  previous: { maxEventId: number; pruned: number } | undefined,
+): Finding[] {
   if (failure || !snapshot) return [{ subject: 'canary', reason: 'snapshot_failed', detail: { code: failure ?? 'error' } }];
-  const regressedFrom = (e: { maxEventId: number; pruned: number } | undefined) => e !== undefined && snapshot.maxEventId < e.maxEventId && snapshot.pruned === e.pruned;
+  const regressedFrom = (e: { maxEventId: number; pruned: number } | undefined) =>
+    e !== undefined && snapshot.maxEventId < e.maxEventId && snapshot.pruned === e.pruned;
   if (regressedFrom(before) || regressedFrom(previous)) {
     return [
       {
         subject: 'canary',
         reason: 'snapshot_regressed',
-        detail: { max_event_id: snapshot.maxEventId, before_snapshot: before?.maxEventId ?? null, previous_cycle: previous?.maxEventId ?? null },
+        detail: {
+          max_event_id: snapshot.maxEventId,
+          before_snapshot: before?.maxEventId ?? null,
+          previous_cycle: previous?.maxEventId ?? null,
+        },
       },
     ];
   }

@@ -1,4 +1,5 @@
 import type { Selectable } from 'kysely';
+import type { ViolationTransition } from '../domain/canary.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { CanaryViolationsTable } from '../store/schema.ts';
 import type { Checkpoint } from './activity.ts';
@@ -23,7 +24,7 @@ export interface Recorded {
   resolved: number;
   open: number;
   /** Invariants that turned red or green this cycle (alerts were queued for them). */
-  transitions: Array<{ invariant: string; transition: 'violated' | 'resolved' }>;
+  transitions: Array<{ invariant: string; transition: ViolationTransition }>;
 }
 
 /**
@@ -59,11 +60,24 @@ export async function record(
         if (existing) stillOpen.push(Number(existing.id));
         else fresh.push(f);
       }
-      for (const ids of idChunks(stillOpen, ROWS_PER_STATEMENT)) await tx.updateTable('canary_violations').set({ last_seen: now }).where('id', 'in', ids).execute();
+      for (const ids of idChunks(stillOpen, ROWS_PER_STATEMENT))
+        await tx.updateTable('canary_violations').set({ last_seen: now }).where('id', 'in', ids).execute();
       for (const part of idChunks(fresh, ROWS_PER_STATEMENT)) {
         await tx
           .insertInto('canary_violations')
-          .values(part.map((f) => ({ invariant: r.id, subject: f.subject, agent: f.agent ?? null, tier: meta.tier, severity: meta.severity, reason: f.reason, detail: f.detail ? JSON.stringify(f.detail) : null, first_seen: now, last_seen: now })))
+          .values(
+            part.map((f) => ({
+              invariant: r.id,
+              subject: f.subject,
+              agent: f.agent ?? null,
+              tier: meta.tier,
+              severity: meta.severity,
+              reason: f.reason,
+              detail: f.detail ? JSON.stringify(f.detail) : null,
+              first_seen: now,
+              last_seen: now,
+            })),
+          )
           .execute();
       }
       opened += fresh.length;
@@ -71,12 +85,20 @@ export async function record(
       if (r.truncated) continue;
       // Only what this cycle's snapshot could have re-judged: a row another recorder saw (or
       // re-saw) after this cycle began may be newer than this snapshot.
-      const gone = open.filter((v) => v.invariant === r.id && !seen.has(v.subject) && Number(v.last_seen) <= cycle.startedAt).map((v) => Number(v.id));
-      for (const ids of idChunks(gone, ROWS_PER_STATEMENT)) await tx.updateTable('canary_violations').set({ resolved_at: now }).where('id', 'in', ids).execute();
+      const gone = open
+        .filter((v) => v.invariant === r.id && !seen.has(v.subject) && Number(v.last_seen) <= cycle.startedAt)
+        .map((v) => Number(v.id));
+      for (const ids of idChunks(gone, ROWS_PER_STATEMENT))
+        await tx.updateTable('canary_violations').set({ resolved_at: now }).where('id', 'in', ids).execute();
       resolved += gone.length;
     }
 
-    const after = await tx.selectFrom('canary_violations').select(['invariant', 'subject', 'reason']).where('resolved_at', 'is', null).orderBy('id').execute();
+    const after = await tx
+      .selectFrom('canary_violations')
+      .select(['invariant', 'subject', 'reason'])
+      .where('resolved_at', 'is', null)
+      .orderBy('id')
+      .execute();
     const transitions: Recorded['transitions'] = [];
     const invariants = new Set([...open.map((v) => v.invariant), ...after.map((v) => v.invariant)]);
     for (const inv of invariants) {
@@ -85,18 +107,35 @@ export async function record(
       if (was === now_.length > 0) continue;
       const transition = now_.length > 0 ? 'violated' : 'resolved';
       transitions.push({ invariant: inv, transition });
-      await enqueueAlerts(tx, sinks, { invariant: inv, transition, subjects: now_.slice(0, 20).map((v) => v.subject), count: now_.length, reasons: [...new Set(now_.map((v) => v.reason))], at: now });
+      await enqueueAlerts(tx, sinks, {
+        invariant: inv,
+        transition,
+        subjects: now_.slice(0, 20).map((v) => v.subject),
+        count: now_.length,
+        reasons: [...new Set(now_.map((v) => v.reason))],
+        at: now,
+      });
     }
 
     if (cycle.ok) {
-      const stored = new Map((await tx.selectFrom('canary_checkpoints').select(['invariant', 'event_id']).execute()).map((c) => [c.invariant, Number(c.event_id)]));
+      const stored = new Map(
+        (await tx.selectFrom('canary_checkpoints').select(['invariant', 'event_id']).execute()).map((c) => [
+          c.invariant,
+          Number(c.event_id),
+        ]),
+      );
       const moves: Array<{ invariant: string; event_id: number; state: string | null }> = [];
       for (const c of cycle.checkpoints) {
         // Another cycle recorded meanwhile and moved it: its state, not ours, continues from there.
         if ((stored.get(c.invariant) ?? 0) !== c.from) continue;
         moves.push({ invariant: c.invariant, ...c.next });
       }
-      if (cycle.evidence) moves.push({ invariant: H01_CHECKPOINT, event_id: cycle.evidence.maxEventId, state: JSON.stringify({ pruned: cycle.evidence.pruned }) });
+      if (cycle.evidence)
+        moves.push({
+          invariant: H01_CHECKPOINT,
+          event_id: cycle.evidence.maxEventId,
+          state: JSON.stringify({ pruned: cycle.evidence.pruned }),
+        });
       for (const m of moves) {
         await tx
           .insertInto('canary_checkpoints')

@@ -5,7 +5,16 @@ import { CATALOGUE, H01, isActivity, isState } from './catalogue.ts';
 import { H01_CHECKPOINT, judgeH01, readEvidence, type Evidence } from './evidence.ts';
 import { DEFAULT_TIMING, type CanaryTiming } from './graces.ts';
 import { record, type CheckpointMove, type Recorded } from './record.ts';
-import { MAX_FINDINGS, yieldToLoop, type CheckContext, type CheckResult, type Finding, type Invariant, type OpenViolation, type StateInvariant } from './types.ts';
+import {
+  MAX_FINDINGS,
+  yieldToLoop,
+  type CheckContext,
+  type CheckResult,
+  type Finding,
+  type Invariant,
+  type OpenViolation,
+  type StateInvariant,
+} from './types.ts';
 
 export interface CanaryRunOptions {
   store: StoreAdapter;
@@ -42,16 +51,36 @@ export interface CycleReport extends Recorded {
  * with more findings than it keeps still opens new ones; at most MAX_FINDINGS kept. `cutNew`:
  * subjects not open yet were cut (an activity invariant then keeps its checkpoint).
  */
-function finish(id: string, all: Finding[], checkedAt: number, openSubjects: ReadonlySet<string>, notes: string[] = []): CheckResult & { cutNew: boolean } {
+function finish(
+  id: string,
+  all: Finding[],
+  checkedAt: number,
+  openSubjects: ReadonlySet<string>,
+  notes: string[] = [],
+): CheckResult & { cutNew: boolean } {
   const seen = new Set<string>();
   const unique = all.filter((f) => !seen.has(f.subject) && (seen.add(f.subject), true));
   const fresh = unique.filter((f) => !openSubjects.has(f.subject));
   const findings = [...fresh, ...unique.filter((f) => openSubjects.has(f.subject))].slice(0, MAX_FINDINGS);
-  const result: CheckResult = { id, status: findings.length ? 'violated' : 'ok', findings, truncated: unique.length > MAX_FINDINGS, checked_at: checkedAt, ...(notes.length ? { notes } : {}) };
+  const result: CheckResult = {
+    id,
+    status: findings.length ? 'violated' : 'ok',
+    findings,
+    truncated: unique.length > MAX_FINDINGS,
+    checked_at: checkedAt,
+    ...(notes.length ? { notes } : {}),
+  };
   return { ...result, cutNew: fresh.length > MAX_FINDINGS };
 }
 
-async function judgeState(tx: Tx, inv: StateInvariant, now: number, timing: CanaryTiming, kind: StoreAdapter['kind'], open: ReadonlySet<string>) {
+async function judgeState(
+  tx: Tx,
+  inv: StateInvariant,
+  now: number,
+  timing: CanaryTiming,
+  kind: StoreAdapter['kind'],
+  open: ReadonlySet<string>,
+) {
   const notes: string[] = [];
   const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, kind, note: (t) => notes.push(t) };
   const population = await inv.population(tx, ctx);
@@ -85,13 +114,22 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
   try {
     // Evidence from outside the snapshot, read before it begins.
     before = await readEvidence(store.db);
-    const prev = await store.db.selectFrom('canary_checkpoints').select(['event_id', 'state']).where('invariant', '=', H01_CHECKPOINT).executeTakeFirst();
-    if (prev) previous = { maxEventId: Number(prev.event_id), pruned: Number((JSON.parse(prev.state ?? '{}') as { pruned?: number }).pruned ?? 0) };
+    const prev = await store.db
+      .selectFrom('canary_checkpoints')
+      .select(['event_id', 'state'])
+      .where('invariant', '=', H01_CHECKPOINT)
+      .executeTakeFirst();
+    if (prev)
+      previous = { maxEventId: Number(prev.event_id), pruned: Number((JSON.parse(prev.state ?? '{}') as { pruned?: number }).pruned ?? 0) };
 
     const read = await store.snapshot(async (tx) => {
       const stored = await tx.selectFrom('canary_checkpoints').select(['invariant', 'event_id', 'state']).execute();
       const checkpoints = new Map<string, Checkpoint>(stored.map((c) => [c.invariant, { event_id: Number(c.event_id), state: c.state }]));
-      const openRows = await tx.selectFrom('canary_violations').select(['invariant', 'subject', 'agent', 'reason', 'detail']).where('resolved_at', 'is', null).execute();
+      const openRows = await tx
+        .selectFrom('canary_violations')
+        .select(['invariant', 'subject', 'agent', 'reason', 'detail'])
+        .where('resolved_at', 'is', null)
+        .execute();
       const open = new Map<string, OpenViolation[]>();
       for (const v of openRows) {
         const list = open.get(v.invariant) ?? [];
@@ -106,7 +144,14 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
         byId.set(inv.id, r);
         await yieldToLoop();
       }
-      const activity = await judgeActivity(tx, invariants.filter(isActivity), { full, now: clock(), timing, kind: store.kind, checkpoints, open });
+      const activity = await judgeActivity(tx, invariants.filter(isActivity), {
+        full,
+        now: clock(),
+        timing,
+        kind: store.kind,
+        checkpoints,
+        open,
+      });
       const moves: CheckpointMove[] = [];
       for (const a of activity.results) {
         const { cutNew, ...r } = finish(a.id, a.findings, a.checked_at, openSubjects(a.id), a.notes);
@@ -127,7 +172,13 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
   }
 
   const h01 = judgeH01(failure, evidence, before, previous);
-  const h01Result: CheckResult = { id: H01.id, status: h01.length ? 'violated' : 'ok', findings: h01, truncated: false, checked_at: clock() };
+  const h01Result: CheckResult = {
+    id: H01.id,
+    status: h01.length ? 'violated' : 'ok',
+    findings: h01,
+    truncated: false,
+    checked_at: clock(),
+  };
   const evaluated = [...results, h01Result];
   const now = clock();
   const recorded = await record(store, evaluated, now, opts.sinks ?? [], { ok: !failure, startedAt, evidence, checkpoints: moves });
@@ -139,7 +190,10 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
     completed_at: now,
     duration_ms: now - startedAt,
     ...(events ? { events } : {}),
-    checks: evaluated.map(({ findings, checked_at: _c, ...rest }) => ({ ...rest, findings: findings.map((f) => ({ subject: f.subject, reason: f.reason })) })),
+    checks: evaluated.map(({ findings, checked_at: _c, ...rest }) => ({
+      ...rest,
+      findings: findings.map((f) => ({ subject: f.subject, reason: f.reason })),
+    })),
     ...recorded,
   };
 }

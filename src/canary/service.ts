@@ -1,17 +1,15 @@
+import { DEFAULTS } from '../config.ts';
+import type { CanaryState, Severity, ViolationStateFilter } from '../domain/canary.ts';
 import { iso } from '../engine/views.ts';
-import type { EngineEvents } from '../engine/events.ts';
-import { startLoop, type LoopHandle } from '../engine/loop.ts';
+import type { Lease } from '../engine/loop.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
-import { alertSinksFromEnv, deliverAlertsOnce, type AlertSink } from './alerts.ts';
+import { deliverAlertsOnce, type AlertSink } from './alerts.ts';
 import { diagnose } from './catalogue.ts';
 import { type CanaryTiming } from './graces.ts';
 import { runCanaryOnce, type CycleReport } from './run.ts';
 
-/**
- * How often the canary runs by default. A cycle reads the events since its checkpoints and the
- * non-terminal rows: its cost follows activity (and the backlog), not the age of the database.
- */
-export const CANARY_INTERVAL_MS = 60_000;
+/** How often the canary runs by default (why: DEFAULTS.canaryIntervalMs in src/config.ts). */
+export const CANARY_INTERVAL_MS = DEFAULTS.canaryIntervalMs;
 /** A tick that finds the canary behind runs more cycles for at most this share of the interval. */
 export const CATCH_UP_SHARE = 0.5;
 /** How often pending alerts are (re)tried. */
@@ -25,32 +23,24 @@ export const STALE_AFTER_INTERVALS = 3;
  */
 export const LEASE_INTERVALS = 1.5;
 
-export interface CanaryEnv {
-  /** BATON_CANARY_INTERVAL_MS; 0 disables the timer in this process. Default 60 000. */
-  intervalMs: number;
-  sinks: AlertSink[];
-}
-
-export function canaryEnv(env: NodeJS.ProcessEnv = process.env): CanaryEnv {
-  const raw = env.BATON_CANARY_INTERVAL_MS;
-  const n = raw === undefined || raw === '' ? CANARY_INTERVAL_MS : Number(raw);
-  return { intervalMs: Number.isFinite(n) && n >= 0 ? n : CANARY_INTERVAL_MS, sinks: alertSinksFromEnv(env) };
-}
-
-export interface CanaryOptions extends Partial<CanaryEnv> {
+export interface CanaryOptions {
+  /** The timer's interval; 0 disables the timer in this process (default CANARY_INTERVAL_MS; `baton up`: BATON_CANARY_INTERVAL_MS). */
+  intervalMs?: number;
+  /** Where alerts go (default none; `baton up`: BATON_ALERT_WEBHOOK_URL, BATON_ALERT_SLACK_URL). */
+  sinks?: AlertSink[];
   store: StoreAdapter;
   nodeId: string;
   clock?: () => number;
   timing?: Partial<CanaryTiming>;
 }
 
-export type CanaryState = 'disabled' | 'healthy' | 'violated' | 'stale';
+export type { CanaryState };
 
 export interface ViolationFilter {
   invariant?: string;
-  state?: 'open' | 'resolved' | 'all';
+  state?: ViolationStateFilter;
   agent?: string;
-  severity?: 'critical' | 'warning';
+  severity?: Severity;
   subject?: string;
   limit?: number;
   /** Keyset cursor: violations with a smaller id. */
@@ -77,7 +67,7 @@ export function violationView(v: {
     subject: v.subject,
     agent: v.agent,
     tier: v.tier as 'A' | 'B',
-    severity: v.severity as 'critical' | 'warning',
+    severity: v.severity as Severity,
     reason: v.reason,
     diagnosis: diagnose(v.invariant, v.reason),
     detail: v.detail === null ? null : (JSON.parse(v.detail) as Record<string, string | number | null>),
@@ -88,7 +78,10 @@ export function violationView(v: {
 }
 export type ViolationView = ReturnType<typeof violationView>;
 
-/** The canary of one process: its timer (under the lease), on-demand runs, alert delivery, status. */
+/**
+ * The canary of one process: its passes (a cycle under the timer lease, alert delivery), on-demand
+ * runs, status and violations. `baton up` runs the passes on the loop helper (src/server/up.ts).
+ */
 export class Canary {
   readonly store: StoreAdapter;
   readonly intervalMs: number;
@@ -96,15 +89,14 @@ export class Canary {
   private readonly nodeId: string;
   private readonly clock: () => number;
   private readonly timing: Partial<CanaryTiming>;
-  private loops: LoopHandle[] = [];
-  private first: Promise<unknown> | undefined;
+  /** The timer lease (a row of canary_state): the cycle pass is leader-only under it. */
+  readonly lease: Lease = { acquire: () => this.acquireLease(), release: () => this.releaseLease() };
 
   constructor(opts: CanaryOptions) {
-    const env = canaryEnv();
     this.store = opts.store;
     this.nodeId = opts.nodeId;
-    this.intervalMs = opts.intervalMs ?? env.intervalMs;
-    this.sinks = opts.sinks ?? env.sinks;
+    this.intervalMs = opts.intervalMs ?? CANARY_INTERVAL_MS;
+    this.sinks = opts.sinks ?? [];
     this.clock = opts.clock ?? Date.now;
     this.timing = opts.timing ?? {};
   }
@@ -123,13 +115,18 @@ export class Canary {
     return report;
   }
 
-  /**
-   * The timer's tick: run a cycle only if this process holds (or takes) the lease. A cycle that
-   * stopped at its per-cycle cap of events (after downtime, or a burst) is followed by more
-   * cycles at once, each bounded, for up to CATCH_UP_SHARE of the interval.
-   */
+  /** The timer's tick as one call: a cycle pass only if this process holds (or takes) the lease. */
   async tick(): Promise<CycleReport | undefined> {
     if (!(await this.acquireLease())) return undefined;
+    return this.cycleOnce();
+  }
+
+  /**
+   * The cycle pass (leader-only: its loop holds `lease`). A cycle that stopped at its per-cycle
+   * cap of events (after downtime, or a burst) is followed by more cycles at once, each bounded,
+   * for up to CATCH_UP_SHARE of the interval.
+   */
+  async cycleOnce(): Promise<CycleReport> {
     const until = Date.now() + CATCH_UP_SHARE * this.intervalMs;
     let report = await this.runOnce();
     while (report.ok && report.events && !report.events.caught_up && Date.now() < until) {
@@ -142,6 +139,7 @@ export class Canary {
     return report;
   }
 
+  /** The alert pass (every process): (re)try pending alerts. */
   deliverAlerts() {
     return deliverAlertsOnce(this.store, this.sinks, this.clock);
   }
@@ -157,20 +155,14 @@ export class Canary {
     return Number(r.numUpdatedRows) === 1;
   }
 
-  /** Start the timer (first cycle at once) and the alert loop. No-op when disabled. */
-  start(events: EngineEvents): void {
-    if (!this.enabled || this.loops.length) return;
-    this.first = this.tick().catch((error) => events.emit('loop:error', { loop: 'canary', error }));
-    this.loops.push(startLoop('canary', () => this.tick(), this.intervalMs, events));
-    this.loops.push(startLoop('canary-alerts', () => this.deliverAlerts(), Math.min(ALERT_LOOP_MS, this.intervalMs), events));
-  }
-
-  async stop(): Promise<void> {
-    await Promise.all(this.loops.map((l) => l.stop()));
-    this.loops = [];
-    await this.first;
-    // Hand the lease on at once rather than after it lapses.
-    await this.store.db.updateTable('canary_state').set({ lease_owner: null, lease_expires_at: null }).where('id', '=', 'canary').where('lease_owner', '=', this.nodeId).execute().catch(() => undefined);
+  /** Hand the lease on at once rather than after it lapses (its loop does this on stop). */
+  async releaseLease(): Promise<void> {
+    await this.store.db
+      .updateTable('canary_state')
+      .set({ lease_owner: null, lease_expires_at: null })
+      .where('id', '=', 'canary')
+      .where('lease_owner', '=', this.nodeId)
+      .execute();
   }
 
   /**
@@ -180,9 +172,23 @@ export class Canary {
   async status() {
     const now = this.clock();
     const state = await this.store.db.selectFrom('canary_state').selectAll().where('id', '=', 'canary').executeTakeFirst();
-    const open = await this.store.db.selectFrom('canary_violations').selectAll().where('resolved_at', 'is', null).orderBy('id', 'desc').limit(200).execute();
-    const openCount = await this.store.db.selectFrom('canary_violations').select((eb) => eb.fn.countAll<number>().as('n')).where('resolved_at', 'is', null).executeTakeFirstOrThrow();
-    const alerts = await this.store.db.selectFrom('canary_alerts').select(['status', (eb) => eb.fn.countAll<number>().as('n')]).groupBy('status').execute();
+    const open = await this.store.db
+      .selectFrom('canary_violations')
+      .selectAll()
+      .where('resolved_at', 'is', null)
+      .orderBy('id', 'desc')
+      .limit(200)
+      .execute();
+    const openCount = await this.store.db
+      .selectFrom('canary_violations')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('resolved_at', 'is', null)
+      .executeTakeFirstOrThrow();
+    const alerts = await this.store.db
+      .selectFrom('canary_alerts')
+      .select(['status', (eb) => eb.fn.countAll<number>().as('n')])
+      .groupBy('status')
+      .execute();
     const interval = this.intervalMs > 0 ? this.intervalMs : CANARY_INTERVAL_MS;
     const staleAfter = STALE_AFTER_INTERVALS * interval;
     const last = state?.last_completed_at === null || state?.last_completed_at === undefined ? null : Number(state.last_completed_at);
@@ -214,13 +220,31 @@ export class Canary {
     if (f.severity) q = q.where('severity', '=', f.severity);
     if (f.subject) q = q.where('subject', '=', f.subject);
     if (f.before !== undefined) q = q.where('id', '<', f.before);
-    return (await q.orderBy('id', 'desc').limit(f.limit ?? 50).execute()).map(violationView);
+    return (
+      await q
+        .orderBy('id', 'desc')
+        .limit(f.limit ?? 50)
+        .execute()
+    ).map(violationView);
   }
 
   /** Alerts that could not be delivered (status failed), newest first. */
   async failedAlerts(limit = 20) {
-    const rows = await this.store.db.selectFrom('canary_alerts').select(['id', 'invariant', 'transition', 'sink', 'attempts', 'last_error', 'created_at']).where('status', '=', 'failed').orderBy('id', 'desc').limit(limit).execute();
-    return rows.map((a) => ({ id: Number(a.id), invariant: a.invariant, transition: a.transition, sink: a.sink, attempts: Number(a.attempts), last_error: a.last_error, created_at: iso(a.created_at)! }));
+    const rows = await this.store.db
+      .selectFrom('canary_alerts')
+      .select(['id', 'invariant', 'transition', 'sink', 'attempts', 'last_error', 'created_at'])
+      .where('status', '=', 'failed')
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute();
+    return rows.map((a) => ({
+      id: Number(a.id),
+      invariant: a.invariant,
+      transition: a.transition,
+      sink: a.sink,
+      attempts: Number(a.attempts),
+      last_error: a.last_error,
+      created_at: iso(a.created_at)!,
+    }));
   }
 }
-

@@ -9,12 +9,11 @@
  *   again, so a violation fixed without a new event still resolves.
  * - **full check** — an activity invariant over all history in keyset chunks (on demand).
  */
+import type { CheckStatus, Severity, Tier } from '../domain/canary.ts';
 import type { StoreKind, Tx } from '../store/adapter.ts';
 import type { CanaryTiming } from './graces.ts';
 
-/** A: must hold at every instant. B: must hold within the stated grace. */
-export type Tier = 'A' | 'B';
-export type Severity = 'critical' | 'warning';
+export type { Severity, Tier };
 
 /** One broken instance of an invariant. Ids, reason codes and numbers only. */
 export interface Finding {
@@ -113,7 +112,7 @@ export type Invariant = StateInvariant | ActivityInvariant<any>;
 
 export interface CheckResult {
   id: string;
-  status: 'ok' | 'violated' | 'skipped';
+  status: CheckStatus;
   skipped_reason?: string;
   /** Parts of the check that could not run, and why. */
   notes?: string[];

@@ -1,5 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type { CanaryViolation } from '../client.ts';
+import { VIOLATION_STATE_FILTERS } from '../domain/canary.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
 import { relativeTime, table } from './output.ts';
 
@@ -7,7 +8,8 @@ import { relativeTime, table } from './output.ts';
 export const EXIT_VIOLATED = 1;
 
 type Flags = ConnectionFlags & { json?: boolean } & Record<string, any>;
-const print = (o: Flags, data: unknown, human: () => string) => process.stdout.write((o.json ? JSON.stringify(data, null, 2) : human()) + '\n');
+const print = (o: Flags, data: unknown, human: () => string) =>
+  process.stdout.write((o.json ? JSON.stringify(data, null, 2) : human()) + '\n');
 const violationRow = (v: CanaryViolation) => ({
   invariant: v.invariant,
   severity: v.severity,
@@ -35,8 +37,15 @@ export function registerCanaryCommands(program: Command): void {
       const r = await c.canaryRun({ full: Boolean(o.full) });
       const open = r.violated ? (await c.canaryViolations({ state: 'open', limit: 500 })).violations : [];
       print(o, { ...r, open_violations: open }, () => {
-        const lines = r.checks.map((k) => `${k.id.padEnd(5)} ${k.status.padEnd(8)} ${k.status === 'skipped' ? k.skipped_reason : `${k.findings.length} finding(s)`}${k.notes?.length ? ` (${k.notes.join('; ')})` : ''}`);
-        if (r.events) lines.push('', `${r.full ? 'full check: ' : ''}${r.events.read} event(s) read${r.events.caught_up ? '' : ' (more remain: the next cycle continues)'}`);
+        const lines = r.checks.map(
+          (k) =>
+            `${k.id.padEnd(5)} ${k.status.padEnd(8)} ${k.status === 'skipped' ? k.skipped_reason : `${k.findings.length} finding(s)`}${k.notes?.length ? ` (${k.notes.join('; ')})` : ''}`,
+        );
+        if (r.events)
+          lines.push(
+            '',
+            `${r.full ? 'full check: ' : ''}${r.events.read} event(s) read${r.events.caught_up ? '' : ' (more remain: the next cycle continues)'}`,
+          );
         lines.push('', r.violated ? `VIOLATED: ${r.open} open violation(s)` : 'all invariants hold');
         if (open.length) lines.push('', table(open.map(violationRow), COLS));
         return lines.join('\n');
@@ -66,7 +75,8 @@ export function registerCanaryCommands(program: Command): void {
     .description('violation history (default: open)')
     .option('--invariant <id>', 'e.g. E-01')
     .option('--state <state>', 'open | resolved | all', (v) => {
-      if (!['open', 'resolved', 'all'].includes(v)) throw new InvalidArgumentError('--state must be open, resolved or all');
+      if (!(VIOLATION_STATE_FILTERS as readonly string[]).includes(v))
+        throw new InvalidArgumentError('--state must be open, resolved or all');
       return v;
     })
     .option('--agent <name>')

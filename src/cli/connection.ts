@@ -1,6 +1,6 @@
 import { readKeyFile } from '../auth/keys.ts';
 import { BatonClient, type ClientOptions } from '../client.ts';
-import { readEnv } from '../config.ts';
+import { readConnectionEnv, readEnv } from '../config.ts';
 
 export interface ConnectionFlags {
   server?: string;
@@ -11,9 +11,10 @@ export interface ConnectionFlags {
 /** Server and key from flags, then the environment, then the data directory of a local `baton up`. */
 export function resolveConnection(g: ConnectionFlags): { server: string; key: string | undefined } {
   const env = readEnv();
+  const { serverUrl, apiKey } = readConnectionEnv();
   const dataDir = g.dataDir ?? env.dataDir;
-  const server = g.server ?? process.env.BATON_URL ?? `http://${env.host}:${env.port}`;
-  const key = g.key ?? process.env.BATON_API_KEY ?? readKeyFile(dataDir);
+  const server = g.server ?? serverUrl ?? `http://${env.host}:${env.port}`;
+  const key = g.key ?? apiKey ?? readKeyFile(dataDir);
   return { server, key };
 }
 

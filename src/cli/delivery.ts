@@ -6,7 +6,8 @@ import { EXIT } from './exit.ts';
 
 const positive = (name: string, integer: boolean) => (v: string) => {
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0 || (integer && (!Number.isInteger(n) || n < 1))) throw new InvalidArgumentError(`${name} must be a ${integer ? 'positive integer' : 'non-negative number'}`);
+  if (!Number.isFinite(n) || n < 0 || (integer && (!Number.isInteger(n) || n < 1)))
+    throw new InvalidArgumentError(`${name} must be a ${integer ? 'positive integer' : 'non-negative number'}`);
   return n;
 };
 
@@ -21,12 +22,25 @@ export function registerDeliveryCommands(program: Command): void {
     .usage('--agent <name> [options] -- <command> [args…]')
     .requiredOption('--agent <name>', 'the agent whose tasks to run')
     .option('--concurrency <n>', 'tasks run at once', positive('--concurrency', true), 1)
-    .option('--kill-grace <seconds>', 'on cancel/deadline/shutdown: SIGTERM, then SIGKILL after this long', positive('--kill-grace', false), 5)
-    .option('--shutdown-grace <seconds>', 'on SIGTERM/SIGINT: how long running tasks get to finish before they are stopped and released', positive('--shutdown-grace', false), 30)
+    .option(
+      '--kill-grace <seconds>',
+      'on cancel/deadline/shutdown: SIGTERM, then SIGKILL after this long',
+      positive('--kill-grace', false),
+      5,
+    )
+    .option(
+      '--shutdown-grace <seconds>',
+      'on SIGTERM/SIGINT: how long running tasks get to finish before they are stopped and released',
+      positive('--shutdown-grace', false),
+      30,
+    )
     .option('--result-limit <bytes>', 'stdout kept as the result (default 1048576)', positive('--result-limit', true))
     .option('--worker-id <id>', 'lease owner name (default <host>:<pid>)')
     .argument('[command...]', 'the command to run per task, after --')
-    .addHelpText('after', '\nConnection: the global --server URL and --key KEY (or BATON_URL, BATON_API_KEY).\nExample: baton worker --agent demo --concurrency 2 -- examples/echo-agent.sh')
+    .addHelpText(
+      'after',
+      '\nConnection: the global --server URL and --key KEY (or BATON_URL, BATON_API_KEY).\nExample: baton worker --agent demo --concurrency 2 -- examples/echo-agent.sh',
+    )
     .action(async (command: string[], _o, cmd: Command) => {
       const o = cmd.optsWithGlobals() as ConnectionFlags & Record<string, any>;
       // Usage errors are printed here: commander stays silent about errors thrown from actions.
@@ -41,7 +55,12 @@ export function registerDeliveryCommands(program: Command): void {
         return usage((err as Error).message);
       }
       const { server, key } = resolveConnection(o);
-      const runner = commandRunner({ command: command[0]!, args: command.slice(1), killGraceMs: o.killGrace * 1000, resultLimitBytes: o.resultLimit });
+      const runner = commandRunner({
+        command: command[0]!,
+        args: command.slice(1),
+        killGraceMs: o.killGrace * 1000,
+        resultLimitBytes: o.resultLimit,
+      });
       const say = (line: string) => process.stderr.write(`baton worker: ${line}\n`);
       const outage = new Set<string>();
       const worker = createWorker({
@@ -56,7 +75,10 @@ export function registerDeliveryCommands(program: Command): void {
         handler: runner.handler,
         onEvent: (e: WorkerEvent) => {
           if (e.type === 'task:start') say(`${e.executionId} started (attempt ${e.attempt})`);
-          else if (e.type === 'task:end') say(`${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`);
+          else if (e.type === 'task:end')
+            say(
+              `${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`,
+            );
           else if (e.type === 'transport:error') {
             // Said once per outage, not once per retry: a restart can take minutes.
             if (!outage.has(e.op)) say(`${e.op}: ${e.error}; retrying with backoff until the server answers`);
@@ -64,8 +86,7 @@ export function registerDeliveryCommands(program: Command): void {
           } else if (e.type === 'transport:recovered') {
             outage.delete(e.op);
             say(`${e.op}: the server answers again (after ${e.failures} failed attempt${e.failures === 1 ? '' : 's'})`);
-          }
-          else say(`${e.op} failed: ${e.error}`);
+          } else say(`${e.op} failed: ${e.error}`);
         },
       });
       let signals = 0;
@@ -77,8 +98,12 @@ export function registerDeliveryCommands(program: Command): void {
           say(`${sig} again: killed running commands, exiting now`);
           process.exit(130);
         }
-        say(started ? `${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)` : `${sig}: stopping before the first task`);
-        void worker.stop();
+        say(
+          started
+            ? `${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)`
+            : `${sig}: stopping before the first task`,
+        );
+        worker.stop().catch((err: unknown) => say(`stopping failed: ${err instanceof Error ? err.message : String(err)}`));
       };
       // Handlers first: a worker waiting at start for its server (or database) stops cleanly too.
       process.on('SIGINT', onSignal);
@@ -153,7 +178,9 @@ export function formatUsage(usage: unknown): string {
   if (input !== undefined || output !== undefined) parts.push(`${input ?? 0} in / ${output ?? 0} out tokens`);
   else if (n('total_tokens') !== undefined) parts.push(`${n('total_tokens')} tokens`);
   if (n('cost_usd') !== undefined) parts.push(`$${n('cost_usd')!.toFixed(4)}`);
-  const rest = Object.fromEntries(Object.entries(u).filter(([k]) => !['input_tokens', 'output_tokens', 'total_tokens', 'cost_usd'].includes(k)));
+  const rest = Object.fromEntries(
+    Object.entries(u).filter(([k]) => !['input_tokens', 'output_tokens', 'total_tokens', 'cost_usd'].includes(k)),
+  );
   if (Object.keys(rest).length) parts.push(JSON.stringify(rest));
   return parts.join(', ') || '{}';
 }

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
-import { readEnv, readRetentionEnv } from '../config.ts';
+import { readEnv, readRetentionEnv, type Env } from '../config.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { iso } from '../engine/views.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
@@ -17,22 +17,24 @@ export interface Check {
 }
 
 /** The store this machine is configured for, read directly (never migrated or written). */
-async function checkStore(dataDir: string): Promise<Check[]> {
-  const env = readEnv();
+async function checkStore(dataDir: string, env: Env): Promise<Check[]> {
   const url = env.databaseUrl;
   if (!url) {
     const file = join(dataDir, 'baton.sqlite');
-    if (!existsSync(file)) return [{ check: 'store', status: 'skip', detail: `no local SQLite store at ${file}; checked through the server only` }];
+    if (!existsSync(file))
+      return [{ check: 'store', status: 'skip', detail: `no local SQLite store at ${file}; checked through the server only` }];
   }
   let store;
   try {
-    const schema = process.env.BATON_PG_SCHEMA;
+    const schema = env.pgSchema;
     const [{ openStore }, { sql }] = await Promise.all([import('../store/open.ts'), import('kysely')]);
     store = openStore({ databaseUrl: url, dataDir, schema, poolMax: 1 });
     await sql`SELECT 1`.execute(store.db);
     if (store.kind === 'postgres' && schema) {
       // migrationStatus() would create a missing schema; the doctor only reads.
-      const found = await sql<{ n: number }>`SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name = ${schema}`.execute(store.db);
+      const found = await sql<{ n: number }>`SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name = ${schema}`.execute(
+        store.db,
+      );
       if (Number(found.rows[0]?.n ?? 0) === 0) {
         return [
           { check: 'store', status: 'ok', detail: 'PostgreSQL answers' },
@@ -45,8 +47,14 @@ async function checkStore(dataDir: string): Promise<Check[]> {
     const unknown = applied.filter((v) => !known.includes(v));
     const where = url ? 'PostgreSQL' : `SQLite ${join(dataDir, 'baton.sqlite')}`;
     const checks: Check[] = [{ check: 'store', status: 'ok', detail: `${where} answers` }];
-    if (missing.length) checks.push({ check: 'migrations', status: 'fail', detail: `not applied: ${missing.join(', ')} (run \`baton migrate\`)` });
-    else if (unknown.length) checks.push({ check: 'migrations', status: 'warn', detail: `the database has migrations this version does not know (${unknown.join(', ')}): a newer baton wrote it` });
+    if (missing.length)
+      checks.push({ check: 'migrations', status: 'fail', detail: `not applied: ${missing.join(', ')} (run \`baton migrate\`)` });
+    else if (unknown.length)
+      checks.push({
+        check: 'migrations',
+        status: 'warn',
+        detail: `the database has migrations this version does not know (${unknown.join(', ')}): a newer baton wrote it`,
+      });
     else checks.push({ check: 'migrations', status: 'ok', detail: `current (version ${Math.max(0, ...applied)})` });
     if (!missing.length) checks.push(...(await checkHistory(store)));
     return checks;
@@ -74,18 +82,31 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
   const r = s.rows;
   const free = s.free_bytes ? ` (${mib(s.free_bytes)} free, returned by the pruner's incremental vacuum)` : '';
   const checks: Check[] = [
-    { check: 'history', status: 'ok', detail: `${count(r.executions)} executions, ${count(r.execution_events)} events, ${count(r.execution_logs)} log lines, ${count(r.audit_log)} audit rows (estimates); ${mib(s.bytes)}${free}; oldest finished ${relativeTime(iso(s.oldest_completed_at))}, oldest created ${relativeTime(iso(s.oldest_created_at))}` },
+    {
+      check: 'history',
+      status: 'ok',
+      detail: `${count(r.executions)} executions, ${count(r.execution_events)} events, ${count(r.execution_logs)} log lines, ${count(r.audit_log)} audit rows (estimates); ${mib(s.bytes)}${free}; oldest finished ${relativeTime(iso(s.oldest_completed_at))}, oldest created ${relativeTime(iso(s.oldest_created_at))}`,
+    },
   ];
   const window = s.retention.days > 0 ? `executions ${s.retention.days} d` : 'executions kept forever (BATON_RETENTION_DAYS=0)';
   const audit = s.retention.audit_days > 0 ? `audit ${s.retention.audit_days} d` : 'audit kept forever';
   const archive = s.retention.archive_dir ? `archive ${s.retention.archive_dir}` : 'no archive';
   const p = s.last_prune;
-  const last = p.completed_at === null ? 'never pruned' : `last prune ${relativeTime(iso(p.completed_at))}: ${fmt(p.executions ?? 0)} executions, ${fmt(p.audit ?? 0)} audit rows in ${((p.duration_ms ?? 0) / 1000).toFixed(1)} s (all time ${fmt(p.total_executions)}, ${fmt(p.total_audit)})`;
+  const last =
+    p.completed_at === null
+      ? 'never pruned'
+      : `last prune ${relativeTime(iso(p.completed_at))}: ${fmt(p.executions ?? 0)} executions, ${fmt(p.audit ?? 0)} audit rows in ${((p.duration_ms ?? 0) / 1000).toFixed(1)} s (all time ${fmt(p.total_executions)}, ${fmt(p.total_audit)})`;
   const detail = `${window}, ${audit}, ${archive}; ${last}`;
   // A day of slack past the window: the pruner sweeps every 10 minutes when a baton up runs it.
-  const overdue = s.retention.days > 0 && s.oldest_completed_at !== null && s.oldest_completed_at < Date.now() - (s.retention.days + 1) * 86_400_000;
+  const overdue =
+    s.retention.days > 0 && s.oldest_completed_at !== null && s.oldest_completed_at < Date.now() - (s.retention.days + 1) * 86_400_000;
   if (p.error) checks.push({ check: 'retention', status: 'warn', detail: `${detail}; the last sweep failed: ${p.error}` });
-  else if (overdue) checks.push({ check: 'retention', status: 'warn', detail: `${detail}; finished executions older than the window remain (a retry chain still running, an open violation's subject, or no baton up is pruning)` });
+  else if (overdue)
+    checks.push({
+      check: 'retention',
+      status: 'warn',
+      detail: `${detail}; finished executions older than the window remain (a retry chain still running, an open violation's subject, or no baton up is pruning)`,
+    });
   else checks.push({ check: 'retention', status: 'ok', detail });
   return checks;
 }
@@ -95,23 +116,39 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
  * and the key files — must not be readable by other users: the directory 0700, the files 0600.
  */
 export function checkFileModes(dataDir: string): Check {
-  const paths = [dataDir, ...['baton.sqlite', 'baton.sqlite-wal', 'baton.sqlite-shm', 'admin.key', 'secret.key'].map((f) => join(dataDir, f))].filter((p) => existsSync(p));
+  const paths = [
+    dataDir,
+    ...['baton.sqlite', 'baton.sqlite-wal', 'baton.sqlite-shm', 'admin.key', 'secret.key'].map((f) => join(dataDir, f)),
+  ].filter((p) => existsSync(p));
   if (paths.length === 0) return { check: 'file modes', status: 'skip', detail: `no data directory at ${dataDir}` };
   const loose = paths.filter((p) => (statSync(p).mode & 0o077) !== 0).map((p) => `${p} (${(statSync(p).mode & 0o777).toString(8)})`);
   if (loose.length === 0) return { check: 'file modes', status: 'ok', detail: `${dataDir} and its files are private to their owner` };
-  return { check: 'file modes', status: 'warn', detail: `readable or writable by others: ${loose.join(', ')} — chmod 700 ${dataDir} && chmod 600 ${dataDir}/*` };
+  return {
+    check: 'file modes',
+    status: 'warn',
+    detail: `readable or writable by others: ${loose.join(', ')} — chmod 700 ${dataDir} && chmod 600 ${dataDir}/*`,
+  };
 }
 
 /** Read-only checks of a deployment: store, migrations, file modes, server, key, canary. */
 export async function runDoctor(o: ConnectionFlags): Promise<Check[]> {
-  const dataDir = o.dataDir ?? readEnv().dataDir;
-  const checks: Check[] = await checkStore(dataDir);
+  const env = readEnv();
+  const dataDir = o.dataDir ?? env.dataDir;
+  const checks: Check[] = await checkStore(dataDir, env);
   checks.push(checkFileModes(dataDir));
   const c = connect(o);
   try {
     const r = await fetch(`${c.server}/readyz`);
     const body = (await r.json().catch(() => ({}))) as { status?: string; store?: string; message?: string };
-    checks.push(r.ok ? { check: 'server', status: 'ok', detail: `${c.server} ready (${body.store ?? 'store'})` } : { check: 'server', status: 'fail', detail: `${c.server} not ready: ${body.status ?? r.status}${body.message ? ` — ${body.message}` : ''}` });
+    checks.push(
+      r.ok
+        ? { check: 'server', status: 'ok', detail: `${c.server} ready (${body.store ?? 'store'})` }
+        : {
+            check: 'server',
+            status: 'fail',
+            detail: `${c.server} not ready: ${body.status ?? r.status}${body.message ? ` — ${body.message}` : ''}`,
+          },
+    );
   } catch (err) {
     checks.push({ check: 'server', status: 'fail', detail: new Unreachable(c.server, (err as any)?.cause ?? err).message });
     return checks;
@@ -128,12 +165,20 @@ export async function runDoctor(o: ConnectionFlags): Promise<Check[]> {
     const s = r.body;
     const when = `last check ${relativeTime(s.last_completed_at)}`;
     if (s.status === 'healthy') checks.push({ check: 'canary', status: 'ok', detail: `healthy, ${when}` });
-    else if (s.status === 'violated') checks.push({ check: 'canary', status: 'fail', detail: `${s.open_count} open violation(s), ${when} (see \`baton canary status\`)` });
-    else if (s.status === 'stale') checks.push({ check: 'canary', status: 'fail', detail: `stale: no cycle finished recently (${when}); is any baton process running the canary?` });
+    else if (s.status === 'violated')
+      checks.push({ check: 'canary', status: 'fail', detail: `${s.open_count} open violation(s), ${when} (see \`baton canary status\`)` });
+    else if (s.status === 'stale')
+      checks.push({
+        check: 'canary',
+        status: 'fail',
+        detail: `stale: no cycle finished recently (${when}); is any baton process running the canary?`,
+      });
     else checks.push({ check: 'canary', status: 'warn', detail: s.status });
   } catch (err) {
-    if (err instanceof ApiError && err.status === 404 && err.message.startsWith('no route')) checks.push({ check: 'canary', status: 'skip', detail: 'this server has no canary' });
-    else if (err instanceof ApiError && err.code === 'forbidden') checks.push({ check: 'canary', status: 'skip', detail: 'this key may not read the canary' });
+    if (err instanceof ApiError && err.status === 404 && err.message.startsWith('no route'))
+      checks.push({ check: 'canary', status: 'skip', detail: 'this server has no canary' });
+    else if (err instanceof ApiError && err.code === 'forbidden')
+      checks.push({ check: 'canary', status: 'skip', detail: 'this key may not read the canary' });
     else checks.push({ check: 'canary', status: 'fail', detail: err instanceof ApiError ? `${err.code}: ${err.message}` : String(err) });
   }
   return checks;
@@ -148,8 +193,15 @@ export function registerDoctorCommands(program: Command): void {
       const checks = await runDoctor(o);
       const failed = checks.filter((c) => c.status === 'fail');
       if (o.json) process.stdout.write(JSON.stringify({ ok: failed.length === 0, checks }, null, 2) + '\n');
-      else process.stdout.write(table(checks.map((c) => ({ ...c, status: c.status.toUpperCase() })), ['check', 'status', 'detail']) + '\n');
-      if (failed.length) process.stderr.write(`error: ${failed.length} problem(s): ${failed.map((c) => `${c.check}: ${c.detail}`).join('; ')}\n`);
+      else
+        process.stdout.write(
+          table(
+            checks.map((c) => ({ ...c, status: c.status.toUpperCase() })),
+            ['check', 'status', 'detail'],
+          ) + '\n',
+        );
+      if (failed.length)
+        process.stderr.write(`error: ${failed.length} problem(s): ${failed.map((c) => `${c.check}: ${c.detail}`).join('; ')}\n`);
       process.exitCode = failed.length ? EXIT.error : EXIT.ok;
     });
 }

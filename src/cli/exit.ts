@@ -17,7 +17,8 @@ export const EXIT = Object.freeze({
 
 /** Map an error to a one-line reason and an exit code. */
 export function describeError(err: unknown): { code: number; line: string } {
-  if (err instanceof Unreachable) return { code: EXIT.unreachable, line: `${err.message} (is \`baton up\` running? set --server or BATON_URL)` };
+  if (err instanceof Unreachable)
+    return { code: EXIT.unreachable, line: `${err.message} (is \`baton up\` running? set --server or BATON_URL)` };
   if (err instanceof ApiError) {
     const line = `${err.code}: ${err.message}`;
     switch (err.code) {

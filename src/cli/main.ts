@@ -2,6 +2,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BatonClient, type Agent, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
 import { readEnv } from '../config.ts';
 import { EXECUTION_PAGE } from '../domain/lists.ts';
+import { isTerminal } from '../domain/states.ts';
 import { int, json, num } from './args.ts';
 import { connect } from './connection.ts';
 import { describeError, EXIT } from './exit.ts';
@@ -12,6 +13,7 @@ import { registerEventCommands } from './events.ts';
 import { registerCanaryCommands } from './canary.ts';
 import { registerRetentionCommands } from './retention.ts';
 import { registerTriggerCommands } from './triggers.ts';
+import { VERSION } from '../version.ts';
 import { duration, keyValues, relativeTime, table } from './output.ts';
 
 interface Globals {
@@ -21,7 +23,6 @@ interface Globals {
   dataDir?: string;
 }
 
-
 /** Server and key from flags, then the environment, then the data directory of a local `baton up`. */
 const client = (g: Globals): BatonClient => connect(g);
 
@@ -29,7 +30,14 @@ function print(g: Globals, data: unknown, human: () => string): void {
   process.stdout.write((g.json ? JSON.stringify(data, null, 2) : human()) + '\n');
 }
 
-const agentRow = (a: Agent) => ({ name: a.name, delivery: a.delivery, running: `${a.running}/${a.max_parallel}`, queued: `${a.queued}/${a.max_backlog}`, timeout: `${a.timeout_seconds}s`, lease: `${a.lease_ttl_seconds}s` });
+const agentRow = (a: Agent) => ({
+  name: a.name,
+  delivery: a.delivery,
+  running: `${a.running}/${a.max_parallel}`,
+  queued: `${a.queued}/${a.max_backlog}`,
+  timeout: `${a.timeout_seconds}s`,
+  lease: `${a.lease_ttl_seconds}s`,
+});
 const execRow = (e: ExecutionListItem) => ({
   id: e.id,
   agent: e.agent,
@@ -47,7 +55,19 @@ function showExecution(e: ExecutionDetail): string {
   parts.push('\npayload  ' + JSON.stringify(payload));
   if (result !== null && result !== undefined) parts.push('result   ' + JSON.stringify(result));
   parts.push('\ntimeline');
-  parts.push(table(events.map((ev) => ({ at: ev.at, from: ev.from ?? '(new)', to: ev.to, reason: ev.reason ?? '', actor: ev.actor, attempt: ev.attempt })), ['at', 'from', 'to', 'reason', 'actor', 'attempt']));
+  parts.push(
+    table(
+      events.map((ev) => ({
+        at: ev.at,
+        from: ev.from ?? '(new)',
+        to: ev.to,
+        reason: ev.reason ?? '',
+        actor: ev.actor,
+        attempt: ev.attempt,
+      })),
+      ['at', 'from', 'to', 'reason', 'actor', 'attempt'],
+    ),
+  );
   return parts.join('\n');
 }
 
@@ -67,7 +87,7 @@ async function waitAndReport(g: Globals, c: BatonClient, id: string, timeoutS?: 
   });
   if (tty) process.stderr.write('\n');
   print(g, e, () => showExecution(e));
-  if (!['succeeded', 'failed', 'cancelled', 'skipped'].includes(e.status)) {
+  if (!isTerminal(e.status)) {
     process.stderr.write(`still ${e.status} after ${timeoutS}s\n`);
     return EXIT.error;
   }
@@ -77,6 +97,7 @@ async function waitAndReport(g: Globals, c: BatonClient, id: string, timeoutS?: 
 export function buildProgram(): Command {
   const program = new Command('baton')
     .description('Baton: a crash-safe execution control plane for AI agents')
+    .version(VERSION)
     .option('--server <url>', 'server URL (env BATON_URL; default http://127.0.0.1:7070)')
     .option('--key <key>', 'API key (env BATON_API_KEY; default: <data dir>/admin.key)')
     .option('--data-dir <dir>', 'data directory (env BATON_DATA_DIR; default ./.baton)')
@@ -94,9 +115,13 @@ export function buildProgram(): Command {
     .action(async (_o, cmd) => {
       const o = g(cmd);
       const { startNode } = await import('../server/up.ts');
-      const node = await startNode({ env: { ...(o.port ? { port: o.port } : {}), ...(o.host ? { host: o.host } : {}), ...(o.dataDir ? { dataDir: o.dataDir } : {}) } });
+      const node = await startNode({
+        env: { ...(o.port ? { port: o.port } : {}), ...(o.host ? { host: o.host } : {}), ...(o.dataDir ? { dataDir: o.dataDir } : {}) },
+      });
       if (node.createdAdminKey) {
-        process.stderr.write(`\nAdmin API key (shown once; also saved to ${readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`);
+        process.stderr.write(
+          `\nAdmin API key (shown once; also saved to ${o.dataDir ?? readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`,
+        );
       }
       await new Promise<void>((resolve) => {
         let signals = 0;
@@ -117,11 +142,13 @@ export function buildProgram(): Command {
       const env = readEnv();
       // Loaded only here: database drivers cost most of a CLI start-up.
       const { openStore } = await import('../store/open.ts');
-      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: process.env.BATON_PG_SCHEMA });
+      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: env.pgSchema });
       try {
         const applied = await store.migrate();
         const status = await store.migrationStatus();
-        print(o, { applied, current: status.applied }, () => (applied.length ? `applied migrations ${applied.join(', ')}` : `up to date (version ${Math.max(0, ...status.applied)})`));
+        print(o, { applied, current: status.applied }, () =>
+          applied.length ? `applied migrations ${applied.join(', ')}` : `up to date (version ${Math.max(0, ...status.applied)})`,
+        );
       } finally {
         await store.close();
       }
@@ -158,26 +185,40 @@ export function buildProgram(): Command {
     const a = await client(o).createAgent({ name, ...settings(o) });
     print(o, a, () => `created agent ${a.name}\n` + keyValues(agentRow(a)));
   });
-  agents.command('list').description('agents with running/cap and queue depth').action(async (_o, cmd) => {
-    const o = g(cmd);
-    const list = await client(o).listAgents();
-    print(o, list, () => table(list.map(agentRow), ['name', 'delivery', 'running', 'queued', 'timeout', 'lease']));
-  });
+  agents
+    .command('list')
+    .description('agents with running/cap and queue depth')
+    .action(async (_o, cmd) => {
+      const o = g(cmd);
+      const list = await client(o).listAgents();
+      print(o, list, () => table(list.map(agentRow), ['name', 'delivery', 'running', 'queued', 'timeout', 'lease']));
+    });
   agents.command('show <name>').action(async (name, _o, cmd) => {
     const o = g(cmd);
     const a = await client(o).getAgent(name);
-    print(o, a, () => keyValues({ ...a, created_at: `${a.created_at} (${relativeTime(a.created_at)})`, updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})` }));
+    print(o, a, () =>
+      keyValues({
+        ...a,
+        created_at: `${a.created_at} (${relativeTime(a.created_at)})`,
+        updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})`,
+      }),
+    );
   });
-  agentOptions(agents.command('update <name>').description('change settings (lowering --max-parallel never interrupts running work)')).action(async (name, _o, cmd) => {
+  agentOptions(
+    agents.command('update <name>').description('change settings (lowering --max-parallel never interrupts running work)'),
+  ).action(async (name, _o, cmd) => {
     const o = g(cmd);
     const a = await client(o).updateAgent(name, settings(o));
     print(o, a, () => `updated agent ${a.name}\n` + keyValues(agentRow(a)));
   });
-  agents.command('delete <name>').description('delete an agent (cancels its queued work; history stays)').action(async (name, _o, cmd) => {
-    const o = g(cmd);
-    const r = await client(o).deleteAgent(name);
-    print(o, r, () => `deleted agent ${name}: ${r.cancelled} queued cancelled, ${r.cancel_requested} running asked to stop`);
-  });
+  agents
+    .command('delete <name>')
+    .description('delete an agent (cancels its queued work; history stays)')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const r = await client(o).deleteAgent(name);
+      print(o, r, () => `deleted agent ${name}: ${r.cancelled} queued cancelled, ${r.cancel_requested} running asked to stop`);
+    });
 
   program
     .command('run <agent> <message>')
@@ -191,7 +232,11 @@ export function buildProgram(): Command {
     .action(async (agent, message, _o, cmd) => {
       const o = g(cmd);
       const c = client(o);
-      const created = await c.submit(agent, { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay }, { idempotencyKey: o.idempotencyKey });
+      const created = await c.submit(
+        agent,
+        { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay },
+        { idempotencyKey: o.idempotencyKey },
+      );
       if (!o.wait) return print(o, created, () => `${created.execution_id} ${created.status}`);
       if (!o.json) process.stderr.write(`${created.execution_id} ${created.status}\n`);
       process.exitCode = await waitAndReport(o, c, created.execution_id, o.timeout);
@@ -202,27 +247,47 @@ export function buildProgram(): Command {
     .command('list')
     .option('--agent <name>')
     .addOption(new Option('--status <list>', 'comma-separated statuses'))
-    .option('--limit <n>', `rows (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max}; --json items carry previews, \`executions show\` the full bodies)`, int('--limit'))
+    .option(
+      '--limit <n>',
+      `rows (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max}; --json items carry previews, \`executions show\` the full bodies)`,
+      int('--limit'),
+    )
     .option('--schedule <id>', 'only runs of this schedule')
     .option('--since <iso>', 'created at or after (ISO-8601)')
     .option('--until <iso>', 'created before (ISO-8601)')
     .option('--cursor <cursor>', 'the next page (printed after a full page)')
     .action(async (_o, cmd) => {
       const o = g(cmd);
-      const page = await client(o).listExecutions({ agent: o.agent, status: o.status, limit: o.limit, schedule_id: o.schedule, since: o.since, until: o.until, cursor: o.cursor });
-      print(o, page, () => table(page.executions.map(execRow), ['id', 'agent', 'status', 'attempt', 'trigger', 'created', 'duration', 'error']));
+      const page = await client(o).listExecutions({
+        agent: o.agent,
+        status: o.status,
+        limit: o.limit,
+        schedule_id: o.schedule,
+        since: o.since,
+        until: o.until,
+        cursor: o.cursor,
+      });
+      print(o, page, () =>
+        table(page.executions.map(execRow), ['id', 'agent', 'status', 'attempt', 'trigger', 'created', 'duration', 'error']),
+      );
       if (!o.json && page.next_cursor) process.stderr.write(`more: --cursor ${page.next_cursor}\n`);
     });
-  executions.command('show <id>').description('one execution with its event timeline').action(async (id, _o, cmd) => {
-    const o = g(cmd);
-    const e = await client(o).getExecution(id);
-    print(o, e, () => showExecution(e));
-  });
-  executions.command('cancel <id>').description('cancel (queued: at once; running: the worker is told)').action(async (id, _o, cmd) => {
-    const o = g(cmd);
-    const e = await client(o).cancel(id);
-    print(o, e, () => (e.status === 'cancelled' ? `${e.id} cancelled` : `${e.id} cancellation requested (still ${e.status})`));
-  });
+  executions
+    .command('show <id>')
+    .description('one execution with its event timeline')
+    .action(async (id, _o, cmd) => {
+      const o = g(cmd);
+      const e = await client(o).getExecution(id);
+      print(o, e, () => showExecution(e));
+    });
+  executions
+    .command('cancel <id>')
+    .description('cancel (queued: at once; running: the worker is told)')
+    .action(async (id, _o, cmd) => {
+      const o = g(cmd);
+      const e = await client(o).cancel(id);
+      print(o, e, () => (e.status === 'cancelled' ? `${e.id} cancelled` : `${e.id} cancellation requested (still ${e.status})`));
+    });
   executions
     .command('wait <id>')
     .description('wait until the execution ends; exit 7 if failed, 8 if cancelled')
@@ -247,7 +312,12 @@ export function buildProgram(): Command {
   keys.command('list').action(async (_o, cmd) => {
     const o = g(cmd);
     const list = await client(o).listKeys();
-    print(o, list, () => table(list.map((k) => ({ ...k, created_at: relativeTime(k.created_at), revoked_at: relativeTime(k.revoked_at) })), ['id', 'name', 'scope', 'agent', 'created_at', 'revoked_at']));
+    print(o, list, () =>
+      table(
+        list.map((k) => ({ ...k, created_at: relativeTime(k.created_at), revoked_at: relativeTime(k.revoked_at) })),
+        ['id', 'name', 'scope', 'agent', 'created_at', 'revoked_at'],
+      ),
+    );
   });
   keys.command('revoke <id>').action(async (id, _o, cmd) => {
     const o = g(cmd);

@@ -13,7 +13,10 @@ export function registerMcpCommands(program: Command): void {
     .action(async (_o, cmd: Command) => {
       const o = cmd.optsWithGlobals() as ConnectionFlags;
       const client = connect(o, 'mcp');
-      const [{ StdioServerTransport }, { createMcpServer }] = await Promise.all([import('@modelcontextprotocol/sdk/server/stdio.js'), import('../mcp/tools.ts')]);
+      const [{ StdioServerTransport }, { createMcpServer }] = await Promise.all([
+        import('@modelcontextprotocol/sdk/server/stdio.js'),
+        import('../mcp/tools.ts'),
+      ]);
       const server = createMcpServer(client);
       const transport = new StdioServerTransport();
       const closed = new Promise<void>((resolve) => {

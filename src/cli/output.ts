@@ -5,7 +5,15 @@ export function relativeTime(iso: string | null | undefined, now = Date.now()): 
   const diff = Date.parse(iso) - now;
   const abs = Math.abs(diff);
   const fmt =
-    abs < 1000 ? 'now' : abs < 60_000 ? `${Math.round(abs / 1000)}s` : abs < 3_600_000 ? `${Math.round(abs / 60_000)}m` : abs < 86_400_000 ? `${Math.round(abs / 3_600_000)}h` : `${Math.round(abs / 86_400_000)}d`;
+    abs < 1000
+      ? 'now'
+      : abs < 60_000
+        ? `${Math.round(abs / 1000)}s`
+        : abs < 3_600_000
+          ? `${Math.round(abs / 60_000)}m`
+          : abs < 86_400_000
+            ? `${Math.round(abs / 3_600_000)}h`
+            : `${Math.round(abs / 86_400_000)}d`;
   if (fmt === 'now') return 'now';
   return diff < 0 ? `${fmt} ago` : `in ${fmt}`;
 }
@@ -14,7 +22,11 @@ export function table(rows: Array<Record<string, unknown>>, columns: string[]): 
   if (rows.length === 0) return '(none)';
   const cells = rows.map((r) => columns.map((c) => cell(r[c])));
   const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i]!.length)));
-  const line = (vals: string[]) => vals.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd();
+  const line = (vals: string[]) =>
+    vals
+      .map((v, i) => v.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
   return [line(columns.map((c) => c.toUpperCase())), ...cells.map(line)].join('\n');
 }
 
@@ -32,5 +44,9 @@ function cell(v: unknown): string {
 
 export function duration(ms: number | null | undefined): string {
   if (ms === null || ms === undefined) return '-';
-  return ms < 1000 ? `${ms}ms` : ms < 60_000 ? `${(ms / 1000).toFixed(1)}s` : `${Math.floor(ms / 60_000)}m${Math.round((ms % 60_000) / 1000)}s`;
+  return ms < 1000
+    ? `${ms}ms`
+    : ms < 60_000
+      ? `${(ms / 1000).toFixed(1)}s`
+      : `${Math.floor(ms / 60_000)}m${Math.round((ms % 60_000) / 1000)}s`;
 }

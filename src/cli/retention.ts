@@ -13,14 +13,16 @@ export function parseBefore(v: string): number {
 export function registerRetentionCommands(program: Command): void {
   program
     .command('export')
-    .description('write terminal executions finished before a date, with events and logs, as gzip JSON lines (the archive format); deletes nothing')
+    .description(
+      'write terminal executions finished before a date, with events and logs, as gzip JSON lines (the archive format); deletes nothing',
+    )
     .requiredOption('--before <date>', 'finished before this date (2026-01-01 is UTC midnight) or ISO-8601 date-time', parseBefore)
     .requiredOption('--out <file>', 'the file to write (gzip; must not exist)')
     .action(async (_o, cmd: Command) => {
       const o = cmd.optsWithGlobals() as { before: number; out: string; dataDir?: string; json?: boolean };
       const env = readEnv();
       const [{ openStore }, { exportHistory }] = await Promise.all([import('../store/open.ts'), import('../retention/export.ts')]);
-      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: process.env.BATON_PG_SCHEMA, poolMax: 2 });
+      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: env.pgSchema, poolMax: 2 });
       try {
         const r = await exportHistory({ store, before: o.before, out: resolve(o.out) });
         const line = `exported ${r.executions} executions (${r.events} events, ${r.logs} log lines) finished before ${new Date(o.before).toISOString()} to ${r.file} (${r.bytes} bytes gzip)`;

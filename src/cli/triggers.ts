@@ -9,7 +9,6 @@ export interface CliHelpers {
   opts(cmd: Command): Record<string, any>;
 }
 
-
 const scheduleRow = (s: Schedule) => ({
   id: s.id,
   agent: s.agent,
@@ -21,7 +20,14 @@ const scheduleRow = (s: Schedule) => ({
   next: s.next_run_at ? `${s.next_run_at} (${relativeTime(s.next_run_at)})` : '-',
   last: relativeTime(s.last_run_at),
 });
-const webhookRow = (w: Webhook) => ({ id: w.id, name: w.name, agent: w.agent, schedule: w.schedule_id ?? '-', signed: w.signed ? 'yes' : 'no', last_delivery: relativeTime(w.last_delivery_at) });
+const webhookRow = (w: Webhook) => ({
+  id: w.id,
+  name: w.name,
+  agent: w.agent,
+  schedule: w.schedule_id ?? '-',
+  signed: w.signed ? 'yes' : 'no',
+  last_delivery: relativeTime(w.last_delivery_at),
+});
 
 function scheduleFields(o: Record<string, any>): Partial<ScheduleCreate> {
   return Object.fromEntries(
@@ -57,39 +63,54 @@ const scheduleOptions = (c: Command) =>
 export function registerTriggerCommands(program: Command, h: CliHelpers): void {
   const schedules = program.command('schedules').alias('sc').description('cron schedules (docs/triggers.md)');
 
-  scheduleOptions(schedules.command('create <agent> <name>').description('create a schedule').option('--disabled', 'create it disabled')).action(async (agent, name, _o, cmd) => {
+  scheduleOptions(
+    schedules.command('create <agent> <name>').description('create a schedule').option('--disabled', 'create it disabled'),
+  ).action(async (agent, name, _o, cmd) => {
     const o = h.opts(cmd);
     if (!o.cron || !o.message) throw new InvalidArgumentError('--cron and --message are required');
-    const s = await h.client(o).createSchedule(agent, { ...(scheduleFields(o) as ScheduleCreate), name, enabled: o.disabled ? false : undefined });
+    const s = await h
+      .client(o)
+      .createSchedule(agent, { ...(scheduleFields(o) as ScheduleCreate), name, enabled: o.disabled ? false : undefined });
     h.print(o, s, () => `created schedule ${s.id}\n` + keyValues({ ...scheduleRow(s), next_runs: s.next_runs.join(', ') }));
   });
-  schedules.command('list [agent]').description('schedules with their next due time').action(async (agent, _o, cmd) => {
-    const o = h.opts(cmd);
-    const list = await h.client(o).listSchedules(agent);
-    h.print(o, list, () => table(list.map(scheduleRow), ['id', 'agent', 'name', 'cron', 'tz', 'enabled', 'overlap', 'next', 'last']));
-  });
+  schedules
+    .command('list [agent]')
+    .description('schedules with their next due time')
+    .action(async (agent, _o, cmd) => {
+      const o = h.opts(cmd);
+      const list = await h.client(o).listSchedules(agent);
+      h.print(o, list, () => table(list.map(scheduleRow), ['id', 'agent', 'name', 'cron', 'tz', 'enabled', 'overlap', 'next', 'last']));
+    });
   schedules.command('show <id>').action(async (id, _o, cmd) => {
     const o = h.opts(cmd);
     const s = await h.client(o).getSchedule(id);
     h.print(o, s, () => keyValues(s));
   });
-  scheduleOptions(schedules.command('update <id>').description('change a schedule').option('--name <name>', 'rename')).action(async (id, _o, cmd) => {
-    const o = h.opts(cmd);
-    const s = await h.client(o).updateSchedule(id, scheduleFields(o));
-    h.print(o, s, () => `updated schedule ${s.id}\n` + keyValues(scheduleRow(s)));
-  });
-  for (const [verb, enabled] of [['enable', true], ['disable', false]] as const) {
+  scheduleOptions(schedules.command('update <id>').description('change a schedule').option('--name <name>', 'rename')).action(
+    async (id, _o, cmd) => {
+      const o = h.opts(cmd);
+      const s = await h.client(o).updateSchedule(id, scheduleFields(o));
+      h.print(o, s, () => `updated schedule ${s.id}\n` + keyValues(scheduleRow(s)));
+    },
+  );
+  for (const [verb, enabled] of [
+    ['enable', true],
+    ['disable', false],
+  ] as const) {
     schedules.command(`${verb} <id>`).action(async (id, _o, cmd) => {
       const o = h.opts(cmd);
       const s = await h.client(o).updateSchedule(id, { enabled });
       h.print(o, s, () => `${verb}d schedule ${s.id}; next run ${s.next_run_at ?? '-'}`);
     });
   }
-  schedules.command('delete <id>').description('delete (queued runs cancelled, running ones asked to stop; history stays)').action(async (id, _o, cmd) => {
-    const o = h.opts(cmd);
-    const r = await h.client(o).deleteSchedule(id);
-    h.print(o, r, () => `deleted schedule ${id}: ${r.cancelled} queued cancelled, ${r.cancel_requested} running asked to stop`);
-  });
+  schedules
+    .command('delete <id>')
+    .description('delete (queued runs cancelled, running ones asked to stop; history stays)')
+    .action(async (id, _o, cmd) => {
+      const o = h.opts(cmd);
+      const r = await h.client(o).deleteSchedule(id);
+      h.print(o, r, () => `deleted schedule ${id}: ${r.cancelled} queued cancelled, ${r.cancel_requested} running asked to stop`);
+    });
   const trigger = async (id: string, _o: unknown, cmd: Command) => {
     const o = h.opts(cmd);
     const r = await h.client(o).triggerSchedule(id, { payload: o.payload, idempotencyKey: o.idempotencyKey });
@@ -115,14 +136,29 @@ export function registerTriggerCommands(program: Command, h: CliHelpers): void {
     .option('--generate-secret', 'generate a signing secret (shown once)')
     .action(async (name, _o, cmd) => {
       const o = h.opts(cmd);
-      const w = await h.client(o).createWebhook({ name, schedule_id: o.schedule, agent: o.agent, message: o.message, overlap_policy: o.overlap, secret: o.secret, generate_secret: o.generateSecret });
-      h.print(o, w, () => `created webhook ${w.id}; shown once:\n  POST ${h.client(o).server}${w.path}${w.secret ? `\n  secret ${w.secret}` : ''}`);
+      const w = await h.client(o).createWebhook({
+        name,
+        schedule_id: o.schedule,
+        agent: o.agent,
+        message: o.message,
+        overlap_policy: o.overlap,
+        secret: o.secret,
+        generate_secret: o.generateSecret,
+      });
+      h.print(
+        o,
+        w,
+        () => `created webhook ${w.id}; shown once:\n  POST ${h.client(o).server}${w.path}${w.secret ? `\n  secret ${w.secret}` : ''}`,
+      );
     });
-  webhooks.command('list').option('--agent <name>').action(async (_o, cmd) => {
-    const o = h.opts(cmd);
-    const list = await h.client(o).listWebhooks(o.agent);
-    h.print(o, list, () => table(list.map(webhookRow), ['id', 'name', 'agent', 'schedule', 'signed', 'last_delivery']));
-  });
+  webhooks
+    .command('list')
+    .option('--agent <name>')
+    .action(async (_o, cmd) => {
+      const o = h.opts(cmd);
+      const list = await h.client(o).listWebhooks(o.agent);
+      h.print(o, list, () => table(list.map(webhookRow), ['id', 'name', 'agent', 'schedule', 'signed', 'last_delivery']));
+    });
   webhooks
     .command('rotate <id>')
     .description('new token (the old one stops at once); a signed webhook gets a new secret')
@@ -130,7 +166,11 @@ export function registerTriggerCommands(program: Command, h: CliHelpers): void {
     .action(async (id, _o, cmd) => {
       const o = h.opts(cmd);
       const w = await h.client(o).rotateWebhook(id, o.secret);
-      h.print(o, w, () => `rotated webhook ${w.id}; shown once:\n  POST ${h.client(o).server}${w.path}${w.secret ? `\n  secret ${w.secret}` : ''}`);
+      h.print(
+        o,
+        w,
+        () => `rotated webhook ${w.id}; shown once:\n  POST ${h.client(o).server}${w.path}${w.secret ? `\n  secret ${w.secret}` : ''}`,
+      );
     });
   webhooks.command('delete <id>').action(async (id, _o, cmd) => {
     const o = h.opts(cmd);

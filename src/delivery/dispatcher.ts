@@ -9,11 +9,14 @@ import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
+import type { BatonErrorCode } from '../domain/error-codes.ts';
 import { BatonError } from '../domain/errors.ts';
+import { isCompletionStatus } from '../domain/states.ts';
+import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
-import { redactJson, redactSecrets } from '../engine/redact.ts';
+import { reportLoopError } from '../engine/loop.ts';
+import { redactJson, redactSecrets } from '../domain/redact.ts';
 import { iso } from '../engine/views.ts';
-import type { Outcome } from '../engine/transitions/complete.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 
 export interface DispatcherOptions {
@@ -59,7 +62,10 @@ export class Dispatcher {
   private readonly off: () => void;
   private readonly actor: string;
 
-  constructor(private readonly engine: Engine, opts: DispatcherOptions = {}) {
+  constructor(
+    private readonly engine: Engine,
+    opts: DispatcherOptions = {},
+  ) {
     this.concurrency = opts.concurrency ?? 64;
     this.maxResponseBytes = opts.maxResponseBytes ?? 4 * 1024 * 1024;
     this.shutdownGraceMs = opts.shutdownGraceMs ?? 10_000;
@@ -68,13 +74,15 @@ export class Dispatcher {
     this.httpAgent = new http.Agent({ keepAlive: true, maxSockets: this.concurrency });
     this.httpsAgent = new https.Agent({ keepAlive: true, maxSockets: this.concurrency });
     // Work queued for a push agent, or a seat freed: dispatch now rather than at the next poll.
+    // A pass a signal started reports its failure as the loop's own passes do.
+    const signalled = () => void this.dispatchOnce().catch((error) => reportLoopError(engine.events, 'dispatcher', error));
     const onChanged = (e: { agent: string; status: string }) => {
       if (e.status === 'running') return;
       // An agent the last pass did not know (just created) may be a push agent: look.
-      if (this.pushAgents.has(e.agent) || !this.pullAgents.has(e.agent)) this.dispatchOnce().catch(() => undefined);
+      if (this.pushAgents.has(e.agent) || !this.pullAgents.has(e.agent)) signalled();
     };
     engine.events.on('execution:changed', onChanged);
-    const offAgent = engine.store.subscribe('agent', () => void this.dispatchOnce().catch(() => undefined));
+    const offAgent = engine.store.subscribe('agent', signalled);
     this.off = () => {
       engine.events.off('execution:changed', onChanged);
       offAgent();
@@ -88,19 +96,20 @@ export class Dispatcher {
 
   /**
    * Admit what push agents can take now and start delivering it. Calls that overlap a running
-   * pass fold into one more pass after it. Returns how many deliveries this pass started.
+   * pass fold into one more pass after it. Returns how many deliveries this pass started. A
+   * failed pass rejects only for the call that started it, so it is reported once.
    */
   dispatchOnce(): Promise<number> {
     if (this.stopped) return Promise.resolve(0);
     if (this.pending) {
       this.again = true;
-      return this.pending;
+      return this.pending.catch(() => 0);
     }
     const pass = this.pass().finally(() => {
       this.pending = undefined;
       if (this.again && !this.stopped) {
         this.again = false;
-        this.dispatchOnce().catch((error) => this.engine.events.emit('loop:error', { loop: 'dispatcher', error }));
+        this.dispatchOnce().catch((error) => reportLoopError(this.engine.events, 'dispatcher', error));
       }
     });
     this.pending = pass;
@@ -108,7 +117,11 @@ export class Dispatcher {
   }
 
   private async pass(): Promise<number> {
-    const all = await this.engine.store.db.selectFrom('agents').select(['name', 'delivery', 'push_url', 'push_secret']).orderBy('name').execute();
+    const all = await this.engine.store.db
+      .selectFrom('agents')
+      .select(['name', 'delivery', 'push_url', 'push_secret'])
+      .orderBy('name')
+      .execute();
     const agents: PushAgent[] = all.filter((a) => a.delivery === 'push');
     this.pushAgents = new Set(agents.map((a) => a.name));
     this.pullAgents = new Set(all.filter((a) => a.delivery !== 'push').map((a) => a.name));
@@ -137,19 +150,29 @@ export class Dispatcher {
       why = w;
       ctrl.abort();
     };
-    const done = this.deliver(row, agent, ctrl.signal, () => why).finally(() => this.inflight.delete(row.id));
+    // A throw outside deliver's own handling (a corrupt stored payload, say) leaves the row running
+    // until its lease lapses and the reaper re-queues it; it is reported, never left unhandled.
+    const done = this.deliver(row, agent, ctrl.signal, () => why)
+      .catch((err) => reportLoopError(this.engine.events, 'dispatcher', err))
+      .finally(() => this.inflight.delete(row.id));
     this.inflight.set(row.id, { id: row.id, abort, done });
     // Renew while the request is in flight; the answer to a renewal also carries cancellation.
     const ttlMs = row.lease_ttl_seconds * 1000;
-    const renew = setInterval(async () => {
+    const renewOnce = async () => {
       try {
         const r = await this.engine.heartbeat(row.id, row.lease_token!);
         if (r.cancel_requested) abort('cancelled');
       } catch (err) {
         if (err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found')) abort('lost');
+        // Anything else (the store briefly unavailable) is retried by the next renewal, a third of
+        // a lease later; the lease itself is the backstop.
       }
-    }, Math.max(200, ttlMs / 3));
-    const deadline = setTimeout(() => abort('timeout'), Math.min(2 ** 31 - 1, Math.max(0, (row.deadline_at ?? Infinity) - this.engine.now())));
+    };
+    const renew = setInterval(() => void renewOnce(), Math.max(200, ttlMs / 3));
+    const deadline = setTimeout(
+      () => abort('timeout'),
+      Math.min(2 ** 31 - 1, Math.max(0, (row.deadline_at ?? Infinity) - this.engine.now())),
+    );
     void done.finally(() => {
       clearInterval(renew);
       clearTimeout(deadline);
@@ -160,7 +183,13 @@ export class Dispatcher {
     const started = Date.now();
     let out: Outcome;
     if (!agent.push_url) {
-      out = { status: 'failed', error: { code: 'push_url_missing', message: `agent '${agent.name}' uses push delivery but has no push_url` } };
+      out = {
+        status: 'failed',
+        error: {
+          code: 'push_url_missing' satisfies BatonErrorCode,
+          message: `agent '${agent.name}' uses push delivery but has no push_url`,
+        },
+      };
     } else {
       const body = JSON.stringify({
         execution_id: row.id,
@@ -179,7 +208,9 @@ export class Dispatcher {
       };
       if (row.deadline_at) headers['x-baton-deadline'] = iso(row.deadline_at)!;
       try {
-        if (agent.push_secret) headers['x-baton-signature'] = `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
+        if (agent.push_secret)
+          headers['x-baton-signature'] =
+            `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
         const res = await this.post(agent.push_url, body, headers, signal);
         out = interpret(res);
       } catch (err) {
@@ -193,7 +224,7 @@ export class Dispatcher {
       else await this.engine.complete(row.id, row.lease_token!, out, this.actor);
     } catch (err) {
       if (!(err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found'))) {
-        this.engine.events.emit('loop:error', { loop: 'dispatcher', error: err });
+        reportLoopError(this.engine.events, 'dispatcher', err);
       }
     }
   }
@@ -201,17 +232,38 @@ export class Dispatcher {
   private failure(err: unknown, why: Why | undefined, started: number, row: ExecutionRow, url: string): Outcome {
     const secs = ((Date.now() - started) / 1000).toFixed(1);
     if (why === 'timeout') {
-      return { status: 'failed', error: { code: 'timeout', message: `push request timed out: no answer from ${where(url)} after ${secs} s (the agent's ${row.timeout_seconds} s timeout)` } };
+      return {
+        status: 'failed',
+        error: {
+          code: 'timeout' satisfies BatonErrorCode,
+          message: `push request timed out: no answer from ${where(url)} after ${secs} s (the agent's ${row.timeout_seconds} s timeout)`,
+        },
+      };
     }
-    if (why === 'cancelled') return { status: 'cancelled', error: { code: 'cancel_requested', message: `cancelled on request; the push request was aborted after ${secs} s` } };
-    if (why) return { status: 'failed', error: { code: 'push_aborted', message: `push request aborted (${why}) after ${secs} s` } };
+    if (why === 'cancelled')
+      return {
+        status: 'cancelled',
+        error: {
+          code: 'cancel_requested' satisfies BatonErrorCode,
+          message: `cancelled on request; the push request was aborted after ${secs} s`,
+        },
+      };
+    if (why)
+      return {
+        status: 'failed',
+        error: { code: 'push_aborted' satisfies BatonErrorCode, message: `push request aborted (${why}) after ${secs} s` },
+      };
     const e = err as NodeJS.ErrnoException & { cause?: any };
     const code = e?.code ?? e?.cause?.code;
     const text = (e?.message || String(err) || 'unknown error').trim();
-    if (e instanceof ResponseTooLarge) return { status: 'failed', error: { code: 'push_invalid_response', message: text } };
+    if (e instanceof ResponseTooLarge)
+      return { status: 'failed', error: { code: 'push_invalid_response' satisfies BatonErrorCode, message: text } };
     return {
       status: 'failed',
-      error: { code: 'push_unreachable', message: `POST ${where(url)} failed after ${secs} s: ${code ? `${code}: ` : ''}${text || 'connection error'}` },
+      error: {
+        code: 'push_unreachable' satisfies BatonErrorCode,
+        message: `POST ${where(url)} failed after ${secs} s: ${code ? `${code}: ` : ''}${text || 'connection error'}`,
+      },
     };
   }
 
@@ -221,7 +273,12 @@ export class Dispatcher {
     const mod = u.protocol === 'https:' ? https : http;
     const agent = u.protocol === 'https:' ? this.httpsAgent : this.httpAgent;
     return new Promise((resolve, reject) => {
-      const req = mod.request(u, { method: 'POST', headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, agent, signal });
+      const req = mod.request(u, {
+        method: 'POST',
+        headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
+        agent,
+        signal,
+      });
       req.on('response', (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
@@ -281,33 +338,69 @@ export function interpret(res: { status: number; text: string }): Outcome {
   const s = res.status;
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
-    if (jsonTooDeep(res.text)) return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} but ${tooDeepMessage('the body')}` } };
+    if (jsonTooDeep(res.text))
+      return {
+        status: 'failed',
+        error: { code: 'push_invalid_response' satisfies BatonErrorCode, message: `HTTP ${s} but ${tooDeepMessage('the body')}` },
+      };
     let b: any;
     try {
       b = JSON.parse(res.text);
     } catch {
-      return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}` } };
+      return {
+        status: 'failed',
+        error: {
+          code: 'push_invalid_response' satisfies BatonErrorCode,
+          message: `HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}`,
+        },
+      };
     }
     if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: redactJson(b) };
     const status = b.status ?? 'succeeded';
-    if (!['succeeded', 'failed', 'cancelled'].includes(status)) {
-      return { status: 'failed', error: { code: 'push_invalid_response', message: `HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)` } };
+    if (!isCompletionStatus(status)) {
+      return {
+        status: 'failed',
+        error: {
+          code: 'push_invalid_response' satisfies BatonErrorCode,
+          message: `HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)`,
+        },
+      };
     }
     const usage = typeof b.usage === 'object' && b.usage !== null && !Array.isArray(b.usage) ? b.usage : undefined;
     let error: Outcome['error'] = null;
     if (status !== 'succeeded') {
       const e = b.error;
       const message = typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : '';
-      const code = typeof e?.code === 'string' && e.code ? e.code.slice(0, 100) : status === 'failed' ? 'agent_failed' : 'cancelled';
+      const code =
+        typeof e?.code === 'string' && e.code
+          ? e.code.slice(0, 100)
+          : status === 'failed'
+            ? ('agent_failed' satisfies BatonErrorCode)
+            : ('cancelled' satisfies BatonErrorCode);
       error = { code, message: snippet(message) || `the agent reported ${status} without a message` };
     }
     return { status, result: redactJson(b.result), error, usage };
   }
   if (s >= 400 && s < 500) {
-    return { status: 'failed', error: { code: 'push_rejected', message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'} (a 4xx is not re-delivered)` } };
+    return {
+      status: 'failed',
+      error: {
+        code: 'push_rejected' satisfies BatonErrorCode,
+        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'} (a 4xx is not re-delivered)`,
+      },
+    };
   }
   if (s >= 500) {
-    return { status: 'failed', error: { code: 'push_server_error', message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'}` } };
+    return {
+      status: 'failed',
+      error: {
+        code: 'push_server_error' satisfies BatonErrorCode,
+        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'}`,
+      },
+    };
   }
-  return { status: 'failed', error: { code: 'push_unexpected_status', message: `the agent answered HTTP ${s}; expected 2xx` } };
+  return {
+    status: 'failed',
+    error: { code: 'push_unexpected_status' satisfies BatonErrorCode, message: `the agent answered HTTP ${s}; expected 2xx` },
+  };
 }

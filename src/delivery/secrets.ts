@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { SecretBox } from '../domain/secret-box.ts';
 
 /**
  * Encryption at rest for secrets Baton must be able to read back (push signing secrets): AES-256-GCM
@@ -12,10 +13,7 @@ import { join } from 'node:path';
 export const SECRET_KEY_FILE = 'secret.key';
 const VERSION = 'v1';
 
-export interface SecretBox {
-  seal(plain: string): string;
-  open(sealed: string): string;
-}
+export type { SecretBox };
 
 export function parseSecretKey(text: string): Buffer {
   const t = text.trim();
@@ -42,7 +40,9 @@ export function secretBoxFromKey(key: Buffer): SecretBox {
       try {
         return Buffer.concat([decipher.update(Buffer.from(ct, 'base64url')), decipher.final()]).toString('utf8');
       } catch {
-        throw new Error('cannot decrypt a stored secret: BATON_SECRET_KEY (or <data dir>/secret.key) differs from the one it was sealed with');
+        throw new Error(
+          'cannot decrypt a stored secret: BATON_SECRET_KEY (or <data dir>/secret.key) differs from the one it was sealed with',
+        );
       }
     },
   };
@@ -66,9 +66,12 @@ function keyFromDataDir(dataDir: string): Buffer {
   return parseSecretKey(readFileSync(file, 'utf8'));
 }
 
-/** The key is resolved on first use, so processes that never touch a secret create no file. */
-export function lazySecretBox(dataDir: string, env: NodeJS.ProcessEnv = process.env): SecretBox {
+/**
+ * `secretKey` is BATON_SECRET_KEY's text (src/config.ts), or undefined for the data directory's key
+ * file. The key is resolved on first use, so processes that never touch a secret create no file.
+ */
+export function lazySecretBox(dataDir: string, secretKey?: string): SecretBox {
   let box: SecretBox | undefined;
-  const get = () => (box ??= secretBoxFromKey(env.BATON_SECRET_KEY ? parseSecretKey(env.BATON_SECRET_KEY) : keyFromDataDir(dataDir)));
+  const get = () => (box ??= secretBoxFromKey(secretKey ? parseSecretKey(secretKey) : keyFromDataDir(dataDir)));
   return { seal: (p) => get().seal(p), open: (s) => get().open(s) };
 }

@@ -21,6 +21,12 @@ export type ErrorCode =
   | 'invalid_signature'
   | 'invalid_json';
 
+/** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
+export type EdgeErrorCode = 'unsupported_media_type' | 'invalid_body' | 'bad_request' | 'method_not_allowed' | 'internal';
+
+/** Every `error` an API answer may carry. */
+export type ApiErrorCode = ErrorCode | EdgeErrorCode;
+
 export class BatonError extends Error {
   constructor(
     readonly code: ErrorCode,

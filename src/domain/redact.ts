@@ -4,7 +4,7 @@
  * src/domain/secrets.ts, which the canary's G-04 reads too) are replaced before anything is
  * written, so a secret a task printed or returned never reaches the database.
  */
-import { SECRET_PATTERNS, secretHead } from '../domain/secrets.ts';
+import { SECRET_PATTERNS, secretHead } from './secrets.ts';
 
 /** Replace every recognisable secret in `text` with `[redacted]` (keeping its kind visible). */
 export function redactSecrets(text: string): string {

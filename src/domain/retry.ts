@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { BatonErrorCode } from './error-codes.ts';
 
 /**
  * Retry policy: how often a `failed` execution is tried again, and how long to wait.
@@ -11,17 +12,25 @@ export const RetryPolicy = z.strictObject({
   max_attempts: z.number().int().min(1).max(100).describe('runs in the chain including the first (1 = no retries)'),
   base_seconds: z.number().min(0).max(86_400).default(10).describe('wait before the first retry (default 10)'),
   factor: z.number().min(1).max(10).default(2).describe('each later wait is this many times longer (default 2)'),
-  max_seconds: z.number().min(0).max(7 * 86_400).default(3600).describe('longest wait (default 3600)'),
+  max_seconds: z
+    .number()
+    .min(0)
+    .max(7 * 86_400)
+    .default(3600)
+    .describe('longest wait (default 3600)'),
   jitter: z.number().min(0).max(1).default(0.2).describe('up to this fraction of the wait is taken off at random (default 0.2)'),
 });
 export type RetryPolicy = z.infer<typeof RetryPolicy>;
 
 /**
  * Error codes whose failure is never retried: nobody served the agent for a day
- * (`backlog_expired`), the trigger itself failed before answering (`trigger_failed`), or a push
- * agent refused the task with a 4xx (`push_rejected`: the same request would be refused again).
+ * (`backlog_expired`), or a push agent refused the task with a 4xx (`push_rejected`: the same
+ * request would be refused again).
  */
-export const NOT_RETRIED = new Set(['backlog_expired', 'trigger_failed', 'push_rejected']);
+export const NOT_RETRIED: readonly BatonErrorCode[] = Object.freeze(['backlog_expired', 'push_rejected']);
+
+/** Whether a failure with this code may be retried (by its retry policy). */
+export const isRetriable = (code: string | null): boolean => !(NOT_RETRIED as readonly string[]).includes(code ?? '');
 
 export function parsePolicy(text: string | null | undefined): RetryPolicy | null {
   if (!text) return null;

@@ -1,5 +1,5 @@
 /**
- * Recognisable secrets: the one list. The redactor (src/engine/redact.ts) removes them from
+ * Recognisable secrets: the one list. The redactor (src/domain/redact.ts) removes them from
  * everything Baton stores on a client's behalf, and the canary's G-04 looks for them in what was
  * stored; both read this list, so a shape one knows the other knows. Each entry: the kind (the
  * head kept visible after redaction, and named in findings — never the value), SQL LIKE
@@ -17,7 +17,11 @@ export const SECRET_PATTERNS: readonly SecretPattern[] = Object.freeze([
   // OpenAI / Anthropic style: sk-…, sk-proj-…, sk-ant-…
   { kind: 'sk-', like: ['%sk-%'], re: /(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{16,}/g },
   // GitHub: classic (ghp_), OAuth (gho_), app (ghs_, ghu_), refresh (ghr_), fine-grained (github_pat_)
-  { kind: 'github', like: ['%ghp_%', '%gho_%', '%ghs_%', '%ghu_%', '%ghr_%', '%github_pat_%'], re: /(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})/g },
+  {
+    kind: 'github',
+    like: ['%ghp_%', '%gho_%', '%ghs_%', '%ghu_%', '%ghr_%', '%github_pat_%'],
+    re: /(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})/g,
+  },
   // Slack: bot, user, app, refresh, config tokens (xoxb-, xoxp-, xoxa-, xoxr-, xoxe-, xoxs-)
   { kind: 'xox', like: ['%xox_-%'], re: /(?<![A-Za-z0-9-])xox[abeprs]-[A-Za-z0-9-]{10,}/g },
   // AWS access key ids: long-lived (AKIA) and temporary (ASIA)

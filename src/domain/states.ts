@@ -6,14 +6,7 @@
  *   queued ◄──lease lapsed / release── running
  *   (any start that started nothing) ──► skipped
  */
-export const EXECUTION_STATES = Object.freeze([
-  'queued',
-  'running',
-  'succeeded',
-  'failed',
-  'cancelled',
-  'skipped',
-] as const);
+export const EXECUTION_STATES = Object.freeze(['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped'] as const);
 
 export type ExecutionStatus = (typeof EXECUTION_STATES)[number];
 
@@ -32,10 +25,6 @@ export type TriggerKind = (typeof TRIGGER_KINDS)[number];
 export const COMPLETION_STATES = Object.freeze(['succeeded', 'failed', 'cancelled'] as const);
 export type CompletionStatus = (typeof COMPLETION_STATES)[number];
 
-/** Error codes the engine itself writes on executions it ends. */
-export const ENGINE_ERROR_CODES = Object.freeze({
-  poisoned: 'poisoned',
-  timeout: 'timeout',
-  backlogExpired: 'backlog_expired',
-  cancelForced: 'cancel_forced',
-} as const);
+export function isCompletionStatus(status: unknown): status is CompletionStatus {
+  return (COMPLETION_STATES as readonly unknown[]).includes(status);
+}

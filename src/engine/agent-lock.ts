@@ -13,6 +13,9 @@ export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: s
   const sorted = [...new Set(names)].sort();
   if (sorted.length === 0) return [];
   const rows = await store.lockRows(tx.selectFrom('agents').selectAll().where('name', 'in', sorted).orderBy('name'), 'existence').execute();
-  await store.serialize(tx, rows.map((row) => `new-work:${row.name}`));
+  await store.serialize(
+    tx,
+    rows.map((row) => `new-work:${row.name}`),
+  );
   return rows;
 }

@@ -1,9 +1,11 @@
 import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
+import type { DeliveryMode } from '../domain/delivery.ts';
 import type { RetryPolicy } from '../domain/retry.ts';
 import type { CompletionStatus, TriggerKind } from '../domain/states.ts';
-import { DEFAULTS, defaultNodeId, readEnv } from '../config.ts';
-import { lazySecretBox, type SecretBox } from '../delivery/secrets.ts';
+import type { Outcome, Reaped } from '../domain/outcomes.ts';
+import { NO_SECRET_BOX, type SecretBox } from '../domain/secret-box.ts';
+import { DEFAULTS, defaultNodeId } from '../config.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
@@ -11,17 +13,19 @@ import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
-import { redactJson, redactSecrets } from './redact.ts';
+import { redactJson, redactSecrets } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
-import { completeWithLease, type Outcome } from './transitions/complete.ts';
+import { completeWithLease } from './transitions/complete.ts';
 import { insertQueued, type NewQueued } from './transitions/create.ts';
-import { expireOnce, type Reaped } from './transitions/expire.ts';
+import { expireOnce } from './transitions/expire.ts';
 import { releaseLease } from './transitions/release.ts';
 import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
+import { Schedules } from './triggers/schedules.ts';
+import { Webhooks } from './triggers/webhooks.ts';
 import { Waiters } from './waiters.ts';
 
 /**
@@ -44,7 +48,10 @@ export interface EngineOptions {
   claimPollMs?: number;
   /** Rows one reaper pass handles per transaction. Default 100. */
   reapBatch?: number;
-  /** Encrypts push signing secrets at rest. Default: BATON_SECRET_KEY or <data dir>/secret.key. */
+  /**
+   * Encrypts push signing secrets at rest. `baton up` passes lazySecretBox(dataDir) from
+   * src/delivery/secrets.ts; without one, storing or reading a push secret throws.
+   */
   secrets?: SecretBox;
 }
 
@@ -56,7 +63,7 @@ export interface AgentInput {
   timeout_seconds?: number;
   lease_ttl_seconds?: number;
   max_redeliveries?: number;
-  delivery?: 'pull' | 'push';
+  delivery?: DeliveryMode;
   push_url?: string | null;
   /** Push signing secret, plain: the engine stores it encrypted and never returns it. */
   push_secret?: string | null;
@@ -82,7 +89,7 @@ export interface ClaimOptions {
   /** Most tasks to return. Default 1. */
   max?: number;
   /** `pull` (default): a worker; `push`: Baton's own dispatcher. The agent's delivery must match. */
-  delivery?: 'pull' | 'push';
+  delivery?: DeliveryMode;
   /** Long-poll: how long to wait for work when none is admissible. Default 0. */
   waitMs?: number;
   signal?: AbortSignal;
@@ -100,6 +107,10 @@ export class Engine {
   private readonly claimPollMs: number;
   private readonly reapBatch: number;
   readonly secrets: SecretBox;
+  /** Cron schedules: create, change, trigger by hand (the scheduler pass fires them). */
+  readonly schedules: Schedules;
+  /** Inbound webhooks: create, rotate, deliver (they start runs, of an agent or a schedule). */
+  readonly webhooks: Webhooks;
   private readonly waiters = new Waiters();
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
@@ -114,7 +125,10 @@ export class Engine {
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
     this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
     this.reapBatch = opts.reapBatch ?? 100;
-    this.secrets = opts.secrets ?? lazySecretBox(readEnv().dataDir);
+    this.secrets = opts.secrets ?? NO_SECRET_BOX;
+    // Sub-services see the engine only as their context (store, clock): built once, here.
+    this.schedules = new Schedules(this);
+    this.webhooks = new Webhooks(this, this.schedules);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message) => {
@@ -176,7 +190,12 @@ export class Engine {
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
-        .set({ ...patch, push_secret: patch.push_secret === undefined ? undefined : patch.push_secret && this.secrets.seal(patch.push_secret), retry_policy: patch.retry_policy === undefined ? undefined : patch.retry_policy && JSON.stringify(patch.retry_policy), updated_at: now })
+        .set({
+          ...patch,
+          push_secret: patch.push_secret === undefined ? undefined : patch.push_secret && this.secrets.seal(patch.push_secret),
+          retry_policy: patch.retry_policy === undefined ? undefined : patch.retry_policy && JSON.stringify(patch.retry_policy),
+          updated_at: now,
+        })
         .where('name', '=', name)
         .returningAll()
         .executeTakeFirst();
@@ -198,7 +217,12 @@ export class Engine {
         .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')), 'wait')
         .execute();
       const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
-      const running = await tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', statusIs('running')).execute();
+      const running = await tx
+        .selectFrom('executions')
+        .select('id')
+        .where('agent', '=', name)
+        .where('status', '=', statusIs('running'))
+        .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       await tx.deleteFrom('agents').where('name', '=', name).execute();
       // Its keys go with it: a later agent of the same name must not be served to them.
@@ -213,7 +237,13 @@ export class Engine {
       // Its triggers go with it (their runs were cancelled above with the rest of its work).
       await tx.deleteFrom('webhooks').where('agent', '=', name).execute();
       await tx.deleteFrom('schedules').where('agent', '=', name).execute();
-      await appendAudit(tx, { at: now, actor, action: 'agent.delete', subject: name, detail: { cancelled: cancelled.length, cancel_requested: running.length, keys_revoked: revoked.length } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'agent.delete',
+        subject: name,
+        detail: { cancelled: cancelled.length, cancel_requested: running.length, keys_revoked: revoked.length },
+      });
       return { cancelled, cancel_requested: running.length, revoked: revoked.map((k) => k.id) };
     });
     announce(this.store, out.cancelled);
@@ -237,7 +267,12 @@ export class Engine {
   // ── executions ────────────────────────────────────────────────────────────
 
   /** Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this returns. */
-  async submit(agentName: string, input: SubmitInput, actor: string, onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>): Promise<ExecutionRow> {
+  async submit(
+    agentName: string,
+    input: SubmitInput,
+    actor: string,
+    onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>,
+  ): Promise<ExecutionRow> {
     const now = this.now();
     const out = await this.store.transaction(async (tx) => {
       // Creators of work for this agent take turns, so the backlog count inside insertQueued is
@@ -250,7 +285,14 @@ export class Engine {
         await appendAudit(tx, { at: now, actor, action: 'execution.refused', subject: agentName, detail: { error: 'backlog_full' } });
         return { refused: agent.max_backlog, row: undefined };
       }
-      await appendAudit(tx, { at: now, actor, action: 'execution.create', subject: agent.name, execution_id: row.id, detail: { trigger: row.trigger_kind } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'execution.create',
+        subject: agent.name,
+        execution_id: row.id,
+        detail: { trigger: row.trigger_kind },
+      });
       await onCreated?.(tx, row); // e.g. the idempotent answer, stored with the row
       return { row, refused: undefined };
     });
@@ -330,7 +372,9 @@ export class Engine {
     const outcome: Outcome = {
       ...given,
       result: given.result === undefined ? undefined : redactJson(given.result),
-      error: given.error ? { ...given.error, code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) } : given.error,
+      error: given.error
+        ? { ...given.error, code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) }
+        : given.error,
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
     if (outcome.status !== 'failed') {
@@ -361,7 +405,14 @@ export class Engine {
     const now = this.now();
     const row = await this.store.transaction(async (tx) => {
       const r = await cancelExecution(tx, this.store, id, now, actor, 'cancelled_by_user');
-      await appendAudit(tx, { at: now, actor, action: 'execution.cancel', subject: r.agent, execution_id: id, detail: { status: r.status } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'execution.cancel',
+        subject: r.agent,
+        execution_id: id,
+        detail: { status: r.status },
+      });
       return r;
     });
     announce(this.store, [row]);
@@ -410,7 +461,10 @@ export class Engine {
         }),
       );
       all.push(...batch);
-      announce(this.store, batch.map((r) => ({ id: r.id, agent: r.agent, status: r.to })));
+      announce(
+        this.store,
+        batch.map((r) => ({ id: r.id, agent: r.agent, status: r.to })),
+      );
       if (batch.length < this.reapBatch) break;
     }
     if (all.length > 0) this.events.emit('reaper:reaped', all);

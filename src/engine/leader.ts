@@ -45,7 +45,11 @@ export class LeaderLease {
 
   /** Who holds the lease now, if anyone. */
   async holder(): Promise<{ owner: string; expires_at: number } | undefined> {
-    const row = await this.store.db.selectFrom('leader_leases').select(['owner', 'expires_at']).where('name', '=', this.name).executeTakeFirst();
+    const row = await this.store.db
+      .selectFrom('leader_leases')
+      .select(['owner', 'expires_at'])
+      .where('name', '=', this.name)
+      .executeTakeFirst();
     if (!row || Number(row.expires_at) < this.clock()) return undefined;
     return { owner: row.owner, expires_at: Number(row.expires_at) };
   }

@@ -19,7 +19,8 @@ export interface ExecutionFilter {
 }
 
 /** The first PREVIEW_CHARS + 1 characters, cut in SQL so a big body never reaches Node: one more than shown says whether it was cut. */
-const head = (column: 'message' | 'payload' | 'result' | 'error_message') => sql<string>`substr(${sql.ref(column)}, 1, ${sql.lit(PREVIEW_CHARS + 1)})`;
+const head = (column: 'message' | 'payload' | 'result' | 'error_message') =>
+  sql<string>`substr(${sql.ref(column)}, 1, ${sql.lit(PREVIEW_CHARS + 1)})`;
 
 /** Usage as stored when it is small (a few token counts), else null: a worker may send more. */
 const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= ${sql.lit(USAGE_LIST_CHARS)} then ${sql.ref('usage')} end`;
@@ -41,11 +42,38 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
     let q = db
       .selectFrom('executions')
       .select([
-        'id', 'agent', 'status', 'attempt', 'trigger_kind', 'origin', 'priority', 'schedule_id', 'scheduled_for', 'run_after',
-        'created_at', 'queued_at', 'started_at', 'completed_at', 'duration_ms', 'lease_owner', 'lease_expires_at', 'heartbeat_at',
-        'deadline_at', 'cancel_requested_at', 'error_code', 'retry_of', 'retry_number', 'idempotency_key',
+        'id',
+        'agent',
+        'status',
+        'attempt',
+        'trigger_kind',
+        'origin',
+        'priority',
+        'schedule_id',
+        'scheduled_for',
+        'run_after',
+        'created_at',
+        'queued_at',
+        'started_at',
+        'completed_at',
+        'duration_ms',
+        'lease_owner',
+        'lease_expires_at',
+        'heartbeat_at',
+        'deadline_at',
+        'cancel_requested_at',
+        'error_code',
+        'retry_of',
+        'retry_number',
+        'idempotency_key',
       ])
-      .select([head('message').as('message_head'), head('payload').as('payload_head'), head('result').as('result_head'), head('error_message').as('error_head'), smallUsage.as('usage')]);
+      .select([
+        head('message').as('message_head'),
+        head('payload').as('payload_head'),
+        head('result').as('result_head'),
+        head('error_message').as('error_head'),
+        smallUsage.as('usage'),
+      ]);
     if (f.schedule_id) q = q.where('schedule_id', '=', f.schedule_id);
     if (f.agent) q = q.where('agent', '=', f.agent);
     if (status) q = q.where('status', '=', statusIs(status));

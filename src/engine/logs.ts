@@ -1,7 +1,7 @@
 import { NotFound } from '../domain/errors.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionLogRow } from '../store/schema.ts';
-import { redactSecrets } from './redact.ts';
+import { redactSecrets } from '../domain/redact.ts';
 import { checkLease, lockExecution } from './transitions/lease.ts';
 
 /**
@@ -91,7 +91,11 @@ export async function appendLogs(
       bytes += size;
     }
     // Large batches go in chunks: PostgreSQL allows at most 65,535 bind parameters per statement.
-    for (let i = 0; i < rows.length; i += 500) await tx.insertInto('execution_logs').values(rows.slice(i, i + 500)).execute();
+    for (let i = 0; i < rows.length; i += 500)
+      await tx
+        .insertInto('execution_logs')
+        .values(rows.slice(i, i + 500))
+        .execute();
     await tx
       .updateTable('execution_log_heads')
       .set({ lines: count, bytes, truncated: truncated ? 1 : 0 })

@@ -8,9 +8,30 @@ const json = (text: string | null) => (text === null ? null : JSON.parse(text));
 /** The columns a full execution and a list item show alike. */
 type ExecutionFields = Pick<
   ExecutionRow,
-  | 'id' | 'agent' | 'status' | 'attempt' | 'trigger_kind' | 'origin' | 'priority' | 'schedule_id' | 'scheduled_for' | 'run_after'
-  | 'created_at' | 'queued_at' | 'started_at' | 'completed_at' | 'duration_ms' | 'lease_owner' | 'lease_expires_at' | 'heartbeat_at'
-  | 'deadline_at' | 'cancel_requested_at' | 'usage' | 'retry_of' | 'retry_number' | 'idempotency_key'
+  | 'id'
+  | 'agent'
+  | 'status'
+  | 'attempt'
+  | 'trigger_kind'
+  | 'origin'
+  | 'priority'
+  | 'schedule_id'
+  | 'scheduled_for'
+  | 'run_after'
+  | 'created_at'
+  | 'queued_at'
+  | 'started_at'
+  | 'completed_at'
+  | 'duration_ms'
+  | 'lease_owner'
+  | 'lease_expires_at'
+  | 'heartbeat_at'
+  | 'deadline_at'
+  | 'cancel_requested_at'
+  | 'usage'
+  | 'retry_of'
+  | 'retry_number'
+  | 'idempotency_key'
 >;
 
 function executionFields(r: ExecutionFields) {

@@ -50,7 +50,10 @@ export const mcpRoutes: FastifyPluginAsync<{ keys: KeyStore; root: () => Fastify
   });
   // Stateless: no server-initiated stream and no session to delete.
   const notAllowed = async (_req: unknown, reply: FastifyReply) =>
-    reply.code(405).header('allow', 'POST').send({ error: 'method_not_allowed', message: 'this MCP endpoint is stateless: POST JSON-RPC messages to /mcp' });
+    reply
+      .code(405)
+      .header('allow', 'POST')
+      .send({ error: 'method_not_allowed', message: 'this MCP endpoint is stateless: POST JSON-RPC messages to /mcp' });
   app.get('/mcp', { schema: { hide: true } }, notAllowed);
   app.delete('/mcp', { schema: { hide: true } }, notAllowed);
 };

@@ -37,8 +37,20 @@ export async function readRecords(db: Kysely<DB>, ids: readonly string[]): Promi
   for (let i = 0; i < ids.length; i += READ_CHUNK) {
     const chunk = ids.slice(i, i + READ_CHUNK) as string[];
     const executions = await db.selectFrom('executions').selectAll().where('id', 'in', chunk).execute();
-    const events = await db.selectFrom('execution_events').selectAll().where('execution_id', 'in', chunk).orderBy('execution_id').orderBy('id').execute();
-    const logs = await db.selectFrom('execution_logs').selectAll().where('execution_id', 'in', chunk).orderBy('execution_id').orderBy('seq').execute();
+    const events = await db
+      .selectFrom('execution_events')
+      .selectAll()
+      .where('execution_id', 'in', chunk)
+      .orderBy('execution_id')
+      .orderBy('id')
+      .execute();
+    const logs = await db
+      .selectFrom('execution_logs')
+      .selectAll()
+      .where('execution_id', 'in', chunk)
+      .orderBy('execution_id')
+      .orderBy('seq')
+      .execute();
     const byId = new Map<string, ArchiveRecord>();
     for (const e of executions) byId.set(e.id, { v: 1, execution: e, events: [], logs: [] });
     for (const ev of events) byId.get(ev.execution_id)?.events.push(ev);
@@ -136,7 +148,10 @@ export class ArchiveWriter {
 export async function appendMember(file: string, member: Buffer, checked: Set<string>): Promise<number> {
   if (!checked.has(file)) {
     mkdirSync(join(file, '..'), { recursive: true });
-    const existed = await stat(file).then(() => true, () => false);
+    const existed = await stat(file).then(
+      () => true,
+      () => false,
+    );
     if (existed) {
       const valid = await validLength(file);
       if (valid < (await stat(file)).size) await truncate(file, valid);
@@ -175,7 +190,10 @@ export async function readArchive(file: string): Promise<ArchiveRecord[]> {
   const fh = await open(file, 'r');
   try {
     const text = (await gunzipAsync(await fh.readFile())).toString('utf8');
-    return text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as ArchiveRecord);
+    return text
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as ArchiveRecord);
   } finally {
     await fh.close();
   }

@@ -27,7 +27,11 @@ export async function exportHistory(o: { store: StoreAdapter; before: number; ou
   const result: ExportResult = { file: o.out, executions: 0, events: 0, logs: 0, bytes: 0 };
   let after: { completedAt: number; id: string } | undefined;
   for (;;) {
-    let q = o.store.reader.selectFrom('executions').select(['id', 'status', 'completed_at']).where('completed_at', 'is not', null).where('completed_at', '<', o.before);
+    let q = o.store.reader
+      .selectFrom('executions')
+      .select(['id', 'status', 'completed_at'])
+      .where('completed_at', 'is not', null)
+      .where('completed_at', '<', o.before);
     if (after) {
       const { completedAt: c, id } = after;
       q = q.where('completed_at', '>=', c).where((eb) => eb.or([eb('completed_at', '>', c), eb('id', '>', id)]));

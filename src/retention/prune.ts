@@ -181,7 +181,14 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   const cutoff = o.now - o.settings.retentionDays * DAY_MS;
   const limit = o.batchSize ?? PRUNE_BATCH[o.store.kind];
   const reader = o.store.reader;
-  const empty = (next: PruneCursor, kept = 0): ExecutionSelection => ({ ids: [], chains: new Map(), kept, next, readMs: performance.now() - t0, done: next.phase !== 'executions' });
+  const empty = (next: PruneCursor, kept = 0): ExecutionSelection => ({
+    ids: [],
+    chains: new Map(),
+    kept,
+    next,
+    readMs: performance.now() - t0,
+    done: next.phase !== 'executions',
+  });
 
   // The oldest finished rows, after the cursor: a range of executions_completed.
   let q = reader
@@ -199,7 +206,8 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   const rows = await q.orderBy('completed_at').orderBy('id').limit(limit).execute();
   if (rows.length === 0) return empty({ phase: 'audit' });
   const last = rows[rows.length - 1]!;
-  const next: PruneCursor = rows.length < limit ? { phase: 'audit' } : { phase: 'executions', completedAt: Number(last.completed_at), id: last.id };
+  const next: PruneCursor =
+    rows.length < limit ? { phase: 'audit' } : { phase: 'executions', completedAt: Number(last.completed_at), id: last.id };
 
   // Retry chains go together: gather every member of each candidate's chain (the first run's id
   // is the chain's key; later runs carry it in retry_root).
@@ -212,13 +220,21 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   for (const r of rows) add(r.retry_root ?? r.id, r);
   const keys = [...chains.keys()];
   for (const part of chunks(keys, READ_CHUNK)) {
-    const members = await reader.selectFrom('executions').select(['id', 'status', 'completed_at', 'retry_root', 'retry_number']).where('retry_root', 'in', part).execute();
+    const members = await reader
+      .selectFrom('executions')
+      .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number'])
+      .where('retry_root', 'in', part)
+      .execute();
     for (const m of members) add(m.retry_root!, m);
   }
   const candidateIds = new Set(rows.map((r) => r.id));
   const roots = keys.filter((k) => !candidateIds.has(k));
   for (const part of chunks(roots, READ_CHUNK)) {
-    const found = await reader.selectFrom('executions').select(['id', 'status', 'completed_at', 'retry_number']).where('id', 'in', part).execute();
+    const found = await reader
+      .selectFrom('executions')
+      .select(['id', 'status', 'completed_at', 'retry_number'])
+      .where('id', 'in', part)
+      .execute();
     for (const m of found) add(m.id, m);
   }
 
@@ -324,7 +340,13 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
     .limit(limit)
     .execute();
   // Alerts: ids grow with time; take the old prefix, keep pending ones (still being delivered).
-  const alertRows = await reader.selectFrom('canary_alerts').select(['id', 'status', 'created_at']).where('id', '>', cursor.alertId ?? 0).orderBy('id').limit(limit).execute();
+  const alertRows = await reader
+    .selectFrom('canary_alerts')
+    .select(['id', 'status', 'created_at'])
+    .where('id', '>', cursor.alertId ?? 0)
+    .orderBy('id')
+    .limit(limit)
+    .execute();
   const alertIds: number[] = [];
   let alertsDone = alertRows.length < limit;
   let alertCursor = cursor.alertId ?? 0;
@@ -343,8 +365,12 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
   const started = performance.now();
   const counts = await o.store.pruneTransaction(async (tx) => {
     const c = zeroCounts();
-    for (const part of chunks(violationIds, DELETE_CHUNK)) c.violations += deleted(await tx.deleteFrom('canary_violations').where('id', 'in', part).where('resolved_at', 'is not', null).executeTakeFirst());
-    for (const part of chunks(alertIds, DELETE_CHUNK)) c.alerts += deleted(await tx.deleteFrom('canary_alerts').where('id', 'in', part).executeTakeFirst());
+    for (const part of chunks(violationIds, DELETE_CHUNK))
+      c.violations += deleted(
+        await tx.deleteFrom('canary_violations').where('id', 'in', part).where('resolved_at', 'is not', null).executeTakeFirst(),
+      );
+    for (const part of chunks(alertIds, DELETE_CHUNK))
+      c.alerts += deleted(await tx.deleteFrom('canary_alerts').where('id', 'in', part).executeTakeFirst());
     return c;
   });
   return { ...base, ...counts, txMs: performance.now() - started, next };
@@ -372,7 +398,14 @@ export interface SweepReport extends PruneCounts {
 export async function recordSweep(store: StoreAdapter, r: SweepReport, error: string | null = null): Promise<void> {
   await store.db
     .updateTable('retention_state')
-    .set({ last_started_at: r.started_at, last_completed_at: r.completed_at, last_duration_ms: Math.round(r.duration_ms), last_executions: r.executions, last_audit: r.audit, last_error: error })
+    .set({
+      last_started_at: r.started_at,
+      last_completed_at: r.completed_at,
+      last_duration_ms: Math.round(r.duration_ms),
+      last_executions: r.executions,
+      last_audit: r.audit,
+      last_error: error,
+    })
     .where('id', '=', 'retention')
     .execute();
 }
@@ -400,7 +433,14 @@ export async function pruneAll(o: Omit<PruneOptions, 'cursor'> & { pauseMs?: num
     cursor = b.next;
     if (o.pauseMs && b.txMs > 0) await new Promise((r) => setTimeout(r, o.pauseMs));
   }
-  const report: SweepReport = { ...total, started_at: startedAt, completed_at: clock(), duration_ms: performance.now() - t0, batches, max_tx_ms: maxTx };
+  const report: SweepReport = {
+    ...total,
+    started_at: startedAt,
+    completed_at: clock(),
+    duration_ms: performance.now() - t0,
+    batches,
+    max_tx_ms: maxTx,
+  };
   await recordSweep(o.store, report);
   return report;
 }

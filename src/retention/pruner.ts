@@ -1,5 +1,5 @@
 /**
- * The pruner as a background service: `baton up` runs `pass()` on a loop. One pass is one batch
+ * The pruner as a background pass: `baton up` runs `batchOnce()` on the loop helper. One pass is one batch
  * (`pruneOnce`); while a sweep has more to do, the pass asks to run again after a pause, so that
  * the pruner's transactions hold the store at most about half the time (the batch's reads —
  * which hold neither the writer nor the event loop — plus the pause last at least as long as
@@ -8,16 +8,27 @@
  * last batch the sweep is recorded in retention_state and, on SQLite, freed pages go back to the
  * file system in small incremental-vacuum steps, paced the same way.
  *
- * On PostgreSQL only the holder of the `pruner` leader lease prunes; another process takes over
- * when it lapses (LEASE_MS after the holder died). On SQLite there is one process, so no lease.
+ * On PostgreSQL only the holder of the `pruner` leader lease prunes (the loop is leader-only under
+ * `lease`); another process takes over when it lapses (PRUNE_LEASE_MS after the holder died). On
+ * SQLite there is one process, so no lease.
  */
 import type { RetentionEnv } from '../config.ts';
-import type { EngineEvents } from '../engine/events.ts';
 import { LeaderLease } from '../engine/leader.ts';
-import { startLoop, type LoopHandle } from '../engine/loop.ts';
+import type { Lease } from '../engine/loop.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { ArchiveWriter } from './archive.ts';
-import { addCounts, pruneOnce, PRUNE_BATCH, recordSweep, startCursor, zeroCounts, type ExecutionSelection, type PruneCounts, type PruneCursor, type SweepReport } from './prune.ts';
+import {
+  addCounts,
+  pruneOnce,
+  PRUNE_BATCH,
+  recordSweep,
+  startCursor,
+  zeroCounts,
+  type ExecutionSelection,
+  type PruneCounts,
+  type PruneCursor,
+  type SweepReport,
+} from './prune.ts';
 
 /** How often a sweep starts when the last one finished. Old rows wait at most this long past their window. */
 export const PRUNE_INTERVAL_MS = 10 * 60_000;
@@ -36,7 +47,6 @@ export interface PrunerOptions {
   nodeId: string;
   clock?: () => number;
   batchSize?: number;
-  intervalMs?: number;
   /** Default PRUNE_PAUSE_FACTOR. */
   pauseFactor?: number;
   /** Called when a sweep ends (logging). */
@@ -45,19 +55,36 @@ export interface PrunerOptions {
 
 type Stage =
   | { kind: 'idle' }
-  | { kind: 'sweep'; cursor: PruneCursor; selected?: Promise<ExecutionSelection>; startedAt: number; t0: number; counts: PruneCounts; batches: number; maxTx: number }
+  | {
+      kind: 'sweep';
+      cursor: PruneCursor;
+      selected?: Promise<ExecutionSelection>;
+      startedAt: number;
+      t0: number;
+      counts: PruneCounts;
+      batches: number;
+      maxTx: number;
+    }
   | { kind: 'vacuum' };
 
 export class Pruner {
   private stage: Stage = { kind: 'idle' };
-  private readonly lease: LeaderLease | undefined;
+  /** PostgreSQL: the `pruner` leader lease (renewed before every batch); losing it drops the sweep in progress. */
+  readonly lease: Lease | undefined;
   private readonly archive: ArchiveWriter | undefined;
   private readonly clock: () => number;
-  private loop: LoopHandle | undefined;
 
   constructor(private readonly o: PrunerOptions) {
     this.clock = o.clock ?? Date.now;
-    this.lease = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
+    const leader = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
+    this.lease = leader && {
+      acquire: async () => {
+        const held = await leader.acquire();
+        if (!held) this.stage = { kind: 'idle' };
+        return held;
+      },
+      release: () => leader.release(),
+    };
     this.archive = o.settings.archiveDir ? new ArchiveWriter(o.settings.archiveDir) : undefined;
   }
 
@@ -65,13 +92,15 @@ export class Pruner {
     return this.o.settings.retentionDays > 0 || this.o.settings.auditRetentionDays > 0;
   }
 
-  /** One step: a batch of the current sweep (starting one if due), or a vacuum step. */
+  /** One pass as one call, taking the lease first when there is one (tests, benchmarks). */
   async pass(): Promise<{ nextInMs?: number; report?: SweepReport }> {
+    if (!this.enabled || (this.lease && !(await this.lease.acquire()))) return {};
+    return this.batchOnce();
+  }
+
+  /** The pruner pass (its loop holds `lease`): a batch of the current sweep (starting one if due), or a vacuum step. */
+  async batchOnce(): Promise<{ nextInMs?: number; report?: SweepReport }> {
     if (!this.enabled) return {};
-    if (this.lease && !(await this.lease.acquire())) {
-      this.stage = { kind: 'idle' };
-      return {};
-    }
     if (this.stage.kind === 'vacuum') {
       const t0 = performance.now();
       const left = await this.o.store.reclaimSpace(VACUUM_STEP_PAGES);
@@ -79,12 +108,28 @@ export class Pruner {
       return left === 0 ? {} : { nextInMs: this.pause(performance.now() - t0) };
     }
     if (this.stage.kind === 'idle') {
-      this.stage = { kind: 'sweep', cursor: startCursor(), startedAt: this.clock(), t0: performance.now(), counts: zeroCounts(), batches: 0, maxTx: 0 };
+      this.stage = {
+        kind: 'sweep',
+        cursor: startCursor(),
+        startedAt: this.clock(),
+        t0: performance.now(),
+        counts: zeroCounts(),
+        batches: 0,
+        maxTx: 0,
+      };
     }
     const s = this.stage;
     let batch;
     try {
-      batch = await pruneOnce({ store: this.o.store, settings: this.o.settings, now: s.startedAt, cursor: s.cursor, selected: s.selected, archive: this.archive, batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind] });
+      batch = await pruneOnce({
+        store: this.o.store,
+        settings: this.o.settings,
+        now: s.startedAt,
+        cursor: s.cursor,
+        selected: s.selected,
+        archive: this.archive,
+        batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
+      });
     } catch (err) {
       this.stage = { kind: 'idle' };
       const report = this.report(s);
@@ -112,18 +157,13 @@ export class Pruner {
   }
 
   private report(s: Extract<Stage, { kind: 'sweep' }>): SweepReport {
-    return { ...s.counts, started_at: s.startedAt, completed_at: this.clock(), duration_ms: performance.now() - s.t0, batches: s.batches, max_tx_ms: s.maxTx };
-  }
-
-  /** Run `pass` on the loop helper: the first sweep one interval (±20 %) after start, then every interval. */
-  start(events: EngineEvents): LoopHandle {
-    this.loop ??= startLoop('pruner', () => this.pass(), this.o.intervalMs ?? PRUNE_INTERVAL_MS, events);
-    return { stop: () => this.stop() };
-  }
-
-  async stop(): Promise<void> {
-    await this.loop?.stop();
-    this.loop = undefined;
-    await this.lease?.release().catch(() => undefined);
+    return {
+      ...s.counts,
+      started_at: s.startedAt,
+      completed_at: this.clock(),
+      duration_ms: performance.now() - s.t0,
+      batches: s.batches,
+      max_tx_ms: s.maxTx,
+    };
   }
 }

@@ -42,7 +42,10 @@ export interface HistoryStats {
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
 /** Read the history's size and age through `store.reader` (a handful of index and catalogue reads). */
-export async function readHistoryStats(store: StoreAdapter, settings: Pick<RetentionEnv, 'retentionDays' | 'auditRetentionDays'> & { archiveDir?: string }): Promise<HistoryStats> {
+export async function readHistoryStats(
+  store: StoreAdapter,
+  settings: Pick<RetentionEnv, 'retentionDays' | 'auditRetentionDays'> & { archiveDir?: string },
+): Promise<HistoryStats> {
   const db = store.reader;
   const rows = {} as Record<HistoryTable, number | null>;
   let bytes = 0;
@@ -65,14 +68,29 @@ export async function readHistoryStats(store: StoreAdapter, settings: Pick<Reten
     for (const t of HISTORY_TABLES) {
       // min() and max() of the rowid are one B-tree seek each, but only as separate statements:
       // SQLite's min/max optimisation skips a query with both (it scanned the table: 163 ms at 1M rows).
-      const r = await sql<{ lo: number | null; hi: number | null }>`SELECT (SELECT min(rowid) FROM ${sql.table(t)}) AS lo, (SELECT max(rowid) FROM ${sql.table(t)}) AS hi`.execute(db);
+      const r = await sql<{
+        lo: number | null;
+        hi: number | null;
+      }>`SELECT (SELECT min(rowid) FROM ${sql.table(t)}) AS lo, (SELECT max(rowid) FROM ${sql.table(t)}) AS hi`.execute(db);
       const { lo, hi } = r.rows[0] ?? { lo: null, hi: null };
       rows[t] = lo === null || hi === null ? 0 : Number(hi) - Number(lo) + 1;
     }
   }
   for (const t of HISTORY_TABLES) rows[t] ??= null;
-  const oldestDone = await db.selectFrom('executions').select('completed_at').where('completed_at', 'is not', null).orderBy('completed_at').limit(1).executeTakeFirst();
-  const oldestCreated = await db.selectFrom('executions').select('created_at').orderBy('created_at').orderBy('id').limit(1).executeTakeFirst();
+  const oldestDone = await db
+    .selectFrom('executions')
+    .select('completed_at')
+    .where('completed_at', 'is not', null)
+    .orderBy('completed_at')
+    .limit(1)
+    .executeTakeFirst();
+  const oldestCreated = await db
+    .selectFrom('executions')
+    .select('created_at')
+    .orderBy('created_at')
+    .orderBy('id')
+    .limit(1)
+    .executeTakeFirst();
   const oldestAudit = await db.selectFrom('audit_log').select('at').orderBy('id').limit(1).executeTakeFirst();
   const state = await db.selectFrom('retention_state').selectAll().where('id', '=', 'retention').executeTakeFirst();
   return {

@@ -1,17 +1,19 @@
 import pino, { type Logger } from 'pino';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, type ConnectionLimits } from '../api/server.ts';
-import { Canary } from '../canary/service.ts';
+import { alertSinks } from '../canary/alerts.ts';
+import { ALERT_LOOP_MS, Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
-import { DEFAULTS, defaultNodeId, readEnv, readRetentionEnv, type Env, type RetentionEnv } from '../config.ts';
+import { DEFAULTS, defaultNodeId, readConfig, type Env, type RetentionEnv } from '../config.ts';
 import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../delivery/dispatcher.ts';
 import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
-import { startLoop, type LoopHandle } from '../engine/loop.ts';
+import { startLoop, type LoopSpec } from '../engine/loop.ts';
+import { PURGE_INTERVAL_MS, purgeIdempotencyOnce } from '../engine/triggers/idempotency.ts';
 import { SCHEDULER_INTERVAL_MS, schedulerPass } from '../engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
-import { Pruner } from '../retention/pruner.ts';
+import { PRUNE_INTERVAL_MS, Pruner } from '../retention/pruner.ts';
 
 export interface BatonNode {
   engine: Engine;
@@ -25,7 +27,8 @@ export interface BatonNode {
 }
 
 export interface StartOptions {
-  env?: Partial<Env> & { pgSchema?: string };
+  /** Overrides of the environment's BATON_DATA_DIR, BATON_DATABASE_URL, BATON_PG_SCHEMA, BATON_PORT, BATON_HOST. */
+  env?: Partial<Env>;
   logger?: Logger | false;
   /** Run the reaper timer (default true). */
   reaper?: boolean;
@@ -44,54 +47,148 @@ export interface StartOptions {
   pruner?: boolean;
   /** Default PRUNE_INTERVAL_MS (10 min) between sweeps. */
   pruneIntervalMs?: number;
+  /** Forget expired idempotency keys (default true); the interval defaults to PURGE_INTERVAL_MS (1 min). */
+  purge?: boolean;
+  purgeIntervalMs?: number;
   /** Retention settings (default: BATON_RETENTION_DAYS, BATON_AUDIT_RETENTION_DAYS, BATON_ARCHIVE_DIR). */
   retention?: RetentionEnv;
 }
 
 /** `baton up`: open the store, migrate, ensure an admin key, serve HTTP, run background loops. */
 export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
-  const env = { ...readEnv(), ...opts.env };
-  // A bad retention variable stops the start here, before the store opens, naming the variable.
-  const retention = opts.retention ?? readRetentionEnv();
-  const logger = opts.logger === undefined ? pino({ level: process.env.BATON_LOG_LEVEL ?? 'info', redact: ['req.headers.authorization', '*.key', '*.secret'] }) : opts.logger;
-  const store = openStore({ databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? process.env.BATON_PG_SCHEMA });
+  // Every BATON_* variable at once: a bad one stops the start here, before the store opens, naming the variable.
+  const config = readConfig();
+  const env = { ...config, ...opts.env };
+  const retention = opts.retention ?? config.retention;
+  const logger =
+    opts.logger === undefined ? pino({ level: config.logLevel, redact: ['req.headers.authorization', '*.key', '*.secret'] }) : opts.logger;
+  const store = openStore({ databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? config.pgSchema });
   let ready = false;
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');
   const nodeId = opts.nodeId ?? defaultNodeId();
-  const engine = new Engine({ store, nodeId, secrets: lazySecretBox(env.dataDir) });
+  const engine = new Engine({ store, nodeId, secrets: lazySecretBox(env.dataDir, config.secretKey) });
   const keys = new KeyStore(store);
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
   const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;
-  const canary = new Canary({ store, nodeId, intervalMs: opts.canaryIntervalMs, timing: { reaperIntervalMs, backlogExpiryMs: engine.backlogExpiryMs, schedulerIntervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, dispatchPollMs: DISPATCH_POLL_MS } });
-  const app = await buildServer({ engine, keys, logger, isReady: () => ready, canary, limits: opts.limits, retention });
+  const canary = new Canary({
+    store,
+    nodeId,
+    intervalMs: opts.canaryIntervalMs ?? config.canary.intervalMs,
+    sinks: alertSinks(config.canary),
+    timing: {
+      reaperIntervalMs,
+      backlogExpiryMs: engine.backlogExpiryMs,
+      schedulerIntervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS,
+      dispatchPollMs: DISPATCH_POLL_MS,
+    },
+  });
+  const app = await buildServer({
+    engine,
+    keys,
+    logger,
+    isReady: () => ready,
+    canary,
+    limits: opts.limits,
+    retention,
+    idempotency: config.idempotency,
+    hookRates: config.hookRates,
+  });
 
-  engine.events.on('loop:error', ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`));
-  engine.events.on('reaper:reaped', (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'));
+  engine.events.on(
+    'loop:error',
+    ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`),
+  );
+  engine.events.on(
+    'reaper:reaped',
+    (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'),
+  );
 
-  const loops: LoopHandle[] = [];
-  if (opts.reaper !== false) loops.push(startLoop('reaper', () => engine.reapOnce(), reaperIntervalMs, engine.events));
+  // The dispatcher also wakes on store signals (work queued for a push agent, a seat freed).
   const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
-  if (dispatcher) loops.push(startLoop('dispatcher', () => dispatcher.dispatchOnce(), DISPATCH_POLL_MS, engine.events));
-  if (opts.scheduler !== false) loops.push(startLoop('scheduler', () => schedulerPass(engine), opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS, engine.events));
-  if (opts.pruner !== false) {
-    const pruner = new Pruner({
-      store,
-      settings: retention,
-      nodeId,
-      intervalMs: opts.pruneIntervalMs,
-      onSweep: (r) => {
-        if (!logger) return;
-        const removed = { executions: r.executions, events: r.events, logs: r.logs, keys: r.keys, audit: r.audit, violations: r.violations, alerts: r.alerts };
-        if (Object.values(removed).some((n) => n > 0) || r.kept > 0) logger.info({ removed, kept: r.kept, batches: r.batches, duration_ms: Math.round(r.duration_ms), max_batch_ms: Math.round(r.max_tx_ms), archive: retention.archiveDir ?? null }, 'pruner removed history past its window');
-      },
-    });
-    if (pruner.enabled) loops.push(pruner.start(engine.events));
-  }
+  const pruner =
+    opts.pruner === false
+      ? undefined
+      : new Pruner({
+          store,
+          settings: retention,
+          nodeId,
+          onSweep: (r) => {
+            if (!logger) return;
+            const removed = {
+              executions: r.executions,
+              events: r.events,
+              logs: r.logs,
+              keys: r.keys,
+              audit: r.audit,
+              violations: r.violations,
+              alerts: r.alerts,
+            };
+            if (Object.values(removed).some((n) => n > 0) || r.kept > 0)
+              logger.info(
+                {
+                  removed,
+                  kept: r.kept,
+                  batches: r.batches,
+                  duration_ms: Math.round(r.duration_ms),
+                  max_batch_ms: Math.round(r.max_tx_ms),
+                  archive: retention.archiveDir ?? null,
+                },
+                'pruner removed history past its window',
+              );
+          },
+        });
+
+  /**
+   * Every background pass this process runs, on the one loop helper (src/engine/loop.ts): a
+   * plain `…Once()` each, its interval (±20 % jitter), and `leader` when only the process
+   * holding that lease runs it (otherwise every process does; those passes are safe to run in
+   * several processes at once). A failed pass is logged (above) and counted
+   * (baton_loop_errors_total), and runs again on its next interval.
+   */
+  const passes: Array<LoopSpec & { on: boolean }> = [
+    { name: 'reaper', on: opts.reaper !== false, intervalMs: reaperIntervalMs, once: () => engine.reapOnce() },
+    {
+      name: 'scheduler',
+      on: opts.scheduler !== false,
+      intervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS,
+      once: () => schedulerPass(engine),
+    },
+    { name: 'dispatcher', on: dispatcher !== undefined, intervalMs: DISPATCH_POLL_MS, once: () => dispatcher!.dispatchOnce() },
+    {
+      name: 'idempotency-purge',
+      on: opts.purge !== false,
+      intervalMs: opts.purgeIntervalMs ?? PURGE_INTERVAL_MS,
+      once: () => purgeIdempotencyOnce(engine),
+    },
+    // Leader-only under its row in canary_state; the first cycle runs at start.
+    {
+      name: 'canary',
+      on: canary.enabled,
+      intervalMs: canary.intervalMs,
+      leader: canary.lease,
+      immediate: true,
+      once: () => canary.cycleOnce(),
+    },
+    {
+      name: 'canary-alerts',
+      on: canary.enabled,
+      intervalMs: Math.min(ALERT_LOOP_MS, canary.intervalMs),
+      once: () => canary.deliverAlerts(),
+    },
+    // Leader-only on PostgreSQL (the `pruner` leader lease); SQLite has one process and no lease.
+    {
+      name: 'pruner',
+      on: pruner?.enabled === true,
+      intervalMs: opts.pruneIntervalMs ?? PRUNE_INTERVAL_MS,
+      leader: pruner?.lease,
+      once: () => pruner!.batchOnce(),
+    },
+  ];
 
   const address = await app.listen({ port: env.port, host: env.host });
   ready = true;
-  canary.start(engine.events);
+  const loops = passes.filter((p) => p.on).map((p) => startLoop(p, engine.events));
   if (logger) logger.info({ url: address, store: store.kind, node: nodeId }, 'baton is up');
 
   let stopping: Promise<void> | undefined;
@@ -105,8 +202,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     stop() {
       stopping ??= (async () => {
         ready = false;
-        await Promise.all(loops.map((l) => l.stop()));
-        await canary.stop();
+        await Promise.all(loops.map((l) => l.stop())); // leader loops hand their leases on
         await dispatcher?.stop(); // in-flight pushes get a grace period, then are released
         engine.close(); // releases waiting long-polls (they answer 204)
         // A keep-alive connection that was mid-request when closing began is not "idle" to Node and

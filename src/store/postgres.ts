@@ -115,7 +115,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     listening = undefined;
     // Waiters also poll, so a lost listener only costs latency until it is back.
     setTimeout(() => {
-      if (!closed && signals.listenerCount() > 0) startListening();
+      // Cannot reject: a failed connect is caught inside and schedules the next reconnect.
+      if (!closed && signals.listenerCount() > 0) void startListening();
     }, 1000).unref();
   }
 
@@ -146,14 +147,18 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     },
     async serialize(tx, keys) {
       if (keys.length === 0) return;
-      await sql`SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(${keys}::text[]) AS k ORDER BY h) AS ordered`.execute(tx);
+      await sql`SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(${keys}::text[]) AS k ORDER BY h) AS ordered`.execute(
+        tx,
+      );
     },
     async insertMany(tx, table, rows) {
       // One JSON value has no parameter limit: bigger chunks, fewer round trips.
       for (let i = 0; i < rows.length; i += 5 * BULK_CHUNK) {
         const chunk = rows.slice(i, i + 5 * BULK_CHUNK);
         const cols = sql.join(bulkColumns(chunk).map((c) => sql.ref(c)));
-        await sql`INSERT INTO ${sql.table(table)} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${sql.table(table)}, ${JSON.stringify(chunk)})`.execute(tx);
+        await sql`INSERT INTO ${sql.table(table)} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${sql.table(table)}, ${JSON.stringify(chunk)})`.execute(
+          tx,
+        );
       }
     },
     jsonElements: (json) => sql`json_array_elements(${json}::json)`,
@@ -178,7 +183,11 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
         for (const m of loadMigrations('postgres')) {
           if (done.has(m.version)) continue;
           await client.query(m.sql);
-          await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+          await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
+            m.version,
+            m.name,
+            Date.now(),
+          ]);
           applied.push(m.version);
         }
         await client.query('COMMIT');

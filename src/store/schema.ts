@@ -1,4 +1,7 @@
 import type { Generated, Insertable, Selectable, Updateable } from 'kysely';
+import type { AlertSinkKind, AlertStatus, Severity, Tier, ViolationTransition } from '../domain/canary.ts';
+import type { DeliveryMode } from '../domain/delivery.ts';
+import type { MisfirePolicy, OverlapPolicy } from '../domain/policies.ts';
 import type { ExecutionStatus, TriggerKind } from '../domain/states.ts';
 
 /** Row types, mirroring src/store/migrations. Every timestamp is UTC epoch milliseconds. */
@@ -10,14 +13,14 @@ export interface AgentsTable {
   timeout_seconds: number;
   lease_ttl_seconds: number;
   max_redeliveries: number;
-  delivery: 'pull' | 'push';
+  delivery: DeliveryMode;
   push_url: string | null;
   /** AES-256-GCM ciphertext of the push signing secret (0002); never returned by the API. */
   push_secret: string | null;
   description: string | null;
   created_at: number;
   updated_at: number;
-  /** JSON RetryPolicy (src/engine/triggers/retry-policy.ts), or null: no retries. */
+  /** JSON RetryPolicy (src/domain/retry.ts), or null: no retries. */
   retry_policy: Generated<string | null>;
 }
 
@@ -118,8 +121,8 @@ export interface SchedulesTable {
   /** JSON text. */
   payload: string;
   enabled: number;
-  overlap_policy: 'skip' | 'queue' | 'allow';
-  misfire_policy: 'run_once' | 'skip';
+  overlap_policy: OverlapPolicy;
+  misfire_policy: MisfirePolicy;
   misfire_grace_seconds: number;
   retry_policy: string | null;
   priority: number;
@@ -137,7 +140,7 @@ export interface WebhooksTable {
   token_hash: string;
   secret_enc: string | null;
   message: string;
-  overlap_policy: 'skip' | 'queue' | 'allow';
+  overlap_policy: OverlapPolicy;
   enabled: number;
   created_at: number;
   updated_at: number;
@@ -169,8 +172,8 @@ export interface CanaryViolationsTable {
   /** The execution id, agent, schedule or event the finding is about ('canary' for H-01). */
   subject: string;
   agent: string | null;
-  tier: 'A' | 'B';
-  severity: 'critical' | 'warning';
+  tier: Tier;
+  severity: Severity;
   /** Reason code (e.g. lease_lapsed); never free text copied from a row. */
   reason: string;
   /** JSON object of ids and numbers only. */
@@ -196,10 +199,10 @@ export interface CanaryStateTable {
 export interface CanaryAlertsTable {
   id: Generated<number>;
   invariant: string;
-  transition: 'violated' | 'resolved';
-  sink: 'webhook' | 'slack';
+  transition: ViolationTransition;
+  sink: AlertSinkKind;
   body: string;
-  status: 'pending' | 'delivered' | 'failed';
+  status: AlertStatus;
   attempts: Generated<number>;
   next_attempt_at: number;
   last_error: string | null;

@@ -25,7 +25,7 @@ export function openSqlite(file: string): StoreAdapter {
   raw.pragma('foreign_keys = ON');
   // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
   // It can only be switched on before the first table exists, or by a VACUUM: see migrate().
-  if (!raw.prepare("SELECT 1 FROM sqlite_master LIMIT 1").get()) raw.pragma('auto_vacuum = INCREMENTAL');
+  if (!raw.prepare('SELECT 1 FROM sqlite_master LIMIT 1').get()) raw.pragma('auto_vacuum = INCREMENTAL');
   // Kysely prepares every statement anew; better-sqlite3 statements are reusable, and the
   // engine issues the same few dozen SQL strings, so keep them prepared. (A micro-benchmark of
   // Kysely insert+select pairs ran about twice as fast with the cache on this machine.)
@@ -60,7 +60,11 @@ export function openSqlite(file: string): StoreAdapter {
       } catch (err) {
         // The main connection knows whether a transaction is open; the reader's BEGIN is
         // deferred and read-only, so a ROLLBACK there can only fail harmlessly.
-        if (handle !== db || raw.inTransaction) await sql.raw('ROLLBACK').execute(conn).catch(() => undefined);
+        if (handle !== db || raw.inTransaction)
+          await sql
+            .raw('ROLLBACK')
+            .execute(conn)
+            .catch(() => undefined);
         throw err;
       }
     });
@@ -110,7 +114,12 @@ export function openSqlite(file: string): StoreAdapter {
         raw.exec('BEGIN IMMEDIATE');
         try {
           raw.exec(MIGRATIONS_TABLE_SQL);
-          const done = new Set(raw.prepare('SELECT version FROM baton_migrations').all().map((r: any) => r.version));
+          const done = new Set(
+            raw
+              .prepare('SELECT version FROM baton_migrations')
+              .all()
+              .map((r: any) => r.version),
+          );
           const applied: number[] = [];
           for (const m of loadMigrations('sqlite')) {
             if (done.has(m.version)) continue;
@@ -135,7 +144,12 @@ export function openSqlite(file: string): StoreAdapter {
     async migrationStatus() {
       const known = loadMigrations('sqlite').map((m) => m.version);
       const exists = raw.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baton_migrations'").get();
-      const applied = exists ? raw.prepare('SELECT version FROM baton_migrations ORDER BY version').all().map((r: any) => r.version as number) : [];
+      const applied = exists
+        ? raw
+            .prepare('SELECT version FROM baton_migrations ORDER BY version')
+            .all()
+            .map((r: any) => r.version as number)
+        : [];
       return { applied, known };
     },
     async close() {

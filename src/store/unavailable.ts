@@ -16,7 +16,8 @@ const PG_UNAVAILABLE = /^(08...|57P0[123]|53...|25006)$/;
 const NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
 
 /** node-postgres reports a lost or failed connection with these messages and no code. */
-const PG_CONNECTION_MESSAGES = /Connection terminated|connection error|not queryable|timeout exceeded when trying to connect|Connection ended/i;
+const PG_CONNECTION_MESSAGES =
+  /Connection terminated|connection error|not queryable|timeout exceeded when trying to connect|Connection ended/i;
 
 /**
  * SQLite result codes (better-sqlite3 `code`): the file is locked past busy_timeout, or the disk

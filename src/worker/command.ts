@@ -16,6 +16,7 @@ import { accessSync, constants, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
+import type { BatonErrorCode } from '../domain/error-codes.ts';
 import { outcome, type Handler, type Task, type TaskOutcome } from './sdk.ts';
 
 export interface CommandOptions {
@@ -79,7 +80,12 @@ export interface CommandRunner {
 
 /** Throws a clear error when `command` cannot be found or executed (checked at worker start). */
 export function resolveCommand(command: string, env: NodeJS.ProcessEnv = process.env): string {
-  const candidates = command.includes('/') ? [command] : (env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, command));
+  const candidates = command.includes('/')
+    ? [command]
+    : (env.PATH ?? '')
+        .split(delimiter)
+        .filter(Boolean)
+        .map((d) => join(d, command));
   for (const c of candidates) {
     try {
       accessSync(c, constants.X_OK);
@@ -88,7 +94,9 @@ export function resolveCommand(command: string, env: NodeJS.ProcessEnv = process
       /* next */
     }
   }
-  throw new Error(command.includes('/') ? `command '${command}' does not exist or is not executable` : `command '${command}' was not found on PATH`);
+  throw new Error(
+    command.includes('/') ? `command '${command}' does not exist or is not executable` : `command '${command}' was not found on PATH`,
+  );
 }
 
 /** Split a byte stream into lines, calling `onLine` per complete line; `end()` flushes the rest. */
@@ -204,7 +212,12 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
 
       child.on('error', (err: NodeJS.ErrnoException) => {
         // spawn failed (ENOENT, EACCES): there is no process to wait for.
-        finish(outcome({ status: 'failed', error: { code: 'spawn_failed', message: `could not start '${opts.command}': ${err.message}` } }));
+        finish(
+          outcome({
+            status: 'failed',
+            error: { code: 'spawn_failed' satisfies BatonErrorCode, message: `could not start '${opts.command}': ${err.message}` },
+          }),
+        );
       });
       if (pgid === undefined) return;
       groups.add(pgid);
@@ -249,7 +262,13 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
         const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
         if (task.signal.aborted) {
           const sent = signalled === 'SIGKILL' ? `SIGTERM, then SIGKILL after ${grace / 1000} s` : 'SIGTERM';
-          finish(outcome({ status: 'failed', result: result || undefined, error: { code: 'stopped', message: `the process group got ${sent}; the command ${how}${tail}` } }));
+          finish(
+            outcome({
+              status: 'failed',
+              result: result || undefined,
+              error: { code: 'stopped' satisfies BatonErrorCode, message: `the process group got ${sent}; the command ${how}${tail}` },
+            }),
+          );
         } else if (exit.code === 0) {
           finish(outcome({ status: 'succeeded', result }));
         } else {
@@ -257,7 +276,10 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
             outcome({
               status: 'failed',
               result: result || undefined,
-              error: { code: exit.signal ? 'killed_by_signal' : 'exit_code', message: `the command ${how}${tail}` },
+              error: {
+                code: exit.signal ? ('killed_by_signal' satisfies BatonErrorCode) : ('exit_code' satisfies BatonErrorCode),
+                message: `the command ${how}${tail}`,
+              },
             }),
           );
         }

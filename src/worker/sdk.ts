@@ -15,9 +15,10 @@
  */
 import { hostname } from 'node:os';
 import { ApiError, BatonClient, Unreachable, type Task as TaskView } from '../client.ts';
-import { redactJson, redactSecrets } from '../engine/redact.ts';
+import { redactJson } from '../domain/redact.ts';
+import { decideReport, refusedOutcome, type AbortReason, type Settled, type TaskOutcome } from './outcome.ts';
 
-export type AbortReason = 'cancelled' | 'deadline' | 'lease_lost' | 'shutdown';
+export { outcome, type AbortReason, type TaskOutcome, type Usage } from './outcome.ts';
 
 /** `task.signal.reason` once aborted: says why. */
 export class TaskAborted extends Error {
@@ -50,28 +51,6 @@ export interface Task {
   /** Append a log line (streamed to the server in order while the task runs). */
   log(line: string, stream?: 'stdout' | 'stderr'): void;
 }
-
-export interface Usage {
-  input_tokens?: number;
-  output_tokens?: number;
-  total_tokens?: number;
-  cost_usd?: number;
-  [k: string]: unknown;
-}
-
-export interface TaskOutcome {
-  status: 'succeeded' | 'failed' | 'cancelled';
-  result?: unknown;
-  error?: { code?: string; message: string };
-  usage?: Usage;
-}
-
-const OUTCOME = Symbol.for('baton.outcome');
-/** Return `outcome({...})` from a handler to choose the status, error or usage explicitly. */
-export function outcome(o: TaskOutcome): TaskOutcome {
-  return Object.assign(Object.create({ [OUTCOME]: true }), o);
-}
-const isOutcome = (v: unknown): v is TaskOutcome => typeof v === 'object' && v !== null && (v as any)[OUTCOME] === true;
 
 /** A handler returns the result (→ succeeded), throws (→ failed), or returns `outcome({...})`. */
 export type Handler = (task: Task) => Promise<unknown> | unknown;
@@ -140,12 +119,6 @@ export function isTransient(err: unknown): boolean {
 }
 const isLeaseLost = (err: unknown) => err instanceof ApiError && (err.code === 'lease_lost' || err.status === 404);
 
-/** Text the server accepts in an error message: no NUL, at most 10,000 characters. */
-function cleanMessage(s: string): string {
-  const t = redactSecrets(s.replace(/\u0000/g, '\uFFFD'));
-  return t.length > 9_000 ? t.slice(0, 9_000) + '… [cut]' : t;
-}
-
 export function createWorker(opts: WorkerOptions): Worker {
   return new WorkerImpl(opts);
 }
@@ -190,7 +163,9 @@ class WorkerImpl implements Worker {
     if (this.loop) return;
     const agent = await this.readAgent();
     if (agent.delivery === 'push') {
-      throw new Error(`agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`);
+      throw new Error(
+        `agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`,
+      );
     }
     this.loop = this.claimLoop();
   }
@@ -219,16 +194,20 @@ class WorkerImpl implements Worker {
 
   stop(): Promise<void> {
     this.stopping ??= (async () => {
-      this.stopCtrl.abort();
-      await this.loop;
-      const grace = this.opts.shutdownGraceMs ?? 30_000;
-      const all = () => Promise.all([...this.running.values()].map((r) => r.finished));
-      const graceOver = new AbortController();
-      await Promise.race([all(), sleep(grace, graceOver.signal)]);
-      graceOver.abort(); // no timer left behind to hold the process open
-      for (const r of this.running.values()) r.abort('shutdown');
-      await all();
-      this.resolveDone();
+      try {
+        this.stopCtrl.abort();
+        await this.loop;
+        const grace = this.opts.shutdownGraceMs ?? 30_000;
+        const all = () => Promise.all([...this.running.values()].map((r) => r.finished));
+        const graceOver = new AbortController();
+        await Promise.race([all(), sleep(grace, graceOver.signal)]);
+        graceOver.abort(); // no timer left behind to hold the process open
+        for (const r of this.running.values()) r.abort('shutdown');
+        await all();
+      } finally {
+        // Whoever waits on `done` (the CLI's `baton worker`) is released even if stopping failed.
+        this.resolveDone();
+      }
     })();
     return this.stopping;
   }
@@ -251,7 +230,11 @@ class WorkerImpl implements Worker {
       }
       let tasks: TaskView[];
       try {
-        tasks = await this.client.claim(this.opts.agent, { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max: free }, signal);
+        tasks = await this.client.claim(
+          this.opts.agent,
+          { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max: free },
+          signal,
+        );
         if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
         failures = 0;
       } catch (err) {
@@ -314,7 +297,8 @@ class WorkerImpl implements Worker {
     // Heartbeats every third of the TTL: two can fail in a row before the lease lapses.
     const ttlMs = t.lease_ttl_seconds * 1000;
     let beating = false;
-    const heartbeat = setInterval(async () => {
+    // Catches every failure itself, so the timer can drop its promise.
+    const beat = async () => {
       if (beating || lost) return;
       beating = true;
       try {
@@ -326,7 +310,8 @@ class WorkerImpl implements Worker {
       } finally {
         beating = false;
       }
-    }, Math.max(200, ttlMs / 3));
+    };
+    const heartbeat = setInterval(() => void beat(), Math.max(200, ttlMs / 3));
     const deadline = Date.parse(t.deadline_at);
     const deadlineTimer = setTimeout(() => abort('deadline'), Math.min(2 ** 31 - 1, Math.max(0, deadline - Date.now())));
 
@@ -342,75 +327,72 @@ class WorkerImpl implements Worker {
       log: (line, stream = 'stdout') => logs.push(stream, line),
     };
 
-    type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
-    const run: Promise<Settled> = Promise.resolve()
-      .then(() => this.opts.handler(task))
-      .then((value) => ({ ok: true as const, value }), (error) => ({ ok: false as const, error }));
-    // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
-    const abortWait = new Promise<Settled | undefined>((resolve) => {
-      const onAbort = () => setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
-      if (ctrl.signal.aborted) onAbort();
-      else ctrl.signal.addEventListener('abort', onAbort, { once: true });
-      void run.then(() => resolve(undefined));
-    });
-    const settled = await Promise.race([run, abortWait.then((v) => v)]).then((v) => v ?? undefined);
-
+    const settled = await this.settle(task, ctrl.signal);
     clearInterval(heartbeat);
     clearTimeout(deadlineTimer);
     const reason = ctrl.signal.aborted ? (ctrl.signal.reason as TaskAborted).reason : undefined;
-
     if (!lost) await logs.close();
-    if (lost || reason === 'lease_lost') {
-      this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
-      return;
-    }
-    if (reason === 'shutdown') {
-      try {
-        await this.retry('release', () => this.client.release(id, token), Date.now() + 30_000);
-      } catch (err) {
-        this.emit({ type: 'error', op: 'release', error: (err as Error)?.message ?? String(err) });
-      }
-      this.emit({ type: 'task:end', executionId: id, status: 'queued', reported: 'released' });
-      return;
-    }
 
-    const detail = (o: TaskOutcome | undefined) => (o?.error?.message ? `; ${o.error.message}` : '');
-    let out: TaskOutcome;
-    const given: TaskOutcome | undefined =
-      settled === undefined
-        ? undefined
-        : settled.ok
-          ? isOutcome(settled.value)
-            ? settled.value
-            : { status: 'succeeded', result: settled.value }
-          : { status: 'failed', error: { code: (settled.error as any)?.code && typeof (settled.error as any).code === 'string' ? (settled.error as any).code : 'handler_error', message: (settled.error as Error)?.message || String(settled.error) || 'the handler failed without a message' } };
-    if (reason === 'cancelled') {
-      out = { status: 'cancelled', result: given?.result, error: { code: 'cancel_requested', message: `cancelled on request${detail(given)}` }, usage: given?.usage };
-    } else if (reason === 'deadline') {
-      out = {
-        status: 'failed',
-        result: given?.result,
-        error: { code: 'timeout', message: `timed out: the deadline ${t.deadline_at} passed (agent timeout)${detail(given)}` },
-        usage: given?.usage,
-      };
-    } else {
-      out = given ?? { status: 'failed', error: { code: 'handler_error', message: 'the handler did not return' } };
-    }
-    if (out.status === 'failed' && !out.error) out.error = { code: 'failed', message: 'the handler reported failure without a message' };
-    if (out.error) out.error = { code: out.error.code ? cleanMessage(out.error.code).slice(0, 100) : undefined, message: cleanMessage(out.error.message || 'failed without a message') };
+    const report = decideReport({ settled, reason, leaseLost: lost, deadlineAt: t.deadline_at });
+    if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
+    else if (report.kind === 'release') await this.handBack(id, token);
+    else await this.complete(id, token, report.outcome);
+  }
 
+  /** The handler's result; undefined when it has not returned abortWaitMs after the task's signal fired. */
+  private settle(task: Task, signal: AbortSignal): Promise<Settled | undefined> {
+    const run: Promise<Settled> = Promise.resolve()
+      .then(() => this.opts.handler(task))
+      .then(
+        (value) => ({ ok: true as const, value }),
+        (error) => ({ ok: false as const, error }),
+      );
+    // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
+    const abortWait = new Promise<undefined>((resolve) => {
+      const onAbort = () => setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      void run.then(() => resolve(undefined));
+    });
+    return Promise.race([run, abortWait]);
+  }
+
+  /** Shutdown: give the task back to the queue (its delivery is not charged). */
+  private async handBack(id: string, token: string): Promise<void> {
     try {
-      // A completion lands while the token is the latest one granted, even after the lease
-      // lapsed: keep trying for a while before giving the task up to the reaper.
-      // Recognisable secrets in the result are redacted before it leaves this process (G-04).
-      const send = (o: TaskOutcome) => this.retry('complete', () => this.client.complete(id, { lease_token: token, status: o.status, result: redactJson(o.result), error: o.error, usage: o.usage as any }), Date.now() + 60_000);
+      await this.retry('release', () => this.client.release(id, token), Date.now() + 30_000);
+    } catch (err) {
+      this.emit({ type: 'error', op: 'release', error: (err as Error)?.message ?? String(err) });
+    }
+    this.emit({ type: 'task:end', executionId: id, status: 'queued', reported: 'released' });
+  }
+
+  /**
+   * Report the outcome. A completion lands while the token is the latest one granted, even after
+   * the lease lapsed: keep trying for a while before giving the task up to the reaper.
+   * Recognisable secrets in the result are redacted before it leaves this process (G-04).
+   */
+  private async complete(id: string, token: string, out: TaskOutcome): Promise<void> {
+    const send = (o: TaskOutcome) =>
+      this.retry(
+        'complete',
+        () =>
+          this.client.complete(id, {
+            lease_token: token,
+            status: o.status,
+            result: redactJson(o.result),
+            error: o.error,
+            usage: o.usage as any,
+          }),
+        Date.now() + 60_000,
+      );
+    try {
       try {
         await send(out);
       } catch (err) {
-        // The server refused the outcome itself (a result too large, usage that is not numbers…):
-        // report that as the failure rather than leave the task to lapse and run again.
-        if (!(err instanceof ApiError && (err.status === 400 || err.status === 413))) throw err;
-        out = { status: 'failed', error: { code: 'invalid_outcome', message: cleanMessage(`the server refused the handler's outcome: ${err.message}`) } };
+        const refused = err instanceof ApiError ? refusedOutcome(err.status, err.message) : undefined;
+        if (!refused) throw err;
+        out = refused;
         await send(out);
       }
       this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
@@ -497,7 +479,12 @@ class LogShipper {
         this.buf.unshift(...batch);
         this.bufBytes += bytes;
         this.failures++;
-        this.emit({ type: 'transport:error', op: 'logs', error: (err as Error)?.message ?? String(err), retryInMs: backoffMs(this.failures) });
+        this.emit({
+          type: 'transport:error',
+          op: 'logs',
+          error: (err as Error)?.message ?? String(err),
+          retryInMs: backoffMs(this.failures),
+        });
       } else {
         this.emit({ type: 'error', op: 'logs', error: (err as Error)?.message ?? String(err) });
       }

@@ -56,7 +56,9 @@ export async function withoutLeaseCheck(store: StoreAdapter, fn: () => Promise<v
     try {
       await fn();
     } finally {
-      await sql`ALTER TABLE executions ADD CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))`.execute(store.db);
+      await sql`ALTER TABLE executions ADD CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))`.execute(
+        store.db,
+      );
     }
   } else {
     await sql`PRAGMA ignore_check_constraints = ON`.execute(store.db);
@@ -112,7 +114,17 @@ export function observed(store: StoreAdapter) {
 /** Tables whose size is history: a query may only seek them through an index. */
 const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'];
 /** Partial indexes over non-terminal rows (and open violations): walking one is bounded by the live fleet, not history. */
-const LIVE_INDEXES = ['canary_violations_open', 'executions_admission', 'executions_running', 'executions_lease', 'executions_deadline', 'executions_queued_at', 'executions_schedule_open', 'executions_webhook_open', 'executions_serial_running'];
+const LIVE_INDEXES = [
+  'canary_violations_open',
+  'executions_admission',
+  'executions_running',
+  'executions_lease',
+  'executions_deadline',
+  'executions_queued_at',
+  'executions_schedule_open',
+  'executions_webhook_open',
+  'executions_serial_running',
+];
 
 /**
  * The plan of each query, and why it walks history (undefined: every history table is reached
@@ -141,9 +153,11 @@ export async function historyWalks(store: StoreAdapter, queries: CompiledQuery[]
         if (rel && HISTORY_TABLES.includes(rel)) {
           const type = node['Node Type'];
           if (type === 'Seq Scan') out.push({ sql: q.sql, walk: `Seq Scan on ${rel}` });
-          if ((type === 'Index Scan' || type === 'Index Only Scan') && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name'])) out.push({ sql: q.sql, walk: `${type} using ${node['Index Name']} on ${rel} without an index condition` });
+          if ((type === 'Index Scan' || type === 'Index Only Scan') && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name']))
+            out.push({ sql: q.sql, walk: `${type} using ${node['Index Name']} on ${rel} without an index condition` });
         }
-        if (node['Node Type'] === 'Bitmap Index Scan' && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name'])) out.push({ sql: q.sql, walk: `Bitmap Index Scan using ${node['Index Name']} without an index condition` });
+        if (node['Node Type'] === 'Bitmap Index Scan' && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name']))
+          out.push({ sql: q.sql, walk: `Bitmap Index Scan using ${node['Index Name']} without an index condition` });
         for (const child of node.Plans ?? []) visit(child);
       };
       visit(res.rows[0]!['QUERY PLAN'][0].Plan);

@@ -6,7 +6,10 @@ import type { ConnectionLimits } from '../../src/api/server.ts';
 import type { TestStore } from './store.ts';
 
 /** An in-process `baton up` on the test file's store (port 0), with a fast reaper. */
-export async function startTestNode(ts: TestStore, opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number; limits?: Partial<ConnectionLimits> } = {}): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
+export async function startTestNode(
+  ts: TestStore,
+  opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number; limits?: Partial<ConnectionLimits> } = {},
+): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
   const node = await startNode({
     env: { dataDir: ts.location.dataDir, databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema, port: 0, host: '127.0.0.1' },
     logger: false,
@@ -58,7 +61,12 @@ export function killGroup(pgid: number): void {
   }
 }
 
-export async function until<T>(what: string, fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function until<T>(
+  what: string,
+  fn: () => Promise<T | undefined | null | false> | T | undefined | null | false,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();

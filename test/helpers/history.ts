@@ -27,10 +27,17 @@ export interface SeedOptions {
 
 // Words for result text: compresses about as well as an agent's prose (PostgreSQL compresses
 // large values; a run of one letter would make its rows look ten times smaller than real ones).
-const WORDS = 'the report section table revenue quarter growth customer churn forecast model region sales cost margin risk summary finding source page trend chart value increase decrease compared previous year total'.split(' ');
+const WORDS =
+  'the report section table revenue quarter growth customer churn forecast model region sales cost margin risk summary finding source page trend chart value increase decrease compared previous year total'.split(
+    ' ',
+  );
 function prose(bytes: number): string {
   let out = '';
-  while (out.length < bytes) out += WORDS[Math.floor(Math.random() * WORDS.length)] + (Math.random() < 0.1 ? '. ' : ' ') + (Math.random() < 0.05 ? String(Math.floor(Math.random() * 1e6)) + ' ' : '');
+  while (out.length < bytes)
+    out +=
+      WORDS[Math.floor(Math.random() * WORDS.length)] +
+      (Math.random() < 0.1 ? '. ' : ' ') +
+      (Math.random() < 0.05 ? String(Math.floor(Math.random() * 1e6)) + ' ' : '');
   return out.slice(0, bytes);
 }
 
@@ -47,7 +54,20 @@ export async function seedHistory(store: StoreAdapter, o: SeedOptions): Promise<
   const chunk = o.chunk ?? 1000;
   await store.db
     .insertInto('agents')
-    .values({ name: agent, max_parallel: 4, max_backlog: 100, timeout_seconds: 900, lease_ttl_seconds: 30, max_redeliveries: 3, delivery: 'pull', push_url: null, push_secret: null, description: null, created_at: o.from, updated_at: o.from })
+    .values({
+      name: agent,
+      max_parallel: 4,
+      max_backlog: 100,
+      timeout_seconds: 900,
+      lease_ttl_seconds: 30,
+      max_redeliveries: 3,
+      delivery: 'pull',
+      push_url: null,
+      push_secret: null,
+      description: null,
+      created_at: o.from,
+      updated_at: o.from,
+    })
     .onConflict((oc) => oc.column('name').doNothing())
     .execute();
   const ids: string[] = [];
@@ -101,7 +121,20 @@ export async function seedHistory(store: StoreAdapter, o: SeedOptions): Promise<
       if (chainsEvery && k % chainsEvery === 0) {
         const rid = newId();
         ids.push(rid);
-        retries.push({ ...row, id: rid, trigger_kind: 'retry', status: 'succeeded', retry_of: id, retry_root: id, retry_number: 1, idempotency_key: null, created_at: done, queued_at: done, started_at: done + 100, completed_at: done + 1000 });
+        retries.push({
+          ...row,
+          id: rid,
+          trigger_kind: 'retry',
+          status: 'succeeded',
+          retry_of: id,
+          retry_root: id,
+          retry_number: 1,
+          idempotency_key: null,
+          created_at: done,
+          queued_at: done,
+          started_at: done + 100,
+          completed_at: done + 1000,
+        });
       }
     }
     await store.transaction(async (tx) => {
@@ -110,10 +143,36 @@ export async function seedHistory(store: StoreAdapter, o: SeedOptions): Promise<
       // The insert trigger wrote each row's first event; add admission and completion.
       const all = [...rows, ...retries];
       const events = all.flatMap((r) => [
-        { execution_id: r.id, agent, from_status: 'queued' as const, to_status: 'running' as const, at: r.started_at!, actor: 'worker:seed', reason: 'claimed', attempt: 1, seats_in_use: 1, seat_cap: 4 },
-        { execution_id: r.id, agent, from_status: 'running' as const, to_status: r.status, at: r.completed_at!, actor: 'worker:seed', reason: 'completed', attempt: 1, seats_in_use: null, seat_cap: null },
+        {
+          execution_id: r.id,
+          agent,
+          from_status: 'queued' as const,
+          to_status: 'running' as const,
+          at: r.started_at!,
+          actor: 'worker:seed',
+          reason: 'claimed',
+          attempt: 1,
+          seats_in_use: 1,
+          seat_cap: 4,
+        },
+        {
+          execution_id: r.id,
+          agent,
+          from_status: 'running' as const,
+          to_status: r.status,
+          at: r.completed_at!,
+          actor: 'worker:seed',
+          reason: 'completed',
+          attempt: 1,
+          seats_in_use: null,
+          seat_cap: null,
+        },
       ]);
-      for (let i = 0; i < events.length; i += 500) await tx.insertInto('execution_events').values(events.slice(i, i + 500)).execute();
+      for (let i = 0; i < events.length; i += 500)
+        await tx
+          .insertInto('execution_events')
+          .values(events.slice(i, i + 500))
+          .execute();
       const logs = [];
       const heads = [];
       const keys = [];
@@ -121,14 +180,45 @@ export async function seedHistory(store: StoreAdapter, o: SeedOptions): Promise<
         const r = rows[i]!;
         const k = start + i;
         if (logsEvery && k % logsEvery === 0) {
-          for (let s = 1; s <= 5; s++) logs.push({ execution_id: r.id, seq: s, at: r.started_at! + s, stream: 'stdout' as const, line: `step ${s} of report ${k}: fetched 12 sections, 3 tables` });
+          for (let s = 1; s <= 5; s++)
+            logs.push({
+              execution_id: r.id,
+              seq: s,
+              at: r.started_at! + s,
+              stream: 'stdout' as const,
+              line: `step ${s} of report ${k}: fetched 12 sections, 3 tables`,
+            });
           heads.push({ execution_id: r.id, lines: 5, bytes: 250, truncated: 0 });
         }
-        if (r.idempotency_key) keys.push({ scope: `agent:${agent}`, idem_key: r.idempotency_key, request_hash: 'h', state: 'completed' as const, locked_until: 0, status_code: 201, response: '{}', execution_id: r.id, created_at: r.created_at, expires_at: r.created_at + 86_400_000 });
+        if (r.idempotency_key)
+          keys.push({
+            scope: `agent:${agent}`,
+            idem_key: r.idempotency_key,
+            request_hash: 'h',
+            state: 'completed' as const,
+            locked_until: 0,
+            status_code: 201,
+            response: '{}',
+            execution_id: r.id,
+            created_at: r.created_at,
+            expires_at: r.created_at + 86_400_000,
+          });
       }
-      for (let i = 0; i < logs.length; i += 500) await tx.insertInto('execution_logs').values(logs.slice(i, i + 500)).execute();
-      for (let i = 0; i < heads.length; i += 500) await tx.insertInto('execution_log_heads').values(heads.slice(i, i + 500)).execute();
-      for (let i = 0; i < keys.length; i += 500) await tx.insertInto('idempotency_keys').values(keys.slice(i, i + 500)).execute();
+      for (let i = 0; i < logs.length; i += 500)
+        await tx
+          .insertInto('execution_logs')
+          .values(logs.slice(i, i + 500))
+          .execute();
+      for (let i = 0; i < heads.length; i += 500)
+        await tx
+          .insertInto('execution_log_heads')
+          .values(heads.slice(i, i + 500))
+          .execute();
+      for (let i = 0; i < keys.length; i += 500)
+        await tx
+          .insertInto('idempotency_keys')
+          .values(keys.slice(i, i + 500))
+          .execute();
     });
   }
   return ids;

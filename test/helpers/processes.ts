@@ -67,7 +67,10 @@ export function spawnFixture(name: string, args: string[], env: Record<string, s
           if (found !== undefined) return done(() => resolve(found));
           if (closed) return done(() => reject(new Error(`${name} (pid ${proc.pid}) exited without the expected line; stderr:\n${err}`)));
         };
-        const timer = setTimeout(() => done(() => reject(new Error(`${name} (pid ${proc.pid}): no expected line within ${timeoutMs} ms; stderr:\n${err}`))), timeoutMs);
+        const timer = setTimeout(
+          () => done(() => reject(new Error(`${name} (pid ${proc.pid}): no expected line within ${timeoutMs} ms; stderr:\n${err}`))),
+          timeoutMs,
+        );
         function done(settle: () => void) {
           clearTimeout(timer);
           waiting.delete(check);

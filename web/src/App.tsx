@@ -33,19 +33,30 @@ export function App() {
   else if (section === 'schedules') page = <SchedulesPage />;
   else if (section === 'canary') page = <CanaryPage />;
   else if (section === '') page = <OverviewPage />;
-  else page = <p className="state error">No page here. <a href="#/">Go to the overview</a>.</p>;
+  else
+    page = (
+      <p className="state error">
+        No page here. <a href="#/">Go to the overview</a>.
+      </p>
+    );
   const active = section === 'agents' ? '' : section;
   return (
     <div className="app">
       <header className="top">
-        <a className="brand" href="#/">Baton</a>
+        <a className="brand" href="#/">
+          Baton
+        </a>
         <nav>
           {NAV.map(([path, label]) => (
-            <a key={path} href={`#/${path}`} className={active === path ? 'active' : ''}>{label}</a>
+            <a key={path} href={`#/${path}`} className={active === path ? 'active' : ''}>
+              {label}
+            </a>
           ))}
         </nav>
         <LiveBadge />
-        <button className="link signout" onClick={signOut}>Sign out</button>
+        <button className="link signout" onClick={signOut}>
+          Sign out
+        </button>
       </header>
       <main>{page}</main>
     </div>
@@ -56,5 +67,9 @@ function LiveBadge() {
   const [state, setState] = useState<LiveState>('connecting');
   useEffect(() => onLiveState(setState), []);
   const label = state === 'live' ? 'live' : state === 'connecting' ? 'connecting…' : 'reconnecting…';
-  return <span className={`live live-${state}`} title="live updates over Server-Sent Events">{label}</span>;
+  return (
+    <span className={`live live-${state}`} title="live updates over Server-Sent Events">
+      {label}
+    </span>
+  );
 }

@@ -16,15 +16,10 @@ export function client(): BatonClient {
   return new BatonClient({ server: location.origin, key: getKey() ?? undefined });
 }
 
-/** A call whose route may not exist on this server (features land independently). */
-export const isMissingRoute = (err: unknown) => err instanceof ApiError && err.status === 404 && err.message.startsWith('no route');
-
 export function describe(err: unknown): string {
   if (err instanceof ApiError) return `${err.message} (${err.code})`;
   return (err as Error)?.message ?? String(err);
 }
-
-export const TERMINAL = ['succeeded', 'failed', 'cancelled', 'skipped'];
 
 // ── Server-Sent Events ──────────────────────────────────────────────────────
 
@@ -99,12 +94,7 @@ export function logStreamUrl(id: string, after = 0): string {
 
 export type HistoryStats = import('../../src/api/schemas/history.ts').HistoryStats;
 
-/** History size, oldest rows, retention settings and the last prune; null on a server without the route. */
-export async function historyStats(): Promise<HistoryStats | null> {
-  try {
-    return (await client().request<HistoryStats>('GET', '/v1/history')).body;
-  } catch (err) {
-    if (isMissingRoute(err)) return null;
-    throw err;
-  }
+/** History size, oldest rows, retention settings and the last prune. */
+export async function historyStats(): Promise<HistoryStats> {
+  return (await client().request<HistoryStats>('GET', '/v1/history')).body;
 }

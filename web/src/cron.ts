@@ -24,7 +24,8 @@ export function cronInWords(expr: string): string {
   const dayPart = days(dow);
   const suffix = (s: string) => (dayPart ? `${s} ${dayPart}` : s);
   if (dom !== '*' || mon !== '*') {
-    if (/^\d+$/.test(min) && /^\d+$/.test(hour) && /^\d+$/.test(dom) && mon === '*' && dow === '*') return `monthly on day ${dom} at ${pad(hour)}:${pad(min)}`;
+    if (/^\d+$/.test(min) && /^\d+$/.test(hour) && /^\d+$/.test(dom) && mon === '*' && dow === '*')
+      return `monthly on day ${dom} at ${pad(hour)}:${pad(min)}`;
     return expr;
   }
   if (min === '*' && hour === '*') return suffix('every minute');
@@ -32,7 +33,10 @@ export function cronInWords(expr: string): string {
   if (/^\d+$/.test(min) && hour === '*') return suffix(min === '0' ? 'every hour, on the hour' : `every hour at minute ${min}`);
   if (/^\d+$/.test(min) && /^\*\/\d+$/.test(hour)) return suffix(`every ${hour.slice(2)} hours at minute ${min}`);
   if (/^\d+$/.test(min) && /^\d+(,\d+)*$/.test(hour)) {
-    const times = hour.split(',').map((h) => `${pad(h)}:${pad(min)}`).join(', ');
+    const times = hour
+      .split(',')
+      .map((h) => `${pad(h)}:${pad(min)}`)
+      .join(', ');
     return dayPart ? `at ${times} ${dayPart}` : `every day at ${times}`;
   }
   return expr;

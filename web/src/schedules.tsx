@@ -37,7 +37,9 @@ export function RunNow({ schedule }: { schedule: Schedule }) {
   };
   return (
     <div className="runnow">
-      <button onClick={run} disabled={busy}>{busy ? 'Starting…' : 'Run now'}</button>
+      <button onClick={run} disabled={busy}>
+        {busy ? 'Starting…' : 'Run now'}
+      </button>
       {out?.kind === 'started' && (
         <p className="outcome ok" role="status">
           Started: <a href={link('executions', out.id)}>{out.id}</a>
@@ -58,7 +60,11 @@ export function RunNow({ schedule }: { schedule: Schedule }) {
           Backlog full — no run was started. {out.message}
         </p>
       )}
-      {out?.kind === 'error' && <p className="outcome error" role="alert">Not started: {out.message}</p>}
+      {out?.kind === 'error' && (
+        <p className="outcome error" role="alert">
+          Not started: {out.message}
+        </p>
+      )}
     </div>
   );
 }

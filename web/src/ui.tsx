@@ -6,15 +6,27 @@ export { duration };
 
 export function Time({ iso }: { iso: string | null | undefined }) {
   if (!iso) return <span className="muted">—</span>;
-  return <time dateTime={iso} title={new Date(iso).toLocaleString()}>{relativeTime(iso)}</time>;
+  return (
+    <time dateTime={iso} title={new Date(iso).toLocaleString()}>
+      {relativeTime(iso)}
+    </time>
+  );
 }
 
 export function Status({ status }: { status: string }) {
-  return <span className={`status status-${status}`} data-status={status}>{status}</span>;
+  return (
+    <span className={`status status-${status}`} data-status={status}>
+      {status}
+    </span>
+  );
 }
 
 export function Loading({ what }: { what: string }) {
-  return <p className="state loading" role="status">Loading {what}…</p>;
+  return (
+    <p className="state loading" role="status">
+      Loading {what}…
+    </p>
+  );
 }
 
 export function Failed({ what, error, retry }: { what: string; error: unknown; retry?: () => void }) {
@@ -25,14 +37,21 @@ export function Failed({ what, error, retry }: { what: string; error: unknown; r
     };
     return (
       <div className="state error" role="alert">
-        The server refused this API key (revoked or unknown). <button className="link" onClick={signOut}>Sign in again</button>
+        The server refused this API key (revoked or unknown).{' '}
+        <button className="link" onClick={signOut}>
+          Sign in again
+        </button>
       </div>
     );
   }
   return (
     <div className="state error" role="alert">
       Could not load {what}: {describe(error)}
-      {retry && <button className="link" onClick={retry}>Try again</button>}
+      {retry && (
+        <button className="link" onClick={retry}>
+          Try again
+        </button>
+      )}
     </div>
   );
 }

@@ -5,56 +5,91 @@ import { agentView } from '../../engine/views.ts';
 import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
 import { Agent, AgentCreate, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
-import type { ApiDeps } from '../server.ts';
+import type { ApiDeps } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
 const forReader = (req: FastifyRequest, view: ReturnType<typeof agentView>) =>
   req.principal.scope === 'admin' ? view : { ...view, push_url: redactUrl(view.push_url) };
 
 export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  app.post('/v1/agents', {
-    schema: { tags: ['agents'], summary: 'Register an agent', body: AgentCreate, response: { 201: Agent, 400: ErrorBody, 409: ErrorBody } },
-  }, async (req, reply) => {
-    requireAdmin(req);
-    const row = await engine.createAgent(req.body, actorOf(req));
-    return reply.code(201).send(agentView(row, { running: 0, queued: 0 }));
-  });
-
-  app.get('/v1/agents', {
-    schema: { tags: ['agents'], summary: 'List agents with live running and queued counts', response: { 200: z.object({ agents: z.array(Agent) }) } },
-  }, async (req) => {
-    const all = await engine.listAgents();
-    const visible = req.principal.scope === 'agent' ? all.filter((a) => a.agent.name === req.principal.agent) : all;
-    return { agents: visible.map((a) => forReader(req, agentView(a.agent, a))) };
-  });
-
-  app.get('/v1/agents/:agent', {
-    schema: { tags: ['agents'], summary: 'Read one agent', params: AgentParams, response: { 200: Agent, 404: ErrorBody } },
-  }, async (req) => {
-    requireAgentAccess(req, req.params.agent);
-    const a = await engine.getAgent(req.params.agent);
-    return forReader(req, agentView(a.agent, a));
-  });
-
-  app.patch('/v1/agents/:agent', {
-    schema: { tags: ['agents'], summary: 'Change agent settings (lowering max_parallel never interrupts running work)', params: AgentParams, body: AgentPatch, response: { 200: Agent, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    await engine.updateAgent(req.params.agent, req.body, actorOf(req));
-    const a = await engine.getAgent(req.params.agent);
-    return agentView(a.agent, a);
-  });
-
-  app.delete('/v1/agents/:agent', {
-    schema: {
-      tags: ['agents'],
-      summary: "Delete an agent: cancels its queued work, asks running work to stop; history stays",
-      params: AgentParams,
-      response: { 200: z.object({ deleted: z.string(), cancelled: z.number(), cancel_requested: z.number() }), 404: ErrorBody },
+  app.post(
+    '/v1/agents',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'Register an agent',
+        body: AgentCreate,
+        response: { 201: Agent, 400: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req) => {
-    requireAdmin(req);
-    const out = await engine.deleteAgent(req.params.agent, actorOf(req));
-    return { deleted: req.params.agent, ...out };
-  });
+    async (req, reply) => {
+      requireAdmin(req);
+      const row = await engine.createAgent(req.body, actorOf(req));
+      return reply.code(201).send(agentView(row, { running: 0, queued: 0 }));
+    },
+  );
+
+  app.get(
+    '/v1/agents',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'List agents with live running and queued counts',
+        response: { 200: z.object({ agents: z.array(Agent) }) },
+      },
+    },
+    async (req) => {
+      const all = await engine.listAgents();
+      const visible = req.principal.scope === 'agent' ? all.filter((a) => a.agent.name === req.principal.agent) : all;
+      return { agents: visible.map((a) => forReader(req, agentView(a.agent, a))) };
+    },
+  );
+
+  app.get(
+    '/v1/agents/:agent',
+    {
+      schema: { tags: ['agents'], summary: 'Read one agent', params: AgentParams, response: { 200: Agent, 404: ErrorBody } },
+    },
+    async (req) => {
+      requireAgentAccess(req, req.params.agent);
+      const a = await engine.getAgent(req.params.agent);
+      return forReader(req, agentView(a.agent, a));
+    },
+  );
+
+  app.patch(
+    '/v1/agents/:agent',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'Change agent settings (lowering max_parallel never interrupts running work)',
+        params: AgentParams,
+        body: AgentPatch,
+        response: { 200: Agent, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      await engine.updateAgent(req.params.agent, req.body, actorOf(req));
+      const a = await engine.getAgent(req.params.agent);
+      return agentView(a.agent, a);
+    },
+  );
+
+  app.delete(
+    '/v1/agents/:agent',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'Delete an agent: cancels its queued work, asks running work to stop; history stays',
+        params: AgentParams,
+        response: { 200: z.object({ deleted: z.string(), cancelled: z.number(), cancel_requested: z.number() }), 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const out = await engine.deleteAgent(req.params.agent, actorOf(req));
+      return { deleted: req.params.agent, ...out };
+    },
+  );
 };

@@ -3,7 +3,7 @@ import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { closeOnRevoke } from '../revocation.ts';
 import { AgentName } from '../schemas.ts';
-import type { ApiDeps } from '../server.ts';
+import type { ApiDeps } from '../deps.ts';
 
 /**
  * Comment lines keep idle proxies and browsers from closing the stream. 15 s is under the
@@ -83,26 +83,31 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     engine.events.off('execution:changed', onChanged);
   });
 
-  app.get('/v1/events', {
-    schema: {
-      tags: ['events'],
-      summary: 'Server-Sent Events of execution status changes (event: execution). Browsers may pass the key as ?key= (only here and on the logs stream)',
-      querystring: EventsQuery,
+  app.get(
+    '/v1/events',
+    {
+      schema: {
+        tags: ['events'],
+        summary:
+          'Server-Sent Events of execution status changes (event: execution). Browsers may pass the key as ?key= (only here and on the logs stream)',
+        querystring: EventsQuery,
+      },
     },
-  }, async (req, reply) => {
-    // An agent-scoped key sees only its own agent's changes.
-    const agent = req.principal.scope === 'agent' ? req.principal.agent! : req.query.agent;
-    reply.hijack();
-    const client: Client = { res: reply.raw, agent };
-    openSse(reply.raw);
-    clients.add(client);
-    const offRevoke = closeOnRevoke(engine.store, req.principal.keyId, reply.raw);
-    const drop = () => {
-      clients.delete(client);
-      offRevoke();
-    };
-    req.raw.on('close', drop);
-    reply.raw.on('close', drop);
-    reply.raw.on('error', drop);
-  });
+    async (req, reply) => {
+      // An agent-scoped key sees only its own agent's changes.
+      const agent = req.principal.scope === 'agent' ? req.principal.agent! : req.query.agent;
+      reply.hijack();
+      const client: Client = { res: reply.raw, agent };
+      openSse(reply.raw);
+      clients.add(client);
+      const offRevoke = closeOnRevoke(engine.store, req.principal.keyId, reply.raw);
+      const drop = () => {
+        clients.delete(client);
+        offRevoke();
+      };
+      req.raw.on('close', drop);
+      reply.raw.on('close', drop);
+      reply.raw.on('error', drop);
+    },
+  );
 };

@@ -4,8 +4,18 @@ import { BatonError } from '../../domain/errors.ts';
 import { eventView, executionListView, executionView } from '../../engine/views.ts';
 import { EXECUTION_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
-import { AgentParams, Created, ErrorBody, ExecutionDetail, ExecutionPage, ExecutionParams, ListExecutionsQuery, SubmitBody, Execution } from '../schemas.ts';
-import type { ApiDeps } from '../server.ts';
+import {
+  AgentParams,
+  Created,
+  ErrorBody,
+  ExecutionDetail,
+  ExecutionPage,
+  ExecutionParams,
+  ListExecutionsQuery,
+  SubmitBody,
+  Execution,
+} from '../schemas.ts';
+import type { ApiDeps } from '../deps.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
@@ -17,78 +27,123 @@ function decodeCursor(cursor: string): { created_at: number; id: string } {
   return { created_at: Number(m[1]), id: m[2]! };
 }
 
-export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  app.post('/v1/agents/:agent/executions', {
-    bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
-    schema: {
-      tags: ['executions'],
-      summary: 'Submit a task: 201 with the real execution id, or a precise refusal',
-      params: AgentParams,
-      body: SubmitBody,
-      response: { 201: Created, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 422: ErrorBody, 429: ErrorBody },
+export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
+  app.post(
+    '/v1/agents/:agent/executions',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['executions'],
+        summary: 'Submit a task: 201 with the real execution id, or a precise refusal',
+        params: AgentParams,
+        body: SubmitBody,
+        response: { 201: Created, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 422: ErrorBody, 429: ErrorBody },
+      },
     },
-  }, async (req, reply) => {
-    requireAdmin(req);
-    const body = req.body;
-    if (body.payload !== undefined && Buffer.byteLength(JSON.stringify(body.payload)) > DEFAULTS.payloadLimitBytes) {
-      throw new BatonError('payload_too_large', `body.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
-    }
-    if (body.run_after !== undefined && body.delay_seconds !== undefined) {
-      throw new BatonError('validation_error', 'body.run_after, body.delay_seconds: give one or the other');
-    }
-    const runAfter = body.run_after !== undefined ? Date.parse(body.run_after) : body.delay_seconds !== undefined ? engine.now() + body.delay_seconds * 1000 : null;
-    const client = req.headers['x-baton-client'];
-    const via = client === 'cli' || client === 'mcp' ? client : 'api';
-    // Idempotency-Key (scope: the agent): the first answer is stored with the row and replayed.
-    const key = readIdempotencyKey(req.headers['idempotency-key']);
-    const idem = key ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) } : undefined;
-    const answerFor = (row: ExecutionRow) => ({ status: 201, body: { execution_id: row.id, status: row.status, agent: row.agent, execution: executionView(row) } });
-    return idempotent(engine, reply, idem, answerFor, async (onCreated) => {
-      const row = await engine.submit(
-        req.params.agent,
-        { message: body.message, payload: body.payload, priority: body.priority, run_after: runAfter, trigger: via, origin: { key_id: req.principal.keyId }, retry: body.retry, idempotency_key: key ?? null },
-        actorOf(req),
-        onCreated,
-      );
-      return answerFor(row);
-    });
-  });
-
-  app.get('/v1/executions', {
-    schema: { tags: ['executions'], summary: `List executions, newest first: list items carry previews of message, payload, result and error (at most ${EXECUTION_PAGE.max} a page)`, querystring: ListExecutionsQuery, response: { 200: ExecutionPage, 400: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    const q = req.query;
-    const limit = q.limit ?? EXECUTION_PAGE.default;
-    const rows = await engine.listExecutions({
-      agent: q.agent,
-      status: q.status,
-      schedule_id: q.schedule_id,
-      created_after: q.since ? Date.parse(q.since) : undefined,
-      created_before: q.until ? Date.parse(q.until) : undefined,
-      limit,
-      before: q.cursor ? decodeCursor(q.cursor) : undefined,
-    });
-    return { executions: rows.map(executionListView), next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!) : null };
-  });
-
-  app.get('/v1/executions/:id', {
-    schema: { tags: ['executions'], summary: 'Read one execution with its event timeline', params: ExecutionParams, response: { 200: ExecutionDetail, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    const { execution, events, chain } = await engine.getExecution(req.params.id);
-    return { ...executionView(execution), events: events.map(eventView), retry_chain: chain };
-  });
-
-  app.post('/v1/executions/:id/cancel', {
-    schema: {
-      tags: ['executions'],
-      summary: 'Cancel: queued ends at once; running is asked to stop (forced after the grace period)',
-      params: ExecutionParams,
-      response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+    async (req, reply) => {
+      requireAdmin(req);
+      const body = req.body;
+      if (body.payload !== undefined && Buffer.byteLength(JSON.stringify(body.payload)) > DEFAULTS.payloadLimitBytes) {
+        throw new BatonError('payload_too_large', `body.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
+      }
+      if (body.run_after !== undefined && body.delay_seconds !== undefined) {
+        throw new BatonError('validation_error', 'body.run_after, body.delay_seconds: give one or the other');
+      }
+      const runAfter =
+        body.run_after !== undefined
+          ? Date.parse(body.run_after)
+          : body.delay_seconds !== undefined
+            ? engine.now() + body.delay_seconds * 1000
+            : null;
+      const client = req.headers['x-baton-client'];
+      const via = client === 'cli' || client === 'mcp' ? client : 'api';
+      // Idempotency-Key (scope: the agent): the first answer is stored with the row and replayed.
+      const key = readIdempotencyKey(req.headers['idempotency-key']);
+      const idem = key
+        ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) }
+        : undefined;
+      const answerFor = (row: ExecutionRow) => ({
+        status: 201,
+        body: { execution_id: row.id, status: row.status, agent: row.agent, execution: executionView(row) },
+      });
+      return idempotent({ engine, idempotency }, reply, idem, answerFor, async (onCreated) => {
+        const row = await engine.submit(
+          req.params.agent,
+          {
+            message: body.message,
+            payload: body.payload,
+            priority: body.priority,
+            run_after: runAfter,
+            trigger: via,
+            origin: { key_id: req.principal.keyId },
+            retry: body.retry,
+            idempotency_key: key ?? null,
+          },
+          actorOf(req),
+          onCreated,
+        );
+        return answerFor(row);
+      });
     },
-  }, async (req) => {
-    requireAdmin(req);
-    return executionView(await engine.cancel(req.params.id, actorOf(req)));
-  });
+  );
+
+  app.get(
+    '/v1/executions',
+    {
+      schema: {
+        tags: ['executions'],
+        summary: `List executions, newest first: list items carry previews of message, payload, result and error (at most ${EXECUTION_PAGE.max} a page)`,
+        querystring: ListExecutionsQuery,
+        response: { 200: ExecutionPage, 400: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const q = req.query;
+      const limit = q.limit ?? EXECUTION_PAGE.default;
+      const rows = await engine.listExecutions({
+        agent: q.agent,
+        status: q.status,
+        schedule_id: q.schedule_id,
+        created_after: q.since ? Date.parse(q.since) : undefined,
+        created_before: q.until ? Date.parse(q.until) : undefined,
+        limit,
+        before: q.cursor ? decodeCursor(q.cursor) : undefined,
+      });
+      return { executions: rows.map(executionListView), next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!) : null };
+    },
+  );
+
+  app.get(
+    '/v1/executions/:id',
+    {
+      schema: {
+        tags: ['executions'],
+        summary: 'Read one execution with its event timeline',
+        params: ExecutionParams,
+        response: { 200: ExecutionDetail, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const { execution, events, chain } = await engine.getExecution(req.params.id);
+      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain };
+    },
+  );
+
+  app.post(
+    '/v1/executions/:id/cancel',
+    {
+      schema: {
+        tags: ['executions'],
+        summary: 'Cancel: queued ends at once; running is asked to stop (forced after the grace period)',
+        params: ExecutionParams,
+        response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return executionView(await engine.cancel(req.params.id, actorOf(req)));
+    },
+  );
 };

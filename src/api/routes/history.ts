@@ -1,21 +1,28 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { readRetentionEnv, type RetentionEnv } from '../../config.ts';
+import type { RetentionEnv } from '../../config.ts';
 import { iso } from '../../engine/views.ts';
 import { readHistoryStats } from '../../retention/stats.ts';
 import { requireAdmin } from '../auth.ts';
 import { ErrorBody } from '../schemas.ts';
 import { HistoryStats } from '../schemas/history.ts';
-import type { ApiDeps } from '../server.ts';
+import type { ApiDeps } from '../deps.ts';
 
 /** History size, age, retention settings and the last prune. Admin keys only. */
-export const historyRoutes: FastifyPluginAsyncZod<ApiDeps & { retention?: RetentionEnv }> = async (app, { engine, retention }) => {
-  const settings = retention ?? readRetentionEnv();
-  app.get('/v1/history', {
-    schema: { tags: ['history'], summary: 'History size (estimated rows, bytes), oldest rows, retention settings and the last prune', response: { 200: HistoryStats, 403: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    return historyView(await readHistoryStats(engine.store, settings));
-  });
+export const historyRoutes: FastifyPluginAsyncZod<ApiDeps & { retention: RetentionEnv }> = async (app, { engine, retention: settings }) => {
+  app.get(
+    '/v1/history',
+    {
+      schema: {
+        tags: ['history'],
+        summary: 'History size (estimated rows, bytes), oldest rows, retention settings and the last prune',
+        response: { 200: HistoryStats, 403: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return historyView(await readHistoryStats(engine.store, settings));
+    },
+  );
 };
 
 export function historyView(s: Awaited<ReturnType<typeof readHistoryStats>>): HistoryStats {

@@ -1,15 +1,24 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { DEFAULTS, type IdempotencySettings } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
 import { jsonTooDeep, tooDeepMessage } from '../../domain/json.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
-import { triggersFor } from '../../engine/triggers/index.ts';
-import { hashToken, RefusalLog, signatureValid, STANDARD_TOLERANCE_S, standardSignatureValid, WEBHOOK_BODY_LIMIT, type StandardHeaders } from '../../engine/triggers/webhooks.ts';
+import {
+  hashToken,
+  RefusalLog,
+  signatureValid,
+  STANDARD_TOLERANCE_S,
+  standardSignatureValid,
+  WEBHOOK_BODY_LIMIT,
+  type StandardHeaders,
+} from '../../engine/triggers/webhooks.ts';
 import type { WebhookRow } from '../../store/schema.ts';
 import { UNAVAILABLE_RETRY_AFTER_S } from '../../store/unavailable.ts';
 import { countWebhook } from '../../metrics.ts';
 import { idempotent } from '../idempotent.ts';
 import { ErrorBody } from '../schemas.ts';
+import { HookAccepted } from '../schemas/triggers.ts';
 import { z } from 'zod';
 import { RateLimiter } from '../rate-limit.ts';
 
@@ -17,19 +26,15 @@ export interface HookOptions {
   engine: Engine;
   /** Largest body accepted (default 64 KiB). */
   bodyLimit?: number;
-  /** Deliveries per second per source address (burst twice that). Env BATON_HOOK_RATE_PER_ADDRESS; default 50. */
+  /** Deliveries per second per source address (burst twice that). Default 50; `baton up`: BATON_HOOK_RATE_PER_ADDRESS. */
   perAddressRate?: number;
-  /** Deliveries per second per webhook (burst twice that). Env BATON_HOOK_RATE_PER_WEBHOOK; default 50. */
+  /** Deliveries per second per webhook (burst twice that). Default 50; `baton up`: BATON_HOOK_RATE_PER_WEBHOOK. */
   perWebhookRate?: number;
+  /** Idempotency-Key lifetime and in-flight wait (defaults: IDEMPOTENCY). */
+  idempotency?: Partial<IdempotencySettings>;
 }
 
-const envRate = (name: string, fallback: number) => {
-  const n = Number(process.env[name]);
-  return Number.isFinite(n) && n > 0 ? n : fallback;
-};
-
 const HookParams = z.object({ token: z.string().describe('the webhook URL token (bwh_…)') });
-const HookAccepted = z.object({ status: z.enum(['queued', 'running', 'already_running']), execution_id: z.string() });
 
 const NOT_FOUND = { error: 'not_found', message: 'no such webhook' };
 /** Refusal counts of minutes that are over are written at least this often. */
@@ -48,15 +53,17 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
  */
 export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => {
   const { engine } = opts;
-  const { webhooks } = triggersFor(engine);
+  const { webhooks } = engine;
   const bodyLimit = opts.bodyLimit ?? WEBHOOK_BODY_LIMIT;
-  const addressRate = opts.perAddressRate ?? envRate('BATON_HOOK_RATE_PER_ADDRESS', 50);
-  const webhookRate = opts.perWebhookRate ?? envRate('BATON_HOOK_RATE_PER_WEBHOOK', 50);
+  const addressRate = opts.perAddressRate ?? DEFAULTS.hookRatePerSecond;
+  const webhookRate = opts.perWebhookRate ?? DEFAULTS.hookRatePerSecond;
   const byAddress = new RateLimiter(addressRate, addressRate * 2);
   const byWebhook = new RateLimiter(webhookRate, webhookRate * 2);
   const resolved = new WeakMap<FastifyRequest, WebhookRow>();
   const refusals = new RefusalLog(engine);
-  const flushRefusals = () => refusals.flush().catch((err) => app.log.warn({ err }, 'webhook refusal counts not written yet; retrying'));
+  const flushRefusals = () => {
+    refusals.flush().catch((err) => app.log.warn({ err }, 'webhook refusal counts not written yet; retrying'));
+  };
   const flushTimer = setInterval(flushRefusals, REFUSAL_FLUSH_MS);
   flushTimer.unref();
   app.addHook('onClose', async () => {
@@ -66,7 +73,16 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
 
   // baton_webhook_requests_total{outcome}: a short fixed code per answer.
   const outcomes = new WeakMap<FastifyRequest, string>();
-  const FALLBACK: Record<number, string> = { 400: 'invalid_json', 401: 'bad_signature', 404: 'not_found', 409: 'idempotency_in_flight', 413: 'too_large', 422: 'idempotency_key_reused', 429: 'refused', 503: 'unavailable' };
+  const FALLBACK: Record<number, string> = {
+    400: 'invalid_json',
+    401: 'bad_signature',
+    404: 'not_found',
+    409: 'idempotency_in_flight',
+    413: 'too_large',
+    422: 'idempotency_key_reused',
+    429: 'refused',
+    503: 'unavailable',
+  };
   app.addHook('onResponse', async (req, reply) => {
     if (reply.getHeader('idempotent-replay')) return countWebhook('replay');
     countWebhook(outcomes.get(req) ?? FALLBACK[reply.statusCode] ?? `http_${reply.statusCode}`);
@@ -74,103 +90,115 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit }, (_req, body, done) => done(null, body));
 
-  app.post<{ Params: { token: string } }>('/hooks/:token', {
-    bodyLimit,
-    schema: {
-      tags: ['webhooks'],
-      summary: 'Deliver a webhook: 202 {status, execution_id}; see docs/triggers.md for every answer',
-      description: 'Public: the token in the path is the credential (no API key). Signed webhooks need X-Baton-Signature, X-Hub-Signature-256 or the Standard Webhooks headers.',
-      security: [],
-      params: HookParams,
-      response: {
-        202: HookAccepted,
-        400: ErrorBody.describe('invalid_json | validation_error: the body is not JSON, or nested too deep; or a header is malformed'),
-        401: ErrorBody.describe('invalid_signature: missing or wrong signature, or a Standard Webhooks timestamp outside the tolerance'),
-        404: ErrorBody.describe('not_found: no enabled webhook has this token'),
-        409: ErrorBody.describe('idempotency_in_flight: a delivery with this key is being handled'),
-        413: ErrorBody.describe('payload_too_large'),
-        422: ErrorBody.describe('idempotency_key_reused: the key came with a different body'),
-        429: ErrorBody.describe('rate_limited | backlog_full'),
-        503: ErrorBody.describe('unavailable: nothing was recorded; retry'),
+  app.post<{ Params: { token: string } }>(
+    '/hooks/:token',
+    {
+      bodyLimit,
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Deliver a webhook: 202 {status, execution_id}; see docs/triggers.md for every answer',
+        description:
+          'Public: the token in the path is the credential (no API key). Signed webhooks need X-Baton-Signature, X-Hub-Signature-256 or the Standard Webhooks headers.',
+        security: [],
+        params: HookParams,
+        response: {
+          202: HookAccepted,
+          400: ErrorBody.describe('invalid_json | validation_error: the body is not JSON, or nested too deep; or a header is malformed'),
+          401: ErrorBody.describe('invalid_signature: missing or wrong signature, or a Standard Webhooks timestamp outside the tolerance'),
+          404: ErrorBody.describe('not_found: no enabled webhook has this token'),
+          409: ErrorBody.describe('idempotency_in_flight: a delivery with this key is being handled'),
+          413: ErrorBody.describe('payload_too_large'),
+          422: ErrorBody.describe('idempotency_key_reused: the key came with a different body'),
+          429: ErrorBody.describe('rate_limited | backlog_full'),
+          503: ErrorBody.describe('unavailable: nothing was recorded; retry'),
+        },
+      },
+      onRequest: async (req, reply) => {
+        const token = req.params.token;
+        if (!byAddress.take(`a:${req.ip}`) || !byWebhook.take(`w:${hashToken(token)}`)) {
+          reply.header('retry-after', '1');
+          outcomes.set(req, 'rate_limited');
+          throw new BatonError('rate_limited', 'too many webhook deliveries; slow down');
+        }
+        const w = await webhooks.resolve(token);
+        if (!w) return reply.code(404).send(NOT_FOUND);
+        resolved.set(req, w);
       },
     },
-    onRequest: async (req, reply) => {
+    async (req, reply) => {
+      const w = resolved.get(req)!;
       const token = req.params.token;
-      if (!byAddress.take(`a:${req.ip}`) || !byWebhook.take(`w:${hashToken(token)}`)) {
-        reply.header('retry-after', '1');
-        outcomes.set(req, 'rate_limited');
-        throw new BatonError('rate_limited', 'too many webhook deliveries; slow down');
-      }
-      const w = await webhooks.resolve(token);
-      if (!w) return reply.code(404).send(NOT_FOUND);
-      resolved.set(req, w);
-    },
-  }, async (req, reply) => {
-    const w = resolved.get(req)!;
-    const token = req.params.token;
-    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    const secret = webhooks.secretOf(w, token);
-    const standard: StandardHeaders = { id: header(req, 'webhook-id'), timestamp: header(req, 'webhook-timestamp'), signature: header(req, 'webhook-signature') };
-    if (secret) {
-      if (standard.signature !== undefined) {
-        // Standard Webhooks: signed id and timestamp, so a captured delivery expires.
-        const check = standardSignatureValid(secret, raw, standard, engine.now());
-        if (check !== 'ok') {
-          refusals.note(w.id, check === 'stale_timestamp' ? 'stale_timestamp' : 'invalid_signature', req.ip);
-          throw new BatonError(
-            'invalid_signature',
-            check === 'stale_timestamp'
-              ? `header webhook-timestamp: more than ${STANDARD_TOLERANCE_S} s from the server's clock (a replayed or delayed delivery)`
-              : 'header webhook-signature: no v1 signature matches HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" with the webhook secret',
-          );
-        }
-      } else {
-        const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
-        if (!signatureValid(secret, raw, given)) {
-          refusals.note(w.id, 'invalid_signature', req.ip);
-          throw new BatonError('invalid_signature', 'header X-Baton-Signature (or X-Hub-Signature-256, or the Standard Webhooks headers): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>');
+      const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+      const secret = webhooks.secretOf(w, token);
+      const standard: StandardHeaders = {
+        id: header(req, 'webhook-id'),
+        timestamp: header(req, 'webhook-timestamp'),
+        signature: header(req, 'webhook-signature'),
+      };
+      if (secret) {
+        if (standard.signature !== undefined) {
+          // Standard Webhooks: signed id and timestamp, so a captured delivery expires.
+          const check = standardSignatureValid(secret, raw, standard, engine.now());
+          if (check !== 'ok') {
+            refusals.note(w.id, check === 'stale_timestamp' ? 'stale_timestamp' : 'invalid_signature', req.ip);
+            throw new BatonError(
+              'invalid_signature',
+              check === 'stale_timestamp'
+                ? `header webhook-timestamp: more than ${STANDARD_TOLERANCE_S} s from the server's clock (a replayed or delayed delivery)`
+                : 'header webhook-signature: no v1 signature matches HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" with the webhook secret',
+            );
+          }
+        } else {
+          const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
+          if (!signatureValid(secret, raw, given)) {
+            refusals.note(w.id, 'invalid_signature', req.ip);
+            throw new BatonError(
+              'invalid_signature',
+              'header X-Baton-Signature (or X-Hub-Signature-256, or the Standard Webhooks headers): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>',
+            );
+          }
         }
       }
-    }
-    let body: unknown = null;
-    if (raw.length > 0) {
-      const text = raw.toString('utf8');
-      if (jsonTooDeep(text)) {
-        // A refusal, not an outage: a 503 here would have the sender retry it forever.
-        refusals.note(w.id, 'invalid_json', req.ip);
-        throw new BatonError('validation_error', tooDeepMessage('body'));
+      let body: unknown = null;
+      if (raw.length > 0) {
+        const text = raw.toString('utf8');
+        if (jsonTooDeep(text)) {
+          // A refusal, not an outage: a 503 here would have the sender retry it forever.
+          refusals.note(w.id, 'invalid_json', req.ip);
+          throw new BatonError('validation_error', tooDeepMessage('body'));
+        }
+        try {
+          body = JSON.parse(text);
+        } catch (err) {
+          refusals.note(w.id, 'invalid_json', req.ip);
+          throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
+        }
       }
+      // The sender's delivery id is the idempotency key when there is no explicit one, so a
+      // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
+      const key = readIdempotencyKey(req.headers['idempotency-key'] ?? standard.id ?? header(req, 'x-github-delivery'));
+      const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id } });
       try {
-        body = JSON.parse(text);
+        return await idempotent(
+          opts,
+          reply,
+          key ? { scope: `webhook:${w.id}`, key, hash: fingerprint('hook', raw) } : undefined,
+          (row) => answer(row.status, row.id),
+          async (onCreated) => {
+            const out = await webhooks.deliver({ webhook: w, token, body, sourceAddress: req.ip, idempotencyKey: key ?? null, onCreated });
+            outcomes.set(req, out.status === 'already_running' ? 'already_running' : 'accepted');
+            // Coalesced into the run in flight: an answer like any other, so the key is completed.
+            return answer(out.status, out.execution_id);
+          },
+        );
       } catch (err) {
-        refusals.note(w.id, 'invalid_json', req.ip);
-        throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
+        if (err instanceof BatonError) throw err;
+        // A genuine internal failure: nothing was created (the transaction rolled back) and the key
+        // was released, so the sender's retry can succeed.
+        req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
+        reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
+        return reply.code(503).send({ error: 'unavailable', message: 'the delivery could not be recorded; retry it' });
       }
-    }
-    // The sender's delivery id is the idempotency key when there is no explicit one, so a
-    // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
-    const key = readIdempotencyKey(req.headers['idempotency-key'] ?? standard.id ?? header(req, 'x-github-delivery'));
-    const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id } });
-    try {
-      return await idempotent(
-        engine,
-        reply,
-        key ? { scope: `webhook:${w.id}`, key, hash: fingerprint('hook', raw) } : undefined,
-        (row) => answer(row.status, row.id),
-        async (onCreated) => {
-          const out = await webhooks.deliver({ webhook: w, token, body, sourceAddress: req.ip, idempotencyKey: key ?? null, onCreated });
-          outcomes.set(req, out.status === 'already_running' ? 'already_running' : 'accepted');
-          // Coalesced into the run in flight: an answer like any other, so the key is completed.
-          return answer(out.status, out.execution_id);
-        },
-      );
-    } catch (err) {
-      if (err instanceof BatonError) throw err;
-      // A genuine internal failure: nothing was created (the transaction rolled back) and the key
-      // was released, so the sender's retry can succeed.
-      req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
-      reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
-      return reply.code(503).send({ error: 'unavailable', message: 'the delivery could not be recorded; retry it' });
-    }
-  });
+    },
+  );
 };

@@ -12,7 +12,7 @@ import type { ExecutionLogRow } from '../../store/schema.ts';
 import { requireExecutionAccess } from '../auth.ts';
 import { ErrorBody, ExecutionParams } from '../schemas.ts';
 import { LogAppendBody, LogAppendResponse, LogPage, LogQuery } from '../schemas/logs.ts';
-import type { ApiDeps } from '../server.ts';
+import type { ApiDeps } from '../deps.ts';
 import { openSse, SSE_HEARTBEAT_MS } from './events.ts';
 
 /** Agent-scoped keys reach only their agent's executions; others look nonexistent to them. */
@@ -31,39 +31,47 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
     streams.clear();
   });
 
-  app.post('/v1/executions/:id/logs', {
-    bodyLimit: 4 * 1024 * 1024,
-    schema: {
-      tags: ['worker protocol'],
-      summary: 'Append output lines (fenced by the lease token; secrets are redacted before storage)',
-      params: ExecutionParams,
-      body: LogAppendBody,
-      response: { 200: LogAppendResponse, 404: ErrorBody, 409: ErrorBody },
+  app.post(
+    '/v1/executions/:id/logs',
+    {
+      bodyLimit: 4 * 1024 * 1024,
+      schema: {
+        tags: ['worker protocol'],
+        summary: 'Append output lines (fenced by the lease token; secrets are redacted before storage)',
+        params: ExecutionParams,
+        body: LogAppendBody,
+        response: { 200: LogAppendResponse, 404: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req) => {
-    await requireExecutionAccess(engine, req, req.params.id);
-    const lines = req.body.lines.map((l) => ({ stream: l.stream ?? ('stdout' as const), line: l.line }));
-    return appendLogs(engine.store, req.params.id, req.body.lease_token, lines, engine.now());
-  });
+    async (req) => {
+      await requireExecutionAccess(engine, req, req.params.id);
+      const lines = req.body.lines.map((l) => ({ stream: l.stream ?? ('stdout' as const), line: l.line }));
+      return appendLogs(engine.store, req.params.id, req.body.lease_token, lines, engine.now());
+    },
+  );
 
-  app.get('/v1/executions/:id/logs', {
-    schema: {
-      tags: ['executions'],
-      summary: 'Read an execution\'s log lines; follow=true streams them (SSE: event log, then event end when the execution ends)',
-      params: ExecutionParams,
-      querystring: LogQuery,
-      response: { 200: LogPage, 404: ErrorBody },
+  app.get(
+    '/v1/executions/:id/logs',
+    {
+      schema: {
+        tags: ['executions'],
+        summary: "Read an execution's log lines; follow=true streams them (SSE: event log, then event end when the execution ends)",
+        params: ExecutionParams,
+        querystring: LogQuery,
+        response: { 200: LogPage, 404: ErrorBody },
+      },
     },
-  }, async (req, reply) => {
-    const id = req.params.id;
-    const status = await executionStatus(engine, req, id);
-    if (!req.query.follow) {
-      const page = await readLogs(engine.store, id, { after: req.query.after, limit: req.query.limit });
-      const last = page.lines.at(-1)?.seq ?? req.query.after ?? 0;
-      return { execution_id: id, status, lines: page.lines.map(lineView), next_after: last, truncated: page.truncated };
-    }
-    return follow(engine, id, req.query.after ?? 0, req, reply, streams);
-  });
+    async (req, reply) => {
+      const id = req.params.id;
+      const status = await executionStatus(engine, req, id);
+      if (!req.query.follow) {
+        const page = await readLogs(engine.store, id, { after: req.query.after, limit: req.query.limit });
+        const last = page.lines.at(-1)?.seq ?? req.query.after ?? 0;
+        return { execution_id: id, status, lines: page.lines.map(lineView), next_after: last, truncated: page.truncated };
+      }
+      return follow(engine, id, req.query.after ?? 0, req, reply, streams);
+    },
+  );
 };
 
 /**
@@ -71,7 +79,14 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
  * line written before that has been sent. Wake-ups come from the store's `log` topic and the
  * engine's `execution:changed` (both cross-process on PostgreSQL); a slow poll covers a lost signal.
  */
-async function follow(engine: Engine, id: string, after: number, req: FastifyRequest, reply: FastifyReply, streams: Set<ServerResponse>): Promise<void> {
+async function follow(
+  engine: Engine,
+  id: string,
+  after: number,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  streams: Set<ServerResponse>,
+): Promise<void> {
   reply.hijack();
   const res = reply.raw;
   openSse(res);
@@ -133,7 +148,10 @@ async function follow(engine: Engine, id: string, after: number, req: FastifyReq
     // Never a database message to the client: a code and a fixed sentence.
     const unavailable = isStoreUnavailable(err);
     if (!unavailable) req.log.error({ err }, 'log stream failed');
-    if (!closed) res.write(`event: error\ndata: ${JSON.stringify(unavailable ? { error: 'unavailable', message: 'the database is unavailable right now; reconnect shortly' } : { error: 'internal', message: 'the log stream failed; see the server log' })}\n\n`);
+    if (!closed)
+      res.write(
+        `event: error\ndata: ${JSON.stringify(unavailable ? { error: 'unavailable', message: 'the database is unavailable right now; reconnect shortly' } : { error: 'internal', message: 'the log stream failed; see the server log' })}\n\n`,
+      );
   } finally {
     offLog();
     engine.events.off('execution:changed', onChanged);

@@ -1,17 +1,24 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
-import { failUnanswered } from '../../engine/transitions/abandon.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
-import { triggersFor } from '../../engine/triggers/index.ts';
 import { scheduleView } from '../../engine/triggers/views.ts';
 import { executionView } from '../../engine/views.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { idempotent } from '../idempotent.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
-import { Schedule, ScheduleCreate, ScheduleDeleted, ScheduleList, ScheduleParams, SchedulePatch, TriggerBody, Triggered } from '../schemas/triggers.ts';
-import type { ApiDeps } from '../server.ts';
+import {
+  Schedule,
+  ScheduleCreate,
+  ScheduleDeleted,
+  ScheduleList,
+  ScheduleParams,
+  SchedulePatch,
+  TriggerBody,
+  Triggered,
+} from '../schemas/triggers.ts';
+import type { ApiDeps } from '../deps.ts';
 
 function checkPayload(payload: unknown, field = 'body.payload') {
   if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
@@ -19,94 +26,150 @@ function checkPayload(payload: unknown, field = 'body.payload') {
   }
 }
 
-export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  const { schedules } = triggersFor(engine);
+export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
+  const { schedules } = engine;
 
-  app.post('/v1/agents/:agent/schedules', {
-    bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
-    schema: { tags: ['schedules'], summary: 'Create a cron schedule for an agent', params: AgentParams, body: ScheduleCreate, response: { 201: Schedule, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody } },
-  }, async (req, reply) => {
-    requireAdmin(req);
-    checkPayload(req.body.payload);
-    const row = await schedules.create(req.params.agent, req.body, actorOf(req));
-    return reply.code(201).send(scheduleView(row));
-  });
-
-  app.get('/v1/agents/:agent/schedules', {
-    schema: { tags: ['schedules'], summary: "An agent's schedules", params: AgentParams, response: { 200: ScheduleList, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    return { schedules: (await schedules.list(req.params.agent)).map(scheduleView) };
-  });
-
-  app.get('/v1/schedules', {
-    schema: { tags: ['schedules'], summary: 'Every schedule', response: { 200: ScheduleList } },
-  }, async (req) => {
-    requireAdmin(req);
-    return { schedules: (await schedules.list()).map(scheduleView) };
-  });
-
-  app.get('/v1/schedules/:id', {
-    schema: { tags: ['schedules'], summary: 'One schedule with its next due times', params: ScheduleParams, response: { 200: Schedule, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    return scheduleView(await schedules.get(req.params.id));
-  });
-
-  app.patch('/v1/schedules/:id', {
-    bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
-    schema: { tags: ['schedules'], summary: 'Change a schedule (a new cron, time zone or enabled flag recomputes next_run_at from now)', params: ScheduleParams, body: SchedulePatch, response: { 200: Schedule, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    checkPayload(req.body.payload);
-    return scheduleView(await schedules.update(req.params.id, req.body, actorOf(req)));
-  });
-
-  app.delete('/v1/schedules/:id', {
-    schema: { tags: ['schedules'], summary: 'Delete a schedule: queued runs cancelled, running ones asked to stop; history stays', params: ScheduleParams, response: { 200: ScheduleDeleted, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    const out = await schedules.delete(req.params.id, actorOf(req));
-    return { deleted: req.params.id, ...out };
-  });
-
-  app.post('/v1/schedules/:id/trigger', {
-    bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
-    schema: {
-      tags: ['schedules'],
-      summary: 'Run a schedule now: 201 with the real execution id, or 409 already_running naming the run in flight, 429 backlog_full, 404',
-      params: ScheduleParams,
-      body: TriggerBody,
-      response: { 201: Triggered, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 422: ErrorBody, 429: ErrorBody },
+  app.post(
+    '/v1/agents/:agent/schedules',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['schedules'],
+        summary: 'Create a cron schedule for an agent',
+        params: AgentParams,
+        body: ScheduleCreate,
+        response: { 201: Schedule, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req, reply) => {
-    requireAdmin(req);
-    const key = readIdempotencyKey(req.headers['idempotency-key']);
-    const payload = req.body?.payload;
-    checkPayload(payload);
-    // 404 comes first: an unknown schedule is not an idempotency question.
-    const s = await schedules.get(req.params.id);
-    const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';
-    const answerFor = (row: ExecutionRow) => ({
-      status: 201,
-      body: { execution_id: row.id, status: row.status, schedule_id: s.id, agent: row.agent, execution: executionView(row) },
-    });
-    return idempotent(engine, reply, key ? { scope: `agent:${s.agent}`, key, hash: fingerprint('trigger', s.id, JSON.stringify(req.body ?? null)) } : undefined, answerFor, async (onCreated) => {
-      const row = await schedules.trigger(s.id, {
-        actor: actorOf(req),
-        trigger: 'manual',
-        origin: { key_id: req.principal.keyId, via },
-        payload,
-        idempotencyKey: key ?? null,
-        onCreated,
+    async (req, reply) => {
+      requireAdmin(req);
+      checkPayload(req.body.payload);
+      const row = await schedules.create(req.params.agent, req.body, actorOf(req));
+      return reply.code(201).send(scheduleView(row));
+    },
+  );
+
+  app.get(
+    '/v1/agents/:agent/schedules',
+    {
+      schema: {
+        tags: ['schedules'],
+        summary: "An agent's schedules",
+        params: AgentParams,
+        response: { 200: ScheduleList, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return { schedules: (await schedules.list(req.params.agent)).map(scheduleView) };
+    },
+  );
+
+  app.get(
+    '/v1/schedules',
+    {
+      schema: { tags: ['schedules'], summary: 'Every schedule', response: { 200: ScheduleList } },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return { schedules: (await schedules.list()).map(scheduleView) };
+    },
+  );
+
+  app.get(
+    '/v1/schedules/:id',
+    {
+      schema: {
+        tags: ['schedules'],
+        summary: 'One schedule with its next due times',
+        params: ScheduleParams,
+        response: { 200: Schedule, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return scheduleView(await schedules.get(req.params.id));
+    },
+  );
+
+  app.patch(
+    '/v1/schedules/:id',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['schedules'],
+        summary: 'Change a schedule (a new cron, time zone or enabled flag recomputes next_run_at from now)',
+        params: ScheduleParams,
+        body: SchedulePatch,
+        response: { 200: Schedule, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      checkPayload(req.body.payload);
+      return scheduleView(await schedules.update(req.params.id, req.body, actorOf(req)));
+    },
+  );
+
+  app.delete(
+    '/v1/schedules/:id',
+    {
+      schema: {
+        tags: ['schedules'],
+        summary: 'Delete a schedule: queued runs cancelled, running ones asked to stop; history stays',
+        params: ScheduleParams,
+        response: { 200: ScheduleDeleted, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const out = await schedules.delete(req.params.id, actorOf(req));
+      return { deleted: req.params.id, ...out };
+    },
+  );
+
+  app.post(
+    '/v1/schedules/:id/trigger',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['schedules'],
+        summary:
+          'Run a schedule now: 201 with the real execution id, or 409 already_running naming the run in flight, 429 backlog_full, 404',
+        params: ScheduleParams,
+        body: TriggerBody,
+        response: { 201: Triggered, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 422: ErrorBody, 429: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      requireAdmin(req);
+      const key = readIdempotencyKey(req.headers['idempotency-key']);
+      const payload = req.body?.payload;
+      checkPayload(payload);
+      // 404 comes first: an unknown schedule is not an idempotency question.
+      const s = await schedules.get(req.params.id);
+      const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';
+      const answerFor = (row: ExecutionRow) => ({
+        status: 201,
+        body: { execution_id: row.id, status: row.status, schedule_id: s.id, agent: row.agent, execution: executionView(row) },
       });
-      try {
-        return answerFor(row);
-      } catch (err) {
-        // The row exists but its caller cannot be told: fail it with the reason, never leave it queued.
-        await failUnanswered(engine.store.db, row.id, `trigger could not answer: ${(err as Error).message}`, engine.now(), actorOf(req));
-        throw err;
-      }
-    });
-  });
+      return idempotent(
+        { engine, idempotency },
+        reply,
+        key ? { scope: `agent:${s.agent}`, key, hash: fingerprint('trigger', s.id, JSON.stringify(req.body ?? null)) } : undefined,
+        answerFor,
+        async (onCreated) => {
+          const row = await schedules.trigger(s.id, {
+            actor: actorOf(req),
+            trigger: 'manual',
+            origin: { key_id: req.principal.keyId, via },
+            payload,
+            idempotencyKey: key ?? null,
+            onCreated,
+          });
+          return answerFor(row);
+        },
+      );
+    },
+  );
 };

@@ -1,51 +1,87 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { triggersFor } from '../../engine/triggers/index.ts';
 import { webhookView } from '../../engine/triggers/views.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { AgentName, ErrorBody } from '../schemas.ts';
 import { WebhookCreate, WebhookCreated, WebhookList, WebhookParams, WebhookRotate } from '../schemas/triggers.ts';
-import type { ApiDeps } from '../server.ts';
+import type { ApiDeps } from '../deps.ts';
 import type { WebhookRow } from '../../store/schema.ts';
 
 /** Managing webhooks (admin). Deliveries arrive on /hooks/<token>: see hooks.ts. */
 export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  const { webhooks } = triggersFor(engine);
+  const { webhooks } = engine;
   const views = async (rows: WebhookRow[]) => {
     const policies = await webhooks.effectivePolicies(rows);
     return rows.map((w) => webhookView(w, policies.get(w.id)));
   };
 
-  app.post('/v1/webhooks', {
-    schema: { tags: ['webhooks'], summary: 'Create a webhook for a schedule or an agent; the token (and a generated secret) are shown once', body: WebhookCreate, response: { 201: WebhookCreated, 400: ErrorBody, 404: ErrorBody } },
-  }, async (req, reply) => {
-    requireAdmin(req);
-    const { row, token, secret } = await webhooks.create(req.body, actorOf(req));
-    const [view] = await views([row]);
-    return reply.code(201).send({ ...view!, token, path: `/hooks/${token}`, secret });
-  });
+  app.post(
+    '/v1/webhooks',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Create a webhook for a schedule or an agent; the token (and a generated secret) are shown once',
+        body: WebhookCreate,
+        response: { 201: WebhookCreated, 400: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      requireAdmin(req);
+      const { row, token, secret } = await webhooks.create(req.body, actorOf(req));
+      const [view] = await views([row]);
+      return reply.code(201).send({ ...view!, token, path: `/hooks/${token}`, secret });
+    },
+  );
 
-  app.get('/v1/webhooks', {
-    schema: { tags: ['webhooks'], summary: 'List webhooks (tokens and secrets are never shown again)', querystring: z.strictObject({ agent: AgentName.optional() }), response: { 200: WebhookList } },
-  }, async (req) => {
-    requireAdmin(req);
-    return { webhooks: await views(await webhooks.list(req.query.agent)) };
-  });
+  app.get(
+    '/v1/webhooks',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'List webhooks (tokens and secrets are never shown again)',
+        querystring: z.strictObject({ agent: AgentName.optional() }),
+        response: { 200: WebhookList },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return { webhooks: await views(await webhooks.list(req.query.agent)) };
+    },
+  );
 
-  app.post('/v1/webhooks/:id/rotate', {
-    schema: { tags: ['webhooks'], summary: 'New token (the old one stops at once); a signed webhook gets a new secret too', params: WebhookParams, body: WebhookRotate, response: { 200: WebhookCreated, 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    const { row, token, secret } = await webhooks.rotate(req.params.id, req.body?.secret, actorOf(req));
-    const [view] = await views([row]);
-    return { ...view!, token, path: `/hooks/${token}`, secret };
-  });
+  app.post(
+    '/v1/webhooks/:id/rotate',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'New token (the old one stops at once); a signed webhook gets a new secret too',
+        params: WebhookParams,
+        body: WebhookRotate,
+        response: { 200: WebhookCreated, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const { row, token, secret } = await webhooks.rotate(req.params.id, req.body?.secret, actorOf(req));
+      const [view] = await views([row]);
+      return { ...view!, token, path: `/hooks/${token}`, secret };
+    },
+  );
 
-  app.delete('/v1/webhooks/:id', {
-    schema: { tags: ['webhooks'], summary: 'Delete a webhook (its token stops at once)', params: WebhookParams, response: { 200: z.object({ deleted: z.string() }), 404: ErrorBody } },
-  }, async (req) => {
-    requireAdmin(req);
-    await webhooks.delete(req.params.id, actorOf(req));
-    return { deleted: req.params.id };
-  });
+  app.delete(
+    '/v1/webhooks/:id',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Delete a webhook (its token stops at once)',
+        params: WebhookParams,
+        response: { 200: z.object({ deleted: z.string() }), 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      await webhooks.delete(req.params.id, actorOf(req));
+      return { deleted: req.params.id };
+    },
+  );
 };

@@ -4,85 +4,119 @@ import { z } from 'zod';
 import { DEFAULTS } from '../../config.ts';
 import { executionView, iso, taskView } from '../../engine/views.ts';
 import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
-import { AgentParams, ClaimBody, ClaimResponse, CompleteBody, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
-import type { ApiDeps } from '../server.ts';
-
+import {
+  AgentParams,
+  ClaimBody,
+  ClaimResponse,
+  CompleteBody,
+  ErrorBody,
+  Execution,
+  ExecutionParams,
+  HeartbeatResponse,
+  LeaseBody,
+} from '../schemas.ts';
+import type { ApiDeps } from '../deps.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
 export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  app.post('/v1/agents/:agent/claim', {
-    schema: {
-      tags: ['worker protocol'],
-      summary: 'Claim tasks (long-poll). 200 with tasks and their leases, or 204 when nothing came in time',
-      params: AgentParams,
-      body: ClaimBody.nullish(), // a bare POST arrives as null
-      response: { 200: ClaimResponse, 204: z.null(), 404: ErrorBody, 403: ErrorBody },
+  app.post(
+    '/v1/agents/:agent/claim',
+    {
+      schema: {
+        tags: ['worker protocol'],
+        summary: 'Claim tasks (long-poll). 200 with tasks and their leases, or 204 when nothing came in time',
+        params: AgentParams,
+        body: ClaimBody.nullish(), // a bare POST arrives as null
+        response: { 200: ClaimResponse, 204: z.null(), 404: ErrorBody, 403: ErrorBody },
+      },
     },
-  }, async (req, reply) => {
-    requireAgentAccess(req, req.params.agent);
-    const body = req.body ?? {};
-    // Stop waiting when the client goes away, so no task is leased to a closed connection.
-    const abort = new AbortController();
-    const onClose = () => {
-      if (!reply.raw.writableFinished) abort.abort();
-    };
-    reply.raw.once('close', onClose);
-    try {
-      const rows = await engine.claim(req.params.agent, {
-        owner: workerId(req, body.worker_id),
-        max: body.max ?? 1,
-        waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : DEFAULTS.claimWaitMs,
-        signal: abort.signal,
-      });
-      if (rows.length === 0) return reply.code(204).send(null);
-      return { tasks: rows.map(taskView) };
-    } finally {
-      reply.raw.off('close', onClose);
-    }
-  });
+    async (req, reply) => {
+      requireAgentAccess(req, req.params.agent);
+      const body = req.body ?? {};
+      // Stop waiting when the client goes away, so no task is leased to a closed connection.
+      const abort = new AbortController();
+      const onClose = () => {
+        if (!reply.raw.writableFinished) abort.abort();
+      };
+      reply.raw.once('close', onClose);
+      try {
+        const rows = await engine.claim(req.params.agent, {
+          owner: workerId(req, body.worker_id),
+          max: body.max ?? 1,
+          waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : DEFAULTS.claimWaitMs,
+          signal: abort.signal,
+        });
+        if (rows.length === 0) return reply.code(204).send(null);
+        return { tasks: rows.map(taskView) };
+      } finally {
+        reply.raw.off('close', onClose);
+      }
+    },
+  );
 
-  app.post('/v1/executions/:id/heartbeat', {
-    schema: {
-      tags: ['worker protocol'],
-      summary: 'Renew the lease; says whether cancellation was requested. 409 lease_lost: stop the task',
-      params: ExecutionParams,
-      body: LeaseBody,
-      response: { 200: HeartbeatResponse, 404: ErrorBody, 409: ErrorBody },
+  app.post(
+    '/v1/executions/:id/heartbeat',
+    {
+      schema: {
+        tags: ['worker protocol'],
+        summary: 'Renew the lease; says whether cancellation was requested. 409 lease_lost: stop the task',
+        params: ExecutionParams,
+        body: LeaseBody,
+        response: { 200: HeartbeatResponse, 404: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req) => {
-    await requireExecutionAccess(engine, req, req.params.id);
-    const r = await engine.heartbeat(req.params.id, req.body.lease_token);
-    return { lease_expires_at: iso(r.lease_expires_at)!, cancel_requested: r.cancel_requested, deadline_at: iso(r.deadline_at) };
-  });
+    async (req) => {
+      await requireExecutionAccess(engine, req, req.params.id);
+      const r = await engine.heartbeat(req.params.id, req.body.lease_token);
+      return { lease_expires_at: iso(r.lease_expires_at)!, cancel_requested: r.cancel_requested, deadline_at: iso(r.deadline_at) };
+    },
+  );
 
-  app.post('/v1/executions/:id/complete', {
-    bodyLimit: 4 * 1024 * 1024,
-    schema: {
-      tags: ['worker protocol'],
-      summary: 'Report the outcome (fenced by the lease token)',
-      params: ExecutionParams,
-      body: CompleteBody,
-      response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+  app.post(
+    '/v1/executions/:id/complete',
+    {
+      bodyLimit: 4 * 1024 * 1024,
+      schema: {
+        tags: ['worker protocol'],
+        summary: 'Report the outcome (fenced by the lease token)',
+        params: ExecutionParams,
+        body: CompleteBody,
+        response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req) => {
-    await requireExecutionAccess(engine, req, req.params.id);
-    const b = req.body;
-    const error = b.error ? { code: b.error.code ?? (b.status === 'failed' ? 'failed' : b.status), message: b.error.message } : b.status === 'failed' ? { code: 'failed', message: 'the worker reported failure without a message' } : null;
-    const row = await engine.complete(req.params.id, b.lease_token, { status: b.status, result: b.result, error, usage: b.usage }, actorOf(req));
-    return executionView(row);
-  });
+    async (req) => {
+      await requireExecutionAccess(engine, req, req.params.id);
+      const b = req.body;
+      const error = b.error
+        ? { code: b.error.code ?? (b.status === 'failed' ? 'failed' : b.status), message: b.error.message }
+        : b.status === 'failed'
+          ? { code: 'failed', message: 'the worker reported failure without a message' }
+          : null;
+      const row = await engine.complete(
+        req.params.id,
+        b.lease_token,
+        { status: b.status, result: b.result, error, usage: b.usage },
+        actorOf(req),
+      );
+      return executionView(row);
+    },
+  );
 
-  app.post('/v1/executions/:id/release', {
-    schema: {
-      tags: ['worker protocol'],
-      summary: 'Hand the task back to the queue without spending an attempt (graceful shutdown)',
-      params: ExecutionParams,
-      body: LeaseBody,
-      response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+  app.post(
+    '/v1/executions/:id/release',
+    {
+      schema: {
+        tags: ['worker protocol'],
+        summary: 'Hand the task back to the queue without spending an attempt (graceful shutdown)',
+        params: ExecutionParams,
+        body: LeaseBody,
+        response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+      },
     },
-  }, async (req) => {
-    await requireExecutionAccess(engine, req, req.params.id);
-    return executionView(await engine.release(req.params.id, req.body.lease_token, actorOf(req)));
-  });
+    async (req) => {
+      await requireExecutionAccess(engine, req, req.params.id);
+      return executionView(await engine.release(req.params.id, req.body.lease_token, actorOf(req)));
+    },
+  );
 };

@@ -1,5 +1,14 @@
 /** The canary's HTTP contract: status, violation history, on-demand runs. Ids and reason codes only. */
 import { z } from 'zod';
+import {
+  ALERT_SINKS,
+  CANARY_STATES,
+  CHECK_STATUSES,
+  SEVERITIES,
+  TIERS,
+  VIOLATION_STATE_FILTERS,
+  VIOLATION_TRANSITIONS,
+} from '../../domain/canary.ts';
 import { AgentName } from '../schemas.ts';
 
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
@@ -10,11 +19,14 @@ export const Violation = z.object({
   invariant: z.string(),
   subject: z.string().describe('execution id, agent, schedule id, or "canary" (H-01)'),
   agent: z.string().nullable(),
-  tier: z.enum(['A', 'B']),
-  severity: z.enum(['critical', 'warning']),
+  tier: z.enum(TIERS),
+  severity: z.enum(SEVERITIES),
   reason: z.string().describe('reason code'),
   diagnosis: z.string().describe('one line naming the component at fault'),
-  detail: z.record(z.string(), z.union([z.string(), z.number(), z.null()])).nullable().describe('ids and numbers only'),
+  detail: z
+    .record(z.string(), z.union([z.string(), z.number(), z.null()]))
+    .nullable()
+    .describe('ids and numbers only'),
   first_seen: Timestamp,
   last_seen: Timestamp,
   resolved_at: Timestamp.nullable(),
@@ -24,15 +36,15 @@ export type Violation = z.infer<typeof Violation>;
 export const FailedAlert = z.object({
   id: z.number().int(),
   invariant: z.string(),
-  transition: z.enum(['violated', 'resolved']),
-  sink: z.enum(['webhook', 'slack']),
+  transition: z.enum(VIOLATION_TRANSITIONS),
+  sink: z.enum(ALERT_SINKS),
   attempts: z.number().int(),
   last_error: z.string().nullable(),
   created_at: Timestamp,
 });
 
 export const CanaryStatus = z.object({
-  status: z.enum(['disabled', 'healthy', 'violated', 'stale']).describe('stale: no cycle completed within three intervals'),
+  status: z.enum(CANARY_STATES).describe('stale: no cycle completed within three intervals'),
   enabled: z.boolean().describe('this process runs the canary timer'),
   interval_ms: z.number().int(),
   stale_after_ms: z.number().int(),
@@ -50,10 +62,13 @@ export type CanaryStatus = z.infer<typeof CanaryStatus>;
 
 export const ViolationsQuery = z.strictObject({
   invariant: InvariantId.optional(),
-  state: z.enum(['open', 'resolved', 'all']).optional().describe('default open'),
+  state: z.enum(VIOLATION_STATE_FILTERS).optional().describe('default open'),
   agent: AgentName.optional(),
-  severity: z.enum(['critical', 'warning']).optional(),
-  subject: z.string().regex(/^[A-Za-z0-9_:.-]{1,128}$/, 'must be an id').optional(),
+  severity: z.enum(SEVERITIES).optional(),
+  subject: z
+    .string()
+    .regex(/^[A-Za-z0-9_:.-]{1,128}$/, 'must be an id')
+    .optional(),
   limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
   // An id is a BIGINT, read into a JS number: beyond 2^53 it cannot name a row exactly (nor, past 2^63, fit the column).
   before: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional().describe('violations with a smaller id (next page)'),
@@ -62,7 +77,7 @@ export const ViolationPage = z.object({ violations: z.array(Violation), next_bef
 
 export const CheckSummary = z.object({
   id: z.string(),
-  status: z.enum(['ok', 'violated', 'skipped']),
+  status: z.enum(CHECK_STATUSES),
   skipped_reason: z.string().optional(),
   notes: z.array(z.string()).optional(),
   truncated: z.boolean(),
@@ -86,7 +101,7 @@ export const CycleReport = z.object({
   opened: z.number().int(),
   resolved: z.number().int(),
   open: z.number().int(),
-  transitions: z.array(z.object({ invariant: z.string(), transition: z.enum(['violated', 'resolved']) })),
+  transitions: z.array(z.object({ invariant: z.string(), transition: z.enum(VIOLATION_TRANSITIONS) })),
 });
 export type CycleReport = z.infer<typeof CycleReport>;
 

@@ -7,7 +7,9 @@ const Estimate = z.number().int().nullable().describe('estimated rows (null: the
 export const HistoryStats = z.object({
   store: z.enum(['sqlite', 'postgres']),
   rows: z.object({ executions: Estimate, execution_events: Estimate, execution_logs: Estimate, audit_log: Estimate }),
-  rows_estimate: z.enum(['reltuples', 'rowid_span']).describe('reltuples: PostgreSQL planner statistics; rowid_span: SQLite max(rowid) - min(rowid) + 1'),
+  rows_estimate: z
+    .enum(['reltuples', 'rowid_span'])
+    .describe('reltuples: PostgreSQL planner statistics; rowid_span: SQLite max(rowid) - min(rowid) + 1'),
   bytes: z.number().int().describe('database size: SQLite file pages; PostgreSQL tables with indexes and TOAST'),
   free_bytes: z.number().int().nullable().describe('SQLite: free pages awaiting incremental vacuum; PostgreSQL: null'),
   oldest_completed_at: Timestamp.nullable().describe('the oldest finished execution'),

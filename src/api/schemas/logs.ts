@@ -10,7 +10,10 @@ export const LogAppendBody = z.strictObject({
     .array(
       z.strictObject({
         stream: z.enum(['stdout', 'stderr']).optional().describe('default stdout'),
-        line: z.string().max(64 * 1024).describe('one line of output (longer lines are cut when stored)'),
+        line: z
+          .string()
+          .max(64 * 1024)
+          .describe('one line of output (longer lines are cut when stored)'),
       }),
     )
     .max(1000)

@@ -1,5 +1,6 @@
 /** HTTP contract for schedules, manual triggers and webhooks (see docs/triggers.md). */
 import { z } from 'zod';
+import { MISFIRE_POLICIES, OVERLAP_POLICIES } from '../../domain/policies.ts';
 import { RetryPolicy } from '../../domain/retry.ts';
 import { AgentName, Execution, ExecutionStatus } from '../schemas.ts';
 
@@ -7,8 +8,8 @@ const NO_NUL = /^[^\u0000]*$/;
 const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
 const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
-const Overlap = z.enum(['skip', 'queue', 'allow']);
-const Misfire = z.enum(['run_once', 'skip']);
+const Overlap = z.enum(OVERLAP_POLICIES);
+const Misfire = z.enum(MISFIRE_POLICIES);
 
 const scheduleFields = {
   name: Text.min(1).max(200),
@@ -19,14 +20,22 @@ const scheduleFields = {
   enabled: z.boolean().optional().describe('default true'),
   overlap_policy: Overlap.optional().describe('skip (default): no new run while one is in flight; queue | allow: start anyway'),
   misfire_policy: Misfire.optional().describe('run_once (default): one catch-up run within the grace; skip: missed ticks are skipped'),
-  misfire_grace_seconds: z.number().int().min(0).max(7 * 86_400).optional().describe('default 3600'),
+  misfire_grace_seconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(7 * 86_400)
+    .optional()
+    .describe('default 3600'),
   retry_policy: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy"),
   priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
 };
 export const ScheduleCreate = z.strictObject(scheduleFields);
-export const SchedulePatch = z.strictObject(Object.fromEntries(Object.entries(scheduleFields).map(([k, v]) => [k, v.optional()])) as {
-  [K in keyof typeof scheduleFields]: z.ZodOptional<(typeof scheduleFields)[K]>;
-});
+export const SchedulePatch = z.strictObject(
+  Object.fromEntries(Object.entries(scheduleFields).map(([k, v]) => [k, v.optional()])) as {
+    [K in keyof typeof scheduleFields]: z.ZodOptional<(typeof scheduleFields)[K]>;
+  },
+);
 export type ScheduleCreate = z.infer<typeof ScheduleCreate>;
 export type SchedulePatch = z.infer<typeof SchedulePatch>;
 

@@ -27,12 +27,18 @@ export const B02: StateInvariant<PushAgent> = {
   severity: 'warning',
   holds: 'no push agent has admissible queued work while seats are free for longer than the dispatch SLA',
   diagnoses: {
-    queued_with_free_seats: 'a push agent has admissible work queued beyond the dispatch SLA while seats are free: the dispatcher is stuck or not running',
+    queued_with_free_seats:
+      'a push agent has admissible work queued beyond the dispatch SLA while seats are free: the dispatcher is stuck or not running',
   },
   grace: graces.dispatchSla,
   async population(tx, { now, graceMs }) {
     const cutoff = now - graceMs;
-    const agents = await tx.selectFrom('agents').select(['name', 'max_parallel']).where('delivery', '=', 'push').where('max_parallel', '>', 0).execute();
+    const agents = await tx
+      .selectFrom('agents')
+      .select(['name', 'max_parallel'])
+      .where('delivery', '=', 'push')
+      .where('max_parallel', '>', 0)
+      .execute();
     if (agents.length === 0) return [];
     const names = agents.map((a) => a.name);
     const running = await tx
@@ -53,12 +59,22 @@ export const B02: StateInvariant<PushAgent> = {
       .execute();
     const r = new Map(running.map((x) => [x.agent, Number(x.n)]));
     const w = new Map(waiting.map((x) => [x.agent, n(x.oldest)]));
-    return agents.map((a) => ({ agent: a.name, max_parallel: a.max_parallel, running: r.get(a.name) ?? 0, oldest_admissible: w.get(a.name) ?? null }));
+    return agents.map((a) => ({
+      agent: a.name,
+      max_parallel: a.max_parallel,
+      running: r.get(a.name) ?? 0,
+      oldest_admissible: w.get(a.name) ?? null,
+    }));
   },
   evaluate(rows, { now, graceMs }) {
     return rows
       .filter((a) => a.running < a.max_parallel && a.oldest_admissible !== null && a.oldest_admissible < now - graceMs)
-      .map((a) => ({ subject: a.agent, agent: a.agent, reason: 'queued_with_free_seats', detail: { running: a.running, max_parallel: a.max_parallel, waiting_ms: now - a.oldest_admissible! } }));
+      .map((a) => ({
+        subject: a.agent,
+        agent: a.agent,
+        reason: 'queued_with_free_seats',
+        detail: { running: a.running, max_parallel: a.max_parallel, waiting_ms: now - a.oldest_admissible! },
+      }));
   },
 };
 
@@ -93,7 +109,9 @@ export const B05: StateInvariant<StaleQueued> = {
     return rows.map((r) => ({ id: r.id, agent: r.agent, waiting_since: Number(r.waiting_since) }));
   },
   evaluate(rows, { now, graceMs }) {
-    return rows.filter((r) => r.waiting_since < now - graceMs).map((r) => ({ subject: r.id, agent: r.agent, reason: 'queued_past_expiry', detail: { waiting_ms: now - r.waiting_since } }));
+    return rows
+      .filter((r) => r.waiting_since < now - graceMs)
+      .map((r) => ({ subject: r.id, agent: r.agent, reason: 'queued_past_expiry', detail: { waiting_ms: now - r.waiting_since } }));
   },
 };
 
@@ -117,7 +135,8 @@ export const B06: StateInvariant<BacklogCount> = {
   severity: 'warning',
   holds: 'queued ≤ max_backlog (rows submitted since the agent settings changed and never started)',
   diagnoses: {
-    backlog_exceeded: 'more executions were accepted than max_backlog allows: the submit path did not count the backlog under the agent lock (Engine.submit, transitions/create.ts)',
+    backlog_exceeded:
+      'more executions were accepted than max_backlog allows: the submit path did not count the backlog under the agent lock (Engine.submit, transitions/create.ts)',
   },
   grace: () => 0,
   async population(tx) {
@@ -134,6 +153,13 @@ export const B06: StateInvariant<BacklogCount> = {
     return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: Number(r.fresh_queued) }));
   },
   evaluate(rows) {
-    return rows.filter((r) => r.fresh_queued > r.max_backlog).map((r): Finding => ({ subject: r.agent, agent: r.agent, reason: 'backlog_exceeded', detail: { queued: r.fresh_queued, max_backlog: r.max_backlog } }));
+    return rows
+      .filter((r) => r.fresh_queued > r.max_backlog)
+      .map((r): Finding => ({
+        subject: r.agent,
+        agent: r.agent,
+        reason: 'backlog_exceeded',
+        detail: { queued: r.fresh_queued, max_backlog: r.max_backlog },
+      }));
   },
 };

@@ -1,11 +1,11 @@
-import { TERMINAL_STATES } from '../../domain/states.ts';
+import { isTerminal, TERMINAL_STATES } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
 import { EVENTS_PER_CHUNK, readEvents } from '../events.ts';
 import { forScope, inScope, status, statuses } from '../sql.ts';
 import { idChunks, yieldToLoop, type ActivityInvariant, type EventRow, type Finding } from '../types.ts';
 
 const zero = () => 0;
-const terminal = (s: string | null) => s !== null && (TERMINAL_STATES as readonly string[]).includes(s);
+const terminal = (s: string | null) => s !== null && isTerminal(s);
 
 const leftTerminal = (e: Pick<EventRow, 'execution_id' | 'agent' | 'id' | 'from_status' | 'to_status'>): Finding => ({
   subject: e.execution_id,
@@ -58,11 +58,15 @@ export const E08: ActivityInvariant = {
   severity: 'critical',
   holds: 'no execution that was cancelled holds another state now',
   diagnoses: {
-    cancel_overwritten: 'a cancelled execution was later written with another state: a completion or the reaper ignored cancellation (transitions/complete.ts, expire.ts, release.ts)',
+    cancel_overwritten:
+      'a cancelled execution was later written with another state: a completion or the reaper ignored cancellation (transitions/complete.ts, expire.ts, release.ts)',
   },
   grace: zero,
   events(chunk) {
-    return { findings: [], judge: chunk.filter((e) => e.to_status === 'cancelled' || e.from_status === 'cancelled').map((e) => e.execution_id) };
+    return {
+      findings: [],
+      judge: chunk.filter((e) => e.to_status === 'cancelled' || e.from_status === 'cancelled').map((e) => e.execution_id),
+    };
   },
   rows: (tx, scope) =>
     forScope(scope, async (part) => {
@@ -75,7 +79,12 @@ export const E08: ActivityInvariant = {
         .where('ev.to_status', '=', status('cancelled'))
         .groupBy(['e.id', 'e.agent', 'e.status'])
         .execute();
-      return rows.map((r) => ({ subject: r.id, agent: r.agent, reason: 'cancel_overwritten', detail: { status: r.status, cancelled_event_id: Number(r.event_id) } }));
+      return rows.map((r) => ({
+        subject: r.id,
+        agent: r.agent,
+        reason: 'cancel_overwritten',
+        detail: { status: r.status, cancelled_event_id: Number(r.event_id) },
+      }));
     }),
 };
 
@@ -101,9 +110,19 @@ export function replaySeats(events: readonly EventRow[], seats: Seats): Finding[
     }
     held.add(e.execution_id);
     if (e.seats_in_use !== null && e.seat_cap !== null && e.seats_in_use > e.seat_cap) {
-      out.push({ subject: e.execution_id, agent: e.agent, reason: 'over_admitted', detail: { event_id: e.id, seats_in_use: e.seats_in_use, seat_cap: e.seat_cap } });
+      out.push({
+        subject: e.execution_id,
+        agent: e.agent,
+        reason: 'over_admitted',
+        detail: { event_id: e.id, seats_in_use: e.seats_in_use, seat_cap: e.seat_cap },
+      });
     } else if (e.seat_cap !== null && held.size > e.seat_cap) {
-      out.push({ subject: e.execution_id, agent: e.agent, reason: 'over_admitted_replay', detail: { event_id: e.id, replayed_running: held.size, seat_cap: e.seat_cap } });
+      out.push({
+        subject: e.execution_id,
+        agent: e.agent,
+        reason: 'over_admitted_replay',
+        detail: { event_id: e.id, replayed_running: held.size, seat_cap: e.seat_cap },
+      });
     }
   }
   return out;
@@ -113,7 +132,7 @@ export function replaySeats(events: readonly EventRow[], seats: Seats): Finding[
 export async function replayAllSeats(tx: Tx): Promise<Finding[]> {
   const seats: Seats = new Map();
   const out: Finding[] = [];
-  for (let after = 0; ; ) {
+  for (let after = 0; ;) {
     const chunk = await readEvents(tx, after, EVENTS_PER_CHUNK);
     out.push(...replaySeats(chunk, seats));
     if (chunk.length < EVENTS_PER_CHUNK) return out;
@@ -129,7 +148,9 @@ export const seatsState = {
     return new Map(Object.entries(o.seats ?? {}).map(([agent, ids]) => [agent, new Set(ids)]));
   },
   save(seats: Seats): string {
-    return JSON.stringify({ seats: Object.fromEntries([...seats].filter(([, ids]) => ids.size > 0).map(([agent, ids]) => [agent, [...ids].sort()])) });
+    return JSON.stringify({
+      seats: Object.fromEntries([...seats].filter(([, ids]) => ids.size > 0).map(([agent, ids]) => [agent, [...ids].sort()])),
+    });
   },
   /**
    * A seat whose execution no longer exists was freed: only the pruner deletes executions, only
@@ -163,8 +184,10 @@ export const S02: ActivityInvariant<Seats> = {
   severity: 'critical',
   holds: 'per agent, running ≤ max_parallel at every admission (event log: recorded seats, and a replay)',
   diagnoses: {
-    over_admitted: 'an admission counted more running executions than the cap it saw: admission is not exact (transitions/admit.ts agent lock / running count)',
-    over_admitted_replay: 'replaying admissions and releases from the event log exceeds the cap: admission is not exact, or a seat was taken without the admission path (transitions/admit.ts)',
+    over_admitted:
+      'an admission counted more running executions than the cap it saw: admission is not exact (transitions/admit.ts agent lock / running count)',
+    over_admitted_replay:
+      'replaying admissions and releases from the event log exceeds the cap: admission is not exact, or a seat was taken without the admission path (transitions/admit.ts)',
   },
   grace: zero,
   state: seatsState,
@@ -177,6 +200,8 @@ export const S02: ActivityInvariant<Seats> = {
     for (const ids of idChunks(open.map((v) => v.subject))) {
       for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', ids).execute()) present.add(r.id);
     }
-    return open.filter((v) => present.has(v.subject)).map((v) => ({ subject: v.subject, agent: v.agent, reason: v.reason, detail: v.detail ?? undefined }));
+    return open
+      .filter((v) => present.has(v.subject))
+      .map((v) => ({ subject: v.subject, agent: v.agent, reason: v.reason, detail: v.detail ?? undefined }));
   },
 };

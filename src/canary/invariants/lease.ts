@@ -16,7 +16,8 @@ interface RunningRow {
 }
 
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
-const normalise = (rows: RunningRow[]) => rows.map((r) => ({ ...r, lease_expires_at: num(r.lease_expires_at), deadline_at: num(r.deadline_at) }));
+const normalise = (rows: RunningRow[]) =>
+  rows.map((r) => ({ ...r, lease_expires_at: num(r.lease_expires_at), deadline_at: num(r.deadline_at) }));
 
 /** Running rows matching `where` (through the running partial indexes), at most MAX_FINDINGS + 1 (one more tells the list was cut). */
 async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions'>) => Expression<SqlBool>): Promise<RunningRow[]> {
@@ -45,7 +46,8 @@ export const E01: StateInvariant<RunningRow> = {
   severity: 'critical',
   holds: 'no running row whose lease lapsed, or whose deadline passed, more than the reaper grace ago',
   diagnoses: {
-    lease_lapsed: 'a running execution kept a lease that lapsed beyond the grace: the reaper is not running or failing (engine reapOnce / transitions/expire.ts)',
+    lease_lapsed:
+      'a running execution kept a lease that lapsed beyond the grace: the reaper is not running or failing (engine reapOnce / transitions/expire.ts)',
     past_timeout: 'a running execution is past its timeout beyond the grace: the reaper timeout sweep is failing (transitions/expire.ts)',
   },
   grace: graces.leaseLapse,
@@ -74,8 +76,10 @@ export const S03: StateInvariant<RunningRow> = {
   severity: 'critical',
   holds: 'every running row has a lease owner, token and expiry, and its expiry lies no further ahead than its TTL',
   diagnoses: {
-    lease_missing: 'a running execution holds no complete lease: a status writer set running without a lease (transitions/admit.ts) or the running_has_lease constraint is gone',
-    lease_beyond_ttl: 'a running lease reaches further ahead than its TTL: renewal wrote a wrong expiry (transitions/renew.ts), so a dead worker would hold its seat too long',
+    lease_missing:
+      'a running execution holds no complete lease: a status writer set running without a lease (transitions/admit.ts) or the running_has_lease constraint is gone',
+    lease_beyond_ttl:
+      'a running lease reaches further ahead than its TTL: renewal wrote a wrong expiry (transitions/renew.ts), so a dead worker would hold its seat too long',
   },
   grace: graces.leaseHorizon,
   async population(tx, { now, graceMs }) {
@@ -94,7 +98,12 @@ export const S03: StateInvariant<RunningRow> = {
       if (!r.lease_owner || !r.lease_token || r.lease_expires_at === null) {
         out.push({ subject: r.id, agent: r.agent, reason: 'lease_missing' });
       } else if (r.lease_expires_at > now + graceMs + r.lease_ttl_seconds * 1000) {
-        out.push({ subject: r.id, agent: r.agent, reason: 'lease_beyond_ttl', detail: { ahead_ms: r.lease_expires_at - now, lease_ttl_seconds: r.lease_ttl_seconds } });
+        out.push({
+          subject: r.id,
+          agent: r.agent,
+          reason: 'lease_beyond_ttl',
+          detail: { ahead_ms: r.lease_expires_at - now, lease_ttl_seconds: r.lease_ttl_seconds },
+        });
       }
     }
     return out;

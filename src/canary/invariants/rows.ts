@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import { TERMINAL_STATES } from '../../domain/states.ts';
+import { isTerminal, TERMINAL_STATES } from '../../domain/states.ts';
 import { graces } from '../graces.ts';
 import { forScope, inScope, status, statuses } from '../sql.ts';
 import type { ActivityInvariant, Finding, StateInvariant } from '../types.ts';
@@ -24,8 +24,10 @@ export const E03: ActivityInvariant = {
   severity: 'warning',
   holds: 'terminal rows have completed_at; rows that ran and ended have duration_ms',
   diagnoses: {
-    terminal_without_completed_at: 'a terminal execution has no completed_at: the transition that ended it forgot the timestamp (src/engine/transitions/)',
-    ran_without_duration: 'an execution that ran and ended has no duration_ms: the transition that ended it forgot it (src/engine/transitions/)',
+    terminal_without_completed_at:
+      'a terminal execution has no completed_at: the transition that ended it forgot the timestamp (src/engine/transitions/)',
+    ran_without_duration:
+      'an execution that ran and ended has no duration_ms: the transition that ended it forgot it (src/engine/transitions/)',
   },
   grace: zero,
   fullWalksRows: true,
@@ -43,16 +45,20 @@ export const E03: ActivityInvariant = {
           ]),
         )
         .execute();
-      return judgeEnded(rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) })));
+      return judgeEnded(
+        rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) })),
+      );
     }),
 };
 
 function judgeEnded(rows: Ended[]): Finding[] {
   const out: Finding[] = [];
   for (const r of rows) {
-    if (!(TERMINAL_STATES as readonly string[]).includes(r.status)) continue;
-    if (r.completed_at === null) out.push({ subject: r.id, agent: r.agent, reason: 'terminal_without_completed_at', detail: { status: r.status } });
-    else if (r.status !== 'skipped' && r.started_at !== null && r.duration_ms === null) out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
+    if (!isTerminal(r.status)) continue;
+    if (r.completed_at === null)
+      out.push({ subject: r.id, agent: r.agent, reason: 'terminal_without_completed_at', detail: { status: r.status } });
+    else if (r.status !== 'skipped' && r.started_at !== null && r.duration_ms === null)
+      out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
   }
   return out;
 }
@@ -84,10 +90,12 @@ export const E04: StateInvariant<QueuedRow> = {
   severity: 'critical',
   holds: 'queued rows carry valid metadata: their agent exists, payload and origin parse, attempts are within the redelivery limit',
   diagnoses: {
-    agent_missing: 'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Engine.deleteAgent, transitions/create.ts)',
+    agent_missing:
+      'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Engine.deleteAgent, transitions/create.ts)',
     payload_invalid: 'a queued execution carries a payload that is not JSON: a create path stored it unserialised (transitions/create.ts)',
     origin_invalid: 'a queued execution carries an origin that is not JSON: a create path stored it unserialised (transitions/create.ts)',
-    attempt_out_of_range: 'a queued execution has spent more deliveries than its limit: the reaper should have parked it as poisoned (transitions/expire.ts)',
+    attempt_out_of_range:
+      'a queued execution has spent more deliveries than its limit: the reaper should have parked it as poisoned (transitions/expire.ts)',
   },
   grace: zero,
   async population(tx) {
@@ -105,7 +113,8 @@ export const E04: StateInvariant<QueuedRow> = {
       if (r.agent_exists === null) f('agent_missing');
       else if (!parses(r.payload)) f('payload_invalid');
       else if (!parses(r.origin)) f('origin_invalid');
-      else if (r.attempt < 0 || r.attempt > r.max_redeliveries) f('attempt_out_of_range', { attempt: r.attempt, max_redeliveries: r.max_redeliveries });
+      else if (r.attempt < 0 || r.attempt > r.max_redeliveries)
+        f('attempt_out_of_range', { attempt: r.attempt, max_redeliveries: r.max_redeliveries });
     }
     return out;
   },
@@ -145,8 +154,10 @@ export const E07: ActivityInvariant = {
       return rows.flatMap((r): Finding[] => {
         if (r.retry_of === null) return [];
         if (r.retry_of === r.id) return [{ subject: r.id, agent: r.agent, reason: 'retry_self' }];
-        if (r.target_agent === null) return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
-        if (r.target_agent !== r.agent) return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
+        if (r.target_agent === null)
+          return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
+        if (r.target_agent !== r.agent)
+          return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
         return [];
       });
     }),
@@ -193,9 +204,22 @@ export const G03: ActivityInvariant = {
       const after = (a: number | null, b: number | null) => a !== null && b !== null && a > b + graceMs;
       for (const raw of rows) {
         const r: Times = { ...raw, queued_at: n(raw.queued_at), started_at: n(raw.started_at), completed_at: n(raw.completed_at) };
-        if (after(r.queued_at, r.started_at)) out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
-        else if (after(r.started_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_started', detail: { early_ms: r.started_at! - r.completed_at! } });
-        else if (after(r.queued_at, r.completed_at)) out.push({ subject: r.id, agent: r.agent, reason: 'completed_before_queued', detail: { early_ms: r.queued_at! - r.completed_at! } });
+        if (after(r.queued_at, r.started_at))
+          out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
+        else if (after(r.started_at, r.completed_at))
+          out.push({
+            subject: r.id,
+            agent: r.agent,
+            reason: 'completed_before_started',
+            detail: { early_ms: r.started_at! - r.completed_at! },
+          });
+        else if (after(r.queued_at, r.completed_at))
+          out.push({
+            subject: r.id,
+            agent: r.agent,
+            reason: 'completed_before_queued',
+            detail: { early_ms: r.queued_at! - r.completed_at! },
+          });
       }
       return out;
     }),

@@ -38,6 +38,11 @@ export const E06: StateInvariant<OverdueSchedule> = {
   evaluate(rows, { now, graceMs }) {
     return rows
       .filter((s) => (s.enabled === 1 || s.enabled === true) && s.next_run_at < now - graceMs - s.misfire_grace_seconds * 1000)
-      .map((s) => ({ subject: s.id, agent: s.agent, reason: 'schedule_overdue', detail: { overdue_ms: now - s.next_run_at, misfire_grace_seconds: s.misfire_grace_seconds } }));
+      .map((s) => ({
+        subject: s.id,
+        agent: s.agent,
+        reason: 'schedule_overdue',
+        detail: { overdue_ms: now - s.next_run_at, misfire_grace_seconds: s.misfire_grace_seconds },
+      }));
   },
 };

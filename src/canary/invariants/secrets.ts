@@ -3,14 +3,17 @@ import { findSecret, SECRET_PATTERNS } from '../../domain/secrets.ts';
 import { forScope, inScope } from '../sql.ts';
 import type { ActivityInvariant, Finding } from '../types.ts';
 
-/** Where a field's secret was found, for the reason code. */
 /** Every column a client supplies: the task (payload, message) and the outcome (result, error, usage). */
 type Field = 'payload' | 'message' | 'result' | 'error_code' | 'error_message' | 'usage';
 const FIELDS: readonly Field[] = ['payload', 'message', 'result', 'error_code', 'error_message', 'usage'];
 
 /** The database prefilter: rows whose column contains any pattern's prefix (src/domain/secrets.ts, shared with the redactor). */
 const LIKES = SECRET_PATTERNS.flatMap((p) => p.like);
-const anyLike = (column: string) => sql<boolean>`(${sql.join(LIKES.map((like) => sql`${sql.ref(column)} LIKE ${like}`), sql` OR `)})`;
+const anyLike = (column: string) =>
+  sql<boolean>`(${sql.join(
+    LIKES.map((like) => sql`${sql.ref(column)} LIKE ${like}`),
+    sql` OR `,
+  )})`;
 
 /**
  * G-04, over touched executions: payload and message are written at creation, result and error
@@ -24,14 +27,19 @@ export const G04: ActivityInvariant = {
   id: 'G-04',
   tier: 'A',
   severity: 'critical',
-  holds: 'no payload, message, result, error, usage or log line is stored with a recognisable secret (the patterns in src/domain/secrets.ts)',
+  holds:
+    'no payload, message, result, error, usage or log line is stored with a recognisable secret (the patterns in src/domain/secrets.ts)',
   diagnoses: {
-    secret_in_payload: 'a task payload holds a recognisable secret: a caller put a credential in the task (reject or redact at the trigger/API edge)',
-    secret_in_message: 'a task message holds a recognisable secret: a caller put a credential in the task (reject or redact at the trigger/API edge)',
+    secret_in_payload:
+      'a task payload holds a recognisable secret: a caller put a credential in the task (reject or redact at the trigger/API edge)',
+    secret_in_message:
+      'a task message holds a recognisable secret: a caller put a credential in the task (reject or redact at the trigger/API edge)',
     secret_in_result: 'a result holds a recognisable secret: an agent returned a credential (worker/complete path stores results verbatim)',
     secret_in_error_message: 'an error message holds a recognisable secret: an agent or the dispatcher reported a credential in an error',
-    secret_in_error_code: 'an error code holds a recognisable secret: the completion path stored a client-supplied code without redaction (Engine.complete)',
-    secret_in_usage: 'reported usage holds a recognisable secret: the completion path stored client-supplied usage without redaction (Engine.complete)',
+    secret_in_error_code:
+      'an error code holds a recognisable secret: the completion path stored a client-supplied code without redaction (Engine.complete)',
+    secret_in_usage:
+      'reported usage holds a recognisable secret: the completion path stored client-supplied usage without redaction (Engine.complete)',
     secret_in_log: 'a log line holds a recognisable secret: an agent printed a credential (worker log path stores lines verbatim)',
   },
   grace: () => 0,

@@ -1,4 +1,5 @@
 import { BatonError, NotFound } from '../../domain/errors.ts';
+import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
@@ -11,7 +12,7 @@ export interface AdmitOptions {
   /** Most rows to admit in this call. */
   max: number;
   /** Who is claiming: pull workers take pull agents' work; Baton's dispatcher takes push agents'. */
-  delivery: 'pull' | 'push';
+  delivery: DeliveryMode;
 }
 
 /**
@@ -30,7 +31,11 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
   if (agent.delivery !== opts.delivery) {
-    throw new BatonError('wrong_delivery', `agent '${agentName}' uses ${agent.delivery} delivery; ${opts.delivery === 'pull' ? 'Baton delivers its tasks itself' : 'workers claim its tasks'}`, { agent: agentName, delivery: agent.delivery });
+    throw new BatonError(
+      'wrong_delivery',
+      `agent '${agentName}' uses ${agent.delivery} delivery; ${opts.delivery === 'pull' ? 'Baton delivers its tasks itself' : 'workers claim its tasks'}`,
+      { agent: agentName, delivery: agent.delivery },
+    );
   }
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
@@ -54,7 +59,15 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         .where((eb) =>
           eb.or([
             eb('serial_key', 'is', null),
-            eb.not(eb.exists(eb.selectFrom('executions as k').select('k.id').whereRef('k.serial_key', '=', 'executions.serial_key').where('k.status', '=', RUNNING))),
+            eb.not(
+              eb.exists(
+                eb
+                  .selectFrom('executions as k')
+                  .select('k.id')
+                  .whereRef('k.serial_key', '=', 'executions.serial_key')
+                  .where('k.status', '=', RUNNING),
+              ),
+            ),
           ]),
         )
         .orderBy('priority')

@@ -1,3 +1,4 @@
+import type { CancelReason } from '../../domain/error-codes.ts';
 import { InvalidTransition } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
@@ -9,7 +10,14 @@ import { stamp } from './stamp.ts';
  * worker learns it on its next heartbeat; the reaper forces it after the grace period).
  * Cancelling a row already cancelled is a no-op that returns it; any other terminal row refuses.
  */
-export async function cancelExecution(tx: Tx, store: StoreAdapter, id: string, now: number, actor: string, reason: string): Promise<ExecutionRow> {
+export async function cancelExecution(
+  tx: Tx,
+  store: StoreAdapter,
+  id: string,
+  now: number,
+  actor: string,
+  reason: CancelReason,
+): Promise<ExecutionRow> {
   const before = await lockExecution(tx, store, id);
   if (before.status === 'cancelled') return before;
   if (before.status === 'queued') {
@@ -31,12 +39,24 @@ export async function cancelExecution(tx: Tx, store: StoreAdapter, id: string, n
 }
 
 /** queued → cancelled for rows the caller has locked (one execution, or all of a deleted agent's). */
-export async function cancelQueued(tx: Tx, rows: ExecutionRow[], now: number, actor: string, reason: string): Promise<ExecutionRow[]> {
+export async function cancelQueued(
+  tx: Tx,
+  rows: ExecutionRow[],
+  now: number,
+  actor: string,
+  reason: CancelReason,
+): Promise<ExecutionRow[]> {
   const out: ExecutionRow[] = [];
   for (const before of rows) {
     const row = await tx
       .updateTable('executions')
-      .set({ status: 'cancelled', completed_at: now, duration_ms: before.started_at === null ? null : now - before.started_at, error_code: reason, ...stamp(now, actor, reason) })
+      .set({
+        status: 'cancelled',
+        completed_at: now,
+        duration_ms: before.started_at === null ? null : now - before.started_at,
+        error_code: reason,
+        ...stamp(now, actor, reason),
+      })
       .where('id', '=', before.id)
       .where('status', '=', 'queued')
       .returningAll()

@@ -1,22 +1,24 @@
 import { sql } from 'kysely';
-import type { CompletionStatus } from '../../domain/states.ts';
+import type { Outcome } from '../../domain/outcomes.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
 
-export interface Outcome {
-  status: CompletionStatus;
-  result?: unknown;
-  error?: { code: string; message: string } | null;
-  usage?: unknown;
-}
+export type { Outcome };
 
 /**
  * running (or re-queued with the same, still-latest token) → succeeded | failed | cancelled.
  * Accepted iff the row is not terminal and `token` is the latest one granted. One guarded
  * statement: the token and the non-terminal status are the compare, the outcome is the set.
  */
-export async function completeWithLease(db: Executor, id: string, token: string, outcome: Outcome, now: number, actor: string): Promise<ExecutionRow> {
+export async function completeWithLease(
+  db: Executor,
+  id: string,
+  token: string,
+  outcome: Outcome,
+  now: number,
+  actor: string,
+): Promise<ExecutionRow> {
   const row = await db
     .updateTable('executions')
     .set({

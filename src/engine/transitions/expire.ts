@@ -1,21 +1,11 @@
-import { ENGINE_ERROR_CODES } from '../../domain/states.ts';
-import type { ExecutionStatus } from '../../domain/states.ts';
+import type { BatonErrorCode } from '../../domain/error-codes.ts';
+import type { ReapKind, Reaped } from '../../domain/outcomes.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { insertRetry } from './retry.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
-/** What the reaper did to one row. */
-export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
-
-export interface Reaped {
-  id: string;
-  agent: string;
-  kind: ReapKind;
-  to: ExecutionStatus;
-  /** The retry created with this failure, if its retry policy had attempts left. */
-  retry_id?: string;
-}
+export type { ReapKind, Reaped };
 
 export interface ExpireOptions {
   now: number;
@@ -99,7 +89,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
         status: 'failed',
         completed_at: o.now,
         duration_ms: row.started_at === null ? null : o.now - row.started_at,
-        error_code: ENGINE_ERROR_CODES.backlogExpired,
+        error_code: 'backlog_expired' satisfies BatonErrorCode,
         error_message: `queued for more than ${Math.round(o.backlogExpiryMs / 1000)} s without being admitted`,
         ...stamp(o.now, o.actor, 'backlog_expired'),
       })
@@ -114,15 +104,20 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
 
 type Decision =
   | { kind: 'requeued'; to: 'queued' }
-  | { kind: Exclude<ReapKind, 'requeued' | 'backlog_expired'>; to: 'failed' | 'cancelled'; code: string; message: string };
+  | { kind: Exclude<ReapKind, 'requeued' | 'backlog_expired'>; to: 'failed' | 'cancelled'; code: BatonErrorCode; message: string };
 
 /** Which end a running row the reaper picked up deserves. Timeout and cancellation win over re-delivery. */
 function decide(row: ExecutionRow, o: ExpireOptions): Decision {
   if (row.deadline_at !== null && row.deadline_at < o.now) {
-    return { kind: 'timed_out', to: 'failed', code: ENGINE_ERROR_CODES.timeout, message: `ran longer than its ${row.timeout_seconds} s timeout` };
+    return { kind: 'timed_out', to: 'failed', code: 'timeout', message: `ran longer than its ${row.timeout_seconds} s timeout` };
   }
   if (row.cancel_requested_at !== null && row.cancel_requested_at < o.now - o.cancelGraceMs) {
-    return { kind: 'cancel_forced', to: 'cancelled', code: ENGINE_ERROR_CODES.cancelForced, message: `worker did not stop within ${Math.round(o.cancelGraceMs / 1000)} s of the cancel request` };
+    return {
+      kind: 'cancel_forced',
+      to: 'cancelled',
+      code: 'cancel_forced',
+      message: `worker did not stop within ${Math.round(o.cancelGraceMs / 1000)} s of the cancel request`,
+    };
   }
   if (row.cancel_requested_at !== null) {
     return { kind: 'cancelled', to: 'cancelled', code: 'cancel_requested', message: 'lease lapsed after cancellation was requested' };
@@ -132,7 +127,7 @@ function decide(row: ExecutionRow, o: ExpireOptions): Decision {
     return {
       kind: 'poisoned',
       to: 'failed',
-      code: ENGINE_ERROR_CODES.poisoned,
+      code: 'poisoned',
       message: `lease lapsed on ${row.attempt} deliveries; last worker ${row.lease_owner}, last heartbeat ${hb}`,
     };
   }

@@ -19,5 +19,9 @@ export async function renewLease(db: Executor, id: string, token: string, now: n
     .returning(['lease_expires_at', 'cancel_requested_at', 'deadline_at'])
     .executeTakeFirst();
   if (!row) return explainRefusal(db, id, token, false);
-  return { lease_expires_at: Number(row.lease_expires_at), cancel_requested: row.cancel_requested_at !== null, deadline_at: row.deadline_at };
+  return {
+    lease_expires_at: Number(row.lease_expires_at),
+    cancel_requested: row.cancel_requested_at !== null,
+    deadline_at: row.deadline_at,
+  };
 }

@@ -1,4 +1,4 @@
-import { backoffMs, NOT_RETRIED, parsePolicy } from '../../domain/retry.ts';
+import { backoffMs, isRetriable, parsePolicy } from '../../domain/retry.ts';
 import { newExecutionId } from '../../domain/ids.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
@@ -12,7 +12,7 @@ import { stamp } from './stamp.ts';
  * replace work that was already counted. Returns the new row, or undefined when none is due.
  */
 export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, actor: string): Promise<ExecutionRow | undefined> {
-  if (failed.status !== 'failed' || NOT_RETRIED.has(failed.error_code ?? '')) return undefined;
+  if (failed.status !== 'failed' || !isRetriable(failed.error_code)) return undefined;
   const policy = parsePolicy(failed.retry_policy);
   if (!policy || failed.retry_number + 1 >= policy.max_attempts) return undefined;
   const number = failed.retry_number + 1;
@@ -45,7 +45,14 @@ export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, act
     ...stamp(now, actor, 'retry'),
   };
   const row = await tx.insertInto('executions').values(values).returningAll().executeTakeFirstOrThrow();
-  await appendAudit(tx, { at: now, actor, action: 'execution.retry', subject: row.agent, execution_id: row.id, detail: { trigger: 'retry', retry_of: failed.id, retry_number: number } });
+  await appendAudit(tx, {
+    at: now,
+    actor,
+    action: 'execution.retry',
+    subject: row.agent,
+    execution_id: row.id,
+    detail: { trigger: 'retry', retry_of: failed.id, retry_number: number },
+  });
   return row;
 }
 

@@ -26,7 +26,10 @@ export function compileCron(expr: string, timezone: string, field = 'cron'): Cro
   if (cached) return cached;
   const parts = expr.trim().split(/\s+/);
   if (parts.length !== 5 && parts.length !== 6) {
-    throw new BatonError('validation_error', `body.${field}: '${expr}' has ${parts.length} fields; give 5 (minute hour day month weekday) or 6 (second first)`);
+    throw new BatonError(
+      'validation_error',
+      `body.${field}: '${expr}' has ${parts.length} fields; give 5 (minute hour day month weekday) or 6 (second first)`,
+    );
   }
   checkTimezone(timezone);
   try {
@@ -55,7 +58,16 @@ const formatters = new Map<string, Intl.DateTimeFormat>();
 function wallClock(ms: number, timezone: string): string {
   let f = formatters.get(timezone);
   if (!f) {
-    f = new Intl.DateTimeFormat('en-US', { timeZone: timezone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    f = new Intl.DateTimeFormat('en-US', {
+      timeZone: timezone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit',
+    });
     formatters.set(timezone, f);
   }
   return f.format(ms);
@@ -77,7 +89,10 @@ export function checkTimezone(timezone: string, field = 'timezone'): void {
     new Intl.DateTimeFormat('en-US', { timeZone: timezone });
     zones.add(timezone);
   } catch {
-    throw new BatonError('validation_error', `body.${field}: '${timezone}' is not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)`);
+    throw new BatonError(
+      'validation_error',
+      `body.${field}: '${timezone}' is not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)`,
+    );
   }
 }
 
@@ -90,7 +105,8 @@ export function nextAfter(c: Cron, after: number): number | null {
   const m = meta.get(c);
   let next = c.nextRun(new Date(after))?.getTime() ?? null;
   // At most a few repeats in a row (one per listed hour in the repeated span).
-  for (let i = 0; i < 64 && next !== null && m?.skipRepeats && isRepeat(next, m.timezone); i++) next = c.nextRun(new Date(next))?.getTime() ?? null;
+  for (let i = 0; i < 64 && next !== null && m?.skipRepeats && isRepeat(next, m.timezone); i++)
+    next = c.nextRun(new Date(next))?.getTime() ?? null;
   if (memo.size >= NEXT_MEMO_MAX) memo.clear();
   memo.set(after, next);
   return next;
@@ -105,6 +121,6 @@ const NEXT_MEMO_MAX = 256;
 
 export function nextRuns(c: Cron, after: number, n: number): number[] {
   const out: number[] = [];
-  for (let t: number | null = after; out.length < n && (t = nextAfter(c, t)) !== null; ) out.push(t);
+  for (let t: number | null = after; out.length < n && (t = nextAfter(c, t)) !== null;) out.push(t);
   return out;
 }

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
+import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+import type { EngineContext } from '../context.ts';
 
 /**
  * Idempotency keys. A caller's `Idempotency-Key` is claimed in its own short transaction
@@ -11,26 +13,17 @@ import type { StoreAdapter, Tx } from '../../store/adapter.ts';
  */
 
 export const IDEMPOTENCY = Object.freeze({
-  /** How long a key remembers its answer. Env BATON_IDEMPOTENCY_TTL_HOURS overrides. */
-  ttlMs: 24 * 60 * 60 * 1000,
+  /** How long a key remembers its answer by default (`baton up`: BATON_IDEMPOTENCY_TTL_HOURS). */
+  ttlMs: DEFAULTS.idempotencyTtlHours * 3_600_000,
   /**
    * An in-flight claim older than this is taken over by the next request with the key: the
    * process that claimed it died mid-request. Longer than any trigger transaction can take.
    */
   lockMs: 60_000,
-  /**
-   * A request that finds its key in flight waits this long for the first one's answer (then
-   * replays it) before answering 409 idempotency_in_flight. Covers concurrent retries of one call.
-   * Env BATON_IDEMPOTENCY_WAIT_MS overrides.
-   */
-  waitMs: 5_000,
+  /** How long a request waits for its key's in-flight first answer by default (`baton up`: BATON_IDEMPOTENCY_WAIT_MS). */
+  waitMs: DEFAULTS.idempotencyWaitMs,
   pollMs: 25,
 });
-
-export function idempotencyTtlMs(env: NodeJS.ProcessEnv = process.env): number {
-  const h = Number(env.BATON_IDEMPOTENCY_TTL_HOURS);
-  return Number.isFinite(h) && h > 0 ? h * 3_600_000 : IDEMPOTENCY.ttlMs;
-}
 
 export interface IdemRequest {
   /** `agent:<name>` or `webhook:<id>`. */
@@ -96,11 +89,19 @@ async function claimOnce(store: StoreAdapter, r: IdemRequest, now: number, ttlMs
       return { kind: 'claimed' };
     }
     if (row.request_hash !== r.hash) {
-      throw new BatonError('idempotency_key_reused', `header Idempotency-Key: '${r.key}' was already used for a different request (within ${Math.round(ttlMs / 3_600_000)} h)`);
+      throw new BatonError(
+        'idempotency_key_reused',
+        `header Idempotency-Key: '${r.key}' was already used for a different request (within ${Math.round(ttlMs / 3_600_000)} h)`,
+      );
     }
     if (row.state === 'completed') return { kind: 'completed', answer: { status: row.status_code!, body: JSON.parse(row.response!) } };
     if (row.locked_until < now) {
-      await tx.updateTable('idempotency_keys').set({ locked_until: now + IDEMPOTENCY.lockMs }).where('scope', '=', r.scope).where('idem_key', '=', r.key).execute();
+      await tx
+        .updateTable('idempotency_keys')
+        .set({ locked_until: now + IDEMPOTENCY.lockMs })
+        .where('scope', '=', r.scope)
+        .where('idem_key', '=', r.key)
+        .execute();
       return { kind: 'claimed' };
     }
     return { kind: 'in_flight' };
@@ -116,8 +117,7 @@ export async function claimKey(
   r: IdemRequest,
   opts: { now: () => number; ttlMs?: number; waitMs?: number },
 ): Promise<{ kind: 'claimed' } | { kind: 'replay'; answer: StoredAnswer }> {
-  const envWait = Number(process.env.BATON_IDEMPOTENCY_WAIT_MS);
-  const until = Date.now() + (opts.waitMs ?? (Number.isFinite(envWait) && envWait >= 0 && process.env.BATON_IDEMPOTENCY_WAIT_MS ? envWait : IDEMPOTENCY.waitMs));
+  const until = Date.now() + (opts.waitMs ?? IDEMPOTENCY.waitMs);
   for (;;) {
     const c = await claimOnce(store, r, opts.now(), opts.ttlMs ?? IDEMPOTENCY.ttlMs);
     if (c.kind === 'claimed') return c;
@@ -141,21 +141,54 @@ export async function completeKey(tx: Tx, r: IdemRequest, answer: StoredAnswer, 
 
 /** Forget an in-flight claim (the work failed in a way the caller should retry). */
 export async function releaseKey(store: StoreAdapter, r: IdemRequest): Promise<void> {
-  await store.db.deleteFrom('idempotency_keys').where('scope', '=', r.scope).where('idem_key', '=', r.key).where('state', '=', 'in_flight').execute();
+  await store.db
+    .deleteFrom('idempotency_keys')
+    .where('scope', '=', r.scope)
+    .where('idem_key', '=', r.key)
+    .where('state', '=', 'in_flight')
+    .execute();
 }
 
 /** Store a refusal the caller should see again on a replay (outside the work's transaction). */
-export async function completeKeyAlone(store: StoreAdapter, r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
+export async function completeKeyAlone(
+  store: StoreAdapter,
+  r: IdemRequest,
+  answer: StoredAnswer,
+  executionId: string | null,
+): Promise<void> {
   await store.transaction((tx) => completeKey(tx, r, answer, executionId));
+}
+
+/**
+ * How often every process runs the purge pass (±20 %). An expired key is refused as expired
+ * whatever its row says, so the interval only bounds how long dead rows take space.
+ */
+export const PURGE_INTERVAL_MS = 60_000;
+/** Keys one purge pass deletes at most: the pass stays one short transaction. */
+export const PURGE_BATCH = 1000;
+
+/** The purge pass: forget idempotency keys past their expiry. Safe to run in every process at once. */
+export function purgeIdempotencyOnce(ctx: EngineContext): Promise<number> {
+  return purgeExpiredKeys(ctx.store, ctx.now(), PURGE_BATCH);
 }
 
 /** Delete up to `limit` expired keys. */
 export async function purgeExpiredKeys(store: StoreAdapter, now: number, limit = 1000): Promise<number> {
-  const old = await store.db.selectFrom('idempotency_keys').select(['scope', 'idem_key']).where('expires_at', '<=', now).limit(limit).execute();
+  const old = await store.db
+    .selectFrom('idempotency_keys')
+    .select(['scope', 'idem_key'])
+    .where('expires_at', '<=', now)
+    .limit(limit)
+    .execute();
   if (old.length === 0) return 0;
   await store.transaction(async (tx) => {
     for (const k of old) {
-      await tx.deleteFrom('idempotency_keys').where('scope', '=', k.scope).where('idem_key', '=', k.idem_key).where('expires_at', '<=', now).execute();
+      await tx
+        .deleteFrom('idempotency_keys')
+        .where('scope', '=', k.scope)
+        .where('idem_key', '=', k.idem_key)
+        .where('expires_at', '<=', now)
+        .execute();
     }
   });
   return old.length;

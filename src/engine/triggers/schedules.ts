@@ -1,12 +1,14 @@
+import type { CancelReason } from '../../domain/error-codes.ts';
 import { AlreadyExists, AlreadyRunning, BacklogFull, NotFound } from '../../domain/errors.ts';
 import { newId } from '../../domain/ids.ts';
+import type { MisfirePolicy } from '../../domain/policies.ts';
 import type { RetryPolicy } from '../../domain/retry.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
-import type { Engine } from '../engine.ts';
+import type { EngineContext } from '../context.ts';
 import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
 import { compileCron, nextAfter } from './cron.ts';
@@ -28,7 +30,7 @@ export interface ScheduleInput {
   payload?: unknown;
   enabled?: boolean;
   overlap_policy?: OverlapPolicy;
-  misfire_policy?: 'run_once' | 'skip';
+  misfire_policy?: MisfirePolicy;
   misfire_grace_seconds?: number;
   retry_policy?: RetryPolicy | null;
   priority?: number;
@@ -57,7 +59,7 @@ function uniqueViolation(err: unknown): boolean {
 
 /** Schedules: CRUD, manual triggers and deletion. The scheduler loop is in scheduler.ts. */
 export class Schedules {
-  constructor(private readonly engine: Engine) {}
+  constructor(private readonly engine: EngineContext) {}
 
   private get store() {
     return this.engine.store;
@@ -174,7 +176,13 @@ export class Schedules {
       const r = await cancelScheduleWork(tx, this.engine, [id], now, actor, 'schedule_deleted');
       await tx.deleteFrom('webhooks').where('schedule_id', '=', id).execute();
       await tx.deleteFrom('schedules').where('id', '=', id).execute();
-      await appendAudit(tx, { at: now, actor, action: 'schedule.delete', subject: id, detail: { agent: s.agent, cancelled: r.cancelled.length, cancel_requested: r.cancelRequested } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'schedule.delete',
+        subject: id,
+        detail: { agent: s.agent, cancelled: r.cancelled.length, cancel_requested: r.cancelRequested },
+      });
       return r;
     });
     announce(this.store, out.cancelled);
@@ -215,7 +223,14 @@ export class Schedules {
         req.actor,
       );
       if (started.kind === 'created') {
-        await appendAudit(tx, { at: now, actor: req.actor, action, subject: s.id, execution_id: started.row.id, detail: { trigger: req.trigger, agent: s.agent, ...(req.webhookId ? { webhook_id: req.webhookId } : {}) } });
+        await appendAudit(tx, {
+          at: now,
+          actor: req.actor,
+          action,
+          subject: s.id,
+          execution_id: started.row.id,
+          detail: { trigger: req.trigger, agent: s.agent, ...(req.webhookId ? { webhook_id: req.webhookId } : {}) },
+        });
         await req.onCreated?.(tx, started.row);
         return { started, agent: s.agent };
       }
@@ -239,11 +254,18 @@ export class Schedules {
 }
 
 /** Cancel the queued runs of these schedules and ask their running ones to stop (caller holds the schedule locks). */
-export async function cancelScheduleWork(tx: Tx, engine: Engine, ids: string[], now: number, actor: string, reason: string) {
+export async function cancelScheduleWork(tx: Tx, engine: EngineContext, ids: string[], now: number, actor: string, reason: CancelReason) {
   if (ids.length === 0) return { cancelled: [] as ExecutionRow[], cancelRequested: 0 };
-  const queued = await engine.store.lockRows(tx.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).where('status', '=', statusIs('queued')), 'wait').execute();
+  const queued = await engine.store
+    .lockRows(tx.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).where('status', '=', statusIs('queued')), 'wait')
+    .execute();
   const cancelled = await cancelQueued(tx, queued, now, actor, reason);
-  const running = await tx.selectFrom('executions').select('id').where('schedule_id', 'in', ids).where('status', '=', statusIs('running')).execute();
+  const running = await tx
+    .selectFrom('executions')
+    .select('id')
+    .where('schedule_id', 'in', ids)
+    .where('status', '=', statusIs('running'))
+    .execute();
   for (const r of running) await cancelExecution(tx, engine.store, r.id, now, actor, reason);
   return { cancelled, cancelRequested: running.length };
 }

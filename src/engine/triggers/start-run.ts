@@ -1,12 +1,13 @@
 import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { newExecutionId } from '../../domain/ids.ts';
+import type { OverlapPolicy } from '../../domain/policies.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { LIVE_STATUSES } from '../status-sql.ts';
 import { insertQueued, type NewQueued } from '../transitions/create.ts';
 
-export type OverlapPolicy = 'skip' | 'queue' | 'allow';
+export type { OverlapPolicy };
 
 /** Everything a trigger (tick, manual, webhook) knows about the run it wants to start. */
 export interface RunSpec {
@@ -28,9 +29,7 @@ export interface RunSpec {
 }
 
 export type RunOutcome =
-  | { kind: 'created'; row: ExecutionRow }
-  | { kind: 'busy'; execution_id: string }
-  | { kind: 'full'; max_backlog: number };
+  { kind: 'created'; row: ExecutionRow } | { kind: 'busy'; execution_id: string } | { kind: 'full'; max_backlog: number };
 
 /** Hold the agent for the rest of the transaction: it serialises backlog and overlap checks. */
 export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Promise<AgentRow | undefined> {

@@ -5,8 +5,8 @@ import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, WebhookRow } from '../../store/schema.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
-import type { Engine } from '../engine.ts';
-import { Schedules } from './schedules.ts';
+import type { EngineContext } from '../context.ts';
+import type { Schedules } from './schedules.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
 /**
@@ -74,14 +74,21 @@ export interface StandardHeaders {
 
 export type SignatureCheck = 'ok' | 'bad_signature' | 'stale_timestamp';
 
-const standardKey = (secret: string) => (secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8'));
+const standardKey = (secret: string) =>
+  secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8');
 
 /** `v1,<base64>` for a Standard Webhooks sender (and tests). */
 export function signStandard(secret: string, id: string, timestamp: number, body: Buffer | string): string {
   return 'v1,' + createHmac('sha256', standardKey(secret)).update(`${id}.${timestamp}.`).update(body).digest('base64');
 }
 
-export function standardSignatureValid(secret: string, body: Buffer, h: StandardHeaders, nowMs: number, toleranceS = STANDARD_TOLERANCE_S): SignatureCheck {
+export function standardSignatureValid(
+  secret: string,
+  body: Buffer,
+  h: StandardHeaders,
+  nowMs: number,
+  toleranceS = STANDARD_TOLERANCE_S,
+): SignatureCheck {
   if (!h.id || !h.timestamp || !h.signature || !/^\d{1,12}$/.test(h.timestamp)) return 'bad_signature';
   const ts = Number(h.timestamp);
   if (Math.abs(nowMs / 1000 - ts) > toleranceS) return 'stale_timestamp';
@@ -100,8 +107,11 @@ export function standardSignatureValid(secret: string, body: Buffer, h: Standard
  * (on the next refusal or the flush timer) and when the process stops.
  */
 export class RefusalLog {
-  private readonly pending = new Map<string, { webhook: string; error: string; minute: number; count: number; first_at: number; last_at: number; addresses: Set<string> }>();
-  constructor(private readonly engine: Engine) {}
+  private readonly pending = new Map<
+    string,
+    { webhook: string; error: string; minute: number; count: number; first_at: number; last_at: number; addresses: Set<string> }
+  >();
+  constructor(private readonly engine: EngineContext) {}
 
   note(webhookId: string, error: string, sourceAddress: string): void {
     const now = this.engine.now();
@@ -127,7 +137,13 @@ export class RefusalLog {
           actor: `webhook:${p.webhook}`,
           action: 'webhook.refused',
           subject: p.webhook,
-          detail: { error: p.error, count: p.count, first_at: new Date(p.first_at).toISOString(), last_at: new Date(p.last_at).toISOString(), source_addresses: [...p.addresses] },
+          detail: {
+            error: p.error,
+            count: p.count,
+            first_at: new Date(p.first_at).toISOString(),
+            last_at: new Date(p.last_at).toISOString(),
+            source_addresses: [...p.addresses],
+          },
         });
       }
     });
@@ -157,18 +173,21 @@ export interface Delivery {
 export type DeliveryOutcome = { status: 'queued' | 'running'; execution_id: string } | { status: 'already_running'; execution_id: string };
 
 export class Webhooks {
-  private readonly schedules: Schedules;
-  constructor(private readonly engine: Engine) {
-    this.schedules = new Schedules(engine);
-  }
+  /** The engine's own Schedules (a webhook may target a schedule): one instance per engine. */
+  constructor(
+    private readonly engine: EngineContext,
+    private readonly schedules: Schedules,
+  ) {}
 
   private get store() {
     return this.engine.store;
   }
 
   async create(input: WebhookInput, actor: string): Promise<{ row: WebhookRow; token: string; secret: string | null }> {
-    if (!input.agent === !input.schedule_id) throw new BatonError('validation_error', 'body.agent, body.schedule_id: give exactly one target');
-    if (input.secret && input.generate_secret) throw new BatonError('validation_error', 'body.secret, body.generate_secret: give one or the other');
+    if (!input.agent === !input.schedule_id)
+      throw new BatonError('validation_error', 'body.agent, body.schedule_id: give exactly one target');
+    if (input.secret && input.generate_secret)
+      throw new BatonError('validation_error', 'body.secret, body.generate_secret: give one or the other');
     const now = this.engine.now();
     const id = newId('wh_');
     const token = newToken();
@@ -201,7 +220,13 @@ export class Webhooks {
         })
         .returningAll()
         .executeTakeFirstOrThrow();
-      await appendAudit(tx, { at: now, actor, action: 'webhook.create', subject: id, detail: { agent, schedule_id: input.schedule_id ?? null, signed: secret !== null } });
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'webhook.create',
+        subject: id,
+        detail: { agent, schedule_id: input.schedule_id ?? null, signed: secret !== null },
+      });
       return inserted;
     });
     // A secret the caller chose is not echoed back; a generated one is shown this once.
@@ -266,7 +291,9 @@ export class Webhooks {
    */
   async effectivePolicies(rows: WebhookRow[]): Promise<Map<string, OverlapPolicy>> {
     const ids = [...new Set(rows.map((w) => w.schedule_id).filter((x): x is string => x !== null))];
-    const schedules = ids.length ? await this.store.db.selectFrom('schedules').select(['id', 'overlap_policy']).where('id', 'in', ids).execute() : [];
+    const schedules = ids.length
+      ? await this.store.db.selectFrom('schedules').select(['id', 'overlap_policy']).where('id', 'in', ids).execute()
+      : [];
     const bySchedule = new Map(schedules.map((s) => [s.id, s.overlap_policy as OverlapPolicy]));
     return new Map(rows.map((w) => [w.id, (w.schedule_id && bySchedule.get(w.schedule_id)) || (w.overlap_policy as OverlapPolicy)]));
   }
@@ -289,7 +316,10 @@ export class Webhooks {
       const s = await this.store.db.selectFrom('schedules').select('payload').where('id', '=', w.schedule_id).executeTakeFirst();
       if (!s) throw new NotFound('schedule', w.schedule_id);
       const base = JSON.parse(s.payload) as unknown;
-      const payload = base !== null && typeof base === 'object' && !Array.isArray(base) ? { ...base, webhook: context } : { payload: base, webhook: context };
+      const payload =
+        base !== null && typeof base === 'object' && !Array.isArray(base)
+          ? { ...base, webhook: context }
+          : { payload: base, webhook: context };
       try {
         const row = await this.schedules.trigger(w.schedule_id, {
           actor: `webhook:${w.id}`,
@@ -334,7 +364,14 @@ export class Webhooks {
         actor,
       );
       if (r.kind === 'created') {
-        await appendAudit(tx, { at: now, actor, action: 'webhook.trigger', subject: w.id, execution_id: r.row.id, detail: { trigger: 'webhook', agent: w.agent } });
+        await appendAudit(tx, {
+          at: now,
+          actor,
+          action: 'webhook.trigger',
+          subject: w.id,
+          execution_id: r.row.id,
+          detail: { trigger: 'webhook', agent: w.agent },
+        });
         await tx.updateTable('webhooks').set({ last_delivery_at: now }).where('id', '=', w.id).execute();
         await d.onCreated?.(tx, r.row);
       } else {

@@ -1,30 +1,25 @@
 import { useState, type FormEvent } from 'react';
-import { client, describe, isMissingRoute, type Agent } from '../api.ts';
+import { client, describe, type Agent } from '../api.ts';
 import { cronInWords } from '../cron.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { createSchedule, listSchedules, listWebhooks, RunNow } from '../schedules.tsx';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 import { ExecutionTable } from './Executions.tsx';
 
-const orNull = async <T,>(p: Promise<T>): Promise<T | null> => {
-  try {
-    return await p;
-  } catch (err) {
-    if (isMissingRoute(err)) return null;
-    throw err;
-  }
-};
-
 export function AgentPage({ name }: { name: string }) {
   useTick();
   const agent = useLoad(() => client().getAgent(name), [name]);
-  const schedules = useLoad(() => orNull(listSchedules(name)), [name]);
-  const webhooks = useLoad(() => orNull(listWebhooks(name)), [name]);
+  const schedules = useLoad(() => listSchedules(name), [name]);
+  const webhooks = useLoad(() => listWebhooks(name), [name]);
   const executions = useLoad(() => client().listExecutions({ agent: name, limit: 25 }), [name]);
-  useLive((e) => e.agent === name, () => {
-    agent.reload();
-    executions.reload();
-  }, [name]);
+  useLive(
+    (e) => e.agent === name,
+    () => {
+      agent.reload();
+      executions.reload();
+    },
+    [name],
+  );
   if (agent.error) return <Failed what={`agent ${name}`} error={agent.error} retry={agent.reload} />;
   if (!agent.data) return <Loading what={`agent ${name}`} />;
   const a = agent.data;
@@ -32,31 +27,56 @@ export function AgentPage({ name }: { name: string }) {
     <div className="grid">
       <Section title={`Agent ${a.name}`}>
         <dl className="facts">
-          <dt>Running / cap</dt><dd data-field="running">{a.running} / {a.max_parallel}</dd>
-          <dt>Queued / backlog</dt><dd data-field="queued">{a.queued} / {a.max_backlog}</dd>
-          <dt>Delivery</dt><dd>{a.delivery}{a.push_url ? ` → ${a.push_url}` : ''}</dd>
-          <dt>Timeout</dt><dd>{a.timeout_seconds}s per run</dd>
-          <dt>Lease</dt><dd>{a.lease_ttl_seconds}s, {a.max_redeliveries} re-deliveries</dd>
-          <dt>Created</dt><dd><Time iso={a.created_at} /></dd>
-          {a.description && (<><dt>Description</dt><dd>{a.description}</dd></>)}
+          <dt>Running / cap</dt>
+          <dd data-field="running">
+            {a.running} / {a.max_parallel}
+          </dd>
+          <dt>Queued / backlog</dt>
+          <dd data-field="queued">
+            {a.queued} / {a.max_backlog}
+          </dd>
+          <dt>Delivery</dt>
+          <dd>
+            {a.delivery}
+            {a.push_url ? ` → ${a.push_url}` : ''}
+          </dd>
+          <dt>Timeout</dt>
+          <dd>{a.timeout_seconds}s per run</dd>
+          <dt>Lease</dt>
+          <dd>
+            {a.lease_ttl_seconds}s, {a.max_redeliveries} re-deliveries
+          </dd>
+          <dt>Created</dt>
+          <dd>
+            <Time iso={a.created_at} />
+          </dd>
+          {a.description && (
+            <>
+              <dt>Description</dt>
+              <dd>{a.description}</dd>
+            </>
+          )}
         </dl>
         <RunTask agent={a.name} onStarted={executions.reload} />
         <EditSettings agent={a} onSaved={agent.reload} />
       </Section>
-      <Section title="Schedules" actions={schedules.data !== null ? <CreateSchedule agent={a.name} onCreated={schedules.reload} /> : undefined}>
+      <Section title="Schedules" actions={<CreateSchedule agent={a.name} onCreated={schedules.reload} />}>
         {schedules.error ? (
           <Failed what="schedules" error={schedules.error} retry={schedules.reload} />
         ) : schedules.data === undefined ? (
           <Loading what="schedules" />
-        ) : schedules.data === null ? (
-          <Empty>Schedules are not available on this server.</Empty>
         ) : schedules.data.length === 0 ? (
           <Empty>No schedules for {a.name}.</Empty>
         ) : (
           <ul className="list">
             {schedules.data.map((s) => (
               <li key={s.id} data-schedule={s.id}>
-                <strong>{s.name}</strong> — {cronInWords(s.cron)} <span className="muted">({s.timezone}{s.enabled ? '' : ', disabled'})</span> · next <Time iso={s.next_run_at} />
+                <strong>{s.name}</strong> — {cronInWords(s.cron)}{' '}
+                <span className="muted">
+                  ({s.timezone}
+                  {s.enabled ? '' : ', disabled'})
+                </span>{' '}
+                · next <Time iso={s.next_run_at} />
                 <RunNow schedule={s} />
               </li>
             ))}
@@ -68,14 +88,17 @@ export function AgentPage({ name }: { name: string }) {
           <Failed what="webhooks" error={webhooks.error} retry={webhooks.reload} />
         ) : webhooks.data === undefined ? (
           <Loading what="webhooks" />
-        ) : webhooks.data === null ? (
-          <Empty>Webhooks are not available on this server.</Empty>
         ) : webhooks.data.length === 0 ? (
-          <Empty>No webhooks for {a.name}. Create one with <code>baton webhooks create</code>.</Empty>
+          <Empty>
+            No webhooks for {a.name}. Create one with <code>baton webhooks create</code>.
+          </Empty>
         ) : (
           <ul className="list">
             {webhooks.data.map((w) => (
-              <li key={w.id}><strong>{w.name}</strong> <span className="mono muted">{w.id}</span> {w.enabled ? '' : '(disabled)'} · last delivery <Time iso={w.last_delivery_at} /></li>
+              <li key={w.id}>
+                <strong>{w.name}</strong> <span className="mono muted">{w.id}</span> {w.enabled ? '' : '(disabled)'} · last delivery{' '}
+                <Time iso={w.last_delivery_at} />
+              </li>
             ))}
           </ul>
         )}
@@ -112,7 +135,13 @@ function RunTask({ agent, onStarted }: { agent: string; onStarted: () => void })
   };
   return (
     <form className="inline-form" onSubmit={submit} aria-label="run a task">
-      <input name="task-message" placeholder="a task for this agent" value={message} onChange={(e) => setMessage(e.target.value)} required />
+      <input
+        name="task-message"
+        placeholder="a task for this agent"
+        value={message}
+        onChange={(e) => setMessage(e.target.value)}
+        required
+      />
       <button type="submit">Run task</button>
       {out && (
         <p className={`outcome ${out.ok ? 'ok' : 'error'}`} role="status">
@@ -125,9 +154,19 @@ function RunTask({ agent, onStarted }: { agent: string; onStarted: () => void })
 
 function CreateSchedule({ agent, onCreated }: { agent: string; onCreated: () => void }) {
   const [open, setOpen] = useState(false);
-  const [f, setF] = useState({ name: '', cron: '0 9 * * 1-5', timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC', message: '' });
+  const [f, setF] = useState({
+    name: '',
+    cron: '0 9 * * 1-5',
+    timezone: Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC',
+    message: '',
+  });
   const [error, setError] = useState<string>();
-  if (!open) return <button className="secondary" onClick={() => setOpen(true)}>New schedule</button>;
+  if (!open)
+    return (
+      <button className="secondary" onClick={() => setOpen(true)}>
+        New schedule
+      </button>
+    );
   const set = (k: keyof typeof f) => (e: { target: { value: string } }) => setF({ ...f, [k]: e.target.value });
   const submit = async (e: FormEvent) => {
     e.preventDefault();
@@ -142,28 +181,57 @@ function CreateSchedule({ agent, onCreated }: { agent: string; onCreated: () => 
   };
   return (
     <form className="stack-form" onSubmit={submit} aria-label="new schedule">
-      <label>Name <input name="schedule-name" value={f.name} onChange={set('name')} required /></label>
-      <label>Cron <input name="schedule-cron" value={f.cron} onChange={set('cron')} required /> <span className="muted small">{cronInWords(f.cron)}</span></label>
-      <label>Time zone <input name="schedule-timezone" value={f.timezone} onChange={set('timezone')} required /></label>
-      <label>Message <input name="schedule-message" value={f.message} onChange={set('message')} required /></label>
+      <label>
+        Name <input name="schedule-name" value={f.name} onChange={set('name')} required />
+      </label>
+      <label>
+        Cron <input name="schedule-cron" value={f.cron} onChange={set('cron')} required />{' '}
+        <span className="muted small">{cronInWords(f.cron)}</span>
+      </label>
+      <label>
+        Time zone <input name="schedule-timezone" value={f.timezone} onChange={set('timezone')} required />
+      </label>
+      <label>
+        Message <input name="schedule-message" value={f.message} onChange={set('message')} required />
+      </label>
       <div>
-        <button type="submit">Create schedule</button> <button type="button" className="link" onClick={() => setOpen(false)}>Cancel</button>
+        <button type="submit">Create schedule</button>{' '}
+        <button type="button" className="link" onClick={() => setOpen(false)}>
+          Cancel
+        </button>
       </div>
-      {error && <p className="state error" role="alert">{error}</p>}
+      {error && (
+        <p className="state error" role="alert">
+          {error}
+        </p>
+      )}
     </form>
   );
 }
 
 function EditSettings({ agent, onSaved }: { agent: Agent; onSaved: () => void }) {
   const [open, setOpen] = useState(false);
-  const [f, setF] = useState({ max_parallel: String(agent.max_parallel), max_backlog: String(agent.max_backlog), timeout_seconds: String(agent.timeout_seconds) });
+  const [f, setF] = useState({
+    max_parallel: String(agent.max_parallel),
+    max_backlog: String(agent.max_backlog),
+    timeout_seconds: String(agent.timeout_seconds),
+  });
   const [msg, setMsg] = useState<{ ok: boolean; text: string }>();
-  if (!open) return <button className="link" onClick={() => setOpen(true)}>Edit settings</button>;
+  if (!open)
+    return (
+      <button className="link" onClick={() => setOpen(true)}>
+        Edit settings
+      </button>
+    );
   const set = (k: keyof typeof f) => (e: { target: { value: string } }) => setF({ ...f, [k]: e.target.value });
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     try {
-      await client().updateAgent(agent.name, { max_parallel: Number(f.max_parallel), max_backlog: Number(f.max_backlog), timeout_seconds: Number(f.timeout_seconds) });
+      await client().updateAgent(agent.name, {
+        max_parallel: Number(f.max_parallel),
+        max_backlog: Number(f.max_backlog),
+        timeout_seconds: Number(f.timeout_seconds),
+      });
       setMsg({ ok: true, text: 'Saved. Lowering the cap never stops running work; it only holds back new admissions.' });
       onSaved();
     } catch (err) {
@@ -172,12 +240,24 @@ function EditSettings({ agent, onSaved }: { agent: Agent; onSaved: () => void })
   };
   return (
     <form className="inline-form" onSubmit={submit} aria-label="agent settings">
-      <label className="small">max parallel <input name="set-max-parallel" type="number" min={0} value={f.max_parallel} onChange={set('max_parallel')} /></label>
-      <label className="small">max backlog <input name="set-max-backlog" type="number" min={0} value={f.max_backlog} onChange={set('max_backlog')} /></label>
-      <label className="small">timeout (s) <input name="set-timeout" type="number" min={1} value={f.timeout_seconds} onChange={set('timeout_seconds')} /></label>
+      <label className="small">
+        max parallel <input name="set-max-parallel" type="number" min={0} value={f.max_parallel} onChange={set('max_parallel')} />
+      </label>
+      <label className="small">
+        max backlog <input name="set-max-backlog" type="number" min={0} value={f.max_backlog} onChange={set('max_backlog')} />
+      </label>
+      <label className="small">
+        timeout (s) <input name="set-timeout" type="number" min={1} value={f.timeout_seconds} onChange={set('timeout_seconds')} />
+      </label>
       <button type="submit">Save</button>
-      <button type="button" className="link" onClick={() => setOpen(false)}>Close</button>
-      {msg && <p className={`outcome ${msg.ok ? 'ok' : 'error'}`} role="status">{msg.text}</p>}
+      <button type="button" className="link" onClick={() => setOpen(false)}>
+        Close
+      </button>
+      {msg && (
+        <p className={`outcome ${msg.ok ? 'ok' : 'error'}`} role="status">
+          {msg.text}
+        </p>
+      )}
     </form>
   );
 }

@@ -1,5 +1,6 @@
 import { useEffect, useRef, useState } from 'react';
-import { client, describe, logStreamUrl, TERMINAL, type LogLine } from '../api.ts';
+import { isTerminal } from '../../../src/domain/states.ts';
+import { client, describe, logStreamUrl, type LogLine } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { duration, Empty, Failed, Json, Loading, Section, Status, Time, link } from '../ui.tsx';
 
@@ -13,25 +14,58 @@ export function ExecutionPage({ id }: { id: string }) {
   const chain = x.retry_chain ?? [];
   return (
     <div className="grid">
-      <Section title={`Execution ${x.id}`} actions={<CancelButton id={x.id} status={x.status} cancelRequested={!!x.cancel_requested_at} onDone={e.reload} />}>
+      <Section
+        title={`Execution ${x.id}`}
+        actions={<CancelButton id={x.id} status={x.status} cancelRequested={!!x.cancel_requested_at} onDone={e.reload} />}
+      >
         <dl className="facts">
-          <dt>Status</dt><dd><Status status={x.status} />{x.cancel_requested_at && x.status === 'running' ? <span className="muted"> (cancellation requested)</span> : null}</dd>
-          <dt>Agent</dt><dd><a href={link('agents', x.agent)}>{x.agent}</a></dd>
-          <dt>Trigger</dt><dd>{x.trigger}{x.schedule_id ? <> · schedule <span className="mono">{x.schedule_id}</span></> : null}</dd>
-          <dt>Attempt</dt><dd>{x.attempt}</dd>
-          <dt>Created</dt><dd><Time iso={x.created_at} /></dd>
-          <dt>Started</dt><dd><Time iso={x.started_at} /></dd>
-          <dt>Completed</dt><dd><Time iso={x.completed_at} /></dd>
-          <dt>Duration</dt><dd>{duration(x.duration_ms)}</dd>
-          <dt>Worker</dt><dd className="mono">{x.lease_owner ?? '—'}</dd>
+          <dt>Status</dt>
+          <dd>
+            <Status status={x.status} />
+            {x.cancel_requested_at && x.status === 'running' ? <span className="muted"> (cancellation requested)</span> : null}
+          </dd>
+          <dt>Agent</dt>
+          <dd>
+            <a href={link('agents', x.agent)}>{x.agent}</a>
+          </dd>
+          <dt>Trigger</dt>
+          <dd>
+            {x.trigger}
+            {x.schedule_id ? (
+              <>
+                {' '}
+                · schedule <span className="mono">{x.schedule_id}</span>
+              </>
+            ) : null}
+          </dd>
+          <dt>Attempt</dt>
+          <dd>{x.attempt}</dd>
+          <dt>Created</dt>
+          <dd>
+            <Time iso={x.created_at} />
+          </dd>
+          <dt>Started</dt>
+          <dd>
+            <Time iso={x.started_at} />
+          </dd>
+          <dt>Completed</dt>
+          <dd>
+            <Time iso={x.completed_at} />
+          </dd>
+          <dt>Duration</dt>
+          <dd>{duration(x.duration_ms)}</dd>
+          <dt>Worker</dt>
+          <dd className="mono">{x.lease_owner ?? '—'}</dd>
         </dl>
         <h3>Message</h3>
         <pre className="message">{x.message}</pre>
       </Section>
       <Section title={x.error ? 'Error' : 'Result'}>
         {x.error ? (
-          <p className="state error"><strong>{x.error.code ?? 'error'}</strong>: {x.error.message ?? 'no message'}</p>
-        ) : TERMINAL.includes(x.status) ? (
+          <p className="state error">
+            <strong>{x.error.code ?? 'error'}</strong>: {x.error.message ?? 'no message'}
+          </p>
+        ) : isTerminal(x.status) ? (
           <Json value={x.result} />
         ) : (
           <Empty>No result yet: the execution is {x.status}.</Empty>
@@ -43,7 +77,11 @@ export function ExecutionPage({ id }: { id: string }) {
         <ol className="timeline">
           {x.events.map((ev) => (
             <li key={ev.id} data-to={ev.to}>
-              <Status status={ev.to} /> <span className="muted">from {ev.from ?? '(new)'}</span> {ev.reason && <span>· {ev.reason}</span>} <span className="muted">· {ev.actor} · attempt {ev.attempt} ·</span> <Time iso={ev.at} />
+              <Status status={ev.to} /> <span className="muted">from {ev.from ?? '(new)'}</span> {ev.reason && <span>· {ev.reason}</span>}{' '}
+              <span className="muted">
+                · {ev.actor} · attempt {ev.attempt} ·
+              </span>{' '}
+              <Time iso={ev.at} />
             </li>
           ))}
         </ol>
@@ -55,7 +93,16 @@ export function ExecutionPage({ id }: { id: string }) {
         <Section title="Retry chain">
           <ol className="list">
             {chain.map((c, i) => (
-              <li key={c}>{c === x.id ? <strong className="mono">{c} (this run)</strong> : <a className="mono" href={link('executions', c)}>{c}</a>} <span className="muted">{i === 0 ? 'first run' : `retry ${i}`}</span></li>
+              <li key={c}>
+                {c === x.id ? (
+                  <strong className="mono">{c} (this run)</strong>
+                ) : (
+                  <a className="mono" href={link('executions', c)}>
+                    {c}
+                  </a>
+                )}{' '}
+                <span className="muted">{i === 0 ? 'first run' : `retry ${i}`}</span>
+              </li>
             ))}
           </ol>
         </Section>
@@ -76,10 +123,20 @@ function Usage({ usage }: { usage: unknown }) {
   return parts.length ? <p>{parts.join(' · ')}</p> : <Json value={usage} />;
 }
 
-function CancelButton({ id, status, cancelRequested, onDone }: { id: string; status: string; cancelRequested: boolean; onDone: () => void }) {
+function CancelButton({
+  id,
+  status,
+  cancelRequested,
+  onDone,
+}: {
+  id: string;
+  status: string;
+  cancelRequested: boolean;
+  onDone: () => void;
+}) {
   const [busy, setBusy] = useState(false);
   const [msg, setMsg] = useState<string>();
-  if (TERMINAL.includes(status)) return null;
+  if (isTerminal(status)) return null;
   const cancel = async () => {
     if (!confirm(`Cancel ${id}?`)) return;
     setBusy(true);
@@ -95,8 +152,14 @@ function CancelButton({ id, status, cancelRequested, onDone }: { id: string; sta
   };
   return (
     <div className="cancel">
-      <button className="danger" onClick={cancel} disabled={busy || cancelRequested}>{cancelRequested ? 'Cancellation requested' : 'Cancel'}</button>
-      {msg && <span className="small" role="status">{msg}</span>}
+      <button className="danger" onClick={cancel} disabled={busy || cancelRequested}>
+        {cancelRequested ? 'Cancellation requested' : 'Cancel'}
+      </button>
+      {msg && (
+        <span className="small" role="status">
+          {msg}
+        </span>
+      )}
     </div>
   );
 }
@@ -143,14 +206,20 @@ function Logs({ id }: { id: string }) {
   return (
     <div>
       <p className="muted small" data-logstate={state}>
-        {state === 'loading' ? 'Connecting to the log stream…' : state === 'live' ? 'Streaming live.' : 'The execution has ended; these are all its lines.'}
+        {state === 'loading'
+          ? 'Connecting to the log stream…'
+          : state === 'live'
+            ? 'Streaming live.'
+            : 'The execution has ended; these are all its lines.'}
       </p>
       {lines.length === 0 ? (
         <Empty>{state === 'ended' ? 'No log lines were written.' : 'No log lines yet.'}</Empty>
       ) : (
         <pre className="logs" ref={box}>
           {lines.map((l) => (
-            <div key={l.seq} className={`log log-${l.stream}`}>{l.line}</div>
+            <div key={l.seq} className={`log log-${l.stream}`}>
+              {l.line}
+            </div>
           ))}
         </pre>
       )}

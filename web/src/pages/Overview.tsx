@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from 'react';
-import { client, describe, historyStats, isMissingRoute, type Agent, type HistoryStats } from '../api.ts';
+import { client, describe, historyStats, type Agent, type HistoryStats } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
 import { CanarySummary } from './Canary.tsx';
@@ -8,14 +8,28 @@ export function OverviewPage() {
   useTick();
   const agents = useLoad(() => client().listAgents(), []);
   const failures = useLoad(() => client().listExecutions({ status: 'failed', limit: 8 }), []);
-  useLive(() => true, () => {
-    agents.reload();
-    failures.reload();
-  }, []);
+  useLive(
+    () => true,
+    () => {
+      agents.reload();
+      failures.reload();
+    },
+    [],
+  );
   return (
     <div className="grid">
       <Section title="Agents" actions={<CreateAgent onCreated={agents.reload} />}>
-        {agents.error ? <Failed what="agents" error={agents.error} retry={agents.reload} /> : !agents.data ? <Loading what="agents" /> : agents.data.length === 0 ? <Empty>No agents yet. Create one above, or with <code>baton agents create NAME</code>.</Empty> : <AgentTable agents={agents.data} />}
+        {agents.error ? (
+          <Failed what="agents" error={agents.error} retry={agents.reload} />
+        ) : !agents.data ? (
+          <Loading what="agents" />
+        ) : agents.data.length === 0 ? (
+          <Empty>
+            No agents yet. Create one above, or with <code>baton agents create NAME</code>.
+          </Empty>
+        ) : (
+          <AgentTable agents={agents.data} />
+        )}
       </Section>
       <Section title="Recent failures">
         {failures.error ? (
@@ -28,7 +42,8 @@ export function OverviewPage() {
           <ul className="list">
             {failures.data.executions.map((e) => (
               <li key={e.id}>
-                <a href={link('executions', e.id)}>{e.id}</a> <span className="muted">{e.agent}</span> <Status status={e.status} /> <span className="err">{e.error?.code ?? ''}</span> <Time iso={e.completed_at ?? e.created_at} />
+                <a href={link('executions', e.id)}>{e.id}</a> <span className="muted">{e.agent}</span> <Status status={e.status} />{' '}
+                <span className="err">{e.error?.code ?? ''}</span> <Time iso={e.completed_at ?? e.created_at} />
               </li>
             ))}
           </ul>
@@ -49,14 +64,25 @@ function AgentTable({ agents }: { agents: Agent[] }) {
     <div className="table-wrap">
       <table>
         <thead>
-          <tr><th>Agent</th><th>Running / cap</th><th>Queued / backlog</th><th>Delivery</th></tr>
+          <tr>
+            <th>Agent</th>
+            <th>Running / cap</th>
+            <th>Queued / backlog</th>
+            <th>Delivery</th>
+          </tr>
         </thead>
         <tbody>
           {agents.map((a) => (
             <tr key={a.name} data-agent={a.name}>
-              <td><a href={link('agents', a.name)}>{a.name}</a></td>
-              <td className={a.running >= a.max_parallel && a.max_parallel > 0 ? 'full' : ''}>{a.running} / {a.max_parallel}</td>
-              <td>{a.queued} / {a.max_backlog}</td>
+              <td>
+                <a href={link('agents', a.name)}>{a.name}</a>
+              </td>
+              <td className={a.running >= a.max_parallel && a.max_parallel > 0 ? 'full' : ''}>
+                {a.running} / {a.max_parallel}
+              </td>
+              <td>
+                {a.queued} / {a.max_backlog}
+              </td>
               <td>{a.delivery}</td>
             </tr>
           ))}
@@ -71,7 +97,12 @@ function CreateAgent({ onCreated }: { onCreated: () => void }) {
   const [name, setName] = useState('');
   const [cap, setCap] = useState('1');
   const [error, setError] = useState<string>();
-  if (!open) return <button className="secondary" onClick={() => setOpen(true)}>New agent</button>;
+  if (!open)
+    return (
+      <button className="secondary" onClick={() => setOpen(true)}>
+        New agent
+      </button>
+    );
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     setError(undefined);
@@ -82,16 +113,24 @@ function CreateAgent({ onCreated }: { onCreated: () => void }) {
       onCreated();
       location.hash = link('agents', name.trim());
     } catch (err) {
-      setError(isMissingRoute(err) ? 'this server cannot create agents' : describe(err));
+      setError(describe(err));
     }
   };
   return (
     <form className="inline-form" onSubmit={submit} aria-label="new agent">
       <input name="agent-name" placeholder="name (a-z, 0-9, -)" value={name} onChange={(e) => setName(e.target.value)} required />
-      <label className="small">max parallel <input name="max-parallel" type="number" min={0} value={cap} onChange={(e) => setCap(e.target.value)} /></label>
+      <label className="small">
+        max parallel <input name="max-parallel" type="number" min={0} value={cap} onChange={(e) => setCap(e.target.value)} />
+      </label>
       <button type="submit">Create</button>
-      <button type="button" className="link" onClick={() => setOpen(false)}>Cancel</button>
-      {error && <p className="state error" role="alert">{error}</p>}
+      <button type="button" className="link" onClick={() => setOpen(false)}>
+        Cancel
+      </button>
+      {error && (
+        <p className="state error" role="alert">
+          {error}
+        </p>
+      )}
     </form>
   );
 }
@@ -104,15 +143,14 @@ function HistorySummary() {
   const h = useLoad(historyStats, []);
   if (h.error) return <Failed what="history" error={h.error} retry={h.reload} />;
   if (h.data === undefined) return <Loading what="history" />;
-  if (h.data === null) return <Empty>History figures are not available on this server.</Empty>;
   const s: HistoryStats = h.data;
   const p = s.last_prune;
   return (
     <dl className="history" aria-label="history">
       <dt>Size</dt>
       <dd>
-        {rows(s.rows.executions)} executions · {rows(s.rows.execution_events)} events · {rows(s.rows.execution_logs)} log lines · {rows(s.rows.audit_log)} audit rows{' '}
-        <span className="muted small">(estimates)</span> · {mib(s.bytes)}
+        {rows(s.rows.executions)} executions · {rows(s.rows.execution_events)} events · {rows(s.rows.execution_logs)} log lines ·{' '}
+        {rows(s.rows.audit_log)} audit rows <span className="muted small">(estimates)</span> · {mib(s.bytes)}
         {s.free_bytes ? ` (${mib(s.free_bytes)} free)` : ''}
       </dd>
       <dt>Oldest</dt>
@@ -121,8 +159,15 @@ function HistorySummary() {
       </dd>
       <dt>Retention</dt>
       <dd>
-        {s.retention.days > 0 ? `executions ${s.retention.days} days` : 'executions kept forever'} · {s.retention.audit_days > 0 ? `audit ${s.retention.audit_days} days` : 'audit kept forever'} ·{' '}
-        {s.retention.archive_dir ? <>archived to <code>{s.retention.archive_dir}</code></> : 'no archive'}
+        {s.retention.days > 0 ? `executions ${s.retention.days} days` : 'executions kept forever'} ·{' '}
+        {s.retention.audit_days > 0 ? `audit ${s.retention.audit_days} days` : 'audit kept forever'} ·{' '}
+        {s.retention.archive_dir ? (
+          <>
+            archived to <code>{s.retention.archive_dir}</code>
+          </>
+        ) : (
+          'no archive'
+        )}
       </dd>
       <dt>Last prune</dt>
       <dd>
@@ -130,7 +175,8 @@ function HistorySummary() {
           'never'
         ) : (
           <>
-            <Time iso={p.completed_at} />: {p.executions ?? 0} executions, {p.audit ?? 0} audit rows removed in {((p.duration_ms ?? 0) / 1000).toFixed(1)} s
+            <Time iso={p.completed_at} />: {p.executions ?? 0} executions, {p.audit ?? 0} audit rows removed in{' '}
+            {((p.duration_ms ?? 0) / 1000).toFixed(1)} s
           </>
         )}
         {p.error ? <span className="err"> · last sweep failed: {p.error}</span> : null}

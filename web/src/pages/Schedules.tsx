@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { describe, isMissingRoute } from '../api.ts';
+import { describe } from '../api.ts';
 import { cronInWords } from '../cron.ts';
 import { useLoad, useTick } from '../hooks.ts';
 import { listSchedules, RunNow, setEnabled, type Schedule } from '../schedules.tsx';
@@ -7,27 +7,22 @@ import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 
 export function SchedulesPage() {
   useTick();
-  const s = useLoad(async () => {
-    try {
-      return await listSchedules();
-    } catch (err) {
-      if (isMissingRoute(err)) return null;
-      throw err;
-    }
-  }, []);
+  const s = useLoad(() => listSchedules(), []);
   return (
     <Section title="Schedules">
       {s.error ? (
         <Failed what="schedules" error={s.error} retry={s.reload} />
       ) : s.data === undefined ? (
         <Loading what="schedules" />
-      ) : s.data === null ? (
-        <Empty>Schedules are not available on this server.</Empty>
       ) : s.data.length === 0 ? (
-        <Empty>No schedules yet. Open an agent to create one, or use <code>baton schedules create</code>.</Empty>
+        <Empty>
+          No schedules yet. Open an agent to create one, or use <code>baton schedules create</code>.
+        </Empty>
       ) : (
         <div className="cards">
-          {s.data.map((x) => <ScheduleCard key={x.id} s={x} onChanged={s.reload} />)}
+          {s.data.map((x) => (
+            <ScheduleCard key={x.id} s={x} onChanged={s.reload} />
+          ))}
         </div>
       )}
     </Section>
@@ -48,18 +43,42 @@ function ScheduleCard({ s, onChanged }: { s: Schedule; onChanged: () => void }) 
   const next = s.next_runs?.length ? s.next_runs : s.next_run_at ? [s.next_run_at] : [];
   return (
     <article className="schedule" data-schedule={s.id}>
-      <h3>{s.name} <span className="muted small">on <a href={link('agents', s.agent)}>{s.agent}</a></span></h3>
-      <p><strong>{cronInWords(s.cron)}</strong> <span className="muted">({s.timezone}) · <code>{s.cron}</code> · overlap: {s.overlap_policy}</span></p>
+      <h3>
+        {s.name}{' '}
+        <span className="muted small">
+          on <a href={link('agents', s.agent)}>{s.agent}</a>
+        </span>
+      </h3>
+      <p>
+        <strong>{cronInWords(s.cron)}</strong>{' '}
+        <span className="muted">
+          ({s.timezone}) · <code>{s.cron}</code> · overlap: {s.overlap_policy}
+        </span>
+      </p>
       <p className="small">
         {s.enabled ? 'Next runs: ' : 'Disabled: no runs are due. '}
-        {s.enabled && (next.length ? next.slice(0, 3).map((t, i) => <span key={t}>{i > 0 ? ', ' : ''}<Time iso={t} /></span>) : 'none')}
-        {' '}· last run <Time iso={s.last_run_at} />
+        {s.enabled &&
+          (next.length
+            ? next.slice(0, 3).map((t, i) => (
+                <span key={t}>
+                  {i > 0 ? ', ' : ''}
+                  <Time iso={t} />
+                </span>
+              ))
+            : 'none')}{' '}
+        · last run <Time iso={s.last_run_at} />
       </p>
       <div className="row">
-        <button className="secondary" onClick={toggle}>{s.enabled ? 'Disable' : 'Enable'}</button>
+        <button className="secondary" onClick={toggle}>
+          {s.enabled ? 'Disable' : 'Enable'}
+        </button>
         <RunNow schedule={s} />
       </div>
-      {error && <p className="state error" role="alert">{error}</p>}
+      {error && (
+        <p className="state error" role="alert">
+          {error}
+        </p>
+      )}
     </article>
   );
 }

@@ -30,16 +30,24 @@ export const webRoutes: FastifyPluginAsync<{ dir?: string }> = async (app, opts)
   const dir = opts.dir ?? WEB_DIST;
   const index = () => (existsSync(join(dir, 'index.html')) ? readFileSync(join(dir, 'index.html'), 'utf8') : NOT_BUILT);
   app.get('/', { schema: { hide: true } }, async (_req, reply) =>
-    reply.header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-cache').header('x-frame-options', 'DENY').send(index()),
+    reply
+      .header('content-type', 'text/html; charset=utf-8')
+      .header('cache-control', 'no-cache')
+      .header('x-frame-options', 'DENY')
+      .send(index()),
   );
   app.get<{ Params: { file: string } }>('/assets/:file', { schema: { hide: true } }, async (req, reply) => {
     const file = req.params.file;
     // Vite's asset names are flat: anything with a path separator or dot-dot is not ours.
-    if (!/^[A-Za-z0-9._-]+$/.test(file) || file.includes('..')) return reply.code(404).send({ error: 'not_found', message: 'no such asset' });
+    if (!/^[A-Za-z0-9._-]+$/.test(file) || file.includes('..'))
+      return reply.code(404).send({ error: 'not_found', message: 'no such asset' });
     try {
       const body = await readFile(join(dir, 'assets', file));
       // Names carry a content hash: cache them for good.
-      return reply.header('content-type', TYPES[extname(file)] ?? 'application/octet-stream').header('cache-control', 'public, max-age=31536000, immutable').send(body);
+      return reply
+        .header('content-type', TYPES[extname(file)] ?? 'application/octet-stream')
+        .header('cache-control', 'public, max-age=31536000, immutable')
+        .send(body);
     } catch {
       return reply.code(404).send({ error: 'not_found', message: 'no such asset' });
     }

@@ -1,0 +1,34 @@
+import type { KeyStore } from '../auth/keys.ts';
+import type { IdempotencySettings } from '../config.ts';
+import type { Engine } from '../engine/engine.ts';
+
+/**
+ * What the API's routes are given, in its own module: server.ts registers the routes, so a
+ * route that imported this from server.ts would close an import cycle.
+ */
+export interface ApiDeps {
+  engine: Engine;
+  keys: KeyStore;
+  /** Idempotency-Key lifetime and in-flight wait (defaults: IDEMPOTENCY; `baton up`: BATON_IDEMPOTENCY_*). */
+  idempotency?: Partial<IdempotencySettings>;
+}
+
+/** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts). */
+export interface ConnectionLimits {
+  /**
+   * A request's headers and body must arrive within this long. It bounds a client that trickles
+   * a body forever (holding a socket and a descriptor); it does not cut long responses — a
+   * long-poll claim or an SSE stream has finished *receiving* its request at once. 30 s lets a
+   * 1 MiB body through a slow link (≈ 35 KB/s).
+   */
+  requestTimeoutMs: number;
+  /** Headers alone must arrive within this long (slowloris). */
+  headersTimeoutMs: number;
+  /**
+   * Open connections one address may hold. Above it, new connections are closed at once, so one
+   * client cannot take every descriptor. A `baton worker` holds one long-poll per claim loop plus a
+   * few for reports; 256 leaves room for a whole fleet behind one NAT address and for the bench's
+   * 100 loops, while a flood from one address cannot starve the others.
+   */
+  maxConnectionsPerAddress: number;
+}

@@ -1,0 +1,39 @@
+/**
+ * What the engine's passes and transitions report, as plain data: the shapes its events carry
+ * (src/engine/events.ts) and the dispatcher, SDK and metrics read. They live here, below the
+ * engine, so a module that only reads them never imports the code that produces them.
+ */
+import type { ExecutionErrorCode, SkipReason } from './error-codes.ts';
+import type { CompletionStatus, ExecutionStatus } from './states.ts';
+
+/** The outcome a worker (or the push dispatcher on a push agent's behalf) reports on completion. */
+export interface Outcome {
+  status: CompletionStatus;
+  result?: unknown;
+  /** A worker's own code, or one of Baton's (the push dispatcher's, the completion route's default). */
+  error?: { code: ExecutionErrorCode; message: string } | null;
+  usage?: unknown;
+}
+
+/** What the reaper did to one row. */
+export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
+
+/** One row the reaper acted on (`reaper:reaped`). */
+export interface Reaped {
+  id: string;
+  agent: string;
+  kind: ReapKind;
+  to: ExecutionStatus;
+  /** The retry created with this failure, if its retry policy had attempts left. */
+  retry_id?: string;
+}
+
+/** One due time a scheduler pass handled (`scheduler:fired`): a queued run or a skipped record. */
+export interface Fired {
+  schedule_id: string;
+  agent: string;
+  scheduled_for: number;
+  execution_id: string;
+  status: 'queued' | 'skipped';
+  reason?: SkipReason;
+}

@@ -1,0 +1,348 @@
+import { describe, expect, it } from 'vitest';
+import {
+  decideFiring,
+  dueTimesOf,
+  MISSED_ROWS_MAX,
+  ON_TIME_MS,
+  planDueTimes,
+  type DueTimes,
+  type FirePlan,
+} from '../src/engine/triggers/fire-plan.ts';
+import type { AgentRow, ScheduleRow } from '../src/store/schema.ts';
+
+// The scheduler's decision over plain data: no store. The batch around it (locks, reads,
+// writes) is covered by triggers.scheduler.test.ts and triggers.multiprocess.test.ts.
+
+const T0 = Date.UTC(2026, 0, 5, 9, 0); // a due time on the minute
+const S = 1000;
+const MIN = 60 * S;
+const ACTOR = 'scheduler:test';
+
+function schedule(over: Partial<ScheduleRow> = {}): ScheduleRow {
+  return {
+    id: 's1',
+    agent: 'a',
+    name: 'n',
+    cron: '* * * * *',
+    timezone: 'UTC',
+    message: 'tick',
+    payload: '{"k":1}',
+    enabled: 1,
+    overlap_policy: 'allow',
+    misfire_policy: 'run_once',
+    misfire_grace_seconds: 300,
+    retry_policy: null,
+    priority: 0,
+    next_run_at: T0,
+    last_run_at: null,
+    created_at: 0,
+    updated_at: 0,
+    ...over,
+  };
+}
+
+function agent(name: string, maxBacklog: number): AgentRow {
+  return {
+    name,
+    max_parallel: 1,
+    max_backlog: maxBacklog,
+    timeout_seconds: 600,
+    lease_ttl_seconds: 30,
+    max_redeliveries: 3,
+    delivery: 'pull',
+    push_url: null,
+    push_secret: null,
+    description: null,
+    created_at: 0,
+    updated_at: 0,
+    retry_policy: '{"max_attempts":2}',
+  };
+}
+
+const off = (ms: number | null) => (ms === null ? null : `+${(ms - T0) / S}s`);
+
+describe('planDueTimes: which due times run, which were missed, and the next one', () => {
+  const cases: Array<
+    [string, Partial<ScheduleRow>, number, { toStart: string[]; missed: string[]; earlier: number; next: string | null }]
+  > = [
+    ['on time: the due time runs, next is the following minute', {}, T0 + 400, { toStart: ['+0s'], missed: [], earlier: 0, next: '+60s' }],
+    ['exactly ON_TIME_MS late still counts as on time', {}, T0 + ON_TIME_MS, { toStart: ['+0s'], missed: [], earlier: 0, next: '+60s' }],
+    [
+      'seconds cron: every due time within ON_TIME_MS runs',
+      { cron: '*/10 * * * * *' },
+      T0 + 25 * S,
+      { toStart: ['+0s', '+10s', '+20s'], missed: [], earlier: 0, next: '+30s' },
+    ],
+    [
+      'late, misfire skip: missed, nothing runs',
+      { misfire_policy: 'skip' },
+      T0 + ON_TIME_MS + 1,
+      { toStart: [], missed: ['+0s'], earlier: 0, next: '+60s' },
+    ],
+    [
+      'late, run_once within the grace: the latest missed due time is the one catch-up run',
+      {},
+      T0 + 3 * MIN + 40 * S,
+      { toStart: ['+180s'], missed: ['+0s', '+60s', '+120s'], earlier: 0, next: '+240s' },
+    ],
+    [
+      'late, run_once beyond the grace: every due time missed',
+      { misfire_grace_seconds: 40 },
+      T0 + 3 * MIN + 50 * S,
+      { toStart: [], missed: ['+0s', '+60s', '+120s', '+180s'], earlier: 0, next: '+240s' },
+    ],
+    [
+      'run_once with a due time on time: no catch-up, the late ones missed',
+      {},
+      T0 + 2 * MIN + 10 * S,
+      { toStart: ['+120s'], missed: ['+0s', '+60s'], earlier: 0, next: '+180s' },
+    ],
+    [
+      `over MISSED_ROWS_MAX (${MISSED_ROWS_MAX}) missed: the latest listed, the rest counted`,
+      { misfire_policy: 'skip' },
+      T0 + 29 * MIN + 40 * S,
+      { toStart: [], missed: Array.from({ length: 20 }, (_, i) => `+${(10 + i) * 60}s`), earlier: 10, next: '+1800s' },
+    ],
+    [
+      'a cron that no longer compiles: what is due runs once, then it stops',
+      { cron: 'not a cron' },
+      T0 + 400,
+      { toStart: ['+0s'], missed: [], earlier: 0, next: null },
+    ],
+  ];
+  it.each(cases)('%s', (_name, over, now, want) => {
+    const got: DueTimes = planDueTimes(schedule(over), now);
+    expect({ toStart: got.toStart.map(off), missed: got.missed.map(off), earlier: got.earlier, next: off(got.next) }).toEqual(want);
+  });
+
+  it('a schedule whose agent is gone starts nothing, yet still has its next due time (so it advances)', () => {
+    const [d] = dueTimesOf([schedule()], new Map(), T0 + 400);
+    expect(d!.times).toEqual({ toStart: [], missed: [], earlier: 0, next: T0 + MIN });
+  });
+});
+
+interface Case {
+  name: string;
+  due: Array<Partial<ScheduleRow>>;
+  now?: number;
+  /** Default: agent 'a' with max_backlog 3. */
+  agents?: AgentRow[];
+  queued?: Record<string, number>;
+  inFlight?: Record<string, string>;
+  /** Schedules another process advanced first (the compare-and-set missed). */
+  notAdvanced?: string[];
+  /** One line per due time handled: `<schedule> <offset> <status> [reason]`. */
+  fired: string[];
+  /** One line per audit entry: `<action> <schedule> [reason | missed count]`. */
+  audits: string[];
+  /** error_message of each row, in order (undefined: not checked). */
+  messages?: Array<string | RegExp | null>;
+}
+
+const missedWhy = (late: number, policy: string) =>
+  `due at 2026-01-05T09:00:00.000Z, handled ${late} s late: more than 30 s late (a process was down?) and ${policy}`;
+
+const cases: Case[] = [
+  {
+    name: 'room in the backlog: queued, audited as schedule.fire',
+    due: [{}],
+    fired: ['s1 +0s queued'],
+    audits: ['schedule.fire s1'],
+    messages: [null],
+  },
+  {
+    name: 'backlog full: skipped backlog_full',
+    due: [{}],
+    queued: { a: 3 },
+    fired: ['s1 +0s skipped backlog_full'],
+    audits: ['schedule.skip s1 backlog_full'],
+    messages: ["agent 'a' already has 3 queued executions (max_backlog)"],
+  },
+  {
+    name: 'overlap skip, a run in flight: skipped already_running, naming that run',
+    due: [{ overlap_policy: 'skip' }],
+    inFlight: { s1: 'ex_busy' },
+    fired: ['s1 +0s skipped already_running'],
+    audits: ['schedule.skip s1 already_running'],
+    messages: ['a run of this schedule is in flight (execution ex_busy); overlap policy skip'],
+  },
+  {
+    name: 'overlap skip, two due times in one pass: the first runs, the second defers to it',
+    due: [{ overlap_policy: 'skip', cron: '*/10 * * * * *' }],
+    now: T0 + 15 * S,
+    fired: ['s1 +0s queued', 's1 +10s skipped already_running'],
+    audits: ['schedule.fire s1', 'schedule.skip s1 already_running'],
+    messages: [null, /^a run of this schedule is in flight \(execution ex_[\w-]+\); overlap policy skip$/],
+  },
+  {
+    name: 'overlap skip, nothing in flight: queued',
+    due: [{ overlap_policy: 'skip' }],
+    inFlight: { other: 'ex_busy' },
+    fired: ['s1 +0s queued'],
+    audits: ['schedule.fire s1'],
+  },
+  {
+    name: 'overlap queue: every due time queued, one serial key',
+    due: [{ overlap_policy: 'queue', cron: '*/10 * * * * *' }],
+    now: T0 + 15 * S,
+    fired: ['s1 +0s queued', 's1 +10s queued'],
+    audits: ['schedule.fire s1', 'schedule.fire s1'],
+  },
+  {
+    name: 'overlap allow: a run in flight does not matter',
+    due: [{ overlap_policy: 'allow' }],
+    inFlight: { s1: 'ex_busy' },
+    fired: ['s1 +0s queued'],
+    audits: ['schedule.fire s1'],
+  },
+  {
+    name: 'misfire skip: one missed row, audited once with the count',
+    due: [{ misfire_policy: 'skip' }],
+    now: T0 + 31 * S,
+    fired: ['s1 +0s skipped missed'],
+    audits: ['schedule.missed s1 1'],
+    messages: [missedWhy(31, 'misfire policy skip')],
+  },
+  {
+    name: 'misfire run_once within the grace: the older due times missed, the latest runs',
+    due: [{}],
+    now: T0 + MIN + 40 * S,
+    fired: ['s1 +0s skipped missed', 's1 +60s queued'],
+    audits: ['schedule.missed s1 1', 'schedule.fire s1'],
+    messages: [missedWhy(100, 'not the one catch-up run (misfire grace 300 s)'), null],
+  },
+  {
+    name: 'more missed than MISSED_ROWS_MAX: the first row listed says how many came earlier',
+    due: [{ misfire_policy: 'skip' }],
+    now: T0 + 29 * MIN + 40 * S,
+    fired: Array.from({ length: 20 }, (_, i) => `s1 +${(10 + i) * 60}s skipped missed`),
+    audits: ['schedule.missed s1 30'],
+    messages: [
+      /^due at 2026-01-05T09:10:00\.000Z, handled 1180 s late: .* misfire policy skip \(and 10 earlier due times since 2026-01-05T09:00:00\.000Z\)$/,
+      ...Array<RegExp>(19).fill(/misfire policy skip$/),
+    ],
+  },
+  {
+    name: 'a full backlog leaves missed rows missed (they take no room)',
+    due: [{ misfire_policy: 'skip' }],
+    now: T0 + 31 * S,
+    queued: { a: 3 },
+    fired: ['s1 +0s skipped missed'],
+    audits: ['schedule.missed s1 1'],
+  },
+  { name: 'agent gone: nothing written', due: [{ misfire_policy: 'skip' }, { id: 's2' }], agents: [], fired: [], audits: [] },
+  {
+    name: 'next_run_at advanced elsewhere: nothing written, no backlog room taken',
+    due: [{ id: 's1' }, { id: 's2' }],
+    queued: { a: 2 },
+    notAdvanced: ['s1'],
+    fired: ['s2 +0s queued'],
+    audits: ['schedule.fire s2'],
+  },
+  {
+    name: "one agent's schedules share its backlog room, in batch order",
+    due: [{ id: 's1' }, { id: 's2' }, { id: 's3' }],
+    queued: { a: 1 },
+    fired: ['s1 +0s queued', 's2 +0s queued', 's3 +0s skipped backlog_full'],
+    audits: ['schedule.fire s1', 'schedule.fire s2', 'schedule.skip s3 backlog_full'],
+  },
+  {
+    name: 'each agent has its own room',
+    due: [
+      { id: 's1', agent: 'a' },
+      { id: 's2', agent: 'b' },
+    ],
+    agents: [agent('a', 3), agent('b', 1)],
+    queued: { a: 3 },
+    fired: ['s1 +0s skipped backlog_full', 's2 +0s queued'],
+    audits: ['schedule.skip s1 backlog_full', 'schedule.fire s2'],
+  },
+  {
+    name: 'overlap skip and a full backlog: backlog_full, and no run counts as in flight after it',
+    due: [{ overlap_policy: 'skip', cron: '*/10 * * * * *' }],
+    now: T0 + 15 * S,
+    queued: { a: 3 },
+    fired: ['s1 +0s skipped backlog_full', 's1 +10s skipped backlog_full'],
+    audits: ['schedule.skip s1 backlog_full', 'schedule.skip s1 backlog_full'],
+  },
+];
+
+function decide(c: Case): { plan: FirePlan; now: number } {
+  const now = c.now ?? T0 + 400;
+  const agents = new Map((c.agents ?? [agent('a', 3)]).map((a) => [a.name, a]));
+  const due = dueTimesOf(c.due.map(schedule), agents, now);
+  const advanced = new Set(due.map((d) => d.s.id).filter((id) => !c.notAdvanced?.includes(id)));
+  const inFlight = new Map(Object.entries(c.inFlight ?? {}));
+  const plan = decideFiring({ now, actor: ACTOR, due, agents, queued: new Map(Object.entries(c.queued ?? {})), inFlight, advanced });
+  return { plan, now };
+}
+
+describe('decideFiring: one execution per due time, and why', () => {
+  it.each(cases.map((c) => [c.name, c] as const))('%s', (_name, c) => {
+    const inFlightBefore = JSON.stringify(c.inFlight ?? {});
+    const { plan, now } = decide(c);
+    expect(plan.fired.map((f) => [f.schedule_id, off(f.scheduled_for), f.status, f.reason].filter(Boolean).join(' '))).toEqual(c.fired);
+    expect(
+      plan.audits.map((a) => [a.action, a.subject, a.detail?.reason ?? a.detail?.missed].filter((x) => x !== undefined).join(' ')),
+    ).toEqual(c.audits);
+    if (c.messages)
+      expect(plan.rows.map((r) => r.error_message ?? null)).toEqual(
+        c.messages.map((m) => (m instanceof RegExp ? expect.stringMatching(m) : m)),
+      );
+
+    // Rows, report and audit agree with one another, whatever the case.
+    expect(plan.rows.map((r) => r.id)).toEqual(plan.fired.map((f) => f.execution_id));
+    plan.rows.forEach((r, i) => {
+      const f = plan.fired[i]!;
+      const s = schedule(c.due.find((d) => (d.id ?? 's1') === f.schedule_id));
+      expect(r).toMatchObject({
+        schedule_id: f.schedule_id,
+        agent: f.agent,
+        scheduled_for: f.scheduled_for,
+        status: f.status,
+        created_at: now,
+        changed_by: ACTOR,
+      });
+      expect(r.error_code ?? null).toBe(f.reason ?? null);
+      expect(r.serial_key).toBe(s.overlap_policy === 'queue' ? s.id : null);
+    });
+    const ids = new Set(plan.rows.map((r) => r.id));
+    for (const a of plan.audits) expect(ids.has(a.execution_id!)).toBe(true);
+    // A run queued earlier in the pass is what a later due time defers to.
+    for (const a of plan.audits.filter(
+      (a) => a.detail?.reason === 'already_running' && !Object.values(c.inFlight ?? {}).includes(a.detail.running as string),
+    )) {
+      expect(plan.fired.find((f) => f.execution_id === a.detail!.running)?.status).toBe('queued');
+    }
+    expect(JSON.stringify(c.inFlight ?? {})).toBe(inFlightBefore); // the facts are not written to
+  });
+
+  it('a queued row carries the schedule (message, payload, origin, priority) and the agent (timeouts, retry policy)', () => {
+    const { plan } = decide({ name: '', due: [{ priority: 5 }], fired: [], audits: [] });
+    expect(plan.rows[0]).toMatchObject({
+      trigger_kind: 'schedule',
+      status: 'queued',
+      attempt: 0,
+      queued_at: T0 + 400,
+      message: 'tick',
+      payload: '{"k":1}',
+      priority: 5,
+      webhook_id: null,
+      idempotency_key: null,
+      timeout_seconds: 600,
+      lease_ttl_seconds: 30,
+      max_redeliveries: 3,
+      retry_policy: '{"max_attempts":2}',
+      change_reason: 'created',
+    });
+    expect(JSON.parse(plan.rows[0]!.origin)).toEqual({ schedule_id: 's1', scheduled_for: '2026-01-05T09:00:00.000Z' });
+    expect(plan.audits[0]).toEqual({
+      at: T0 + 400,
+      actor: ACTOR,
+      action: 'schedule.fire',
+      subject: 's1',
+      execution_id: plan.rows[0]!.id,
+      detail: { trigger: 'schedule', scheduled_for: T0 },
+    });
+  });
+});
