@@ -47,4 +47,6 @@ const server = createServer((req, res) => {
     reply(200, answer);
   });
 });
-server.listen(Number(process.env.PORT ?? 8080), '127.0.0.1', () => console.error(`push agent on http://127.0.0.1:${process.env.PORT ?? 8080}/task`));
+server.listen(Number(process.env.PORT ?? 8080), '127.0.0.1', () =>
+  console.error(`push agent on http://127.0.0.1:${process.env.PORT ?? 8080}/task`),
+);
