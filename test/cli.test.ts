@@ -66,10 +66,8 @@ const SPAWN_TIMEOUT_MS = 120_000;
 
 beforeAll(async () => {
   ts = await openTestStore();
-  const store =
-    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
   node = await startNode({
-    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    env: ts.nodeEnv,
     logger: false,
     reaper: false,
     nodeId: 'cli-test',

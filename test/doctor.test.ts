@@ -63,10 +63,8 @@ function baton(args: string[], env: Record<string, string> = {}, opts: { until?:
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store =
-    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
   node = await startNode({
-    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    env: ts.nodeEnv,
     logger: false,
     reaper: false,
     nodeId: 'doctor-test',

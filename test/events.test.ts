@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openEventStreams } from '../src/api/routes/events.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
 import { readSse, type SseEvent } from '../src/sse.ts';
-import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { openTestStore, type TestStore } from './helpers/store.ts';
 
 let ts: TestStore;
 let node: BatonNode;
@@ -13,10 +13,8 @@ let admin: string;
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store =
-    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
   node = await startNode({
-    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    env: ts.nodeEnv,
     logger: false,
     reaper: false,
     nodeId: 'events-test',
@@ -149,10 +147,8 @@ describe('GET /v1/events', () => {
 
   it('a stream that is still open does not hold up shutdown', async () => {
     const ts2 = await openTestStore({ poolMax: 2 });
-    const store =
-      STORE_KIND === 'postgres' ? { databaseUrl: ts2.location.databaseUrl, pgSchema: ts2.location.schema } : { databaseUrl: undefined };
     const other = await startNode({
-      env: { ...store, dataDir: ts2.location.dataDir, port: 0, host: '127.0.0.1' },
+      env: ts2.nodeEnv,
       logger: false,
       reaper: false,
       nodeId: 'events-test-2',

@@ -8,7 +8,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNode, type BatonNode } from '../src/server/up.ts';
-import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { openTestStore, type TestStore } from './helpers/store.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const TOOLS = [
@@ -29,10 +29,8 @@ const clients: Client[] = [];
 
 beforeAll(async () => {
   ts = await openTestStore({ poolMax: 3 });
-  const store =
-    STORE_KIND === 'postgres' ? { databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema } : { databaseUrl: undefined };
   node = await startNode({
-    env: { ...store, dataDir: ts.location.dataDir, port: 0, host: '127.0.0.1' },
+    env: ts.nodeEnv,
     logger: false,
     reaper: false,
     nodeId: 'mcp-test',

@@ -11,7 +11,7 @@ export async function startTestNode(
   opts: { dispatcher?: false | DispatcherOptions; reaperIntervalMs?: number; limits?: Partial<ConnectionLimits> } = {},
 ): Promise<{ node: BatonNode; key: string; api: BatonClient }> {
   const node = await startNode({
-    env: { dataDir: ts.location.dataDir, databaseUrl: ts.location.databaseUrl, pgSchema: ts.location.schema, port: 0, host: '127.0.0.1' },
+    env: ts.nodeEnv,
     logger: false,
     reaperIntervalMs: opts.reaperIntervalMs ?? 200,
     dispatcher: opts.dispatcher,

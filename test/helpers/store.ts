@@ -24,6 +24,8 @@ export interface TestStore {
   env: Record<string, string>;
   /** What a child process passes to openStore. */
   location: { databaseUrl?: string; schema?: string; dataDir: string };
+  /** `startNode({ env })` for an in-process `baton up` on this store, on a free port. */
+  nodeEnv: { dataDir: string; databaseUrl: string | undefined; pgSchema?: string; port: 0; host: '127.0.0.1' };
   cleanup(): Promise<void>;
 }
 
@@ -40,6 +42,7 @@ export async function openTestStore(opts: { poolMax?: number } = {}): Promise<Te
       store,
       env: { BATON_DATA_DIR: dataDir },
       location: { dataDir },
+      nodeEnv: { dataDir, databaseUrl: undefined, port: 0, host: '127.0.0.1' },
       async cleanup() {
         await store.close();
         if (failed) console.error(`kept failed test data in ${dataDir}`);
@@ -54,6 +57,7 @@ export async function openTestStore(opts: { poolMax?: number } = {}): Promise<Te
     store,
     env: { BATON_DATA_DIR: dataDir, BATON_DATABASE_URL: PG_URL, BATON_PG_SCHEMA: schema },
     location: { databaseUrl: PG_URL, schema, dataDir },
+    nodeEnv: { dataDir, databaseUrl: PG_URL, pgSchema: schema, port: 0, host: '127.0.0.1' },
     async cleanup() {
       await store.close();
       if (failed) {
