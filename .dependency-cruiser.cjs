@@ -117,6 +117,14 @@ module.exports = {
       to: { path: '^src/(auth|canary|delivery|retention)/', pathNot: '^src/$1/' },
     },
     {
+      name: 'routes-skip-the-store',
+      severity: 'error',
+      comment:
+        'Routes and MCP tools reach the database only through the Engine facade (engine.logs, engine.idempotency, engine.subscribe, …) or a service: never the store, never SQL. `import type` of row types is fine; so is store/unavailable.ts, the classification of store errors the HTTP edge turns into 503.',
+      from: { path: '^src/(api|mcp)/' },
+      to: { path: '^src/store/', pathNot: '^src/store/unavailable[.]ts$', dependencyTypesNot: ['type-only'] },
+    },
+    {
       name: 'routes-use-the-facade',
       severity: 'error',
       comment:

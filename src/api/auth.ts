@@ -56,6 +56,6 @@ export const actorOf = (req: FastifyRequest) => `key:${req.principal.keyId}`;
  */
 export async function requireExecutionAccess(engine: Engine, req: FastifyRequest, id: string): Promise<void> {
   if (req.principal.scope !== 'agent') return;
-  const row = await engine.store.db.selectFrom('executions').select('agent').where('id', '=', id).executeTakeFirst();
+  const row = await engine.executionHead(id);
   if (!row || row.agent !== req.principal.agent) throw new NotFound('execution', id);
 }

@@ -2,14 +2,7 @@ import type { FastifyReply } from 'fastify';
 import { BatonError } from '../domain/errors.ts';
 import type { IdempotencySettings } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
-import {
-  claimKey,
-  completeKey,
-  completeKeyAlone,
-  releaseKey,
-  type IdemRequest,
-  type StoredAnswer,
-} from '../engine/triggers/idempotency.ts';
+import type { IdemRequest, StoredAnswer } from '../engine/triggers/idempotency.ts';
 import type { Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { httpStatusOf } from './errors.ts';
@@ -45,29 +38,30 @@ export async function idempotent(
     const answer = await run(undefined);
     return reply.code(answer.status).send(answer.body);
   }
-  const claim = await claimKey(engine.store, r, { now: () => engine.now(), ttlMs: idempotency?.ttlMs, waitMs: idempotency?.waitMs });
+  const keys = engine.idempotency;
+  const claim = await keys.claim(r, { ttlMs: idempotency?.ttlMs, waitMs: idempotency?.waitMs });
   if (claim.kind === 'replay') {
     return reply.code(claim.answer.status).header('idempotent-replay', 'true').send(claim.answer.body);
   }
   let stored = false;
   try {
     const answer = await run(async (tx, row) => {
-      await completeKey(tx, r, answerFor(row), row.id);
+      await keys.complete(tx, r, answerFor(row), row.id);
       stored = true;
     });
     if (!stored) {
       const id = (answer.body as { execution_id?: string })?.execution_id ?? null;
-      await completeKeyAlone(engine.store, r, answer, id);
+      await keys.completeAlone(r, answer, id);
     }
     return reply.code(answer.status).send(answer.body);
   } catch (err) {
     if (storable(err)) {
       const body = { error: err.code, message: err.message, ...err.details };
-      await completeKeyAlone(engine.store, r, { status: httpStatusOf(err.code), body }, (err.details.execution_id as string) ?? null).catch(
-        () => releaseKey(engine.store, r),
-      );
+      await keys
+        .completeAlone(r, { status: httpStatusOf(err.code), body }, (err.details.execution_id as string) ?? null)
+        .catch(() => keys.release(r));
     } else {
-      await releaseKey(engine.store, r).catch(() => {});
+      await keys.release(r).catch(() => {});
     }
     throw err;
   }

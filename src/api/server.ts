@@ -3,7 +3,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
-import { Canary } from '../canary/service.ts';
+import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
 import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
@@ -109,11 +109,10 @@ async function buildApp(opts: ServerOptions) {
     if (opts.isReady && !opts.isReady())
       return reply.code(503).send({ status: 'starting', error: 'unavailable', message: 'migrations have not finished' });
     try {
-      const { applied, known } = await opts.engine.store.migrationStatus();
-      const current = known.every((v) => applied.includes(v));
-      if (!current)
+      const store = await opts.engine.storeStatus();
+      if (!store.migrated)
         return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
-      return { status: 'ready', store: opts.engine.store.kind };
+      return { status: 'ready', store: store.kind };
     } catch {
       return reply.code(503).send({ status: 'store_unreachable', error: 'unavailable', message: 'the store did not answer' });
     }
@@ -137,7 +136,7 @@ async function buildApp(opts: ServerOptions) {
     await v1.register(keyRoutes, deps);
     await v1.register(canaryRoutes, {
       ...deps,
-      canary: opts.canary ?? new Canary({ store: opts.engine.store, nodeId: opts.engine.nodeId, intervalMs: 0 }),
+      canary: opts.canary ?? reportingCanary(opts.engine),
     });
     await v1.register(historyRoutes, { ...deps, retention });
     await v1.register(logRoutes, deps);

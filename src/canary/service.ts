@@ -1,6 +1,7 @@
 import { DEFAULTS } from '../config.ts';
 import type { CanaryState, Severity, ViolationStateFilter } from '../domain/canary.ts';
 import { iso } from '../engine/views.ts';
+import type { EngineContext } from '../engine/context.ts';
 import type { Lease } from '../engine/loop.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { deliverAlertsOnce, type AlertSink } from './alerts.ts';
@@ -77,6 +78,14 @@ export function violationView(v: {
   };
 }
 export type ViolationView = ReturnType<typeof violationView>;
+
+/**
+ * A canary with no timer over the engine's store: it reports the stored state and runs cycles on
+ * demand. The API's default when `baton up` passes none (tests), so the API needs no store.
+ */
+export function reportingCanary(engine: EngineContext & { readonly nodeId: string }): Canary {
+  return new Canary({ store: engine.store, nodeId: engine.nodeId, intervalMs: 0 });
+}
 
 /**
  * The canary of one process: its passes (a cycle under the timer lease, alert delivery), on-demand

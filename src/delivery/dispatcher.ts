@@ -82,7 +82,7 @@ export class Dispatcher {
       if (this.pushAgents.has(e.agent) || !this.pullAgents.has(e.agent)) signalled();
     };
     engine.events.on('execution:changed', onChanged);
-    const offAgent = engine.store.subscribe('agent', signalled);
+    const offAgent = engine.subscribe('agent', signalled);
     this.off = () => {
       engine.events.off('execution:changed', onChanged);
       offAgent();
@@ -117,11 +117,7 @@ export class Dispatcher {
   }
 
   private async pass(): Promise<number> {
-    const all = await this.engine.store.db
-      .selectFrom('agents')
-      .select(['name', 'delivery', 'push_url', 'push_secret'])
-      .orderBy('name')
-      .execute();
+    const all = await this.engine.deliverySettings();
     const agents: PushAgent[] = all.filter((a) => a.delivery === 'push');
     this.pushAgents = new Set(agents.map((a) => a.name));
     this.pullAgents = new Set(all.filter((a) => a.delivery !== 'push').map((a) => a.name));

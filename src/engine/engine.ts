@@ -2,17 +2,19 @@ import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
 import type { DeliveryMode } from '../domain/delivery.ts';
 import type { RetryPolicy } from '../domain/retry.ts';
-import type { CompletionStatus, TriggerKind } from '../domain/states.ts';
+import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
 import type { Outcome, Reaped } from '../domain/outcomes.ts';
 import { NO_SECRET_BOX, type SecretBox } from '../domain/secret-box.ts';
 import { DEFAULTS, defaultNodeId } from '../config.ts';
-import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { StoreAdapter, StoreKind, Tx } from '../store/adapter.ts';
+import type { Topic } from '../store/signals.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
+import { Logs } from './logs.ts';
 import { redactJson, redactSecrets } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
@@ -24,6 +26,7 @@ import { expireOnce } from './transitions/expire.ts';
 import { releaseLease } from './transitions/release.ts';
 import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
+import { Idempotency } from './triggers/idempotency.ts';
 import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
 import { Waiters } from './waiters.ts';
@@ -111,6 +114,10 @@ export class Engine {
   readonly schedules: Schedules;
   /** Inbound webhooks: create, rotate, deliver (they start runs, of an agent or a schedule). */
   readonly webhooks: Webhooks;
+  /** Execution logs: append (lease-fenced), read, wake on new lines. */
+  readonly logs: Logs;
+  /** Idempotency keys: claim, complete, release (the API's Idempotency-Key). */
+  readonly idempotency: Idempotency;
   private readonly waiters = new Waiters();
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
@@ -129,6 +136,8 @@ export class Engine {
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this, this.schedules);
+    this.logs = new Logs(this);
+    this.idempotency = new Idempotency(this);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message) => {
@@ -151,6 +160,17 @@ export class Engine {
     this.closed = true;
     for (const c of this.activeClaims) c.abort();
     this.unsubscribe();
+  }
+
+  /** Listen to a store signal (`key`: a key was revoked; `agent`: an agent changed), from any process. Returns the unsubscribe. */
+  subscribe(topic: Topic, listener: (message: string) => void): () => void {
+    return this.store.subscribe(topic, listener);
+  }
+
+  /** The store's kind and whether every known migration is applied (GET /readyz). Rejects when the store does not answer. */
+  async storeStatus(): Promise<{ kind: StoreKind; migrated: boolean }> {
+    const { applied, known } = await this.store.migrationStatus();
+    return { kind: this.store.kind, migrated: known.every((v) => applied.includes(v)) };
   }
 
   // ── agents ────────────────────────────────────────────────────────────────
@@ -256,6 +276,11 @@ export class Engine {
     if (!agent) throw new NotFound('agent', name);
     const counts = await liveCountsByAgent(this.store.db, [name]);
     return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
+  }
+
+  /** Every agent's delivery settings, by name: what the push dispatcher reads each pass (no counts). */
+  deliverySettings(): Promise<Array<Pick<AgentRow, 'name' | 'delivery' | 'push_url' | 'push_secret'>>> {
+    return this.store.db.selectFrom('agents').select(['name', 'delivery', 'push_url', 'push_secret']).orderBy('name').execute();
   }
 
   async listAgents(): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
@@ -432,6 +457,11 @@ export class Engine {
       .orderBy('retry_number')
       .execute();
     return { execution, events, chain: chain.map((c) => c.id) };
+  }
+
+  /** The execution's agent and status, or undefined when it does not exist: what access checks read. */
+  executionHead(id: string): Promise<{ agent: string; status: ExecutionStatus } | undefined> {
+    return this.store.db.selectFrom('executions').select(['agent', 'status']).where('id', '=', id).executeTakeFirst();
   }
 
   /**

@@ -2,6 +2,7 @@ import { NotFound } from '../domain/errors.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionLogRow } from '../store/schema.ts';
 import { redactSecrets } from '../domain/redact.ts';
+import type { EngineContext } from './context.ts';
 import { checkLease, lockExecution } from './transitions/lease.ts';
 
 /**
@@ -132,4 +133,23 @@ export async function readLogs(store: StoreAdapter, id: string, opts: { after?: 
     if (!exists) throw new NotFound('execution', id);
   }
   return { lines: lines.map((l) => ({ ...l, seq: Number(l.seq), at: Number(l.at) })), truncated: Boolean(head?.truncated) };
+}
+
+/** Execution logs as the engine's sub-service (`engine.logs`): what routes call instead of the store. */
+export class Logs {
+  constructor(private readonly engine: EngineContext) {}
+
+  /** appendLogs at the engine's clock. */
+  append(id: string, token: string, lines: LogLineInput[]): Promise<AppendResult> {
+    return appendLogs(this.engine.store, id, token, lines, this.engine.now());
+  }
+
+  read(id: string, opts: { after?: number; limit?: number } = {}): Promise<LogPage> {
+    return readLogs(this.engine.store, id, opts);
+  }
+
+  /** Calls `wake` whenever lines are appended to execution `id`, by any process. Returns the unsubscribe. */
+  onAppend(id: string, wake: () => void): () => void {
+    return this.engine.store.subscribe('log', (m) => m === id && wake());
+  }
 }

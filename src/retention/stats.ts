@@ -7,6 +7,7 @@
  */
 import { sql } from 'kysely';
 import type { RetentionEnv } from '../config.ts';
+import type { EngineContext } from '../engine/context.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 
 export const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'] as const;
@@ -41,11 +42,15 @@ export interface HistoryStats {
 
 const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
+export type HistorySettings = Pick<RetentionEnv, 'retentionDays' | 'auditRetentionDays'> & { archiveDir?: string };
+
+/** The same, for a caller that holds the engine rather than a store (GET /v1/history): routes never touch the store. */
+export function readEngineHistoryStats(engine: EngineContext, settings: HistorySettings): Promise<HistoryStats> {
+  return readHistoryStats(engine.store, settings);
+}
+
 /** Read the history's size and age through `store.reader` (a handful of index and catalogue reads). */
-export async function readHistoryStats(
-  store: StoreAdapter,
-  settings: Pick<RetentionEnv, 'retentionDays' | 'auditRetentionDays'> & { archiveDir?: string },
-): Promise<HistoryStats> {
+export async function readHistoryStats(store: StoreAdapter, settings: HistorySettings): Promise<HistoryStats> {
   const db = store.reader;
   const rows = {} as Record<HistoryTable, number | null>;
   let bytes = 0;

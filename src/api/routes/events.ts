@@ -100,7 +100,7 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       const client: Client = { res: reply.raw, agent };
       openSse(reply.raw);
       clients.add(client);
-      const offRevoke = closeOnRevoke(engine.store, req.principal.keyId, reply.raw);
+      const offRevoke = closeOnRevoke(engine, req.principal.keyId, reply.raw);
       const drop = () => {
         clients.delete(client);
         offRevoke();

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { RetentionEnv } from '../../config.ts';
 import { iso } from '../../engine/views.ts';
-import { readHistoryStats } from '../../retention/stats.ts';
+import { readEngineHistoryStats, type HistoryStats as HistoryStatsRead } from '../../retention/stats.ts';
 import { requireAdmin } from '../auth.ts';
 import { ErrorBody } from '../schemas.ts';
 import { HistoryStats } from '../schemas/history.ts';
@@ -20,12 +20,12 @@ export const historyRoutes: FastifyPluginAsyncZod<ApiDeps & { retention: Retenti
     },
     async (req) => {
       requireAdmin(req);
-      return historyView(await readHistoryStats(engine.store, settings));
+      return historyView(await readEngineHistoryStats(engine, settings));
     },
   );
 };
 
-export function historyView(s: Awaited<ReturnType<typeof readHistoryStats>>): HistoryStats {
+export function historyView(s: HistoryStatsRead): HistoryStats {
   return {
     ...s,
     oldest_completed_at: iso(s.oldest_completed_at),

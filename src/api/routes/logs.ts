@@ -6,7 +6,6 @@ import { isStoreUnavailable } from '../../store/unavailable.ts';
 import { closeOnRevoke } from '../revocation.ts';
 import { isTerminal } from '../../domain/states.ts';
 import type { Engine } from '../../engine/engine.ts';
-import { appendLogs, readLogs } from '../../engine/logs.ts';
 import { iso } from '../../engine/views.ts';
 import type { ExecutionLogRow } from '../../store/schema.ts';
 import { requireExecutionAccess } from '../auth.ts';
@@ -17,7 +16,7 @@ import { openSse, SSE_HEARTBEAT_MS } from './events.ts';
 
 /** Agent-scoped keys reach only their agent's executions; others look nonexistent to them. */
 async function executionStatus(engine: Engine, req: FastifyRequest, id: string): Promise<string> {
-  const row = await engine.store.db.selectFrom('executions').select(['agent', 'status']).where('id', '=', id).executeTakeFirst();
+  const row = await engine.executionHead(id);
   if (!row || (req.principal.scope === 'agent' && row.agent !== req.principal.agent)) throw new NotFound('execution', id);
   return row.status;
 }
@@ -46,7 +45,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
     async (req) => {
       await requireExecutionAccess(engine, req, req.params.id);
       const lines = req.body.lines.map((l) => ({ stream: l.stream ?? ('stdout' as const), line: l.line }));
-      return appendLogs(engine.store, req.params.id, req.body.lease_token, lines, engine.now());
+      return engine.logs.append(req.params.id, req.body.lease_token, lines);
     },
   );
 
@@ -65,7 +64,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
       const id = req.params.id;
       const status = await executionStatus(engine, req, id);
       if (!req.query.follow) {
-        const page = await readLogs(engine.store, id, { after: req.query.after, limit: req.query.limit });
+        const page = await engine.logs.read(id, { after: req.query.after, limit: req.query.limit });
         const last = page.lines.at(-1)?.seq ?? req.query.after ?? 0;
         return { execution_id: id, status, lines: page.lines.map(lineView), next_after: last, truncated: page.truncated };
       }
@@ -98,14 +97,14 @@ async function follow(
     dirty = true;
     wake?.();
   };
-  const offLog = engine.store.subscribe('log', (m) => m === id && kick());
+  const offLog = engine.logs.onAppend(id, kick);
   const onChanged = (e: { id: string }) => e.id === id && kick();
   engine.events.on('execution:changed', onChanged);
   const onClose = () => {
     closed = true;
     wake?.();
   };
-  closeOnRevoke(engine.store, req.principal.keyId, res);
+  closeOnRevoke(engine, req.principal.keyId, res);
   req.raw.on('close', onClose);
   res.on('close', onClose);
   res.on('error', onClose);
@@ -114,10 +113,10 @@ async function follow(
     while (!closed) {
       dirty = false;
       // Status first: lines appended before the execution ended are all read below.
-      const row = await engine.store.db.selectFrom('executions').select('status').where('id', '=', id).executeTakeFirst();
+      const row = await engine.executionHead(id);
       const done = !row || isTerminal(row.status);
       for (;;) {
-        const page = await readLogs(engine.store, id, { after, limit: 1000 });
+        const page = await engine.logs.read(id, { after, limit: 1000 });
         for (const l of page.lines) {
           res.write(`id: ${l.seq}\nevent: log\ndata: ${JSON.stringify(lineView(l))}\n\n`);
           after = l.seq;

@@ -160,6 +160,32 @@ export async function completeKeyAlone(
 }
 
 /**
+ * Idempotency keys as the engine's sub-service (`engine.idempotency`): the API claims, completes
+ * and releases keys here. `ttlMs` and `waitMs` default to IDEMPOTENCY (`baton up`: the environment's).
+ */
+export class Idempotency {
+  constructor(private readonly engine: EngineContext) {}
+
+  claim(r: IdemRequest, opts: { ttlMs?: number; waitMs?: number } = {}) {
+    return claimKey(this.engine.store, r, { now: () => this.engine.now(), ttlMs: opts.ttlMs, waitMs: opts.waitMs });
+  }
+
+  /** Store the answer inside the transaction that did the work. */
+  complete(tx: Tx, r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
+    return completeKey(tx, r, answer, executionId);
+  }
+
+  /** Store a refusal on its own (see completeKeyAlone). */
+  completeAlone(r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
+    return completeKeyAlone(this.engine.store, r, answer, executionId);
+  }
+
+  release(r: IdemRequest): Promise<void> {
+    return releaseKey(this.engine.store, r);
+  }
+}
+
+/**
  * How often every process runs the purge pass (±20 %). An expired key is refused as expired
  * whatever its row says, so the interval only bounds how long dead rows take space.
  */
