@@ -137,6 +137,10 @@ const MAX_TIMER_MS = 2_147_483_647;
 export const LOG_LEVELS = Object.freeze(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const);
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
+/** How `baton up` writes its log lines: `pretty` for a person at a terminal, `json` lines for a collector. */
+export const LOG_FORMATS = Object.freeze(['pretty', 'json'] as const);
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
 /** Where the store is and where to listen: what `baton up` and the store commands (`migrate`, `export`, `doctor`) need. */
 export interface Env {
   /** BATON_DATA_DIR: the SQLite file, admin.key and secret.key (default ./.baton, made absolute). */
@@ -195,8 +199,10 @@ export function readConnectionEnv(env: Vars = process.env): ConnectionEnv {
 
 /** Everything `baton up` reads, validated at once so a bad value stops it before it serves. */
 export interface Config extends Env, ConnectionEnv {
-  /** BATON_LOG_LEVEL: pino level of the JSON log lines on stdout (default info). */
+  /** BATON_LOG_LEVEL: pino level of the log lines on stdout (default info). */
   logLevel: LogLevel;
+  /** BATON_LOG_FORMAT: pretty or json; unset: pretty when stdout is a terminal, json otherwise (src/server/logger.ts). */
+  logFormat?: LogFormat;
   /** BATON_SECRET_KEY: encrypts push signing secrets at rest (unset: <data dir>/secret.key, generated). */
   secretKey?: string;
   idempotency: IdempotencySettings;
@@ -247,6 +253,8 @@ export function readConfig(env: Vars = process.env): Config {
     ...readEnv(env),
     ...readConnectionEnv(env),
     logLevel: oneOf(env, 'BATON_LOG_LEVEL', LOG_LEVELS, DEFAULTS.logLevel),
+    // Unset stays undefined: only the server can tell whether stdout is a terminal.
+    logFormat: text(env, 'BATON_LOG_FORMAT') === undefined ? undefined : oneOf(env, 'BATON_LOG_FORMAT', LOG_FORMATS, 'json'),
     secretKey,
     idempotency: {
       ttlMs:

@@ -49,6 +49,7 @@ const VARIABLES: Variable[] = [
   },
   { name: 'BATON_API_KEY', at: (c) => c.apiKey, default: undefined, good: ['bt_abc', 'bt_abc'] },
   { name: 'BATON_LOG_LEVEL', at: (c) => c.logLevel, default: 'info', good: ['DEBUG', 'debug'], bad: 'verbose' },
+  { name: 'BATON_LOG_FORMAT', at: (c) => c.logFormat, default: undefined, good: ['Pretty', 'pretty'], bad: 'text' },
   { name: 'BATON_SECRET_KEY', at: (c) => c.secretKey, default: undefined, good: ['ab'.repeat(32), 'ab'.repeat(32)], bad: '   ' },
   { name: 'BATON_IDEMPOTENCY_TTL_HOURS', at: (c) => c.idempotency.ttlMs, default: 24 * 3_600_000, good: ['0.5', 1_800_000], bad: '0' },
   { name: 'BATON_IDEMPOTENCY_WAIT_MS', at: (c) => c.idempotency.waitMs, default: 5_000, good: ['100', 100], bad: '-1' },

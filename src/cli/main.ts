@@ -123,6 +123,13 @@ export function buildProgram(): Command {
           `\nAdmin API key (shown once; also saved to ${o.dataDir ?? readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`,
         );
       }
+      // For a person at a terminal; in JSON the 'baton is up' line already carries the same facts.
+      if (node.logFormat === 'pretty') {
+        const { upBanner } = await import('../server/banner.ts');
+        process.stdout.write(
+          upBanner({ url: node.url, store: node.storeLabel, dataDir: node.dataDir, adminKeyCreated: node.createdAdminKey !== null }),
+        );
+      }
       await new Promise<void>((resolve) => {
         let signals = 0;
         const onSignal = () => {

@@ -1,10 +1,10 @@
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, type ConnectionLimits } from '../api/server.ts';
 import { alertSinks } from '../canary/alerts.ts';
 import { ALERT_LOOP_MS, Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
-import { DEFAULTS, defaultNodeId, readConfig, type Env, type RetentionEnv } from '../config.ts';
+import { DEFAULTS, defaultNodeId, readConfig, type Env, type LogFormat, type RetentionEnv } from '../config.ts';
 import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../delivery/dispatcher.ts';
 import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
@@ -14,6 +14,8 @@ import { SCHEDULER_INTERVAL_MS, schedulerPass } from '../engine/triggers/schedul
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
 import { PRUNE_INTERVAL_MS, Pruner } from '../retention/pruner.ts';
+import { describeStore } from './banner.ts';
+import { createLogger, resolveLogFormat } from './logger.ts';
 
 export interface BatonNode {
   engine: Engine;
@@ -23,6 +25,11 @@ export interface BatonNode {
   url: string;
   /** The admin key, when this start created it (printed once). */
   createdAdminKey: string | null;
+  dataDir: string;
+  /** The store for a person (src/server/banner.ts): credentials redacted. */
+  storeLabel: string;
+  /** The format of the logger this start made; null when the caller passed its own (or none). */
+  logFormat: LogFormat | null;
   stop(): Promise<void>;
 }
 
@@ -60,9 +67,10 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const config = readConfig();
   const env = { ...config, ...opts.env };
   const retention = opts.retention ?? config.retention;
-  const logger =
-    opts.logger === undefined ? pino({ level: config.logLevel, redact: ['req.headers.authorization', '*.key', '*.secret'] }) : opts.logger;
-  const store = openStore({ databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? config.pgSchema });
+  const logFormat = opts.logger === undefined ? resolveLogFormat(config.logFormat) : null;
+  const logger = logFormat ? createLogger({ level: config.logLevel, format: logFormat }) : (opts.logger ?? false);
+  const location = { databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? config.pgSchema };
+  const store = openStore(location);
   let ready = false;
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');
@@ -189,7 +197,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const address = await app.listen({ port: env.port, host: env.host });
   ready = true;
   const loops = passes.filter((p) => p.on).map((p) => startLoop(p, engine.events));
-  if (logger) logger.info({ url: address, store: store.kind, node: nodeId }, 'baton is up');
+  if (logger) logger.info({ url: address, store: store.kind, node: nodeId, data_dir: env.dataDir }, 'baton is up');
 
   let stopping: Promise<void> | undefined;
   return {
@@ -199,6 +207,9 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     store,
     url: address,
     createdAdminKey,
+    dataDir: env.dataDir,
+    storeLabel: describeStore(location),
+    logFormat,
     stop() {
       stopping ??= (async () => {
         ready = false;

@@ -17,7 +17,14 @@ export function openStore(opts: OpenStoreOptions): StoreAdapter {
   if (url && /^postgres(ql)?:\/\//.test(url)) {
     return openPostgres({ url, schema: opts.schema, poolMax: opts.poolMax });
   }
-  if (url && url.startsWith('sqlite:')) return openSqlite(url.slice('sqlite:'.length));
-  if (url) throw new Error(`BATON_DATABASE_URL must start with postgres:// or sqlite: (got '${url.split(':')[0]}:…')`);
-  return openSqlite(join(opts.dataDir, 'baton.sqlite'));
+  if (url && !url.startsWith('sqlite:'))
+    throw new Error(`BATON_DATABASE_URL must start with postgres:// or sqlite: (got '${url.split(':')[0]}:…')`);
+  return openSqlite(sqliteFile(opts)!);
+}
+
+/** The SQLite file these options open (sqlite:FILE, or baton.sqlite in the data dir); undefined for PostgreSQL. */
+export function sqliteFile(opts: Pick<OpenStoreOptions, 'databaseUrl' | 'dataDir'>): string | undefined {
+  const url = opts.databaseUrl;
+  if (url && url.startsWith('sqlite:')) return url.slice('sqlite:'.length);
+  return url ? undefined : join(opts.dataDir, 'baton.sqlite');
 }
