@@ -6,14 +6,30 @@ import { BULK_CHUNK, bulkColumns, type StoreAdapter, type Tx } from './adapter.t
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
+import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
 import { openSqliteReader } from './sqlite-reader.ts';
+
+/** Group-commit counters per open SQLite store (see commitStats). */
+const groupCommits = new WeakMap<StoreAdapter, GroupCommit>();
+
+/** What group commit has done on this store; undefined for a store that is not SQLite. */
+export function commitStats(store: StoreAdapter): Readonly<GroupCommitStats> | undefined {
+  return groupCommits.get(store)?.stats;
+}
 
 /**
  * Embedded store: one SQLite file in WAL mode, for a single `baton` process. Kysely's SQLite
  * driver serialises every statement through one connection, so a transaction started with
- * BEGIN IMMEDIATE sees and writes alone; admission needs no row locks here.
+ * BEGIN IMMEDIATE sees and writes alone; admission needs no row locks here. Write transactions
+ * are group-committed (sqlite-group-commit.ts); the prune transaction, snapshots and migrations
+ * run alone.
  */
-export function openSqlite(file: string): StoreAdapter {
+export interface SqliteOptions {
+  /** Bounds on one group commit (default GROUP_LIMITS: 64 transactions or ~10 ms of work). */
+  groupLimits?: Partial<GroupLimits>;
+}
+
+export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
   if (file !== ':memory:') createPrivately(file);
   const raw = new Database(file);
   raw.pragma('journal_mode = WAL');
@@ -70,10 +86,13 @@ export function openSqlite(file: string): StoreAdapter {
     });
   }
 
+  const groups = new GroupCommit(db, raw, { ...GROUP_LIMITS, ...opts.groupLimits });
+
   const adapter: StoreAdapter = {
     kind: 'sqlite',
     db,
-    transaction: (fn) => inTransaction(db, 'BEGIN IMMEDIATE', fn),
+    // Write transactions that arrive in one event-loop turn share one COMMIT (sqlite-group-commit.ts).
+    transaction: (fn) => groups.run(fn),
     snapshot: (fn) => inTransaction(reader, 'BEGIN', fn),
     reader,
     pruneTransaction: (fn) =>
@@ -153,11 +172,13 @@ export function openSqlite(file: string): StoreAdapter {
       return { applied, known };
     },
     async close() {
+      await groups.close();
       signals.clear();
       if (reader !== db) await reader.destroy();
       await db.destroy();
     },
   };
+  groupCommits.set(adapter, groups);
   return adapter;
 }
 
