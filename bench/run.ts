@@ -6,8 +6,9 @@
  *
  * Options (all optional):
  *   --store sqlite|postgres|both     default both
- *   --only w1|w2|history             default both workloads (history is never in the default run)
- *   --scenarios worker,push,triggers|none   after W1/W2 (default all; triggers: PostgreSQL only)
+ *   --only w1|w2|history|scenarios   default both workloads (history is never in the default run)
+ *   --scenarios worker,push,triggers,cli|none   after W1/W2 (default all; triggers: PostgreSQL only; cli: 20 runs of
+ *                                    two HTTP-only commands from the packed, installed package)
  *   --mode http|inproc|both          default both
  *   --tasks N                        W1 tasks (default 20000)
  *   --agents N                       W1 agents (default 100), --max-parallel N (default 3)
@@ -79,7 +80,7 @@ const { values: a } = parseArgs({
     'no-save': { type: 'boolean', default: false },
     'quiet-pct': { type: 'string', default: '25' },
     'quiet-max-s': { type: 'string', default: '30' },
-    scenarios: { type: 'string', default: 'worker,push,triggers' },
+    scenarios: { type: 'string', default: 'worker,push,triggers,cli' },
     'worker-tasks': { type: 'string', default: '500' },
     'push-tasks': { type: 'string', default: '2000' },
     schedules: { type: 'string', default: '10000' },
@@ -108,7 +109,8 @@ function int(name: string, value: string | undefined, min = 0): number {
 
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const historyOnly = a.only === 'history';
-const workloads = historyOnly ? [] : choice('only', a.only, ['w1', 'w2'] as const);
+// --only scenarios: just the scenarios (e.g. `--only scenarios --scenarios cli --anatomy-reps 0`).
+const workloads = historyOnly || a.only === 'scenarios' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
 const scenarios: Scenario[] =
   a.scenarios === 'none'
     ? []

@@ -1,10 +1,18 @@
 #!/usr/bin/env node
-// The `baton` command. Baton ships TypeScript and runs it through tsx's loader, so the
-// checkout you read is exactly what runs (no build step, no stale dist/).
-import { register } from 'tsx/esm/api';
+// The `baton` command. In a checkout (src/ is here) it runs the TypeScript through tsx's loader,
+// so what you read is exactly what runs and the suite needs no build. An installed package has
+// no src/: it runs the JavaScript that `npm run build` compiled into dist/ at pack time.
+import { existsSync } from 'node:fs';
 
-register();
-const { main } = await import('../src/cli/main.ts');
+const source = new URL('../src/cli/main.ts', import.meta.url);
+let main;
+if (existsSync(source)) {
+  const { register } = await import('tsx/esm/api');
+  register();
+  ({ main } = await import(source.href));
+} else {
+  ({ main } = await import('../dist/cli/main.js'));
+}
 const code = await main(process.argv);
 // `up` and `worker` keep running until a signal; everything else exits with its code.
 process.exitCode = code;

@@ -2,7 +2,7 @@
  * The worker SDK, runnable: `BATON_API_KEY=bt_… npx tsx examples/sdk-worker.ts demo`
  * (with `baton up` running and an agent named demo). Submit with `npx baton run demo "hi" --wait`.
  */
-import { createWorker, outcome } from '../src/index.ts';
+import { createWorker, outcome } from '../src/sdk.ts'; // in your project: from '@baton/sdk'
 
 const worker = createWorker({
   server: process.env.BATON_URL ?? 'http://127.0.0.1:7070',

@@ -1,43 +1,13 @@
 /**
- * Baton's public API (the package's main export).
+ * The server package's API (`import … from 'baton'`): embed the engine or a whole `baton up` in
+ * a process. It exports only what the server owns. An agent imports the SDK package instead
+ * (`@baton/sdk`, built from src/sdk.ts: createWorker, BatonClient, the domain lists), which
+ * brings none of the server's dependencies.
  *
- * - createWorker: the TypeScript worker SDK (run an agent's tasks over HTTP)
- * - BatonClient: a typed client for the HTTP API
- * - Engine, openStore, startNode: embed the engine or a whole `baton up` in a process
+ * - Engine, openStore: the engine over a store, in-process
+ * - startNode: a whole `baton up` (HTTP API, background loops) in-process
+ * - Dispatcher, lazySecretBox: push delivery for an embedded engine
  */
-export {
-  createWorker,
-  outcome,
-  TaskAborted,
-  backoffMs,
-  type Worker,
-  type WorkerOptions,
-  type WorkerEvent,
-  type Handler,
-  type Task,
-  type TaskOutcome,
-  type AbortReason,
-  type Usage,
-} from './worker/sdk.ts';
-export { commandRunner, resolveCommand, type CommandOptions, type CommandRunner } from './worker/command.ts';
-export {
-  BatonClient,
-  ApiError,
-  Unreachable,
-  type ClientOptions,
-  type Agent,
-  type AgentCreate,
-  type AgentPatch,
-  type Execution,
-  type ExecutionDetail,
-  type ExecutionPage,
-  type SubmitBody,
-  type Created,
-  type Heartbeat,
-  type LogLine,
-  type LogPage,
-  type Task as ClaimedTask,
-} from './client.ts';
 export { Engine, type EngineOptions, type AgentInput, type SubmitInput, type ClaimOptions } from './engine/engine.ts';
 export { openStore, type OpenStoreOptions } from './store/open.ts';
 export type { StoreAdapter, StoreKind } from './store/adapter.ts';

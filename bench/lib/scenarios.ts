@@ -3,7 +3,8 @@
  * - worker: W1 through `baton worker -- true` (a process spawn per task included);
  * - push: push delivery to a local no-op HTTP agent;
  * - triggers: 10,000 schedules due in the same minute (fire lag), and webhook requests/s with
- *   idempotency keys (PostgreSQL only, as the issue asks).
+ *   idempotency keys (PostgreSQL only, as the issue asks);
+ * - cli: start-up of HTTP-only `baton` commands from the installed package (issue #15).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,8 +16,9 @@ import { runPushBench, type PushBenchResult } from './push-bench.ts';
 import { runFireLag, type FireLagResult } from './triggers-fire-lag.ts';
 import { runWebhookBench, type WebhookBenchResult } from './triggers-webhooks.ts';
 import { runWorkerBench, type WorkerBenchResult } from './worker-bench.ts';
+import { CLI_TARGET_MS, runCliBench, type CliBenchResult } from './cli-bench.ts';
 
-export const SCENARIOS = ['worker', 'push', 'triggers'] as const;
+export const SCENARIOS = ['worker', 'push', 'triggers', 'cli'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
 export interface ScenarioResults {
@@ -25,6 +27,7 @@ export interface ScenarioResults {
   /** Each run: by default three with one `baton up` process (the default deployment), then three with three sharing the database. */
   fire_lag?: FireLagResult[];
   webhooks?: WebhookBenchResult;
+  cli?: CliBenchResult;
 }
 
 export interface ScenarioOptions {
@@ -42,7 +45,7 @@ export interface ScenarioOptions {
 /** Runs the chosen scenarios on one store against an in-process `baton up`. */
 export async function runScenarios(store: StoreKind, which: Scenario[], o: ScenarioOptions): Promise<ScenarioResults> {
   const out: ScenarioResults = {};
-  if (which.includes('worker') || which.includes('push')) {
+  if (which.includes('worker') || which.includes('push') || which.includes('cli')) {
     const dataDir = mkdtempSync(join(tmpdir(), 'baton-bench-delivery-'));
     const schema = store === 'postgres' ? `bench_delivery_${Date.now().toString(36)}` : undefined;
     const node = await startNode({
@@ -60,6 +63,11 @@ export async function runScenarios(store: StoreKind, which: Scenario[], o: Scena
         o.log(`▶ ${store} push to a no-op HTTP agent …`);
         out.push = await runPushBench(server, { tasks: o.pushTasks });
         o.log(`  ${out.push.tasks_per_s} tasks/s`);
+      }
+      if (which.includes('cli')) {
+        o.log(`▶ ${store} CLI start-up from the installed package …`);
+        out.cli = await runCliBench(server, { log: o.log });
+        for (const c of out.cli.commands) o.log(`  ${c.command}: p50 ${c.ms.p50.toFixed(0)} ms, p95 ${c.ms.p95.toFixed(0)} ms`);
       }
     } finally {
       await node.stop();
@@ -123,6 +131,14 @@ export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
       `target p99 ≤ 1,000 ms ${p99 <= 1000 ? 'met' : 'MISSED'} (in ${met} of ${runs.length} runs); p99 by run ${p99s.join(', ')} ms; CPU s by run ${runs.map((f) => f.cpuS ?? '?').join(', ')}`,
     ]);
   }
+  for (const c of r.cli?.commands ?? [])
+    rows.push([
+      store,
+      c.floor ? `\`${c.command}\` (a floor, for comparison)` : `\`${c.command}\` from the installed package`,
+      `p50 ${c.ms.p50.toFixed(0)} ms, p95 ${c.ms.p95.toFixed(0)} ms`,
+      `${c.ms.n} runs, max ${c.ms.max.toFixed(0)} ms` +
+        (c.floor ? '' : `; target ≤ ${CLI_TARGET_MS} ms ${c.ms.p95 <= CLI_TARGET_MS ? 'met' : 'MISSED'} (p95)`),
+    ]);
   if (r.webhooks)
     rows.push([
       store,

@@ -4,7 +4,6 @@ import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
 import { readEnv, readRetentionEnv, type Env } from '../config.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
-import { iso } from '../engine/views.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
 import { EXIT } from './exit.ts';
 import { relativeTime, table } from './output.ts';
@@ -77,7 +76,8 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
   } catch (err) {
     return [{ check: 'retention', status: 'fail', detail: (err as Error).message }];
   }
-  const { readHistoryStats } = await import('../retention/stats.ts');
+  // Loaded here, not at the top: every `baton` command loads this file, and these reach Kysely.
+  const [{ readHistoryStats }, { iso }] = await Promise.all([import('../retention/stats.ts'), import('../engine/views.ts')]);
   const s = await readHistoryStats(store, settings);
   const r = s.rows;
   const free = s.free_bytes ? ` (${mib(s.free_bytes)} free, returned by the pruner's incremental vacuum)` : '';
