@@ -12,6 +12,7 @@ import https from 'node:https';
 import type { BatonErrorCode } from '../domain/error-codes.ts';
 import { BatonError } from '../domain/errors.ts';
 import { isCompletionStatus } from '../domain/states.ts';
+import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
 import { reportLoopError } from '../engine/loop.ts';
@@ -201,6 +202,8 @@ export class Dispatcher {
         'idempotency-key': row.id,
         'x-baton-execution-id': row.id,
         'x-baton-attempt': String(row.attempt),
+        // The execution's trace (src/domain/trace.ts): the endpoint's spans join it as children.
+        traceparent: executionTrace(row.id).traceparent,
       };
       if (row.deadline_at) headers['x-baton-deadline'] = iso(row.deadline_at)!;
       try {

@@ -4,7 +4,11 @@ import type { Fired, Reaped } from '../domain/outcomes.ts';
 
 /** Every event the engine's subsystems emit, `subsystem:verb`. */
 export interface EngineEventMap {
-  'execution:changed': [{ id: string; agent: string; status: string }];
+  /**
+   * A status change, from this process or another (via the store's signals). `local`: this process
+   * made it, so a listener that must act once per change across processes (tracing) acts on these.
+   */
+  'execution:changed': [{ id: string; agent: string; status: string; local: boolean }];
   'reaper:reaped': [Reaped[]];
   /** The due times one committed scheduler batch handled (metrics count them). */
   'scheduler:fired': [Fired[]];
@@ -13,6 +17,12 @@ export interface EngineEventMap {
   'execution:completed': [ExecutionRow];
   /** A background pass (or a signal-started one) failed; it runs again on its next interval. */
   'loop:error': [{ loop: string; error: unknown }];
+  /**
+   * A background pass ran on the loop helper (not emitted when a leader-only pass was skipped for
+   * want of the lease): when it started (ms since the epoch), how long it took, and its failure if
+   * it failed. src/telemetry/ makes one span of each.
+   */
+  'loop:pass': [{ loop: string; startedAt: number; durationMs: number; error?: unknown }];
 }
 
 export class EngineEvents extends EventEmitter<EngineEventMap> {

@@ -60,7 +60,17 @@ export function startLoop(spec: LoopSpec, events: EngineEvents): LoopHandle {
   };
   const pass = async (): Promise<unknown> => {
     if (spec.leader && !(await spec.leader.acquire())) return undefined;
-    return spec.once();
+    // Announced after it ends, ok or failed, so tracing can make one span per pass without the engine knowing about it.
+    const startedAt = Date.now();
+    const t0 = performance.now();
+    try {
+      const out = await spec.once();
+      events.emit('loop:pass', { loop: spec.name, startedAt, durationMs: performance.now() - t0 });
+      return out;
+    } catch (error) {
+      events.emit('loop:pass', { loop: spec.name, startedAt, durationMs: performance.now() - t0, error });
+      throw error;
+    }
   };
   const tick = () => {
     running = pass()

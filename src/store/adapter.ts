@@ -22,8 +22,11 @@ export interface StoreAdapter {
 
   /**
    * Run `fn` in a write transaction. SQLite: BEGIN IMMEDIATE (one writer at a time, so every
-   * read inside sees the latest committed state). PostgreSQL: READ COMMITTED, retried on
-   * serialization failures and deadlocks (see retryable SQLSTATEs in postgres.ts).
+   * read inside sees the latest committed state); the transactions that arrive in one
+   * event-loop turn share one BEGIN … COMMIT, each in its own savepoint, with its own answer and
+   * its own error, settled only after the shared COMMIT (group commit, sqlite-group-commit.ts).
+   * PostgreSQL: READ COMMITTED, retried on serialization failures and deadlocks (see retryable
+   * SQLSTATEs in postgres.ts). Either way `fn` must not start another transaction or touch `db`.
    */
   transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
@@ -96,7 +99,8 @@ export interface StoreAdapter {
    * happened. Best effort: a lost signal costs latency, never correctness (waiters also poll).
    */
   publish(topic: Topic, message: string): void;
-  subscribe(topic: Topic, listener: (message: string) => void): () => void;
+  /** `local` is true when this process published the message, false when it came from another one. */
+  subscribe(topic: Topic, listener: (message: string, local: boolean) => void): () => void;
 
   /** Apply pending migrations under a cross-process lock. Returns versions applied. */
   migrate(): Promise<number[]>;

@@ -23,15 +23,16 @@ export class LocalSignals {
     this.emitter.setMaxListeners(0);
   }
   deliver(topic: Topic, message: string): void {
-    queueMicrotask(() => this.emitter.emit(topic, message));
+    queueMicrotask(() => this.emitter.emit(topic, message, true));
   }
   /** A message from the database: `<origin>|<message>`. */
   deliverRemote(topic: Topic, payload: string): void {
     const bar = payload.indexOf('|');
     if (bar < 0 || payload.slice(0, bar) === this.origin) return;
-    this.emitter.emit(topic, payload.slice(bar + 1));
+    this.emitter.emit(topic, payload.slice(bar + 1), false);
   }
-  on(topic: Topic, fn: (message: string) => void): () => void {
+  /** `local`: this process published the message (a listener that must act once across processes acts on these only). */
+  on(topic: Topic, fn: (message: string, local: boolean) => void): () => void {
     this.emitter.on(topic, fn);
     return () => this.emitter.off(topic, fn);
   }

@@ -1,8 +1,8 @@
 /**
  * Run one OS command per task (what `baton worker -- <command>` does), as an SDK handler.
  *
- * - The message goes to stdin; BATON_EXECUTION_ID, BATON_ATTEMPT, BATON_AGENT, BATON_DEADLINE
- *   and the payload (BATON_PAYLOAD as JSON, or BATON_PAYLOAD_FILE naming a 0600 file when it is
+ * - The message goes to stdin; BATON_EXECUTION_ID, BATON_ATTEMPT, BATON_AGENT, BATON_DEADLINE,
+ *   TRACEPARENT (the execution's W3C trace context) and the payload (BATON_PAYLOAD as JSON, or BATON_PAYLOAD_FILE naming a 0600 file when it is
  *   large) go in the environment.
  * - stdout becomes the result (bounded; truncation is marked); stdout and stderr lines stream as
  *   logs. Exit 0 → succeeded; otherwise failed with the exit code or signal and the last stderr lines.
@@ -149,6 +149,8 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
         BATON_ATTEMPT: String(task.attempt),
         BATON_AGENT: task.agent,
         BATON_DEADLINE: task.deadline.toISOString(),
+        // The standard variable OpenTelemetry SDKs read (where they support it) to continue a trace.
+        TRACEPARENT: task.traceparent,
       };
       delete env.BATON_PAYLOAD;
       delete env.BATON_PAYLOAD_FILE;

@@ -46,6 +46,11 @@ export interface Task {
   /** Hard deadline (started_at + the agent's timeout). */
   deadline: Date;
   leaseTtlSeconds: number;
+  /**
+   * W3C trace context of the execution's trace (`00-<trace id>-<span id>-01`): start your spans
+   * as its children and they join the execution's trace (docs/operations.md, "OpenTelemetry").
+   */
+  traceparent: string;
   /** Aborted on cancel, deadline, lease loss or shutdown; `signal.reason` is a TaskAborted. */
   signal: AbortSignal;
   /** Append a log line (streamed to the server in order while the task runs). */
@@ -323,6 +328,7 @@ class WorkerImpl implements Worker {
       payload: t.payload,
       deadline: new Date(deadline),
       leaseTtlSeconds: t.lease_ttl_seconds,
+      traceparent: t.traceparent,
       signal: ctrl.signal,
       log: (line, stream = 'stdout') => logs.push(stream, line),
     };
