@@ -28,6 +28,8 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
   let dir: string;
   let server: Child & { url: string };
   let worker: Child | undefined;
+  /** Serves the `charts` agent: messages starting with "fail" fail, the rest succeed. */
+  let chartsWorker: Child | undefined;
   let browser: Browser;
   let page: Page;
   let key: string;
@@ -63,7 +65,7 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
 
   afterAll(async () => {
     await browser?.close();
-    for (const c of [worker, server]) {
+    for (const c of [worker, chartsWorker, server]) {
       if (c && c.proc.exitCode === null) {
         c.proc.kill('SIGTERM');
         const t = setTimeout(() => c.proc.kill('SIGKILL'), 10_000);
@@ -210,6 +212,127 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
     expect(((await (await api('GET', '/v1/executions?agent=full')).json()) as { executions: unknown[] }).executions).toEqual([]);
   });
 
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(server.url + path, {
+      method,
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, body: (await res.json()) as any };
+  };
+  const failedIds: string[] = [];
+
+  it('draws an agent over time: finished, durations, queue and seats, from a real run', async () => {
+    expect((await api('POST', '/v1/agents', { name: 'charts', max_parallel: 2 })).status).toBe(201);
+    // Six tasks at once against two seats: four wait at first, two of them fail.
+    const messages = ['ok 1', 'fail 1', 'ok 2', 'ok 3', 'fail 2', 'ok 4'];
+    const ids: string[] = [];
+    for (const message of messages) ids.push((await api('POST', '/v1/agents/charts/executions', { message })).body.execution_id);
+    failedIds.push(ids[1]!, ids[4]!);
+    const script = 'read m; sleep 0.4; case "$m" in fail*) echo "it broke: $m" >&2; exit 3;; *) echo "{\\"ok\\":\\"$m\\"}";; esac';
+    chartsWorker = spawnChild([BATON_BIN, 'worker', '--agent', 'charts', '--concurrency', '2', '--', 'sh', '-c', script], {
+      BATON_URL: server.url,
+      BATON_API_KEY: key,
+      BATON_DATA_DIR: dir,
+      BATON_LOG_LEVEL: 'warn',
+    });
+    await expect
+      .poll(async () => (await api('GET', '/v1/executions?agent=charts&status=queued,running')).body.executions.length, { timeout: 60_000 })
+      .toBe(0);
+
+    await page.goto(server.url + '/#/agents/charts');
+    await page.getByRole('heading', { name: 'Activity' }).waitFor();
+    for (const chart of ['finished', 'duration', 'queue']) {
+      await page.locator(`[data-chart=${chart}] canvas`).first().waitFor();
+      expect(await page.locator(`[data-chart=${chart}] canvas`).count()).toBeGreaterThan(0);
+    }
+    // uPlot's legend names every line; the summary gives the counts from the same series.
+    await page.locator('[data-chart=finished] .u-legend').getByText('succeeded').waitFor();
+    await page.locator('[data-chart=duration] .u-legend').getByText('p95').waitFor();
+    await page.locator('[data-chart=queue] .u-legend').getByText('cap').waitFor();
+    await expect.poll(() => page.locator('[data-field=succeeded]').textContent()).toBe('4');
+    expect(await page.locator('[data-field=failed]').textContent()).toBe('2');
+    const running = Number(await page.locator('[data-field=running-max]').textContent());
+    expect(running).toBeGreaterThanOrEqual(1);
+    expect(running).toBeLessThanOrEqual(2);
+    expect(Number(await page.locator('[data-field=queued-max]').textContent())).toBeGreaterThanOrEqual(1);
+    // Hovering a bucket puts its values into the legend.
+    const box = (await page.locator('[data-chart=finished] .u-over').boundingBox())!;
+    await page.mouse.move(box.x + box.width - 3, box.y + box.height / 2);
+    await expect.poll(() => page.locator('[data-chart=finished] .u-legend .u-value').allTextContents()).not.toContain('—');
+
+    // The seat timeline: every run on a seat, never more seats than the cap.
+    await expect.poll(() => page.locator('.seats .seat-bar').count()).toBe(6);
+    const used = Number(await page.locator('.seats').getAttribute('data-seats-used'));
+    expect(used).toBeGreaterThanOrEqual(1);
+    expect(used).toBeLessThanOrEqual(2);
+    await page.getByText(/the cap held/).waitFor();
+    expect(await page.locator(`.seat-bar[data-execution="${ids[1]}"]`).getAttribute('class')).toContain('bar-failed');
+    await shot('agent-activity');
+
+    // The overview: a small chart per agent, and the canary's history.
+    await page.goto(server.url + '/#/');
+    await page.locator('[data-spark=charts] canvas').first().waitFor();
+    expect(await page.locator('[data-spark=charts]').textContent()).toContain('4 / 2');
+    await page.locator('[data-chart="canary violations"] canvas').first().waitFor();
+    await page.locator('[data-field=canary-history]').waitFor();
+  });
+
+  it('finds an execution by id, pages through a list, and says what a bulk action did to each', async () => {
+    await page.goto(server.url + '/#/executions');
+    await page.locator('input[name=search-id]').fill('ex_nope');
+    await page.getByRole('button', { name: 'Find' }).click();
+    await page.getByText('No execution has the id ex_nope.').waitFor();
+    await page.locator('input[name=search-id]').fill(failedIds[0]!);
+    await page.getByRole('button', { name: 'Find' }).click();
+    await page.getByRole('heading', { name: `Execution ${failedIds[0]}` }).waitFor();
+
+    // Retry the two failed runs of `charts`; then retrying one again is refused, naming its retry.
+    await page.goto(server.url + '/#/executions?agent=charts&status=failed');
+    for (const id of failedIds) await page.locator(`tr[data-execution="${id}"] input[type=checkbox]`).check();
+    await page.getByRole('button', { name: 'Retry failed (2)' }).click();
+    const results = page.locator('.bulk-results');
+    await results.getByText('Retry: 2 done, 0 refused').waitFor();
+    const retries: string[] = [];
+    for (const id of failedIds) {
+      const item = results.locator(`li[data-execution="${id}"]`);
+      expect(await item.getAttribute('data-outcome')).toBe('done');
+      expect(await item.textContent()).toMatch(/retried as ex_/);
+      retries.push((await item.locator('a').nth(1).textContent())!);
+    }
+    for (const [i, id] of retries.entries())
+      expect((await api('GET', `/v1/executions/${id}`)).body).toMatchObject({ retry_of: failedIds[i], trigger: 'retry' });
+    await page.locator(`tr[data-execution="${failedIds[0]}"] input[type=checkbox]`).check();
+    await page.getByRole('button', { name: 'Retry failed (1)' }).click();
+    await results.getByText('Retry: 0 done, 1 refused').waitFor();
+    const refused = results.locator(`li[data-execution="${failedIds[0]}"]`);
+    expect(await refused.getAttribute('data-outcome')).toBe('refused');
+    expect(await refused.textContent()).toContain('already_exists');
+    expect(await refused.locator('a').nth(1).textContent()).toBe(retries[0]);
+
+    // 55 queued on an agent with no seats: two pages; cancel the 5 on the second.
+    expect((await api('POST', '/v1/agents', { name: 'parked', max_parallel: 0 })).status).toBe(201);
+    const parked: string[] = [];
+    for (let i = 0; i < 55; i++)
+      parked.push((await api('POST', '/v1/agents/parked/executions', { message: `wait ${i}` })).body.execution_id);
+    await page.goto(server.url + '/#/executions?agent=parked');
+    await expect.poll(() => page.locator('table.executions tbody tr').count()).toBe(50);
+    await page.getByRole('button', { name: 'Older →' }).click();
+    await expect.poll(() => page.locator('table.executions tbody tr').count()).toBe(5);
+    expect(await page.getByRole('button', { name: 'Older →' }).isDisabled()).toBe(true);
+    const oldest = await page.locator('table.executions tbody tr').evaluateAll((els) => els.map((e) => e.getAttribute('data-execution')));
+    expect(new Set(oldest)).toEqual(new Set(parked.slice(0, 5)));
+    await page.getByRole('checkbox', { name: 'select every execution on this page' }).check();
+    await page.getByRole('button', { name: 'Cancel queued (5)' }).click();
+    await results.getByText('Cancel: 5 done, 0 refused').waitFor();
+    const done = await results.locator('li[data-outcome=done]').allTextContents();
+    expect(done.map((t) => t.trim())).toEqual(oldest.map((id) => `${id}: cancelled`));
+    await shot('executions-bulk');
+    for (const id of parked.slice(0, 5)) expect((await api('GET', `/v1/executions/${id}`)).body.status).toBe('cancelled');
+    await page.getByRole('button', { name: '← Newer' }).click();
+    await expect.poll(() => page.locator('table.executions tbody tr').count()).toBe(50);
+  });
+
   it('shows every page in words, at laptop and phone widths', async () => {
     await page.goto(server.url + '/#/executions');
     await page.locator('table.executions').waitFor();
@@ -227,6 +350,8 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
     await shot('schedules');
     await page.goto(server.url + '/#/');
     await page.locator('[data-agent=demo]').waitFor();
+    await page.locator('[data-spark=demo] canvas').first().waitFor();
+    await page.locator('dl.history').waitFor();
     await shot('overview');
     await page.setViewportSize({ width: 390, height: 844 });
     await page.reload();

@@ -35,7 +35,7 @@ describe(`migrations (${STORE_KIND})`, () => {
     const known = loadMigrations(STORE_KIND).map((m) => m.version);
     const stores = [open(), open(), open(), open()];
     const results = await Promise.all(stores.map((s) => s.migrate()));
-    expect(results.flat().sort()).toEqual(known);
+    expect(results.flat().sort((a, b) => a - b)).toEqual(known); // numerically: 10 after 9
     expect(results.filter((r) => r.length > 0)).toHaveLength(1);
     const rows = await stores[0]!.db.selectFrom('baton_migrations').select('version').orderBy('version').execute();
     expect(rows.map((r) => Number(r.version))).toEqual(known);
