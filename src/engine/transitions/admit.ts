@@ -1,3 +1,4 @@
+import { admissionHold, CLAIM_STAMP_EVERY_MS } from '../../domain/admission.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
@@ -15,6 +16,10 @@ export interface AdmitOptions {
   delivery: DeliveryMode;
 }
 
+/** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
+const ADMISSION_COLUMNS = ['max_parallel', 'delivery', 'paused_at', 'paused_by', 'paused_reason', 'last_claim_at'] as const;
+type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
+
 /**
  * queued → running, exactly under the agent's cap.
  *
@@ -24,10 +29,13 @@ export interface AdmitOptions {
  * the count is exact whatever the number of processes. Candidates come FIFO by
  * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
  * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
+ *
+ * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
+ * commits under the same row lock, so once it has committed no admission in any process admits.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  const agent: Pick<AgentRow, 'max_parallel' | 'delivery'> | undefined = await store
-    .lockRows(tx.selectFrom('agents').select(['max_parallel', 'delivery']).where('name', '=', agentName), 'admission')
+  const agent: Pick<AgentRow, AdmissionColumns> | undefined = await store
+    .lockRows(tx.selectFrom('agents').select(ADMISSION_COLUMNS).where('name', '=', agentName), 'admission')
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
   if (agent.delivery !== opts.delivery) {
@@ -37,6 +45,12 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       { agent: agentName, delivery: agent.delivery },
     );
   }
+  // A claimer was here (even one that takes nothing): what "no worker has claimed for N s" reads.
+  // Throttled, as the row is already locked the write is cheap but a new row version each time.
+  if (agent.last_claim_at === null || opts.now - Number(agent.last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
+    await tx.updateTable('agents').set({ last_claim_at: opts.now }).where('name', '=', agentName).execute();
+  }
+  if (admissionHold(agent) !== null) return [];
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const candidates = await store

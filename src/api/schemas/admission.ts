@@ -1,0 +1,67 @@
+/** Pause and resume, and `waiting`: why a queued execution is not running (src/domain/admission.ts). */
+import { z } from 'zod';
+import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
+
+const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
+const NO_NUL = /^[^\u0000]*$/;
+
+export const Paused = z
+  .object({
+    by: z.string().describe("who paused it (the API key's principal)"),
+    reason: z.string(),
+    since: Timestamp,
+  })
+  .nullable()
+  .describe('null: the agent admits; otherwise it admits nothing until resumed');
+
+/** In every answer that created work (submit, trigger, webhook delivery): the work waits for a resume. */
+export const AgentPaused = z.boolean().describe('true: the agent is paused; the work is queued and waits for a resume');
+
+export const PauseBody = z.strictObject({
+  reason: z
+    .string()
+    .min(1)
+    .max(1000)
+    .regex(NO_NUL, 'must not contain NUL (\\u0000) characters')
+    .describe('why it is paused: shown with the agent and with every execution waiting on it'),
+});
+
+export const WaitingReason = z.enum(WAITING_REASONS);
+
+export const Waiting = z
+  .object({
+    reason: WaitingReason.describe('the first reason it is not running (docs/concepts.md lists them in order)'),
+    summary: z.string().describe('the reason and its facts in one sentence'),
+    ahead: z.number().int().describe(`queued executions of the agent before it, in admission order (counted up to ${AHEAD_COUNT_CAP})`),
+    ahead_capped: z.boolean().describe(`true: at least ${AHEAD_COUNT_CAP} are ahead ("${AHEAD_COUNT_CAP}+")`),
+    backlog_expires_at: Timestamp.nullable().describe('when the reaper fails it as backlog_expired if it is still queued'),
+    run_after: Timestamp.nullable(),
+    paused: Paused,
+    serial: z.object({ serial_key: z.string(), execution_id: z.string() }).nullable().describe('serial_busy: the run it waits for'),
+    seats: z
+      .object({
+        max_parallel: z.number().int(),
+        running: z.number().int(),
+        holders: z.array(
+          z.object({
+            execution_id: z.string(),
+            lease_owner: z.string().nullable(),
+            lease_expires_at: Timestamp.nullable(),
+            started_at: Timestamp.nullable(),
+            running_seconds: z.number().int().nullable(),
+          }),
+        ),
+      })
+      .nullable()
+      .describe('seats_taken: who holds the seats (the longest-running first, at most 20)'),
+    last_claim_at: Timestamp.nullable().describe(
+      `when a worker last claimed for the agent, to within a few seconds (no_worker: none for over ${NO_WORKER_AFTER_MS / 1000} s)`,
+    ),
+    push_error: z
+      .object({ execution_id: z.string(), code: z.string(), message: z.string().nullable(), at: Timestamp.nullable() })
+      .nullable()
+      .describe("push_failing: the agent's last failed delivery"),
+  })
+  .nullable()
+  .describe('null unless queued: why it is not running yet');
+export type Waiting = z.infer<typeof Waiting>;

@@ -1,0 +1,149 @@
+import type { Kysely } from 'kysely';
+import {
+  admissionHold,
+  AHEAD_COUNT_CAP,
+  describeWaiting,
+  NO_WORKER_AFTER_MS,
+  SEAT_HOLDERS_SHOWN,
+  type WaitingView,
+} from '../domain/admission.ts';
+import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
+import { statusIs } from './status-sql.ts';
+import { iso } from './views.ts';
+
+type Queued = Pick<ExecutionRow, 'id' | 'agent' | 'priority' | 'queued_at' | 'started_at' | 'run_after' | 'serial_key'>;
+
+/**
+ * Why a queued execution is not running: the first reason in WAITING_REASONS order, with its
+ * facts. Every read is a primary-key seek or walks a partial index of live rows
+ * (executions_admission, executions_running, executions_serial_running) or seeks one row of the
+ * agent's history by (agent, status, created_at); none of them grows with history
+ * (test/plans.test.ts checks the plans). It reads outside the admission transaction, so it is a
+ * report of a moment, not a promise: a claim may admit the row right after.
+ */
+export async function waitingFor(
+  db: Kysely<DB>,
+  row: Queued,
+  agent: AgentRow | undefined,
+  now: number,
+  backlogExpiryMs: number,
+): Promise<WaitingView | null> {
+  if (!agent) return null; // the agent was deleted: its queued work is being cancelled
+  // Admission order is (priority, queued_at, id): count the rows before this one, up to the cap.
+  const queuedAt = row.queued_at ?? 0;
+  const ahead = await db
+    .selectFrom((eb) =>
+      eb
+        .selectFrom('executions')
+        .select('id')
+        .where('agent', '=', row.agent)
+        .where('status', '=', statusIs('queued'))
+        .where((e) =>
+          e.or([
+            e('priority', '<', row.priority),
+            e.and([e('priority', '=', row.priority), e('queued_at', '<', queuedAt)]),
+            e.and([e('priority', '=', row.priority), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
+          ]),
+        )
+        .limit(AHEAD_COUNT_CAP + 1)
+        .as('a'),
+    )
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .executeTakeFirstOrThrow();
+  const aheadN = Number(ahead.n);
+  const since = Math.max(Number(row.started_at ?? queuedAt), Number(row.run_after ?? 0));
+  const base: Omit<WaitingView, 'summary' | 'reason'> = {
+    ahead: Math.min(aheadN, AHEAD_COUNT_CAP),
+    ahead_capped: aheadN > AHEAD_COUNT_CAP,
+    // The reaper's rule (transitions/expire.ts): waiting since it was queued (or last started), or since run_after.
+    backlog_expires_at: Number.isFinite(backlogExpiryMs) && backlogExpiryMs > 0 ? iso(since + backlogExpiryMs) : null,
+    run_after: iso(row.run_after),
+    paused: null,
+    serial: null,
+    seats: null,
+    last_claim_at: iso(agent.last_claim_at),
+    push_error: null,
+  };
+  const done = (w: Omit<WaitingView, 'summary'>): WaitingView => ({ ...w, summary: describeWaiting(w, now) });
+
+  if (row.run_after !== null && Number(row.run_after) > now) return done({ ...base, reason: 'run_after' });
+
+  const hold = admissionHold(agent);
+  if (hold) return done({ ...base, reason: hold.reason, paused: { by: hold.by, reason: hold.why, since: iso(hold.since)! } });
+
+  if (row.serial_key !== null) {
+    const busy = await db
+      .selectFrom('executions')
+      .select('id')
+      .where('serial_key', '=', row.serial_key)
+      .where('status', '=', statusIs('running'))
+      .limit(1)
+      .executeTakeFirst();
+    if (busy) return done({ ...base, reason: 'serial_busy', serial: { serial_key: row.serial_key, execution_id: busy.id } });
+  }
+
+  const running = await db
+    .selectFrom('executions')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('agent', '=', row.agent)
+    .where('status', '=', statusIs('running'))
+    .executeTakeFirstOrThrow();
+  const runningN = Number(running.n);
+  if (runningN >= agent.max_parallel) {
+    // Sorted here rather than in SQL: the running rows of one agent are few (its cap), and an
+    // ORDER BY made SQLite sort them after a seek into a history index instead of the live one.
+    const found = await db
+      .selectFrom('executions')
+      .select(['id', 'lease_owner', 'lease_expires_at', 'started_at'])
+      .where('agent', '=', row.agent)
+      .where('status', '=', statusIs('running'))
+      .limit(AHEAD_COUNT_CAP)
+      .execute();
+    const holders = found
+      .sort((x, y) => Number(x.started_at ?? 0) - Number(y.started_at ?? 0) || (x.id < y.id ? -1 : 1))
+      .slice(0, SEAT_HOLDERS_SHOWN);
+    const seats = {
+      max_parallel: agent.max_parallel,
+      running: runningN,
+      holders: holders.map((h) => ({
+        execution_id: h.id,
+        lease_owner: h.lease_owner,
+        lease_expires_at: iso(h.lease_expires_at),
+        started_at: iso(h.started_at),
+        running_seconds: h.started_at === null ? null : Math.max(0, Math.round((now - Number(h.started_at)) / 1000)),
+      })),
+    };
+    return done({ ...base, reason: 'seats_taken', seats });
+  }
+
+  if (agent.delivery === 'pull') {
+    if (agent.last_claim_at === null || now - Number(agent.last_claim_at) > NO_WORKER_AFTER_MS)
+      return done({ ...base, reason: 'no_worker' });
+    return done({ ...base, reason: 'next_in_line' });
+  }
+  const pushError = await lastPushError(db, row.agent);
+  if (pushError) return done({ ...base, reason: 'push_failing', push_error: pushError });
+  return done({ ...base, reason: 'next_in_line' });
+}
+
+/**
+ * The agent's latest failure, when it was a push delivery error and no success came after it.
+ * Two one-row seeks into executions_agent_status_recent (agent, status, created_at DESC, id DESC).
+ */
+async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView['push_error']> {
+  const latest = (status: 'failed' | 'succeeded') =>
+    db
+      .selectFrom('executions')
+      .select(['id', 'created_at', 'completed_at', 'error_code', 'error_message'])
+      .where('agent', '=', agent)
+      .where('status', '=', statusIs(status))
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+  const failed = await latest('failed');
+  if (!failed || !failed.error_code?.startsWith('push_')) return null;
+  const ok = await latest('succeeded');
+  if (ok && Number(ok.created_at) > Number(failed.created_at)) return null;
+  return { execution_id: failed.id, code: failed.error_code, message: failed.error_message, at: iso(failed.completed_at) };
+}
