@@ -5,7 +5,7 @@
  * caller it cannot see. docs/architecture.md draws the same picture.
  *
  * Bottom to top:
- *   domain → foundation → store → engine → services → metrics → mcp → api → server → cli
+ *   domain → foundation → store → engine → services → metrics (and telemetry, beside it) → mcp → api → server → cli
  * and, beside them, what an agent imports (the client and the worker SDK, shipped on their own
  * in issue #15), which sees only the domain and the wire contract.
  */
@@ -36,13 +36,17 @@ const LAYERS = {
     path: '^src/metrics[.]ts$',
     why: "Prometheus: counts what the engine emits (its events) and reads the services' stats; nothing below imports it.",
   },
+  telemetry: {
+    path: '^src/telemetry/',
+    why: "OpenTelemetry tracing: spans made from the engine's events, a Fastify hook and the loop helper's passes. Only src/server/up.ts loads it (lazily, when an OTLP endpoint is set), so no layer below knows about OpenTelemetry.",
+  },
   contract: {
     path: '^src/(api/schemas([.]ts|/)|sse[.]ts$)',
     why: 'The wire contract: zod schemas of every HTTP body and the SSE reader, shared by the server and its clients.',
   },
   agent: {
-    path: '^src/(client[.]ts|worker/)',
-    why: 'What an agent imports: the HTTP client and the worker SDK. Only the domain and the wire contract, so it can ship without the server.',
+    path: '^src/(client[.]ts|sdk[.]ts$|worker/)',
+    why: 'What an agent imports: the HTTP client, the worker SDK and src/sdk.ts (the entry of packages/sdk). Only the domain and the wire contract, so it ships without the server.',
   },
   mcp: { path: '^src/mcp/', why: 'The MCP tools, over the HTTP client (an MCP process never loads the server).' },
   api: { path: '^src/api/', why: 'HTTP: routes call the engine facade and services (never a transition), errors map to HTTP here.' },
@@ -58,14 +62,16 @@ const MAY = {
   engine: ['domain', 'foundation', 'store'],
   services: ['domain', 'foundation', 'store', 'engine'],
   metrics: ['domain', 'foundation', 'store', 'engine', 'services'],
-  // config.ts's DEFAULTS feed the schemas' documented defaults (issue #15 moves them to domain).
-  contract: ['domain', 'foundation'],
+  // Beside metrics: it subscribes to the engine's events and reads a finished execution's row by id.
+  telemetry: ['domain', 'foundation', 'store', 'engine'],
+  // The defaults the schemas document live in src/domain/defaults.ts, so the SDK package never loads config.ts.
+  contract: ['domain'],
   agent: ['domain', 'contract'],
   mcp: ['domain', 'foundation', 'contract', 'agent', 'services'],
   // The API mounts MCP over HTTP at /mcp, so it sits above mcp.
   api: ['domain', 'foundation', 'store', 'engine', 'services', 'metrics', 'contract', 'agent', 'mcp'],
-  server: ['domain', 'foundation', 'store', 'engine', 'services', 'metrics', 'contract', 'agent', 'mcp', 'api'],
-  cli: ['domain', 'foundation', 'store', 'engine', 'services', 'metrics', 'contract', 'agent', 'mcp', 'api', 'server'],
+  server: ['domain', 'foundation', 'store', 'engine', 'services', 'metrics', 'telemetry', 'contract', 'agent', 'mcp', 'api'],
+  cli: ['domain', 'foundation', 'store', 'engine', 'services', 'metrics', 'telemetry', 'contract', 'agent', 'mcp', 'api', 'server'],
 };
 
 const any = (names) => names.map((n) => `(${LAYERS[n].path})`).join('|');
@@ -97,8 +103,8 @@ module.exports = {
       name: 'no-orphans',
       severity: 'error',
       comment:
-        'A module nothing imports is dead code, unless it is an entry point: src/index.ts (the package), src/store/sqlite-reader-worker.js (a worker thread loaded by URL).',
-      from: { orphan: true, pathNot: ['^src/index[.]ts$', '^src/store/sqlite-reader-worker[.]js$', '[.]d[.]ts$'] },
+        'A module nothing imports is dead code, unless it is an entry point: src/index.ts (the server package), src/sdk.ts (the SDK package), src/store/sqlite-reader-worker.js (a worker thread loaded by URL).',
+      from: { orphan: true, pathNot: ['^src/index[.]ts$', '^src/sdk[.]ts$', '^src/store/sqlite-reader-worker[.]js$', '[.]d[.]ts$'] },
       to: {},
     },
     {
@@ -131,6 +137,25 @@ module.exports = {
         'Routes, MCP tools and the CLI call the Engine facade, never a transition module directly: the facade announces every status change and appends its audit entry.',
       from: { path: '^src/(api|mcp|cli|server)/' },
       to: { path: '^src/engine/transitions/' },
+    },
+    {
+      name: 'sdk-stays-small',
+      severity: 'error',
+      comment:
+        'packages/sdk compiles everything src/sdk.ts reaches: only the agent layer, the wire contract and the domain, so an agent never installs or loads the server (issue #15; test/package.test.ts checks the compiled files too).',
+      from: { path: '^src/sdk[.]ts$' },
+      to: { reachable: true, path: '^src/', pathNot: any(['domain', 'contract', 'agent']) },
+    },
+    {
+      name: 'sdk-needs-only-zod',
+      severity: 'error',
+      comment:
+        "What the SDK package compiles may use Node's own modules and zod, its one dependency (packages/sdk/package.json). Another package here would be missing for an agent that installed only the SDK.",
+      from: { path: any(['domain', 'contract', 'agent']) },
+      to: {
+        dependencyTypes: ['npm', 'npm-dev', 'npm-optional', 'npm-peer', 'npm-no-pkg', 'npm-unknown'],
+        pathNot: '(^|/)node_modules/zod/',
+      },
     },
     ...layerRules,
   ],

@@ -16,6 +16,7 @@ export type AgentPatch = z.input<typeof S.AgentPatch>;
 export type Agent = z.infer<typeof S.Agent>;
 export type Execution = z.infer<typeof S.Execution>;
 export type ExecutionDetail = z.infer<typeof S.ExecutionDetail>;
+export type Waiting = NonNullable<ExecutionDetail['waiting']>;
 /** A list item: previews instead of bodies (getExecution has them in full). */
 export type ExecutionListItem = z.infer<typeof S.ExecutionListItem>;
 export type SubmitBody = z.input<typeof S.SubmitBody>;
@@ -72,7 +73,18 @@ export interface ClientOptions {
   via?: 'cli' | 'mcp';
   /** Replaces the global fetch (the MCP endpoint calls the API in-process through it). */
   fetch?: typeof fetch;
+  /** Sends plain (non-streaming) requests instead of fetch: the CLI's node:http one starts faster. */
+  transport?: Transport;
 }
+
+/** One request, its whole answer. */
+export type Transport = (req: {
+  url: string;
+  method: string;
+  headers: Record<string, string>;
+  body?: string;
+  signal?: AbortSignal;
+}) => Promise<{ status: number; text: string }>;
 
 export class BatonClient {
   readonly server: string;
@@ -90,23 +102,19 @@ export class BatonClient {
     if (this.opts.key) headers.authorization = `Bearer ${this.opts.key}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.opts.via) headers['x-baton-client'] = this.opts.via;
-    let res: Response;
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    let res: { status: number; text: string };
     try {
-      res = await (this.opts.fetch ?? fetch)(this.server + path, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: init.signal,
-      });
+      const send = this.opts.transport ?? fetchTransport(this.opts.fetch ?? fetch);
+      res = await send({ url: this.server + path, method, headers, body: payload, signal: init.signal });
     } catch (err) {
       if ((err as Error)?.name === 'AbortError') throw err;
       throw new Unreachable(this.server, (err as any)?.cause ?? err);
     }
-    const text = await res.text();
-    const parsed = text ? safeJson(text) : null;
-    if (!res.ok) {
+    const parsed = res.text ? safeJson(res.text) : null;
+    if (res.status < 200 || res.status > 299) {
       const b = (parsed && typeof parsed === 'object' ? parsed : {}) as Record<string, unknown>;
-      throw new ApiError(res.status, String(b.error ?? `http_${res.status}`), String(b.message ?? text ?? res.statusText), b);
+      throw new ApiError(res.status, String(b.error ?? `http_${res.status}`), String(b.message ?? (res.text || `HTTP ${res.status}`)), b);
     }
     return { status: res.status, body: parsed as T };
   }
@@ -120,6 +128,9 @@ export class BatonClient {
   listAgents = async () => (await this.call<{ agents: Agent[] }>('GET', '/v1/agents')).agents;
   getAgent = (name: string) => this.call<Agent>('GET', `/v1/agents/${enc(name)}`);
   updateAgent = (name: string, patch: AgentPatch) => this.call<Agent>('PATCH', `/v1/agents/${enc(name)}`, patch);
+  /** Pause an agent (idempotent: a paused agent keeps its first who, why and since). */
+  pauseAgent = (name: string, reason: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/pause`, { reason });
+  resumeAgent = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/resume`);
   deleteAgent = (name: string) =>
     this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
 
@@ -136,6 +147,8 @@ export class BatonClient {
     return this.call<ExecutionPage>('GET', `/v1/executions${qs.size ? '?' + qs : ''}`);
   };
   cancel = (id: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/cancel`);
+  /** Retry a failed execution by hand: the new queued execution (retry_of set). */
+  retry = (id: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/retry`);
 
   // worker protocol
   async claim(agent: string, body: ClaimBody = {}, signal?: AbortSignal): Promise<Task[]> {
@@ -266,3 +279,10 @@ function safeJson(text: string): unknown {
     return { error: 'invalid_response', message: text.slice(0, 500) };
   }
 }
+
+const fetchTransport =
+  (f: typeof fetch): Transport =>
+  async ({ url, method, headers, body, signal }) => {
+    const res = await f(url, { method, headers, body, signal });
+    return { status: res.status, text: await res.text() };
+  };

@@ -7,19 +7,11 @@
  */
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
+import { CONTRACT_DEFAULTS } from './domain/defaults.ts';
 
 export const DEFAULTS = Object.freeze({
-  /** Agent seats when none are given: one task at a time is the safe default for an agent box. */
-  maxParallel: 1,
-  maxBacklog: 100,
-  timeoutSeconds: 900,
-  /**
-   * Lease TTL. Shorter detects a dead worker sooner but lets a GC pause or a slow network look
-   * like death (and causes a re-delivery); 30 s with heartbeats every TTL/3 tolerates ~20 s stalls.
-   */
-  leaseTtlSeconds: 30,
-  /** Re-deliveries after the first attempt before a task is parked as `poisoned`. */
-  maxRedeliveries: 3,
+  /** Agent settings, the claim wait and the payload limit: the wire contract documents them (src/domain/defaults.ts). */
+  ...CONTRACT_DEFAULTS,
   /**
    * How often the reaper runs (±20 % jitter). A lapsed lease is noticed within one interval; the
    * canary's E-01 grace is derived from it (two intervals), so do not change one without the other.
@@ -29,16 +21,11 @@ export const DEFAULTS = Object.freeze({
   cancelGraceMs: 30_000,
   /** Queued longer than this is failed as `backlog_expired`: nobody is serving the agent. */
   backlogExpiryMs: 24 * 60 * 60 * 1000,
-  /** Long-poll claim wait when the worker does not say. Below common 30 s proxy idle timeouts. */
-  claimWaitMs: 25_000,
-  claimWaitMaxMs: 60_000,
   /**
    * A waiting claim re-checks the queue this often even without a wake-up signal. It bounds the
    * delay when a signal is lost (listener reconnecting) or a `run_after` comes due.
    */
   claimPollMs: 1_000,
-  /** Task payload limit (serialised JSON). */
-  payloadLimitBytes: 256 * 1024,
   port: 7070,
   host: '127.0.0.1',
   dataDir: '.baton',
@@ -209,6 +196,7 @@ export interface Config extends Env, ConnectionEnv {
   hookRates: HookRates;
   canary: CanarySettings;
   retention: RetentionEnv;
+  telemetry: TelemetrySettings;
 }
 
 export interface IdempotencySettings {
@@ -283,7 +271,29 @@ export function readConfig(env: Vars = process.env): Config {
       alertSlackUrl: httpUrl(env, 'BATON_ALERT_SLACK_URL', { secret: true }),
     },
     retention: readRetentionEnv(env),
+    telemetry: readTelemetryEnv(env),
   };
+}
+
+/**
+ * OpenTelemetry (docs/operations.md, "OpenTelemetry"): Baton reads only what decides whether
+ * tracing is on. The OTLP exporter reads the rest of the standard variables itself
+ * (OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, …).
+ */
+export interface TelemetrySettings {
+  /** True when an OTLP endpoint is set and OTEL_SDK_DISABLED is not `true`; off, no OpenTelemetry module is loaded. */
+  enabled: boolean;
+  /** OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as is), else OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces): where spans go. */
+  endpoint?: string;
+}
+
+export function readTelemetryEnv(env: Vars = process.env): TelemetrySettings {
+  // Credentials may sit in the URL's user part: a bad one is not echoed.
+  const traces = httpUrl(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', { secret: true });
+  const base = httpUrl(env, 'OTEL_EXPORTER_OTLP_ENDPOINT', { secret: true });
+  const disabled = oneOf(env, 'OTEL_SDK_DISABLED', ['true', 'false'], 'false') === 'true';
+  const endpoint = traces ?? (base && `${base.replace(/\/+$/, '')}/v1/traces`);
+  return disabled || !endpoint ? { enabled: false } : { enabled: true, endpoint };
 }
 
 /** Identifies this process in lease owners and event actors. */

@@ -46,7 +46,7 @@ const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 interface DbStats {
   /** Live executions (queued, running) per agent: never a count over history. */
   executions: Array<{ agent: string; status: 'queued' | 'running'; n: number }>;
-  agents: Array<{ name: string; max_parallel: number; max_backlog: number }>;
+  agents: Array<{ name: string; max_parallel: number; max_backlog: number; paused_at: number | null }>;
   violations: Array<{ invariant: string; severity: string; n: number }>;
   alerts: Array<{ status: string; n: number }>;
   canaryCompletedAt: number | null;
@@ -60,7 +60,7 @@ async function readDbStats(store: StoreAdapter): Promise<DbStats> {
     { agent, status: 'running' as const, n: c.running },
     { agent, status: 'queued' as const, n: c.queued },
   ]);
-  const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog']).execute();
+  const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog', 'paused_at']).execute();
   const violations = await db
     .selectFrom('canary_violations')
     .select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')])
@@ -147,6 +147,9 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   });
   dbGauge('baton_agent_queued', 'Queued executions per agent', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, countOf(s, a.name, 'queued'));
+  });
+  dbGauge('baton_agent_paused', '1 while the agent is paused (it admits nothing until resumed)', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, a.paused_at === null ? 0 : 1);
   });
   dbGauge('baton_agent_max_backlog', 'Queued executions allowed per agent (max_backlog)', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, a.max_backlog);

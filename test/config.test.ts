@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, readConfig, readConnectionEnv, readEnv, type Config } from '../src/config.ts';
+import { ConfigError, readConfig, readConnectionEnv, readEnv, readTelemetryEnv, type Config } from '../src/config.ts';
 import { BATON_BIN, freePort } from './helpers/process.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -178,5 +178,32 @@ describe('a bad value stops `baton up`', () => {
     }
     // And the port it was given is still free.
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
+  });
+});
+
+describe('OpenTelemetry: what decides whether tracing is on (the exporter reads the other OTEL_* variables itself)', () => {
+  it('off unless an OTLP endpoint is set; the traces endpoint wins; OTEL_SDK_DISABLED turns it off', () => {
+    expect(readTelemetryEnv({})).toEqual({ enabled: false });
+    expect(readConfig({}).telemetry).toEqual({ enabled: false });
+    expect(readTelemetryEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toEqual({
+      enabled: true,
+      endpoint: 'http://collector:4318/v1/traces',
+    });
+    expect(
+      readTelemetryEnv({
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://t.example/in',
+      }),
+    ).toEqual({ enabled: true, endpoint: 'https://t.example/in' });
+    expect(readTelemetryEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'TRUE' })).toEqual({
+      enabled: false,
+    });
+  });
+
+  it('a bad value stops the start naming the variable, without echoing a URL that may hold a credential', () => {
+    for (const name of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']) {
+      expect(() => readConfig({ [name]: 'collector:4318/s3cret' })).toThrow(new RegExp(`^${name} must be an http:// or https:// URL$`));
+    }
+    expect(() => readConfig({ OTEL_SDK_DISABLED: 'yes' })).toThrow(/^OTEL_SDK_DISABLED must be one of true, false; got 'yes'$/);
   });
 });

@@ -56,6 +56,10 @@ function agent(name: string, maxBacklog: number): AgentRow {
     created_at: 0,
     updated_at: 0,
     retry_policy: '{"max_attempts":2}',
+    paused_at: null,
+    paused_by: null,
+    paused_reason: null,
+    last_claim_at: null,
   };
 }
 

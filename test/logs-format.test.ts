@@ -33,8 +33,7 @@ interface Up {
 
 /**
  * `baton up` on the test store with only these BATON_* variables, its stdout a pipe, returned
- * once stdout shows `ready` (the last thing it prints on start: signal handlers are installed
- * after it, so an earlier SIGTERM would kill it before it could stop gracefully).
+ * once stdout shows `ready` (its signal handlers are installed before it prints anything).
  */
 async function up(ts: TestStore, format: LogFormat | undefined, ready: string): Promise<Up> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));

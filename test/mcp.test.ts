@@ -18,6 +18,8 @@ const TOOLS = [
   'get_logs',
   'list_agents',
   'list_executions',
+  'pause_agent',
+  'resume_agent',
   'run_task',
   'trigger_schedule',
 ];

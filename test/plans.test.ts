@@ -2,6 +2,7 @@ import { CompiledQuery, sql, type Kysely, type KyselyPlugin, type QueryId, type 
 import { writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
+import { countFinished } from '../src/engine/agent-activity.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { appendLogs, readLogs } from '../src/engine/logs.ts';
 import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
@@ -41,7 +42,7 @@ const LIVE_INDEXES = new Set([
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */
 const HISTORY_INDEXES =
-  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick)|execution_events_seats)$/;
+  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_seats)$/;
 /** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
 const MANY_ROWS = 1_000;
 
@@ -360,6 +361,17 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     if (again) await during('release', () => engine.release(again.id, again.lease_token!, 'w2'));
     await during('cancel', () => engine.cancel(live[5]!.id, 'test'));
 
+    // Why is it waiting: a queued row behind full seats (the seat holders, its place in the
+    // queue), and one of a paused agent.
+    const c = AGENTS[2]!;
+    const queuedC: Array<{ id: string }> = [];
+    for (let i = 0; i < 4; i++) queuedC.push(await engine.submit(c, { message: `seat ${i}` }, 'test'));
+    await engine.claim(c, { owner: 'w3', max: 2 });
+    await during('waiting seats', () => engine.getExecution(queuedC[3]!.id));
+    await engine.pauseAgent(AGENTS[3]!, 'plans', 'test');
+    const pausedRow = await engine.submit(AGENTS[3]!, { message: 'paused' }, 'test');
+    await during('waiting paused', () => engine.getExecution(pausedRow.id));
+
     const filters: Array<[string, Parameters<Engine['listExecutions']>[0]]> = [
       ['list', {}],
       ['list agent', { agent: b }],
@@ -383,6 +395,12 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     ];
     for (const [what, f] of filters) await during(what, () => engine.listExecutions({ limit: 50, ...f }));
     await during('getExecution', () => engine.getExecution(sampleId));
+    // The dashboard's charts: the busy agent (80 % of history) over its longest window.
+    await during('agent series', () => engine.agentSeries(AGENTS[0]!, '24h'));
+    await during('agent seats', () => engine.agentSeats(AGENTS[0]!, '6h'));
+    // (What a series adds for an agent busier than its row cap: exact counts per bucket.)
+    await during('agent series counts', () => countFinished(engine.store.reader, AGENTS[0]!, now - 30 * 86_400_000, 12 * 3_600_000));
+    await during('manual retry', () => engine.retryFailed(claimed[1]?.id ?? 'ex_none', 'test').catch(() => undefined));
     await during('logs read', () => readLogs(engine.store, loggedId, { after: 5, limit: 100 }));
 
     const t = engine;
@@ -406,6 +424,9 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     } finally {
       await dispatcher.stop();
     }
+    // The push agent's last delivery failed (nothing listens on port 9): the next one waits on it.
+    const pushNext = await engine.submit('hist-push', { message: 'push again' }, 'test');
+    await during('waiting push', () => engine.getExecution(pushNext.id));
 
     const metrics = createNodeMetrics(engine);
     try {
@@ -436,6 +457,13 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'metrics',
       'logs read',
       'webhook overlap',
+      'waiting seats',
+      'waiting paused',
+      'waiting push',
+      'agent series',
+      'agent seats',
+      'agent series counts',
+      'manual retry',
     ]) {
       expect(labels, `no statement recorded for ${l}`).toContain(l);
     }

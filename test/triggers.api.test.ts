@@ -277,7 +277,7 @@ describe('webhooks', () => {
 
     const ok = await hook(path, body, { 'x-baton-signature': sign(secret, body), 'idempotency-key': 'delivery-1' });
     expect(ok.status).toBe(202);
-    expect(ok.body).toEqual({ status: 'queued', execution_id: expect.any(String) });
+    expect(ok.body).toEqual({ status: 'queued', execution_id: expect.any(String), agent_paused: false });
     const ex = (await call('GET', `/v1/executions/${ok.body.execution_id}`)).body;
     expect(ex).toMatchObject({ trigger: 'webhook', agent, message: 'webhook gh', idempotency_key: 'delivery-1' });
     expect(ex.payload.webhook).toMatchObject({ id, body: { action: 'opened', number: 7 } });
@@ -324,7 +324,7 @@ describe('webhooks', () => {
 
     const busy = await hook(w.path, '{"ref":"dev"}', { 'idempotency-key': 'd2' });
     expect(busy.status).toBe(202);
-    expect(busy.body).toEqual({ status: 'already_running', execution_id: first.body.execution_id });
+    expect(busy.body).toEqual({ status: 'already_running', execution_id: first.body.execution_id, agent_paused: false });
     const replay = await hook(w.path, '{"ref":"dev"}', { 'idempotency-key': 'd2' });
     expect(replay.status).toBe(202);
     expect(replay.headers['idempotent-replay']).toBe('true');

@@ -3,11 +3,12 @@
  * are inferred from these schemas; /openapi.json is generated from them.
  */
 import { z } from 'zod';
-import { DEFAULTS } from '../config.ts';
+import { CONTRACT_DEFAULTS as DEFAULTS } from '../domain/defaults.ts';
 import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
+import { AgentPaused, Paused, Waiting } from './schemas/admission.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const AgentName = z
@@ -78,6 +79,8 @@ export const Agent = z.object({
   retry_policy: z.unknown().describe('RetryPolicy or null'),
   running: z.number().int().describe('running executions now (seats in use)'),
   queued: z.number().int(),
+  paused: Paused,
+  last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
   created_at: Timestamp,
   updated_at: Timestamp,
 });
@@ -87,6 +90,13 @@ export const AgentParams = z.strictObject({ agent: AgentName });
 // ── executions ──────────────────────────────────────────────────────────────
 
 export const ExecutionStatus = z.enum(EXECUTION_STATES);
+/** docs/operations.md, "OpenTelemetry": the same value whether or not this server exports traces. */
+const TRACEPARENT = z
+  .string()
+  .describe(
+    "W3C trace context of the execution's trace (`00-<trace id>-<span id>-01`), derived from its id: a worker's spans join the trace as its children",
+  );
+
 export const Execution = z.object({
   id: z.string(),
   agent: z.string(),
@@ -116,6 +126,7 @@ export const Execution = z.object({
   retry_of: z.string().nullable(),
   retry_number: z.number().int().describe('0 for a first run, n for the n-th retry'),
   idempotency_key: z.string().nullable(),
+  traceparent: TRACEPARENT,
 });
 export type Execution = z.infer<typeof Execution>;
 
@@ -131,6 +142,7 @@ export const ExecutionEvent = z.object({
 export const ExecutionDetail = Execution.extend({
   events: z.array(ExecutionEvent),
   retry_chain: z.array(z.string()).describe('every execution of its retry chain, first run first'),
+  waiting: Waiting,
 });
 export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 
@@ -156,6 +168,7 @@ export const Created = z.object({
   execution_id: z.string(),
   status: ExecutionStatus,
   agent: z.string(),
+  agent_paused: AgentPaused,
   execution: Execution,
 });
 
@@ -187,7 +200,7 @@ export const ListExecutionsQuery = z.strictObject({
 });
 const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending in '…' when cut`);
 /** A list item: the execution without its bodies (GET /v1/executions/{id} has them in full). */
-export const ExecutionListItem = Execution.omit({ payload: true, result: true }).extend({
+export const ExecutionListItem = Execution.omit({ payload: true, result: true, traceparent: true }).extend({
   message: Preview,
   payload_preview: Preview.nullable().describe(`the payload's JSON text: at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
   result_preview: Preview.nullable().describe(
@@ -221,6 +234,7 @@ export const Task = z.object({
   lease_expires_at: Timestamp,
   lease_ttl_seconds: z.number().int(),
   deadline_at: Timestamp,
+  traceparent: TRACEPARENT,
 });
 export type Task = z.infer<typeof Task>;
 export const ClaimResponse = z.object({ tasks: z.array(Task) });

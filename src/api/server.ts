@@ -15,6 +15,7 @@ import { canaryRoutes } from './routes/canary.ts';
 import { historyRoutes } from './routes/history.ts';
 import { errorHandler, notFoundHandler } from './errors.ts';
 import { agentRoutes } from './routes/agents.ts';
+import { activityRoutes } from './routes/activity.ts';
 import { eventRoutes } from './routes/events.ts';
 import { executionRoutes } from './routes/executions.ts';
 import { keyRoutes } from './routes/keys.ts';
@@ -131,6 +132,7 @@ async function buildApp(opts: ServerOptions) {
   await app.register(async (v1) => {
     v1.addHook('onRequest', authenticate(opts.keys));
     await v1.register(agentRoutes, deps);
+    await v1.register(activityRoutes, deps);
     await v1.register(executionRoutes, deps);
     await v1.register(workerRoutes, deps);
     await v1.register(keyRoutes, deps);

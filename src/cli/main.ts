@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { BatonClient, type Agent, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
+import { BatonClient, type Agent, type ExecutionDetail, type ExecutionListItem, type Waiting } from '../client.ts';
 import { readEnv } from '../config.ts';
 import { EXECUTION_PAGE } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
@@ -37,7 +37,22 @@ const agentRow = (a: Agent) => ({
   queued: `${a.queued}/${a.max_backlog}`,
   timeout: `${a.timeout_seconds}s`,
   lease: `${a.lease_ttl_seconds}s`,
+  paused: a.paused ? `since ${relativeTime(a.paused.since)} by ${a.paused.by}: ${a.paused.reason}` : '',
 });
+
+/** `baton why`: the waiting answer in words, then its facts. */
+export function showWaiting(id: string, status: string, w: Waiting | null): string {
+  if (!w) return `${id} is ${status}: it is not waiting.`;
+  const lines = [`${id} is queued: ${w.reason}`, w.summary];
+  if (w.seats)
+    for (const h of w.seats.holders)
+      lines.push(
+        `  seat: ${h.execution_id} held by ${h.lease_owner ?? '?'} for ${h.running_seconds ?? '?'} s (lease until ${h.lease_expires_at ?? '?'})`,
+      );
+  if (w.reason !== 'run_after' && w.ahead > 0) lines.push(`Ahead of it: ${w.ahead}${w.ahead_capped ? '+' : ''}.`);
+  if (w.backlog_expires_at) lines.push(`Fails as backlog_expired at ${w.backlog_expires_at} if still queued.`);
+  return lines.join('\n');
+}
 const execRow = (e: ExecutionListItem) => ({
   id: e.id,
   agent: e.agent,
@@ -50,8 +65,9 @@ const execRow = (e: ExecutionListItem) => ({
 });
 
 function showExecution(e: ExecutionDetail): string {
-  const { events, payload, result, ...rest } = e;
+  const { events, payload, result, waiting, ...rest } = e;
   const parts = [keyValues({ ...rest, usage: formatUsage(e.usage), created_at: `${e.created_at} (${relativeTime(e.created_at)})` })];
+  if (waiting) parts.push('\nwaiting  ' + waiting.summary);
   parts.push('\npayload  ' + JSON.stringify(payload));
   if (result !== null && result !== undefined) parts.push('result   ' + JSON.stringify(result));
   parts.push('\ntimeline');
@@ -118,6 +134,16 @@ export function buildProgram(): Command {
       const node = await startNode({
         env: { ...(o.port ? { port: o.port } : {}), ...(o.host ? { host: o.host } : {}), ...(o.dataDir ? { dataDir: o.dataDir } : {}) },
       });
+      // Handlers before anything is printed: whoever sees the key or the banner may stop us at once.
+      const stopped = new Promise<void>((resolve) => {
+        let signals = 0;
+        const onSignal = () => {
+          if (++signals > 1) process.exit(130);
+          node.stop().then(resolve, resolve);
+        };
+        process.on('SIGINT', onSignal);
+        process.on('SIGTERM', onSignal);
+      });
       if (node.createdAdminKey) {
         process.stderr.write(
           `\nAdmin API key (shown once; also saved to ${o.dataDir ?? readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`,
@@ -130,15 +156,7 @@ export function buildProgram(): Command {
           upBanner({ url: node.url, store: node.storeLabel, dataDir: node.dataDir, adminKeyCreated: node.createdAdminKey !== null }),
         );
       }
-      await new Promise<void>((resolve) => {
-        let signals = 0;
-        const onSignal = () => {
-          if (++signals > 1) process.exit(130);
-          node.stop().then(resolve, resolve);
-        };
-        process.on('SIGINT', onSignal);
-        process.on('SIGTERM', onSignal);
-      });
+      await stopped;
     });
 
   program
@@ -198,19 +216,26 @@ export function buildProgram(): Command {
     .action(async (_o, cmd) => {
       const o = g(cmd);
       const list = await client(o).listAgents();
-      print(o, list, () => table(list.map(agentRow), ['name', 'delivery', 'running', 'queued', 'timeout', 'lease']));
+      // The PAUSED column appears only when some agent is paused: the usual table stays narrow.
+      const columns = ['name', 'delivery', 'running', 'queued', 'timeout', 'lease', ...(list.some((a) => a.paused) ? ['paused'] : [])];
+      print(o, list, () => table(list.map(agentRow), columns));
     });
-  agents.command('show <name>').action(async (name, _o, cmd) => {
-    const o = g(cmd);
-    const a = await client(o).getAgent(name);
-    print(o, a, () =>
-      keyValues({
-        ...a,
-        created_at: `${a.created_at} (${relativeTime(a.created_at)})`,
-        updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})`,
-      }),
-    );
-  });
+  agents
+    .command('show <name>')
+    .alias('get')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const a = await client(o).getAgent(name);
+      print(o, a, () =>
+        keyValues({
+          ...a,
+          paused: a.paused ? `since ${a.paused.since} (${relativeTime(a.paused.since)}) by ${a.paused.by}: ${a.paused.reason}` : 'no',
+          last_claim_at: a.last_claim_at ? `${a.last_claim_at} (${relativeTime(a.last_claim_at)})` : 'never',
+          created_at: `${a.created_at} (${relativeTime(a.created_at)})`,
+          updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})`,
+        }),
+      );
+    });
   agentOptions(
     agents.command('update <name>').description('change settings (lowering --max-parallel never interrupts running work)'),
   ).action(async (name, _o, cmd) => {
@@ -218,6 +243,23 @@ export function buildProgram(): Command {
     const a = await client(o).updateAgent(name, settings(o));
     print(o, a, () => `updated agent ${a.name}\n` + keyValues(agentRow(a)));
   });
+  agents
+    .command('pause <name>')
+    .description('stop admitting its work (queued work waits, running work finishes); idempotent')
+    .requiredOption('--reason <text>', 'why: shown with the agent and every execution waiting on it')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const a = await client(o).pauseAgent(name, o.reason);
+      print(o, a, () => `agent ${a.name} paused since ${a.paused!.since} by ${a.paused!.by}: ${a.paused!.reason}`);
+    });
+  agents
+    .command('resume <name>')
+    .description('admit its work again; idempotent')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const a = await client(o).resumeAgent(name);
+      print(o, a, () => `agent ${a.name} resumed (${a.queued} queued)`);
+    });
   agents
     .command('delete <name>')
     .description('delete an agent (cancels its queued work; history stays)')
@@ -286,6 +328,14 @@ export function buildProgram(): Command {
       const o = g(cmd);
       const e = await client(o).getExecution(id);
       print(o, e, () => showExecution(e));
+    });
+  program
+    .command('why <id>')
+    .description('why a queued execution is not running yet, in words (--json: the waiting answer)')
+    .action(async (id, _o, cmd) => {
+      const o = g(cmd);
+      const e = await client(o).getExecution(id);
+      print(o, { id: e.id, status: e.status, waiting: e.waiting }, () => showWaiting(e.id, e.status, e.waiting));
     });
   executions
     .command('cancel <id>')

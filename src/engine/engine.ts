@@ -13,6 +13,11 @@ import { lockAgentsForNewWork } from './agent-lock.ts';
 import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
+import { waitingFor } from './waiting.ts';
+import type { WaitingView } from '../domain/admission.ts';
+import { readAgentSeats, readAgentSeries, type AgentSeats, type AgentSeries } from './agent-activity.ts';
+import { retryFailedExecution } from './manual-retry.ts';
+import type { ActivityWindow } from '../domain/activity.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { Logs } from './logs.ts';
 import { redactJson, redactSecrets } from '../domain/redact.ts';
@@ -140,10 +145,10 @@ export class Engine {
     this.idempotency = new Idempotency(this);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
-    const offExecution = this.store.subscribe('execution', (message) => {
+    const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
       if (status !== 'running') this.waiters.wake(agent);
-      for (const id of ids) this.events.emit('execution:changed', { id, agent, status });
+      for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.waiters.wake(agent, true));
     this.unsubscribe = () => {
@@ -269,6 +274,73 @@ export class Engine {
     announce(this.store, out.cancelled);
     for (const id of out.revoked) this.store.publish('key', id);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancel_requested };
+  }
+
+  /**
+   * Pause an agent: it admits nothing (claims return nothing, push dispatch starts nothing) until
+   * resumed; its queue keeps filling up to its backlog and running work finishes. Idempotent: a
+   * paused agent keeps its first who, why and since (`changed: false`). The update takes the
+   * agent row's lock, which every admission takes first, so once this commits no process admits.
+   */
+  async pauseAgent(name: string, reason: string, actor: string): Promise<{ agent: AgentRow; changed: boolean }> {
+    const now = this.now();
+    const out = await this.store.transaction(async (tx) => {
+      const paused = await tx
+        .updateTable('agents')
+        .set({ paused_at: now, paused_by: actor, paused_reason: reason })
+        .where('name', '=', name)
+        .where('paused_at', 'is', null)
+        .returningAll()
+        .executeTakeFirst();
+      if (paused) {
+        await appendAudit(tx, { at: now, actor, action: 'agent.pause', subject: name, detail: { reason } });
+        return { agent: paused, changed: true };
+      }
+      const agent = await tx.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirst();
+      if (!agent) throw new NotFound('agent', name);
+      return { agent, changed: false };
+    });
+    if (out.changed) this.store.publish('agent', name);
+    return out;
+  }
+
+  /** Resume a paused agent: admission goes on at once (waiting claimers are woken). Idempotent. */
+  async resumeAgent(name: string, actor: string): Promise<{ agent: AgentRow; changed: boolean }> {
+    const now = this.now();
+    const out = await this.store.transaction(async (tx) => {
+      const before = await this.store
+        .lockRows(tx.selectFrom('agents').selectAll().where('name', '=', name), 'admission')
+        .executeTakeFirst();
+      if (!before) throw new NotFound('agent', name);
+      if (before.paused_at === null) return { agent: before, changed: false };
+      const agent = await tx
+        .updateTable('agents')
+        .set({ paused_at: null, paused_by: null, paused_reason: null })
+        .where('name', '=', name)
+        .returningAll()
+        .executeTakeFirstOrThrow();
+      await appendAudit(tx, {
+        at: now,
+        actor,
+        action: 'agent.resume',
+        subject: name,
+        detail: { paused_by: before.paused_by, paused_reason: before.paused_reason, paused_ms: now - Number(before.paused_at) },
+      });
+      return { agent, changed: true };
+    });
+    if (out.changed) this.store.publish('agent', name); // claimers and the dispatcher look again now
+    return out;
+  }
+
+  /** Whether the agent is paused now (null: it admits, or it does not exist): what trigger answers say. */
+  async agentPause(name: string): Promise<{ by: string; reason: string; since: number } | null> {
+    const a = await this.store.db
+      .selectFrom('agents')
+      .select(['paused_at', 'paused_by', 'paused_reason'])
+      .where('name', '=', name)
+      .executeTakeFirst();
+    if (!a || a.paused_at === null) return null;
+    return { by: a.paused_by ?? 'unknown', reason: a.paused_reason ?? '', since: Number(a.paused_at) };
   }
 
   async getAgent(name: string): Promise<{ agent: AgentRow; running: number; queued: number }> {
@@ -444,6 +516,14 @@ export class Engine {
     return row;
   }
 
+  /** Retry a failed execution by hand: a new queued run with `retry_of` set (see manual-retry.ts). */
+  async retryFailed(id: string, actor: string): Promise<ExecutionRow> {
+    const now = this.now();
+    const row = await this.store.transaction((tx) => retryFailedExecution(tx, this.store, id, now, actor));
+    announce(this.store, [row]);
+    return row;
+  }
+
   async getExecution(id: string) {
     const execution = await this.store.db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirst();
     if (!execution) throw new NotFound('execution', id);
@@ -456,7 +536,14 @@ export class Engine {
       .where((eb) => eb.or([eb('id', '=', root), eb('retry_root', '=', root)]))
       .orderBy('retry_number')
       .execute();
-    return { execution, events, chain: chain.map((c) => c.id) };
+    return { execution, events, chain: chain.map((c) => c.id), waiting: await this.waiting(execution) };
+  }
+
+  /** Why a queued execution is not running (null when it is not queued): see waiting.ts. */
+  async waiting(execution: ExecutionRow): Promise<WaitingView | null> {
+    if (execution.status !== 'queued') return null;
+    const agent = await this.store.db.selectFrom('agents').selectAll().where('name', '=', execution.agent).executeTakeFirst();
+    return waitingFor(this.store.db, execution, agent, this.now(), this.backlogExpiryMs);
   }
 
   /** The execution's agent and status, or undefined when it does not exist: what access checks read. */
@@ -471,6 +558,28 @@ export class Engine {
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
     return listExecutions(this.store.reader, f);
+  }
+
+  /**
+   * An agent's completions, failures, duration percentiles, queue depth and seats in use over a
+   * window, in buckets (see agent-activity.ts): capped seeks, on the reader like the lists.
+   */
+  async agentSeries(agent: string, window: ActivityWindow): Promise<AgentSeries & { max_parallel: number }> {
+    const max_parallel = await this.seatCap(agent);
+    return { ...(await readAgentSeries(this.store.reader, agent, window, this.now())), max_parallel };
+  }
+
+  /** Which run held which of an agent's seats when over a window, and what waits now. */
+  async agentSeats(agent: string, window: ActivityWindow): Promise<AgentSeats & { max_parallel: number }> {
+    const max_parallel = await this.seatCap(agent);
+    return { ...(await readAgentSeats(this.store.reader, agent, window, this.now())), max_parallel };
+  }
+
+  /** The agent's max_parallel, or NotFound. */
+  private async seatCap(name: string): Promise<number> {
+    const found = await this.store.db.selectFrom('agents').select('max_parallel').where('name', '=', name).executeTakeFirst();
+    if (!found) throw new NotFound('agent', name);
+    return found.max_parallel;
   }
 
   /**

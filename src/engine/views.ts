@@ -1,5 +1,6 @@
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
+import { executionTrace } from '../domain/trace.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
@@ -71,6 +72,7 @@ export function executionView(r: ExecutionRow) {
     payload: json(r.payload),
     result: json(r.result),
     error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
+    traceparent: executionTrace(r.id).traceparent,
   });
 }
 export type ExecutionView = ReturnType<typeof executionView>;
@@ -125,6 +127,7 @@ export function taskView(r: ExecutionRow) {
     lease_expires_at: iso(r.lease_expires_at)!,
     lease_ttl_seconds: r.lease_ttl_seconds,
     deadline_at: iso(r.deadline_at)!,
+    traceparent: executionTrace(r.id).traceparent,
   };
 }
 export type TaskView = ReturnType<typeof taskView>;
@@ -144,6 +147,8 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     retry_policy: json(a.retry_policy),
     running: counts.running,
     queued: counts.queued,
+    paused: a.paused_at === null ? null : { by: a.paused_by ?? 'unknown', reason: a.paused_reason ?? '', since: iso(a.paused_at)! },
+    last_claim_at: iso(a.last_claim_at),
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
   };

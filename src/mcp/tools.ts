@@ -10,6 +10,7 @@ import { ApiError, type BatonClient, type Execution, type ExecutionDetail, type 
 import { EXECUTION_PAGE, PREVIEW_CHARS } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
 import { AgentName, ExecutionStatus } from '../api/schemas.ts';
+import { Paused, PauseBody, Waiting } from '../api/schemas/admission.ts';
 import { VERSION } from '../version.ts';
 
 /** How long run_task / trigger_schedule may hold a tool call open; MCP clients time out near 60 s. */
@@ -98,6 +99,7 @@ export function createMcpServer(client: BatonClient): McpServer {
             queued: z.number(),
             max_backlog: z.number(),
             timeout_seconds: z.number(),
+            paused: Paused,
           }),
         ),
       },
@@ -114,6 +116,7 @@ export function createMcpServer(client: BatonClient): McpServer {
           queued: a.queued,
           max_backlog: a.max_backlog,
           timeout_seconds: a.timeout_seconds,
+          paused: a.paused,
         }));
         return ok({ agents });
       } catch (err) {
@@ -248,7 +251,8 @@ export function createMcpServer(client: BatonClient): McpServer {
     'get_execution',
     {
       title: 'Read an execution',
-      description: 'Status, result, error, usage and the event timeline of one execution.',
+      description:
+        'Status, result, error, usage and the event timeline of one execution; for a queued one, `waiting` says why it is not running yet (reason, facts, summary).',
       inputSchema: { execution_id: ExecutionId },
       outputSchema: {
         execution: Outcome,
@@ -262,6 +266,7 @@ export function createMcpServer(client: BatonClient): McpServer {
             attempt: z.number(),
           }),
         ),
+        waiting: Waiting,
       },
       annotations: { readOnlyHint: true },
     },
@@ -270,6 +275,7 @@ export function createMcpServer(client: BatonClient): McpServer {
         const e = await client.getExecution(execution_id);
         return ok({
           execution: outcome(e),
+          waiting: e.waiting,
           timeline: e.events.map((ev) => ({
             at: ev.at,
             from: ev.from,
@@ -279,6 +285,47 @@ export function createMcpServer(client: BatonClient): McpServer {
             attempt: ev.attempt,
           })),
         });
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+
+  const pausedShape = { agent: z.string(), paused: Paused, queued: z.number(), running: z.number(), message: z.string() };
+  const pausedResult = (a: { name: string; paused: z.infer<typeof Paused>; queued: number; running: number }, message: string) =>
+    ok({ agent: a.name, paused: a.paused, queued: a.queued, running: a.running, message });
+  server.registerTool(
+    'pause_agent',
+    {
+      title: 'Pause an agent',
+      description:
+        'Stop admitting work for an agent until resumed: its queue keeps filling (up to its backlog) and running tasks finish. Idempotent: pausing a paused agent keeps the first reason.',
+      inputSchema: { agent: AgentName.describe('agent name'), reason: PauseBody.shape.reason },
+      outputSchema: pausedShape,
+      annotations: { idempotentHint: true },
+    },
+    async ({ agent, reason }) => {
+      try {
+        const a = await client.pauseAgent(agent, reason);
+        return pausedResult(a, `agent ${a.name} paused since ${a.paused!.since} by ${a.paused!.by}: ${a.paused!.reason}`);
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+  server.registerTool(
+    'resume_agent',
+    {
+      title: 'Resume an agent',
+      description: 'Admit work for a paused agent again, at once. Idempotent.',
+      inputSchema: { agent: AgentName.describe('agent name') },
+      outputSchema: pausedShape,
+      annotations: { idempotentHint: true },
+    },
+    async ({ agent }) => {
+      try {
+        const a = await client.resumeAgent(agent);
+        return pausedResult(a, `agent ${a.name} resumed (${a.queued} queued)`);
       } catch (err) {
         return asFailure(err);
       }

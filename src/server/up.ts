@@ -30,6 +30,8 @@ export interface BatonNode {
   storeLabel: string;
   /** The format of the logger this start made; null when the caller passed its own (or none). */
   logFormat: LogFormat | null;
+  /** Export the spans ended so far now (tests); nothing to do when tracing is off. */
+  flushTraces(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -102,6 +104,16 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     idempotency: config.idempotency,
     hookRates: config.hookRates,
   });
+
+  // OpenTelemetry only when an OTLP endpoint is configured: imported here, lazily, so with tracing
+  // off not one OpenTelemetry module is loaded (src/telemetry/tracing.ts subscribes to the engine's events).
+  const tracing = config.telemetry.enabled
+    ? (await import('../telemetry/tracing.ts')).startTracing({ engine, app, nodeId, logger })
+    : undefined;
+  if (logger && tracing) {
+    const to = new URL(config.telemetry.endpoint!); // origin and path only: credentials may sit in the URL
+    logger.info({ endpoint: `${to.origin}${to.pathname}` }, 'tracing on: spans go to the OTLP endpoint');
+  }
 
   engine.events.on(
     'loop:error',
@@ -210,6 +222,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     dataDir: env.dataDir,
     storeLabel: describeStore(location),
     logFormat,
+    flushTraces: async () => tracing?.flush(),
     stop() {
       stopping ??= (async () => {
         ready = false;
@@ -222,6 +235,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
         const cut = setTimeout(() => app.server.closeAllConnections(), 2_000);
         await app.close();
         clearTimeout(cut);
+        await tracing?.shutdown(); // before the store closes: the last terminal spans read their row
         await store.close();
       })();
       return stopping;

@@ -22,6 +22,12 @@ export interface AgentsTable {
   updated_at: number;
   /** JSON RetryPolicy (src/domain/retry.ts), or null: no retries. */
   retry_policy: Generated<string | null>;
+  /** Pause (0009): set together when an operator paused the agent, null when it admits. */
+  paused_at: Generated<number | null>;
+  paused_by: Generated<string | null>;
+  paused_reason: Generated<string | null>;
+  /** When a claim last ran admission for it, stamped at most every CLAIM_STAMP_EVERY_MS (0009). */
+  last_claim_at: Generated<number | null>;
 }
 
 export interface ExecutionsTable {

@@ -98,3 +98,19 @@ export type HistoryStats = import('../../src/api/schemas/history.ts').HistorySta
 export async function historyStats(): Promise<HistoryStats> {
   return (await client().request<HistoryStats>('GET', '/v1/history')).body;
 }
+
+// ── Activity over time (GET /v1/agents/{agent}/series and /seats) ───────────
+
+export type AgentSeries = import('../../src/api/schemas/activity.ts').AgentSeries;
+export type AgentSeats = import('../../src/api/schemas/activity.ts').AgentSeats;
+export type ActivityWindow = AgentSeries['window'];
+
+/** Per-bucket completions, failures, duration percentiles, queue depth and seats in use. */
+export async function agentSeries(agent: string, window: ActivityWindow): Promise<AgentSeries> {
+  return (await client().request<AgentSeries>('GET', `/v1/agents/${encodeURIComponent(agent)}/series?window=${window}`)).body;
+}
+
+/** Which execution held which seat when, and what waits now. */
+export async function agentSeats(agent: string, window: ActivityWindow): Promise<AgentSeats> {
+  return (await client().request<AgentSeats>('GET', `/v1/agents/${encodeURIComponent(agent)}/seats?window=${window}`)).body;
+}

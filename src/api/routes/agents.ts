@@ -5,6 +5,7 @@ import { agentView } from '../../engine/views.ts';
 import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
 import { Agent, AgentCreate, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
+import { PauseBody } from '../schemas/admission.ts';
 import type { ApiDeps } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
@@ -71,6 +72,44 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     async (req) => {
       requireAdmin(req);
       await engine.updateAgent(req.params.agent, req.body, actorOf(req));
+      const a = await engine.getAgent(req.params.agent);
+      return agentView(a.agent, a);
+    },
+  );
+
+  app.post(
+    '/v1/agents/:agent/pause',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'Pause an agent: it admits nothing until resumed; its queue keeps filling and running work finishes (idempotent)',
+        params: AgentParams,
+        body: PauseBody,
+        response: { 200: Agent, 400: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      // Pausing a paused agent answers 200 with the first pause's who, why and since.
+      await engine.pauseAgent(req.params.agent, req.body.reason, actorOf(req));
+      const a = await engine.getAgent(req.params.agent);
+      return agentView(a.agent, a);
+    },
+  );
+
+  app.post(
+    '/v1/agents/:agent/resume',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: 'Resume a paused agent: admission goes on at once (idempotent)',
+        params: AgentParams,
+        response: { 200: Agent, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      await engine.resumeAgent(req.params.agent, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
       return agentView(a.agent, a);
     },

@@ -62,9 +62,11 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       const idem = key
         ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) }
         : undefined;
+      // Read before the submit, so the answer stored with an idempotency key says the same.
+      const paused = (await engine.agentPause(req.params.agent)) !== null;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
-        body: { execution_id: row.id, status: row.status, agent: row.agent, execution: executionView(row) },
+        body: { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: executionView(row) },
       });
       return idempotent({ engine, idempotency }, reply, idem, answerFor, async (onCreated) => {
         const row = await engine.submit(
@@ -119,15 +121,15 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     {
       schema: {
         tags: ['executions'],
-        summary: 'Read one execution with its event timeline',
+        summary: 'Read one execution with its event timeline, and why it is waiting when queued',
         params: ExecutionParams,
         response: { 200: ExecutionDetail, 404: ErrorBody },
       },
     },
     async (req) => {
       requireAdmin(req);
-      const { execution, events, chain } = await engine.getExecution(req.params.id);
-      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain };
+      const { execution, events, chain, waiting } = await engine.getExecution(req.params.id);
+      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain, waiting };
     },
   );
 
@@ -144,6 +146,23 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     async (req) => {
       requireAdmin(req);
       return executionView(await engine.cancel(req.params.id, actorOf(req)));
+    },
+  );
+
+  app.post(
+    '/v1/executions/:id/retry',
+    {
+      schema: {
+        tags: ['executions'],
+        summary:
+          'Retry a failed execution: a new queued run with retry_of set (409 invalid_transition if not failed, 409 already_exists naming the retry if it has one)',
+        params: ExecutionParams,
+        response: { 201: Execution, 404: ErrorBody, 409: ErrorBody, 429: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      requireAdmin(req);
+      return reply.code(201).send(executionView(await engine.retryFailed(req.params.id, actorOf(req))));
     },
   );
 };

@@ -177,7 +177,9 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
       // The sender's delivery id is the idempotency key when there is no explicit one, so a
       // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
       const key = readIdempotencyKey(req.headers['idempotency-key'] ?? standard.id ?? header(req, 'x-github-delivery'));
-      const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id } });
+      // Whether the target agent is paused, read before the delivery so a replayed answer says the same.
+      const agentPaused = (await engine.agentPause(w.agent)) !== null;
+      const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id, agent_paused: agentPaused } });
       try {
         return await idempotent(
           opts,

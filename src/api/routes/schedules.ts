@@ -149,9 +149,17 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       // 404 comes first: an unknown schedule is not an idempotency question.
       const s = await schedules.get(req.params.id);
       const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';
+      const paused = (await engine.agentPause(s.agent)) !== null;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
-        body: { execution_id: row.id, status: row.status, schedule_id: s.id, agent: row.agent, execution: executionView(row) },
+        body: {
+          execution_id: row.id,
+          status: row.status,
+          schedule_id: s.id,
+          agent: row.agent,
+          agent_paused: paused,
+          execution: executionView(row),
+        },
       });
       return idempotent(
         { engine, idempotency },

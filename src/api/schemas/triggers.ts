@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { MISFIRE_POLICIES, OVERLAP_POLICIES } from '../../domain/policies.ts';
 import { RetryPolicy } from '../../domain/retry.ts';
 import { AgentName, Execution, ExecutionStatus } from '../schemas.ts';
+import { AgentPaused } from './admission.ts';
 
 const NO_NUL = /^[^\u0000]*$/;
 const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
@@ -72,6 +73,7 @@ export const Triggered = z.object({
   status: ExecutionStatus,
   schedule_id: z.string(),
   agent: z.string(),
+  agent_paused: AgentPaused,
   execution: Execution,
 });
 
@@ -109,4 +111,5 @@ export const WebhookList = z.object({ webhooks: z.array(Webhook) });
 export const HookAccepted = z.object({
   status: z.enum(['queued', 'running', 'already_running']),
   execution_id: z.string(),
+  agent_paused: AgentPaused,
 });

@@ -1,10 +1,12 @@
 import { useState, type FormEvent } from 'react';
+import { AgentCharts, SeatTimeline } from '../activity.tsx';
 import { client, describe, type Agent } from '../api.ts';
 import { cronInWords } from '../cron.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { createSchedule, listSchedules, listWebhooks, RunNow } from '../schedules.tsx';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 import { ExecutionTable } from './Executions.tsx';
+import { PauseControl, PausedFact } from '../admission.tsx';
 
 export function AgentPage({ name }: { name: string }) {
   useTick();
@@ -25,8 +27,9 @@ export function AgentPage({ name }: { name: string }) {
   const a = agent.data;
   return (
     <div className="grid">
-      <Section title={`Agent ${a.name}`}>
+      <Section title={`Agent ${a.name}`} actions={<PauseControl agent={a} onChanged={agent.reload} />}>
         <dl className="facts">
+          <PausedFact agent={a} />
           <dt>Running / cap</dt>
           <dd data-field="running">
             {a.running} / {a.max_parallel}
@@ -60,6 +63,8 @@ export function AgentPage({ name }: { name: string }) {
         <RunTask agent={a.name} onStarted={executions.reload} />
         <EditSettings agent={a} onSaved={agent.reload} />
       </Section>
+      <AgentCharts agent={a.name} />
+      <SeatTimeline agent={a.name} />
       <Section title="Schedules" actions={<CreateSchedule agent={a.name} onCreated={schedules.reload} />}>
         {schedules.error ? (
           <Failed what="schedules" error={schedules.error} retry={schedules.reload} />

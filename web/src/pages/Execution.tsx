@@ -3,6 +3,7 @@ import { isTerminal } from '../../../src/domain/states.ts';
 import { client, describe, logStreamUrl, type LogLine } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { duration, Empty, Failed, Json, Loading, Section, Status, Time, link } from '../ui.tsx';
+import { WaitingPanel } from '../admission.tsx';
 
 export function ExecutionPage({ id }: { id: string }) {
   useTick(5_000);
@@ -60,6 +61,7 @@ export function ExecutionPage({ id }: { id: string }) {
         <h3>Message</h3>
         <pre className="message">{x.message}</pre>
       </Section>
+      <WaitingPanel waiting={x.waiting} />
       <Section title={x.error ? 'Error' : 'Result'}>
         {x.error ? (
           <p className="state error">

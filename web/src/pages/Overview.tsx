@@ -1,8 +1,10 @@
 import { useState, type FormEvent } from 'react';
+import { AgentSparkline, CanaryHistory } from '../activity.tsx';
 import { client, describe, historyStats, type Agent, type HistoryStats } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
 import { CanarySummary } from './Canary.tsx';
+import { PausedBadge } from '../admission.tsx';
 
 export function OverviewPage() {
   useTick();
@@ -51,6 +53,7 @@ export function OverviewPage() {
       </Section>
       <Section title="Canary">
         <CanarySummary />
+        <CanaryHistory />
       </Section>
       <Section title="History">
         <HistorySummary />
@@ -69,13 +72,14 @@ function AgentTable({ agents }: { agents: Agent[] }) {
             <th>Running / cap</th>
             <th>Queued / backlog</th>
             <th>Delivery</th>
+            <th>Last hour</th>
           </tr>
         </thead>
         <tbody>
           {agents.map((a) => (
             <tr key={a.name} data-agent={a.name}>
               <td>
-                <a href={link('agents', a.name)}>{a.name}</a>
+                <a href={link('agents', a.name)}>{a.name}</a> <PausedBadge agent={a} />
               </td>
               <td className={a.running >= a.max_parallel && a.max_parallel > 0 ? 'full' : ''}>
                 {a.running} / {a.max_parallel}
@@ -84,6 +88,9 @@ function AgentTable({ agents }: { agents: Agent[] }) {
                 {a.queued} / {a.max_backlog}
               </td>
               <td>{a.delivery}</td>
+              <td className="spark-cell">
+                <AgentSparkline agent={a.name} />
+              </td>
             </tr>
           ))}
         </tbody>
