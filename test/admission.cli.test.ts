@@ -4,46 +4,21 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNode, type BatonNode } from '../src/server/up.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
 /** A `baton` process spends ~1 s of CPU starting; on a loaded two-core machine far more. */
-const SPAWN_TIMEOUT_MS = 120_000;
 
 let ts: TestStore;
 let node: BatonNode;
 let admin: string;
 let mcp: Client;
-const children = new Set<ReturnType<typeof spawn>>();
 
-function baton(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
-  const proc = spawn(process.execPath, ['bin/baton.js', ...args], {
-    cwd: ROOT,
-    env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(proc);
-  let stdout = '';
-  let stderr = '';
-  proc.stdout!.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`baton ${args.join(' ')} did not exit in time; stderr:\n${stderr}`));
-    }, SPAWN_TIMEOUT_MS);
-    proc.once('close', (code) => {
-      clearTimeout(timer);
-      children.delete(proc);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** Run `baton ...args`. The server and key come from the environment unless `env` overrides them. */
+const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
+const baton = cli.run;
 const ok = async (args: string[]) => {
   const r = await baton(args);
   expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
@@ -63,7 +38,7 @@ beforeAll(async () => {
   );
 });
 afterAll(async () => {
-  for (const c of children) c.kill('SIGKILL');
+  cli.killAll();
   await mcp?.close().catch(() => {});
   await node?.stop();
   await ts?.cleanup();

@@ -2,53 +2,23 @@
  * The real `baton` command as a child process, against a server started in this process. The
  * children are spawned asynchronously: a synchronous spawn would block the server they talk to.
  */
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS, type CliRun } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
-
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
 let ts: TestStore;
 let node: BatonNode;
 let admin: string;
 let n = 0;
-const children = new Set<ReturnType<typeof spawn>>();
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
+type Run = CliRun;
 
 /** Run `baton ...args`. The server and key come from the environment unless `env` overrides them. */
-function baton(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
-  const proc = spawn(process.execPath, ['bin/baton.js', ...args], {
-    cwd: ROOT,
-    env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(proc);
-  let stdout = '';
-  let stderr = '';
-  proc.stdout!.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`baton ${args.join(' ')} did not exit within ${SPAWN_TIMEOUT_MS / 1000} s; stderr:\n${stderr}`));
-    }, SPAWN_TIMEOUT_MS);
-    proc.once('close', (code) => {
-      clearTimeout(timer);
-      children.delete(proc);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
+const baton = cli.run;
 
 /** Assert the exit code, showing the output when it is not the one expected. */
 function exits(r: Run, code: number): Run {
@@ -62,7 +32,6 @@ const agentName = () => `cli-${++n}`;
  * Generous on purpose: a `baton` process spends ~0.5-1 s of CPU starting (tsx and the module
  * graph), and on a loaded two-core machine ten of them at once can take tens of seconds.
  */
-const SPAWN_TIMEOUT_MS = 120_000;
 
 beforeAll(async () => {
   ts = await openTestStore();
@@ -76,7 +45,7 @@ beforeAll(async () => {
   expect(admin).toMatch(/^bt_/);
 });
 afterAll(async () => {
-  for (const c of children) c.kill('SIGKILL');
+  cli.killAll();
   await node?.stop();
   await ts?.cleanup();
 });

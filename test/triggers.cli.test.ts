@@ -1,48 +1,18 @@
 /** `baton schedules|trigger|webhooks` and `--idempotency-key` as real child processes. */
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS, type CliRun } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-const ROOT = fileURLToPath(new URL('../', import.meta.url));
-/** Generous: a `baton` process spends ~1 s of CPU starting, far more on a loaded machine. */
-const SPAWN_TIMEOUT_MS = 120_000;
 let ts: TestStore;
 let node: BatonNode;
 let admin: string;
-const children = new Set<ReturnType<typeof spawn>>();
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-function baton(args: string[]): Promise<Run> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
-  const proc = spawn(process.execPath, ['bin/baton.js', ...args], {
-    cwd: ROOT,
-    env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(proc);
-  let stdout = '';
-  let stderr = '';
-  proc.stdout!.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  proc.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`baton ${args.join(' ')} did not exit in time; stderr:\n${stderr}`));
-    }, SPAWN_TIMEOUT_MS);
-    proc.once('close', (code) => {
-      clearTimeout(timer);
-      children.delete(proc);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+type Run = CliRun;
+/** Run `baton ...args`. The server and key come from the environment unless `env` overrides them. */
+const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
+const baton = cli.run;
 function exits(r: Run, code: number): Run {
   expect(r.code, `exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(code);
   return r;
@@ -61,7 +31,7 @@ beforeAll(async () => {
   await node.engine.createAgent({ name: 'cli-sched' }, 'test');
 });
 afterAll(async () => {
-  for (const c of children) c.kill('SIGKILL');
+  cli.killAll();
   await node?.stop();
   await ts?.cleanup();
 });

@@ -52,3 +52,49 @@ export async function startBatonUp(env: Record<string, string>, port: number): P
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** How long one `baton` CLI run may take before the test calls it hung (a loaded 2-core machine). */
+export const SPAWN_TIMEOUT_MS = 120_000;
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `baton ...args` as real processes against a test's server. Spawned asynchronously: a
+ * synchronous spawn would block the in-process server it talks to. Only the BATON_* variables of
+ * `connection()` and of each call's `env` reach the child. `killAll()` ends any left running.
+ */
+export function cliRunner(connection: () => Record<string, string | undefined>) {
+  const children = new Set<ChildProcess>();
+  const base = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
+  return {
+    run(args: string[], env: Record<string, string | undefined> = {}): Promise<CliRun> {
+      const proc = spawn(process.execPath, [BATON_BIN, ...args], {
+        env: { ...base(), ...connection(), ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      children.add(proc);
+      let stdout = '';
+      let stderr = '';
+      proc.stdout!.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+      proc.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          proc.kill('SIGKILL');
+          reject(new Error(`baton ${args.join(' ')} did not exit within ${SPAWN_TIMEOUT_MS / 1000} s; stderr:\n${stderr}`));
+        }, SPAWN_TIMEOUT_MS);
+        proc.once('close', (code) => {
+          clearTimeout(timer);
+          children.delete(proc);
+          resolve({ code, stdout, stderr });
+        });
+      });
+    },
+    killAll(): void {
+      for (const c of children) c.kill('SIGKILL');
+    },
+  };
+}
