@@ -1,0 +1,135 @@
+import {
+  BREAKER_ALERT,
+  breakerAlertBody,
+  breakerOnOutcome,
+  breakerOutcome,
+  BREAKER_CLOSED,
+  type BreakerChange,
+  type BreakerPatch,
+} from '../domain/breaker.ts';
+import type { AlertSinkKind } from '../domain/canary.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import { appendAudit } from './audit.ts';
+
+/** The breaker columns (migration 0011), as read with the agent row locked. */
+export const BREAKER_COLUMNS = [
+  'breaker_config',
+  'breaker_state',
+  'breaker_consecutive',
+  'breaker_recent',
+  'breaker_opened_at',
+  'breaker_until',
+  'breaker_probe_id',
+  'breaker_cooldown_ms',
+] as const;
+
+/** An ended execution, as the breaker needs it. */
+export interface Ended {
+  id: string;
+  agent: string;
+  status: string;
+  error_code: string | null;
+}
+
+/**
+ * Count ended executions toward their agents' breakers, inside the transaction that ended them.
+ * Each agent row is locked (the lock admission takes), so concurrent completions count one after
+ * the other. Agents are locked in name order: a reaper pass ends rows of many agents, and two
+ * passes taking their agents in different orders could wait on each other in a cycle.
+ */
+export async function countTowardBreakers(
+  tx: Tx,
+  store: StoreAdapter,
+  ended: Ended[],
+  now: number,
+  actor: string,
+  sinks: readonly AlertSinkKind[],
+): Promise<void> {
+  const relevant = ended.filter((e) => breakerOutcome(e.status, e.error_code) !== null);
+  const agents = [...new Set(relevant.map((e) => e.agent))].sort();
+  for (const agent of agents) {
+    // The config is read without a lock first: an agent with the breaker off (the common case
+    // for agents from before 0011) costs one primary-key read and takes no lock.
+    const cfg = await tx.selectFrom('agents').select('breaker_config').where('name', '=', agent).executeTakeFirst();
+    if (!cfg || cfg.breaker_config === null) continue;
+    const row = await store
+      .lockRows(tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent), 'admission')
+      .executeTakeFirst();
+    if (!row) continue;
+    let state = row;
+    let patch: BreakerPatch = {};
+    for (const e of relevant.filter((x) => x.agent === agent)) {
+      const step = breakerOnOutcome(state, e.id, breakerOutcome(e.status, e.error_code), now);
+      if (!step) continue;
+      patch = { ...patch, ...step.patch };
+      state = { ...state, ...step.patch };
+      if (step.change) await recordBreakerChange(tx, agent, step.change, actor, now, sinks, e.id);
+    }
+    if (Object.keys(patch).length > 0) await tx.updateTable('agents').set(patch).where('name', '=', agent).execute();
+  }
+}
+
+/** Every breaker change: an audit row `agent.breaker` (from, to, why) and one alert per configured sink. */
+export async function recordBreakerChange(
+  tx: Tx,
+  agent: string,
+  change: BreakerChange,
+  actor: string,
+  now: number,
+  sinks: readonly AlertSinkKind[],
+  executionId: string | null = null,
+): Promise<void> {
+  await appendAudit(tx, {
+    at: now,
+    actor,
+    action: 'agent.breaker',
+    subject: agent,
+    execution_id: executionId,
+    detail: { from: change.from, to: change.to, why: change.why, until: change.until, cooldown_ms: change.cooldown_ms },
+  });
+  for (const sink of sinks) {
+    await tx
+      .insertInto('canary_alerts')
+      .values({
+        invariant: BREAKER_ALERT,
+        transition: change.to === 'closed' ? 'resolved' : 'violated',
+        sink,
+        body: JSON.stringify(breakerAlertBody(sink, agent, change, actor, now)),
+        status: 'pending',
+        next_attempt_at: now,
+        created_at: now,
+      })
+      .execute();
+  }
+}
+
+/**
+ * An operator closes the breaker by hand: counters start afresh and admission resumes at once.
+ * Under the agent row's lock (the one admission takes), so no admission in any process still
+ * sees it open afterwards. Returns whether it changed (closing a closed breaker is a no-op).
+ */
+export async function closeBreaker(
+  tx: Tx,
+  store: StoreAdapter,
+  agent: string,
+  now: number,
+  actor: string,
+  sinks: readonly AlertSinkKind[],
+): Promise<boolean> {
+  const row = await store
+    .lockRows(tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent), 'admission')
+    .executeTakeFirst();
+  if (!row) return false;
+  // Reset the counters even when closed: an operator who fixed the cause wants a fresh count.
+  await tx.updateTable('agents').set(BREAKER_CLOSED).where('name', '=', agent).execute();
+  if (row.breaker_state === 'closed') return false;
+  await recordBreakerChange(
+    tx,
+    agent,
+    { from: row.breaker_state, to: 'closed', why: 'closed_by_operator', until: null, cooldown_ms: null },
+    actor,
+    now,
+    sinks,
+  );
+  return true;
+}
