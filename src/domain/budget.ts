@@ -1,0 +1,170 @@
+/**
+ * Budgets: per-agent limits on spending per time window (issue #13). Plain data and pure
+ * helpers; the ledger lives in `agent_budget_ledger` (migration 0012), the engine writes it in
+ * the completion's transaction (src/engine/budget.ts) and admission reads it under the agent
+ * lock (src/engine/transitions/admit.ts).
+ *
+ * Glossary
+ * - metric: what is counted — `cost_usd` and `total_tokens` from the `usage` a completion
+ *   reports, `run_seconds` from its `duration_ms`.
+ * - window: `hour`, `day` or calendar `month`, starting on the wall clock of the budget's
+ *   `time_zone` (an IANA name; UTC when absent). A window's spending is one ledger row keyed
+ *   (agent, window kind, window start); a new window is a new row, so nothing is ever reset.
+ * - spent: a limit whose window's spending reached it. Admission then holds (`budget_spent`)
+ *   until the window rolls or the limit is raised; running tasks are not stopped, so spending
+ *   can pass a limit by what the tasks already running cost.
+ */
+
+export const BUDGET_METRICS = Object.freeze(['cost_usd', 'total_tokens', 'run_seconds'] as const);
+export type BudgetMetric = (typeof BUDGET_METRICS)[number];
+export const BUDGET_WINDOWS = Object.freeze(['hour', 'day', 'month'] as const);
+export type BudgetWindow = (typeof BUDGET_WINDOWS)[number];
+
+/** At this share of a limit an alert fires, once per window (the ledger row remembers it). */
+export const BUDGET_ALERT_RATIO = 0.8;
+/** Limits one budget may hold: one per (metric, window) pair. */
+export const BUDGET_MAX_LIMITS = BUDGET_METRICS.length * BUDGET_WINDOWS.length;
+
+export interface BudgetLimit {
+  metric: BudgetMetric;
+  window: BudgetWindow;
+  /** Spending allowed per window: dollars, tokens or seconds. */
+  limit: number;
+}
+export interface Budget {
+  /** IANA time zone the windows start in (default UTC). */
+  time_zone?: string;
+  limits: BudgetLimit[];
+}
+
+/** One ledger row's counters, as numbers. */
+export interface WindowSpend {
+  window_kind: BudgetWindow;
+  window_start: number;
+  cost_usd: number;
+  total_tokens: number;
+  run_ms: number;
+  alerted_at: number | null;
+}
+
+/** What one completion adds to its agent's windows. */
+export interface Spend {
+  cost_usd: number;
+  total_tokens: number;
+  run_ms: number;
+}
+
+/** A valid IANA zone name (or UTC)? Intl knows them; an unknown name throws RangeError. */
+export function isTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function parseBudget(json: string | null | undefined): Budget | null {
+  if (json === null || json === undefined) return null;
+  const b = JSON.parse(json) as Budget;
+  return b.limits.length === 0 ? null : b;
+}
+
+/** The window kinds a budget counts in, each once. */
+export const budgetWindows = (b: Budget): BudgetWindow[] => [...new Set(b.limits.map((l) => l.window))];
+
+const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : 0);
+
+/** The spending a completion reports: usage's cost and tokens (input + output when no total), and its run time. */
+export function spendOf(usage: unknown, durationMs: number | null): Spend {
+  const u = (usage && typeof usage === 'object' ? usage : {}) as Record<string, unknown>;
+  const tokens = u.total_tokens !== undefined ? num(u.total_tokens) : num(u.input_tokens) + num(u.output_tokens);
+  return { cost_usd: num(u.cost_usd), total_tokens: tokens, run_ms: Math.max(0, Number(durationMs ?? 0)) };
+}
+
+export const spentOn = (metric: BudgetMetric, w: Pick<WindowSpend, 'cost_usd' | 'total_tokens' | 'run_ms'>): number =>
+  metric === 'cost_usd' ? Number(w.cost_usd) : metric === 'total_tokens' ? Number(w.total_tokens) : Number(w.run_ms) / 1000;
+
+// ── windows on a time zone's wall clock ─────────────────────────────────────
+
+const formatters = new Map<string, Intl.DateTimeFormat>();
+/** Intl formatters are costly to build (~0.1 ms); one per zone, kept. */
+function formatter(tz: string): Intl.DateTimeFormat {
+  let f = formatters.get(tz);
+  if (!f) {
+    f = new Intl.DateTimeFormat('en-US', {
+      timeZone: tz,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: 'numeric',
+      day: 'numeric',
+      hour: 'numeric',
+      minute: 'numeric',
+      second: 'numeric',
+    });
+    formatters.set(tz, f);
+  }
+  return f;
+}
+
+/** The zone's wall clock at `t`, read as if it were UTC (so arithmetic on it is plain). */
+function wallAsUtc(t: number, tz: string): number {
+  const p: Record<string, number> = {};
+  for (const part of formatter(tz).formatToParts(t)) if (part.type !== 'literal') p[part.type] = Number(part.value);
+  return Date.UTC(p.year!, p.month! - 1, p.day!, p.hour!, p.minute!, p.second!);
+}
+
+/** The instant whose wall clock in `tz` is `wall` (a gap at a DST change resolves to just after it). */
+function instantOf(wall: number, tz: string): number {
+  let t = wall - (wallAsUtc(wall, tz) - wall);
+  // A second pass settles the offset when the first guess crossed a DST change.
+  t = wall - (wallAsUtc(t, tz) - t);
+  return t;
+}
+
+function truncate(wall: number, w: BudgetWindow): number {
+  const d = new Date(wall);
+  if (w === 'hour') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours());
+  if (w === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+}
+
+function nextWall(wallStart: number, w: BudgetWindow): number {
+  const d = new Date(wallStart);
+  if (w === 'hour') return wallStart + 3_600_000;
+  if (w === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() + 1);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+}
+
+/** The window holding `now`: its start (the ledger key) and when it ends (`resets_at`), epoch ms. */
+export function windowOf(now: number, w: BudgetWindow, tz = 'UTC'): { start: number; end: number } {
+  if (tz === 'UTC') {
+    const start = truncate(now, w);
+    return { start, end: nextWall(start, w) };
+  }
+  const wallStart = truncate(wallAsUtc(now, tz), w);
+  return { start: instantOf(wallStart, tz), end: instantOf(nextWall(wallStart, w), tz) };
+}
+
+/** One limit's state now, given the ledger rows of the current windows. */
+export interface LimitStatus extends BudgetLimit {
+  spent: number;
+  remaining: number;
+  window_start: number;
+  resets_at: number;
+}
+
+export function budgetStatus(b: Budget, rows: WindowSpend[], now: number): LimitStatus[] {
+  return b.limits.map((l) => {
+    const { start, end } = windowOf(now, l.window, b.time_zone);
+    const row = rows.find((r) => r.window_kind === l.window && Number(r.window_start) === start);
+    const spent = row ? spentOn(l.metric, row) : 0;
+    return { ...l, spent, remaining: Math.max(0, l.limit - spent), window_start: start, resets_at: end };
+  });
+}
+
+/** The first limit that is spent (spending reached it), or null: admission may go on. */
+export function firstSpent(b: Budget | null, rows: WindowSpend[], now: number): LimitStatus | null {
+  if (!b) return null;
+  return budgetStatus(b, rows, now).find((s) => s.spent >= s.limit) ?? null;
+}
