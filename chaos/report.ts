@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { replayAllSeats } from '../src/canary/invariants/history.ts';
 import { TERMINAL_STATES } from '../src/domain/states.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
+import type { FleetKillResult } from './fleet.ts';
 import type { TrafficStats } from './traffic.ts';
 
 export interface KillRecord {
@@ -53,6 +54,8 @@ export interface ChaosReport {
     target_p99_ms: number;
   };
   throughput_per_s: number;
+  /** The fleet-kill phase (chaos/fleet.ts): passes with held >= 2, charged 0, finished = held. */
+  fleet_kill?: FleetKillResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -198,6 +201,11 @@ export function markdown(r: ChaosReport): string {
     `| duplicate terminal outcomes (event log) | ${r.duplicate_terminal_outcomes} |`,
     `| over-admissions (event log: recorded seats and replay) | ${r.over_admissions} |`,
     `| canary violations after settle | ${r.canary_violations_after_settle} |`,
+    ...(r.fleet_kill
+      ? [
+          `| fleet kill: attempts charged when all ${r.fleet_kill.workers} workers of one agent died at once (held ${r.fleet_kill.held}, re-queued uncharged ${r.fleet_kill.requeued_shared}, finished ${r.fleet_kill.finished}) | ${r.fleet_kill.charged} |`,
+        ]
+      : []),
     '',
     '| also measured | value |',
     '|---|---|',
