@@ -7,6 +7,7 @@ import type * as S from './api/schemas.ts';
 import type * as T from './api/schemas/triggers.ts';
 import type * as L from './api/schemas/logs.ts';
 import type * as C from './api/schemas/canary.ts';
+import type { BudgetAnswer } from './api/schemas/budget.ts';
 import type { ViolationStateFilter } from './domain/canary.ts';
 import { isTerminal } from './domain/states.ts';
 import { readSse } from './sse.ts';
@@ -131,6 +132,10 @@ export class BatonClient {
   /** Pause an agent (idempotent: a paused agent keeps its first who, why and since). */
   pauseAgent = (name: string, reason: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/pause`, { reason });
   resumeAgent = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/resume`);
+  /** An agent's budget: per limit, the current window's spending, what remains and when it resets. */
+  agentBudget = (name: string) => this.call<BudgetAnswer>('GET', `/v1/agents/${enc(name)}/budget`);
+  /** Close an agent's circuit breaker by hand (idempotent). */
+  closeBreaker = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/breaker/close`);
   deleteAgent = (name: string) =>
     this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
 

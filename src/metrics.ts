@@ -14,6 +14,7 @@
  * Outcomes and reasons are short fixed codes (e.g. 'accepted', 'already_running',
  * 'bad_signature', 'overlap'), never ids: each distinct value is a new time series.
  */
+import { BREAKER_GAUGE, type BreakerState } from './domain/breaker.ts';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ALERT_STATUSES } from './domain/canary.ts';
 import type { Fired } from './domain/outcomes.ts';
@@ -22,6 +23,8 @@ import { liveCountsByAgent } from './engine/live-counts.ts';
 import type { StoreAdapter } from './store/adapter.ts';
 import { RETENTION_DEFAULTS, type RetentionEnv } from './config.ts';
 import { readHistoryStats } from './retention/stats.ts';
+import { budgetStatus, parseBudget } from './domain/budget.ts';
+import { readCurrentWindows } from './engine/budget.ts';
 
 export const processRegistry = new Registry();
 collectDefaultMetrics({ register: processRegistry });
@@ -46,7 +49,14 @@ const WAIT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 interface DbStats {
   /** Live executions (queued, running) per agent: never a count over history. */
   executions: Array<{ agent: string; status: 'queued' | 'running'; n: number }>;
-  agents: Array<{ name: string; max_parallel: number; max_backlog: number; paused_at: number | null }>;
+  agents: Array<{
+    name: string;
+    max_parallel: number;
+    max_backlog: number;
+    paused_at: number | null;
+    breaker_state: BreakerState;
+    lapse_hold_at: number | null;
+  }>;
   violations: Array<{ invariant: string; severity: string; n: number }>;
   alerts: Array<{ status: string; n: number }>;
   canaryCompletedAt: number | null;
@@ -60,7 +70,10 @@ async function readDbStats(store: StoreAdapter): Promise<DbStats> {
     { agent, status: 'running' as const, n: c.running },
     { agent, status: 'queued' as const, n: c.queued },
   ]);
-  const agents = await db.selectFrom('agents').select(['name', 'max_parallel', 'max_backlog', 'paused_at']).execute();
+  const agents = await db
+    .selectFrom('agents')
+    .select(['name', 'max_parallel', 'max_backlog', 'paused_at', 'breaker_state', 'lapse_hold_at'])
+    .execute();
   const violations = await db
     .selectFrom('canary_violations')
     .select(['invariant', 'severity', (eb) => eb.fn.countAll<number>().as('n')])
@@ -80,6 +93,21 @@ async function readDbStats(store: StoreAdapter): Promise<DbStats> {
     alerts: alerts.map((r) => ({ ...r, n: Number(r.n) })),
     canaryCompletedAt: state?.last_completed_at === null || state?.last_completed_at === undefined ? null : Number(state.last_completed_at),
   };
+}
+
+/** Every budget limit's spent ratio now: agents with a budget only, one primary-key seek of the ledger each. */
+async function readBudgetRatios(engine: Engine): Promise<Array<{ agent: string; metric: string; window: string; ratio: number }>> {
+  const db = engine.store.reader;
+  const agents = await db.selectFrom('agents').select(['name', 'budget']).where('budget', 'is not', null).execute();
+  const now = engine.now();
+  const out: Array<{ agent: string; metric: string; window: string; ratio: number }> = [];
+  for (const a of agents) {
+    const budget = parseBudget(a.budget);
+    if (!budget) continue;
+    for (const l of budgetStatus(budget, await readCurrentWindows(db, a.name, budget, now), now))
+      out.push({ agent: a.name, metric: l.metric, window: l.window, ratio: l.spent / l.limit });
+  }
+  return out;
 }
 
 export interface NodeMetrics {
@@ -151,6 +179,27 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   dbGauge('baton_agent_paused', '1 while the agent is paused (it admits nothing until resumed)', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, a.paused_at === null ? 0 : 1);
   });
+  dbGauge(
+    'baton_agent_lapse_hold',
+    '1 while the agent is held after a shared-cause lapse (until a worker of it is seen)',
+    ['agent'],
+    (g, s) => {
+      for (const a of s.agents) g.set({ agent: a.name }, a.lapse_hold_at === null ? 0 : 1);
+    },
+  );
+  dbGauge('baton_agent_breaker_state', 'Circuit breaker per agent: 0 closed (or off), 1 open, 2 half-open', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, BREAKER_GAUGE[a.breaker_state]);
+  });
+  // Budgets: a separate read (agents with a budget, one ledger seek each), cached like the above.
+  const { gauge: budgetGauge } = cachedGauges(() => readBudgetRatios(engine), DB_GAUGE_TTL_MS);
+  budgetGauge(
+    'baton_agent_budget_spent_ratio',
+    'Spending / limit per agent budget limit in its current window (>= 1: spent, the agent admits nothing until the window rolls)',
+    ['agent', 'metric', 'window'],
+    (g, rows) => {
+      for (const r of rows) g.set({ agent: r.agent, metric: r.metric, window: r.window }, r.ratio);
+    },
+  );
   dbGauge('baton_agent_max_backlog', 'Queued executions allowed per agent (max_backlog)', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, a.max_backlog);
   });
@@ -238,7 +287,7 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   });
   const reaperActions = new Counter({
     name: 'baton_reaper_actions_total',
-    help: "Rows this process's reaper acted on, by kind (requeued, poisoned, timed_out, cancel_forced, cancelled, backlog_expired)",
+    help: "Rows this process's reaper acted on, by kind (requeued, requeued_shared, poisoned, timed_out, cancel_forced, cancelled, backlog_expired)",
     labelNames: ['kind'] as const,
     registers: [registry],
   });

@@ -264,7 +264,18 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
 
   it('every reason in the closed list is covered above', () => {
     expect([...WAITING_REASONS].sort()).toEqual(
-      ['agent_paused', 'next_in_line', 'no_worker', 'push_failing', 'run_after', 'seats_taken', 'serial_busy'].sort(),
+      [
+        'agent_paused',
+        'breaker_open', // test/breaker.test.ts
+        'budget_spent', // test/budget.test.ts
+        'lapse_hold', // test/lapse.test.ts
+        'next_in_line',
+        'no_worker',
+        'push_failing',
+        'run_after',
+        'seats_taken',
+        'serial_busy',
+      ].sort(),
     );
   });
 });

@@ -58,8 +58,19 @@ function agent(name: string, maxBacklog: number): AgentRow {
     retry_policy: '{"max_attempts":2}',
     paused_at: null,
     paused_by: null,
+    breaker_config: null,
+    breaker_state: 'closed',
+    breaker_consecutive: 0,
+    breaker_recent: '',
+    breaker_opened_at: null,
+    breaker_until: null,
+    breaker_probe_id: null,
+    breaker_cooldown_ms: null,
     paused_reason: null,
     last_claim_at: null,
+    lapse_hold_at: null,
+    lapse_hold_count: null,
+    budget: null,
   };
 }
 

@@ -14,6 +14,8 @@ const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const TOOLS = [
   'canary_status',
   'cancel_execution',
+  'close_agent_breaker',
+  'get_budget',
   'get_execution',
   'get_logs',
   'list_agents',

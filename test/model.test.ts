@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_FORGIVEN_LAPSES, SHARED_LAPSE_THRESHOLD } from '../src/domain/admission.ts';
 import { BatonError } from '../src/domain/errors.ts';
 import { isTerminal, type CompletionStatus, type ExecutionStatus } from '../src/domain/states.ts';
 import { Engine } from '../src/engine/engine.ts';
@@ -113,10 +114,14 @@ interface Modelled {
   /** Every token a worker was ever handed for this row (stale ones included, to test fencing). */
   granted: string[];
   errorCode: string | null;
+  /** Shared-cause lapses forgiven (the attempt given back), at most MAX_FORGIVEN_LAPSES. */
+  lapsesForgiven: number;
 }
 
 class Model {
   readonly rows: Modelled[] = [];
+  /** Agents under a shared-cause lapse hold: set by the reaper, ended by a claim or heartbeat. */
+  readonly held = new Set<number>();
   constructor(
     readonly names: string[],
     readonly specs: AgentSpec[],
@@ -129,6 +134,13 @@ class Model {
   /** What one reaper pass must do, applied to the model, in the engine's order. */
   reap(now: number): Array<[string, string]> {
     const out: Array<[string, string]> = [];
+    // Shared-cause lapses (src/engine/transitions/expire.ts): plain lapses, per agent.
+    const lapses = new Map<number, number>();
+    for (const r of this.rows) {
+      const plain = r.status === 'running' && r.leaseExpiresAt! < now && !(r.deadlineAt! < now) && r.cancelRequestedAt === null;
+      if (plain) lapses.set(r.agent, (lapses.get(r.agent) ?? 0) + 1);
+    }
+    const shared = (agent: number) => (lapses.get(agent) ?? 0) >= SHARED_LAPSE_THRESHOLD || this.held.has(agent);
     for (const r of this.rows) {
       if (r.status !== 'running') continue;
       const timedOut = r.deadlineAt! < now;
@@ -143,7 +155,11 @@ class Model {
       if (timedOut) end('failed', 'timed_out', 'timeout');
       else if (forced) end('cancelled', 'cancel_forced', 'cancel_forced');
       else if (r.cancelRequestedAt !== null) end('cancelled', 'cancelled', 'cancel_requested');
-      else if (r.attempt > this.specs[r.agent]!.max_redeliveries) end('failed', 'poisoned', 'poisoned');
+      else if (shared(r.agent) && r.lapsesForgiven < MAX_FORGIVEN_LAPSES) {
+        end('queued', 'requeued_shared', null);
+        Object.assign(r, { deadlineAt: null, attempt: r.attempt - 1, lapsesForgiven: r.lapsesForgiven + 1 });
+        this.held.add(r.agent);
+      } else if (r.attempt > this.specs[r.agent]!.max_redeliveries) end('failed', 'poisoned', 'poisoned');
       else {
         end('queued', 'requeued', null);
         r.deadlineAt = null;
@@ -205,11 +221,13 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
         token: null,
         granted: [],
         errorCode: null,
+        lapsesForgiven: 0,
       });
       return;
     }
     case 'claim': {
       const agent = cmd.agent % model.specs.length;
+      model.held.delete(agent); // a claim is a worker seen again: it ends the hold and admits
       const spec = model.specs[agent]!;
       const free = spec.max_parallel - model.of(agent, 'running').length;
       const expected = model
@@ -241,6 +259,7 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
       const got = await outcome(engine.heartbeat(m.id, t));
       if (m.status === 'running' && t === m.token) {
         m.leaseExpiresAt = now + LEASE_MS;
+        model.held.delete(m.agent);
         expect(got).toEqual({
           ok: true,
           value: { lease_expires_at: m.leaseExpiresAt, cancel_requested: m.cancelRequestedAt !== null, deadline_at: m.deadlineAt },
@@ -370,9 +389,9 @@ function invariantsOfOne(row: ExecutionRow, events: ExecutionEventRow[], at: str
     expect(row.attempt, where).toBeGreaterThanOrEqual(1);
   }
 
-  // Attempts: each admission charges one, each graceful release gives it back.
+  // Attempts: each admission charges one, each graceful release or shared-cause lapse gives it back.
   const admissions = events.filter((e) => e.from_status === 'queued' && e.to_status === 'running');
-  const releases = events.filter((e) => e.reason === 'released');
+  const releases = events.filter((e) => e.reason === 'released' || e.reason === 'requeued_shared');
   expect(row.attempt, where).toBe(admissions.length - releases.length);
   expect(row.attempt, where).toBeGreaterThanOrEqual(0);
   expect(row.attempt, where).toBeLessThanOrEqual(row.max_redeliveries + 1);
@@ -400,7 +419,8 @@ describe(`model (${STORE_KIND})`, () => {
           const r = ++run;
           const names = specs.map((_, i) => `m${r}-${i}`);
           for (const [i, spec] of specs.entries()) {
-            await engine.createAgent({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, ...spec }, 'model');
+            // The model has no circuit breaker (on by default for new agents): off here; test/breaker.test.ts covers it.
+            await engine.createAgent({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, breaker: null, ...spec }, 'model');
           }
           const model = new Model(names, specs);
           for (const cmd of cmds) {

@@ -28,7 +28,8 @@ import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const HISTORY = 30_000;
 const AGENTS = ['hist-a', 'hist-b', 'hist-c', 'hist-d', 'hist-e'];
-const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'];
+// (agent_budget_ledger grows by one row per agent with a budget per window: history too.)
+const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log', 'agent_budget_ledger'];
 /** Partial indexes that hold live rows only (queued / running): scanning one is not a history walk. */
 const LIVE_INDEXES = new Set([
   'executions_admission',
@@ -439,6 +440,87 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     await during('schedule delete', () => t.schedules.delete(scheduleIds[1]!, 'test'));
     await during('agent delete', () => engine.deleteAgent(AGENTS[4]!, 'test'));
 
+    // Budgets: an agent with years of hourly ledger rows behind it. Admission, completion, the
+    // waiting answer and GET /v1/agents/{agent}/budget each seek its current windows' rows.
+    await engine.createAgent(
+      {
+        name: 'hist-budget',
+        max_parallel: 1,
+        budget: {
+          time_zone: 'Europe/Berlin',
+          limits: [
+            { metric: 'cost_usd', window: 'hour', limit: 1e6 },
+            { metric: 'total_tokens', window: 'month', limit: 1 },
+          ],
+        },
+      },
+      'seed',
+    );
+    for (let c = 0; c < 20; c++)
+      await store.db
+        .insertInto('agent_budget_ledger')
+        .values(
+          Array.from({ length: 1000 }, (_, i) => ({
+            agent: 'hist-budget',
+            window_kind: 'hour' as const,
+            window_start: now - (c * 1000 + i + 10) * 3_600_000,
+            updated_at: now,
+          })),
+        )
+        .execute();
+    if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
+    else await sql`VACUUM ANALYZE agent_budget_ledger`.execute(store.db);
+    const budgetRows = [
+      await engine.submit('hist-budget', { message: 'b1' }, 'test'),
+      await engine.submit('hist-budget', { message: 'b2' }, 'test'),
+    ];
+    const [spender] = await during('claim budget', () => engine.claim('hist-budget', { owner: 'w4' }));
+    await during('complete budget', () =>
+      engine.complete(spender!.id, spender!.lease_token!, { status: 'succeeded', usage: { cost_usd: 1, total_tokens: 5 } }, 'w4'),
+    );
+    expect(await during('claim budget spent', () => engine.claim('hist-budget', { owner: 'w4' }))).toEqual([]);
+    expect(
+      (await during('waiting budget', () => engine.getExecution(budgetRows.find((r) => r.id !== spender!.id)!.id))).waiting?.reason,
+    ).toBe('budget_spent');
+    await during('budget read', () => engine.agentBudget('hist-budget'));
+
+    // Shared-cause lapse: two leases of one agent lapse in one pass (the reaper's hold lookup and
+    // agent update), then the waiting answer on the held agent and the claim that ends the hold.
+    await engine.createAgent({ name: 'hist-lapse', max_parallel: 3, max_backlog: 10 }, 'test');
+    for (let i = 0; i < 3; i++) await engine.submit('hist-lapse', { message: `lapse ${i}` }, 'test');
+    const leased = await engine.claim('hist-lapse', { owner: 'w5', max: 2 });
+    await store.db
+      .updateTable('executions')
+      .set({ lease_expires_at: now - 1 })
+      .where(
+        'id',
+        'in',
+        leased.map((r) => r.id),
+      )
+      .execute();
+    await during('reaper shared lapse', () => engine.reapOnce());
+    expect((await during('waiting lapse', () => engine.getExecution(leased[0]!.id))).waiting?.reason).toBe('lapse_hold');
+    expect(await during('claim after lapse', () => engine.claim('hist-lapse', { owner: 'w6', max: 3 }))).toHaveLength(3);
+
+    // Circuit breaker: a failure that opens it (counted under the agent lock), the claim that
+    // takes the probe once the cool-down is over, the waiting answer that seeks the probe's row.
+    const cfg = { consecutive: 1, ratio: 1, window: 5, cooldown_ms: 1_000, max_cooldown_ms: 2_000, count: ['agent_error' as const] };
+    await engine.createAgent({ name: 'hist-breaker', max_parallel: 3, max_backlog: 10, breaker: cfg }, 'test');
+    for (let i = 0; i < 3; i++) await engine.submit('hist-breaker', { message: `breaker ${i}` }, 'test');
+    const [failing] = await engine.claim('hist-breaker', { owner: 'w7' });
+    const failure = { status: 'failed' as const, error: { code: 'model_error', message: 'x' } };
+    await during('breaker complete', () => engine.complete(failing!.id, failing!.lease_token!, failure, 'w7'));
+    await store.db.updateTable('agents').set({ breaker_until: 0 }).where('name', '=', 'hist-breaker').execute();
+    expect(await during('claim breaker probe', () => engine.claim('hist-breaker', { owner: 'w7', max: 3 }))).toHaveLength(1);
+    const [stillQueued] = await store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', 'hist-breaker')
+      .where('status', '=', 'queued')
+      .execute();
+    const half = await during('waiting breaker', () => engine.getExecution(stillQueued!.id));
+    expect(half.waiting?.reason).toBe('breaker_open');
+
     const checked = await checkRecorded();
     const labels = new Set(checked.map((c) => c.label));
     // The recording saw every path (a path that sent nothing would pass unchecked).
@@ -464,6 +546,15 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'agent seats',
       'agent series counts',
       'manual retry',
+      'claim budget spent',
+      'waiting budget',
+      'budget read',
+      'reaper shared lapse',
+      'waiting lapse',
+      'claim after lapse',
+      'breaker complete',
+      'claim breaker probe',
+      'waiting breaker',
     ]) {
       expect(labels, `no statement recorded for ${l}`).toContain(l);
     }

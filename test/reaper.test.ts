@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { MAX_FORGIVEN_LAPSES } from '../src/domain/admission.ts';
 import { BatonError } from '../src/domain/errors.ts';
 import { isTerminal } from '../src/domain/states.ts';
 import { Engine } from '../src/engine/engine.ts';
@@ -36,7 +37,17 @@ beforeEach(async () => {
 async function newAgent(extra: { max_parallel?: number; max_redeliveries?: number } = {}): Promise<string> {
   const name = `agent-${++n}`;
   await engine.createAgent(
-    { name, max_parallel: 1, max_backlog: 10, lease_ttl_seconds: LEASE_MS / 1000, timeout_seconds: TIMEOUT_MS / 1000, ...extra },
+    // breaker: null — these races fail many runs of one agent on purpose; a breaker (on by default
+    // for new agents) would open and stop the next claim (test/breaker.test.ts covers it).
+    {
+      name,
+      max_parallel: 1,
+      max_backlog: 10,
+      lease_ttl_seconds: LEASE_MS / 1000,
+      timeout_seconds: TIMEOUT_MS / 1000,
+      breaker: null,
+      ...extra,
+    },
     'test',
   );
   return name;
@@ -318,14 +329,16 @@ describe(`reaper (${STORE_KIND})`, () => {
     expect(await reap(a)).toEqual([]);
 
     const now = clock();
+    // Two lapses of one agent in one pass are a shared cause (test/lapse.test.ts); this test is
+    // about each row's own lapse, so both rows have used up their shared-cause forgiveness.
     await ts.store.db
       .updateTable('executions')
-      .set({ lease_expires_at: now - 1 })
+      .set({ lease_expires_at: now - 1, lapses_forgiven: MAX_FORGIVEN_LAPSES })
       .where('id', '=', lapsed.id)
       .execute();
     await ts.store.db
       .updateTable('executions')
-      .set({ lease_expires_at: now - 1, attempt: 4 })
+      .set({ lease_expires_at: now - 1, attempt: 4, lapses_forgiven: MAX_FORGIVEN_LAPSES })
       .where('id', '=', spent.id)
       .execute();
     await ts.store.db

@@ -8,7 +8,9 @@ import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
-import { AgentPaused, Paused, Waiting } from './schemas/admission.ts';
+import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
+import { Budget, BudgetSetting } from './schemas/budget.ts';
+import { Breaker, BreakerSetting } from './schemas/breaker.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const AgentName = z
@@ -57,6 +59,8 @@ const agentSettings = {
     .optional()
     .describe('HMAC-SHA256 signing secret for push deliveries (X-Baton-Signature): stored encrypted, never returned'),
   retry_policy: RetryPolicy.nullable().optional().describe('default retry policy of its executions (null: no retries)'),
+  budget: BudgetSetting,
+  breaker: BreakerSetting,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
@@ -80,6 +84,9 @@ export const Agent = z.object({
   running: z.number().int().describe('running executions now (seats in use)'),
   queued: z.number().int(),
   paused: Paused,
+  budget: Budget.nullable().describe('per-window spending limits (null: none); GET /v1/agents/{agent}/budget shows the spending'),
+  lapse_hold: LapseHold,
+  breaker: Breaker,
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
   created_at: Timestamp,
   updated_at: Timestamp,

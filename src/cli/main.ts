@@ -40,6 +40,17 @@ const agentRow = (a: Agent) => ({
   paused: a.paused ? `since ${relativeTime(a.paused.since)} by ${a.paused.by}: ${a.paused.reason}` : '',
 });
 
+/** `agents show`: the circuit breaker in one line. */
+function breakerLine(b: Agent['breaker']): string {
+  if (!b) return 'off';
+  const c = b.config;
+  const rule = `opens on ${c.consecutive} in a row or ${c.ratio * 100}% of ${c.window}`;
+  if (b.state === 'closed')
+    return `closed (${b.consecutive_failures} failures in a row; ${b.recent.failures}/${b.recent.outcomes} recent; ${rule})`;
+  if (b.state === 'half_open') return `half-open: probe ${b.probe_execution_id ?? '(next claim)'} decides (${rule})`;
+  return `open until ${b.until} (${relativeTime(b.until!)}), then one probe; cool-down ${Math.round((b.cooldown_ms ?? 0) / 1000)} s (${rule})`;
+}
+
 /** `baton why`: the waiting answer in words, then its facts. */
 export function showWaiting(id: string, status: string, w: Waiting | null): string {
   if (!w) return `${id} is ${status}: it is not waiting.`;
@@ -190,7 +201,12 @@ export function buildProgram(): Command {
       .option('--description <text>', 'free text')
       .option('--delivery <mode>', 'pull (workers claim tasks; default) or push (Baton POSTs them to --push-url)')
       .option('--push-url <url>', 'where push deliveries go')
-      .option('--push-secret <secret>', 'HMAC signing secret for push deliveries (stored encrypted, never shown again)');
+      .option('--push-secret <secret>', 'HMAC signing secret for push deliveries (stored encrypted, never shown again)')
+      .option(
+        '--budget-json <json>',
+        'spending limits, e.g. \'{"time_zone":"Europe/Berlin","limits":[{"metric":"cost_usd","window":"day","limit":20}]}\' (null: none)',
+        json('--budget-json'),
+      );
   const settings = (o: Record<string, any>) =>
     Object.fromEntries(
       Object.entries({
@@ -203,6 +219,7 @@ export function buildProgram(): Command {
         delivery: o.delivery,
         push_url: o.pushUrl,
         push_secret: o.pushSecret,
+        budget: o.budgetJson,
       }).filter(([, v]) => v !== undefined),
     );
   agentOptions(agents.command('create <name>').description('register an agent')).action(async (name, _o, cmd) => {
@@ -230,6 +247,13 @@ export function buildProgram(): Command {
         keyValues({
           ...a,
           paused: a.paused ? `since ${a.paused.since} (${relativeTime(a.paused.since)}) by ${a.paused.by}: ${a.paused.reason}` : 'no',
+          lapse_hold: a.lapse_hold
+            ? `since ${a.lapse_hold.since} (${relativeTime(a.lapse_hold.since)}): ${a.lapse_hold.lapsed} leases lapsed at once; ends at its workers' next claim or heartbeat`
+            : 'no',
+          breaker: breakerLine(a.breaker),
+          budget: a.budget
+            ? `${a.budget.limits.map((l) => `${l.metric} ${l.limit}/${l.window}`).join(', ')}${a.budget.time_zone ? ` (${a.budget.time_zone})` : ''}; see \`baton agents budget ${a.name}\``
+            : 'none',
           last_claim_at: a.last_claim_at ? `${a.last_claim_at} (${relativeTime(a.last_claim_at)})` : 'never',
           created_at: `${a.created_at} (${relativeTime(a.created_at)})`,
           updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})`,
@@ -259,6 +283,37 @@ export function buildProgram(): Command {
       const o = g(cmd);
       const a = await client(o).resumeAgent(name);
       print(o, a, () => `agent ${a.name} resumed (${a.queued} queued)`);
+    });
+  agents
+    .command('breaker-close <name>')
+    .description('close its circuit breaker by hand: admission resumes at once, failure counts start afresh; idempotent')
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const a = await client(o).closeBreaker(name);
+      print(o, a, () => `agent ${a.name} circuit breaker ${a.breaker ? a.breaker.state : 'off'} (${a.queued} queued)`);
+    });
+  agents
+    .command('budget <name>')
+    .description("its budget: per limit, this window's spending, what remains and when the window resets")
+    .action(async (name, _o, cmd) => {
+      const o = g(cmd);
+      const b = await client(o).agentBudget(name);
+      print(o, b, () =>
+        b.limits.length === 0
+          ? `agent ${name} has no budget`
+          : `agent ${name} budget (windows in ${b.time_zone})${b.spent ? ': SPENT, admitting nothing' : ''}\n` +
+            table(
+              b.limits.map((l) => ({
+                metric: l.metric,
+                window: l.window,
+                limit: l.limit,
+                spent: `${l.spent} (${Math.round(l.spent_ratio * 100)} %)`,
+                remaining: l.remaining,
+                resets: `${l.resets_at} (${relativeTime(l.resets_at)})`,
+              })),
+              ['metric', 'window', 'limit', 'spent', 'remaining', 'resets'],
+            ),
+      );
     });
   agents
     .command('delete <name>')

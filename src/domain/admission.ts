@@ -11,8 +11,10 @@
  * - waiting: the first reason a queued execution is not running, with the facts behind it.
  */
 
+import type { LimitStatus } from './budget.ts';
+
 /** Agent-level holds, in the order admission checks them. */
-export const ADMISSION_HOLDS = Object.freeze(['agent_paused'] as const);
+export const ADMISSION_HOLDS = Object.freeze(['agent_paused', 'lapse_hold', 'budget_spent', 'breaker_open'] as const);
 export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
 
 /**
@@ -20,6 +22,10 @@ export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
  * applies is the answer.
  * - run_after: not allowed to start yet.
  * - agent_paused: an operator paused the agent (a hold).
+ * - lapse_hold: several of the agent's leases lapsed at once; held until a worker is seen (a hold).
+ * - budget_spent: a budget limit is spent for the current window; held until it rolls (a hold).
+ * - breaker_open: the agent's circuit breaker is open (until its cool-down ends) or half-open with
+ *   its one probe running (a hold; src/domain/breaker.ts).
  * - serial_busy: a run with the same serial key (a schedule's overlap policy 'queue') is running.
  * - seats_taken: every seat (max_parallel) is held by a running execution.
  * - no_worker: pull agent, seats free, but no worker has claimed for it lately.
@@ -52,6 +58,32 @@ export const CLAIM_STAMP_EVERY_MS = 5_000;
  */
 export const NO_WORKER_AFTER_MS = 30_000;
 
+/**
+ * Shared-cause lapses (src/engine/transitions/expire.ts). When at least this many of one agent's
+ * leases lapse in the same reaper transaction, the reaper takes it for one cause outside the
+ * tasks (the agent's workers died together, a network split) rather than each task killing its
+ * worker: it re-queues them without charging the attempt and sets the agent's `lapse_hold`.
+ * Two, because one lapse cannot be told apart from a task that crashes or hangs its worker (the
+ * case redelivery counting is for), while two leases expiring inside one reaper interval (2 s)
+ * means something they share went away. While the hold stands (no worker seen since), a lone
+ * lapse of the same agent counts as part of that outage too (a lease taken a little later).
+ */
+export const SHARED_LAPSE_THRESHOLD = 2;
+
+/**
+ * One execution is forgiven a shared-cause lapse at most this many times; later lapses are
+ * charged as usual. Without the cap, tasks that each crash their worker would never be poisoned
+ * as long as two of them run, and die, at once.
+ */
+export const MAX_FORGIVEN_LAPSES = 3;
+
+/**
+ * A push agent's lapse hold ends after this long: Baton's own dispatcher is its worker, so there
+ * is no claim or heartbeat to wait for; the next dispatch after it clears the hold and delivers.
+ * (A pull agent's hold ends at the next claim or heartbeat from one of its workers.)
+ */
+export const PUSH_LAPSE_HOLD_MS = 30_000;
+
 /** Positions in a queue are counted up to this many (the answer then says "1000+"). */
 export const AHEAD_COUNT_CAP = 1_000;
 
@@ -63,14 +95,36 @@ export interface AdmissionState {
   paused_at: number | null;
   paused_by: string | null;
   paused_reason: string | null;
+  /** Shared-cause lapse hold (0013): when the reaper set it and how many leases lapsed together. */
+  lapse_hold_at: number | null;
+  lapse_hold_count: number | null;
+  /**
+   * Budget (0012): not a column but the first spent limit, from the ledger rows of the current
+   * windows that admission read under the agent lock (`firstSpent` in src/domain/budget.ts); null
+   * or absent: no limit is spent.
+   */
+  budget_spent?: LimitStatus | null;
+  /**
+   * Circuit breaker (0011): not a column but `breakerAdmission(…).hold` (src/domain/breaker.ts),
+   * decided by admission from the locked row, the clock and whether the probe still runs; null or
+   * absent: the breaker lets admission through.
+   */
+  breaker_hold?: { until: number | null; probe_id: string | null } | null;
 }
 
-export type Hold = { reason: 'agent_paused'; by: string; why: string; since: number };
+export type Hold =
+  | { reason: 'agent_paused'; by: string; why: string; since: number }
+  | { reason: 'lapse_hold'; since: number; lapsed: number }
+  | { reason: 'budget_spent'; spent: LimitStatus }
+  | { reason: 'breaker_open'; until: number | null; probe_id: string | null };
 
 /** May this agent admit now? null: yes; otherwise the first hold, with its facts. */
 export function admissionHold(a: AdmissionState): Hold | null {
   if (a.paused_at !== null)
     return { reason: 'agent_paused', by: a.paused_by ?? 'unknown', why: a.paused_reason ?? '', since: Number(a.paused_at) };
+  if (a.lapse_hold_at !== null) return { reason: 'lapse_hold', since: Number(a.lapse_hold_at), lapsed: Number(a.lapse_hold_count ?? 0) };
+  if (a.budget_spent) return { reason: 'budget_spent', spent: a.budget_spent };
+  if (a.breaker_hold) return { reason: 'breaker_open', until: a.breaker_hold.until, probe_id: a.breaker_hold.probe_id };
   return null;
 }
 
@@ -86,6 +140,12 @@ export interface WaitingView {
   backlog_expires_at: string | null;
   run_after: string | null;
   paused: { by: string; reason: string; since: string } | null;
+  /** Held after a shared-cause lapse: since when, and how many leases lapsed together. */
+  lapse: { since: string; lapsed: number } | null;
+  /** budget_spent: the limit that is spent, and when its window rolls. */
+  budget: { metric: string; window: string; limit: number; spent: number; resets_at: string } | null;
+  /** breaker_open: until when it stays open (null: half-open, its probe `probe_id` is running). */
+  breaker: { until: string | null; probe_id: string | null } | null;
   serial: { serial_key: string; execution_id: string } | null;
   seats: {
     max_parallel: number;
@@ -120,6 +180,14 @@ export function describeWaiting(w: Omit<WaitingView, 'summary'>, now: number): s
       return `Not allowed to start before ${w.run_after} (in ${secs(at(w.run_after) - now)}).`;
     case 'agent_paused':
       return `The agent is paused by ${w.paused!.by} since ${w.paused!.since}${w.paused!.reason ? `: "${w.paused!.reason}"` : ''}; it admits nothing until resumed (${ahead}).`;
+    case 'lapse_hold':
+      return `${w.lapse!.lapsed} of the agent's leases lapsed together at ${w.lapse!.since} (its workers went away at once); it admits nothing until one of its workers claims or heartbeats again (${ahead}).`;
+    case 'budget_spent':
+      return `The agent's ${w.budget!.metric} budget per ${w.budget!.window} is spent (${w.budget!.spent} of ${w.budget!.limit}); it admits nothing until the window rolls at ${w.budget!.resets_at} (in ${secs(at(w.budget!.resets_at) - now)}) or the limit is raised (${ahead}).`;
+    case 'breaker_open':
+      return w.breaker!.until !== null
+        ? `The agent's circuit breaker is open after repeated failures; it admits nothing until ${w.breaker!.until} (in ${secs(at(w.breaker!.until) - now)}), then one probe (${ahead}).`
+        : `The agent's circuit breaker is half-open: its probe ${w.breaker!.probe_id} is running, and its outcome decides whether admission resumes (${ahead}).`;
     case 'serial_busy':
       return `A run with the same serial key (${w.serial!.serial_key}) is running: ${w.serial!.execution_id}; this one starts after it.`;
     case 'seats_taken':

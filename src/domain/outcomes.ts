@@ -15,8 +15,11 @@ export interface Outcome {
   usage?: unknown;
 }
 
-/** What the reaper did to one row. */
-export type ReapKind = 'requeued' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
+/**
+ * What the reaper did to one row. `requeued_shared`: re-queued after a shared-cause lapse (several
+ * of its agent's leases lapsed at once), with the attempt given back (src/domain/admission.ts).
+ */
+export type ReapKind = 'requeued' | 'requeued_shared' | 'poisoned' | 'timed_out' | 'cancel_forced' | 'cancelled' | 'backlog_expired';
 
 /** One row the reaper acted on (`reaper:reaped`). */
 export interface Reaped {

@@ -15,6 +15,9 @@ import { appendAudit } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
 import { waitingFor } from './waiting.ts';
 import type { WaitingView } from '../domain/admission.ts';
+import { BREAKER_DEFAULTS, type BreakerConfig } from '../domain/breaker.ts';
+import type { AlertSinkKind } from '../domain/canary.ts';
+import { closeBreaker, countTowardBreakers } from './breaker.ts';
 import { readAgentSeats, readAgentSeries, type AgentSeats, type AgentSeries } from './agent-activity.ts';
 import { retryFailedExecution } from './manual-retry.ts';
 import type { ActivityWindow } from '../domain/activity.ts';
@@ -31,6 +34,9 @@ import { expireOnce } from './transitions/expire.ts';
 import { releaseLease } from './transitions/release.ts';
 import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
+import { clearLapseHold } from './transitions/lapse.ts';
+import { accrueBudget, readCurrentWindows } from './budget.ts';
+import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../domain/budget.ts';
 import { Idempotency } from './triggers/idempotency.ts';
 import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
@@ -61,6 +67,11 @@ export interface EngineOptions {
    * src/delivery/secrets.ts; without one, storing or reading a push secret throws.
    */
   secrets?: SecretBox;
+  /**
+   * Alert sinks configured (kinds only; the URLs stay with the canary, which delivers): a circuit
+   * breaker change queues one canary_alerts row per kind in its transaction. Default none.
+   */
+  alertSinks?: readonly AlertSinkKind[];
 }
 
 export interface AgentInput {
@@ -77,6 +88,10 @@ export interface AgentInput {
   push_secret?: string | null;
   /** Default retry policy of the agent's executions (null: no retries). */
   retry_policy?: RetryPolicy | null;
+  /** Circuit breaker (src/domain/breaker.ts); null: off. Omitted at creation: BREAKER_DEFAULTS. */
+  breaker?: BreakerConfig | null;
+  /** Per-window spending limits (src/domain/budget.ts); null: none (the default). */
+  budget?: Budget | null;
 }
 export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
 
@@ -114,6 +129,7 @@ export class Engine {
   private readonly clock: () => number;
   private readonly claimPollMs: number;
   private readonly reapBatch: number;
+  readonly alertSinks: readonly AlertSinkKind[];
   readonly secrets: SecretBox;
   /** Cron schedules: create, change, trigger by hand (the scheduler pass fires them). */
   readonly schedules: Schedules;
@@ -137,6 +153,7 @@ export class Engine {
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
     this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
     this.reapBatch = opts.reapBatch ?? 100;
+    this.alertSinks = opts.alertSinks ?? [];
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
@@ -199,6 +216,9 @@ export class Engine {
           push_url: input.push_url ?? null,
           push_secret: input.push_secret ? this.secrets.seal(input.push_secret) : null,
           retry_policy: input.retry_policy ? JSON.stringify(input.retry_policy) : null,
+          budget: input.budget ? JSON.stringify(input.budget) : null,
+          // New agents get a breaker unless they say null; agents from before 0011 stay off.
+          breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
           created_at: now,
           updated_at: now,
         })
@@ -212,13 +232,17 @@ export class Engine {
   /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */
   async updateAgent(name: string, patch: AgentPatch, actor: string): Promise<AgentRow> {
     const now = this.now();
+    const { breaker, ...columns } = patch; // the breaker is stored as JSON in breaker_config
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
         .set({
-          ...patch,
+          ...columns,
           push_secret: patch.push_secret === undefined ? undefined : patch.push_secret && this.secrets.seal(patch.push_secret),
           retry_policy: patch.retry_policy === undefined ? undefined : patch.retry_policy && JSON.stringify(patch.retry_policy),
+          // A raised limit releases a spent budget at the next admission (the publish below wakes claims).
+          budget: patch.budget === undefined ? undefined : patch.budget && JSON.stringify(patch.budget),
+          breaker_config: breaker === undefined ? undefined : breaker && JSON.stringify(breaker),
           updated_at: now,
         })
         .where('name', '=', name)
@@ -250,6 +274,8 @@ export class Engine {
         .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       await tx.deleteFrom('agents').where('name', '=', name).execute();
+      // Its spending goes with it: an agent created later under the same name starts at 0.
+      await tx.deleteFrom('agent_budget_ledger').where('agent', '=', name).execute();
       // Its keys go with it: a later agent of the same name must not be served to them.
       const revoked = await tx
         .updateTable('api_keys')
@@ -332,6 +358,23 @@ export class Engine {
     return out;
   }
 
+  /**
+   * Close the agent's circuit breaker by hand (src/domain/breaker.ts): admission resumes at once
+   * and its failure counts start afresh. Idempotent (`changed: false` when it was closed).
+   */
+  async closeAgentBreaker(name: string, actor: string): Promise<{ agent: AgentRow; changed: boolean }> {
+    const now = this.now();
+    const out = await this.store.transaction(async (tx) => {
+      const exists = await tx.selectFrom('agents').select('name').where('name', '=', name).executeTakeFirst();
+      if (!exists) throw new NotFound('agent', name);
+      const changed = await closeBreaker(tx, this.store, name, now, actor, this.alertSinks);
+      const agent = await tx.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirstOrThrow();
+      return { agent, changed };
+    });
+    if (out.changed) this.store.publish('agent', name); // claimers and the dispatcher look again now
+    return out;
+  }
+
   /** Whether the agent is paused now (null: it admits, or it does not exist): what trigger answers say. */
   async agentPause(name: string): Promise<{ by: string; reason: string; since: number } | null> {
     const a = await this.store.db
@@ -348,6 +391,22 @@ export class Engine {
     if (!agent) throw new NotFound('agent', name);
     const counts = await liveCountsByAgent(this.store.db, [name]);
     return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
+  }
+
+  /**
+   * An agent's budget now: each limit with its current window's spending and when it resets
+   * (GET /v1/agents/{agent}/budget). One primary-key read of the agent and one of the ledger.
+   */
+  async agentBudget(name: string): Promise<{ time_zone: string; limits: LimitStatus[] }> {
+    const agent = await this.store.db.selectFrom('agents').select('budget').where('name', '=', name).executeTakeFirst();
+    if (!agent) throw new NotFound('agent', name);
+    const budget = parseBudget(agent.budget);
+    if (!budget) return { time_zone: 'UTC', limits: [] };
+    const now = this.now();
+    return {
+      time_zone: budget.time_zone ?? 'UTC',
+      limits: budgetStatus(budget, await readCurrentWindows(this.store.db, name, budget, now), now),
+    };
   }
 
   /** Every agent's delivery settings, by name: what the push dispatcher reads each pass (no counts). */
@@ -442,7 +501,7 @@ export class Engine {
       const waiter = this.waiters.arm(agent, signal);
       try {
         const now = this.now();
-        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { ...admitOpts, now }));
+        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { ...admitOpts, now, alertSinks: this.alertSinks }));
         if (rows.length > 0) {
           announce(this.store, rows);
           this.events.emit('execution:admitted', rows);
@@ -458,9 +517,23 @@ export class Engine {
   }
 
   /** Renew a lease. Says whether cancellation was requested. */
-  heartbeat(id: string, token: string): Promise<Renewed> {
+  async heartbeat(id: string, token: string): Promise<Renewed> {
     const now = this.now();
-    return renewLease(this.store.db, id, token, now);
+    const { agent, ...renewed } = await renewLease(this.store.db, id, token, now);
+    // A heartbeat is a worker of the agent seen again: it ends a shared-cause lapse hold (pull
+    // agents only; a push agent's heartbeats come from Baton's dispatcher, its hold times out).
+    // The primary-key read costs little; the transaction runs only when a hold is set.
+    const held = await this.store.db
+      .selectFrom('agents')
+      .select('name')
+      .where('name', '=', agent)
+      .where('delivery', '=', 'pull')
+      .where('lapse_hold_at', 'is not', null)
+      .executeTakeFirst();
+    if (held && (await this.store.transaction((tx) => clearLapseHold(tx, agent, now, `heartbeat:${id}`, 'heartbeat')))) {
+      this.store.publish('agent', agent);
+    }
+    return renewed;
   }
 
   async complete(id: string, token: string, given: Outcome, actor: string): Promise<ExecutionRow> {
@@ -475,7 +548,14 @@ export class Engine {
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
     if (outcome.status !== 'failed') {
-      const row = await completeWithLease(this.store.db, id, token, outcome, now, actor);
+      // The completion and its budget spending commit together (accrueBudget: a primary-key read
+      // when the agent has no budget).
+      const row = await this.store.transaction(async (tx) => {
+        const done = await completeWithLease(tx, id, token, outcome, now, actor);
+        await accrueBudget(tx, done, now, this.alertSinks);
+        await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks); // and its breaker count
+        return done;
+      });
       announce(this.store, [row]);
       this.events.emit('execution:completed', row);
       return row;
@@ -483,6 +563,8 @@ export class Engine {
     // A failure and the retry its policy asks for commit together: a crash loses neither.
     const { row, retry } = await this.store.transaction(async (tx) => {
       const failed = await completeWithLease(tx, id, token, outcome, now, actor);
+      await accrueBudget(tx, failed, now, this.alertSinks);
+      await countTowardBreakers(tx, this.store, [failed], now, actor, this.alertSinks);
       return { row: failed, retry: await insertRetry(tx, failed, now, actor) };
     });
     announce(this.store, [row]);
@@ -597,6 +679,7 @@ export class Engine {
           cancelGraceMs: this.cancelGraceMs,
           backlogExpiryMs: this.backlogExpiryMs,
           batch: this.reapBatch,
+          alertSinks: this.alertSinks,
         }),
       );
       all.push(...batch);

@@ -1,6 +1,8 @@
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
+import { parseBudget } from '../domain/budget.ts';
+import { parseBreakerConfig } from '../domain/breaker.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
@@ -148,9 +150,28 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     running: counts.running,
     queued: counts.queued,
     paused: a.paused_at === null ? null : { by: a.paused_by ?? 'unknown', reason: a.paused_reason ?? '', since: iso(a.paused_at)! },
+    lapse_hold: a.lapse_hold_at === null ? null : { since: iso(a.lapse_hold_at)!, lapsed: Number(a.lapse_hold_count ?? 0) },
+    budget: parseBudget(a.budget),
+    breaker: breakerView(a),
     last_claim_at: iso(a.last_claim_at),
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
   };
 }
 export type AgentView = ReturnType<typeof agentView>;
+
+/** The agent's circuit breaker as stored (null: off). An `open` one whose `until` passed takes a probe at the next claim. */
+export function breakerView(a: AgentRow) {
+  const config = parseBreakerConfig(a.breaker_config);
+  if (!config) return null;
+  return {
+    config,
+    state: a.breaker_state,
+    consecutive_failures: Number(a.breaker_consecutive),
+    recent: { outcomes: a.breaker_recent.length, failures: a.breaker_recent.split('').filter((c) => c === '1').length },
+    opened_at: iso(a.breaker_opened_at),
+    until: iso(a.breaker_until),
+    probe_execution_id: a.breaker_probe_id,
+    cooldown_ms: a.breaker_cooldown_ms === null ? null : Number(a.breaker_cooldown_ms),
+  };
+}

@@ -7,7 +7,10 @@ import {
   SEAT_HOLDERS_SHOWN,
   type WaitingView,
 } from '../domain/admission.ts';
+import { firstSpent, parseBudget } from '../domain/budget.ts';
+import { breakerAdmission } from '../domain/breaker.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
+import { readCurrentWindows } from './budget.ts';
 import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
@@ -59,6 +62,9 @@ export async function waitingFor(
     backlog_expires_at: Number.isFinite(backlogExpiryMs) && backlogExpiryMs > 0 ? iso(since + backlogExpiryMs) : null,
     run_after: iso(row.run_after),
     paused: null,
+    lapse: null,
+    budget: null,
+    breaker: null,
     serial: null,
     seats: null,
     last_claim_at: iso(agent.last_claim_at),
@@ -68,8 +74,25 @@ export async function waitingFor(
 
   if (row.run_after !== null && Number(row.run_after) > now) return done({ ...base, reason: 'run_after' });
 
-  const hold = admissionHold(agent);
-  if (hold) return done({ ...base, reason: hold.reason, paused: { by: hold.by, reason: hold.why, since: iso(hold.since)! } });
+  // The same ledger read admission makes (a primary-key seek), for agents with a budget only.
+  const budget = parseBudget(agent.budget);
+  const budget_spent = budget && firstSpent(budget, await readCurrentWindows(db, agent.name, budget, now), now);
+  // The breaker as admission decides it: the probe's status is a primary-key seek, half-open only.
+  const probeRunning =
+    agent.breaker_state === 'half_open' &&
+    agent.breaker_probe_id !== null &&
+    (await db.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
+  const breaker_hold = breakerAdmission(agent, now, probeRunning).hold;
+  const hold = admissionHold({ ...agent, budget_spent, breaker_hold });
+  if (hold?.reason === 'agent_paused')
+    return done({ ...base, reason: hold.reason, paused: { by: hold.by, reason: hold.why, since: iso(hold.since)! } });
+  if (hold?.reason === 'breaker_open')
+    return done({ ...base, reason: hold.reason, breaker: { until: iso(hold.until), probe_id: hold.probe_id } });
+  if (hold?.reason === 'lapse_hold') return done({ ...base, reason: hold.reason, lapse: { since: iso(hold.since)!, lapsed: hold.lapsed } });
+  if (hold?.reason === 'budget_spent') {
+    const { metric, window, limit, spent, resets_at } = hold.spent;
+    return done({ ...base, reason: hold.reason, budget: { metric, window, limit, spent, resets_at: iso(resets_at)! } });
+  }
 
   if (row.serial_key !== null) {
     const busy = await db

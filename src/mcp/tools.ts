@@ -11,6 +11,7 @@ import { EXECUTION_PAGE, PREVIEW_CHARS } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
 import { AgentName, ExecutionStatus } from '../api/schemas.ts';
 import { Paused, PauseBody, Waiting } from '../api/schemas/admission.ts';
+import { BudgetAnswer } from '../api/schemas/budget.ts';
 import { VERSION } from '../version.ts';
 
 /** How long run_task / trigger_schedule may hold a tool call open; MCP clients time out near 60 s. */
@@ -326,6 +327,49 @@ export function createMcpServer(client: BatonClient): McpServer {
       try {
         const a = await client.resumeAgent(agent);
         return pausedResult(a, `agent ${a.name} resumed (${a.queued} queued)`);
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+  server.registerTool(
+    'get_budget',
+    {
+      title: "Read an agent's budget",
+      description:
+        "An agent's spending limits: per limit, the current window's spending, what remains and when the window resets. `spent: true`: a limit is spent and the agent admits nothing until its window rolls or the limit is raised.",
+      inputSchema: { agent: AgentName.describe('agent name') },
+      outputSchema: BudgetAnswer.shape,
+      annotations: { readOnlyHint: true },
+    },
+    async ({ agent }) => {
+      try {
+        return ok(await client.agentBudget(agent));
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+  server.registerTool(
+    'close_agent_breaker',
+    {
+      title: "Close an agent's circuit breaker",
+      description:
+        "Close an agent's circuit breaker by hand (after fixing what made its tasks fail): admission resumes at once and its failure counts start afresh. Idempotent.",
+      inputSchema: { agent: AgentName.describe('agent name') },
+      outputSchema: { agent: z.string(), breaker: z.string(), queued: z.number(), message: z.string() },
+      annotations: { idempotentHint: true },
+    },
+    async ({ agent }) => {
+      try {
+        const a = await client.closeBreaker(agent);
+        const state = a.breaker ? a.breaker.state : 'off';
+        return ok({
+          agent: a.name,
+          breaker: state,
+          queued: a.queued,
+          message: `agent ${a.name} circuit breaker ${state} (${a.queued} queued)`,
+        });
       } catch (err) {
         return asFailure(err);
       }

@@ -77,7 +77,13 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');
   const nodeId = opts.nodeId ?? defaultNodeId();
-  const engine = new Engine({ store, nodeId, secrets: lazySecretBox(env.dataDir, config.secretKey) });
+  const engine = new Engine({
+    store,
+    nodeId,
+    secrets: lazySecretBox(env.dataDir, config.secretKey),
+    // Breaker changes are alerted through the canary's sinks (kinds only; the canary holds the URLs and delivers).
+    alertSinks: alertSinks(config.canary).map((s) => s.kind),
+  });
   const keys = new KeyStore(store);
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
   const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;

@@ -1,5 +1,7 @@
 import type { Generated, Insertable, Selectable, Updateable } from 'kysely';
+import type { BreakerState } from '../domain/breaker.ts';
 import type { AlertSinkKind, AlertStatus, Severity, Tier, ViolationTransition } from '../domain/canary.ts';
+import type { BudgetWindow } from '../domain/budget.ts';
 import type { DeliveryMode } from '../domain/delivery.ts';
 import type { MisfirePolicy, OverlapPolicy } from '../domain/policies.ts';
 import type { ExecutionStatus, TriggerKind } from '../domain/states.ts';
@@ -28,6 +30,34 @@ export interface AgentsTable {
   paused_reason: Generated<string | null>;
   /** When a claim last ran admission for it, stamped at most every CLAIM_STAMP_EVERY_MS (0009). */
   last_claim_at: Generated<number | null>;
+  /** Shared-cause lapse hold (0013): set together when the reaper held the agent, null otherwise. */
+  lapse_hold_at: Generated<number | null>;
+  lapse_hold_count: Generated<number | null>;
+  /** Circuit breaker (0011, src/domain/breaker.ts): JSON BreakerConfig, or null: off. */
+  breaker_config: Generated<string | null>;
+  breaker_state: Generated<BreakerState>;
+  breaker_consecutive: Generated<number>;
+  /** The last N counted outcomes, oldest first: '1' failed, '0' succeeded. */
+  breaker_recent: Generated<string>;
+  breaker_opened_at: Generated<number | null>;
+  breaker_until: Generated<number | null>;
+  breaker_probe_id: Generated<string | null>;
+  breaker_cooldown_ms: Generated<number | null>;
+  /** Budget (0012, src/domain/budget.ts): JSON Budget, or null: no limits. */
+  budget: Generated<string | null>;
+}
+
+/** Budget ledger (0012): an agent's spending in one window, added to by each completion. */
+export interface AgentBudgetLedgerTable {
+  agent: string;
+  window_kind: BudgetWindow;
+  window_start: number;
+  cost_usd: Generated<number>;
+  total_tokens: Generated<number>;
+  run_ms: Generated<number>;
+  /** When the 80 % alert fired in this window, or null. */
+  alerted_at: Generated<number | null>;
+  updated_at: number;
 }
 
 export interface ExecutionsTable {
@@ -76,6 +106,8 @@ export interface ExecutionsTable {
   webhook_id: Generated<string | null>;
   /** Rows sharing a serial key are admitted one at a time (schedule overlap policy `queue`). */
   serial_key: Generated<string | null>;
+  /** Lapses forgiven as shared-cause (0013), capped by MAX_FORGIVEN_LAPSES. */
+  lapses_forgiven: Generated<number>;
   /** The last status change (copied into execution_events by a database trigger). */
   changed_at: number;
   changed_by: string;
@@ -264,6 +296,7 @@ export interface CanaryCheckpointsTable {
 
 export interface DB {
   agents: AgentsTable;
+  agent_budget_ledger: AgentBudgetLedgerTable;
   retention_state: RetentionStateTable;
   leader_leases: LeaderLeasesTable;
   canary_checkpoints: CanaryCheckpointsTable;

@@ -91,6 +91,70 @@ export function PausedFact({ agent }: { agent: Agent }) {
   );
 }
 
+/** The agent page's "Held" fact after a shared-cause lapse (docs/concepts.md; nothing otherwise). */
+export function LapseHoldFact({ agent }: { agent: Agent }) {
+  if (!agent.lapse_hold) return null;
+  return (
+    <>
+      <dt>Held</dt>
+      <dd data-field="lapse_hold">
+        <strong>admits nothing</strong> since <Time iso={agent.lapse_hold.since} />: {agent.lapse_hold.lapsed} leases lapsed at once; ends
+        when one of its workers claims or heartbeats
+      </dd>
+    </>
+  );
+}
+
+/** The agent page's circuit breaker line (docs/concepts.md, "Circuit breaker"), with Close while it is not closed. */
+export function BreakerFact({ agent, onChanged }: { agent: Agent; onChanged: () => void }) {
+  const [error, setError] = useState<string>();
+  const [busy, setBusy] = useState(false);
+  const b = agent.breaker;
+  if (!b) return null;
+  const close = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await client().closeBreaker(agent.name);
+      onChanged();
+    } catch (err) {
+      setError(describe(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <dt>Breaker</dt>
+      <dd data-field="breaker" data-breaker={b.state}>
+        {b.state === 'closed' ? (
+          `closed (${b.consecutive_failures} failures in a row; ${b.recent.failures}/${b.recent.outcomes} recent)`
+        ) : b.state === 'open' ? (
+          <>
+            <strong>open</strong>: admits nothing until <Time iso={b.until} />, then one probe
+          </>
+        ) : (
+          <>
+            <strong>half-open</strong>: probe{' '}
+            {b.probe_execution_id ? <a href={link('executions', b.probe_execution_id)}>{b.probe_execution_id}</a> : 'at the next claim'}{' '}
+            decides
+          </>
+        )}{' '}
+        {b.state !== 'closed' && (
+          <button className="secondary" disabled={busy} onClick={() => void close()}>
+            Close breaker
+          </button>
+        )}
+        {error && (
+          <span className="state error" role="alert">
+            {error}
+          </span>
+        )}
+      </dd>
+    </>
+  );
+}
+
 /** The execution page's "Why is it waiting?" panel, for a queued execution. */
 export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] }) {
   if (!waiting) return null;

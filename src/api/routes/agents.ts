@@ -1,11 +1,12 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { redactUrl } from '../../domain/urls.ts';
-import { agentView } from '../../engine/views.ts';
+import { agentView, iso } from '../../engine/views.ts';
 import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
 import { Agent, AgentCreate, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
+import { BudgetAnswer } from '../schemas/budget.ts';
 import type { ApiDeps } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
@@ -112,6 +113,55 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       await engine.resumeAgent(req.params.agent, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
       return agentView(a.agent, a);
+    },
+  );
+
+  app.post(
+    '/v1/agents/:agent/breaker/close',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: "Close an agent's circuit breaker by hand: admission resumes at once and its failure counts start afresh (idempotent)",
+        params: AgentParams,
+        response: { 200: Agent, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      await engine.closeAgentBreaker(req.params.agent, actorOf(req));
+      const a = await engine.getAgent(req.params.agent);
+      return agentView(a.agent, a);
+    },
+  );
+
+  app.get(
+    '/v1/agents/:agent/budget',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: "An agent's budget: per limit, the current window's spending, what remains and when it resets",
+        params: AgentParams,
+        response: { 200: BudgetAnswer, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAgentAccess(req, req.params.agent);
+      const b = await engine.agentBudget(req.params.agent);
+      return {
+        agent: req.params.agent,
+        time_zone: b.time_zone,
+        spent: b.limits.some((l) => l.spent >= l.limit),
+        limits: b.limits.map((l) => ({
+          metric: l.metric,
+          window: l.window,
+          limit: l.limit,
+          spent: l.spent,
+          remaining: l.remaining,
+          spent_ratio: l.spent / l.limit,
+          window_start: iso(l.window_start)!,
+          resets_at: iso(l.resets_at)!,
+        })),
+      };
     },
   );
 

@@ -1,6 +1,7 @@
 /** Pause and resume, and `waiting`: why a queued execution is not running (src/domain/admission.ts). */
 import { z } from 'zod';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
+import { BreakerWaiting } from './breaker.ts';
 
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const NO_NUL = /^[^\u0000]*$/;
@@ -13,6 +14,14 @@ export const Paused = z
   })
   .nullable()
   .describe('null: the agent admits; otherwise it admits nothing until resumed');
+
+export const LapseHold = z
+  .object({
+    since: Timestamp.describe('when the reaper set the hold'),
+    lapsed: z.number().int().describe("how many of the agent's leases lapsed together (re-queued, no attempt charged)"),
+  })
+  .nullable()
+  .describe('null: no hold; otherwise several leases lapsed at once and it admits nothing until one of its workers is seen again');
 
 /** In every answer that created work (submit, trigger, webhook delivery): the work waits for a resume. */
 export const AgentPaused = z.boolean().describe('true: the agent is paused; the work is queued and waits for a resume');
@@ -37,6 +46,12 @@ export const Waiting = z
     backlog_expires_at: Timestamp.nullable().describe('when the reaper fails it as backlog_expired if it is still queued'),
     run_after: Timestamp.nullable(),
     paused: Paused,
+    lapse: LapseHold,
+    budget: z
+      .object({ metric: z.string(), window: z.string(), limit: z.number(), spent: z.number(), resets_at: Timestamp })
+      .nullable()
+      .describe('budget_spent: the limit that is spent, and when its window rolls'),
+    breaker: BreakerWaiting,
     serial: z.object({ serial_key: z.string(), execution_id: z.string() }).nullable().describe('serial_busy: the run it waits for'),
     seats: z
       .object({

@@ -1,9 +1,15 @@
-import { admissionHold, CLAIM_STAMP_EVERY_MS } from '../../domain/admission.ts';
+import { admissionHold, CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
+import { firstSpent, parseBudget } from '../../domain/budget.ts';
+import { breakerAdmission } from '../../domain/breaker.ts';
+import type { AlertSinkKind } from '../../domain/canary.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
+import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
+import { readCurrentWindows } from '../budget.ts';
+import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
 export interface AdmitOptions {
@@ -14,10 +20,22 @@ export interface AdmitOptions {
   max: number;
   /** Who is claiming: pull workers take pull agents' work; Baton's dispatcher takes push agents'. */
   delivery: DeliveryMode;
+  /** Where a breaker change made here (open → half-open) is alerted; default none. */
+  alertSinks?: readonly AlertSinkKind[];
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
-const ADMISSION_COLUMNS = ['max_parallel', 'delivery', 'paused_at', 'paused_by', 'paused_reason', 'last_claim_at'] as const;
+const ADMISSION_COLUMNS = [
+  'max_parallel',
+  'delivery',
+  'paused_at',
+  'paused_by',
+  'paused_reason',
+  'last_claim_at',
+  'lapse_hold_at',
+  'lapse_hold_count',
+  'budget',
+] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
 /**
@@ -34,8 +52,8 @@ type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  const agent: Pick<AgentRow, AdmissionColumns> | undefined = await store
-    .lockRows(tx.selectFrom('agents').select(ADMISSION_COLUMNS).where('name', '=', agentName), 'admission')
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = await store
+    .lockRows(tx.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).where('name', '=', agentName), 'admission')
     .executeTakeFirst();
   if (!agent) throw new NotFound('agent', agentName);
   if (agent.delivery !== opts.delivery) {
@@ -50,7 +68,27 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   if (agent.last_claim_at === null || opts.now - Number(agent.last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
     await tx.updateTable('agents').set({ last_claim_at: opts.now }).where('name', '=', agentName).execute();
   }
-  if (admissionHold(agent) !== null) return [];
+  // A shared-cause lapse hold ends when a worker of the agent is seen again, and a claim is that
+  // sign: it ends the hold and is admitted at once (it is a live worker; making it wait gains
+  // nothing). A push agent's claimer is Baton's dispatcher, so its hold ends by time instead.
+  if (agent.lapse_hold_at !== null && (opts.delivery === 'pull' || opts.now - Number(agent.lapse_hold_at) >= PUSH_LAPSE_HOLD_MS)) {
+    await clearLapseHold(tx, agentName, opts.now, opts.owner, opts.delivery === 'pull' ? 'claim' : 'timeout');
+    agent = { ...agent, lapse_hold_at: null, lapse_hold_count: null };
+  }
+  // A budget is decided from its current windows' ledger rows, read here under the agent lock:
+  // every admission of this agent waits for the previous one, so none admits past a spent limit
+  // that another has seen (spending still grows by what the running tasks cost when they finish).
+  const budget = parseBudget(agent.budget);
+  const budget_spent = budget && firstSpent(budget, await readCurrentWindows(tx, agentName, budget, opts.now), opts.now);
+  // The breaker (src/domain/breaker.ts) is decided on this locked row too: half-open admits one
+  // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
+  // running: put back in the queue or ended without a verdict, and takes another).
+  const probeRunning =
+    agent.breaker_state === 'half_open' &&
+    agent.breaker_probe_id !== null &&
+    (await tx.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
+  const breaker = breakerAdmission(agent, opts.now, probeRunning);
+  if (admissionHold({ ...agent, budget_spent, breaker_hold: breaker.hold }) !== null) return [];
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const candidates = await store
@@ -87,7 +125,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         .orderBy('priority')
         .orderBy('queued_at')
         .orderBy('id')
-        .limit(Math.min(opts.max, agent.max_parallel)),
+        .limit(Math.min(breaker.probe ? 1 : opts.max, agent.max_parallel)),
       'skip',
     )
     .execute();
@@ -119,6 +157,20 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       .returningAll()
       .executeTakeFirst();
     if (row) admitted.push(row);
+  }
+  if (breaker.probe && admitted.length > 0) {
+    const probe = admitted[0]!;
+    await tx.updateTable('agents').set({ breaker_state: 'half_open', breaker_probe_id: probe.id }).where('name', '=', agentName).execute();
+    if (agent.breaker_state === 'open') {
+      const change = {
+        from: 'open',
+        to: 'half_open',
+        why: 'cooldown_elapsed',
+        until: null,
+        cooldown_ms: Number(agent.breaker_cooldown_ms),
+      } as const;
+      await recordBreakerChange(tx, agentName, change, opts.owner, opts.now, opts.alertSinks ?? [], probe.id);
+    }
   }
   return admitted;
 }

@@ -1,7 +1,12 @@
+import { MAX_FORGIVEN_LAPSES, SHARED_LAPSE_THRESHOLD } from '../../domain/admission.ts';
 import type { BatonErrorCode } from '../../domain/error-codes.ts';
 import type { ReapKind, Reaped } from '../../domain/outcomes.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
+import type { AlertSinkKind } from '../../domain/canary.ts';
+import { countTowardBreakers } from '../breaker.ts';
+import { accrueBudget } from '../budget.ts';
+import { setLapseHold } from './lapse.ts';
 import { insertRetry } from './retry.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -13,6 +18,8 @@ export interface ExpireOptions {
   cancelGraceMs: number;
   backlogExpiryMs: number;
   batch: number;
+  /** Where a circuit breaker change made here is alerted; default none. */
+  alertSinks?: readonly AlertSinkKind[];
 }
 
 /**
@@ -40,22 +47,62 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     )
     .execute();
 
+  // Shared-cause lapses: when SHARED_LAPSE_THRESHOLD or more of one agent's leases lapsed (no
+  // timeout, no cancellation: the worker just went away) in this transaction, its workers died
+  // together. Those rows go back to the queue with the attempt their claim charged given back,
+  // even one that would have been poisoned, up to MAX_FORGIVEN_LAPSES times per row, and the
+  // agent is held until a worker of it is seen again (src/domain/admission.ts).
+  const decisions = new Map(running.map((row) => [row.id, decide(row, o)]));
+  const lapsedBy = new Map<string, ExecutionRow[]>();
   for (const row of running) {
-    const decision = decide(row, o);
+    const kind = decisions.get(row.id)!.kind;
+    if (kind !== 'requeued' && kind !== 'poisoned') continue;
+    lapsedBy.set(row.agent, [...(lapsedBy.get(row.agent) ?? []), row]);
+  }
+  // A lone lapse of an agent that is still held (no worker seen since its shared-cause lapse)
+  // belongs to the same outage: a lease taken a little later, or split off by a pass boundary.
+  const lone = [...lapsedBy].filter(([, rows]) => rows.length < SHARED_LAPSE_THRESHOLD).map(([agent]) => agent);
+  const stillHeld = new Set(
+    lone.length === 0
+      ? []
+      : (await tx.selectFrom('agents').select('name').where('name', 'in', lone).where('lapse_hold_at', 'is not', null).execute()).map(
+          (a) => a.name,
+        ),
+  );
+  for (const [agent, rows] of lapsedBy) {
+    if (rows.length < SHARED_LAPSE_THRESHOLD && !stillHeld.has(agent)) continue;
+    for (const row of rows) {
+      if (row.lapses_forgiven < MAX_FORGIVEN_LAPSES) decisions.set(row.id, { kind: 'requeued_shared', to: 'queued' });
+    }
+  }
+
+  const heldIds = new Map<string, string[]>();
+  const ended: ExecutionRow[] = []; // timeouts and poisonings count toward the agent's breaker
+  for (const row of running) {
+    const decision = decisions.get(row.id)!;
     const done = await tx
       .updateTable('executions')
-      .set(
-        decision.to === 'queued'
-          ? { status: 'queued', lease_expires_at: null, deadline_at: null, ...stamp(o.now, o.actor, decision.kind) }
-          : {
-              status: decision.to,
-              completed_at: o.now,
-              duration_ms: o.now - (row.started_at ?? o.now),
+      .set((eb) =>
+        decision.kind === 'requeued_shared'
+          ? {
+              status: 'queued',
               lease_expires_at: null,
-              error_code: decision.code,
-              error_message: decision.message,
+              deadline_at: null,
+              attempt: eb('attempt', '-', 1),
+              lapses_forgiven: eb('lapses_forgiven', '+', 1),
               ...stamp(o.now, o.actor, decision.kind),
-            },
+            }
+          : decision.to === 'queued'
+            ? { status: 'queued', lease_expires_at: null, deadline_at: null, ...stamp(o.now, o.actor, decision.kind) }
+            : {
+                status: decision.to,
+                completed_at: o.now,
+                duration_ms: o.now - (row.started_at ?? o.now),
+                lease_expires_at: null,
+                error_code: decision.code,
+                error_message: decision.message,
+                ...stamp(o.now, o.actor, decision.kind),
+              },
       )
       .where('id', '=', row.id)
       .where('status', '=', 'running')
@@ -63,10 +110,16 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       .returningAll()
       .executeTakeFirst();
     if (!done) continue;
+    if (decision.kind === 'requeued_shared') heldIds.set(row.agent, [...(heldIds.get(row.agent) ?? []), row.id]);
+    ended.push(done);
     // A timeout or a poisoned task is a failure like any other: its retry commits with it.
     const retry = await insertRetry(tx, done, o.now, o.actor);
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
   }
+  for (const [agent, ids] of heldIds) await setLapseHold(tx, agent, ids, o.now, o.actor);
+  await countTowardBreakers(tx, store, ended, o.now, o.actor, o.alertSinks ?? []);
+  // Timed out, poisoned or force-cancelled runs used their run time: it counts toward a budget.
+  for (const row of ended) if (row.completed_at !== null) await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
 
   // Waiting since it was queued, or since its last start if a lapsed lease put it back, or
   // since its run_after: a delayed task is not stale before it was allowed to start.
@@ -103,8 +156,13 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
 }
 
 type Decision =
-  | { kind: 'requeued'; to: 'queued' }
-  | { kind: Exclude<ReapKind, 'requeued' | 'backlog_expired'>; to: 'failed' | 'cancelled'; code: BatonErrorCode; message: string };
+  | { kind: 'requeued' | 'requeued_shared'; to: 'queued' }
+  | {
+      kind: Exclude<ReapKind, 'requeued' | 'requeued_shared' | 'backlog_expired'>;
+      to: 'failed' | 'cancelled';
+      code: BatonErrorCode;
+      message: string;
+    };
 
 /** Which end a running row the reaper picked up deserves. Timeout and cancellation win over re-delivery. */
 function decide(row: ExecutionRow, o: ExpireOptions): Decision {

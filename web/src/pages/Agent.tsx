@@ -6,7 +6,7 @@ import { useLive, useLoad, useTick } from '../hooks.ts';
 import { createSchedule, listSchedules, listWebhooks, RunNow } from '../schedules.tsx';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 import { ExecutionTable } from './Executions.tsx';
-import { PauseControl, PausedFact } from '../admission.tsx';
+import { BreakerFact, LapseHoldFact, PauseControl, PausedFact } from '../admission.tsx';
 
 export function AgentPage({ name }: { name: string }) {
   useTick();
@@ -14,11 +14,13 @@ export function AgentPage({ name }: { name: string }) {
   const schedules = useLoad(() => listSchedules(name), [name]);
   const webhooks = useLoad(() => listWebhooks(name), [name]);
   const executions = useLoad(() => client().listExecutions({ agent: name, limit: 25 }), [name]);
+  const budget = useLoad(() => client().agentBudget(name), [name]);
   useLive(
     (e) => e.agent === name,
     () => {
       agent.reload();
       executions.reload();
+      budget.reload();
     },
     [name],
   );
@@ -30,6 +32,21 @@ export function AgentPage({ name }: { name: string }) {
       <Section title={`Agent ${a.name}`} actions={<PauseControl agent={a} onChanged={agent.reload} />}>
         <dl className="facts">
           <PausedFact agent={a} />
+          <LapseHoldFact agent={a} />
+          <BreakerFact agent={a} onChanged={agent.reload} />
+          {budget.data && budget.data.limits.length > 0 && (
+            <>
+              <dt>Budget</dt>
+              <dd data-field="budget">
+                {budget.data.spent && <strong>spent, admits nothing: </strong>}
+                {budget.data.limits.map((l) => (
+                  <span key={`${l.metric}/${l.window}`}>
+                    {l.metric} {l.spent} / {l.limit} per {l.window} (resets <Time iso={l.resets_at} />){' '}
+                  </span>
+                ))}
+              </dd>
+            </>
+          )}
           <dt>Running / cap</dt>
           <dd data-field="running">
             {a.running} / {a.max_parallel}
