@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { replayAllSeats } from '../src/canary/invariants/history.ts';
 import { TERMINAL_STATES } from '../src/domain/states.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
+import type { FailingAgentResult } from './failing.ts';
 import type { FleetKillResult } from './fleet.ts';
 import type { TrafficStats } from './traffic.ts';
 
@@ -56,6 +57,7 @@ export interface ChaosReport {
   throughput_per_s: number;
   /** The fleet-kill phase (chaos/fleet.ts): passes with held >= 2, charged 0, finished = held. */
   fleet_kill?: FleetKillResult;
+  failing_agent?: FailingAgentResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -204,6 +206,11 @@ export function markdown(r: ChaosReport): string {
     ...(r.fleet_kill
       ? [
           `| fleet kill: attempts charged when all ${r.fleet_kill.workers} workers of one agent died at once (held ${r.fleet_kill.held}, re-queued uncharged ${r.fleet_kill.requeued_shared}, finished ${r.fleet_kill.finished}) | ${r.fleet_kill.charged} |`,
+        ]
+      : []),
+    ...(r.failing_agent
+      ? [
+          `| failing agent: breaker state after ${r.failing_agent.failed} failures (opens at ${r.failing_agent.consecutive}); tasks still queued of ${r.failing_agent.submitted} | ${r.failing_agent.state}; ${r.failing_agent.queued} |`,
         ]
       : []),
     '',

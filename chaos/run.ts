@@ -16,6 +16,7 @@ import pg from 'pg';
 import { readKeyFile } from '../src/auth/keys.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { serverProc, sigkill, stopAll, waitReady, workerProc, type Proc } from './cluster.ts';
+import { failingAgentPhase } from './failing.ts';
 import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
 import { drive } from './traffic.ts';
@@ -310,6 +311,9 @@ async function main(): Promise<number> {
     // Shared-cause lapses: all of one agent's workers die at once; no attempt may be charged.
     const fleet = await fleetKillPhase({ store, admin, server: () => servers[0]!.url, key, leaseTtl: o.leaseTtl, command, procs, log });
 
+    // Circuit breaker: one agent whose every task fails; the breaker opens, its backlog survives.
+    const failing = await failingAgentPhase({ store, admin, server: () => servers[0]!.url, key, leaseTtl: o.leaseTtl, procs, log });
+
     const cycle = await admin('POST', '/v1/canary/run');
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
@@ -354,6 +358,7 @@ async function main(): Promise<number> {
       },
       throughput_per_s: terminal / trafficS,
       fleet_kill: fleet,
+      failing_agent: failing,
       passed: false,
       not_exercised: notExercised,
     };
@@ -365,7 +370,10 @@ async function main(): Promise<number> {
       report.canary_violations_after_settle === 0 &&
       fleet.held >= 2 &&
       fleet.charged === 0 &&
-      fleet.finished === fleet.held;
+      fleet.finished === fleet.held &&
+      failing.state === 'open' &&
+      failing.failed === failing.consecutive &&
+      failing.queued === failing.submitted - failing.consecutive;
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(
@@ -373,6 +381,7 @@ async function main(): Promise<number> {
         `chaos (${o.mode}): ${passed ? 'PASSED' : 'FAILED'} in ${(trafficS + settleS).toFixed(0)} s`,
         `  lost ${report.lost} · duplicate terminal ${report.duplicate_terminal_outcomes} · over-admissions ${report.over_admissions} · canary violations ${report.canary_violations_after_settle} · idempotency duplicates ${report.idempotency_duplicates}`,
         `  fleet kill: ${fleet.workers} workers of one agent killed at once holding ${fleet.held}; ${fleet.requeued_shared} re-queued uncharged, ${fleet.charged} charged, ${fleet.finished} finished`,
+        `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
         `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
         `  ${files.json}`,
         `  ${files.md}`,

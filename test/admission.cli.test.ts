@@ -77,6 +77,18 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
     expect(await ok(['why', ex.id])).toContain(`${ex.id} is running: it is not waiting.`);
   });
 
+  it('baton agents create --breaker-json sets the breaker, update --breaker-json null turns it off, a bad one names its field', async () => {
+    const agent = 'cli-breaker';
+    const breaker = { consecutive: 2, ratio: 0.5, window: 10, cooldown_ms: 60_000, max_cooldown_ms: 120_000, count: ['agent_error'] };
+    await ok(['agents', 'create', agent, '--breaker-json', JSON.stringify(breaker)]);
+    expect(JSON.parse(await ok(['agents', 'show', agent, '--json'])).breaker).toMatchObject({ config: breaker, state: 'closed' });
+    const bad = await baton(['agents', 'update', agent, '--breaker-json', '{"consecutive":0}']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/consecutive/);
+    await ok(['agents', 'update', agent, '--breaker-json', 'null']);
+    expect(JSON.parse(await ok(['agents', 'show', agent, '--json'])).breaker).toBeNull();
+  });
+
   it('MCP pause_agent / resume_agent, and get_execution carries waiting', async () => {
     const agent = 'mcp-paused';
     await node.engine.createAgent({ name: agent, max_parallel: 1 }, 'test');

@@ -206,7 +206,14 @@ export function buildProgram(): Command {
         '--budget-json <json>',
         'spending limits, e.g. \'{"time_zone":"Europe/Berlin","limits":[{"metric":"cost_usd","window":"day","limit":20}]}\' (null: none)',
         json('--budget-json'),
+      )
+      .option(
+        '--breaker-json <json>',
+        'circuit breaker, e.g. \'{"consecutive":5,"ratio":0.5,"window":20,"cooldown_ms":30000,"max_cooldown_ms":600000,"count":["agent_error","timeout","poisoned"]}\' (null: off; omitted at creation: the defaults)',
+        json('--breaker-json'),
       );
+  // Commander stores a parser's `null` as '' (and an empty argument is not JSON, so '' only means null).
+  const jsonNull = (v: unknown) => (v === '' ? null : v);
   const settings = (o: Record<string, any>) =>
     Object.fromEntries(
       Object.entries({
@@ -219,7 +226,8 @@ export function buildProgram(): Command {
         delivery: o.delivery,
         push_url: o.pushUrl,
         push_secret: o.pushSecret,
-        budget: o.budgetJson,
+        budget: jsonNull(o.budgetJson),
+        breaker: jsonNull(o.breakerJson),
       }).filter(([, v]) => v !== undefined),
     );
   agentOptions(agents.command('create <name>').description('register an agent')).action(async (name, _o, cmd) => {
