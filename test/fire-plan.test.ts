@@ -166,6 +166,14 @@ const cases: Case[] = [
     messages: [null],
   },
   {
+    name: 'agent paused: still queued (it waits for resume), and the report says the agent is paused',
+    due: [{}],
+    agents: [{ ...agent('a', 3), paused_at: T0 - 60 * S, paused_by: 'key:ops', paused_reason: 'maintenance' }],
+    fired: ['s1 +0s queued agent_paused'],
+    audits: ['schedule.fire s1'],
+    messages: [null],
+  },
+  {
     name: 'backlog full: skipped backlog_full',
     due: [{}],
     queued: { a: 3 },
@@ -296,7 +304,11 @@ describe('decideFiring: one execution per due time, and why', () => {
   it.each(cases.map((c) => [c.name, c] as const))('%s', (_name, c) => {
     const inFlightBefore = JSON.stringify(c.inFlight ?? {});
     const { plan, now } = decide(c);
-    expect(plan.fired.map((f) => [f.schedule_id, off(f.scheduled_for), f.status, f.reason].filter(Boolean).join(' '))).toEqual(c.fired);
+    expect(
+      plan.fired.map((f) =>
+        [f.schedule_id, off(f.scheduled_for), f.status, f.reason, f.agent_paused && 'agent_paused'].filter(Boolean).join(' '),
+      ),
+    ).toEqual(c.fired);
     expect(
       plan.audits.map((a) => [a.action, a.subject, a.detail?.reason ?? a.detail?.missed].filter((x) => x !== undefined).join(' ')),
     ).toEqual(c.audits);

@@ -39,4 +39,6 @@ export interface Fired {
   execution_id: string;
   status: 'queued' | 'skipped';
   reason?: SkipReason;
+  /** Queued for an agent that is paused: it waits until the agent is resumed. */
+  agent_paused?: true;
 }

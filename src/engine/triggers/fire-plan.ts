@@ -184,15 +184,17 @@ export function decideFiring(f: BatchFacts): FirePlan {
         rows.push(row);
         room.set(agent.name, room.get(agent.name)! - 1);
         if (s.overlap_policy === 'skip') inFlight.set(s.id, row.id);
+        // A paused agent still gets its scheduled work (it waits in the queue); the record says so.
+        const paused = agent.paused_at !== null ? { agent_paused: true as const } : {};
         audits.push({
           at: now,
           actor,
           action: 'schedule.fire',
           subject: s.id,
           execution_id: row.id,
-          detail: { trigger: 'schedule', scheduled_for: at },
+          detail: { trigger: 'schedule', scheduled_for: at, ...paused },
         });
-        fired.push({ schedule_id: s.id, agent: s.agent, scheduled_for: at, execution_id: row.id, status: 'queued' });
+        fired.push({ schedule_id: s.id, agent: s.agent, scheduled_for: at, execution_id: row.id, status: 'queued', ...paused });
       }
     }
   }
