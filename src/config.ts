@@ -47,6 +47,8 @@ export const DEFAULTS = Object.freeze({
    * rows: its cost follows activity (and the backlog), not the age of the database.
    */
   canaryIntervalMs: 60_000,
+  /** A chained task at this depth (source's depth + 1) is refused and the refusal recorded: loops end. */
+  chainDepthLimit: 10,
 });
 
 /** The variables as given: `process.env`, or a plain record in tests. */

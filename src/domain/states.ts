@@ -17,8 +17,8 @@ export function isTerminal(status: string): status is TerminalStatus {
   return (TERMINAL_STATES as readonly string[]).includes(status);
 }
 
-/** How an execution came to exist. */
-export const TRIGGER_KINDS = Object.freeze(['schedule', 'manual', 'webhook', 'api', 'mcp', 'cli', 'retry'] as const);
+/** How an execution came to exist (`chain`: a subscription to another execution's outcome; `group`: a group's member or its join). */
+export const TRIGGER_KINDS = Object.freeze(['schedule', 'manual', 'webhook', 'api', 'mcp', 'cli', 'retry', 'chain', 'group'] as const);
 export type TriggerKind = (typeof TRIGGER_KINDS)[number];
 
 /** Outcomes a worker may report on completion. */

@@ -1,4 +1,6 @@
-import type { StoreAdapter } from '../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+import type { Followed } from './composition/follow.ts';
 
 /**
  * What the engine's sub-services (engine.schedules, engine.webhooks) need of the engine: its
@@ -9,4 +11,6 @@ export interface EngineContext {
   readonly store: StoreAdapter;
   /** Milliseconds since the epoch, from the engine's (injectable) clock. */
   now(): number;
+  /** Follow rows that just reached their final state in `tx` (see Engine.follow); announce what it returns after the commit. */
+  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[]): Promise<Followed>;
 }

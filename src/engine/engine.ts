@@ -31,6 +31,8 @@ import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeWithLease } from './transitions/complete.ts';
 import { insertQueued, type NewQueued } from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
+import { lockExecution } from './transitions/lease.ts';
+import { followFinals, type Followed } from './composition/follow.ts';
 import { releaseLease } from './transitions/release.ts';
 import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
@@ -72,6 +74,8 @@ export interface EngineOptions {
    * breaker change queues one canary_alerts row per kind in its transaction. Default none.
    */
   alertSinks?: readonly AlertSinkKind[];
+  /** Longest chain of subscriptions a task may sit at the end of; further links are refused and recorded. Default 10. */
+  chainDepthLimit?: number;
 }
 
 export interface AgentInput {
@@ -130,6 +134,7 @@ export class Engine {
   private readonly claimPollMs: number;
   private readonly reapBatch: number;
   readonly alertSinks: readonly AlertSinkKind[];
+  readonly chainDepthLimit: number;
   readonly secrets: SecretBox;
   /** Cron schedules: create, change, trigger by hand (the scheduler pass fires them). */
   readonly schedules: Schedules;
@@ -154,6 +159,7 @@ export class Engine {
     this.claimPollMs = opts.claimPollMs ?? DEFAULTS.claimPollMs;
     this.reapBatch = opts.reapBatch ?? 100;
     this.alertSinks = opts.alertSinks ?? [];
+    this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
@@ -273,6 +279,7 @@ export class Engine {
         .where('status', '=', statusIs('running'))
         .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
+      const followed = await this.follow(tx, now, actor, cancelled);
       await tx.deleteFrom('agents').where('name', '=', name).execute();
       // Its spending goes with it: an agent created later under the same name starts at 0.
       await tx.deleteFrom('agent_budget_ledger').where('agent', '=', name).execute();
@@ -295,9 +302,9 @@ export class Engine {
         subject: name,
         detail: { cancelled: cancelled.length, cancel_requested: running.length, keys_revoked: revoked.length },
       });
-      return { cancelled, cancel_requested: running.length, revoked: revoked.map((k) => k.id) };
+      return { cancelled, followed, cancel_requested: running.length, revoked: revoked.map((k) => k.id) };
     });
-    announce(this.store, out.cancelled);
+    announce(this.store, [...out.cancelled, ...out.followed.created, ...out.followed.ended]);
     for (const id of out.revoked) this.store.publish('key', id);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancel_requested };
   }
@@ -457,6 +464,15 @@ export class Engine {
     return out.row;
   }
 
+  /**
+   * Follow rows that just reached their final state in `tx` (composition/follow.ts): the chained
+   * tasks and group progress they cause commit with them. Announce what it returns after the commit.
+   */
+  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[]): Promise<Followed> {
+    if (rows.length === 0) return Promise.resolve({ created: [], ended: [] });
+    return followFinals(tx, { store: this.store, now, actor, alertSinks: this.alertSinks, chainDepthLimit: this.chainDepthLimit }, rows);
+  }
+
   private newRow(agent: AgentRow, input: SubmitInput): NewQueued {
     return {
       id: newExecutionId(),
@@ -554,35 +570,40 @@ export class Engine {
         const done = await completeWithLease(tx, id, token, outcome, now, actor);
         await accrueBudget(tx, done, now, this.alertSinks);
         await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks); // and its breaker count
-        return done;
+        return { done, followed: await this.follow(tx, now, actor, [done]) }; // and the work it causes
       });
-      announce(this.store, [row]);
-      this.events.emit('execution:completed', row);
-      return row;
+      announce(this.store, [row.done, ...row.followed.created, ...row.followed.ended]);
+      this.events.emit('execution:completed', row.done);
+      return row.done;
     }
     // A failure and the retry its policy asks for commit together: a crash loses neither.
-    const { row, retry } = await this.store.transaction(async (tx) => {
+    const { row, retry, followed } = await this.store.transaction(async (tx) => {
       const failed = await completeWithLease(tx, id, token, outcome, now, actor);
       await accrueBudget(tx, failed, now, this.alertSinks);
       await countTowardBreakers(tx, this.store, [failed], now, actor, this.alertSinks);
-      return { row: failed, retry: await insertRetry(tx, failed, now, actor) };
+      const retry = await insertRetry(tx, failed, now, actor);
+      // With a retry to come the failure is not final: the retry's outcome is followed instead.
+      return { row: failed, retry, followed: await this.follow(tx, now, actor, retry ? [] : [failed]) };
     });
-    announce(this.store, [row]);
-    if (retry) announce(this.store, [retry]);
+    announce(this.store, [row, ...(retry ? [retry] : []), ...followed.created, ...followed.ended]);
     this.events.emit('execution:completed', row);
     return row;
   }
 
   async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const row = await this.store.transaction((tx) => releaseLease(tx, this.store, id, token, now, actor));
-    announce(this.store, [row]);
+    const { row, followed } = await this.store.transaction(async (tx) => {
+      const r = await releaseLease(tx, this.store, id, token, now, actor);
+      return { row: r, followed: await this.follow(tx, now, actor, r.status === 'cancelled' ? [r] : []) };
+    });
+    announce(this.store, [row, ...followed.created, ...followed.ended]);
     return row;
   }
 
   async cancel(id: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const row = await this.store.transaction(async (tx) => {
+    const { row, followed } = await this.store.transaction(async (tx) => {
+      const before = await lockExecution(tx, this.store, id);
       const r = await cancelExecution(tx, this.store, id, now, actor, 'cancelled_by_user');
       await appendAudit(tx, {
         at: now,
@@ -592,9 +613,10 @@ export class Engine {
         execution_id: id,
         detail: { status: r.status },
       });
-      return r;
+      // Cancelled now (it was queued) is final; a running one ends when its worker stops.
+      return { row: r, followed: await this.follow(tx, now, actor, before.status === 'queued' ? [r] : []) };
     });
-    announce(this.store, [row]);
+    announce(this.store, [row, ...followed.created, ...followed.ended]);
     return row;
   }
 
@@ -672,21 +694,20 @@ export class Engine {
     const all: Reaped[] = [];
     for (;;) {
       const now = this.now();
-      const batch = await this.store.transaction((tx) =>
-        expireOnce(tx, this.store, {
+      const actor = `reaper:${this.nodeId}`;
+      const { batch, followed } = await this.store.transaction(async (tx) => {
+        const { reaped, finals } = await expireOnce(tx, this.store, {
           now,
-          actor: `reaper:${this.nodeId}`,
+          actor,
           cancelGraceMs: this.cancelGraceMs,
           backlogExpiryMs: this.backlogExpiryMs,
           batch: this.reapBatch,
           alertSinks: this.alertSinks,
-        }),
-      );
+        });
+        return { batch: reaped, followed: await this.follow(tx, now, actor, finals) };
+      });
       all.push(...batch);
-      announce(
-        this.store,
-        batch.map((r) => ({ id: r.id, agent: r.agent, status: r.to })),
-      );
+      announce(this.store, [...batch.map((r) => ({ id: r.id, agent: r.agent, status: r.to })), ...followed.created, ...followed.ended]);
       if (batch.length < this.reapBatch) break;
     }
     if (all.length > 0) this.events.emit('reaper:reaped', all);

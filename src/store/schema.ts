@@ -108,6 +108,15 @@ export interface ExecutionsTable {
   serial_key: Generated<string | null>;
   /** Lapses forgiven as shared-cause (0013), capped by MAX_FORGIVEN_LAPSES. */
   lapses_forgiven: Generated<number>;
+  /** A chained task's source execution (0014); null for work no subscription started. */
+  caused_by: Generated<string | null>;
+  /** The subscription that started a chained task. */
+  subscription_id: Generated<string | null>;
+  /** 0 unless a subscription started it: then its source's depth + 1 (capped by BATON_CHAIN_DEPTH_LIMIT). */
+  chain_depth: Generated<number>;
+  /** The group it belongs to: a member (with group_index, kept by its retries) or the join (no index). */
+  group_id: Generated<string | null>;
+  group_index: Generated<number | null>;
   /** The last status change (copied into execution_events by a database trigger). */
   changed_at: number;
   changed_by: string;
@@ -294,7 +303,55 @@ export interface CanaryCheckpointsTable {
   updated_at: number;
 }
 
+export interface SubscriptionsTable {
+  id: string;
+  source_agent: string;
+  target_agent: string;
+  on_status: 'succeeded' | 'failed' | 'cancelled' | 'any';
+  schedule_id: string | null;
+  trigger_kind: string | null;
+  /** Template over the source execution. */
+  message: string;
+  /** JSON template, or null: the task's payload summarises the source. */
+  payload: string | null;
+  enabled: number;
+  created_at: number;
+  created_by: string;
+  updated_at: number;
+}
+
+/** One per (source, matching subscription): what it started, or why nothing (0014). */
+export interface ChainLinksTable {
+  source_id: string;
+  subscription_id: string;
+  execution_id: string | null;
+  refused: string | null;
+  at: number;
+}
+
+export interface ExecutionGroupsTable {
+  id: string;
+  policy: 'all' | 'all_succeeded' | 'first_succeeded' | 'quorum';
+  quorum: number | null;
+  size: number;
+  status: 'running' | 'succeeded' | 'failed' | 'cancelled';
+  finished: number;
+  succeeded: number;
+  failed: number;
+  /** JSON {agent, message, payload?}, or null: no join. */
+  join_spec: string | null;
+  join_execution_id: string | null;
+  join_refused: string | null;
+  idempotency_key: string | null;
+  created_at: number;
+  created_by: string;
+  decided_at: number | null;
+}
+
 export interface DB {
+  subscriptions: SubscriptionsTable;
+  chain_links: ChainLinksTable;
+  execution_groups: ExecutionGroupsTable;
   agents: AgentsTable;
   agent_budget_ledger: AgentBudgetLedgerTable;
   retention_state: RetentionStateTable;
@@ -326,3 +383,6 @@ export type ExecutionLogRow = Selectable<ExecutionLogsTable>;
 export type ScheduleRow = Selectable<SchedulesTable>;
 export type WebhookRow = Selectable<WebhooksTable>;
 export type IdempotencyKeyRow = Selectable<IdempotencyKeysTable>;
+export type SubscriptionRow = Selectable<SubscriptionsTable>;
+export type ChainLinkRow = Selectable<ChainLinksTable>;
+export type ExecutionGroupRow = Selectable<ExecutionGroupsTable>;

@@ -142,7 +142,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
           const applied: number[] = [];
           for (const m of loadMigrations('sqlite')) {
             if (done.has(m.version)) continue;
-            raw.exec(m.sql);
+            applyMigration(raw, m.sql);
             raw.prepare('INSERT INTO baton_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
             applied.push(m.version);
           }
@@ -192,4 +192,26 @@ function createPrivately(file: string): void {
   const dir = dirname(file);
   if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
   if (!existsSync(file)) closeSync(openSync(file, 'a', 0o600));
+}
+
+/**
+ * Run one migration's SQL. A migration that widens a CHECK constraint edits the table's stored
+ * definition (PRAGMA writable_schema, the procedure SQLite documents for constraint changes that
+ * leave stored rows valid): that needs better-sqlite3's unsafe mode for the step, and a new
+ * schema_version so every other connection re-reads the schema.
+ */
+function applyMigration(raw: Database.Database, sqlText: string): void {
+  if (!/PRAGMA\s+writable_schema\s*=\s*ON/i.test(sqlText)) {
+    raw.exec(sqlText);
+    return;
+  }
+  const version = raw.pragma('schema_version', { simple: true }) as number;
+  raw.unsafeMode(true);
+  try {
+    raw.exec(sqlText);
+    raw.pragma(`schema_version = ${version + 1}`);
+  } finally {
+    raw.pragma('writable_schema = OFF');
+    raw.unsafeMode(false);
+  }
 }

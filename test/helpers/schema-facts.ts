@@ -149,7 +149,8 @@ async function postgresFacts(store: StoreAdapter): Promise<string[]> {
     if (k.type === 'p') facts.push(`primary-key ${k.table} (${k.columns.join(', ')})`);
     if (k.type === 'u') facts.push(`unique ${k.table} (${k.columns.join(', ')})`);
     if (k.type === 'f') facts.push(foreignKey(k.table, k.columns, k.ref_table!, k.ref_columns, onDelete[k.on_delete] ?? k.on_delete));
-    if (k.type === 'c') facts.push(`check ${k.table} ${normaliseCheck(k.def.replace(/^CHECK\s*/, ''))}`);
+    // NOT VALID (a check widened without re-reading old rows) binds every new row the same way.
+    if (k.type === 'c') facts.push(`check ${k.table} ${normaliseCheck(k.def.replace(/^CHECK\s*/, '').replace(/\s+NOT VALID$/, ''))}`);
   }
 
   // Indexes written by CREATE INDEX; the ones backing a PRIMARY KEY or UNIQUE constraint are

@@ -27,8 +27,9 @@ export interface ExpireOptions {
  * SKIP LOCKED, so several reapers (and concurrent completions) never fight over a row, and
  * every update re-checks the status and lease token it read.
  */
-export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<Reaped[]> {
+export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<{ reaped: Reaped[]; finals: ExecutionRow[] }> {
   const out: Reaped[] = [];
+  const finals: ExecutionRow[] = []; // ended with no retry to follow: the caller follows their outcomes
   const running = await store
     .lockRows(
       tx
@@ -114,6 +115,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     ended.push(done);
     // A timeout or a poisoned task is a failure like any other: its retry commits with it.
     const retry = await insertRetry(tx, done, o.now, o.actor);
+    if (done.completed_at !== null && !retry) finals.push(done);
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
   }
   for (const [agent, ids] of heldIds) await setLapseHold(tx, agent, ids, o.now, o.actor);
@@ -148,11 +150,14 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       })
       .where('id', '=', row.id)
       .where('status', '=', 'queued')
+      .returningAll()
       .executeTakeFirst();
-    if (Number(done.numUpdatedRows) === 1) out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
+    if (!done) continue;
+    out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
+    finals.push(done);
   }
 
-  return out;
+  return { reaped: out, finals };
 }
 
 type Decision =

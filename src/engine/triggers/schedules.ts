@@ -8,6 +8,7 @@ import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
+import type { Followed } from '../composition/follow.ts';
 import type { EngineContext } from '../context.ts';
 import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
@@ -185,7 +186,7 @@ export class Schedules {
       });
       return r;
     });
-    announce(this.store, out.cancelled);
+    announce(this.store, [...out.cancelled, ...out.followed.created, ...out.followed.ended]);
     return { cancelled: out.cancelled.length, cancel_requested: out.cancelRequested };
   }
 
@@ -255,7 +256,7 @@ export class Schedules {
 
 /** Cancel the queued runs of these schedules and ask their running ones to stop (caller holds the schedule locks). */
 export async function cancelScheduleWork(tx: Tx, engine: EngineContext, ids: string[], now: number, actor: string, reason: CancelReason) {
-  if (ids.length === 0) return { cancelled: [] as ExecutionRow[], cancelRequested: 0 };
+  if (ids.length === 0) return { cancelled: [] as ExecutionRow[], followed: { created: [], ended: [] } as Followed, cancelRequested: 0 };
   const queued = await engine.store
     .lockRows(tx.selectFrom('executions').selectAll().where('schedule_id', 'in', ids).where('status', '=', statusIs('queued')), 'wait')
     .execute();
@@ -267,5 +268,5 @@ export async function cancelScheduleWork(tx: Tx, engine: EngineContext, ids: str
     .where('status', '=', statusIs('running'))
     .execute();
   for (const r of running) await cancelExecution(tx, engine.store, r.id, now, actor, reason);
-  return { cancelled, cancelRequested: running.length };
+  return { cancelled, followed: await engine.follow(tx, now, actor, cancelled), cancelRequested: running.length };
 }

@@ -1,0 +1,12 @@
+import type { AlertSinkKind } from '../../domain/canary.ts';
+import type { StoreAdapter } from '../../store/adapter.ts';
+
+/** What work caused by a final outcome needs of its caller: the store, the transaction's clock and actor, alert sinks. */
+export interface FollowContext {
+  readonly store: StoreAdapter;
+  readonly now: number;
+  readonly actor: string;
+  readonly alertSinks: readonly AlertSinkKind[];
+  /** Longest chain of subscriptions a task may sit at the end of (BATON_CHAIN_DEPTH_LIMIT). */
+  readonly chainDepthLimit: number;
+}
