@@ -132,6 +132,11 @@ export const Execution = z.object({
   usage: z.unknown(),
   retry_of: z.string().nullable(),
   retry_number: z.number().int().describe('0 for a first run, n for the n-th retry'),
+  caused_by: z.string().nullable().describe('A chained task: the execution whose outcome started it'),
+  subscription_id: z.string().nullable().describe('A chained task: the subscription that started it'),
+  chain_depth: z.number().int().describe('0 unless a subscription started it: then its source’s depth + 1'),
+  group_id: z.string().nullable().describe('The group it belongs to, as a member or as its join'),
+  group_index: z.number().int().nullable().describe('A member’s position in its group (null on the join and outside groups)'),
   idempotency_key: z.string().nullable(),
   traceparent: TRACEPARENT,
 });

@@ -65,6 +65,11 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
         'error_code',
         'retry_of',
         'retry_number',
+        'caused_by',
+        'subscription_id',
+        'chain_depth',
+        'group_id',
+        'group_index',
         'idempotency_key',
       ])
       .select([

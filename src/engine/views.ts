@@ -35,6 +35,11 @@ type ExecutionFields = Pick<
   | 'retry_of'
   | 'retry_number'
   | 'idempotency_key'
+  | 'caused_by'
+  | 'subscription_id'
+  | 'chain_depth'
+  | 'group_id'
+  | 'group_index'
 >;
 
 function executionFields(r: ExecutionFields) {
@@ -63,6 +68,11 @@ function executionFields(r: ExecutionFields) {
     retry_of: r.retry_of,
     retry_number: r.retry_number,
     idempotency_key: r.idempotency_key,
+    caused_by: r.caused_by,
+    subscription_id: r.subscription_id,
+    chain_depth: Number(r.chain_depth),
+    group_id: r.group_id,
+    group_index: r.group_index === null ? null : Number(r.group_index),
   };
 }
 

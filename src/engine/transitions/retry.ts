@@ -42,6 +42,11 @@ export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, act
     webhook_id: failed.webhook_id,
     serial_key: failed.serial_key,
     idempotency_key: null,
+    // A retry stands in for the run it repeats: same place in a chain, same member of a group
+    // (the member's final outcome is its last retry's).
+    chain_depth: failed.chain_depth,
+    group_id: failed.group_id,
+    group_index: failed.group_index,
     ...stamp(now, actor, 'retry'),
   };
   const row = await tx.insertInto('executions').values(values).returningAll().executeTakeFirstOrThrow();
