@@ -25,6 +25,37 @@ export interface PostgresOptions {
   schema?: string;
   /** Pool size per process. Default 10: enough for 50 claim loops, small enough for many processes. */
   poolMax?: number;
+  /** Send repeated parameterised statements as named prepared statements (see nameStatements). Default true. */
+  namedStatements?: boolean;
+}
+
+/** Longest statement text worth preparing by name; longer ones (bulk inserts) are rarely repeated. */
+const MAX_NAMED_TEXT = 8_192;
+/** Distinct statements one connection prepares by name; past this, new texts go unnamed. */
+const MAX_NAMED_PER_CONNECTION = 500;
+
+/**
+ * Send each parameterised statement text as a named prepared statement on this connection: the
+ * first use parses it under a name (b0, b1, …) and every later use binds and executes it without
+ * PostgreSQL parsing and analysing the text again. Kysely sends (text, values); the text is the
+ * key. Texts vary only with the number of items in IN lists and bulk rows, so a connection meets
+ * a bounded set; past MAX_NAMED_PER_CONNECTION it stops naming new ones. A reconnect starts a new
+ * map (prepared statements live with their connection).
+ */
+function nameStatements(client: pg.PoolClient): void {
+  const names = new Map<string, string>();
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  (client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+    if (typeof config === 'string' && Array.isArray(values) && values.length > 0 && config.length <= MAX_NAMED_TEXT) {
+      let name = names.get(config);
+      if (name === undefined && names.size < MAX_NAMED_PER_CONNECTION) {
+        name = `b${names.size}`;
+        names.set(config, name);
+      }
+      if (name !== undefined) return query({ name, text: config, values }, callback);
+    }
+    return query(config, values, callback);
+  };
 }
 
 // BIGINT (int8) columns hold epoch milliseconds and counts: far below 2^53, so plain numbers.
@@ -45,7 +76,10 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   // statements) would emit 'error' with no listener, which Node turns into an uncaught
   // exception. Its queries still fail, and the pool discards it on release.
   pool.on('error', () => {});
-  pool.on('connect', (client) => client.on('error', () => {}));
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+    if (opts.namedStatements ?? process.env.BATON_PG_NAMED_STATEMENTS !== '0') nameStatements(client);
+  });
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const signals = new LocalSignals();
   let outbox: Array<[string, string]> = [];
