@@ -15,6 +15,8 @@
  *   --loops N                        W1 claim loops (default 50), --claim-max N (default 3)
  *   --submit-concurrency N           W1 submits in flight (default 32)
  *   --idle-wait-ms N                 W1 long-poll when a loop's agents were all empty (default 200)
+ *   --submit-batch N                 W1 tasks per submit request, the batch route (default 1: single submits; HTTP only)
+ *   --complete-claim                 W1 completions also claim the next task, one request (default off; HTTP only)
  *   --warmup-tasks N                 W1 warm-up tasks on separate agents, not measured (default tasks/10, 200..2000)
  *   --w2-submits N                   W2 measured submits (default 500), --w2-warmup N (default 20)
  *   --server spawn|inproc            HTTP server as its own process (default) or startNode in this one
@@ -32,7 +34,8 @@
  *   npm run bench -- --only history                                     # both stores at 1,000,000
  * Options: --history-n N (default 1000000), --history-reps N (probe repetitions, default 100),
  * --history-canary-reps N (default 5), --history-schedules N (default 1000; 0 skips fire lag),
- * --history-prune-max-s S (default 600), --history-no-prune. Saves bench/results/history-*.json,
+ * --history-prune-max-s S (default 600), --history-no-prune, --history-prune-only (fill, then the prune phase
+ * alone: no probes). Saves bench/results/history-*.json,
  * history-*.md and history-latest.md. See bench/lib/history.ts and docs/benchmarks.md.
  */
 import { execSync } from 'node:child_process';
@@ -69,6 +72,8 @@ const { values: a } = parseArgs({
     'claim-max': { type: 'string', default: '3' },
     'submit-concurrency': { type: 'string', default: '32' },
     'idle-wait-ms': { type: 'string', default: '200' },
+    'submit-batch': { type: 'string', default: '1' },
+    'complete-claim': { type: 'boolean', default: false },
     'warmup-tasks': { type: 'string' },
     'w2-submits': { type: 'string', default: '500' },
     'w2-warmup': { type: 'string', default: '20' },
@@ -92,6 +97,7 @@ const { values: a } = parseArgs({
     'history-schedules': { type: 'string', default: String(HISTORY_DEFAULTS.schedules) },
     'history-prune-max-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneMaxS) },
     'history-no-prune': { type: 'boolean', default: false },
+    'history-prune-only': { type: 'boolean', default: false },
   },
   strict: true,
 });
@@ -131,6 +137,8 @@ const w1: Omit<W1Config, 'agentPrefix' | 'tasks'> = {
   claimMax: int('claim-max', a['claim-max'], 1),
   submitConcurrency: int('submit-concurrency', a['submit-concurrency'], 1),
   idleWaitMs: int('idle-wait-ms', a['idle-wait-ms'], 0),
+  submitBatch: int('submit-batch', a['submit-batch'], 1),
+  completeClaim: a['complete-claim'] === true,
 };
 const warmupTasks =
   a['warmup-tasks'] !== undefined ? int('warmup-tasks', a['warmup-tasks']) : Math.min(2000, Math.max(200, Math.floor(tasks / 10)));
@@ -349,7 +357,7 @@ function tableRows(): string[][] {
         '',
         cpu,
         `≥ ${fmt(t)} tasks/s ${r.w1.tasks_per_s >= t ? 'met' : 'MISSED'}`,
-        `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims; ${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
+        `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims, ${fmt(r.w1.requests / r.w1.tasks, 2)} requests/task; ${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
       ]);
     } else if (r.w2) {
       const t = TARGETS.w2[r.store];
@@ -506,6 +514,7 @@ async function mainHistory(): Promise<void> {
         schedules: int('history-schedules', a['history-schedules']),
         pruneMaxS: int('history-prune-max-s', a['history-prune-max-s'], 1),
         noPrune: a['history-no-prune']!,
+        pruneOnly: a['history-prune-only']!,
         log,
       }),
     );

@@ -7,6 +7,8 @@ import type * as S from './api/schemas.ts';
 import type * as T from './api/schemas/triggers.ts';
 import type * as L from './api/schemas/logs.ts';
 import type * as C from './api/schemas/canary.ts';
+import type * as B from './api/schemas/batch.ts';
+import type * as K from './api/schemas/composition.ts';
 import type { BudgetAnswer } from './api/schemas/budget.ts';
 import type { ViolationStateFilter } from './domain/canary.ts';
 import { isTerminal } from './domain/states.ts';
@@ -24,7 +26,13 @@ export type SubmitBody = z.input<typeof S.SubmitBody>;
 export type Created = z.infer<typeof S.Created>;
 export type Task = z.infer<typeof S.Task>;
 export type ClaimBody = z.input<typeof S.ClaimBody>;
-export type CompleteBody = z.input<typeof S.CompleteBody>;
+export type CompleteBody = z.input<typeof B.CompleteAndClaimBody>;
+/** The completed execution; `tasks` (and `claim_error`) when the completion asked to claim. */
+export type Completed = z.infer<typeof B.Completed>;
+export type SubmitBatchBody = B.SubmitBatchBody;
+export type BatchItem = z.input<typeof B.BatchItem>;
+export type SubmitBatchAnswer = B.SubmitBatchAnswer;
+export type BatchItemAnswer = B.BatchItemAnswer;
 export type Heartbeat = z.infer<typeof S.HeartbeatResponse>;
 export type ExecutionPage = z.infer<typeof S.ExecutionPage>;
 export type ApiKey = z.infer<typeof S.ApiKey>;
@@ -36,6 +44,13 @@ export type Triggered = z.infer<typeof T.Triggered>;
 export type Webhook = z.infer<typeof T.Webhook>;
 export type WebhookCreate = z.input<typeof T.WebhookCreate>;
 export type WebhookCreated = z.infer<typeof T.WebhookCreated>;
+export type Subscription = z.infer<typeof K.Subscription>;
+export type SubscriptionCreate = z.input<typeof K.SubscriptionCreate>;
+export type SubscriptionPatch = z.input<typeof K.SubscriptionPatch>;
+export type GroupCreate = z.input<typeof K.GroupCreate>;
+export type Group = z.infer<typeof K.Group>;
+export type GroupCreated = z.infer<typeof K.GroupCreated>;
+export type GroupPage = z.infer<typeof K.GroupPage>;
 export type LogLine = z.infer<typeof L.LogLine>;
 export type CanaryStatus = z.infer<typeof C.CanaryStatus>;
 export type CanaryViolation = z.infer<typeof C.Violation>;
@@ -142,6 +157,12 @@ export class BatonClient {
   // executions
   submit = async (agent: string, body: SubmitBody, opts: { idempotencyKey?: string } = {}) =>
     (await this.request<Created>('POST', `/v1/agents/${enc(agent)}/executions`, body, { headers: idem(opts.idempotencyKey) })).body;
+  /**
+   * Submit many tasks to one agent in one request and one transaction: an answer per item, in
+   * order (created, replayed from its idempotency_key, or refused, e.g. backlog_full past the room).
+   */
+  submitMany = (agent: string, items: BatchItem[]) =>
+    this.call<SubmitBatchAnswer>('POST', `/v1/agents/${enc(agent)}/executions/batch`, { items });
   getExecution = (id: string) => this.call<ExecutionDetail>('GET', `/v1/executions/${enc(id)}`);
   listExecutions = (q: Record<string, string | number | undefined> = {}) => {
     const qs = new URLSearchParams(
@@ -161,7 +182,8 @@ export class BatonClient {
     return r.status === 204 || !r.body ? [] : r.body.tasks;
   }
   heartbeat = (id: string, lease_token: string) => this.call<Heartbeat>('POST', `/v1/executions/${enc(id)}/heartbeat`, { lease_token });
-  complete = (id: string, body: CompleteBody) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/complete`, body);
+  /** Report the outcome; with `body.claim`, the answer's `tasks` are the agent's next tasks, claimed in the same request. */
+  complete = (id: string, body: CompleteBody) => this.call<Completed>('POST', `/v1/executions/${enc(id)}/complete`, body);
   release = (id: string, lease_token: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/release`, { lease_token });
   appendLogs = (id: string, lease_token: string, lines: Array<{ stream?: 'stdout' | 'stderr'; line: string }>) =>
     this.call<LogAppendResult>('POST', `/v1/executions/${enc(id)}/logs`, { lease_token, lines });
@@ -222,6 +244,41 @@ export class BatonClient {
         { headers: idem(opts.idempotencyKey) },
       )
     ).body;
+  // subscriptions (chains): an agent's outcome starts a task on another
+  createSubscription = (s: SubscriptionCreate) => this.call<Subscription>('POST', '/v1/subscriptions', s);
+  /** Every subscription, or those where `agent` is the source or the target. */
+  listSubscriptions = async (agent?: string) =>
+    (await this.call<{ subscriptions: Subscription[] }>('GET', `/v1/subscriptions${agent ? `?agent=${enc(agent)}` : ''}`)).subscriptions;
+  getSubscription = (id: string) => this.call<Subscription>('GET', `/v1/subscriptions/${enc(id)}`);
+  updateSubscription = (id: string, patch: SubscriptionPatch) => this.call<Subscription>('PATCH', `/v1/subscriptions/${enc(id)}`, patch);
+  deleteSubscription = (id: string) => this.call<{ deleted: string }>('DELETE', `/v1/subscriptions/${enc(id)}`);
+  // groups: fan-out with a join
+  /** Create every member and the group in one transaction, or nothing (409 group_refused: details.items says why). */
+  createGroup = async (g: GroupCreate, opts: { idempotencyKey?: string } = {}) =>
+    (await this.request<GroupCreated>('POST', '/v1/groups', g, { headers: idem(opts.idempotencyKey) })).body;
+  getGroup = (id: string) => this.call<Group>('GET', `/v1/groups/${enc(id)}`);
+  listGroups = (q: { limit?: number; cursor?: string } = {}) => {
+    const qs = new URLSearchParams(
+      Object.entries(q)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, String(v)]),
+    );
+    return this.call<GroupPage>('GET', `/v1/groups${qs.size ? '?' + qs : ''}`);
+  };
+  cancelGroup = (id: string) => this.call<{ changed: boolean; group: Group }>('POST', `/v1/groups/${enc(id)}/cancel`);
+  /**
+   * Poll until the group is settled: decided (or cancelled), and its join, if one was started,
+   * terminal. Returns the last read when `timeoutMs` passes first.
+   */
+  async waitForGroup(id: string, opts: { timeoutMs?: number; intervalMs?: number; onTick?: (g: Group) => void } = {}): Promise<Group> {
+    const until = Date.now() + (opts.timeoutMs ?? Infinity);
+    for (;;) {
+      const g = await this.getGroup(id);
+      opts.onTick?.(g);
+      if (groupSettled(g) || Date.now() >= until) return g;
+      await new Promise((r) => setTimeout(r, Math.max(0, Math.min(opts.intervalMs ?? 500, until - Date.now()))));
+    }
+  }
   createWebhook = (w: WebhookCreate) => this.call<WebhookCreated>('POST', '/v1/webhooks', w);
   listWebhooks = async (agent?: string) =>
     (await this.call<{ webhooks: Webhook[] }>('GET', `/v1/webhooks${agent ? `?agent=${enc(agent)}` : ''}`)).webhooks;
@@ -276,6 +333,9 @@ export class BatonClient {
 }
 
 const enc = encodeURIComponent;
+/** A group is settled when it has decided (or was cancelled) and its join, if any was started, is terminal. */
+export const groupSettled = (g: Group): boolean =>
+  g.status !== 'running' && (g.join === null || g.join.execution_id === null || (g.join.status !== null && isTerminal(g.join.status)));
 const idem = (key?: string): Record<string, string> => (key ? { 'idempotency-key': key } : {});
 function safeJson(text: string): unknown {
   try {

@@ -197,6 +197,8 @@ export interface Config extends Env, ConnectionEnv {
   idempotency: IdempotencySettings;
   hookRates: HookRates;
   canary: CanarySettings;
+  /** BATON_CHAIN_DEPTH_LIMIT: longest chain of subscriptions a task may end (default 10); deeper links are refused and recorded. */
+  chainDepthLimit: number;
   retention: RetentionEnv;
   telemetry: TelemetrySettings;
 }
@@ -272,6 +274,12 @@ export function readConfig(env: Vars = process.env): Config {
       alertWebhookUrl: httpUrl(env, 'BATON_ALERT_WEBHOOK_URL', { secret: true }),
       alertSlackUrl: httpUrl(env, 'BATON_ALERT_SLACK_URL', { secret: true }),
     },
+    chainDepthLimit: number(env, 'BATON_CHAIN_DEPTH_LIMIT', DEFAULTS.chainDepthLimit, {
+      min: 1,
+      max: 1000,
+      integer: true,
+      accepts: 'a whole number of links from 1 to 1000',
+    }),
     retention: readRetentionEnv(env),
     telemetry: readTelemetryEnv(env),
   };
@@ -314,9 +322,15 @@ export interface RetentionEnv {
   auditRetentionDays: number;
   /** BATON_ARCHIVE_DIR: pruned executions are appended here first (gzip JSON lines); unset: no archive. */
   archiveDir?: string;
+  /**
+   * BATON_PRUNE_INTERVAL_MS: how long after start, and after each finished sweep, the next sweep
+   * begins (default 600 000, ten minutes: rows wait at most that long past their window; shorter
+   * only spends more idle reads). Batches within a sweep are paced by their own cost, not by this.
+   */
+  pruneIntervalMs?: number;
 }
 
-export const RETENTION_DEFAULTS = Object.freeze({ retentionDays: 30, auditRetentionDays: 365 });
+export const RETENTION_DEFAULTS = Object.freeze({ retentionDays: 30, auditRetentionDays: 365, pruneIntervalMs: 600_000 });
 
 /** Days are a non-negative number (fractions allowed: 0.5 is twelve hours), at most 100 years. */
 const days = (env: Vars, name: string, fallback: number) =>
@@ -330,5 +344,11 @@ export function readRetentionEnv(env: Vars = process.env): RetentionEnv {
     retentionDays: days(env, 'BATON_RETENTION_DAYS', RETENTION_DEFAULTS.retentionDays),
     auditRetentionDays: days(env, 'BATON_AUDIT_RETENTION_DAYS', RETENTION_DEFAULTS.auditRetentionDays),
     archiveDir: dir ? resolve(dir) : undefined,
+    pruneIntervalMs: number(env, 'BATON_PRUNE_INTERVAL_MS', RETENTION_DEFAULTS.pruneIntervalMs, {
+      min: 1_000,
+      max: MAX_TIMER_MS,
+      integer: true,
+      accepts: `whole milliseconds from 1000 to ${MAX_TIMER_MS}`,
+    }),
   };
 }

@@ -72,9 +72,11 @@ const VARIABLES: Variable[] = [
     bad: 'hooks.slack.com/services/T/B/s3cret',
     secret: 's3cret',
   },
+  { name: 'BATON_CHAIN_DEPTH_LIMIT', at: (c) => c.chainDepthLimit, default: 10, good: ['3', 3], bad: '0' },
   { name: 'BATON_RETENTION_DAYS', at: (c) => c.retention.retentionDays, default: 30, good: ['0.5', 0.5], bad: 'forever' },
   { name: 'BATON_AUDIT_RETENTION_DAYS', at: (c) => c.retention.auditRetentionDays, default: 365, good: ['0', 0], bad: '40000' },
   { name: 'BATON_ARCHIVE_DIR', at: (c) => c.retention.archiveDir, default: undefined, good: ['/srv/archive', '/srv/archive'], bad: '  ' },
+  { name: 'BATON_PRUNE_INTERVAL_MS', at: (c) => c.retention.pruneIntervalMs, default: 600_000, good: ['1000', 1000], bad: '999' },
 ];
 
 const namesIn = (text: string) => new Set(text.match(/BATON_[A-Z_]*[A-Z]/g) ?? []);

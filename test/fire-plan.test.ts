@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  AUDIT_RUNS_MAX,
   decideFiring,
   dueTimesOf,
   MISSED_ROWS_MAX,
@@ -148,8 +149,11 @@ interface Case {
   notAdvanced?: string[];
   /** One line per due time handled: `<schedule> <offset> <status> [reason]`. */
   fired: string[];
-  /** One line per audit entry: `<action> <schedule> [reason | missed count]`. */
-  audits: string[];
+  /**
+   * The batch's one audit entry (null: none), as its counts: `queued=<n> [<skip reason>=<n>…]
+   * [missed_earlier=<n>] [agent_paused=<n>]`. Its runs list is checked against the rows for every case.
+   */
+  audit: string | null;
   /** error_message of each row, in order (undefined: not checked). */
   messages?: Array<string | RegExp | null>;
 }
@@ -159,10 +163,10 @@ const missedWhy = (late: number, policy: string) =>
 
 const cases: Case[] = [
   {
-    name: 'room in the backlog: queued, audited as schedule.fire',
+    name: 'room in the backlog: queued, counted in the batch audit entry',
     due: [{}],
     fired: ['s1 +0s queued'],
-    audits: ['schedule.fire s1'],
+    audit: 'queued=1',
     messages: [null],
   },
   {
@@ -170,7 +174,7 @@ const cases: Case[] = [
     due: [{}],
     agents: [{ ...agent('a', 3), paused_at: T0 - 60 * S, paused_by: 'key:ops', paused_reason: 'maintenance' }],
     fired: ['s1 +0s queued agent_paused'],
-    audits: ['schedule.fire s1'],
+    audit: 'queued=1 agent_paused=1',
     messages: [null],
   },
   {
@@ -178,7 +182,7 @@ const cases: Case[] = [
     due: [{}],
     queued: { a: 3 },
     fired: ['s1 +0s skipped backlog_full'],
-    audits: ['schedule.skip s1 backlog_full'],
+    audit: 'queued=0 backlog_full=1',
     messages: ["agent 'a' already has 3 queued executions (max_backlog)"],
   },
   {
@@ -186,7 +190,7 @@ const cases: Case[] = [
     due: [{ overlap_policy: 'skip' }],
     inFlight: { s1: 'ex_busy' },
     fired: ['s1 +0s skipped already_running'],
-    audits: ['schedule.skip s1 already_running'],
+    audit: 'queued=0 already_running=1',
     messages: ['a run of this schedule is in flight (execution ex_busy); overlap policy skip'],
   },
   {
@@ -194,7 +198,7 @@ const cases: Case[] = [
     due: [{ overlap_policy: 'skip', cron: '*/10 * * * * *' }],
     now: T0 + 15 * S,
     fired: ['s1 +0s queued', 's1 +10s skipped already_running'],
-    audits: ['schedule.fire s1', 'schedule.skip s1 already_running'],
+    audit: 'queued=1 already_running=1',
     messages: [null, /^a run of this schedule is in flight \(execution ex_[\w-]+\); overlap policy skip$/],
   },
   {
@@ -202,28 +206,28 @@ const cases: Case[] = [
     due: [{ overlap_policy: 'skip' }],
     inFlight: { other: 'ex_busy' },
     fired: ['s1 +0s queued'],
-    audits: ['schedule.fire s1'],
+    audit: 'queued=1',
   },
   {
     name: 'overlap queue: every due time queued, one serial key',
     due: [{ overlap_policy: 'queue', cron: '*/10 * * * * *' }],
     now: T0 + 15 * S,
     fired: ['s1 +0s queued', 's1 +10s queued'],
-    audits: ['schedule.fire s1', 'schedule.fire s1'],
+    audit: 'queued=2',
   },
   {
     name: 'overlap allow: a run in flight does not matter',
     due: [{ overlap_policy: 'allow' }],
     inFlight: { s1: 'ex_busy' },
     fired: ['s1 +0s queued'],
-    audits: ['schedule.fire s1'],
+    audit: 'queued=1',
   },
   {
     name: 'misfire skip: one missed row, audited once with the count',
     due: [{ misfire_policy: 'skip' }],
     now: T0 + 31 * S,
     fired: ['s1 +0s skipped missed'],
-    audits: ['schedule.missed s1 1'],
+    audit: 'queued=0 missed=1',
     messages: [missedWhy(31, 'misfire policy skip')],
   },
   {
@@ -231,7 +235,7 @@ const cases: Case[] = [
     due: [{}],
     now: T0 + MIN + 40 * S,
     fired: ['s1 +0s skipped missed', 's1 +60s queued'],
-    audits: ['schedule.missed s1 1', 'schedule.fire s1'],
+    audit: 'queued=1 missed=1',
     messages: [missedWhy(100, 'not the one catch-up run (misfire grace 300 s)'), null],
   },
   {
@@ -239,7 +243,7 @@ const cases: Case[] = [
     due: [{ misfire_policy: 'skip' }],
     now: T0 + 29 * MIN + 40 * S,
     fired: Array.from({ length: 20 }, (_, i) => `s1 +${(10 + i) * 60}s skipped missed`),
-    audits: ['schedule.missed s1 30'],
+    audit: 'queued=0 missed=20 missed_earlier=10',
     messages: [
       /^due at 2026-01-05T09:10:00\.000Z, handled 1180 s late: .* misfire policy skip \(and 10 earlier due times since 2026-01-05T09:00:00\.000Z\)$/,
       ...Array<RegExp>(19).fill(/misfire policy skip$/),
@@ -251,23 +255,23 @@ const cases: Case[] = [
     now: T0 + 31 * S,
     queued: { a: 3 },
     fired: ['s1 +0s skipped missed'],
-    audits: ['schedule.missed s1 1'],
+    audit: 'queued=0 missed=1',
   },
-  { name: 'agent gone: nothing written', due: [{ misfire_policy: 'skip' }, { id: 's2' }], agents: [], fired: [], audits: [] },
+  { name: 'agent gone: nothing written', due: [{ misfire_policy: 'skip' }, { id: 's2' }], agents: [], fired: [], audit: null },
   {
     name: 'next_run_at advanced elsewhere: nothing written, no backlog room taken',
     due: [{ id: 's1' }, { id: 's2' }],
     queued: { a: 2 },
     notAdvanced: ['s1'],
     fired: ['s2 +0s queued'],
-    audits: ['schedule.fire s2'],
+    audit: 'queued=1',
   },
   {
     name: "one agent's schedules share its backlog room, in batch order",
     due: [{ id: 's1' }, { id: 's2' }, { id: 's3' }],
     queued: { a: 1 },
     fired: ['s1 +0s queued', 's2 +0s queued', 's3 +0s skipped backlog_full'],
-    audits: ['schedule.fire s1', 'schedule.fire s2', 'schedule.skip s3 backlog_full'],
+    audit: 'queued=2 backlog_full=1',
   },
   {
     name: 'each agent has its own room',
@@ -278,7 +282,7 @@ const cases: Case[] = [
     agents: [agent('a', 3), agent('b', 1)],
     queued: { a: 3 },
     fired: ['s1 +0s skipped backlog_full', 's2 +0s queued'],
-    audits: ['schedule.skip s1 backlog_full', 'schedule.fire s2'],
+    audit: 'queued=1 backlog_full=1',
   },
   {
     name: 'overlap skip and a full backlog: backlog_full, and no run counts as in flight after it',
@@ -286,7 +290,7 @@ const cases: Case[] = [
     now: T0 + 15 * S,
     queued: { a: 3 },
     fired: ['s1 +0s skipped backlog_full', 's1 +10s skipped backlog_full'],
-    audits: ['schedule.skip s1 backlog_full', 'schedule.skip s1 backlog_full'],
+    audit: 'queued=0 backlog_full=2',
   },
 ];
 
@@ -309,9 +313,7 @@ describe('decideFiring: one execution per due time, and why', () => {
         [f.schedule_id, off(f.scheduled_for), f.status, f.reason, f.agent_paused && 'agent_paused'].filter(Boolean).join(' '),
       ),
     ).toEqual(c.fired);
-    expect(
-      plan.audits.map((a) => [a.action, a.subject, a.detail?.reason ?? a.detail?.missed].filter((x) => x !== undefined).join(' ')),
-    ).toEqual(c.audits);
+    expect(auditLine(plan)).toEqual(c.audit);
     if (c.messages)
       expect(plan.rows.map((r) => r.error_message ?? null)).toEqual(
         c.messages.map((m) => (m instanceof RegExp ? expect.stringMatching(m) : m)),
@@ -333,19 +335,32 @@ describe('decideFiring: one execution per due time, and why', () => {
       expect(r.error_code ?? null).toBe(f.reason ?? null);
       expect(r.serial_key).toBe(s.overlap_policy === 'queue' ? s.id : null);
     });
-    const ids = new Set(plan.rows.map((r) => r.id));
-    for (const a of plan.audits) expect(ids.has(a.execution_id!)).toBe(true);
-    // A run queued earlier in the pass is what a later due time defers to.
-    for (const a of plan.audits.filter(
-      (a) => a.detail?.reason === 'already_running' && !Object.values(c.inFlight ?? {}).includes(a.detail.running as string),
-    )) {
-      expect(plan.fired.find((f) => f.execution_id === a.detail!.running)?.status).toBe('queued');
+    // One audit entry for the batch, by the scheduler (nobody acted), naming every run it made.
+    if (plan.audit) {
+      expect(plan.audit).toMatchObject({ at: now, actor: ACTOR, action: 'schedule.batch', subject: null, execution_id: null });
+      expect(plan.audit.detail!.runs).toEqual(
+        plan.fired.map((f) => ({
+          schedule_id: f.schedule_id,
+          execution_id: f.execution_id,
+          scheduled_for: f.scheduled_for,
+          status: f.status,
+          ...(f.reason ? { reason: f.reason } : {}),
+          ...(f.agent_paused ? { agent_paused: true } : {}),
+        })),
+      );
+      expect(plan.audit.detail!.runs_omitted).toBeUndefined();
+    } else expect(plan.rows).toEqual([]);
+    // A run queued earlier in the pass is what a later due time defers to (its message names it).
+    for (const r of plan.rows.filter((r) => r.error_code === 'already_running')) {
+      const running = /\(execution (\S+)\)/.exec(r.error_message!)![1]!;
+      if (!Object.values(c.inFlight ?? {}).includes(running))
+        expect(plan.fired.find((f) => f.execution_id === running)?.status).toBe('queued');
     }
     expect(JSON.stringify(c.inFlight ?? {})).toBe(inFlightBefore); // the facts are not written to
   });
 
   it('a queued row carries the schedule (message, payload, origin, priority) and the agent (timeouts, retry policy)', () => {
-    const { plan } = decide({ name: '', due: [{ priority: 5 }], fired: [], audits: [] });
+    const { plan } = decide({ name: '', due: [{ priority: 5 }], fired: [], audit: null });
     expect(plan.rows[0]).toMatchObject({
       trigger_kind: 'schedule',
       status: 'queued',
@@ -363,13 +378,38 @@ describe('decideFiring: one execution per due time, and why', () => {
       change_reason: 'created',
     });
     expect(JSON.parse(plan.rows[0]!.origin)).toEqual({ schedule_id: 's1', scheduled_for: '2026-01-05T09:00:00.000Z' });
-    expect(plan.audits[0]).toEqual({
+    expect(plan.audit).toEqual({
       at: T0 + 400,
       actor: ACTOR,
-      action: 'schedule.fire',
-      subject: 's1',
-      execution_id: plan.rows[0]!.id,
-      detail: { trigger: 'schedule', scheduled_for: T0 },
+      action: 'schedule.batch',
+      subject: null,
+      execution_id: null,
+      detail: {
+        queued: 1,
+        skipped: {},
+        runs: [{ schedule_id: 's1', execution_id: plan.rows[0]!.id, scheduled_for: T0, status: 'queued' }],
+      },
     });
   });
+
+  it('a batch larger than AUDIT_RUNS_MAX lists the first runs and counts the rest', () => {
+    const due = Array.from({ length: AUDIT_RUNS_MAX + 5 }, (_, i) => ({ id: `s${i}` }));
+    const { plan } = decide({ name: '', due, agents: [agent('a', 1000)], fired: [], audit: null });
+    expect(plan.rows).toHaveLength(AUDIT_RUNS_MAX + 5);
+    expect(auditLine(plan)).toBe(`queued=${AUDIT_RUNS_MAX + 5}`);
+    const runs = plan.audit!.detail!.runs as Array<{ execution_id: string }>;
+    expect(runs.map((r) => r.execution_id)).toEqual(plan.rows.slice(0, AUDIT_RUNS_MAX).map((r) => r.id));
+    expect(plan.audit!.detail!.runs_omitted).toBe(5);
+  });
 });
+
+/** The counts of a batch's audit entry, as one line (null: no entry). */
+function auditLine(plan: FirePlan): string | null {
+  if (!plan.audit) return null;
+  const d = plan.audit.detail as { queued: number; skipped: Record<string, number>; missed_earlier?: number; agent_paused?: number };
+  const parts = [`queued=${d.queued}`];
+  for (const reason of ['already_running', 'backlog_full', 'missed']) if (d.skipped[reason]) parts.push(`${reason}=${d.skipped[reason]}`);
+  if (d.missed_earlier) parts.push(`missed_earlier=${d.missed_earlier}`);
+  if (d.agent_paused) parts.push(`agent_paused=${d.agent_paused}`);
+  return parts.join(' ');
+}

@@ -20,10 +20,13 @@ const TOOLS = [
   'get_logs',
   'list_agents',
   'list_executions',
+  'list_subscriptions',
   'pause_agent',
   'resume_agent',
   'run_task',
+  'subscribe',
   'trigger_schedule',
+  'unsubscribe',
 ];
 
 let ts: TestStore;
@@ -234,6 +237,37 @@ describe.each([
     const hb = await node.engine.heartbeat(created.id, row!.lease_token!);
     expect(hb.cancel_requested).toBe(true);
     await node.engine.complete(created.id, row!.lease_token!, { status: 'cancelled' }, 'test');
+  });
+
+  it('subscribe, list_subscriptions, unsubscribe; get_execution lists what a source started', async () => {
+    const target = `${agent}-next`;
+    await node.engine.createAgent({ name: target, max_parallel: 1, max_backlog: 5 }, 'test');
+    const bad = await call(c, 'subscribe', { source_agent: agent, target_agent: target, on: 'succeeded', message: '{{source.nope}}' });
+    expect(bad.isError).toBe(true);
+    expect(text(bad)).toMatch(/validation_error: body\.message: placeholder \{\{source\.nope\}\}/);
+    const missing = await call(c, 'subscribe', { source_agent: agent, target_agent: 'no-such-agent', on: 'any', message: 'm' });
+    expect(missing.isError).toBe(true);
+    expect(text(missing)).toMatch(/not_found: agent 'no-such-agent'/);
+    const r = await call(c, 'subscribe', { source_agent: agent, target_agent: target, on: 'succeeded', message: 'after {{source.id}}' });
+    expect(r.isError).toBeFalsy();
+    const sub = r.structuredContent.subscription;
+    expect(sub).toMatchObject({ source_agent: agent, target_agent: target, on: 'succeeded', enabled: true });
+    const list = await call(c, 'list_subscriptions', { agent: target });
+    expect(list.structuredContent.subscriptions.map((s: any) => s.id)).toEqual([sub.id]);
+    const src = await node.engine.submit(agent, { message: 'source' }, 'test');
+    const [row] = await node.engine.claim(agent, { owner: 'mcp-test' });
+    expect(row!.id).toBe(src.id);
+    await node.engine.complete(src.id, row!.lease_token!, { status: 'succeeded' }, 'test');
+    const got = await call(c, 'get_execution', { execution_id: src.id });
+    expect(got.structuredContent.started).toEqual([
+      { subscription_id: sub.id, execution_id: expect.any(String), refused: null, at: expect.any(String) },
+    ]);
+    const chained = await node.engine.getExecution(got.structuredContent.started[0].execution_id);
+    expect(chained.execution).toMatchObject({ agent: target, caused_by: src.id, message: `after ${src.id}` });
+    const gone = await call(c, 'unsubscribe', { subscription_id: sub.id });
+    expect(gone.structuredContent).toMatchObject({ deleted: sub.id });
+    expect((await call(c, 'unsubscribe', { subscription_id: sub.id })).isError).toBe(true);
+    await node.engine.deleteAgent(target, 'test');
   });
 
   it('an agent-scoped key sees only its scope', async () => {

@@ -1,5 +1,7 @@
 import { CompiledQuery, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { countFinished } from '../src/engine/agent-activity.ts';
@@ -8,6 +10,9 @@ import { appendLogs, readLogs } from '../src/engine/logs.ts';
 import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { runInFlight } from '../src/engine/triggers/start-run.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
+import { exportHistory } from '../src/retention/export.ts';
+import { pruneOnce } from '../src/retention/prune.ts';
+import { readHistoryStats } from '../src/retention/stats.ts';
 import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
 import type { DB, NewExecution } from '../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -34,16 +39,13 @@ const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'aud
 const LIVE_INDEXES = new Set([
   'executions_admission',
   'executions_running',
-  'executions_lease',
-  'executions_deadline',
-  'executions_queued_at',
   'executions_serial_running',
   'executions_schedule_open',
   'executions_webhook_open',
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */
 const HISTORY_INDEXES =
-  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_seats)$/;
+  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_execution)$/;
 /** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
 const MANY_ROWS = 1_000;
 
@@ -227,7 +229,8 @@ function historyRow(i: number): NewExecution {
   // succeed. Filters below ask for the rare values, where a walk instead of a seek costs most.
   const k = i % 20;
   const agent = AGENTS[k < 16 ? 0 : k - 15]!;
-  const scheduled = i % 3 === 0;
+  // A schedule is a small share of history, as among many agents (each of the two: 1 row in 24).
+  const scheduled = i % 12 === 0;
   const r = Math.floor(i / 20) % 100;
   const status = scheduled && r === 99 ? 'skipped' : r < 94 ? 'succeeded' : r < 97 ? 'failed' : 'cancelled';
   const created = now - 30 * 86_400_000 + i * 60_000;
@@ -521,6 +524,39 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     const half = await during('waiting breaker', () => engine.getExecution(stillQueued!.id));
     expect(half.waiting?.reason).toBe('breaker_open');
 
+    // Batch submit (issue #12): the backlog count, the keys' primary-key reads and writes, the keyed rows read back.
+    await engine.createAgent({ name: 'hist-batch', max_backlog: 10 }, 'test');
+    const batched = await during('submit many', () =>
+      engine.submitMany('hist-batch', [{ message: 'b1', idem: { key: 'plan-1', hash: 'h1' } }, { message: 'b2' }], 'test'),
+    );
+    expect(batched.map((o) => o.kind)).toEqual(['created', 'created']);
+
+    // Chains (issue #14): a completion that starts a chained task (subscriptions read, link row,
+    // the target's backlog count), and the source's view listing what it started.
+    await engine.createAgent({ name: 'hist-chain-src', max_backlog: 10 }, 'test');
+    await engine.createAgent({ name: 'hist-chain-dst', max_backlog: 10 }, 'test');
+    await engine.subscriptions.create(
+      { source_agent: 'hist-chain-src', target_agent: 'hist-chain-dst', on: 'any', message: '{{source.id}}' },
+      'test',
+    );
+    await engine.submit('hist-chain-src', { message: 'chain source' }, 'test');
+    const [chainSource] = await engine.claim('hist-chain-src', { owner: 'w8' });
+    await during('chained complete', () => engine.complete(chainSource!.id, chainSource!.lease_token!, { status: 'succeeded' }, 'w8'));
+    expect((await during('chained getExecution', () => engine.getExecution(chainSource!.id))).started).toHaveLength(1);
+
+    // Retention: the history figures (doctor, /metrics, GET /v1/history), an export of the oldest
+    // days, then one pruner batch of executions and one of audit rows (last: it removes history).
+    const settings = { retentionDays: 25, auditRetentionDays: 25 };
+    await during('history stats', () => readHistoryStats(engine.store, settings));
+    const out = join(mkdtempSync(join(tmpdir(), 'baton-plans-')), 'export.jsonl.gz');
+    const exported = await during('export', () => exportHistory({ store: engine.store, before: now - 29 * 86_400_000, out }));
+    expect(exported.executions).toBeGreaterThan(0);
+    const batch = await during('prune executions', () => pruneOnce({ store: engine.store, settings, now, batchSize: 300 }));
+    expect(batch.executions).toBeGreaterThan(0);
+    await batch.prefetched;
+    // (The seed's first audit rows are young, so this reads the oldest prefix and stops there.)
+    await during('prune audit', () => pruneOnce({ store: engine.store, settings, now, cursor: { phase: 'audit' } }));
+
     const checked = await checkRecorded();
     const labels = new Set(checked.map((c) => c.label));
     // The recording saw every path (a path that sent nothing would pass unchecked).
@@ -555,6 +591,13 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'breaker complete',
       'claim breaker probe',
       'waiting breaker',
+      'submit many',
+      'chained complete',
+      'chained getExecution',
+      'history stats',
+      'export',
+      'prune executions',
+      'prune audit',
     ]) {
       expect(labels, `no statement recorded for ${l}`).toContain(l);
     }

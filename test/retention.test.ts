@@ -425,15 +425,25 @@ describe(`retention (${STORE_KIND})`, () => {
   });
 
   it('BATON_RETENTION_DAYS=0 keeps everything; bad values are refused naming the variable (and stop `baton up`)', async () => {
-    expect(readRetentionEnv({})).toEqual({ retentionDays: 30, auditRetentionDays: 365, archiveDir: undefined });
-    expect(readRetentionEnv({ BATON_RETENTION_DAYS: '0', BATON_AUDIT_RETENTION_DAYS: '7', BATON_ARCHIVE_DIR: '/tmp/arch' })).toEqual({
+    expect(readRetentionEnv({})).toEqual({ retentionDays: 30, auditRetentionDays: 365, archiveDir: undefined, pruneIntervalMs: 600_000 });
+    expect(
+      readRetentionEnv({
+        BATON_RETENTION_DAYS: '0',
+        BATON_AUDIT_RETENTION_DAYS: '7',
+        BATON_ARCHIVE_DIR: '/tmp/arch',
+        BATON_PRUNE_INTERVAL_MS: '5000',
+      }),
+    ).toEqual({
       retentionDays: 0,
       auditRetentionDays: 7,
       archiveDir: '/tmp/arch',
+      pruneIntervalMs: 5000,
     });
     for (const bad of ['-1', 'thirty', '1e3', '40000'])
       expect(() => readRetentionEnv({ BATON_RETENTION_DAYS: bad })).toThrow(/BATON_RETENTION_DAYS/);
     expect(() => readRetentionEnv({ BATON_AUDIT_RETENTION_DAYS: 'x' })).toThrow(/BATON_AUDIT_RETENTION_DAYS/);
+    for (const bad of ['0', '999', '1.5', '2147483648'])
+      expect(() => readRetentionEnv({ BATON_PRUNE_INTERVAL_MS: bad })).toThrow(/BATON_PRUNE_INTERVAL_MS/);
 
     await seedHistory(ts.store, { count: 20, from: NOW - 400 * DAY_MS });
     const r = await pruneAll({ store: ts.store, settings: { retentionDays: 0, auditRetentionDays: 0 }, now: NOW });

@@ -93,8 +93,16 @@ describe('schedules', () => {
     const [row] = await rowsOf(s.id);
     expect(row).toMatchObject({ trigger_kind: 'schedule', status: 'queued', message: 'tick', payload: '{"a":1}', agent });
     expect(JSON.parse(row!.origin)).toMatchObject({ schedule_id: s.id });
-    const audit = await ts.store.db.selectFrom('audit_log').selectAll().where('execution_id', '=', row!.id).execute();
-    expect(audit.map((a) => a.action)).toEqual(['schedule.fire']);
+    // One audit entry per batch (nobody acted), naming the run; none per run.
+    expect(await ts.store.db.selectFrom('audit_log').selectAll().where('execution_id', '=', row!.id).execute()).toEqual([]);
+    const batches = await ts.store.db.selectFrom('audit_log').selectAll().where('action', '=', 'schedule.batch').execute();
+    expect(batches).toHaveLength(1);
+    expect(batches[0]).toMatchObject({ subject: null, execution_id: null });
+    expect(JSON.parse(batches[0]!.detail!)).toEqual({
+      queued: 1,
+      skipped: {},
+      runs: [{ schedule_id: s.id, execution_id: row!.id, scheduled_for: Date.UTC(2026, 0, 1, 0, 1), status: 'queued' }],
+    });
 
     await t().schedules.update(s.id, { enabled: false }, 'test');
     expect((await t().schedules.get(s.id)).next_run_at).toBeNull();
@@ -309,7 +317,7 @@ describe('schedules', () => {
     expect(await ts.store.db.selectFrom('schedules').select('id').where('agent', '=', agent).execute()).toEqual([]);
     expect(await ts.store.db.selectFrom('webhooks').select('id').where('agent', '=', agent).execute()).toEqual([]);
   });
-  it('a burst of due schedules fires in bulk: one row, one event and one audit row per due schedule, queued and skipped rows mixed in a batch', async () => {
+  it('a burst of due schedules fires in bulk: one row and one event per due schedule, one audit row per batch, queued and skipped rows mixed in a batch', async () => {
     const due = Date.UTC(2026, 6, 1, 9, 0);
     const roomy = `${agent}-roomy`;
     await engine.createAgent({ name: roomy, max_backlog: 1000, max_redeliveries: 7, timeout_seconds: 99 }, 'test');
@@ -376,7 +384,8 @@ describe('schedules', () => {
     });
     expect(made.find((e) => e.schedule_id === rows[0]!.id)!.serial_key).toBeNull();
     expect(JSON.parse(one.origin)).toEqual({ schedule_id: rows[1]!.id, scheduled_for: new Date(due).toISOString() });
-    // The database trigger wrote one creation event per row; each fire has its audit row.
+    // The database trigger wrote one creation event per row; each batch has one audit row, and
+    // together they count and list every run.
     const events = await ts.store.db
       .selectFrom('execution_events')
       .select(['execution_id', 'from_status', 'to_status'])
@@ -390,15 +399,22 @@ describe('schedules', () => {
     expect(events.every((e) => e.from_status === null)).toBe(true);
     const audits = await ts.store.db
       .selectFrom('audit_log')
-      .select(['execution_id', 'action'])
-      .where(
-        'execution_id',
-        'in',
-        made.map((e) => e.id),
-      )
+      .select(['execution_id', 'detail'])
+      .where('action', '=', 'schedule.batch')
+      .where('at', '=', due + 200)
       .execute();
-    expect(audits.filter((a) => a.action === 'schedule.fire')).toHaveLength(303);
-    expect(audits.filter((a) => a.action === 'schedule.skip')).toHaveLength(147);
+    const details = audits.map(
+      (a) => JSON.parse(a.detail!) as { queued: number; skipped: { backlog_full?: number }; runs: Array<{ execution_id: string }> },
+    );
+    expect(audits.every((a) => a.execution_id === null)).toBe(true);
+    // Three concurrent passes of batches of up to 400: a few batches, each listing ≤ 100 runs.
+    expect(audits.length).toBeGreaterThanOrEqual(2);
+    expect(audits.length).toBeLessThan(20);
+    expect(details.reduce((n, d) => n + d.queued, 0)).toBe(303);
+    expect(details.reduce((n, d) => n + (d.skipped.backlog_full ?? 0), 0)).toBe(147);
+    const listed = details.flatMap((d) => d.runs.map((r) => r.execution_id));
+    expect(new Set(listed).size).toBe(listed.length);
+    for (const id of listed) expect(made.some((e) => e.id === id)).toBe(true);
     // Every queued row was announced (in messages carrying many ids).
     expect(changed.sort()).toEqual(queued.map((e) => e.id).sort());
     // All advanced to tomorrow 09:00, once.

@@ -87,6 +87,39 @@ describe('baton worker', () => {
     expect(await w.exited).toBe(0);
   });
 
+  it('drains a batch with one request per task: each completion brings the next task (issue #12)', async () => {
+    await api.createAgent({ name: 'batched', max_parallel: 3, max_backlog: 100 });
+    const N = 45;
+    const created = await api.submitMany(
+      'batched',
+      Array.from({ length: N }, (_, i) => ({ message: `m${i}` })),
+    );
+    expect(created.created).toBe(N);
+    const requests = async () => {
+      const text = await (await fetch(`${node.url}/metrics`)).text();
+      const count = (route: string) =>
+        [...text.matchAll(/^baton_http_request_duration_seconds_count\{([^}]*)\} (\d+)/gm)]
+          .filter((m) => m[1]!.includes(`route="${route}"`) && m[1]!.includes('method="POST"'))
+          .reduce((sum, m) => sum + Number(m[2]), 0);
+      return { claims: count('/v1/agents/:agent/claim'), completions: count('/v1/executions/:id/complete') };
+    };
+    const before = await requests();
+    const w = worker('batched', ['true'], ['--concurrency', '3']);
+    await until(
+      'the batch drained',
+      async () => (await api.listExecutions({ agent: 'batched', status: 'succeeded', limit: 200 })).executions.length === N || undefined,
+      60_000,
+    );
+    const after = await requests();
+    expect(after.completions - before.completions).toBe(N);
+    // The first claim, and one after each completion that found nothing queued: far fewer than N.
+    expect(after.claims - before.claims, w.output()).toBeLessThan(N / 3);
+    const rows = (await api.listExecutions({ agent: 'batched', limit: 200 })).executions;
+    expect(rows.every((r) => r.status === 'succeeded' && r.attempt === 1)).toBe(true);
+    w.proc.kill('SIGTERM');
+    expect(await w.exited).toBe(0);
+  });
+
   it('a non-zero exit fails the execution with the exit code and the last stderr lines', async () => {
     await api.createAgent({ name: 'failing' });
     const w = worker('failing', ['sh', '-c', 'echo partial; echo "first problem" >&2; echo "bad thing happened" >&2; exit 3']);

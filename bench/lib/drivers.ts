@@ -20,6 +20,10 @@ export interface Driver {
   submit(agent: string, i: number): Promise<string>;
   claim(agent: string, o: { owner: string; max: number; waitMs: number; signal?: AbortSignal }): Promise<Claimed[]>;
   complete(id: string, token: string): Promise<void>;
+  /** Batch submit (issue #12): tasks `is` to one agent in one call. Absent: the driver has none. */
+  submitMany?(agent: string, is: number[]): Promise<void>;
+  /** Complete and claim the agent's next tasks in one call (issue #12). Absent: the driver has none. */
+  completeAndClaim?(id: string, token: string, o: { owner: string; max: number }): Promise<Claimed[]>;
   close(): Promise<void>;
 }
 
@@ -39,6 +43,18 @@ export function httpDriver(url: string, key: string): Driver {
     },
     async complete(id, token) {
       await client.complete(id, { lease_token: token, status: 'succeeded' });
+    },
+    async submitMany(agent, is) {
+      const r = await client.submitMany(
+        agent,
+        is.map((i) => ({ message: 'noop', payload: { i } })),
+      );
+      if (r.created !== is.length)
+        throw new Error(`batch submit created ${r.created} of ${is.length}: ${JSON.stringify(r.items.find((x) => 'error' in x))}`);
+    },
+    async completeAndClaim(id, token, o) {
+      const r = await client.complete(id, { lease_token: token, status: 'succeeded', claim: { worker_id: o.owner, max: o.max } });
+      return (r.tasks ?? []).map((t) => ({ id: t.execution_id, token: t.lease_token }));
     },
     close: closeClientConnections,
   };

@@ -7,9 +7,10 @@
  *   2. fill N past executions through the fast path (bench/lib/history-fill.ts), ANALYZE,
  *      measure bytes on disk per execution;
  *   3. at N: start `baton up` again, the same probes, stop it;
- *   4. prune: start `baton up` with BATON_RETENTION_DAYS=17 on the history spread over 35 days,
- *      so the retention pruner removes about half of it; meanwhile /healthz is pinged every
- *      ~10 ms and one submit→claim→complete runs every ~100 ms. Prune rate from the pruner's
+ *   4. prune: start `baton up` with BATON_RETENTION_DAYS=17 (and BATON_PRUNE_INTERVAL_MS=1000)
+ *      on the history spread over 35 days, so the retention pruner removes about half of it;
+ *      meanwhile /healthz is pinged every ~10 ms, one submit→claim→complete runs every ~100 ms,
+ *      and a claimed task is heartbeated every 10 s (its lease must not lapse). Prune rate from the pruner's
  *      record (retention_state) and a count at the end. If no pruner runs (no pass recorded
  *      within --history-prune-detect-s), the scenario prints "pruner not available".
  *
@@ -57,6 +58,8 @@ export interface HistoryConfig {
   batch: number;
   /** Skip the prune phase. */
   noPrune: boolean;
+  /** Skip the probes (empty store and at N): fill, then prune only. */
+  pruneOnly: boolean;
   log: (line: string) => void;
 }
 
@@ -73,6 +76,7 @@ export const HISTORY_DEFAULTS: Omit<HistoryConfig, 'store' | 'pgUrl' | 'log'> = 
   pruneMaxS: 600,
   batch: 10_000,
   noPrune: false,
+  pruneOnly: false,
 };
 
 export const PROBES = [
@@ -150,6 +154,16 @@ export interface PruneResult {
   submit_to_claim?: LatencySummary;
   submit_errors?: number;
   remaining?: number;
+  /** A task claimed before the prune and heartbeated every 10 s through it; reaper lapses of any running row meanwhile. */
+  held_lease?: {
+    claimed: boolean;
+    heartbeats: number;
+    heartbeat_max_ms?: number;
+    /** Heartbeats or the final complete refused (409): the lease had lapsed. */
+    lost: number;
+    errors: number;
+    reaper_lapses: number;
+  };
 }
 
 export interface HistoryResult {
@@ -634,16 +648,39 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     log(
       `${eligible.toLocaleString('en-US')} executions completed more than ${cfg.retentionDays} days ago; starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`,
     );
+    // Reaper lapses during the phase: events after this id that took a running row away.
+    const firstEvent = Number((await p.one<{ m: number | null }>('SELECT max(id) AS m FROM execution_events'))?.m ?? 0);
     const t0 = Date.now();
-    // bench/lib/history-node.ts: `baton up` whose pruner starts its first sweep after ~1 s, not 10 min.
+    // Plain `baton up`, its pruner's first sweep ~1 s (± 20 %) after start instead of 10 min.
     server = await startServer(db, 'spawn', {
       port,
-      script: 'bench/lib/history-node.ts',
-      env: { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: String(cfg.retentionDays), BENCH_PRUNE_INTERVAL_MS: '1000' },
+      env: { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: String(cfg.retentionDays), BATON_PRUNE_INTERVAL_MS: '1000' },
     });
     const up = Date.now();
     const http = new Http(server.url, server.key);
     const hz = healthzLoop(server.url);
+    // A healthy long task held through the whole prune: claimed once, heartbeated every 10 s
+    // (a third of the default 30 s lease, as the SDK does). A heartbeat refused means its lease lapsed.
+    const held = { beats: [] as number[], lost: 0, errors: 0, id: '', token: '' };
+    await http.call('POST', `/v1/agents/${agentName(2)}/executions`, { message: 'long', payload: { probe: 'prune-held' } });
+    const heldTask = (await http.call('POST', `/v1/agents/${agentName(2)}/claim`, { worker_id: 'bench-held', max: 1, wait_seconds: 10 }))
+      .body?.tasks?.[0];
+    if (heldTask) Object.assign(held, { id: heldTask.execution_id, token: heldTask.lease_token });
+    let beating = Boolean(heldTask);
+    const beat = (async () => {
+      while (beating) {
+        await sleep(10_000);
+        if (!beating) break;
+        const t = performance.now();
+        try {
+          await http.call('POST', `/v1/executions/${enc(held.id)}/heartbeat`, { lease_token: held.token });
+          held.beats.push(performance.now() - t);
+        } catch (err) {
+          if (/→ 409/.test(String(err))) held.lost++;
+          else held.errors++;
+        }
+      }
+    })();
     // submit → claim → complete every ~100 ms while the pruner works.
     const s2c: number[] = [];
     let submitErrors = 0;
@@ -741,7 +778,29 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       state = await watchState();
     }
     looping = false;
+    beating = false;
     await loop;
+    await beat;
+    if (held.id)
+      await http
+        .call('POST', `/v1/executions/${enc(held.id)}/complete`, { lease_token: held.token, status: 'succeeded' })
+        .catch(() => held.lost++);
+    const lapses = Number(
+      (
+        await p.one<{ n: number }>(
+          `SELECT count(*) AS n FROM execution_events WHERE id > $1 AND from_status = 'running' AND actor LIKE 'reaper:%'`,
+          [firstEvent],
+        )
+      )?.n ?? 0,
+    );
+    const heldLease: PruneResult['held_lease'] = {
+      claimed: Boolean(heldTask),
+      heartbeats: held.beats.length,
+      heartbeat_max_ms: held.beats.length ? Math.round(Math.max(...held.beats) * 10) / 10 : undefined,
+      lost: held.lost,
+      errors: held.errors,
+      reaper_lapses: lapses,
+    };
     const h = await hz.stop();
     if (!available) {
       log(note!);
@@ -755,6 +814,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
         healthz_over_100ms: h.over100,
         submit_to_claim: summarize(s2c),
         submit_errors: submitErrors,
+        held_lease: heldLease,
       };
     }
     const removed = eligible - left;
@@ -780,6 +840,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       submit_to_claim: summarize(s2c),
       submit_errors: submitErrors,
       remaining: left,
+      held_lease: heldLease,
     };
     log(
       `removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`,
@@ -814,8 +875,10 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
       e.close();
       await s.close();
     }
-    cfg.log(`  empty store: probes …`);
-    out.empty = await runProbes(cfg, db, 'empty', port, [], 'hfe-');
+    if (!cfg.pruneOnly) {
+      cfg.log(`  empty store: probes …`);
+      out.empty = await runProbes(cfg, db, 'empty', port, [], 'hfe-');
+    }
     const emptyBytes = await bytesOnDisk(db);
 
     cfg.log(`  filling ${cfg.n.toLocaleString('en-US')} executions over ${cfg.days} days …`);
@@ -854,8 +917,10 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
         await p.close();
       }
     }
-    cfg.log(`  at ${cfg.n.toLocaleString('en-US')}: probes …`);
-    out.full = await runProbes(cfg, db, `N=${cfg.n}`, port + 10, detailIds, 'hfn-');
+    if (!cfg.pruneOnly) {
+      cfg.log(`  at ${cfg.n.toLocaleString('en-US')}: probes …`);
+      out.full = await runProbes(cfg, db, `N=${cfg.n}`, port + 10, detailIds, 'hfn-');
+    }
     if (!cfg.noPrune) {
       cfg.log(`  prune half of the history …`);
       out.prune = await runPrune(cfg, db, port + 20);
@@ -998,6 +1063,16 @@ export function historyRows(r: HistoryResult): string[][] {
         '≤ 100 ms',
         (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED',
       ]);
+      if (p.held_lease)
+        rows.push([
+          s,
+          'a healthy task held through the prune (heartbeat every 10 s)',
+          '',
+          `${p.held_lease.claimed ? `${p.held_lease.heartbeats} heartbeats, slowest ${f(p.held_lease.heartbeat_max_ms, 1)} ms, ${p.held_lease.lost} refused` : 'not claimed'}; reaper lapses of running rows: ${p.held_lease.reaper_lapses}`,
+          '',
+          'no lapse',
+          p.held_lease.claimed && p.held_lease.lost === 0 && p.held_lease.reaper_lapses === 0 ? 'met' : 'MISSED',
+        ]);
       if (p.submit_to_claim)
         rows.push([
           s,

@@ -9,6 +9,12 @@
  * what it got (concurrently), then moves to its next agent. Only when a whole round over its
  * agents came back empty does it long-poll the next one (idleWaitMs), so an idle loop does not
  * spin. When the last task completes, waiting claims are aborted.
+ *
+ * Fewer round trips (issue #12), both off by default so figures stay comparable with earlier runs:
+ * - submitBatch B > 1: the submitters send batches of up to B tasks of one agent (the batch
+ *   route), the batches taken round robin over the agents, so arrival stays spread;
+ * - completeClaim: each completion also claims one task of its agent (the slot it frees), and
+ *   the loop runs that task next; the loop claims on its own only when a completion brought none.
  */
 import type { Driver } from './drivers.ts';
 import { round } from './stats.ts';
@@ -22,6 +28,10 @@ export interface W1Config {
   submitConcurrency: number;
   idleWaitMs: number;
   agentPrefix: string;
+  /** Tasks per submit request (1: the single submit route). Default 1. */
+  submitBatch?: number;
+  /** Complete and claim the next task in one request. Default false. */
+  completeClaim?: boolean;
 }
 
 export interface W1Result {
@@ -35,6 +45,10 @@ export interface W1Result {
   claims: number;
   empty_claims: number;
   tasks_per_claim: number;
+  /** Tasks that came with a completion (completeClaim). */
+  tasks_via_completion: number;
+  /** HTTP requests (or engine calls) the run made: submits, claims, completions. */
+  requests: number;
   max_outstanding: number;
   /** Rate over consecutive fifths of the run (by completion count), tasks/s: shows warm-up or slow-down. */
   completion_rate_by_fifth: number[];
@@ -69,6 +83,10 @@ export async function runW1(driver: Driver, cfg: W1Config, agents: string[]): Pr
   let claims = 0;
   let emptyClaims = 0;
   let claimedTasks = 0;
+  let viaCompletion = 0;
+  let requests = 0;
+  const completeClaim = cfg.completeClaim === true && driver.completeAndClaim !== undefined;
+  const submitBatch = driver.submitMany ? Math.max(1, cfg.submitBatch ?? 1) : 1;
   let maxOutstanding = 0;
   const completionTimes: number[] = new Array(N);
   let tLastSubmit = 0;
@@ -106,6 +124,7 @@ export async function runW1(driver: Driver, cfg: W1Config, agents: string[]): Pr
         inFlight.delete(ac);
       }
       claims++;
+      requests++;
       if (tasks.length === 0) {
         emptyClaims++;
         emptyStreak++;
@@ -114,27 +133,56 @@ export async function runW1(driver: Driver, cfg: W1Config, agents: string[]): Pr
       emptyStreak = 0;
       claimedTasks += tasks.length;
       await Promise.all(
-        tasks.map(async (t) => {
-          await driver.complete(t.id, t.token);
-          const now = performance.now();
-          completionTimes[completed] = now;
-          completed++;
-          if (completed === N) {
-            tLastComplete = now;
-            resolveDone();
-            stop.abort();
+        tasks.map(async (first) => {
+          // With completeClaim a slot runs the tasks its completions bring until one brings none.
+          for (let t: (typeof tasks)[number] | undefined = first; t;) {
+            let next: typeof tasks = [];
+            if (completeClaim && !stop.signal.aborted) next = await driver.completeAndClaim!(t.id, t.token, { owner, max: 1 });
+            else await driver.complete(t.id, t.token);
+            requests++;
+            viaCompletion += next.length;
+            const now = performance.now();
+            completionTimes[completed] = now;
+            completed++;
+            if (completed === N) {
+              tLastComplete = now;
+              resolveDone();
+              stop.abort();
+            }
+            t = next[0];
           }
         }),
       );
     }
   }
 
+  // Batches of up to submitBatch tasks of one agent, taken round robin over the agents (task i
+  // goes to agent i % A, as with single submits).
+  const batches: Array<{ agent: string; is: number[] }> = [];
+  if (submitBatch > 1) {
+    const perAgent = agents.map(() => [] as number[]);
+    for (let i = 0; i < N; i++) perAgent[i % agents.length]!.push(i);
+    for (let off = 0; off < Math.ceil(N / agents.length); off += submitBatch) {
+      perAgent.forEach((is, a) => {
+        const part = is.slice(off, off + submitBatch);
+        if (part.length > 0) batches.push({ agent: agents[a]!, is: part });
+      });
+    }
+  }
   let nextSubmit = 0;
   async function submitter(): Promise<void> {
-    while (nextSubmit < N && !stop.signal.aborted) {
-      const i = nextSubmit++;
-      await driver.submit(agents[i % agents.length]!, i);
-      submitted++;
+    while (nextSubmit < (submitBatch > 1 ? batches.length : N) && !stop.signal.aborted) {
+      const k = nextSubmit++;
+      let count = 1;
+      if (submitBatch > 1) {
+        const b = batches[k]!;
+        await driver.submitMany!(b.agent, b.is);
+        count = b.is.length;
+      } else {
+        await driver.submit(agents[k % agents.length]!, k);
+      }
+      requests++;
+      submitted += count;
       const outstanding = submitted - completed;
       if (outstanding > maxOutstanding) maxOutstanding = outstanding;
       if (submitted === N) tLastSubmit = performance.now();
@@ -168,6 +216,8 @@ export async function runW1(driver: Driver, cfg: W1Config, agents: string[]): Pr
     claims,
     empty_claims: emptyClaims,
     tasks_per_claim: round(claimedTasks / Math.max(1, claims - emptyClaims), 2),
+    tasks_via_completion: viaCompletion,
+    requests,
     max_outstanding: maxOutstanding,
     completion_rate_by_fifth: fifths,
   };

@@ -22,6 +22,8 @@ const STATUS: Record<ErrorCode, number> = {
   rate_limited: 429,
   invalid_signature: 401,
   invalid_json: 400,
+  // Some items of a group cannot be created now (details.items says which and why); nothing was written.
+  group_refused: 409,
 };
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */

@@ -7,7 +7,7 @@ import type { Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { httpStatusOf } from './errors.ts';
 
-export type OnCreated = (tx: Tx, row: ExecutionRow) => Promise<void>;
+export type OnCreated<T = ExecutionRow> = (tx: Tx, row: T) => Promise<void>;
 
 /** What `idempotent` runs with: the engine, and the key lifetime and in-flight wait (defaults: IDEMPOTENCY). */
 export interface IdempotencyDeps {
@@ -19,20 +19,30 @@ export interface IdempotencyDeps {
 function storable(err: unknown): err is BatonError {
   if (!(err instanceof BatonError)) return false;
   const status = httpStatusOf(err.code);
-  return status < 500 && status !== 429 && err.code !== 'idempotency_in_flight' && err.code !== 'idempotency_key_reused';
+  // group_refused: its reasons (a full backlog, a missing agent) change; a retry with the key may succeed.
+  return (
+    status < 500 &&
+    status !== 429 &&
+    err.code !== 'idempotency_in_flight' &&
+    err.code !== 'idempotency_key_reused' &&
+    err.code !== 'group_refused'
+  );
 }
 
 /**
  * Run a trigger under an optional idempotency key. `run` receives the hook to call inside the
  * transaction that creates the execution (it stores `answerFor(row)` with the row) and returns
  * the answer to send. Same key and request again: the first answer, with `Idempotent-Replay: true`.
+ * What is created is an execution by default; a group (POST /v1/groups) passes `executionIdOf`
+ * returning null: its stored key names no execution.
  */
-export async function idempotent(
+export async function idempotent<T extends { id: string } = ExecutionRow>(
   { engine, idempotency }: IdempotencyDeps,
   reply: FastifyReply,
   r: IdemRequest | undefined,
-  answerFor: (row: ExecutionRow) => StoredAnswer,
-  run: (onCreated: OnCreated | undefined) => Promise<StoredAnswer>,
+  answerFor: (row: T) => StoredAnswer,
+  run: (onCreated: OnCreated<T> | undefined) => Promise<StoredAnswer>,
+  executionIdOf: (row: T) => string | null = (row) => row.id,
 ): Promise<FastifyReply> {
   if (!r) {
     const answer = await run(undefined);
@@ -46,7 +56,7 @@ export async function idempotent(
   let stored = false;
   try {
     const answer = await run(async (tx, row) => {
-      await keys.complete(tx, r, answerFor(row), row.id);
+      await keys.complete(tx, r, answerFor(row), executionIdOf(row));
       stored = true;
     });
     if (!stored) {

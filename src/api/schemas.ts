@@ -11,6 +11,7 @@ import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists
 import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
+import { CHAIN_REFUSALS } from '../domain/chains.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const AgentName = z
@@ -155,6 +156,16 @@ export const ExecutionDetail = Execution.extend({
   events: z.array(ExecutionEvent),
   retry_chain: z.array(z.string()).describe('every execution of its retry chain, first run first'),
   waiting: Waiting,
+  started: z
+    .array(
+      z.object({
+        subscription_id: z.string(),
+        execution_id: z.string().nullable().describe('the chained task, or null when refused'),
+        refused: z.enum(CHAIN_REFUSALS).nullable().describe('why the subscription started nothing'),
+        at: Timestamp,
+      }),
+    )
+    .describe('what its final outcome started through subscriptions on its agent (one entry per matching subscription)'),
 });
 export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 

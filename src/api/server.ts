@@ -18,11 +18,14 @@ import { agentRoutes } from './routes/agents.ts';
 import { activityRoutes } from './routes/activity.ts';
 import { eventRoutes } from './routes/events.ts';
 import { executionRoutes } from './routes/executions.ts';
+import { batchRoutes } from './routes/batch.ts';
 import { keyRoutes } from './routes/keys.ts';
 import { logRoutes } from './routes/logs.ts';
 import { workerRoutes } from './routes/worker.ts';
 import { hookRoutes } from './routes/hooks.ts';
 import { scheduleRoutes } from './routes/schedules.ts';
+import { groupRoutes } from './routes/groups.ts';
+import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { mcpRoutes } from '../mcp/http.ts';
 import { VERSION } from '../version.ts';
@@ -134,6 +137,7 @@ async function buildApp(opts: ServerOptions) {
     await v1.register(agentRoutes, deps);
     await v1.register(activityRoutes, deps);
     await v1.register(executionRoutes, deps);
+    await v1.register(batchRoutes, deps);
     await v1.register(workerRoutes, deps);
     await v1.register(keyRoutes, deps);
     await v1.register(canaryRoutes, {
@@ -144,6 +148,8 @@ async function buildApp(opts: ServerOptions) {
     await v1.register(logRoutes, deps);
     await v1.register(eventRoutes, deps);
     await v1.register(scheduleRoutes, deps);
+    await v1.register(groupRoutes, deps);
+    await v1.register(subscriptionRoutes, deps);
     await v1.register(webhookRoutes, deps);
   });
   return app;

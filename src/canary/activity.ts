@@ -58,7 +58,7 @@ const touched = (events: readonly EventRow[]) => new Set(events.map((e) => e.exe
  * events after its own checkpoint, judges the executions they touched, then rechecks the
  * subjects of open violations. A full check reads every event from the start, replays carried
  * state from empty and walks every execution by keyset; it moves no checkpoint. Between chunks
- * the event loop gets a turn.
+ * the event loop gets a turn. Invariants with a `live` part judge their live subjects once per cycle.
  */
 export async function judgeActivity(
   tx: Tx,
@@ -151,6 +151,8 @@ export async function judgeActivity(
       await yieldToLoop();
     }
   }
+
+  for (const r of runs) if (r.inv.live) r.findings.push(...(await r.inv.live(tx, r.ctx)));
 
   for (const r of runs) {
     const open = o.open.get(r.inv.id) ?? [];

@@ -1,4 +1,6 @@
 import { B02, B05, B06 } from './invariants/backlog.ts';
+import { C02, C03 } from './invariants/chains.ts';
+import { C01 } from './invariants/groups.ts';
 import { E02, E08, S02 } from './invariants/history.ts';
 import { E01, S03 } from './invariants/lease.ts';
 import { E03, E04, E07, G03 } from './invariants/rows.ts';
@@ -7,7 +9,25 @@ import { G04 } from './invariants/secrets.ts';
 import type { ActivityInvariant, Invariant, Severity, StateInvariant, Tier } from './types.ts';
 
 /** Every invariant the canary evaluates over its snapshot, in report order. */
-export const CATALOGUE: readonly Invariant[] = Object.freeze([E01, E02, E03, E04, E06, E07, E08, S02, S03, B02, B05, B06, G03, G04]);
+export const CATALOGUE: readonly Invariant[] = Object.freeze([
+  E01,
+  E02,
+  E03,
+  E04,
+  E06,
+  E07,
+  E08,
+  S02,
+  S03,
+  B02,
+  B05,
+  B06,
+  G03,
+  G04,
+  C01,
+  C02,
+  C03,
+]);
 
 export const isActivity = (i: Invariant): i is ActivityInvariant<any> => i.kind === 'activity';
 export const isState = (i: Invariant): i is StateInvariant => i.kind === 'state';

@@ -103,6 +103,11 @@ export interface ActivityInvariant<S = unknown> extends InvariantMeta {
   rows?(tx: Tx, scope: RowScope, ctx: CheckContext): Promise<Finding[]>;
   /** Judge the subjects of open violations again (default: `rows` over their ids). */
   recheck?(tx: Tx, open: readonly OpenViolation[], ctx: CheckContext): Promise<Finding[]>;
+  /**
+   * Judged every cycle (and in a full check) over live subjects, beside the activity, like a
+   * state invariant: its population is work in flight (C-01: the running groups), never history.
+   */
+  live?(tx: Tx, ctx: CheckContext): Promise<Finding[]>;
   /** A full check walks every execution through `rows` (else only those `events` names). */
   fullWalksRows?: boolean;
   state?: CarriedState<S>;

@@ -40,6 +40,7 @@ export function describeError(err: unknown): { code: number; line: string } {
       case 'already_exists':
       case 'idempotency_key_reused':
       case 'idempotency_in_flight':
+      case 'group_refused':
         return { code: EXIT.conflict, line };
       default:
         return { code: EXIT.error, line };

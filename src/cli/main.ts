@@ -13,6 +13,8 @@ import { registerEventCommands } from './events.ts';
 import { registerCanaryCommands } from './canary.ts';
 import { registerRetentionCommands } from './retention.ts';
 import { registerTriggerCommands } from './triggers.ts';
+import { registerSubscriptionCommands } from './subscriptions.ts';
+import { registerGroupCommands } from './groups.ts';
 import { VERSION } from '../version.ts';
 import { duration, keyValues, relativeTime, table } from './output.ts';
 
@@ -76,7 +78,7 @@ const execRow = (e: ExecutionListItem) => ({
 });
 
 function showExecution(e: ExecutionDetail): string {
-  const { events, payload, result, waiting, ...rest } = e;
+  const { events, payload, result, waiting, started, ...rest } = e;
   const parts = [keyValues({ ...rest, usage: formatUsage(e.usage), created_at: `${e.created_at} (${relativeTime(e.created_at)})` })];
   if (waiting) parts.push('\nwaiting  ' + waiting.summary);
   parts.push('\npayload  ' + JSON.stringify(payload));
@@ -95,6 +97,16 @@ function showExecution(e: ExecutionDetail): string {
       ['at', 'from', 'to', 'reason', 'actor', 'attempt'],
     ),
   );
+  if (started?.length) {
+    // What its final outcome started through subscriptions (docs/api.md, "Subscriptions").
+    parts.push('\nstarted');
+    parts.push(
+      table(
+        started.map((s) => ({ subscription: s.subscription_id, execution: s.execution_id ?? '-', refused: s.refused ?? '', at: s.at })),
+        ['subscription', 'execution', 'refused', 'at'],
+      ),
+    );
+  }
   return parts.join('\n');
 }
 
@@ -452,6 +464,8 @@ export function buildProgram(): Command {
   registerCanaryCommands(program);
   registerRetentionCommands(program);
   registerTriggerCommands(program, { client, print, opts: g });
+  registerSubscriptionCommands(program, { client, print, opts: g });
+  registerGroupCommands(program, { client, print, opts: g });
   return program;
 }
 

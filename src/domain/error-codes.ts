@@ -11,6 +11,8 @@ export const BATON_ERROR_CODES = Object.freeze([
   'cancelled_by_user', // cancelled while queued, on request (POST /v1/executions/:id/cancel)
   'agent_deleted', // cancelled while queued: its agent was deleted
   'schedule_deleted', // cancelled while queued: its schedule was deleted
+  'group_decided', // cancelled while queued: its group's policy decided without it (first success, first failure, quorum)
+  'group_cancelled', // cancelled while queued: its group was cancelled
   'cancel_requested', // cancelled: a running row whose cancellation was requested stopped, or its lease lapsed
   'cancel_forced', // cancelled: the worker did not stop within the grace period after a cancel request
   'timeout', // failed: ran past its deadline (the reaper, the push dispatcher or the worker SDK noticed)
@@ -42,7 +44,7 @@ export type BatonErrorCode = (typeof BATON_ERROR_CODES)[number];
 export type ExecutionErrorCode = BatonErrorCode | (string & {});
 
 /** Why a queued execution was cancelled (the cancel transitions' `reason`). */
-export type CancelReason = Extract<BatonErrorCode, 'cancelled_by_user' | 'agent_deleted' | 'schedule_deleted'>;
+export type CancelReason = Extract<BatonErrorCode, 'cancelled_by_user' | 'agent_deleted' | 'schedule_deleted' | 'group_decided' | 'group_cancelled'>;
 
 /** Why a schedule tick left a skipped row instead of a run. */
 export type SkipReason = Extract<BatonErrorCode, 'missed' | 'already_running' | 'backlog_full'>;

@@ -19,7 +19,8 @@ export type ErrorCode =
   | 'idempotency_in_flight'
   | 'rate_limited'
   | 'invalid_signature'
-  | 'invalid_json';
+  | 'invalid_json'
+  | 'group_refused';
 
 /** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
 export type EdgeErrorCode = 'unsupported_media_type' | 'invalid_body' | 'bad_request' | 'method_not_allowed' | 'internal';

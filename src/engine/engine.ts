@@ -1,4 +1,4 @@
-import { AlreadyExists, BacklogFull, NotFound } from '../domain/errors.ts';
+import { AlreadyExists, BacklogFull, BatonError, NotFound } from '../domain/errors.ts';
 import { newExecutionId } from '../domain/ids.ts';
 import type { DeliveryMode } from '../domain/delivery.ts';
 import type { RetryPolicy } from '../domain/retry.ts';
@@ -39,10 +39,14 @@ import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
 import { accrueBudget, readCurrentWindows } from './budget.ts';
 import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../domain/budget.ts';
-import { Idempotency } from './triggers/idempotency.ts';
+import { IDEMPOTENCY, Idempotency, type StoredAnswer } from './triggers/idempotency.ts';
+import { KeyRace, submitBatch, type BatchOutcome } from './submit-many.ts';
+import { BATCH } from '../domain/batch.ts';
 import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
+import { deleteAgentSubscriptions, Subscriptions } from './composition/subscriptions.ts';
 import { Waiters } from './waiters.ts';
+import { Groups } from './composition/group-service.ts';
 
 /**
  * Glossary
@@ -111,6 +115,20 @@ export interface SubmitInput {
   retry?: RetryPolicy | null;
 }
 
+/** One item of a batch submit: the task, and its idempotency key (`hash`: the request's fingerprint) if given. */
+export interface SubmitManyItem extends SubmitInput {
+  idem?: { key: string; hash: string };
+}
+
+export interface SubmitManyOptions {
+  /** How long a first-used key remembers its answer. Default IDEMPOTENCY.ttlMs. */
+  ttlMs?: number;
+  /** The answer stored with each keyed item created (what a replay returns). Default `{ execution_id, status, agent }`. */
+  answerFor?: (row: ExecutionRow) => StoredAnswer;
+}
+
+export type { BatchOutcome };
+
 export interface ClaimOptions {
   owner: string;
   /** Most tasks to return. Default 1. */
@@ -144,6 +162,10 @@ export class Engine {
   readonly logs: Logs;
   /** Idempotency keys: claim, complete, release (the API's Idempotency-Key). */
   readonly idempotency: Idempotency;
+  /** Chains: when an agent's execution ends a given way, start a task on another (composition/chains.ts). */
+  readonly subscriptions: Subscriptions;
+  /** Groups: fan-out with a join (composition/group-service.ts; the decision: composition/groups.ts). */
+  readonly groups: Groups;
   private readonly waiters = new Waiters();
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
@@ -166,6 +188,8 @@ export class Engine {
     this.webhooks = new Webhooks(this, this.schedules);
     this.logs = new Logs(this);
     this.idempotency = new Idempotency(this);
+    this.subscriptions = new Subscriptions(this);
+    this.groups = new Groups(this);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
@@ -279,6 +303,8 @@ export class Engine {
         .where('status', '=', statusIs('running'))
         .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
+      // Its subscriptions go first: nothing chains from, or onto, an agent being deleted.
+      const subscriptions = await deleteAgentSubscriptions(tx, name);
       const followed = await this.follow(tx, now, actor, cancelled);
       await tx.deleteFrom('agents').where('name', '=', name).execute();
       // Its spending goes with it: an agent created later under the same name starts at 0.
@@ -300,7 +326,12 @@ export class Engine {
         actor,
         action: 'agent.delete',
         subject: name,
-        detail: { cancelled: cancelled.length, cancel_requested: running.length, keys_revoked: revoked.length },
+        detail: {
+          cancelled: cancelled.length,
+          cancel_requested: running.length,
+          keys_revoked: revoked.length,
+          subscriptions_deleted: subscriptions,
+        },
       });
       return { cancelled, followed, cancel_requested: running.length, revoked: revoked.map((k) => k.id) };
     });
@@ -462,6 +493,51 @@ export class Engine {
     if (!out.row) throw new BacklogFull(agentName, out.refused!);
     announce(this.store, [out.row]);
     return out.row;
+  }
+
+  /**
+   * Create up to BATCH.maxItems executions for one agent in one transaction, answering per item
+   * (src/engine/submit-many.ts): created, replayed (a key used before: its first answer) or
+   * refused (backlog_full past the room; a key reused or in flight). NotFound for an unknown
+   * agent and a validation_error for a bad batch (too many items, a key given twice) refuse it
+   * whole. Keys are scoped to the agent, as the Idempotency-Key header of a single submit is.
+   */
+  async submitMany(agentName: string, items: readonly SubmitManyItem[], actor: string, opts: SubmitManyOptions = {}): Promise<BatchOutcome[]> {
+    if (items.length > BATCH.maxItems) throw new BatonError('validation_error', `body.items: at most ${BATCH.maxItems} items (got ${items.length})`);
+    const seen = new Map<string, number>();
+    items.forEach((item, i) => {
+      if (!item.idem) return;
+      const first = seen.get(item.idem.key);
+      if (first !== undefined) {
+        throw new BatonError('validation_error', `body.items.${i}.idempotency_key: repeats body.items.${first}'s ('${item.idem.key}')`);
+      }
+      seen.set(item.idem.key, i);
+    });
+    if (items.length === 0) return [];
+    const scope = `agent:${agentName}`;
+    for (let attempt = 1; ; attempt++) {
+      const now = this.now();
+      try {
+        const out = await this.store.transaction((tx) =>
+          submitBatch(
+            tx,
+            this.store,
+            agentName,
+            (agent) => items.map((item) => ({ row: this.newRow(agent, item), idem: item.idem && { scope, ...item.idem } })),
+            { now, actor, ttlMs: opts.ttlMs ?? IDEMPOTENCY.ttlMs, answerFor: opts.answerFor },
+          ),
+        );
+        announce(
+          this.store,
+          out.flatMap((o) => (o.kind === 'created' ? [{ id: o.id, agent: agentName, status: o.status }] : [])),
+        );
+        return out;
+      } catch (err) {
+        // A header key claimed between this batch's read and write: read again (it now replays or waits).
+        if (!(err instanceof KeyRace)) throw err;
+        if (attempt >= 3) throw new BatonError('idempotency_in_flight', `body.items: idempotency keys ${err.keys.join(', ')} are in flight; retry later`);
+      }
+    }
   }
 
   /**
@@ -640,7 +716,14 @@ export class Engine {
       .where((eb) => eb.or([eb('id', '=', root), eb('retry_root', '=', root)]))
       .orderBy('retry_number')
       .execute();
-    return { execution, events, chain: chain.map((c) => c.id), waiting: await this.waiting(execution) };
+    // What its final outcome started through subscriptions (chain_links: primary key seek on source_id).
+    const started = await this.store.db
+      .selectFrom('chain_links')
+      .select(['subscription_id', 'execution_id', 'refused', 'at'])
+      .where('source_id', '=', id)
+      .orderBy('subscription_id')
+      .execute();
+    return { execution, events, chain: chain.map((c) => c.id), waiting: await this.waiting(execution), started };
   }
 
   /** Why a queued execution is not running (null when it is not queued): see waiting.ts. */

@@ -9,10 +9,12 @@ import { z } from 'zod';
 import { ApiError, type BatonClient, type Execution, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
 import { EXECUTION_PAGE, PREVIEW_CHARS } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
-import { AgentName, ExecutionStatus } from '../api/schemas.ts';
+import { AgentName, ExecutionDetail as ExecutionDetailSchema, ExecutionStatus } from '../api/schemas.ts';
 import { Paused, PauseBody, Waiting } from '../api/schemas/admission.ts';
 import { BudgetAnswer } from '../api/schemas/budget.ts';
+import { Subscription, SubscriptionCreate } from '../api/schemas/composition.ts';
 import { VERSION } from '../version.ts';
+import { registerGroupTools } from './groups.ts';
 
 /** How long run_task / trigger_schedule may hold a tool call open; MCP clients time out near 60 s. */
 export const MAX_WAIT_SECONDS = 55;
@@ -253,7 +255,7 @@ export function createMcpServer(client: BatonClient): McpServer {
     {
       title: 'Read an execution',
       description:
-        'Status, result, error, usage and the event timeline of one execution; for a queued one, `waiting` says why it is not running yet (reason, facts, summary).',
+        'Status, result, error, usage and the event timeline of one execution; for a queued one, `waiting` says why it is not running yet (reason, facts, summary); `started`: the tasks its final outcome started through subscriptions (or why a subscription started none).',
       inputSchema: { execution_id: ExecutionId },
       outputSchema: {
         execution: Outcome,
@@ -268,6 +270,7 @@ export function createMcpServer(client: BatonClient): McpServer {
           }),
         ),
         waiting: Waiting,
+        started: ExecutionDetailSchema.shape.started,
       },
       annotations: { readOnlyHint: true },
     },
@@ -277,6 +280,7 @@ export function createMcpServer(client: BatonClient): McpServer {
         return ok({
           execution: outcome(e),
           waiting: e.waiting,
+          started: e.started ?? [], // what it started through subscriptions (older servers: none)
           timeline: e.events.map((ev) => ({
             at: ev.at,
             from: ev.from,
@@ -474,6 +478,67 @@ export function createMcpServer(client: BatonClient): McpServer {
       }
     },
   );
+
+  // Chains: an agent's outcome starts a task on another (docs/mcp.md, "Subscriptions").
+  const subscriptionText = (s: z.infer<typeof Subscription>) =>
+    `${s.id}: when ${s.source_agent} ends ${s.on}${s.filter.schedule_id ? ` (schedule ${s.filter.schedule_id})` : ''}${s.filter.trigger ? ` (trigger ${s.filter.trigger})` : ''}, start a task on ${s.target_agent}${s.enabled ? '' : ' [disabled]'}`;
+  server.registerTool(
+    'subscribe',
+    {
+      title: "Subscribe an agent to another's outcomes",
+      description:
+        'When an execution of source_agent reaches a final status that `on` names (succeeded, failed after its retries, cancelled, or any), start a task on target_agent in the same transaction, exactly once. The message and payload are templates over the source: {{source.id}}, {{source.status}}, {{source.result#/json/pointer}}, {{source.error.message}}, {{source.payload}}. Chains deeper than the server limit (default 10) start nothing and are recorded on the source.',
+      inputSchema: SubscriptionCreate.shape,
+      outputSchema: { subscription: Subscription, message: z.string() },
+    },
+    async (input) => {
+      try {
+        const s = await client.createSubscription(input);
+        return ok({ subscription: s, message: `subscribed ${subscriptionText(s)}` });
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+  server.registerTool(
+    'list_subscriptions',
+    {
+      title: 'List subscriptions',
+      description: 'Subscriptions (chains), oldest first: every one, or those where `agent` is the source or the target.',
+      inputSchema: { agent: AgentName.optional().describe('only those where this agent is the source or the target') },
+      outputSchema: { subscriptions: z.array(Subscription) },
+      annotations: { readOnlyHint: true },
+    },
+    async ({ agent }) => {
+      try {
+        const subscriptions = await client.listSubscriptions(agent);
+        return ok({ subscriptions }, subscriptions.length ? subscriptions.map(subscriptionText).join('\n') : 'no subscriptions');
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+  server.registerTool(
+    'unsubscribe',
+    {
+      title: 'Delete a subscription',
+      description: 'Delete a subscription: later outcomes start nothing through it; tasks it already started stay.',
+      inputSchema: { subscription_id: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be a subscription id') },
+      outputSchema: { deleted: z.string(), message: z.string() },
+      annotations: { destructiveHint: true, idempotentHint: false },
+    },
+    async ({ subscription_id }) => {
+      try {
+        const r = await client.deleteSubscription(subscription_id);
+        return ok({ deleted: r.deleted, message: `subscription ${r.deleted} deleted` });
+      } catch (err) {
+        return asFailure(err);
+      }
+    },
+  );
+
+  // Groups: fan-out with a join (docs/mcp.md, "Groups").
+  registerGroupTools(server, client);
 
   server.registerTool(
     'canary_status',

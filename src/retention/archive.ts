@@ -44,13 +44,20 @@ export async function readRecords(db: Kysely<DB>, ids: readonly string[]): Promi
       .orderBy('execution_id')
       .orderBy('id')
       .execute();
-    const logs = await db
-      .selectFrom('execution_logs')
-      .selectAll()
-      .where('execution_id', 'in', chunk)
-      .orderBy('execution_id')
-      .orderBy('seq')
-      .execute();
+    // Only executions that logged have a log head (appendLogs writes it with the first line): the
+    // lines are read for those alone. Few executions log, and an IN list of every id made
+    // PostgreSQL expect a large share of execution_logs and scan it.
+    const heads = await db.selectFrom('execution_log_heads').select('execution_id').where('execution_id', 'in', chunk).execute();
+    const logged = heads.map((h) => h.execution_id);
+    const logs = logged.length
+      ? await db
+          .selectFrom('execution_logs')
+          .selectAll()
+          .where('execution_id', 'in', logged)
+          .orderBy('execution_id')
+          .orderBy('seq')
+          .execute()
+      : [];
     const byId = new Map<string, ArchiveRecord>();
     for (const e of executions) byId.set(e.id, { v: 1, execution: e, events: [], logs: [] });
     for (const ev of events) byId.get(ev.execution_id)?.events.push(ev);

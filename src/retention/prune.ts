@@ -9,7 +9,8 @@
  *                subject of an open canary violation stays. Archived first when a writer is given.
  *   audit      — audit rows older than BATON_AUDIT_RETENTION_DAYS (ids grow with time: the
  *                oldest prefix, stopping at the first younger row).
- *   canary     — resolved violations and delivered/failed alerts older than the execution window.
+ *   canary     — resolved violations and delivered/failed alerts older than the execution window,
+ *                and groups decided before it. A member or join of a group still running stays.
  *
  * Each batch is one short transaction (`store.pruneTransaction`); candidates are read before it,
  * through indexes made for these shapes (migration 0006: executions_completed,
@@ -155,6 +156,7 @@ interface Member {
   status: string;
   completed_at: number | null;
   retry_number: number;
+  group_id: string | null;
 }
 
 /** What one executions batch will delete, read before its transaction. */
@@ -193,7 +195,7 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   // The oldest finished rows, after the cursor: a range of executions_completed.
   let q = reader
     .selectFrom('executions')
-    .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number'])
+    .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number', 'group_id'])
     .where('completed_at', 'is not', null)
     .where('completed_at', '<', cutoff);
   // No status filter here: on SQLite it would steer the plan to executions_status_recent (every
@@ -222,7 +224,7 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   for (const part of chunks(keys, READ_CHUNK)) {
     const members = await reader
       .selectFrom('executions')
-      .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number'])
+      .select(['id', 'status', 'completed_at', 'retry_root', 'retry_number', 'group_id'])
       .where('retry_root', 'in', part)
       .execute();
     for (const m of members) add(m.retry_root!, m);
@@ -232,15 +234,23 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   for (const part of chunks(roots, READ_CHUNK)) {
     const found = await reader
       .selectFrom('executions')
-      .select(['id', 'status', 'completed_at', 'retry_number'])
+      .select(['id', 'status', 'completed_at', 'retry_number', 'group_id'])
       .where('id', 'in', part)
       .execute();
     for (const m of found) add(m.id, m);
   }
 
   const open = await openSubjects(reader);
+  // A member (or the join) of a group still running stays: the group's join reads its members'
+  // outcomes when it decides. A group never returns to running, so this read cannot go stale.
+  const groupIds = [...new Set([...chains.values()].flatMap((ms) => ms.map((m) => m.group_id)).filter((g): g is string => g !== null))];
+  const running = new Set<string>();
+  for (const part of chunks(groupIds, READ_CHUNK)) {
+    const found = await reader.selectFrom('execution_groups').select('id').where('id', 'in', part).where('status', '=', 'running').execute();
+    for (const g of found) running.add(g.id);
+  }
   const old = (m: Member) => isTerminal(m.status) && m.completed_at !== null && Number(m.completed_at) < cutoff;
-  const prunable = (members: Member[]) => members.every((m) => old(m) && !open.has(m.id));
+  const prunable = (members: Member[]) => members.every((m) => old(m) && !open.has(m.id) && !(m.group_id !== null && running.has(m.group_id)));
   const chosen: Member[] = [];
   const chosenChains = new Map<string, Member[]>();
   let kept = 0;
@@ -284,10 +294,17 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
     }
     const c = zeroCounts();
     for (const part of chunks(go, DELETE_CHUNK)) {
-      c.logs += deleted(await tx.deleteFrom('execution_logs').where('execution_id', 'in', part).executeTakeFirst());
-      await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', part).execute();
+      // Only executions that logged have a head (appendLogs writes it with the first line), and
+      // few do: their lines are deleted by those ids alone. (With every id in the list PostgreSQL
+      // expected a large share of execution_logs and scanned it.)
+      const heads = await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', part).returning('execution_id').execute();
+      const logged = heads.map((h) => h.execution_id);
+      if (logged.length) c.logs += deleted(await tx.deleteFrom('execution_logs').where('execution_id', 'in', logged).executeTakeFirst());
       c.events += deleted(await tx.deleteFrom('execution_events').where('execution_id', 'in', part).executeTakeFirst());
       c.keys += deleted(await tx.deleteFrom('idempotency_keys').where('execution_id', 'in', part).executeTakeFirst());
+      // What a pruned source started (its primary key leads with source_id). A chained task kept
+      // longer keeps its caused_by, pointing at a source no longer stored.
+      await tx.deleteFrom('chain_links').where('source_id', 'in', part).execute();
       c.executions += deleted(await tx.deleteFrom('executions').where('id', 'in', part).executeTakeFirst());
     }
     await addTotals(tx, c.executions, 0);
@@ -358,10 +375,13 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
     alertCursor = Number(a.id);
     if (a.status !== 'pending') alertIds.push(Number(a.id));
   }
+  // Groups decided before the window (execution_groups_decided, migration 0016); running ones have no decided_at.
+  const groups = await reader.selectFrom('execution_groups').select('id').where('decided_at', '<', cutoff).orderBy('decided_at').limit(limit).execute();
+  const groupIds = groups.map((g) => g.id);
   const violationIds = violations.map((v) => Number(v.id));
-  const done = alertsDone && violations.length < limit;
+  const done = alertsDone && violations.length < limit && groups.length < limit;
   const next: PruneCursor = done ? { phase: 'done' } : { phase: 'canary', alertId: alertCursor };
-  if (violationIds.length === 0 && alertIds.length === 0) return { ...base, next };
+  if (violationIds.length === 0 && alertIds.length === 0 && groupIds.length === 0) return { ...base, next };
   const started = performance.now();
   const counts = await o.store.pruneTransaction(async (tx) => {
     const c = zeroCounts();
@@ -371,6 +391,8 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
       );
     for (const part of chunks(alertIds, DELETE_CHUNK))
       c.alerts += deleted(await tx.deleteFrom('canary_alerts').where('id', 'in', part).executeTakeFirst());
+    for (const part of chunks(groupIds, DELETE_CHUNK))
+      await tx.deleteFrom('execution_groups').where('id', 'in', part).where('status', '!=', 'running').execute();
     return c;
   });
   return { ...base, ...counts, txMs: performance.now() - started, next };

@@ -54,7 +54,7 @@ export interface StartOptions {
   limits?: Partial<ConnectionLimits>;
   /** Run the retention pruner (default true; it does nothing when both windows are 0). */
   pruner?: boolean;
-  /** Default PRUNE_INTERVAL_MS (10 min) between sweeps. */
+  /** Between sweeps (default: BATON_PRUNE_INTERVAL_MS, 10 min). */
   pruneIntervalMs?: number;
   /** Forget expired idempotency keys (default true); the interval defaults to PURGE_INTERVAL_MS (1 min). */
   purge?: boolean;
@@ -83,6 +83,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     secrets: lazySecretBox(env.dataDir, config.secretKey),
     // Breaker changes are alerted through the canary's sinks (kinds only; the canary holds the URLs and delivers).
     alertSinks: alertSinks(config.canary).map((s) => s.kind),
+    chainDepthLimit: config.chainDepthLimit,
   });
   const keys = new KeyStore(store);
   const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
@@ -206,7 +207,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     {
       name: 'pruner',
       on: pruner?.enabled === true,
-      intervalMs: opts.pruneIntervalMs ?? PRUNE_INTERVAL_MS,
+      intervalMs: opts.pruneIntervalMs ?? retention.pruneIntervalMs ?? PRUNE_INTERVAL_MS,
       leader: pruner?.lease,
       once: () => pruner!.batchOnce(),
     },

@@ -78,7 +78,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   pool.on('error', () => {});
   pool.on('connect', (client) => {
     client.on('error', () => {});
-    if (opts.namedStatements ?? process.env.BATON_PG_NAMED_STATEMENTS !== '0') nameStatements(client);
+    if (opts.namedStatements ?? true) nameStatements(client);
   });
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const signals = new LocalSignals();

@@ -122,6 +122,8 @@ export function isTransient(err: unknown): boolean {
   if (err instanceof Unreachable) return true;
   return err instanceof ApiError && (err.status >= 500 || err.status === 429);
 }
+/** Most tasks one claim asks for (the API's bound on `max`). */
+const CLAIM_MAX = 100;
 const isLeaseLost = (err: unknown) => err instanceof ApiError && (err.code === 'lease_lost' || err.status === 404);
 
 export function createWorker(opts: WorkerOptions): Worker {
@@ -138,6 +140,13 @@ class WorkerImpl implements Worker {
   private readonly concurrency: number;
   private readonly workerId: string;
   private readonly running = new Map<string, Running>();
+  /**
+   * Slots promised to claims in flight (the claim loop's, and those sent with completions) and
+   * running tasks whose slot a completion handed to its claim: free() counts neither, so the
+   * tasks running and the tasks that may still arrive never exceed the concurrency.
+   */
+  private outstanding = 0;
+  private handedOver = 0;
   private readonly stopCtrl = new AbortController();
   private slotFreed: (() => void) | undefined;
   private loop: Promise<void> | undefined;
@@ -217,11 +226,16 @@ class WorkerImpl implements Worker {
     return this.stopping;
   }
 
+  /** Slots neither running a task nor promised to a claim in flight. */
+  private free(): number {
+    return this.concurrency - (this.running.size - this.handedOver) - this.outstanding;
+  }
+
   private async claimLoop(): Promise<void> {
     const signal = this.stopCtrl.signal;
     let failures = 0;
     while (!signal.aborted) {
-      const free = this.concurrency - this.running.size;
+      const free = this.free();
       if (free <= 0) {
         await new Promise<void>((r) => {
           const done = () => {
@@ -234,10 +248,12 @@ class WorkerImpl implements Worker {
         continue;
       }
       let tasks: TaskView[];
+      const max = Math.min(free, CLAIM_MAX);
+      this.outstanding += max;
       try {
         tasks = await this.client.claim(
           this.opts.agent,
-          { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max: free },
+          { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max },
           signal,
         );
         if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
@@ -248,12 +264,18 @@ class WorkerImpl implements Worker {
         this.emit({ type: 'transport:error', op: 'claim', error: (err as Error)?.message ?? String(err), retryInMs: wait });
         await sleep(wait, signal);
         continue;
+      } finally {
+        this.outstanding -= max;
       }
-      for (const t of tasks) {
-        // Claimed just as stop() began: hand it straight back.
-        if (signal.aborted) void this.releaseTask(t);
-        else this.startTask(t);
-      }
+      this.startTasks(tasks);
+    }
+  }
+
+  /** Run claimed tasks; claimed just as stop() began, they go straight back. */
+  private startTasks(tasks: readonly TaskView[]): void {
+    for (const t of tasks) {
+      if (this.stopCtrl.signal.aborted) void this.releaseTask(t);
+      else this.startTask(t);
     }
   }
 
@@ -280,15 +302,22 @@ class WorkerImpl implements Worker {
     const abort = (reason: AbortReason) => {
       if (!ctrl.signal.aborted) ctrl.abort(new TaskAborted(reason));
     };
-    const finished = this.runTask(t, ctrl, abort).finally(() => {
-      this.running.delete(t.execution_id);
-      this.slotFreed?.();
-      this.slotFreed = undefined;
-    });
+    const finished = this.runTask(t, ctrl, abort).then(
+      (handedOver) => this.finish(t.execution_id, handedOver),
+      () => this.finish(t.execution_id, false),
+    );
     this.running.set(t.execution_id, { abort, finished });
   }
 
-  private async runTask(t: TaskView, ctrl: AbortController, abort: (r: AbortReason) => void): Promise<void> {
+  private finish(id: string, handedOver: boolean): void {
+    this.running.delete(id);
+    if (handedOver) this.handedOver--;
+    this.slotFreed?.();
+    this.slotFreed = undefined;
+  }
+
+  /** Runs the task and reports it; true when its completion's claim took over its slot (see complete). */
+  private async runTask(t: TaskView, ctrl: AbortController, abort: (r: AbortReason) => void): Promise<boolean> {
     const id = t.execution_id;
     const token = t.lease_token;
     let lost = false;
@@ -342,7 +371,8 @@ class WorkerImpl implements Worker {
     const report = decideReport({ settled, reason, leaseLost: lost, deadlineAt: t.deadline_at });
     if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
     else if (report.kind === 'release') await this.handBack(id, token);
-    else await this.complete(id, token, report.outcome);
+    else return this.complete(id, token, report.outcome);
+    return false;
   }
 
   /** The handler's result; undefined when it has not returned abortWaitMs after the task's signal fired. */
@@ -377,8 +407,21 @@ class WorkerImpl implements Worker {
    * Report the outcome. A completion lands while the token is the latest one granted, even after
    * the lease lapsed: keep trying for a while before giving the task up to the reaper.
    * Recognisable secrets in the result are redacted before it leaves this process (G-04).
+   *
+   * Unless the worker is stopping, the completion also claims the agent's next tasks in the same
+   * request (issue #12): this task's slot, and any slot no other claim has asked for. The slot
+   * is handed over while the request is in flight (free() does not count it), so the tasks that
+   * come back start at once without overshooting the concurrency. Returns whether it was handed
+   * over; the caller gives it back when the task leaves `running`.
    */
-  private async complete(id: string, token: string, out: TaskOutcome): Promise<void> {
+  private async complete(id: string, token: string, out: TaskOutcome): Promise<boolean> {
+    const claiming = !this.stopCtrl.signal.aborted;
+    let max = 0;
+    if (claiming) {
+      this.handedOver++;
+      max = Math.min(CLAIM_MAX, Math.max(0, this.free()));
+      this.outstanding += max;
+    }
     const send = (o: TaskOutcome) =>
       this.retry(
         'complete',
@@ -389,23 +432,30 @@ class WorkerImpl implements Worker {
             result: redactJson(o.result),
             error: o.error,
             usage: o.usage as any,
+            ...(max > 0 ? { claim: { worker_id: this.workerId, max } } : {}),
           }),
         Date.now() + 60_000,
       );
     try {
+      let answer;
       try {
-        await send(out);
+        answer = await send(out);
       } catch (err) {
         const refused = err instanceof ApiError ? refusedOutcome(err.status, err.message) : undefined;
         if (!refused) throw err;
         out = refused;
-        await send(out);
+        answer = await send(out);
       }
       this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
+      if (answer.claim_error) this.emit({ type: 'error', op: 'claim', error: answer.claim_error.message });
+      this.startTasks(answer.tasks ?? []);
     } catch (err) {
       if (isLeaseLost(err)) this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
       else this.emit({ type: 'error', op: 'complete', error: (err as Error)?.message ?? String(err) });
+    } finally {
+      this.outstanding -= max;
     }
+    return claiming;
   }
 }
 

@@ -112,18 +112,17 @@ export function observed(store: StoreAdapter) {
 }
 
 /** Tables whose size is history: a query may only seek them through an index. */
-const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'];
+const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log', 'execution_groups', 'chain_links'];
 /** Partial indexes over non-terminal rows (and open violations): walking one is bounded by the live fleet, not history. */
 const LIVE_INDEXES = [
   'canary_violations_open',
   'executions_admission',
   'executions_running',
-  'executions_lease',
-  'executions_deadline',
-  'executions_queued_at',
   'executions_schedule_open',
   'executions_webhook_open',
   'executions_serial_running',
+  'executions_group_open',
+  'execution_groups_open',
 ];
 
 /**

@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
 import { eventView, executionListView, executionView } from '../../engine/views.ts';
+import { startedView } from '../../engine/composition/subscription-views.ts';
 import { EXECUTION_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import {
@@ -128,8 +129,8 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     },
     async (req) => {
       requireAdmin(req);
-      const { execution, events, chain, waiting } = await engine.getExecution(req.params.id);
-      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain, waiting };
+      const { execution, events, chain, waiting, started } = await engine.getExecution(req.params.id);
+      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain, waiting, started: started.map(startedView) };
     },
   );
 

@@ -1,25 +1,44 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { DEFAULTS } from '../../config.ts';
 import { executionView, iso, taskView } from '../../engine/views.ts';
 import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
-import {
-  AgentParams,
-  ClaimBody,
-  ClaimResponse,
-  CompleteBody,
-  ErrorBody,
-  Execution,
-  ExecutionParams,
-  HeartbeatResponse,
-  LeaseBody,
-} from '../schemas.ts';
+import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
+import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
+import { BatonError } from '../../domain/errors.ts';
 import type { ApiDeps } from '../deps.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
 export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+  /** Claim for `agent` (a claim, or the claim after a completion), leased to the caller's worker id. */
+  async function claimFor(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    agent: string,
+    body: { worker_id?: string; max?: number; wait_seconds?: number },
+    defaultWaitMs: number,
+  ) {
+    // Stop waiting when the client goes away, so no task is leased to a closed connection.
+    const abort = new AbortController();
+    const onClose = () => {
+      if (!reply.raw.writableFinished) abort.abort();
+    };
+    reply.raw.once('close', onClose);
+    try {
+      const rows = await engine.claim(agent, {
+        owner: workerId(req, body.worker_id),
+        max: body.max ?? 1,
+        waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs,
+        signal: abort.signal,
+      });
+      return rows.map(taskView);
+    } finally {
+      reply.raw.off('close', onClose);
+    }
+  }
+
   app.post(
     '/v1/agents/:agent/claim',
     {
@@ -33,25 +52,9 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     },
     async (req, reply) => {
       requireAgentAccess(req, req.params.agent);
-      const body = req.body ?? {};
-      // Stop waiting when the client goes away, so no task is leased to a closed connection.
-      const abort = new AbortController();
-      const onClose = () => {
-        if (!reply.raw.writableFinished) abort.abort();
-      };
-      reply.raw.once('close', onClose);
-      try {
-        const rows = await engine.claim(req.params.agent, {
-          owner: workerId(req, body.worker_id),
-          max: body.max ?? 1,
-          waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : DEFAULTS.claimWaitMs,
-          signal: abort.signal,
-        });
-        if (rows.length === 0) return reply.code(204).send(null);
-        return { tasks: rows.map(taskView) };
-      } finally {
-        reply.raw.off('close', onClose);
-      }
+      const tasks = await claimFor(req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs);
+      if (tasks.length === 0) return reply.code(204).send(null);
+      return { tasks };
     },
   );
 
@@ -79,13 +82,13 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
       bodyLimit: 4 * 1024 * 1024,
       schema: {
         tags: ['worker protocol'],
-        summary: 'Report the outcome (fenced by the lease token)',
+        summary: 'Report the outcome (fenced by the lease token); with `claim`, the answer also carries the next tasks',
         params: ExecutionParams,
-        body: CompleteBody,
-        response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
+        body: CompleteAndClaimBody,
+        response: { 200: Completed, 404: ErrorBody, 409: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       await requireExecutionAccess(engine, req, req.params.id);
       const b = req.body;
       const error = b.error
@@ -99,7 +102,20 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
         { status: b.status, result: b.result, error, usage: b.usage },
         actorOf(req),
       );
-      return executionView(row);
+      if (!b.claim) return executionView(row);
+      // The completion has committed: whatever the claim meets, the answer is 200 with the
+      // completion (a worker must not report a finished task twice), and a failed claim says why.
+      try {
+        const tasks = await claimFor(req, reply, row.agent, b.claim, 0);
+        return { ...executionView(row), tasks };
+      } catch (err) {
+        if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
+        const claim_error =
+          err instanceof BatonError
+            ? { error: err.code, message: err.message }
+            : { error: 'unavailable', message: 'the claim failed; claim again' };
+        return { ...executionView(row), tasks: [], claim_error };
+      }
     },
   );
 

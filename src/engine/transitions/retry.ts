@@ -61,7 +61,8 @@ export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, act
   return row;
 }
 
-function firstTrigger(row: ExecutionRow): string {
+/** The trigger kind of the run a retry chain started with (a retry's own kind is 'retry'). */
+export function firstTrigger(row: ExecutionRow): string {
   if (row.trigger_kind !== 'retry') return row.trigger_kind;
   try {
     return (JSON.parse(row.origin) as { first_trigger?: string }).first_trigger ?? 'retry';

@@ -2,7 +2,7 @@
  * What a scheduler batch decides, as plain data in and out: no reads, no writes. The batch
  * (scheduler.ts) locks and reads the facts, asks here, and writes what comes back; so every
  * outcome of a due time — queued, or skipped as already_running, backlog_full or missed — and
- * every message and audit entry is decided in this one file and tested as a table
+ * every message and the batch's audit entry is decided in this one file and tested as a table
  * (test/fire-plan.test.ts).
  */
 import type { SkipReason } from '../../domain/error-codes.ts';
@@ -21,6 +21,13 @@ import { rowFor, type RunSpec } from './start-run.ts';
 export const ON_TIME_MS = 30_000;
 /** At most this many `missed` rows per schedule and pass (the most recent ones); older ones are counted. */
 export const MISSED_ROWS_MAX = 20;
+/**
+ * Runs listed by name in a batch's audit entry; the rest are counted (`runs_omitted`). Nobody
+ * acted, so the entry records what the batch did rather than one row per run (a batch is up to
+ * 400 due times, and every run is its own execution row, with its schedule, for as long as it
+ * is kept): about 100 bytes a run, so at most ~10 KiB an entry.
+ */
+export const AUDIT_RUNS_MAX = 100;
 /** Due times walked per schedule and pass before giving up on listing them one by one. */
 const MAX_DUE_WALK = 100_000;
 
@@ -104,10 +111,10 @@ export interface BatchFacts {
   advanced: ReadonlySet<string>;
 }
 
-/** The batch's writes, in order: executions (queued or skipped), audit entries, and the pass's report. */
+/** The batch's writes, in order: executions (queued or skipped), its one audit entry (null: it wrote nothing), and the pass's report. */
 export interface FirePlan {
   rows: NewExecution[];
-  audits: AuditEntry[];
+  audit: AuditEntry | null;
   fired: Fired[];
 }
 
@@ -124,8 +131,9 @@ export function decideFiring(f: BatchFacts): FirePlan {
   for (const [name, row] of f.agents) room.set(name, row.max_backlog - (f.queued.get(name) ?? 0));
   const inFlight = new Map(f.inFlight);
   const rows: NewExecution[] = [];
-  const audits: AuditEntry[] = [];
   const fired: Fired[] = [];
+  /** Missed due times too old to get a row of their own (see MISSED_ROWS_MAX). */
+  let missedEarlier = 0;
   for (const { s, times } of f.due) {
     const agent = f.agents.get(s.agent);
     if (!f.advanced.has(s.id) || !agent) continue;
@@ -153,32 +161,15 @@ export function decideFiring(f: BatchFacts): FirePlan {
       const more =
         i === 0 && times.earlier > 0 ? ` (and ${times.earlier} earlier due times since ${new Date(s.next_run_at!).toISOString()})` : '';
       const why = `due at ${new Date(at).toISOString()}, handled ${Math.round((now - at) / 1000)} s late: more than ${ON_TIME_MS / 1000} s late (a process was down?) and ${s.misfire_policy === 'skip' ? 'misfire policy skip' : `not the one catch-up run (misfire grace ${s.misfire_grace_seconds} s)`}${more}`;
-      const id = record(at, 'missed', why);
-      if (i === times.missed.length - 1)
-        audits.push({
-          at: now,
-          actor,
-          action: 'schedule.missed',
-          subject: s.id,
-          execution_id: id,
-          detail: { missed: times.missed.length + times.earlier },
-        });
+      record(at, 'missed', why);
     }
+    if (times.missed.length > 0) missedEarlier += times.earlier;
     for (const at of times.toStart) {
       const busy = s.overlap_policy === 'skip' ? inFlight.get(s.id) : undefined;
       if (busy) {
-        const id = record(at, 'already_running', `a run of this schedule is in flight (execution ${busy}); overlap policy skip`);
-        audits.push({
-          at: now,
-          actor,
-          action: 'schedule.skip',
-          subject: s.id,
-          execution_id: id,
-          detail: { reason: 'already_running', running: busy },
-        });
+        record(at, 'already_running', `a run of this schedule is in flight (execution ${busy}); overlap policy skip`);
       } else if (room.get(agent.name)! <= 0) {
-        const id = record(at, 'backlog_full', `agent '${agent.name}' already has ${agent.max_backlog} queued executions (max_backlog)`);
-        audits.push({ at: now, actor, action: 'schedule.skip', subject: s.id, execution_id: id, detail: { reason: 'backlog_full' } });
+        record(at, 'backlog_full', `agent '${agent.name}' already has ${agent.max_backlog} queued executions (max_backlog)`);
       } else {
         const row = queuedValues(rowFor(agent, spec(at)), now, actor);
         rows.push(row);
@@ -186,17 +177,47 @@ export function decideFiring(f: BatchFacts): FirePlan {
         if (s.overlap_policy === 'skip') inFlight.set(s.id, row.id);
         // A paused agent still gets its scheduled work (it waits in the queue); the record says so.
         const paused = agent.paused_at !== null ? { agent_paused: true as const } : {};
-        audits.push({
-          at: now,
-          actor,
-          action: 'schedule.fire',
-          subject: s.id,
-          execution_id: row.id,
-          detail: { trigger: 'schedule', scheduled_for: at, ...paused },
-        });
         fired.push({ schedule_id: s.id, agent: s.agent, scheduled_for: at, execution_id: row.id, status: 'queued', ...paused });
       }
     }
   }
-  return { rows, audits, fired };
+  return { rows, audit: batchAudit(fired, missedEarlier, now, actor), fired };
+}
+
+/**
+ * The batch's one audit entry: how many due times were queued and skipped (by reason), and the
+ * first AUDIT_RUNS_MAX runs by schedule and execution id. Null when the batch wrote no row.
+ */
+export function batchAudit(fired: readonly Fired[], missedEarlier: number, now: number, actor: string): AuditEntry | null {
+  if (fired.length === 0) return null;
+  const skipped: Partial<Record<SkipReason, number>> = {};
+  let queued = 0;
+  let paused = 0;
+  for (const f of fired) {
+    if (f.status === 'queued') queued++;
+    else skipped[f.reason!] = (skipped[f.reason!] ?? 0) + 1;
+    if (f.agent_paused) paused++;
+  }
+  const runs = fired.slice(0, AUDIT_RUNS_MAX).map((f) => ({
+    schedule_id: f.schedule_id,
+    execution_id: f.execution_id,
+    scheduled_for: f.scheduled_for,
+    ...(f.status === 'queued' ? { status: f.status } : { status: f.status, reason: f.reason }),
+    ...(f.agent_paused ? { agent_paused: true } : {}),
+  }));
+  return {
+    at: now,
+    actor,
+    action: 'schedule.batch',
+    subject: null,
+    execution_id: null,
+    detail: {
+      queued,
+      skipped,
+      ...(missedEarlier > 0 ? { missed_earlier: missedEarlier } : {}),
+      ...(paused > 0 ? { agent_paused: paused } : {}),
+      runs,
+      ...(fired.length > runs.length ? { runs_omitted: fired.length - runs.length } : {}),
+    },
+  };
 }

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { DEFAULTS } from '../../config.ts';
+import { IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { EngineContext } from '../context.ts';
@@ -38,13 +39,11 @@ export interface StoredAnswer {
   body: unknown;
 }
 
-const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
-
 /** The header's value, validated; undefined when absent. */
 export function readIdempotencyKey(header: string | string[] | undefined): string | undefined {
   if (header === undefined) return undefined;
   const value = Array.isArray(header) ? header[0] : header;
-  if (value === undefined || !KEY_PATTERN.test(value)) {
+  if (value === undefined || !IDEMPOTENCY_KEY_PATTERN.test(value)) {
     throw new BatonError('validation_error', 'header Idempotency-Key: must be 1-255 visible ASCII characters');
   }
   return value;
@@ -218,4 +217,106 @@ export async function purgeExpiredKeys(store: StoreAdapter, now: number, limit =
     }
   });
   return old.length;
+}
+
+// ── per-item keys of a batch submit (src/engine/submit-many.ts) ─────────────
+
+/**
+ * What a batch item's key holds, read inside the batch's transaction. The same rules as a
+ * header key (claimOnce), in the same order: an expired key is free again; a key used for a
+ * different request is refused; a completed one replays its first answer; an in-flight one whose
+ * process died (past `locked_until`) is taken over; a live in-flight one is refused for now.
+ */
+export type KeyState =
+  { kind: 'free'; exists: boolean } | { kind: 'replay'; answer: StoredAnswer } | { kind: 'reused' } | { kind: 'in_flight' };
+
+/** Rows one statement reads or writes: bound values stay far below either store's limit. */
+const KEY_CHUNK = 500;
+
+/** The state of each key of `scope` (primary-key reads, KEY_CHUNK at a time). */
+export async function readKeyStates(tx: Tx, requests: readonly IdemRequest[], now: number): Promise<Map<string, KeyState>> {
+  const out = new Map<string, KeyState>();
+  for (let i = 0; i < requests.length; i += KEY_CHUNK) {
+    const chunk = requests.slice(i, i + KEY_CHUNK);
+    const rows = await tx
+      .selectFrom('idempotency_keys')
+      .selectAll()
+      .where('scope', '=', chunk[0]!.scope)
+      .where(
+        'idem_key',
+        'in',
+        chunk.map((r) => r.key),
+      )
+      .execute();
+    const found = new Map(rows.map((r) => [r.idem_key, r]));
+    for (const r of chunk) {
+      const row = found.get(r.key);
+      let state: KeyState;
+      if (!row || row.expires_at <= now) state = { kind: 'free', exists: !!row };
+      else if (row.request_hash !== r.hash) state = { kind: 'reused' };
+      else if (row.state === 'completed') state = { kind: 'replay', answer: { status: row.status_code!, body: JSON.parse(row.response!) } };
+      else if (row.locked_until < now) state = { kind: 'free', exists: true };
+      else state = { kind: 'in_flight' };
+      out.set(r.key, state);
+    }
+  }
+  return out;
+}
+
+/** A first use of a key in a batch, with the answer to store (see storeKeyAnswers). */
+export interface KeyAnswer {
+  request: IdemRequest;
+  /** The key's row exists (expired, or abandoned in flight) and is taken over. */
+  exists: boolean;
+  answer: StoredAnswer;
+  executionId: string;
+}
+
+/**
+ * Store completed answers for keys first used in this transaction. Returns the keys another
+ * request took meanwhile (a header key claimed between the read and this write): the caller
+ * rolls back and reads again, so a key never ends up with two executions. New keys go in one
+ * multi-row insert per KEY_CHUNK; taken-over ones are updated one by one under the same guard
+ * readKeyStates applied (rare: only dead keys are taken over).
+ */
+export async function storeKeyAnswers(tx: Tx, answers: readonly KeyAnswer[], now: number, ttlMs: number): Promise<string[]> {
+  const lost: string[] = [];
+  const values = (a: KeyAnswer) => ({
+    scope: a.request.scope,
+    idem_key: a.request.key,
+    request_hash: a.request.hash,
+    state: 'completed' as const,
+    locked_until: now,
+    status_code: a.answer.status,
+    response: JSON.stringify(a.answer.body),
+    execution_id: a.executionId,
+    created_at: now,
+    expires_at: now + ttlMs,
+  });
+  const fresh = answers.filter((a) => !a.exists);
+  for (let i = 0; i < fresh.length; i += KEY_CHUNK) {
+    const chunk = fresh.slice(i, i + KEY_CHUNK);
+    const inserted = await tx
+      .insertInto('idempotency_keys')
+      .values(chunk.map(values))
+      .onConflict((oc) => oc.columns(['scope', 'idem_key']).doNothing())
+      .returning('idem_key')
+      .execute();
+    if (inserted.length < chunk.length) {
+      const got = new Set(inserted.map((r) => r.idem_key));
+      for (const a of chunk) if (!got.has(a.request.key)) lost.push(a.request.key);
+    }
+  }
+  for (const a of answers) {
+    if (!a.exists) continue;
+    const taken = await tx
+      .updateTable('idempotency_keys')
+      .set(values(a))
+      .where('scope', '=', a.request.scope)
+      .where('idem_key', '=', a.request.key)
+      .where((eb) => eb.or([eb('expires_at', '<=', now), eb.and([eb('state', '=', 'in_flight'), eb('locked_until', '<', now)])]))
+      .executeTakeFirst();
+    if (Number(taken.numUpdatedRows) === 0) lost.push(a.request.key);
+  }
+  return lost;
 }

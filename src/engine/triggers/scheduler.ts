@@ -5,7 +5,7 @@ import type { ScheduleRow } from '../../store/schema.ts';
 import { LIVE_STATUSES, statusIs } from '../status-sql.ts';
 import { insertCreated } from '../transitions/create.ts';
 import { announce } from '../announce.ts';
-import { appendAudits } from '../audit.ts';
+import { appendAudit } from '../audit.ts';
 import type { Engine } from '../engine.ts';
 import type { Fired } from '../../domain/outcomes.ts';
 import { decideFiring, dueTimesOf, type DueSchedule } from './fire-plan.ts';
@@ -100,8 +100,8 @@ async function nextDueAt(engine: Engine): Promise<number | undefined> {
 
 /**
  * One batch, one transaction: lock the due schedules and their agents, read what the decision
- * needs, advance next_run_at, and write what fire-plan.ts decided (executions, then audit
- * entries). Each read and write is one statement for the whole batch (this is the hot path).
+ * needs, advance next_run_at, and write what fire-plan.ts decided (executions, then the batch's
+ * audit entry). Each read and write is one statement for the whole batch (this is the hot path).
  */
 async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, actor: string): Promise<{ handled: number; fired: Fired[] }> {
   const due = await lockDueSchedules(tx, engine.store, now, batch);
@@ -120,7 +120,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
   const advanced = await advance(tx, engine.store, times, now);
   const plan = decideFiring({ now, actor, due: times, agents, queued, inFlight, advanced });
   await insertCreated(tx, engine.store, plan.rows);
-  await appendAudits(engine.store, tx, plan.audits);
+  if (plan.audit) await appendAudit(tx, plan.audit);
   return { handled: due.length, fired: plan.fired };
 }
 
