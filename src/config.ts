@@ -47,7 +47,7 @@ export const DEFAULTS = Object.freeze({
    * rows: its cost follows activity (and the backlog), not the age of the database.
    */
   canaryIntervalMs: 60_000,
-  /** A chained task at this depth (source's depth + 1) is refused and the refusal recorded: loops end. */
+  /** A chained task deeper than this (its source's depth + 1) is refused and the refusal recorded: loops end. */
   chainDepthLimit: 10,
 });
 

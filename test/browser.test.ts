@@ -333,6 +333,53 @@ describeBrowser('dashboard in Chromium against baton up + baton worker', () => {
     await expect.poll(() => page.locator('table.executions tbody tr').count()).toBe(50);
   });
 
+  it('subscribes one agent to another and follows a chain and a group, live', async () => {
+    // `reviewer` has no worker: what composition starts there stays queued, to be seen.
+    expect((await api('POST', '/v1/agents', { name: 'reviewer', max_parallel: 1 })).status).toBe(201);
+    await page.goto(server.url + '/#/agents/charts');
+    await page.getByRole('heading', { name: 'Subscriptions' }).waitFor();
+    await page.getByText(/No subscriptions/).waitFor();
+    await page.getByRole('button', { name: 'New subscription' }).click();
+    await page.locator('select[name=subscription-on]').selectOption('succeeded');
+    await page.locator('input[name=subscription-target]').fill('reviewer');
+    await page.locator('input[name=subscription-message]').fill('review {{source.id}}');
+    await page.getByRole('button', { name: 'Create subscription' }).click();
+    await page.locator('[data-subscription]').getByText('reviewer').waitFor();
+
+    // A task of charts succeeds (its worker is still serving): its page says what it started.
+    const source = (await api('POST', '/v1/agents/charts/executions', { message: 'ok chained' })).body.execution_id as string;
+    await page.goto(server.url + `/#/executions/${source}`);
+    await expect.poll(() => statusOf(page).textContent(), { timeout: 30_000 }).toBe('succeeded');
+    const startedLink = page.getByRole('list', { name: 'started' }).locator('a').first();
+    await startedLink.waitFor({ timeout: 20_000 });
+    const chained = (await startedLink.textContent())!;
+    await startedLink.click();
+    await page.getByRole('heading', { name: `Execution ${chained}` }).waitFor();
+    await page.getByText(`review ${source}`).waitFor();
+    await page.locator('dl.facts').getByText(source).waitFor(); // "Started by" the source
+    await shot('execution-chained');
+
+    // A group of three charts tasks, one failing, joined on reviewer: the tree fills in live.
+    const created = await api('POST', '/v1/groups', {
+      members: [{ message: 'ok a' }, { message: 'fail b' }, { message: 'ok c' }].map((m) => ({ agent: 'charts', ...m })),
+      join: { agent: 'reviewer', message: 'summarise {{group.id}}' },
+    });
+    expect(created.status).toBe(201);
+    await page.goto(server.url + '/#/groups');
+    await page.locator(`[data-group="${created.body.id}"] a`).click();
+    await page.getByRole('heading', { name: `Group ${created.body.id}` }).waitFor();
+    expect(await page.locator('[data-member]').count()).toBe(3);
+    const tree = page.getByRole('list', { name: 'group tree' });
+    await expect.poll(() => tree.locator('.status').first().textContent(), { timeout: 60_000 }).toBe('failed');
+    const join = page.locator('[data-join] a.mono');
+    await join.waitFor({ timeout: 20_000 });
+    expect(await page.locator('[data-member="1"] .status').textContent()).toBe('failed');
+    expect(await page.locator('[data-join] .status').textContent()).toBe('queued');
+    await shot('group');
+    await join.click();
+    await page.getByText(/\(its join\)/).waitFor();
+  });
+
   it('shows every page in words, at laptop and phone widths', async () => {
     await page.goto(server.url + '/#/executions');
     await page.locator('table.executions').waitFor();

@@ -544,6 +544,27 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     await during('chained complete', () => engine.complete(chainSource!.id, chainSource!.lease_token!, { status: 'succeeded' }, 'w8'));
     expect((await during('chained getExecution', () => engine.getExecution(chainSource!.id))).started).toHaveLength(1);
 
+    // Groups (issue #14): creation (backlog counts, keys), the completion that decides a group and
+    // starts its join (counter update, live members, members' outcomes), the view, a cancel.
+    await engine.createAgent({ name: 'hist-group', max_parallel: 10, max_backlog: 10 }, 'test');
+    const group = await during('group create', () =>
+      engine.groups.create(
+        {
+          members: [
+            { agent: 'hist-group', message: 'g0', idempotency_key: 'plan-g0' },
+            { agent: 'hist-group', message: 'g1' },
+          ],
+          policy: 'first_succeeded',
+          join: { agent: 'hist-group', message: '{{group.status}}' },
+        },
+        'test',
+      ),
+    );
+    const [member] = await engine.claim('hist-group', { owner: 'w9' });
+    await during('group decide', () => engine.complete(member!.id, member!.lease_token!, { status: 'succeeded', result: 1 }, 'w9'));
+    expect((await during('group get', () => engine.groups.get(group.id))).join?.execution_id).not.toBeNull();
+    await during('group cancel', () => engine.groups.cancel(group.id, 'test'));
+
     // Retention: the history figures (doctor, /metrics, GET /v1/history), an export of the oldest
     // days, then one pruner batch of executions and one of audit rows (last: it removes history).
     const settings = { retentionDays: 25, auditRetentionDays: 25 };
@@ -594,6 +615,10 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'submit many',
       'chained complete',
       'chained getExecution',
+      'group create',
+      'group decide',
+      'group get',
+      'group cancel',
       'history stats',
       'export',
       'prune executions',

@@ -44,7 +44,10 @@ export type BatonErrorCode = (typeof BATON_ERROR_CODES)[number];
 export type ExecutionErrorCode = BatonErrorCode | (string & {});
 
 /** Why a queued execution was cancelled (the cancel transitions' `reason`). */
-export type CancelReason = Extract<BatonErrorCode, 'cancelled_by_user' | 'agent_deleted' | 'schedule_deleted' | 'group_decided' | 'group_cancelled'>;
+export type CancelReason = Extract<
+  BatonErrorCode,
+  'cancelled_by_user' | 'agent_deleted' | 'schedule_deleted' | 'group_decided' | 'group_cancelled'
+>;
 
 /** Why a schedule tick left a skipped row instead of a run. */
 export type SkipReason = Extract<BatonErrorCode, 'missed' | 'already_running' | 'backlog_full'>;

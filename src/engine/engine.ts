@@ -502,8 +502,14 @@ export class Engine {
    * agent and a validation_error for a bad batch (too many items, a key given twice) refuse it
    * whole. Keys are scoped to the agent, as the Idempotency-Key header of a single submit is.
    */
-  async submitMany(agentName: string, items: readonly SubmitManyItem[], actor: string, opts: SubmitManyOptions = {}): Promise<BatchOutcome[]> {
-    if (items.length > BATCH.maxItems) throw new BatonError('validation_error', `body.items: at most ${BATCH.maxItems} items (got ${items.length})`);
+  async submitMany(
+    agentName: string,
+    items: readonly SubmitManyItem[],
+    actor: string,
+    opts: SubmitManyOptions = {},
+  ): Promise<BatchOutcome[]> {
+    if (items.length > BATCH.maxItems)
+      throw new BatonError('validation_error', `body.items: at most ${BATCH.maxItems} items (got ${items.length})`);
     const seen = new Map<string, number>();
     items.forEach((item, i) => {
       if (!item.idem) return;
@@ -523,7 +529,11 @@ export class Engine {
             tx,
             this.store,
             agentName,
-            (agent) => items.map((item) => ({ row: this.newRow(agent, item), idem: item.idem && { scope, ...item.idem } })),
+            (agent) =>
+              items.map((item) => ({
+                row: this.newRow(agent, item.idem ? { ...item, idempotency_key: item.idem.key } : item),
+                idem: item.idem && { scope, ...item.idem },
+              })),
             { now, actor, ttlMs: opts.ttlMs ?? IDEMPOTENCY.ttlMs, answerFor: opts.answerFor },
           ),
         );
@@ -535,7 +545,8 @@ export class Engine {
       } catch (err) {
         // A header key claimed between this batch's read and write: read again (it now replays or waits).
         if (!(err instanceof KeyRace)) throw err;
-        if (attempt >= 3) throw new BatonError('idempotency_in_flight', `body.items: idempotency keys ${err.keys.join(', ')} are in flight; retry later`);
+        if (attempt >= 3)
+          throw new BatonError('idempotency_in_flight', `body.items: idempotency keys ${err.keys.join(', ')} are in flight; retry later`);
       }
     }
   }

@@ -13,8 +13,9 @@
  *                and groups decided before it. A member or join of a group still running stays.
  *
  * Each batch is one short transaction (`store.pruneTransaction`); candidates are read before it,
- * through indexes made for these shapes (migration 0006: executions_completed,
- * idempotency_keys_execution; 0007: executions_retry_of for the foreign-key check on delete).
+ * through indexes made for these shapes (migration 0006: idempotency_keys_execution; 0007:
+ * executions_retry_of for the foreign-key check on delete; 0018: executions_completed on
+ * (completed_at, id), the cursor's order, so no page sorts).
  */
 import type { Kysely } from 'kysely';
 import { isTerminal } from '../domain/states.ts';
@@ -246,11 +247,17 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   const groupIds = [...new Set([...chains.values()].flatMap((ms) => ms.map((m) => m.group_id)).filter((g): g is string => g !== null))];
   const running = new Set<string>();
   for (const part of chunks(groupIds, READ_CHUNK)) {
-    const found = await reader.selectFrom('execution_groups').select('id').where('id', 'in', part).where('status', '=', 'running').execute();
+    const found = await reader
+      .selectFrom('execution_groups')
+      .select('id')
+      .where('id', 'in', part)
+      .where('status', '=', 'running')
+      .execute();
     for (const g of found) running.add(g.id);
   }
   const old = (m: Member) => isTerminal(m.status) && m.completed_at !== null && Number(m.completed_at) < cutoff;
-  const prunable = (members: Member[]) => members.every((m) => old(m) && !open.has(m.id) && !(m.group_id !== null && running.has(m.group_id)));
+  const prunable = (members: Member[]) =>
+    members.every((m) => old(m) && !open.has(m.id) && !(m.group_id !== null && running.has(m.group_id)));
   const chosen: Member[] = [];
   const chosenChains = new Map<string, Member[]>();
   let kept = 0;
@@ -376,7 +383,13 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
     if (a.status !== 'pending') alertIds.push(Number(a.id));
   }
   // Groups decided before the window (execution_groups_decided, migration 0016); running ones have no decided_at.
-  const groups = await reader.selectFrom('execution_groups').select('id').where('decided_at', '<', cutoff).orderBy('decided_at').limit(limit).execute();
+  const groups = await reader
+    .selectFrom('execution_groups')
+    .select('id')
+    .where('decided_at', '<', cutoff)
+    .orderBy('decided_at')
+    .limit(limit)
+    .execute();
   const groupIds = groups.map((g) => g.id);
   const violationIds = violations.map((v) => Number(v.id));
   const done = alertsDone && violations.length < limit && groups.length < limit;

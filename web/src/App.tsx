@@ -5,6 +5,7 @@ import { AgentPage } from './pages/Agent.tsx';
 import { CanaryPage } from './pages/Canary.tsx';
 import { ExecutionPage } from './pages/Execution.tsx';
 import { ExecutionsPage } from './pages/Executions.tsx';
+import { GroupPage, GroupsPage } from './pages/Groups.tsx';
 import { OverviewPage } from './pages/Overview.tsx';
 import { SchedulesPage } from './pages/Schedules.tsx';
 import { SignIn } from './pages/SignIn.tsx';
@@ -12,6 +13,7 @@ import { SignIn } from './pages/SignIn.tsx';
 const NAV = [
   ['', 'Overview'],
   ['executions', 'Executions'],
+  ['groups', 'Groups'],
   ['schedules', 'Schedules'],
   ['canary', 'Canary'],
 ] as const;
@@ -30,6 +32,8 @@ export function App() {
   if (section === 'agents' && parts[1]) page = <AgentPage name={parts[1]} />;
   else if (section === 'executions' && parts[1]) page = <ExecutionPage id={parts[1]} />;
   else if (section === 'executions') page = <ExecutionsPage query={query} />;
+  else if (section === 'groups' && parts[1]) page = <GroupPage id={parts[1]} />;
+  else if (section === 'groups') page = <GroupsPage />;
   else if (section === 'schedules') page = <SchedulesPage />;
   else if (section === 'canary') page = <CanaryPage />;
   else if (section === '') page = <OverviewPage />;

@@ -84,7 +84,11 @@ export function groupRow(
  * the join is created with it or not at all. A member ending after the decision is still
  * counted (progress stays true) but decides nothing.
  */
-export async function memberFinal(tx: Tx, ctx: FollowContext, row: ExecutionRow): Promise<{ created: ExecutionRow[]; ended: ExecutionRow[] }> {
+export async function memberFinal(
+  tx: Tx,
+  ctx: FollowContext,
+  row: ExecutionRow,
+): Promise<{ created: ExecutionRow[]; ended: ExecutionRow[] }> {
   const none = { created: [], ended: [] };
   if (row.group_id === null || row.group_index === null) return none; // not a member (or the join)
   const ok = row.status === 'succeeded' ? 1 : 0;
@@ -196,7 +200,11 @@ export async function readMemberOutcomes(db: Kysely<DB>, groupId: string, withRe
   const results = new Map<string, string | null>();
   const ids = [...take];
   for (let i = 0; i < ids.length; i += 500) {
-    const part = await db.selectFrom('executions').select(['id', 'result']).where('id', 'in', ids.slice(i, i + 500)).execute();
+    const part = await db
+      .selectFrom('executions')
+      .select(['id', 'result'])
+      .where('id', 'in', ids.slice(i, i + 500))
+      .execute();
     for (const r of part) results.set(r.id, r.result);
   }
   return latest.map((h) => {
@@ -270,7 +278,13 @@ async function startJoin(
     });
     return join;
   }
-  await appendAudit(tx, { at: now, actor, action: 'group.join_refused', subject: group.id, detail: { agent: spec.agent, reason: refused } });
+  await appendAudit(tx, {
+    at: now,
+    actor,
+    action: 'group.join_refused',
+    subject: group.id,
+    detail: { agent: spec.agent, reason: refused },
+  });
   // Through the canary's alert sinks (it delivers canary_alerts rows, with retries), queued in
   // this transaction: the refusal and its alert commit together.
   for (const sink of sinks) {

@@ -7,6 +7,7 @@ import { createSchedule, listSchedules, listWebhooks, RunNow } from '../schedule
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 import { ExecutionTable } from './Executions.tsx';
 import { BreakerFact, LapseHoldFact, PauseControl, PausedFact } from '../admission.tsx';
+import { SubscriptionsSection } from '../composition.tsx';
 
 export function AgentPage({ name }: { name: string }) {
   useTick();
@@ -105,6 +106,7 @@ export function AgentPage({ name }: { name: string }) {
           </ul>
         )}
       </Section>
+      <SubscriptionsSection agent={a.name} />
       <Section title="Webhooks">
         {webhooks.error ? (
           <Failed what="webhooks" error={webhooks.error} retry={webhooks.reload} />

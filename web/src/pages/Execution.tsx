@@ -4,6 +4,7 @@ import { client, describe, logStreamUrl, type LogLine } from '../api.ts';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { duration, Empty, Failed, Json, Loading, Section, Status, Time, link } from '../ui.tsx';
 import { WaitingPanel } from '../admission.tsx';
+import { Provenance } from '../composition.tsx';
 
 export function ExecutionPage({ id }: { id: string }) {
   useTick(5_000);
@@ -62,6 +63,7 @@ export function ExecutionPage({ id }: { id: string }) {
         <pre className="message">{x.message}</pre>
       </Section>
       <WaitingPanel waiting={x.waiting} />
+      <Provenance x={x} />
       <Section title={x.error ? 'Error' : 'Result'}>
         {x.error ? (
           <p className="state error">

@@ -1,0 +1,132 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { DEFAULTS } from '../../config.ts';
+import { BatonError } from '../../domain/errors.ts';
+import { GROUP_LIMITS, GROUP_PAGE } from '../../domain/groups.ts';
+import type { GroupCreatedView } from '../../engine/composition/group-service.ts';
+import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
+import { actorOf, requireAdmin } from '../auth.ts';
+import type { ApiDeps } from '../deps.ts';
+import { idempotent } from '../idempotent.ts';
+import { ErrorBody } from '../schemas.ts';
+import { Group, GroupCancelled, GroupCreate, GroupCreated, GroupListQuery, GroupPage, GroupParams } from '../schemas/composition.ts';
+
+const encodeCursor = (c: { created_at: number; id: string }) => Buffer.from(`${c.created_at}:${c.id}`).toString('base64url');
+function decodeCursor(cursor: string): { created_at: number; id: string } {
+  const m = /^(\d{1,15}):([A-Za-z0-9_-]+)$/.exec(Buffer.from(cursor, 'base64url').toString());
+  if (!m) throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
+  return { created_at: Number(m[1]), id: m[2]! };
+}
+
+/**
+ * Groups (fan-out with a join, issue #14). Creating a group submits to every member agent, and
+ * submitting takes an admin key (agent-scoped keys run only the worker protocol): so do these.
+ */
+export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
+  const { groups } = engine;
+
+  app.post(
+    '/v1/groups',
+    {
+      bodyLimit: GROUP_LIMITS.bodyLimitBytes,
+      schema: {
+        tags: ['groups'],
+        summary:
+          'Create a group: every member task and the group in one transaction, or nothing (409 group_refused lists each failing item)',
+        body: GroupCreate,
+        response: { 201: GroupCreated, 400: ErrorBody, 409: ErrorBody, 413: ErrorBody, 422: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      requireAdmin(req);
+      const body = req.body;
+      body.members.forEach((m, i) => {
+        if (m.payload !== undefined && Buffer.byteLength(JSON.stringify(m.payload)) > DEFAULTS.payloadLimitBytes) {
+          throw new BatonError(
+            'payload_too_large',
+            `body.members[${i}].payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`,
+          );
+        }
+      });
+      // Idempotency-Key (scope: groups): the first answer is stored with the group and replayed.
+      const key = readIdempotencyKey(req.headers['idempotency-key']);
+      const idem = key ? { scope: 'groups', key, hash: fingerprint('group', JSON.stringify(body)) } : undefined;
+      const answerFor = (created: GroupCreatedView) => ({ status: 201, body: created });
+      return idempotent<GroupCreatedView>(
+        { engine, idempotency },
+        reply,
+        idem,
+        answerFor,
+        async (onCreated) => {
+          const created = await groups.create(
+            {
+              members: body.members,
+              policy: body.policy,
+              quorum: body.quorum,
+              join: body.join,
+              origin: { key_id: req.principal.keyId },
+              idempotency_key: key ?? null,
+            },
+            actorOf(req),
+            { onCreated, idempotencyTtlMs: idempotency?.ttlMs },
+          );
+          return answerFor(created);
+        },
+        () => null, // the stored key names a group, not one execution
+      );
+    },
+  );
+
+  app.get(
+    '/v1/groups',
+    {
+      schema: {
+        tags: ['groups'],
+        summary: `List groups, newest first, without their members (at most ${GROUP_PAGE.max} a page)`,
+        querystring: GroupListQuery,
+        response: { 200: GroupPage, 400: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const limit = req.query.limit ?? GROUP_PAGE.default;
+      const rows = await groups.list({ limit, before: req.query.cursor ? decodeCursor(req.query.cursor) : undefined });
+      return {
+        groups: rows.map(({ cursor: _c, ...g }) => g),
+        next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!.cursor) : null,
+      };
+    },
+  );
+
+  app.get(
+    '/v1/groups/:id',
+    {
+      schema: {
+        tags: ['groups'],
+        summary: 'Read a group: status, progress, each member (the latest run of its retry chain) and the join',
+        params: GroupParams,
+        response: { 200: Group, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return groups.get(req.params.id);
+    },
+  );
+
+  app.post(
+    '/v1/groups/:id/cancel',
+    {
+      schema: {
+        tags: ['groups'],
+        summary: 'Cancel a group: a running group becomes cancelled (no join); members not ended and the join are cancelled',
+        params: GroupParams,
+        response: { 200: GroupCancelled, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const { changed } = await groups.cancel(req.params.id, actorOf(req));
+      return { changed, group: await groups.get(req.params.id) };
+    },
+  );
+};

@@ -1,0 +1,114 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { DEFAULTS } from '../../config.ts';
+import { BatonError } from '../../domain/errors.ts';
+import { subscriptionView } from '../../engine/composition/subscription-views.ts';
+import { actorOf, requireAdmin } from '../auth.ts';
+import { ErrorBody } from '../schemas.ts';
+import {
+  Subscription,
+  SubscriptionCreate,
+  SubscriptionDeleted,
+  SubscriptionList,
+  SubscriptionParams,
+  SubscriptionPatch,
+  SubscriptionQuery,
+} from '../schemas/composition.ts';
+import type { ApiDeps } from '../deps.ts';
+
+function checkPayload(payload: unknown) {
+  if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
+    throw new BatonError('payload_too_large', `body.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
+  }
+}
+
+/** Subscriptions (chains): admin-scoped, like schedules. */
+export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+  const { subscriptions } = engine;
+
+  app.post(
+    '/v1/subscriptions',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['subscriptions'],
+        summary: "Subscribe an agent to another's outcomes: each matching final outcome starts one task on the target",
+        body: SubscriptionCreate,
+        response: { 201: Subscription, 400: ErrorBody, 404: ErrorBody, 413: ErrorBody },
+      },
+    },
+    async (req, reply) => {
+      requireAdmin(req);
+      checkPayload(req.body.payload);
+      const row = await subscriptions.create(req.body, actorOf(req));
+      return reply.code(201).send(subscriptionView(row));
+    },
+  );
+
+  app.get(
+    '/v1/subscriptions',
+    {
+      schema: {
+        tags: ['subscriptions'],
+        summary: 'Subscriptions, oldest first: every one, or those of an agent (as source or target)',
+        querystring: SubscriptionQuery,
+        response: { 200: SubscriptionList, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return { subscriptions: (await subscriptions.list(req.query)).map(subscriptionView) };
+    },
+  );
+
+  app.get(
+    '/v1/subscriptions/:id',
+    {
+      schema: {
+        tags: ['subscriptions'],
+        summary: 'One subscription',
+        params: SubscriptionParams,
+        response: { 200: Subscription, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      return subscriptionView(await subscriptions.get(req.params.id));
+    },
+  );
+
+  app.patch(
+    '/v1/subscriptions/:id',
+    {
+      bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      schema: {
+        tags: ['subscriptions'],
+        summary: 'Change a subscription (its agents are fixed): later outcomes follow the new settings',
+        params: SubscriptionParams,
+        body: SubscriptionPatch,
+        response: { 200: Subscription, 400: ErrorBody, 404: ErrorBody, 413: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      checkPayload(req.body.payload);
+      return subscriptionView(await subscriptions.update(req.params.id, req.body, actorOf(req)));
+    },
+  );
+
+  app.delete(
+    '/v1/subscriptions/:id',
+    {
+      schema: {
+        tags: ['subscriptions'],
+        summary: 'Delete a subscription: tasks it started stay',
+        params: SubscriptionParams,
+        response: { 200: SubscriptionDeleted, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      await subscriptions.delete(req.params.id, actorOf(req));
+      return { deleted: req.params.id };
+    },
+  );
+};

@@ -1,0 +1,81 @@
+/**
+ * Fewer round trips (issue #12): the batch submit, and a completion that claims the next tasks
+ * in the same request.
+ */
+import { z } from 'zod';
+import { BATCH, IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
+import { CONTRACT_DEFAULTS as DEFAULTS } from '../../domain/defaults.ts';
+import { ClaimBody, CompleteBody, Execution, ExecutionStatus, SubmitBody, Task } from '../schemas.ts';
+
+export const BatchItem = SubmitBody.extend({
+  idempotency_key: z
+    .string()
+    .regex(IDEMPOTENCY_KEY_PATTERN, 'must be 1-255 visible ASCII characters')
+    .optional()
+    .describe(
+      "scoped to the agent, like a single submit's Idempotency-Key header (the two share keys): used again with the same item, it answers with the first execution (replayed: true)",
+    ),
+});
+export type BatchItem = z.infer<typeof BatchItem>;
+
+export const SubmitBatchBody = z.strictObject({
+  items: z
+    .array(BatchItem)
+    .min(1)
+    .max(BATCH.maxItems)
+    .describe(`the tasks, in order (1 to ${BATCH.maxItems}; the whole body at most ${BATCH.bodyLimitBytes / 1024 / 1024} MiB)`),
+});
+export type SubmitBatchBody = z.input<typeof SubmitBatchBody>;
+
+export const BatchItemAnswer = z.union([
+  z.object({
+    index: z.number().int().describe('position in body.items'),
+    execution_id: z.string(),
+    status: ExecutionStatus.describe('queued when created; a replay: the status its first answer gave'),
+    replayed: z.boolean().optional().describe('true: its idempotency key was used before; this is the execution it created then'),
+  }),
+  z.object({
+    index: z.number().int(),
+    error: z
+      .string()
+      .describe('backlog_full (no room left: later items too), idempotency_key_reused, idempotency_in_flight; or a replayed refusal'),
+    message: z.string(),
+    replayed: z.boolean().optional(),
+  }),
+]);
+export type BatchItemAnswer = z.infer<typeof BatchItemAnswer>;
+
+export const SubmitBatchAnswer = z.object({
+  agent: z.string(),
+  agent_paused: z.boolean().describe('true: the agent is paused; created work is queued and waits for a resume'),
+  created: z.number().int().describe('items created by this request'),
+  replayed: z.number().int().describe('items answered from an idempotency key used before'),
+  refused: z.number().int(),
+  items: z.array(BatchItemAnswer).describe('one answer per item, in the order of body.items'),
+});
+export type SubmitBatchAnswer = z.infer<typeof SubmitBatchAnswer>;
+
+/** What a completion may also ask for: the agent's next tasks, leased to this worker. */
+export const ClaimAfter = ClaimBody.extend({
+  wait_seconds: z
+    .number()
+    .min(0)
+    .max(DEFAULTS.claimWaitMaxMs / 1000)
+    .optional()
+    .describe('how long to wait for a task after the completion (default 0: answer at once)'),
+}).describe("claim the execution's agent's next tasks in the same request, as POST /v1/agents/{agent}/claim would");
+
+export const CompleteAndClaimBody = CompleteBody.extend({ claim: ClaimAfter.optional() });
+export type CompleteAndClaimBody = z.input<typeof CompleteAndClaimBody>;
+
+export const Completed = Execution.extend({
+  tasks: z
+    .array(Task)
+    .optional()
+    .describe('only when `claim` was asked: the tasks claimed after the completion committed (empty: none came in time)'),
+  claim_error: z
+    .object({ error: z.string(), message: z.string() })
+    .optional()
+    .describe('the claim failed (the completion stands): claim again with POST /v1/agents/{agent}/claim'),
+});
+export type Completed = z.infer<typeof Completed>;

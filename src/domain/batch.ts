@@ -1,0 +1,19 @@
+/**
+ * Bounds of the batch submit (`POST /v1/agents/{agent}/executions/batch`, Engine.submitMany) and
+ * the one pattern an idempotency key must match, whether it comes in the Idempotency-Key header
+ * or on a batch item.
+ */
+
+export const BATCH = Object.freeze({
+  /**
+   * Most items in one batch. Every item is created in one transaction that holds the agent's
+   * new-work turn, so the bound keeps that turn short (1,000 rows: a few milliseconds on either
+   * store) and the per-item answer small enough to read at once.
+   */
+  maxItems: 1000,
+  /** Largest batch body: 1,000 small tasks fit many times over; large payloads go one by one. */
+  bodyLimitBytes: 8 * 1024 * 1024,
+});
+
+/** An idempotency key: 1-255 visible ASCII characters. */
+export const IDEMPOTENCY_KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;

@@ -1,0 +1,28 @@
+import type { ChainRefusal } from '../../domain/chains.ts';
+import type { ChainLinkRow, SubscriptionRow } from '../../store/schema.ts';
+import { iso } from '../views.ts';
+
+/** A subscription as the API, CLI and MCP show it (src/api/schemas/composition.ts, Subscription). */
+export function subscriptionView(s: SubscriptionRow) {
+  return {
+    id: s.id,
+    source_agent: s.source_agent,
+    target_agent: s.target_agent,
+    on: s.on_status,
+    filter: {
+      ...(s.schedule_id === null ? {} : { schedule_id: s.schedule_id }),
+      ...(s.trigger_kind === null ? {} : { trigger: s.trigger_kind }),
+    },
+    message: s.message,
+    payload: s.payload === null ? null : (JSON.parse(s.payload) as unknown),
+    enabled: s.enabled === 1,
+    created_at: iso(s.created_at)!,
+    created_by: s.created_by,
+    updated_at: iso(s.updated_at)!,
+  };
+}
+
+/** One entry of an execution's `started`: what a matching subscription did with its final outcome. */
+export function startedView(l: Pick<ChainLinkRow, 'subscription_id' | 'execution_id' | 'refused' | 'at'>) {
+  return { subscription_id: l.subscription_id, execution_id: l.execution_id, refused: l.refused as ChainRefusal | null, at: iso(l.at)! };
+}

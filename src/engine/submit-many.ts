@@ -1,0 +1,167 @@
+import { BatonError, NotFound } from '../domain/errors.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { AgentRow, ExecutionRow } from '../store/schema.ts';
+import { lockAgentsForNewWork } from './agent-lock.ts';
+import { appendAudit } from './audit.ts';
+import { statusIs } from './status-sql.ts';
+import { insertCreated, queuedValues, type NewQueued } from './transitions/create.ts';
+import { readKeyStates, storeKeyAnswers, type IdemRequest, type KeyAnswer, type StoredAnswer } from './triggers/idempotency.ts';
+
+/**
+ * Batch submit: up to BATCH.maxItems new executions for one agent in one transaction, with an
+ * answer per item. Partial success is the rule, not an accident: the agent's backlog room is
+ * counted once under its new-work turn, the items that fit are created in order, and each item
+ * past the room is refused `backlog_full`, all in the same commit. An item with an idempotency
+ * key that was used before (by a batch item or an Idempotency-Key header, same agent, same
+ * request) answers with its first answer instead, marked replayed; so a retried batch never
+ * creates an item twice.
+ */
+
+/** One item: the execution's values (built by the engine) and its key, if the caller gave one. */
+export interface BatchItem {
+  row: NewQueued;
+  idem?: IdemRequest;
+}
+
+export type BatchOutcome =
+  | { index: number; kind: 'created'; id: string; status: 'queued' }
+  /** The key's first answer, as stored (a 201 Created body, or a refusal's `{ error, message }`). */
+  | { index: number; kind: 'replayed'; answer: StoredAnswer }
+  | { index: number; kind: 'refused'; error: BatonError };
+
+export interface BatchOptions {
+  now: number;
+  actor: string;
+  /** How long a first-used key remembers its answer. */
+  ttlMs: number;
+  /** The answer stored with each keyed item it creates (what a later replay, batch or single, returns). */
+  answerFor?: (row: ExecutionRow) => StoredAnswer;
+}
+
+/** A key another request took between this batch's read and its write: roll back, read again. */
+export class KeyRace extends Error {
+  constructor(readonly keys: string[]) {
+    super(`idempotency keys taken meanwhile: ${keys.join(', ')}`);
+  }
+}
+
+/**
+ * Create the batch's executions inside `tx` (the engine's submitMany runs it and retries on
+ * KeyRace). Throws NotFound for an unknown agent; everything else is answered per item.
+ * Audit: one `execution.create` row for the batch (its ids and count), and one
+ * `execution.refused` row when items were refused for room.
+ */
+export async function submitBatch(
+  tx: Tx,
+  store: StoreAdapter,
+  agentName: string,
+  build: (agent: AgentRow) => BatchItem[],
+  opts: BatchOptions,
+): Promise<BatchOutcome[]> {
+  const [agent] = await lockAgentsForNewWork(tx, store, [agentName]);
+  if (!agent) throw new NotFound('agent', agentName);
+  const items = build(agent);
+  const keyed = items.filter((i) => i.idem).map((i) => i.idem!);
+  const states = keyed.length > 0 ? await readKeyStates(tx, keyed, opts.now) : new Map();
+  // Under the new-work turn no other creator of this agent's work runs, and claims only lower
+  // the count: the room read here holds until the commit.
+  const { n } = await tx
+    .selectFrom('executions')
+    .select((e) => e.fn.countAll<number>().as('n'))
+    .where('agent', '=', agent.name)
+    .where('status', '=', statusIs('queued'))
+    .executeTakeFirstOrThrow();
+  let room = agent.max_backlog - Number(n);
+
+  const out: BatchOutcome[] = [];
+  const created: BatchItem[] = [];
+  let full = 0;
+  items.forEach((item, index) => {
+    const state = item.idem ? states.get(item.idem.key) : undefined;
+    if (state?.kind === 'replay') return out.push({ index, kind: 'replayed', answer: state.answer });
+    if (state?.kind === 'reused') {
+      return out.push({
+        index,
+        kind: 'refused',
+        error: new BatonError(
+          'idempotency_key_reused',
+          `body.items.${index}.idempotency_key: '${item.idem!.key}' was already used for a different request`,
+        ),
+      });
+    }
+    if (state?.kind === 'in_flight') {
+      return out.push({
+        index,
+        kind: 'refused',
+        error: new BatonError(
+          'idempotency_in_flight',
+          `body.items.${index}.idempotency_key: a request with '${item.idem!.key}' is still in flight; retry later`,
+        ),
+      });
+    }
+    if (room <= 0) {
+      full++;
+      return out.push({
+        index,
+        kind: 'refused',
+        error: new BatonError(
+          'backlog_full',
+          `body.items.${index}: agent '${agent.name}' already has ${agent.max_backlog} queued executions (max_backlog)`,
+          {
+            agent: agent.name,
+            max_backlog: agent.max_backlog,
+          },
+        ),
+      });
+    }
+    room--;
+    created.push(item);
+    out.push({ index, kind: 'created', id: item.row.id, status: 'queued' });
+  });
+
+  if (created.length > 0) {
+    await insertCreated(
+      tx,
+      store,
+      created.map((i) => queuedValues(i.row, opts.now, opts.actor)),
+    );
+    const withKeys = created.filter((i) => i.idem);
+    if (withKeys.length > 0) {
+      // The stored answer carries the whole row, as a single submit's does: read the keyed rows back.
+      const rows = new Map<string, ExecutionRow>();
+      for (let i = 0; i < withKeys.length; i += 500) {
+        const ids = withKeys.slice(i, i + 500).map((k) => k.row.id);
+        for (const r of await tx.selectFrom('executions').selectAll().where('id', 'in', ids).execute()) rows.set(r.id, r);
+      }
+      const answers: KeyAnswer[] = withKeys.map((i) => {
+        const row = rows.get(i.row.id)!;
+        const state = states.get(i.idem!.key) as { exists: boolean } | undefined;
+        return {
+          request: i.idem!,
+          exists: state?.exists ?? false,
+          answer: opts.answerFor?.(row) ?? { status: 201, body: { execution_id: row.id, status: row.status, agent: row.agent } },
+          executionId: row.id,
+        };
+      });
+      const lost = await storeKeyAnswers(tx, answers, opts.now, opts.ttlMs);
+      if (lost.length > 0) throw new KeyRace(lost);
+    }
+    await appendAudit(tx, {
+      at: opts.now,
+      actor: opts.actor,
+      action: 'execution.create',
+      subject: agent.name,
+      detail: { trigger: created[0]!.row.trigger_kind, batch: true, count: created.length, ids: created.map((i) => i.row.id) },
+    });
+  }
+  if (full > 0) {
+    await appendAudit(tx, {
+      at: opts.now,
+      actor: opts.actor,
+      action: 'execution.refused',
+      subject: agent.name,
+      detail: { error: 'backlog_full', batch: true, count: full },
+    });
+  }
+  return out;
+}
