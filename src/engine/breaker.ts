@@ -5,6 +5,7 @@ import {
   breakerOutcome,
   BREAKER_CLOSED,
   type BreakerChange,
+  type BreakerColumns,
   type BreakerPatch,
 } from '../domain/breaker.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
@@ -48,10 +49,14 @@ export async function countTowardBreakers(
   const relevant = ended.filter((e) => breakerOutcome(e.status, e.error_code) !== null);
   const agents = [...new Set(relevant.map((e) => e.agent))].sort();
   for (const agent of agents) {
-    // The config is read without a lock first: an agent with the breaker off (the common case
-    // for agents from before 0011) costs one primary-key read and takes no lock.
-    const cfg = await tx.selectFrom('agents').select('breaker_config').where('name', '=', agent).executeTakeFirst();
-    if (!cfg || cfg.breaker_config === null) continue;
+    // Read without a lock first: an agent with the breaker off costs one primary-key read and
+    // takes no lock, and so does an outcome that changes nothing (a success while the breaker is
+    // closed with nothing but successes in its window: the steady state). Skipping the write then
+    // is the same as counting it just before whatever commits next; anything else is counted
+    // again below under the lock admission takes.
+    const seen = await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst();
+    if (!seen || seen.breaker_config === null) continue;
+    if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, now))) continue;
     const row = await store
       .lockRows(tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent), 'admission')
       .executeTakeFirst();
@@ -67,6 +72,14 @@ export async function countTowardBreakers(
     }
     if (Object.keys(patch).length > 0) await tx.updateTable('agents').set(patch).where('name', '=', agent).execute();
   }
+}
+
+/** Whether counting `e` on a breaker in state `row` would leave every column as it is. */
+function changesNothing(row: BreakerColumns, e: Ended, now: number): boolean {
+  const step = breakerOnOutcome(row, e.id, breakerOutcome(e.status, e.error_code), now);
+  if (!step) return true;
+  if (step.change) return false;
+  return Object.entries(step.patch).every(([k, v]) => row[k as keyof BreakerColumns] === v);
 }
 
 /** Every breaker change: an audit row `agent.breaker` (from, to, why) and one alert per configured sink. */

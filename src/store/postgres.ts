@@ -44,7 +44,9 @@ const MAX_NAMED_PER_CONNECTION = 500;
  */
 function nameStatements(client: pg.PoolClient): void {
   const names = new Map<string, string>();
-  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  // The class's query, looked up at each call (not bound once), so whatever wraps it later still sees every statement.
+  const proto = Object.getPrototypeOf(client) as { query: (...args: unknown[]) => unknown };
+  const query = (...args: unknown[]) => proto.query.apply(client, args);
   (client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
     if (typeof config === 'string' && Array.isArray(values) && values.length > 0 && config.length <= MAX_NAMED_TEXT) {
       let name = names.get(config);
@@ -167,6 +169,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       }),
     // Autovacuum reclaims dead rows in place (docs/operations.md); nothing to hand back here.
     reclaimSpace: async () => 0,
+    sweepCheckpoints: async () => undefined,
+    checkpoint: async () => 0,
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB {
       switch (mode) {
         case 'wait':
