@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { replayAllSeats } from '../src/canary/invariants/history.ts';
 import { TERMINAL_STATES } from '../src/domain/states.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
+import type { ChainResult } from './chains.ts';
 import type { FailingAgentResult } from './failing.ts';
 import type { FleetKillResult } from './fleet.ts';
 import type { TrafficStats } from './traffic.ts';
@@ -58,6 +59,8 @@ export interface ChaosReport {
   /** The fleet-kill phase (chaos/fleet.ts): passes with held >= 2, charged 0, finished = held. */
   fleet_kill?: FleetKillResult;
   failing_agent?: FailingAgentResult;
+  /** The chain phase (chaos/chains.ts): passes with missing, duplicated and orphans all 0. */
+  chain?: ChainResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -206,6 +209,11 @@ export function markdown(r: ChaosReport): string {
     ...(r.fleet_kill
       ? [
           `| fleet kill: attempts charged when all ${r.fleet_kill.workers} workers of one agent died at once (held ${r.fleet_kill.held}, re-queued uncharged ${r.fleet_kill.requeued_shared}, finished ${r.fleet_kill.finished}) | ${r.fleet_kill.charged} |`,
+        ]
+      : []),
+    ...(r.chain
+      ? [
+          `| chain: final outcomes of chaos-a (${r.chain.sources}) without their one follow-up, with more than one, follow-ups whose source had not ended | ${r.chain.missing}; ${r.chain.duplicated}; ${r.chain.orphans} |`,
         ]
       : []),
     ...(r.failing_agent

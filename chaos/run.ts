@@ -16,6 +16,7 @@ import pg from 'pg';
 import { readKeyFile } from '../src/auth/keys.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { serverProc, sigkill, stopAll, waitReady, workerProc, type Proc } from './cluster.ts';
+import { CHAIN_TARGET, checkChain, setupChain } from './chains.ts';
 import { failingAgentPhase } from './failing.ts';
 import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
@@ -140,6 +141,8 @@ async function main(): Promise<number> {
       });
       if (r.status !== 201) throw new Error(`create agent ${a.name}: ${r.status} ${JSON.stringify(r.body)}`);
     }
+    // Every outcome of chaos-a starts a follow-up on chaos-chain, through kills and restarts.
+    const subscriptionId = await setupChain(admin, 'chaos-a', o.leaseTtl);
     let scheduleId: string | null = null;
     const sch = await admin('POST', '/v1/agents/chaos-b/schedules', {
       name: 'chaos-tick',
@@ -160,6 +163,7 @@ async function main(): Promise<number> {
       workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
       workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
       workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+      workerProc('w5', CHAIN_TARGET, () => servers[1]!.url, key, 2, command),
     ];
     procs.push(...workers);
     for (const w of workers) await w.start();
@@ -317,6 +321,10 @@ async function main(): Promise<number> {
     const cycle = await admin('POST', '/v1/canary/run');
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
+    const chain = await checkChain(store, 'chaos-a', subscriptionId);
+    log(
+      `chain: ${chain.sources} final outcomes of chaos-a started ${chain.chained} tasks (${chain.refused} refused); missing ${chain.missing}, duplicated ${chain.duplicated}, orphans ${chain.orphans}`,
+    );
     const workerTtr = kills.filter((k) => k.kind === 'worker' && k.recover_ms !== null && k.held > 0).map((k) => k.recover_ms!);
     const serverTtr = kills
       .filter((k) => k.kind === 'server' && k.target !== 'postgresql' && k.recover_ms !== null)
@@ -333,7 +341,7 @@ async function main(): Promise<number> {
         tasks: o.tasks,
         kills: o.kills,
         servers: 2,
-        workers: 4,
+        workers: 5,
         worker_concurrency: 3,
         lease_ttl_seconds: o.leaseTtl,
         driver_concurrency: o.concurrency,
@@ -359,6 +367,7 @@ async function main(): Promise<number> {
       throughput_per_s: terminal / trafficS,
       fleet_kill: fleet,
       failing_agent: failing,
+      chain,
       passed: false,
       not_exercised: notExercised,
     };
@@ -373,7 +382,11 @@ async function main(): Promise<number> {
       fleet.finished === fleet.held &&
       failing.state === 'open' &&
       failing.failed === failing.consecutive &&
-      failing.queued === failing.submitted - failing.consecutive;
+      failing.queued === failing.submitted - failing.consecutive &&
+      chain.sources > 0 &&
+      chain.missing === 0 &&
+      chain.duplicated === 0 &&
+      chain.orphans === 0;
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(
@@ -381,6 +394,7 @@ async function main(): Promise<number> {
         `chaos (${o.mode}): ${passed ? 'PASSED' : 'FAILED'} in ${(trafficS + settleS).toFixed(0)} s`,
         `  lost ${report.lost} · duplicate terminal ${report.duplicate_terminal_outcomes} · over-admissions ${report.over_admissions} · canary violations ${report.canary_violations_after_settle} · idempotency duplicates ${report.idempotency_duplicates}`,
         `  fleet kill: ${fleet.workers} workers of one agent killed at once holding ${fleet.held}; ${fleet.requeued_shared} re-queued uncharged, ${fleet.charged} charged, ${fleet.finished} finished`,
+        `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}`,
         `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
         `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
         `  ${files.json}`,
