@@ -6,7 +6,9 @@ import { describe, expect, it } from 'vitest';
 // Every writer of an execution row, found by reading the source. Status is written only in
 // src/engine/transitions/, one module per transition, and every UPDATE there is a
 // compare-and-set on the status it expects. Adding a writer anywhere is a visible change to
-// the lists below; an unguarded UPDATE fails outright.
+// the lists below; an unguarded UPDATE fails outright. New executions are inserted by one
+// function only, createExecutions in src/engine/transitions/create.ts: every path that creates
+// work goes through its admission rules (backlog, audit).
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRC = join(ROOT, 'src');
@@ -17,12 +19,14 @@ const EXPECTED_WRITERS = [
   'src/engine/transitions/admit.ts', // queued → running
   'src/engine/transitions/cancel.ts', // queued → cancelled; running: cancel requested
   'src/engine/transitions/complete.ts', // running | re-queued → succeeded | failed | cancelled
-  'src/engine/transitions/create.ts', // create → queued | skipped
+  'src/engine/transitions/create.ts', // create → queued | skipped: createExecutions, the one insert of executions
   'src/engine/transitions/expire.ts', // the reaper: requeued, poisoned, timeout, cancel, backlog_expired
   'src/engine/transitions/release.ts', // running → queued | cancelled
   'src/engine/transitions/renew.ts', // heartbeat: the lease only, guarded like the rest
-  'src/engine/transitions/retry.ts', // failed → a new queued execution (retry_of), in the failure's transaction
 ];
+
+/** The one function that inserts executions (any other insert, in that file too, fails). */
+const CREATOR = { file: 'src/engine/transitions/create.ts', fn: 'createExecutions' };
 
 /**
  * The one exception to "history is never deleted": the retention pruner removes finished
@@ -101,6 +105,45 @@ function findWrites(code: string): Write[] {
   return out.sort((a, b) => a.line - b.line);
 }
 
+/**
+ * The lines (first, last) of each body of `function <name>` in stripped code: overload
+ * signatures (ending in `;`) have none. A return type may hold angle brackets, not braces.
+ */
+function functionBodies(text: string, name: string): Array<[number, number]> {
+  const lineOf = (i: number) => text.slice(0, i).split('\n').length;
+  const out: Array<[number, number]> = [];
+  for (const m of text.matchAll(new RegExp(`\\bfunction\\s+${name}\\s*(?:<[^(]*>)?\\s*\\(`, 'g'))) {
+    let i = m.index! + m[0].length;
+    for (let depth = 1; i < text.length && depth > 0; i++) {
+      if (text[i] === '(') depth++;
+      else if (text[i] === ')') depth--;
+    }
+    let angle = 0;
+    for (; i < text.length; i++) {
+      const c = text[i];
+      if (c === '<') angle++;
+      else if (c === '>' && text[i - 1] !== '=') angle--;
+      else if (angle === 0 && (c === ';' || c === '{')) break;
+    }
+    if (text[i] !== '{') continue; // an overload
+    const start = i;
+    for (let depth = 0; i < text.length; i++) {
+      if (text[i] === '{') depth++;
+      else if (text[i] === '}' && --depth === 0) break;
+    }
+    out.push([lineOf(start), lineOf(i)]);
+  }
+  return out;
+}
+
+/** Inserts of executions in `file` that are not inside CREATOR's one body, as `file:line kind`. */
+function strayInserts(file: string, code: string): string[] {
+  const inserts = findWrites(code).filter((w) => !['updateTable', 'deleteFrom', 'sql UPDATE', 'sql DELETE FROM'].includes(w.kind));
+  const bodies = file === CREATOR.file ? functionBodies(stripComments(code), CREATOR.fn) : [];
+  const [first, last] = bodies.length === 1 ? bodies[0]! : [0, -1];
+  return inserts.filter((w) => w.line < first || w.line > last).map((w) => `${file}:${w.line} ${w.kind}`);
+}
+
 /** Why a query-builder UPDATE is not an acceptable status writer, or null if it is. */
 function unguarded(w: Write): string | null {
   if (w.kind !== 'updateTable' || w.chain === undefined) return null;
@@ -164,6 +207,16 @@ describe('the writers of execution status', () => {
     expect(writers).toEqual(EXPECTED_WRITERS);
   });
 
+  it(`only ${CREATOR.fn} (${CREATOR.file}) inserts executions`, () => {
+    const creator = sources.find((s) => s.file === CREATOR.file);
+    expect(creator, `${CREATOR.file} exists`).toBeDefined();
+    expect(functionBodies(stripComments(creator!.code), CREATOR.fn), `one implementation of ${CREATOR.fn}`).toHaveLength(1);
+    const stray = sources.flatMap((s) => strayInserts(s.file, s.code));
+    expect(stray, `inserts into executions outside ${CREATOR.fn}: create work through it`).toEqual([]);
+    // It does insert: the one-row statement (backlog checked in it) and the bulk one.
+    expect(findWrites(creator!.code).map((w) => w.kind)).toEqual(['insertMany', 'insertInto']);
+  });
+
   it('every UPDATE of executions in the transitions is a compare-and-set on status', () => {
     const problems: string[] = [];
     let updates = 0;
@@ -223,6 +276,30 @@ describe('the writers of execution status', () => {
     expect(kinds(`await engine.store.insertMany(tx, 'executions', rows)`)).toEqual(['insertMany']);
     expect(kinds(`await store.insertMany(tx, 'audit_log', rows)`)).toEqual([]);
     expect(kinds(`// we never UPDATE executions here\n/* updateTable('executions') */ const x = 1;`)).toEqual([]);
+
+    // An insert counts only inside the one creating function's body, wherever else it sits.
+    const creatorCode = [
+      `export function ${CREATOR.fn}(tx: Tx, req: One): Promise<Row | undefined>;`,
+      `export async function ${CREATOR.fn}(tx: Tx, req: One | Many): Promise<Map<string, { a: 1 }> | void> {`,
+      `  if (req.many) { await store.insertMany(tx, 'executions', req.rows); return; }`,
+      `  return tx.insertInto('executions').values(req.row).returningAll().executeTakeFirst();`,
+      `}`,
+      `async function other(tx: Tx) {`,
+      `  await tx.insertInto('executions').values(row).execute();`,
+      `}`,
+    ].join('\n');
+    expect(strayInserts(CREATOR.file, creatorCode)).toEqual([`${CREATOR.file}:7 insertInto`]);
+    expect(strayInserts('src/engine/other.ts', creatorCode)).toEqual([
+      'src/engine/other.ts:3 insertMany',
+      'src/engine/other.ts:4 insertInto',
+      'src/engine/other.ts:7 insertInto',
+    ]);
+    expect(strayInserts(CREATOR.file, `sql\`INSERT INTO executions (id) VALUES (1)\`.execute(db)`)).toEqual([
+      `${CREATOR.file}:1 sql INSERT INTO`,
+    ]);
+    expect(strayInserts('src/x.ts', `tx.updateTable('executions').set({}).where('status', '=', 'queued').execute()`)).toEqual([]);
+    // Two bodies (a second implementation) leave no body trusted.
+    expect(strayInserts(CREATOR.file, `${creatorCode}\nfunction ${CREATOR.fn}() {}`)).toHaveLength(3);
 
     const guard = (code: string) => findWrites(code).map(unguarded);
     expect(

@@ -1,6 +1,14 @@
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow } from '../store/schema.ts';
 
+declare const held: unique symbol;
+/**
+ * An agent row read by lockAgentsForNewWork: its new-work turn is held until the transaction
+ * ends. createExecutions (transitions/create.ts) counts backlogs only for agents of this type,
+ * so the signature says the caller took the turn.
+ */
+export type HeldAgent = AgentRow & { readonly [held]: true };
+
 /**
  * Hold agents for creating new work (a submit, a trigger, a scheduler batch) until the
  * transaction ends. Each agent row gets an existence lock (it cannot be deleted meanwhile, yet
@@ -9,7 +17,7 @@ import type { AgentRow } from '../store/schema.ts';
  * never waits for claims. Names are taken in order, so batches never wait on each other in a
  * cycle. Returns the rows found (unknown names are missing).
  */
-export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: string[]): Promise<AgentRow[]> {
+export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: string[]): Promise<HeldAgent[]> {
   const sorted = [...new Set(names)].sort();
   if (sorted.length === 0) return [];
   const rows = await store.lockRows(tx.selectFrom('agents').selectAll().where('name', 'in', sorted).orderBy('name'), 'existence').execute();
@@ -17,5 +25,5 @@ export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: s
     tx,
     rows.map((row) => `new-work:${row.name}`),
   );
-  return rows;
+  return rows as HeldAgent[];
 }

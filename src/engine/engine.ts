@@ -29,7 +29,7 @@ import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeWithLease } from './transitions/complete.ts';
-import { insertQueued, type NewQueued } from './transitions/create.ts';
+import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
@@ -469,24 +469,30 @@ export class Engine {
   ): Promise<ExecutionRow> {
     const now = this.now();
     const out = await this.store.transaction(async (tx) => {
-      // Creators of work for this agent take turns, so the backlog count inside insertQueued is
+      // Creators of work for this agent take turns, so the backlog count in createExecutions is
       // exact; claims only ever lower that count, so a submit never waits for them.
       const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
-      const row = await insertQueued(tx, this.newRow(agent, input), agent.max_backlog, now, actor);
+      const row = await createExecutions(tx, this.store, {
+        backlog: 'check',
+        agent,
+        row: queuedValues(this.newRow(agent, input), now, actor),
+        audit: {
+          each: (r) => ({
+            at: now,
+            actor,
+            action: 'execution.create',
+            subject: agent.name,
+            execution_id: r.id,
+            detail: { trigger: r.trigger_kind },
+          }),
+        },
+      });
       if (!row) {
         // The refusal is audited and committed; the caller gets the error after the commit.
         await appendAudit(tx, { at: now, actor, action: 'execution.refused', subject: agentName, detail: { error: 'backlog_full' } });
         return { refused: agent.max_backlog, row: undefined };
       }
-      await appendAudit(tx, {
-        at: now,
-        actor,
-        action: 'execution.create',
-        subject: agent.name,
-        execution_id: row.id,
-        detail: { trigger: row.trigger_kind },
-      });
       await onCreated?.(tx, row); // e.g. the idempotent answer, stored with the row
       return { row, refused: undefined };
     });
@@ -668,7 +674,7 @@ export class Engine {
       const failed = await completeWithLease(tx, id, token, outcome, now, actor);
       await accrueBudget(tx, failed, now, this.alertSinks);
       await countTowardBreakers(tx, this.store, [failed], now, actor, this.alertSinks);
-      const retry = await insertRetry(tx, failed, now, actor);
+      const retry = await insertRetry(tx, this.store, failed, now, actor);
       // With a retry to come the failure is not final: the retry's outcome is followed instead.
       return { row: failed, retry, followed: await this.follow(tx, now, actor, retry ? [] : [failed]) };
     });

@@ -3,8 +3,7 @@ import { newExecutionId } from '../domain/ids.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
-import { appendAudit } from './audit.ts';
-import { insertQueued } from './transitions/create.ts';
+import { createExecutions, queuedValues } from './transitions/create.ts';
 
 /**
  * Retry a failed execution by hand (the dashboard's "retry selected"): a new queued execution
@@ -31,41 +30,45 @@ export async function retryFailedExecution(tx: Tx, store: StoreAdapter, id: stri
     throw err;
   }
   const root = failed.retry_root ?? failed.id;
-  const row = await insertQueued(
-    tx,
-    {
-      id: newExecutionId(),
-      agent: agent.name,
-      schedule_id: failed.schedule_id,
-      trigger_kind: 'retry',
-      origin: JSON.stringify({ retry_of: failed.id, retry_root: root, by: actor }),
-      message: failed.message,
-      payload: failed.payload,
-      priority: failed.priority,
-      run_after: null,
-      max_redeliveries: agent.max_redeliveries,
-      timeout_seconds: agent.timeout_seconds,
-      lease_ttl_seconds: agent.lease_ttl_seconds,
-      idempotency_key: null,
-      retry_policy: failed.retry_policy,
-      retry_of: failed.id,
-      retry_number: failed.retry_number + 1,
-      retry_root: root,
-      webhook_id: failed.webhook_id,
-      serial_key: failed.serial_key,
+  const row = await createExecutions(tx, store, {
+    backlog: 'check',
+    agent,
+    row: queuedValues(
+      {
+        id: newExecutionId(),
+        agent: agent.name,
+        schedule_id: failed.schedule_id,
+        trigger_kind: 'retry',
+        origin: JSON.stringify({ retry_of: failed.id, retry_root: root, by: actor }),
+        message: failed.message,
+        payload: failed.payload,
+        priority: failed.priority,
+        run_after: null,
+        max_redeliveries: agent.max_redeliveries,
+        timeout_seconds: agent.timeout_seconds,
+        lease_ttl_seconds: agent.lease_ttl_seconds,
+        idempotency_key: null,
+        retry_policy: failed.retry_policy,
+        retry_of: failed.id,
+        retry_number: failed.retry_number + 1,
+        retry_root: root,
+        webhook_id: failed.webhook_id,
+        serial_key: failed.serial_key,
+      },
+      now,
+      actor,
+    ),
+    audit: {
+      each: (r) => ({
+        at: now,
+        actor,
+        action: 'execution.retry',
+        subject: r.agent,
+        execution_id: r.id,
+        detail: { trigger: 'retry', retry_of: failed.id, retry_number: r.retry_number, manual: true },
+      }),
     },
-    agent.max_backlog,
-    now,
-    actor,
-  );
-  if (!row) throw new BacklogFull(agent.name, agent.max_backlog);
-  await appendAudit(tx, {
-    at: now,
-    actor,
-    action: 'execution.retry',
-    subject: row.agent,
-    execution_id: row.id,
-    detail: { trigger: 'retry', retry_of: failed.id, retry_number: row.retry_number, manual: true },
   });
+  if (!row) throw new BacklogFull(agent.name, agent.max_backlog);
   return row;
 }

@@ -4,7 +4,7 @@ import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { appendAudit } from './audit.ts';
 import { statusIs } from './status-sql.ts';
-import { insertCreated, queuedValues, type NewQueued } from './transitions/create.ts';
+import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
 import { readKeyStates, storeKeyAnswers, type IdemRequest, type KeyAnswer, type StoredAnswer } from './triggers/idempotency.ts';
 
 /**
@@ -120,11 +120,20 @@ export async function submitBatch(
   });
 
   if (created.length > 0) {
-    await insertCreated(
-      tx,
-      store,
-      created.map((i) => queuedValues(i.row, opts.now, opts.actor)),
-    );
+    await createExecutions(tx, store, {
+      backlog: 'counted',
+      agents: [agent],
+      rows: created.map((i) => queuedValues(i.row, opts.now, opts.actor)),
+      audit: {
+        batch: {
+          at: opts.now,
+          actor: opts.actor,
+          action: 'execution.create',
+          subject: agent.name,
+          detail: { trigger: created[0]!.row.trigger_kind, batch: true, count: created.length, ids: created.map((i) => i.row.id) },
+        },
+      },
+    });
     const withKeys = created.filter((i) => i.idem);
     if (withKeys.length > 0) {
       // The stored answer carries the whole row, as a single submit's does: read the keyed rows back.
@@ -146,13 +155,6 @@ export async function submitBatch(
       const lost = await storeKeyAnswers(tx, answers, opts.now, opts.ttlMs);
       if (lost.length > 0) throw new KeyRace(lost);
     }
-    await appendAudit(tx, {
-      at: opts.now,
-      actor: opts.actor,
-      action: 'execution.create',
-      subject: agent.name,
-      detail: { trigger: created[0]!.row.trigger_kind, batch: true, count: created.length, ids: created.map((i) => i.row.id) },
-    });
   }
   if (full > 0) {
     await appendAudit(tx, {

@@ -5,10 +5,10 @@ import { newExecutionId } from '../../domain/ids.ts';
 import { MESSAGE_MAX_CHARS } from '../../domain/limits.ts';
 import { renderWithin } from '../../domain/templates.ts';
 import type { Tx } from '../../store/adapter.ts';
-import type { AgentRow, ExecutionRow, SubscriptionRow } from '../../store/schema.ts';
-import { lockAgentsForNewWork } from '../agent-lock.ts';
+import type { ExecutionRow, SubscriptionRow } from '../../store/schema.ts';
+import { lockAgentsForNewWork, type HeldAgent } from '../agent-lock.ts';
 import { appendAudit } from '../audit.ts';
-import { insertQueued } from '../transitions/create.ts';
+import { createExecutions, queuedValues } from '../transitions/create.ts';
 import { firstTrigger } from '../transitions/retry.ts';
 import type { FollowContext } from './context.ts';
 
@@ -88,7 +88,7 @@ export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow
   const depth = row.chain_depth + 1;
   const deep = depth > ctx.chainDepthLimit;
   // Every target at once, in name order (lockAgentsForNewWork sorts): backlog counts are exact.
-  const agents = new Map<string, AgentRow>();
+  const agents = new Map<string, HeldAgent>();
   if (!deep) {
     for (const a of await lockAgentsForNewWork(
       tx,
@@ -129,52 +129,56 @@ export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow
       await refuse('template_too_large');
       continue;
     }
-    const task = await insertQueued(
-      tx,
-      {
-        id,
-        agent: agent.name,
-        trigger_kind: 'chain',
-        origin: JSON.stringify({
-          chain: {
-            source_id: row.id,
-            subscription_id: sub.id,
-            on: sub.on_status,
-            filter: filterOf(sub),
-            source_status: row.status,
-            source_agent: row.agent,
-          },
+    const task = await createExecutions(tx, ctx.store, {
+      backlog: 'check',
+      agent,
+      row: queuedValues(
+        {
+          id,
+          agent: agent.name,
+          trigger_kind: 'chain',
+          origin: JSON.stringify({
+            chain: {
+              source_id: row.id,
+              subscription_id: sub.id,
+              on: sub.on_status,
+              filter: filterOf(sub),
+              source_status: row.status,
+              source_agent: row.agent,
+            },
+          }),
+          message: rendered.message,
+          payload: rendered.payload,
+          priority: 0,
+          run_after: null,
+          max_redeliveries: agent.max_redeliveries,
+          timeout_seconds: agent.timeout_seconds,
+          lease_ttl_seconds: agent.lease_ttl_seconds,
+          idempotency_key: null,
+          retry_policy: agent.retry_policy,
+          caused_by: row.id,
+          subscription_id: sub.id,
+          chain_depth: depth,
+        },
+        ctx.now,
+        ctx.actor,
+      ),
+      audit: {
+        each: (t) => ({
+          at: ctx.now,
+          actor: ctx.actor,
+          action: 'execution.create',
+          subject: agent.name,
+          execution_id: t.id,
+          detail: { trigger: 'chain', caused_by: row.id, subscription_id: sub.id },
         }),
-        message: rendered.message,
-        payload: rendered.payload,
-        priority: 0,
-        run_after: null,
-        max_redeliveries: agent.max_redeliveries,
-        timeout_seconds: agent.timeout_seconds,
-        lease_ttl_seconds: agent.lease_ttl_seconds,
-        idempotency_key: null,
-        retry_policy: agent.retry_policy,
-        caused_by: row.id,
-        subscription_id: sub.id,
-        chain_depth: depth,
       },
-      agent.max_backlog,
-      ctx.now,
-      ctx.actor,
-    );
+    });
     if (!task) {
       await refuse('backlog_full');
       await queueAlerts(tx, ctx, row, sub);
       continue;
     }
-    await appendAudit(tx, {
-      at: ctx.now,
-      actor: ctx.actor,
-      action: 'execution.create',
-      subject: agent.name,
-      execution_id: task.id,
-      detail: { trigger: 'chain', caused_by: row.id, subscription_id: sub.id },
-    });
     created.push(task);
   }
   return created;

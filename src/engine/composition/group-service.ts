@@ -6,12 +6,12 @@ import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionGroupRow, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { announce } from '../announce.ts';
-import { appendAudit, appendAudits } from '../audit.ts';
+import { appendAudit } from '../audit.ts';
 import type { EngineContext } from '../context.ts';
 import { statusIs } from '../status-sql.ts';
 import { IDEMPOTENCY, fingerprint } from '../triggers/idempotency.ts';
 import { cancelExecution } from '../transitions/cancel.ts';
-import { insertCreated, queuedValues } from '../transitions/create.ts';
+import { createExecutions, queuedValues } from '../transitions/create.ts';
 import { iso, preview } from '../views.ts';
 import { cancelLiveMembers, groupRow, JOIN_TEMPLATE_SHAPE, readMemberOutcomes, type JoinSpec } from './groups.ts';
 
@@ -241,7 +241,6 @@ export class Groups {
         })
         .returningAll()
         .executeTakeFirstOrThrow();
-      await insertCreated(tx, store, rows);
       await appendAudit(tx, {
         at: now,
         actor,
@@ -249,18 +248,22 @@ export class Groups {
         subject: id,
         detail: { policy, quorum, size, join_agent: input.join?.agent ?? null },
       });
-      await appendAudits(
-        store,
-        tx,
-        rows.map((r, index) => ({
-          at: now,
-          actor,
-          action: 'execution.create',
-          subject: r.agent,
-          execution_id: r.id as string,
-          detail: { trigger: 'group', group_id: id, index },
-        })),
-      );
+      // Room was counted above under the same hold; the join agent is held too (its join comes later).
+      await createExecutions(tx, store, {
+        backlog: 'counted',
+        agents: [...agents.values()],
+        rows,
+        audit: {
+          each: (r, index) => ({
+            at: now,
+            actor,
+            action: 'execution.create',
+            subject: r.agent,
+            execution_id: r.id as string,
+            detail: { trigger: 'group', group_id: id, index },
+          }),
+        },
+      });
       const paused = [...new Set(names)].filter((n) => agents.get(n)!.paused_at !== null).sort();
       const created = createdView(group, rows, paused);
       await opts.onCreated?.(tx, created); // e.g. the idempotent answer, stored with the group

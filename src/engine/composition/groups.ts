@@ -12,7 +12,7 @@ import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { appendAudit } from '../audit.ts';
 import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
-import { insertQueued, type NewQueued } from '../transitions/create.ts';
+import { createExecutions, queuedValues, type NewQueued } from '../transitions/create.ts';
 import type { FollowContext } from './context.ts';
 
 /** The join spec stored on the group (execution_groups.join_spec). */
@@ -227,7 +227,7 @@ export async function readMemberOutcomes(db: Kysely<DB>, groupId: string, withRe
 
 /**
  * The decided group's join, created once (the caller won the compare-and-set): through
- * insertQueued under the join agent's new-work turn, so its backlog counts. A full backlog, a
+ * createExecutions under the join agent's new-work turn, so its backlog counts. A full backlog, a
  * missing agent or a message over the limit leaves `join_refused` and an alert instead.
  */
 async function startJoin(
@@ -259,7 +259,21 @@ async function startJoin(
       { id: group.id, index: null },
       { group: { id: group.id, role: 'join' } },
     );
-    join = await insertQueued(tx, values, agent.max_backlog, now, actor);
+    join = await createExecutions(tx, store, {
+      backlog: 'check',
+      agent,
+      row: queuedValues(values, now, actor),
+      audit: {
+        each: (r) => ({
+          at: now,
+          actor,
+          action: 'execution.create',
+          subject: r.agent,
+          execution_id: r.id,
+          detail: { trigger: 'group', group_id: group.id, role: 'join' },
+        }),
+      },
+    });
     if (!join) refused = 'backlog_full';
   }
   await tx
@@ -267,17 +281,7 @@ async function startJoin(
     .set(join ? { join_execution_id: join.id } : { join_refused: refused! })
     .where('id', '=', group.id)
     .execute();
-  if (join) {
-    await appendAudit(tx, {
-      at: now,
-      actor,
-      action: 'execution.create',
-      subject: join.agent,
-      execution_id: join.id,
-      detail: { trigger: 'group', group_id: group.id, role: 'join' },
-    });
-    return join;
-  }
+  if (join) return join;
   await appendAudit(tx, {
     at: now,
     actor,

@@ -1,49 +1,16 @@
 import type { SkipReason } from '../../domain/error-codes.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
-import { QUEUED, stamp, type Executor } from './stamp.ts';
+import type { HeldAgent } from '../agent-lock.ts';
+import { appendAudit, appendAudits, type AuditEntry } from '../audit.ts';
+import { QUEUED, stamp } from './stamp.ts';
 
 export type NewQueued = Omit<
   NewExecution,
   'status' | 'attempt' | 'queued_at' | 'created_at' | 'changed_at' | 'changed_by' | 'change_reason'
 >;
 
-/**
- * create → queued, but only while the agent's backlog has room: the count and the insert are
- * one statement. Call it holding the agent lock (see Engine.submit) so the count is exact.
- * Returns undefined when the backlog is full.
- */
-export async function insertQueued(
-  db: Executor,
-  row: NewQueued,
-  maxBacklog: number,
-  now: number,
-  actor: string,
-): Promise<ExecutionRow | undefined> {
-  const values = queuedValues(row, now, actor);
-  const columns = Object.keys(values) as Array<keyof typeof values>;
-  return db
-    .insertInto('executions')
-    .columns(columns)
-    .expression(
-      db
-        .selectNoFrom((eb) => columns.map((c) => eb.val(values[c] as any).as(c)))
-        .where(
-          (eb) =>
-            eb
-              .selectFrom('executions')
-              .select((e) => e.fn.countAll<number>().as('n'))
-              .where('agent', '=', row.agent)
-              .where('status', '=', QUEUED),
-          '<',
-          maxBacklog,
-        ),
-    )
-    .returningAll()
-    .executeTakeFirst();
-}
-
-/** A queued row's full values (create → queued), for batch inserts whose backlog the caller checked under the agent lock. */
+/** A queued row's full values (create → queued), for createExecutions. */
 export function queuedValues(row: NewQueued, now: number, actor: string) {
   // Object.assign rather than `{ ...row, more }`: V8 builds a spread-then-extended object of
   // this size about ten times slower (measured 12 µs against 1 µs a row; the scheduler makes
@@ -74,13 +41,101 @@ export function skippedValues(row: NewQueued, code: SkipReason, message: string,
 }
 
 /**
- * create → queued | skipped, many rows in few statements (the scheduler's batches). The caller
- * checked each agent's backlog under the agent lock; every row must start queued or skipped.
+ * How a creation respects the agent's backlog (max_backlog queued executions):
+ * - `check`: one queued row, created only while `agent` has room; the count and the insert are
+ *   one statement (a submit, a manual or webhook trigger, a manual retry, a chained task, a
+ *   group's join).
+ * - `counted`: many rows for the `agents` given, which the caller counted room for under the
+ *   same hold and passes only what fits, plus `skipped` records (a scheduler batch, a batch
+ *   submit, a group's members).
+ * - `exempt`: one queued row, not counted: a policy retry stands in for work already counted
+ *   and is written in the failure's transaction, which holds no new-work turn.
+ *
+ * The new-work turn is the caller's to take (lockAgentsForNewWork, whose rows are HeldAgent):
+ * the caller's own checks (overlap, idempotency keys, a batch's room) must see the same hold,
+ * and a caller that creates for several agents (the scheduler, a group) takes them all at once
+ * in name order, so creators never wait on each other in a cycle.
  */
-export async function insertCreated(tx: Tx, store: StoreAdapter, rows: NewExecution[]): Promise<void> {
-  for (const r of rows) {
-    if (r.status !== 'queued' && r.status !== 'skipped')
-      throw new Error(`a new execution starts queued or skipped, not ${r.status} (${r.id})`);
+export type Backlog = { backlog: 'check'; agent: HeldAgent } | { backlog: 'counted'; agents: readonly HeldAgent[] } | { backlog: 'exempt' };
+
+/** The audit of a creation: one entry per execution, or one for the whole batch (null: none). */
+export type CreateAudit<R> = { each: (row: R, index: number) => AuditEntry } | { batch: AuditEntry | null };
+
+/** One row (`check` or `exempt`): its full values (queuedValues, or a retry's), and its audit from the row as stored. */
+export type CreateOne = { row: NewExecution; audit: CreateAudit<ExecutionRow> };
+/** Many rows (`counted`): full values (queuedValues, skippedValues), audited from those values. */
+export type CreateMany = { rows: readonly NewExecution[]; audit: CreateAudit<NewExecution> };
+
+/**
+ * The only code that inserts into `executions` (test/status-writers.test.ts enforces it): every
+ * new execution — submitted, triggered, scheduled, retried, chained, a group's member or join —
+ * is created here, queued (or, by the scheduler, skipped), with its audit in the same
+ * transaction. `check` returns the row, or undefined when the backlog is full (nothing written;
+ * the caller audits the refusal); `exempt` returns the row; `counted` writes its rows in bulk
+ * statements without reading them back (the scheduler's hot path).
+ */
+export function createExecutions(
+  tx: Tx,
+  store: StoreAdapter,
+  req: CreateOne & { backlog: 'check'; agent: HeldAgent },
+): Promise<ExecutionRow | undefined>;
+export function createExecutions(tx: Tx, store: StoreAdapter, req: CreateOne & { backlog: 'exempt' }): Promise<ExecutionRow>;
+export function createExecutions(
+  tx: Tx,
+  store: StoreAdapter,
+  req: CreateMany & { backlog: 'counted'; agents: readonly HeldAgent[] },
+): Promise<void>;
+export async function createExecutions(
+  tx: Tx,
+  store: StoreAdapter,
+  req: (CreateOne | CreateMany) & Backlog,
+): Promise<ExecutionRow | undefined | void> {
+  if (req.backlog === 'counted') {
+    const { rows } = req as CreateMany;
+    const held = new Set(req.agents.map((a) => a.name));
+    for (const r of rows) {
+      if (r.status !== 'queued' && r.status !== 'skipped')
+        throw new Error(`a new execution starts queued or skipped, not ${r.status} (${r.id})`);
+      if (!held.has(r.agent)) throw new Error(`agent '${r.agent}' is not held for new work (execution ${r.id})`);
+    }
+    if (rows.length === 0) return;
+    await store.insertMany(tx, 'executions', rows as NewExecution[]);
+    await audit(tx, store, req.audit as CreateAudit<NewExecution>, rows);
+    return;
   }
-  await store.insertMany(tx, 'executions', rows);
+  const { row: values } = req as CreateOne;
+  if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
+  const check = req.backlog === 'check' ? req.agent : undefined;
+  if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);
+  const columns = Object.keys(values) as Array<keyof typeof values>;
+  let select = tx.selectNoFrom((eb) => columns.map((c) => eb.val(values[c] as any).as(c)));
+  if (check) {
+    select = select.where(
+      (eb) =>
+        eb
+          .selectFrom('executions')
+          .select((e) => e.fn.countAll<number>().as('n'))
+          .where('agent', '=', check.name)
+          .where('status', '=', QUEUED),
+      '<',
+      check.max_backlog,
+    );
+  }
+  const row = await tx.insertInto('executions').columns(columns).expression(select).returningAll().executeTakeFirst();
+  if (!row) {
+    if (!check) throw new Error(`execution ${values.id} was not inserted`);
+    return undefined;
+  }
+  await audit(tx, store, req.audit as CreateAudit<ExecutionRow>, [row]);
+  return row;
+}
+
+async function audit<R>(tx: Tx, store: StoreAdapter, how: CreateAudit<R>, rows: readonly R[]): Promise<void> {
+  if ('batch' in how) {
+    if (how.batch) await appendAudit(tx, how.batch);
+  } else if (rows.length === 1) {
+    await appendAudit(tx, how.each(rows[0]!, 0));
+  } else {
+    await appendAudits(store, tx, rows.map(how.each));
+  }
 }

@@ -114,7 +114,7 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     if (decision.kind === 'requeued_shared') heldIds.set(row.agent, [...(heldIds.get(row.agent) ?? []), row.id]);
     ended.push(done);
     // A timeout or a poisoned task is a failure like any other: its retry commits with it.
-    const retry = await insertRetry(tx, done, o.now, o.actor);
+    const retry = await insertRetry(tx, store, done, o.now, o.actor);
     if (done.completed_at !== null && !retry) finals.push(done);
     out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
   }

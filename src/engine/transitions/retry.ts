@@ -1,8 +1,8 @@
 import { backoffMs, isRetriable, parsePolicy } from '../../domain/retry.ts';
 import { newExecutionId } from '../../domain/ids.ts';
-import type { Tx } from '../../store/adapter.ts';
-import type { ExecutionRow } from '../../store/schema.ts';
-import { appendAudit } from '../audit.ts';
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
+import { createExecutions } from './create.ts';
 import { stamp } from './stamp.ts';
 
 /**
@@ -11,13 +11,19 @@ import { stamp } from './stamp.ts';
  * (the failure and its retry commit together). Retries are not refused for a full backlog: they
  * replace work that was already counted. Returns the new row, or undefined when none is due.
  */
-export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, actor: string): Promise<ExecutionRow | undefined> {
+export async function insertRetry(
+  tx: Tx,
+  store: StoreAdapter,
+  failed: ExecutionRow,
+  now: number,
+  actor: string,
+): Promise<ExecutionRow | undefined> {
   if (failed.status !== 'failed' || !isRetriable(failed.error_code)) return undefined;
   const policy = parsePolicy(failed.retry_policy);
   if (!policy || failed.retry_number + 1 >= policy.max_attempts) return undefined;
   const number = failed.retry_number + 1;
   const root = failed.retry_root ?? failed.id;
-  const values = {
+  const values: NewExecution = {
     id: newExecutionId(),
     agent: failed.agent,
     schedule_id: failed.schedule_id,
@@ -49,16 +55,20 @@ export async function insertRetry(tx: Tx, failed: ExecutionRow, now: number, act
     group_index: failed.group_index,
     ...stamp(now, actor, 'retry'),
   };
-  const row = await tx.insertInto('executions').values(values).returningAll().executeTakeFirstOrThrow();
-  await appendAudit(tx, {
-    at: now,
-    actor,
-    action: 'execution.retry',
-    subject: row.agent,
-    execution_id: row.id,
-    detail: { trigger: 'retry', retry_of: failed.id, retry_number: number },
+  return createExecutions(tx, store, {
+    backlog: 'exempt',
+    row: values,
+    audit: {
+      each: (row) => ({
+        at: now,
+        actor,
+        action: 'execution.retry',
+        subject: row.agent,
+        execution_id: row.id,
+        detail: { trigger: 'retry', retry_of: failed.id, retry_number: number },
+      }),
+    },
   });
-  return row;
 }
 
 /** The trigger kind of the run a retry chain started with (a retry's own kind is 'retry'). */

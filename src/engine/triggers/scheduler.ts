@@ -3,9 +3,8 @@ import { sql } from 'kysely';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ScheduleRow } from '../../store/schema.ts';
 import { LIVE_STATUSES, statusIs } from '../status-sql.ts';
-import { insertCreated } from '../transitions/create.ts';
+import { createExecutions } from '../transitions/create.ts';
 import { announce } from '../announce.ts';
-import { appendAudit } from '../audit.ts';
 import type { Engine } from '../engine.ts';
 import type { Fired } from '../../domain/outcomes.ts';
 import { decideFiring, dueTimesOf, type DueSchedule } from './fire-plan.ts';
@@ -111,7 +110,8 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
   // the same per-agent turn, and claims only lower the count, so it stays exact until commit).
   due.sort((a, b) => (a.agent < b.agent ? -1 : a.agent > b.agent ? 1 : 0));
   const names = [...new Set(due.map((s) => s.agent))];
-  const agents = new Map((await lockAgentsForNewWork(tx, engine.store, names)).map((row) => [row.name, row]));
+  const held = await lockAgentsForNewWork(tx, engine.store, names);
+  const agents = new Map(held.map((row) => [row.name, row]));
   const queued = await queuedByAgent(tx, names);
   const inFlight = await skipRunsInFlight(tx, due);
   const times = dueTimesOf(due, agents, now);
@@ -119,8 +119,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
   // advances it (the rows are locked too; the CAS is what makes a lost race write nothing).
   const advanced = await advance(tx, engine.store, times, now);
   const plan = decideFiring({ now, actor, due: times, agents, queued, inFlight, advanced });
-  await insertCreated(tx, engine.store, plan.rows);
-  if (plan.audit) await appendAudit(tx, plan.audit);
+  await createExecutions(tx, engine.store, { backlog: 'counted', agents: held, rows: plan.rows, audit: { batch: plan.audit } });
   return { handled: due.length, fired: plan.fired };
 }
 

@@ -206,6 +206,7 @@ export class Schedules {
       const action = req.trigger === 'webhook' ? 'webhook.trigger' : 'schedule.trigger';
       const started = await startRun(
         tx,
+        this.store,
         agent,
         {
           scheduleId: s.id,
@@ -222,16 +223,18 @@ export class Schedules {
         },
         now,
         req.actor,
+        {
+          each: (row) => ({
+            at: now,
+            actor: req.actor,
+            action,
+            subject: s.id,
+            execution_id: row.id,
+            detail: { trigger: req.trigger, agent: s.agent, ...(req.webhookId ? { webhook_id: req.webhookId } : {}) },
+          }),
+        },
       );
       if (started.kind === 'created') {
-        await appendAudit(tx, {
-          at: now,
-          actor: req.actor,
-          action,
-          subject: s.id,
-          execution_id: started.row.id,
-          detail: { trigger: req.trigger, agent: s.agent, ...(req.webhookId ? { webhook_id: req.webhookId } : {}) },
-        });
         await req.onCreated?.(tx, started.row);
         return { started, agent: s.agent };
       }

@@ -1,11 +1,11 @@
-import { lockAgentsForNewWork } from '../agent-lock.ts';
+import { lockAgentsForNewWork, type HeldAgent } from '../agent-lock.ts';
 import { newExecutionId } from '../../domain/ids.ts';
 import type { OverlapPolicy } from '../../domain/policies.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { LIVE_STATUSES } from '../status-sql.ts';
-import { insertQueued, type NewQueued } from '../transitions/create.ts';
+import { createExecutions, queuedValues, type CreateAudit, type NewQueued } from '../transitions/create.ts';
 
 export type { OverlapPolicy };
 
@@ -32,7 +32,7 @@ export type RunOutcome =
   { kind: 'created'; row: ExecutionRow } | { kind: 'busy'; execution_id: string } | { kind: 'full'; max_backlog: number };
 
 /** Hold the agent for the rest of the transaction: it serialises backlog and overlap checks. */
-export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Promise<AgentRow | undefined> {
+export async function lockAgent(tx: Tx, store: StoreAdapter, name: string): Promise<HeldAgent | undefined> {
   return (await lockAgentsForNewWork(tx, store, [name]))[0];
 }
 
@@ -70,15 +70,24 @@ export function rowFor(agent: AgentRow, spec: RunSpec): NewQueued {
 
 /**
  * Start one run on a locked agent: refuse under the overlap policy, refuse a full backlog, or
- * insert the queued row. Nothing is written on a refusal (the caller decides whether a skipped
- * row records it).
+ * create the queued row with its audit entry. Nothing is written on a refusal (the caller audits
+ * it). The overlap check reads under the same new-work turn as the backlog count, so both hold
+ * until the commit.
  */
-export async function startRun(tx: Tx, agent: AgentRow, spec: RunSpec, now: number, actor: string): Promise<RunOutcome> {
+export async function startRun(
+  tx: Tx,
+  store: StoreAdapter,
+  agent: HeldAgent,
+  spec: RunSpec,
+  now: number,
+  actor: string,
+  audit: CreateAudit<ExecutionRow>,
+): Promise<RunOutcome> {
   if (spec.overlap === 'skip') {
     const busy = await runInFlight(tx, spec);
     if (busy) return { kind: 'busy', execution_id: busy };
   }
-  const row = await insertQueued(tx, rowFor(agent, spec), agent.max_backlog, now, actor);
+  const row = await createExecutions(tx, store, { backlog: 'check', agent, row: queuedValues(rowFor(agent, spec), now, actor), audit });
   if (!row) return { kind: 'full', max_backlog: agent.max_backlog };
   return { kind: 'created', row };
 }

@@ -346,6 +346,7 @@ export class Webhooks {
       if (!agent) throw new NotFound('agent', w.agent);
       const r = await startRun(
         tx,
+        this.store,
         agent,
         {
           scheduleId: null,
@@ -362,16 +363,18 @@ export class Webhooks {
         },
         now,
         actor,
+        {
+          each: (row) => ({
+            at: now,
+            actor,
+            action: 'webhook.trigger',
+            subject: w.id,
+            execution_id: row.id,
+            detail: { trigger: 'webhook', agent: w.agent },
+          }),
+        },
       );
       if (r.kind === 'created') {
-        await appendAudit(tx, {
-          at: now,
-          actor,
-          action: 'webhook.trigger',
-          subject: w.id,
-          execution_id: r.row.id,
-          detail: { trigger: 'webhook', agent: w.agent },
-        });
         await tx.updateTable('webhooks').set({ last_delivery_at: now }).where('id', '=', w.id).execute();
         await d.onCreated?.(tx, r.row);
       } else {
