@@ -1,8 +1,9 @@
 /**
- * The chaos run's chain (issue #14): every outcome of one traffic agent starts a task on another
- * through a subscription, while servers and workers are SIGKILLed. Afterwards every final outcome
- * of the source must have started exactly one task (or recorded why not), and no chained task may
- * exist whose source has not ended.
+ * The chaos run's composition (issue #14): every outcome of one traffic agent starts a task on
+ * another through a subscription, and groups fan out over the traffic agents with a join, while
+ * servers and workers are SIGKILLed. Afterwards every final outcome of the source must have started
+ * exactly one task (or recorded why not), no chained task may exist whose source has not ended,
+ * and every group must be decided with exactly one join.
  */
 import { sql } from 'kysely';
 import type { StoreAdapter } from '../src/store/adapter.ts';
@@ -17,6 +18,10 @@ export interface ChainResult {
   missing: number;
   duplicated: number;
   orphans: number;
+  /** Groups created, decided, and decided groups without exactly one join. */
+  groups: number;
+  decided: number;
+  bad_joins: number;
 }
 
 export const CHAIN_TARGET = 'chaos-chain';
@@ -44,7 +49,25 @@ export async function setupChain(
   return sub.body.id as string;
 }
 
-/** Count, from the database, what the subscription did for the source's final outcomes. */
+/** `count` groups of three members over `agents`, each joined on the chain target; returns how many were created. */
+export async function createGroups(
+  admin: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>,
+  agents: string[],
+  count: number,
+): Promise<number> {
+  let created = 0;
+  for (let g = 0; g < count; g++) {
+    const r = await admin('POST', '/v1/groups', {
+      members: [0, 1, 2].map((i) => ({ agent: agents[(g + i) % agents.length]!, message: `group ${g} member ${i}` })),
+      join: { agent: CHAIN_TARGET, message: 'join {{group.id}}: {{group.succeeded}} succeeded' },
+    });
+    if (r.status !== 201) throw new Error(`create group: ${r.status} ${JSON.stringify(r.body)}`);
+    created++;
+  }
+  return created;
+}
+
+/** Count, from the database, what the subscription did for the source's final outcomes, and how the groups ended. */
 export async function checkChain(store: StoreAdapter, source: string, subscriptionId: string): Promise<ChainResult> {
   const db = store.db;
   const n = (rows: Array<{ n: number | string }>) => Number(rows[0]?.n ?? 0);
@@ -126,5 +149,17 @@ export async function checkChain(store: StoreAdapter, source: string, subscripti
       .where((eb) => eb.or([eb('s.id', 'is', null), eb('s.status', 'in', ['queued', 'running'])]))
       .execute(),
   );
-  return { sources, chained, refused, missing, duplicated, orphans };
+  const groups = await db.selectFrom('execution_groups').select(['id', 'status', 'join_execution_id']).execute();
+  const joins = await db
+    .selectFrom('executions')
+    .select(['group_id', (eb) => eb.fn.countAll<number>().as('n')])
+    .where('group_id', 'is not', null)
+    .where('group_index', 'is', null)
+    .where('retry_number', '=', 0)
+    .groupBy('group_id')
+    .execute();
+  const joinsOf = new Map(joins.map((j) => [j.group_id, Number(j.n)]));
+  const decided = groups.filter((g) => g.status !== 'running');
+  const badJoins = decided.filter((g) => g.join_execution_id === null || joinsOf.get(g.id) !== 1).length;
+  return { sources, chained, refused, missing, duplicated, orphans, groups: groups.length, decided: decided.length, bad_joins: badJoins };
 }

@@ -214,6 +214,7 @@ export function markdown(r: ChaosReport): string {
     ...(r.chain
       ? [
           `| chain: final outcomes of chaos-a (${r.chain.sources}) without their one follow-up, with more than one, follow-ups whose source had not ended | ${r.chain.missing}; ${r.chain.duplicated}; ${r.chain.orphans} |`,
+          `| groups (${r.chain.groups}): undecided after settle; decided without exactly one join | ${r.chain.groups - r.chain.decided}; ${r.chain.bad_joins} |`,
         ]
       : []),
     ...(r.failing_agent

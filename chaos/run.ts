@@ -16,7 +16,7 @@ import pg from 'pg';
 import { readKeyFile } from '../src/auth/keys.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { serverProc, sigkill, stopAll, waitReady, workerProc, type Proc } from './cluster.ts';
-import { CHAIN_TARGET, checkChain, setupChain } from './chains.ts';
+import { CHAIN_TARGET, checkChain, createGroups, setupChain } from './chains.ts';
 import { failingAgentPhase } from './failing.ts';
 import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
@@ -143,6 +143,12 @@ async function main(): Promise<number> {
     }
     // Every outcome of chaos-a starts a follow-up on chaos-chain, through kills and restarts.
     const subscriptionId = await setupChain(admin, 'chaos-a', o.leaseTtl);
+    // Groups of three over both traffic agents, each joined on chaos-chain, queued with the traffic.
+    await createGroups(
+      admin,
+      agents.map((a) => a.name),
+      20,
+    );
     let scheduleId: string | null = null;
     const sch = await admin('POST', '/v1/agents/chaos-b/schedules', {
       name: 'chaos-tick',
@@ -323,7 +329,7 @@ async function main(): Promise<number> {
     const facts = await analyse(store, traffic);
     const chain = await checkChain(store, 'chaos-a', subscriptionId);
     log(
-      `chain: ${chain.sources} final outcomes of chaos-a started ${chain.chained} tasks (${chain.refused} refused); missing ${chain.missing}, duplicated ${chain.duplicated}, orphans ${chain.orphans}`,
+      `chain: ${chain.sources} final outcomes of chaos-a started ${chain.chained} tasks (${chain.refused} refused); missing ${chain.missing}, duplicated ${chain.duplicated}, orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without exactly one join`,
     );
     const workerTtr = kills.filter((k) => k.kind === 'worker' && k.recover_ms !== null && k.held > 0).map((k) => k.recover_ms!);
     const serverTtr = kills
@@ -386,7 +392,9 @@ async function main(): Promise<number> {
       chain.sources > 0 &&
       chain.missing === 0 &&
       chain.duplicated === 0 &&
-      chain.orphans === 0;
+      chain.orphans === 0 &&
+      chain.decided === chain.groups &&
+      chain.bad_joins === 0;
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(
@@ -394,7 +402,7 @@ async function main(): Promise<number> {
         `chaos (${o.mode}): ${passed ? 'PASSED' : 'FAILED'} in ${(trafficS + settleS).toFixed(0)} s`,
         `  lost ${report.lost} · duplicate terminal ${report.duplicate_terminal_outcomes} · over-admissions ${report.over_admissions} · canary violations ${report.canary_violations_after_settle} · idempotency duplicates ${report.idempotency_duplicates}`,
         `  fleet kill: ${fleet.workers} workers of one agent killed at once holding ${fleet.held}; ${fleet.requeued_shared} re-queued uncharged, ${fleet.charged} charged, ${fleet.finished} finished`,
-        `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}`,
+        `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without one join`,
         `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
         `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
         `  ${files.json}`,

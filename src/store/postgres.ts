@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
 import { BULK_CHUNK, bulkColumns, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
@@ -5,7 +6,17 @@ import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, TOPICS, type Topic } from './signals.ts';
 
-const channel = (topic: Topic) => `baton_${topic}`;
+/**
+ * The LISTEN/NOTIFY channel of a topic. Channels belong to the database, not to a schema, so a
+ * deployment in its own schema (BATON_PG_SCHEMA) gets its own channels: otherwise deployments
+ * sharing a database would wake each other and see each other's execution ids on their event
+ * streams. A long schema name is hashed (a channel name is an identifier: at most 63 bytes).
+ */
+export function channelName(schema: string | undefined, topic: Topic): string {
+  if (!schema) return `baton_${topic}`;
+  const tag = schema.length <= 40 ? schema : createHash('sha256').update(schema).digest('hex').slice(0, 16);
+  return `baton_${tag}_${topic}`;
+}
 /** NOTIFYs queued in one event-loop turn go out in one query (at most this many per query). */
 const NOTIFY_BATCH = 100;
 /** Arbitrary constant key for the migration advisory lock ("baton" in ASCII). */
@@ -72,6 +83,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   const schema = opts.schema;
   if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`invalid schema name '${schema}'`);
   const options = schema ? `-c search_path=${schema}` : undefined;
+  const channel = (topic: Topic) => channelName(schema, topic);
   const pool = new pg.Pool({ connectionString: opts.url, max: opts.poolMax ?? 10, options, types } as pg.PoolConfig);
   // A client losing its connection (server restart) must not crash the process. The pool
   // listens on idle clients only; a checked-out client (inside a transaction, between
