@@ -45,6 +45,8 @@ export async function countTowardBreakers(
   now: number,
   actor: string,
   sinks: readonly AlertSinkKind[],
+  /** Breaker columns the caller read already in this transaction, by agent (see readCompletionProfile). */
+  known?: ReadonlyMap<string, BreakerColumns>,
 ): Promise<void> {
   const relevant = ended.filter((e) => breakerOutcome(e.status, e.error_code) !== null);
   const agents = [...new Set(relevant.map((e) => e.agent))].sort();
@@ -54,7 +56,7 @@ export async function countTowardBreakers(
     // closed with nothing but successes in its window: the steady state). Skipping the write then
     // is the same as counting it just before whatever commits next; anything else is counted
     // again below under the lock admission takes.
-    const seen = await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst();
+    const seen = known?.get(agent) ?? (await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst());
     if (!seen || seen.breaker_config === null) continue;
     if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, now))) continue;
     const row = await store
@@ -145,4 +147,33 @@ export async function closeBreaker(
     sinks,
   );
   return true;
+}
+
+/** What a completion's follow-up work needs to know of its agent: budget, breaker, whether any subscription listens. */
+export interface CompletionProfile extends BreakerColumns {
+  budget: string | null;
+  /** Whether an enabled subscription has this agent as its source (else following its outcome reads none). */
+  subscribed: boolean;
+}
+
+/**
+ * The agent's budget, breaker columns and whether it has enabled subscriptions, in one primary-key
+ * read (the budget ledger, the breaker and the chains would each read it otherwise). Unlocked,
+ * like each of those first reads; undefined when the agent is gone.
+ */
+export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
+  const row = await tx
+    .selectFrom('agents')
+    .select(['budget', ...BREAKER_COLUMNS])
+    .select((eb) =>
+      eb
+        .exists(
+          eb.selectFrom('subscriptions').select('id').whereRef('subscriptions.source_agent', '=', 'agents.name').where('enabled', '=', 1),
+        )
+        .as('subscribed'),
+    )
+    .where('name', '=', agent)
+    .executeTakeFirst();
+  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+  return row && { ...row, subscribed: Boolean(row.subscribed) };
 }

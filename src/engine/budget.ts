@@ -60,9 +60,17 @@ export interface BudgetAlert {
  * primary-key read) for an agent without a budget. The upsert locks the window's row until
  * commit, so concurrent completions add in turn and exactly one of them sees alerted_at null.
  */
-export async function accrueBudget(tx: Executor, row: ExecutionRow, now: number, sinks: readonly AlertSinkKind[]): Promise<BudgetAlert[]> {
-  const agent = await tx.selectFrom('agents').select('budget').where('name', '=', row.agent).executeTakeFirst();
-  const budget = parseBudget(agent?.budget);
+export async function accrueBudget(
+  tx: Executor,
+  row: ExecutionRow,
+  now: number,
+  sinks: readonly AlertSinkKind[],
+  /** The agent's budget column when the caller read it already (see readCompletionProfile); undefined: read it here. */
+  known?: string | null,
+): Promise<BudgetAlert[]> {
+  const text =
+    known !== undefined ? known : (await tx.selectFrom('agents').select('budget').where('name', '=', row.agent).executeTakeFirst())?.budget;
+  const budget = parseBudget(text);
   if (!budget) return [];
   const spend = spendOf(parseUsage(row.usage), row.duration_ms === null ? null : Number(row.duration_ms));
   const alerts: BudgetAlert[] = [];

@@ -17,7 +17,7 @@ import { waitingFor } from './waiting.ts';
 import type { WaitingView } from '../domain/admission.ts';
 import { BREAKER_DEFAULTS, type BreakerConfig } from '../domain/breaker.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
-import { closeBreaker, countTowardBreakers } from './breaker.ts';
+import { closeBreaker, countTowardBreakers, readCompletionProfile } from './breaker.ts';
 import { readAgentSeats, readAgentSeries, type AgentSeats, type AgentSeries } from './agent-activity.ts';
 import { retryFailedExecution } from './manual-retry.ts';
 import type { ActivityWindow } from '../domain/activity.ts';
@@ -561,9 +561,10 @@ export class Engine {
    * Follow rows that just reached their final state in `tx` (composition/follow.ts): the chained
    * tasks and group progress they cause commit with them. Announce what it returns after the commit.
    */
-  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[]): Promise<Followed> {
+  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[], unsubscribed?: ReadonlySet<string>): Promise<Followed> {
     if (rows.length === 0) return Promise.resolve({ created: [], ended: [] });
-    return followFinals(tx, { store: this.store, now, actor, alertSinks: this.alertSinks, chainDepthLimit: this.chainDepthLimit }, rows);
+    const ctx = { store: this.store, now, actor, alertSinks: this.alertSinks, chainDepthLimit: this.chainDepthLimit, unsubscribed };
+    return followFinals(tx, ctx, rows);
   }
 
   private newRow(agent: AgentRow, input: SubmitInput): NewQueued {
@@ -656,27 +657,18 @@ export class Engine {
         : given.error,
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
-    if (outcome.status !== 'failed') {
-      // The completion and its budget spending commit together (accrueBudget: a primary-key read
-      // when the agent has no budget).
-      const row = await this.store.transaction(async (tx) => {
-        const done = await completeWithLease(tx, id, token, outcome, now, actor);
-        await accrueBudget(tx, done, now, this.alertSinks);
-        await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks); // and its breaker count
-        return { done, followed: await this.follow(tx, now, actor, [done]) }; // and the work it causes
-      });
-      announce(this.store, [row.done, ...row.followed.created, ...row.followed.ended]);
-      this.events.emit('execution:completed', row.done);
-      return row.done;
-    }
-    // A failure and the retry its policy asks for commit together: a crash loses neither.
+    // The completion commits with what it causes: its budget spending, its breaker count, the
+    // retry its policy asks for (a crash loses neither the failure nor its retry), and the work
+    // its final outcome starts. One read of the agent tells which of those need more statements.
     const { row, retry, followed } = await this.store.transaction(async (tx) => {
-      const failed = await completeWithLease(tx, id, token, outcome, now, actor);
-      await accrueBudget(tx, failed, now, this.alertSinks);
-      await countTowardBreakers(tx, this.store, [failed], now, actor, this.alertSinks);
-      const retry = await insertRetry(tx, this.store, failed, now, actor);
+      const done = await completeWithLease(tx, id, token, outcome, now, actor);
+      const agent = await readCompletionProfile(tx, done.agent);
+      await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
+      await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks, agent && new Map([[done.agent, agent]]));
+      const retry = done.status === 'failed' ? await insertRetry(tx, this.store, done, now, actor) : undefined;
       // With a retry to come the failure is not final: the retry's outcome is followed instead.
-      return { row: failed, retry, followed: await this.follow(tx, now, actor, retry ? [] : [failed]) };
+      const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
+      return { row: done, retry, followed: await this.follow(tx, now, actor, retry ? [] : [done], unsubscribed) };
     });
     announce(this.store, [row, ...(retry ? [retry] : []), ...followed.created, ...followed.ended]);
     this.events.emit('execution:completed', row);

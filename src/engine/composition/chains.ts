@@ -81,6 +81,7 @@ function renderTask(sub: SubscriptionRow, context: Record<string, unknown>): { m
  * target, oversized rendering) is recorded there and never fails the source.
  */
 export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow): Promise<ExecutionRow[]> {
+  if (ctx.unsubscribed?.has(row.agent)) return [];
   const subs = (
     await tx.selectFrom('subscriptions').selectAll().where('source_agent', '=', row.agent).where('enabled', '=', 1).orderBy('id').execute()
   ).filter((s) => subscriptionMatches(s, row));

@@ -9,4 +9,6 @@ export interface FollowContext {
   readonly alertSinks: readonly AlertSinkKind[];
   /** Longest chain of subscriptions a task may sit at the end of (BATON_CHAIN_DEPTH_LIMIT). */
   readonly chainDepthLimit: number;
+  /** Agents the caller knows have no enabled subscription (read in this transaction): their outcomes start no chain. */
+  readonly unsubscribed?: ReadonlySet<string>;
 }
