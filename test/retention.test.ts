@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -11,9 +11,10 @@ import { Engine } from '../src/engine/engine.ts';
 import { LeaderLease } from '../src/engine/leader.ts';
 import { ArchiveWriter, readArchive, validLength, type ArchiveRecord } from '../src/retention/archive.ts';
 import { exportHistory } from '../src/retention/export.ts';
-import { DAY_MS, pruneAll } from '../src/retention/prune.ts';
+import { DAY_MS, pruneAll, type SweepReport } from '../src/retention/prune.ts';
 import { Pruner, PRUNE_MIN_PAUSE_MS } from '../src/retention/pruner.ts';
 import { readHistoryStats } from '../src/retention/stats.ts';
+import { SWEEP_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { executionRow, seedHistory } from './helpers/history.ts';
 import { BATON_BIN, spawnChild } from './helpers/process.ts';
@@ -548,6 +549,74 @@ describe(`retention (${STORE_KIND})`, () => {
     }
     await pruner.lease?.release();
     await other.lease?.release();
+  });
+
+  it('the pruner sets the WAL auto-checkpoint aside for a sweep, checkpoints between batches, and restores it after a sweep and after a failing one', async () => {
+    /** SQLite: the writer connection's automatic checkpoint (pages); PostgreSQL has none. */
+    const autoCheckpoint = async () =>
+      STORE_KIND === 'sqlite'
+        ? Number((await sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`.execute(ts.store.db)).rows[0]!.wal_autocheckpoint)
+        : null;
+    // Not the default: the sweep restores what it found.
+    if (STORE_KIND === 'sqlite') await sql`PRAGMA wal_autocheckpoint = 777`.execute(ts.store.db);
+    const found = await autoCheckpoint();
+    const old = await seedHistory(ts.store, {
+      count: 120,
+      from: NOW - 60 * DAY_MS,
+      stepMs: 1000,
+      logsEvery: 3,
+      keysEvery: 10,
+      chainsEvery: 4,
+    });
+    const young = await seedHistory(ts.store, { count: 30, from: NOW - 2 * DAY_MS, stepMs: 1000 });
+    await ts.store.db
+      .insertInto('executions')
+      .values([executionRow('ex_old_running', { status: 'running', completed_at: null, created_at: NOW - 90 * DAY_MS })])
+      .execute();
+    const archive = join(tmp(), 'archive');
+    const settings = { ...WINDOWS, archiveDir: archive };
+    const clock = manualClock(NOW);
+
+    // A sweep that fails midway: the archive directory turns into a file after the first batch.
+    const failing = new Pruner({ store: ts.store, settings, nodeId: 'node-a', clock, batchSize: 30 });
+    const first = await failing.pass();
+    expect(first.nextInMs).toBeGreaterThanOrEqual(PRUNE_MIN_PAUSE_MS);
+    if (STORE_KIND === 'sqlite') expect(await autoCheckpoint()).toBe(SWEEP_AUTOCHECKPOINT_PAGES);
+    rmSync(archive, { recursive: true, force: true });
+    writeFileSync(archive, 'not a directory');
+    let error: unknown;
+    for (let passes = 0; passes < 50 && error === undefined; passes++) await failing.pass().catch((err) => (error = err));
+    expect(String(error)).toMatch(/EEXIST|ENOTDIR/);
+    expect(await autoCheckpoint()).toBe(found);
+    expect((await readHistoryStats(ts.store, WINDOWS)).last_prune?.error).toMatch(/EEXIST|ENOTDIR/);
+    const afterFailure = await ids('executions');
+    expect(afterFailure.size).toBeGreaterThan(young.length + 1); // stopped midway …
+    expect(afterFailure.size).toBeLessThan(old.length + young.length + 1); // … after at least one batch
+    expect(await orphans()).toBe(0);
+    await failing.lease?.release();
+
+    // A whole sweep: every old execution goes, nothing else; the setting is back at its end.
+    rmSync(archive, { force: true });
+    const reports: SweepReport[] = [];
+    const pruner = new Pruner({ store: ts.store, settings, nodeId: 'node-a', clock, batchSize: 30, onSweep: (r) => reports.push(r) });
+    let out = await pruner.pass();
+    for (let passes = 1; out.report === undefined && passes < 100; passes++) {
+      if (STORE_KIND === 'sqlite') expect(await autoCheckpoint()).toBe(SWEEP_AUTOCHECKPOINT_PAGES);
+      out = await pruner.pass();
+    }
+    expect(reports).toHaveLength(1);
+    const r = reports[0]!;
+    expect(r.executions).toBe(afterFailure.size - young.length - 1);
+    // SQLite: one checkpoint step after every batch that deleted; PostgreSQL: none.
+    if (STORE_KIND === 'sqlite') expect(r.checkpoints).toBeGreaterThanOrEqual(Math.ceil(r.executions / 30));
+    else expect(r.checkpoints).toBe(0);
+    expect(await autoCheckpoint()).toBe(found);
+    expect([...(await ids('executions'))].sort()).toEqual([...young, 'ex_old_running'].sort());
+    expect(await countWhere('execution_events', young)).toBe(90);
+    for (const t of ['execution_events', 'execution_logs', 'execution_log_heads', 'idempotency_keys'] as const)
+      expect(await countWhere(t, old)).toBe(0);
+    expect(await orphans()).toBe(0);
+    await pruner.lease?.release();
   });
 
   it('a pruner SIGKILLed mid-prune, again and again, leaves no orphaned events or logs and loses no archived execution', async () => {

@@ -427,6 +427,9 @@ export interface SweepReport extends PruneCounts {
   batches: number;
   /** The longest single delete transaction (ms). */
   max_tx_ms: number;
+  /** SQLite, the server's pruner: WAL checkpoint steps run between batches, and the longest (ms). */
+  checkpoints?: number;
+  max_checkpoint_ms?: number;
 }
 
 /** Record a finished sweep in retention_state (what doctor, /metrics and the dashboard show). */

@@ -4,7 +4,10 @@
  * the pruner's transactions hold the store at most about half the time (the batch's reads —
  * which hold neither the writer nor the event loop — plus the pause last at least as long as
  * its transaction did), and a claim or submit that arrives meanwhile waits for one short batch at
- * most. After the
+ * most. On SQLite the writer's automatic WAL checkpoint is set aside for the sweep
+ * (store.sweepCheckpoints) and each batch is followed by a checkpoint pass of its own, paced the
+ * same way, so a batch's commit no longer copies its pages back into the database file on the
+ * event loop; the setting comes back when the sweep ends or fails. After the
  * last batch the sweep is recorded in retention_state and, on SQLite, freed pages go back to the
  * file system in small incremental-vacuum steps, paced the same way.
  *
@@ -64,6 +67,10 @@ type Stage =
       counts: PruneCounts;
       batches: number;
       maxTx: number;
+      /** A batch committed since the last checkpoint step (SQLite: its pages are in the WAL). */
+      checkpointDue: boolean;
+      checkpoints: number;
+      maxCheckpoint: number;
     }
   | { kind: 'vacuum' };
 
@@ -80,6 +87,7 @@ export class Pruner {
     this.lease = leader && {
       acquire: async () => {
         const held = await leader.acquire();
+        if (!held && this.stage.kind === 'sweep') await o.store.sweepCheckpoints(false);
         if (!held) this.stage = { kind: 'idle' };
         return held;
       },
@@ -116,33 +124,56 @@ export class Pruner {
         counts: zeroCounts(),
         batches: 0,
         maxTx: 0,
+        checkpointDue: false,
+        checkpoints: 0,
+        maxCheckpoint: 0,
       };
     }
     const s = this.stage;
-    let batch;
     try {
-      batch = await pruneOnce({
-        store: this.o.store,
-        settings: this.o.settings,
-        now: s.startedAt,
-        cursor: s.cursor,
-        selected: s.selected,
-        archive: this.archive,
-        batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
-      });
+      if (s.batches === 0) await this.o.store.sweepCheckpoints(true);
+      if (s.checkpointDue) {
+        // SQLite: the pages the last batch wrote go from the WAL to the database file here, as a
+        // step of its own between two pauses, instead of inside a batch's commit. After the next
+        // batch's reads on the reader thread: a read in an older snapshot keeps a checkpoint from
+        // copying the frames after it, and the WAL from starting over at its beginning.
+        s.checkpointDue = false;
+        await s.selected?.catch(() => undefined);
+        const t0 = performance.now();
+        await this.o.store.checkpoint();
+        const ms = performance.now() - t0;
+        s.checkpoints++;
+        s.maxCheckpoint = Math.max(s.maxCheckpoint, ms);
+        if (s.cursor.phase !== 'done') return { nextInMs: this.pause(ms) };
+      } else {
+        const batch = await pruneOnce({
+          store: this.o.store,
+          settings: this.o.settings,
+          now: s.startedAt,
+          cursor: s.cursor,
+          selected: s.selected,
+          archive: this.archive,
+          batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
+        });
+        s.counts = addCounts(s.counts, batch);
+        s.batches++;
+        s.maxTx = Math.max(s.maxTx, batch.txMs);
+        s.cursor = batch.next;
+        s.selected = batch.prefetched;
+        s.checkpointDue = batch.txMs > 0 && this.o.store.kind === 'sqlite';
+        // The next batch was read during this one's transaction: the pause is the store's to others.
+        if (batch.next.phase !== 'done' || s.checkpointDue)
+          return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, s.selected ? 0 : batch.readMs) : 0 };
+      }
     } catch (err) {
       this.stage = { kind: 'idle' };
+      // The writer's automatic checkpoint comes back whatever failed (a failure here too leaves the backstop bound).
+      await this.o.store.sweepCheckpoints(false).catch(() => undefined);
       const report = this.report(s);
       await recordSweep(this.o.store, report, String((err as Error)?.message ?? err).slice(0, 500)).catch(() => undefined);
       throw err;
     }
-    s.counts = addCounts(s.counts, batch);
-    s.batches++;
-    s.maxTx = Math.max(s.maxTx, batch.txMs);
-    s.cursor = batch.next;
-    s.selected = batch.prefetched;
-    // The next batch was read during this one's transaction: the pause is the store's to others.
-    if (batch.next.phase !== 'done') return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, s.selected ? 0 : batch.readMs) : 0 };
+    await this.o.store.sweepCheckpoints(false);
     const report = this.report(s);
     await recordSweep(this.o.store, report);
     this.o.onSweep?.(report);
@@ -164,6 +195,8 @@ export class Pruner {
       duration_ms: performance.now() - s.t0,
       batches: s.batches,
       max_tx_ms: s.maxTx,
+      checkpoints: s.checkpoints,
+      max_checkpoint_ms: s.maxCheckpoint,
     };
   }
 }

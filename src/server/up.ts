@@ -159,6 +159,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
                   batches: r.batches,
                   duration_ms: Math.round(r.duration_ms),
                   max_batch_ms: Math.round(r.max_tx_ms),
+                  ...(r.checkpoints ? { checkpoints: r.checkpoints, max_checkpoint_ms: Math.round(r.max_checkpoint_ms ?? 0) } : {}),
                   archive: retention.archiveDir ?? null,
                 },
                 'pruner removed history past its window',

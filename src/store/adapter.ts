@@ -61,6 +61,22 @@ export interface StoreAdapter {
   reclaimSpace(pages: number): Promise<number>;
 
   /**
+   * WAL checkpoints while the pruner sweeps. SQLite runs its automatic checkpoint inside the
+   * commit that takes the WAL past 1,000 pages, on the event loop, so a prune batch's commit also
+   * copied the pages it dirtied back into the database file (about 60 % of a batch at 1M history).
+   * `sweepCheckpoints(true)` raises the writer connection's automatic checkpoint to a far bound
+   * (SWEEP_AUTOCHECKPOINT_PAGES, a backstop) for the sweep; the pruner then runs `checkpoint()` as
+   * a step of its own between batches, and `sweepCheckpoints(false)` restores the setting found.
+   * Checkpoints are not durability (a commit is durable once in the WAL): a process that dies
+   * mid-sweep leaves a longer WAL, replayed or checkpointed by the next open, and a new
+   * connection starts with the default. `checkpoint()` is one PASSIVE checkpoint (it waits for
+   * no reader) and resolves with the WAL frames it could not copy yet.
+   * PostgreSQL: no-ops (its checkpointer is a process of its own).
+   */
+  sweepCheckpoints(manual: boolean): Promise<void>;
+  checkpoint(): Promise<number>;
+
+  /**
    * Lock the rows a SELECT returns until the transaction ends (PostgreSQL modes):
    * - `wait` — FOR UPDATE: exclusive, e.g. before deleting an agent or changing one execution;
    * - `skip` — FOR NO KEY UPDATE SKIP LOCKED: take only rows nobody else holds (claims, reaper);

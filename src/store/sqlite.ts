@@ -9,6 +9,13 @@ import { LocalSignals } from './signals.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
 import { openSqliteReader } from './sqlite-reader.ts';
 
+/**
+ * The writer's automatic checkpoint while the pruner sweeps (adapter.ts, sweepCheckpoints): a
+ * backstop only — the pruner checkpoints after every batch, which keeps the WAL near one batch's
+ * pages (a few MiB); this bound (40 MiB of 4 KiB pages) is reached only if those steps stop.
+ */
+export const SWEEP_AUTOCHECKPOINT_PAGES = 10_000;
+
 /** Group-commit counters per open SQLite store (see commitStats). */
 const groupCommits = new WeakMap<StoreAdapter, GroupCommit>();
 
@@ -87,6 +94,8 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   }
 
   const groups = new GroupCommit(db, raw, { ...GROUP_LIMITS, ...opts.groupLimits });
+  /** The automatic checkpoint found when a prune sweep set it aside (undefined: no sweep holds it). */
+  let savedAutoCheckpoint: number | undefined;
 
   const adapter: StoreAdapter = {
     kind: 'sqlite',
@@ -108,6 +117,22 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       db.connection().execute(async () => {
         raw.pragma(`incremental_vacuum(${Math.max(1, Math.floor(pages))})`);
         return Number(raw.pragma('freelist_count', { simple: true }));
+      }),
+    sweepCheckpoints: (manual) =>
+      db.connection().execute(async () => {
+        if (manual && savedAutoCheckpoint === undefined) {
+          savedAutoCheckpoint = Number(raw.pragma('wal_autocheckpoint', { simple: true }));
+          raw.pragma(`wal_autocheckpoint = ${SWEEP_AUTOCHECKPOINT_PAGES}`);
+        } else if (!manual && savedAutoCheckpoint !== undefined) {
+          raw.pragma(`wal_autocheckpoint = ${savedAutoCheckpoint}`);
+          savedAutoCheckpoint = undefined;
+        }
+      }),
+    checkpoint: () =>
+      // Between transactions (inside Kysely's connection turn): a checkpoint in a write transaction would not run.
+      db.connection().execute(async () => {
+        const [r] = raw.pragma('wal_checkpoint(PASSIVE)') as Array<{ busy: number; log: number; checkpointed: number }>;
+        return r ? Math.max(0, r.log - r.checkpointed) : 0;
       }),
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
