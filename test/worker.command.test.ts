@@ -110,6 +110,9 @@ describe('baton worker', () => {
       async () => (await api.listExecutions({ agent: 'batched', status: 'succeeded', limit: 200 })).executions.length === N || undefined,
       60_000,
     );
+    // A request is counted when its response has gone out, a moment after its commit: wait for
+    // the last one's count (never more than N: a completion counted twice would still fail).
+    await until('every completion counted', async () => (await requests()).completions - before.completions >= N || undefined, 10_000);
     const after = await requests();
     expect(after.completions - before.completions).toBe(N);
     // The first claim, and one after each completion that found nothing queued: far fewer than N.
