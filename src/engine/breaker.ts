@@ -11,6 +11,7 @@ import {
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { appendAudit } from './audit.ts';
+import { queueAlerts } from './alerts.ts';
 
 /** The breaker columns (migration 0011), as read with the agent row locked. */
 export const BREAKER_COLUMNS = [
@@ -102,20 +103,12 @@ export async function recordBreakerChange(
     execution_id: executionId,
     detail: { from: change.from, to: change.to, why: change.why, until: change.until, cooldown_ms: change.cooldown_ms },
   });
-  for (const sink of sinks) {
-    await tx
-      .insertInto('canary_alerts')
-      .values({
-        invariant: BREAKER_ALERT,
-        transition: change.to === 'closed' ? 'resolved' : 'violated',
-        sink,
-        body: JSON.stringify(breakerAlertBody(sink, agent, change, actor, now)),
-        status: 'pending',
-        next_attempt_at: now,
-        created_at: now,
-      })
-      .execute();
-  }
+  await queueAlerts(tx, sinks, {
+    invariant: BREAKER_ALERT,
+    transition: change.to === 'closed' ? 'resolved' : 'violated',
+    now,
+    body: (sink) => breakerAlertBody(sink, agent, change, actor, now),
+  });
 }
 
 /**

@@ -14,6 +14,7 @@ import {
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import type { Executor } from './transitions/stamp.ts';
+import { queueAlerts } from './alerts.ts';
 
 /**
  * The budget ledger (src/domain/budget.ts, migration 0012): read by admission and the budget
@@ -111,20 +112,7 @@ export async function accrueBudget(
     };
     // Through the canary's alert sinks (it delivers canary_alerts rows, with retries), queued in
     // this transaction: the alert and the mark that it fired commit together.
-    for (const sink of sinks) {
-      await tx
-        .insertInto('canary_alerts')
-        .values({
-          invariant: BUDGET_ALERT,
-          transition: 'violated',
-          sink,
-          body: JSON.stringify(budgetAlertBody(sink, alert)),
-          status: 'pending',
-          next_attempt_at: now,
-          created_at: now,
-        })
-        .execute();
-    }
+    await queueAlerts(tx, sinks, { invariant: BUDGET_ALERT, transition: 'violated', now, body: (sink) => budgetAlertBody(sink, alert) });
     alerts.push(alert);
   }
   return alerts;

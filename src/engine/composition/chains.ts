@@ -11,6 +11,7 @@ import { appendAudit } from '../audit.ts';
 import { createExecutions, queuedValues } from '../transitions/create.ts';
 import { firstTrigger } from '../transitions/retry.ts';
 import type { FollowContext } from './context.ts';
+import { queueAlerts } from '../alerts.ts';
 
 /** Final statuses a subscription's `on` matches; `any` is every one of them (skipped never chains). */
 const ON_MATCHES: Record<SubscriptionOn, ReadonlySet<string>> = {
@@ -177,7 +178,12 @@ export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow
     });
     if (!task) {
       await refuse('backlog_full');
-      await queueAlerts(tx, ctx, row, sub);
+      await queueAlerts(tx, ctx.alertSinks, {
+        invariant: CHAIN_ALERT,
+        transition: 'violated',
+        now: ctx.now,
+        body: (sink) => chainAlertBody(sink, row, sub, ctx.now),
+      });
       continue;
     }
     created.push(task);
@@ -217,24 +223,6 @@ async function recordRefusal(
     execution_id: row.id,
     detail: { error: reason, trigger: 'chain', caused_by: row.id, subscription_id: sub.id, chain_depth: depth },
   });
-}
-
-/** A full backlog refused a chained task: one canary_alerts row per sink, queued in this transaction (the canary delivers). */
-async function queueAlerts(tx: Tx, ctx: FollowContext, row: ExecutionRow, sub: SubscriptionRow): Promise<void> {
-  for (const sink of ctx.alertSinks) {
-    await tx
-      .insertInto('canary_alerts')
-      .values({
-        invariant: CHAIN_ALERT,
-        transition: 'violated',
-        sink,
-        body: JSON.stringify(chainAlertBody(sink, row, sub, ctx.now)),
-        status: 'pending',
-        next_attempt_at: ctx.now,
-        created_at: ctx.now,
-      })
-      .execute();
-  }
 }
 
 /** The body one sink receives: which subscription could not start its task, and why. */

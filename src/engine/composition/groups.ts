@@ -14,6 +14,7 @@ import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
 import { createExecutions, queuedValues, type NewQueued } from '../transitions/create.ts';
 import type { FollowContext } from './context.ts';
+import { queueAlerts } from '../alerts.ts';
 
 /** The join spec stored on the group (execution_groups.join_spec). */
 export interface JoinSpec {
@@ -291,20 +292,12 @@ async function startJoin(
   });
   // Through the canary's alert sinks (it delivers canary_alerts rows, with retries), queued in
   // this transaction: the refusal and its alert commit together.
-  for (const sink of sinks) {
-    await tx
-      .insertInto('canary_alerts')
-      .values({
-        invariant: GROUP_JOIN_ALERT,
-        transition: 'violated',
-        sink,
-        body: JSON.stringify(joinRefusedBody(sink, { group_id: group.id, agent: spec.agent, reason: refused!, at: now })),
-        status: 'pending',
-        next_attempt_at: now,
-        created_at: now,
-      })
-      .execute();
-  }
+  await queueAlerts(tx, sinks, {
+    invariant: GROUP_JOIN_ALERT,
+    transition: 'violated',
+    now,
+    body: (sink) => joinRefusedBody(sink, { group_id: group.id, agent: spec.agent, reason: refused!, at: now }),
+  });
   return undefined;
 }
 
