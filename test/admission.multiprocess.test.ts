@@ -4,10 +4,10 @@
  * committed, no process admits anything (read back from the event log, not from what the
  * claimers believed), running work finishes, and after the resume they drain the rest.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const PROCESSES = 3;
 const EXECUTIONS = 240;
@@ -17,15 +17,9 @@ const DEADLINE_MS = 120_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-afterAll(async () => {
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -5,10 +5,10 @@
  * no admission of the agent lies between the probe's admission and its completion, and the
  * audit log shows open → half_open → closed on that one execution. Then they drain the queue.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const PROCESSES = 4;
 const EXECUTIONS = 60;
@@ -19,15 +19,9 @@ const DEADLINE_MS = 120_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-afterAll(async () => {
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 describeMultiProcess(`circuit breaker across processes (${STORE_KIND})`, () => {

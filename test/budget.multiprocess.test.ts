@@ -6,10 +6,10 @@
  * the limit was reached overspend it (max_parallel - 1 beyond the one that crossed). Raising the
  * limit then lets them drain the rest.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const PROCESSES = 3;
 const EXECUTIONS = 60;
@@ -22,15 +22,9 @@ const DEADLINE_MS = 120_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-afterAll(async () => {
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

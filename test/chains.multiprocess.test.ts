@@ -6,10 +6,10 @@
  * matching subscription and a task for each link that started one: nothing lost, nothing
  * doubled, and the small backlog admitted exactly its size.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const PER_AGENT = 40;
 const SMALL_BACKLOG = 5;
@@ -18,15 +18,9 @@ const DEADLINE_MS = 120_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-afterAll(async () => {
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 describeMultiProcess(`chains across processes (${STORE_KIND})`, () => {

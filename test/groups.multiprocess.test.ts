@@ -6,10 +6,10 @@
  * instant in two processes. The count is one UPDATE of the group row (its lock orders them) and
  * the decision a compare-and-set from 'running': every group must have exactly one join.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const GROUPS = 60;
 const DEADLINE_MS = 120_000;
@@ -17,15 +17,9 @@ const DEADLINE_MS = 120_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-afterAll(async () => {
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 describeMultiProcess(`groups across processes (${STORE_KIND})`, () => {

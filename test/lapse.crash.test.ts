@@ -4,27 +4,19 @@
  * task without charging the attempt and holds the agent; a new worker process then claims
  * (ending the hold) and finishes them all on their first charged attempt. Both stores.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { describe, expect, it } from 'vitest';
+import type { Engine } from '../src/engine/engine.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { STORE_KIND, type TestStore } from './helpers/store.ts';
 
 const WORKERS = 3;
 
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-
-afterAll(async () => {
-  // Children first: a live child would hold connections (and locks) on the schema being dropped.
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 describe(`all of one agent's workers killed with SIGKILL at once (${STORE_KIND})`, () => {

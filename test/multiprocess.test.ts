@@ -8,12 +8,12 @@
  *   the same execution again and another worker finishes it as attempt 2. Runs on both stores
  *   (SQLite in WAL mode takes a second process).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { isTerminal } from '../src/domain/states.ts';
-import { Engine } from '../src/engine/engine.ts';
+import type { Engine } from '../src/engine/engine.ts';
 import type { ExecutionEventRow } from '../src/store/schema.ts';
-import { killLeftoverChildren, spawnFixture, type Child } from './helpers/processes.ts';
-import { describeMultiProcess, openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { type Child, spawnFixture, useStoreWithChildren } from './helpers/processes.ts';
+import { describeMultiProcess, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 /** Claimer processes and claim loops in each: 18 loops competing for 1 or 3 seats. */
 const PROCESSES = 6;
@@ -36,17 +36,9 @@ const PHASE_TIMEOUT_MS = 180_000;
 let ts: TestStore;
 let engine: Engine;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  engine = new Engine({ store: ts.store, nodeId: 'test-node' });
-});
-
-afterAll(async () => {
-  // Children first: a live child would hold connections (and locks) on the schema being dropped.
-  const leaked = await killLeftoverChildren();
-  engine?.close();
-  await ts?.cleanup();
-  expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+useStoreWithChildren((store, e) => {
+  ts = store;
+  engine = e;
 });
 
 async function submitMany(agent: string, count: number): Promise<string[]> {

@@ -1,5 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { Engine } from '../../src/engine/engine.ts';
+import { openTestStore, type TestStore } from './store.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -107,4 +110,26 @@ export async function killLeftoverChildren(): Promise<number[]> {
   if (stillAlive.length > 0) throw new Error(`fixture processes survived SIGKILL: ${stillAlive.map((c) => c.pid).join(', ')}`);
   spawned.clear();
   return leaked.map((c) => c.pid);
+}
+
+/**
+ * The set-up of a test file whose tests run fixture processes against one store: before all, a
+ * fresh store and an engine on it (`use` receives them); after all, every fixture process still
+ * alive is killed first (a live child holds connections and locks on the schema being dropped),
+ * the store is dropped, and the file fails if any child had outlived its test.
+ */
+export function useStoreWithChildren(use: (ts: TestStore, engine: Engine) => void): void {
+  let ts: TestStore | undefined;
+  let engine: Engine | undefined;
+  beforeAll(async () => {
+    ts = await openTestStore();
+    engine = new Engine({ store: ts.store, nodeId: 'test-node' });
+    use(ts, engine);
+  });
+  afterAll(async () => {
+    const leaked = await killLeftoverChildren();
+    engine?.close();
+    await ts?.cleanup();
+    expect(leaked, 'fixture processes still alive after the tests').toEqual([]);
+  });
 }
