@@ -362,6 +362,38 @@ describe('S-03 every running row holds a complete lease within its TTL', () => {
   });
 });
 
+describe("S-04 each agent's seat counter equals its running rows", () => {
+  it('fires on a counter that drifted from the rows', async () => {
+    const agent = await newAgent({ max_parallel: 2 });
+    await engine.submit(agent, { message: 'x' }, 'test');
+    await admitOne(agent);
+    // A writer that bypassed the trigger: the counter says a seat is free that is taken.
+    await sql`UPDATE agents SET running_count = running_count - 1 WHERE name = ${agent}`.execute(ts.store.db);
+    await expectFires('S-04', agent, 'counter_mismatch', /trigger/);
+    await sql`UPDATE agents SET running_count = running_count + 1 WHERE name = ${agent}`.execute(ts.store.db);
+    expect(await findings('S-04', agent)).toEqual([]);
+  });
+
+  it('is silent through admission, completion, release and cancellation', async () => {
+    const agent = await newAgent({ max_parallel: 3 });
+    for (let i = 0; i < 4; i++) await engine.submit(agent, { message: `x${i}` }, 'test');
+    const rows = await engine.claim(agent, { owner: 'worker:test', max: 3 });
+    expect(rows).toHaveLength(3);
+    await engine.complete(rows[0]!.id, rows[0]!.lease_token!, { status: 'succeeded' }, 'worker:test');
+    await engine.release(rows[1]!.id, rows[1]!.lease_token!, 'worker:test');
+    await engine.cancel(rows[2]!.id, 'test');
+    const seats = await ts.store.db.selectFrom('agents').select('running_count').where('name', '=', agent).executeTakeFirstOrThrow();
+    const running = await ts.store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', agent)
+      .where('status', '=', 'running')
+      .execute();
+    expect(Number(seats.running_count)).toBe(running.length);
+    expect(await findings('S-04', agent)).toEqual([]);
+  });
+});
+
 describe('B-02 push agents: no admissible work waits while seats are free', () => {
   const sla = graces.dispatchSla(DEFAULT_TIMING);
   it('fires for a push agent with free seats and work waiting past the dispatch SLA', async () => {

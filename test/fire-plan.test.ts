@@ -72,6 +72,7 @@ function agent(name: string, maxBacklog: number): AgentRow {
     lapse_hold_at: null,
     lapse_hold_count: null,
     budget: null,
+    running_count: 0,
   };
 }
 

@@ -26,9 +26,9 @@ import { Logs } from './logs.ts';
 import { redactJson, redactSecrets } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
-import { admit, type AdmitOptions } from './transitions/admit.ts';
+import { admit, admitInOneStatement, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
-import { completeWithLease } from './transitions/complete.ts';
+import { completeAlone, completeWithLease } from './transitions/complete.ts';
 import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
@@ -611,7 +611,10 @@ export class Engine {
       const waiter = this.waiters.arm(agent, signal);
       try {
         const now = this.now();
-        const rows = await this.store.transaction((tx) => admit(tx, this.store, agent, { ...admitOpts, now, alertSinks: this.alertSinks }));
+        const opts = { ...admitOpts, now, alertSinks: this.alertSinks };
+        const rows =
+          (await admitInOneStatement(this.store, agent, opts)) ??
+          (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
         if (rows.length > 0) {
           announce(this.store, rows);
           this.events.emit('execution:admitted', rows);
@@ -657,6 +660,13 @@ export class Engine {
         : given.error,
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
+    // On PostgreSQL a completion that causes nothing else is one statement, one round trip.
+    const alone = this.store.kind === 'postgres' ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
+    if (alone) {
+      announce(this.store, [alone]);
+      this.events.emit('execution:completed', alone);
+      return alone;
+    }
     // The completion commits with what it causes: its budget spending, its breaker count, the
     // retry its policy asks for (a crash loses neither the failure nor its retry), and the work
     // its final outcome starts. One read of the agent tells which of those need more statements.

@@ -45,6 +45,11 @@ export interface AgentsTable {
   breaker_cooldown_ms: Generated<number | null>;
   /** Budget (0012, src/domain/budget.ts): JSON Budget, or null: no limits. */
   budget: Generated<string | null>;
+  /**
+   * Seats in use (0019): the agent's running executions, kept by the event trigger on every change
+   * into or out of `running`; admission reads it from the row it locks. The canary checks it (S-04).
+   */
+  running_count: Generated<number>;
 }
 
 /** Budget ledger (0012): an agent's spending in one window, added to by each completion. */

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { admissionHold, CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import { firstSpent, parseBudget } from '../../domain/budget.ts';
 import { breakerAdmission } from '../../domain/breaker.ts';
@@ -35,16 +36,17 @@ const ADMISSION_COLUMNS = [
   'lapse_hold_at',
   'lapse_hold_count',
   'budget',
+  'running_count',
 ] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
 /**
  * queued → running, exactly under the agent's cap.
  *
- * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite), and
- * only the *next* statement counts running rows: every admission for this agent holds the same
- * lock until it commits, and that statement's snapshot is taken after the lock was granted, so
- * the count is exact whatever the number of processes. Candidates come FIFO by
+ * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite) and
+ * carries the seats in use (`running_count`, kept by the event trigger in the statement of every
+ * change into or out of `running`, which takes the same row lock): a locked row read returns its
+ * latest version, so the count is exact whatever the number of processes. Candidates come FIFO by
  * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
  * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
  *
@@ -91,19 +93,13 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   if (admissionHold({ ...agent, budget_spent, breaker_hold: breaker.hold }) !== null) return [];
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
+  const free = agent.max_parallel - agent.running_count;
+  if (free <= 0) return [];
   const candidates = await store
     .lockRows(
       tx
         .selectFrom('executions')
         .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
-        .select((eb) =>
-          eb
-            .selectFrom('executions as r')
-            .select((e) => e.fn.countAll<number>().as('n'))
-            .where('r.agent', '=', agentName)
-            .where('r.status', '=', RUNNING)
-            .as('running'),
-        )
         .where('agent', '=', agentName)
         .where('status', '=', QUEUED)
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
@@ -125,16 +121,15 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         .orderBy('priority')
         .orderBy('queued_at')
         .orderBy('id')
-        .limit(Math.min(breaker.probe ? 1 : opts.max, agent.max_parallel)),
+        .limit(Math.min(breaker.probe ? 1 : opts.max, free)),
       'skip',
     )
     .execute();
   if (candidates.length === 0) return [];
-  const free = agent.max_parallel - Number(candidates[0]!.running);
 
   const admitted: ExecutionRow[] = [];
   const serials = new Set<string>();
-  for (const c of candidates.slice(0, Math.max(0, free))) {
+  for (const c of candidates) {
     if (c.serial_key !== null) {
       if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
       serials.add(c.serial_key);
@@ -173,4 +168,104 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     }
   }
   return admitted;
+}
+
+/**
+ * The common claim as one statement (PostgreSQL): an agent with no hold (not paused, no lapse hold,
+ * no budget, breaker off or closed) admits FIFO up to its free seats in a single round trip.
+ * `undefined` when this path does not decide — unknown agent, other delivery, a hold, or a queued
+ * row with a serial key among the next candidates — and nothing was written: run `admit` in a
+ * transaction instead, which knows every rule and every refusal.
+ *
+ * Exactness is the transaction path's, in one statement: the agent row is locked first
+ * (FOR NO KEY UPDATE; a lock returns the row's latest version, so `running_count` is exact), the
+ * candidate count is limited by it, candidates are locked SKIP LOCKED (a row another admission
+ * took meanwhile fails its re-checked `status = 'queued'`), and the event trigger adds each seat
+ * in this statement, under the same lock. A serial key's "none of mine running" check would read
+ * the statement's snapshot, older than the lock, so those rows take the transaction path.
+ * The claim stamp (`last_claim_at`) follows in a statement of its own when due (every
+ * CLAIM_STAMP_EVERY_MS per agent).
+ */
+export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
+  if (store.kind !== 'postgres') return undefined;
+  const tokens = Array.from({ length: Math.max(0, opts.max) }, newLeaseToken);
+  const now = sql<number>`cast(${opts.now} as bigint)`;
+  const rows = await store.db
+    .with('a', (db) =>
+      db
+        .selectFrom('agents')
+        .select(['max_parallel', 'running_count', 'last_claim_at'])
+        .where('name', '=', agentName)
+        .where('delivery', '=', opts.delivery)
+        .where('paused_at', 'is', null)
+        .where('lapse_hold_at', 'is', null)
+        .where('budget', 'is', null)
+        .where((eb) => eb.or([eb('breaker_config', 'is', null), eb('breaker_state', '=', 'closed')]))
+        .forNoKeyUpdate(),
+    )
+    .with('c', (db) =>
+      db
+        .selectFrom('executions')
+        .select(['id', 'serial_key', 'priority', 'queued_at'])
+        .where('agent', '=', agentName)
+        .where('status', '=', QUEUED)
+        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
+        .orderBy('priority')
+        .orderBy('queued_at')
+        .orderBy('id')
+        // No agent row (a hold, or none): no candidates. Never more than the free seats.
+        .limit(sql<number>`coalesce((SELECT greatest(0, least(${tokens.length}::int, max_parallel - running_count)) FROM a), 0)`)
+        .forNoKeyUpdate()
+        .skipLocked(),
+    )
+    .with('picked', (db) =>
+      db
+        .selectFrom('c')
+        .select(['id', 'serial_key', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
+        // Updated in this order, so the trigger numbers the seats first come, first seated.
+        .orderBy('rn'),
+    )
+    .with('upd', (db) =>
+      db
+        .updateTable('executions as x')
+        .from('picked as p')
+        .set((eb) => ({
+          status: 'running',
+          attempt: eb('x.attempt', '+', 1),
+          lease_owner: opts.owner,
+          lease_token: sql<string>`(${tokens}::text[])[p.rn]`,
+          lease_expires_at: sql<number>`${now} + x.lease_ttl_seconds * 1000`,
+          heartbeat_at: now,
+          started_at: now,
+          deadline_at: sql<number>`${now} + x.timeout_seconds * 1000`,
+          ...stamp(opts.now, opts.owner, 'admitted'),
+        }))
+        .whereRef('x.id', '=', 'p.id')
+        .where('x.status', '=', QUEUED)
+        .where((eb) => eb.not(eb.exists(eb.selectFrom('picked as s').select('s.id').where('s.serial_key', 'is not', null))))
+        .returningAll('x'),
+    )
+    .selectFrom(sql<{ one: number }>`(SELECT 1)`.as('one'))
+    .leftJoin('upd', (join) => join.onTrue())
+    .selectAll('upd')
+    .select((eb) => [
+      eb.exists(eb.selectFrom('a').select('a.max_parallel')).as('_decided'),
+      eb.exists(eb.selectFrom('picked').select('picked.id').where('picked.serial_key', 'is not', null)).as('_serial'),
+      eb.selectFrom('a').select('a.last_claim_at').as('_last_claim_at'),
+    ])
+    .orderBy('upd.priority')
+    .orderBy('upd.queued_at')
+    .orderBy('upd.id')
+    .execute();
+  const head = rows[0];
+  if (!head || !head._decided || head._serial) return undefined;
+  if (head._last_claim_at === null || opts.now - Number(head._last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
+    await store.db
+      .updateTable('agents')
+      .set({ last_claim_at: opts.now })
+      .where('name', '=', agentName)
+      .where((eb) => eb.or([eb('last_claim_at', 'is', null), eb('last_claim_at', '<', opts.now)]))
+      .execute();
+  }
+  return rows.filter((r) => r.id !== null).map(({ _decided, _serial, _last_claim_at, ...row }) => row as ExecutionRow);
 }

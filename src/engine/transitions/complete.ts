@@ -6,6 +6,21 @@ import { stamp, type Executor } from './stamp.ts';
 
 export type { Outcome };
 
+/** What a completion writes: the outcome, the times, the lease's end. */
+function completion(outcome: Outcome, now: number, actor: string) {
+  return {
+    status: outcome.status,
+    completed_at: now,
+    duration_ms: sql<number>`cast(${now} as bigint) - started_at`,
+    lease_expires_at: null,
+    result: outcome.result === undefined ? null : JSON.stringify(outcome.result),
+    error_code: outcome.error?.code ?? null,
+    error_message: outcome.error?.message ?? null,
+    usage: outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
+    ...stamp(now, actor, outcome.error?.code ?? outcome.status),
+  };
+}
+
 /**
  * running (or re-queued with the same, still-latest token) → succeeded | failed | cancelled.
  * Accepted iff the row is not terminal and `token` is the latest one granted. One guarded
@@ -21,21 +36,60 @@ export async function completeWithLease(
 ): Promise<ExecutionRow> {
   const row = await db
     .updateTable('executions')
-    .set({
-      status: outcome.status,
-      completed_at: now,
-      duration_ms: sql<number>`cast(${now} as bigint) - started_at`,
-      lease_expires_at: null,
-      result: outcome.result === undefined ? null : JSON.stringify(outcome.result),
-      error_code: outcome.error?.code ?? null,
-      error_message: outcome.error?.message ?? null,
-      usage: outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
-      ...stamp(now, actor, outcome.error?.code ?? outcome.status),
-    })
+    .set(completion(outcome, now, actor))
     .where('id', '=', id)
     .where('lease_token', '=', token)
     .where('status', 'in', ['running', 'queued'])
     .returningAll()
     .executeTakeFirst();
   return row ?? explainRefusal(db, id, token, true);
+}
+
+/**
+ * A completion that causes nothing else, as one statement: the same compare-and-set as
+ * completeWithLease, taken only when the outcome is not a failure (no retry policy applies), the
+ * execution is in no group, and its agent has no budget, no breaker and no enabled subscription —
+ * so there is no spending, breaker count, retry, chained task or group progress to commit with it.
+ * `undefined` when it does not apply or is refused (nothing written): the caller completes in a
+ * transaction, which does everything and explains a refusal.
+ */
+export async function completeAlone(
+  db: Executor,
+  id: string,
+  token: string,
+  outcome: Outcome,
+  now: number,
+  actor: string,
+): Promise<ExecutionRow | undefined> {
+  if (outcome.status === 'failed') return undefined;
+  return db
+    .updateTable('executions')
+    .set(completion(outcome, now, actor))
+    .where('id', '=', id)
+    .where('lease_token', '=', token)
+    .where('status', 'in', ['running', 'queued'])
+    .where('group_id', 'is', null)
+    .where((eb) =>
+      eb.exists(
+        eb
+          .selectFrom('agents')
+          .select('agents.name')
+          .whereRef('agents.name', '=', 'executions.agent')
+          .where('agents.budget', 'is', null)
+          .where('agents.breaker_config', 'is', null),
+      ),
+    )
+    .where((eb) =>
+      eb.not(
+        eb.exists(
+          eb
+            .selectFrom('subscriptions')
+            .select('subscriptions.id')
+            .whereRef('subscriptions.source_agent', '=', 'executions.agent')
+            .where('subscriptions.enabled', '=', 1),
+        ),
+      ),
+    )
+    .returningAll()
+    .executeTakeFirst();
 }

@@ -1,0 +1,51 @@
+import { status } from '../sql.ts';
+import type { Finding, StateInvariant } from '../types.ts';
+
+interface SeatRow {
+  name: string;
+  running_count: number;
+  running_rows: number;
+}
+
+/**
+ * S-04. Admission decides from the counter (`agents.running_count`), so a counter that drifted from
+ * the rows would admit past the cap (too low) or starve the agent (too high). Reads one row per
+ * agent and counts running rows through the partial index executions_running: cost follows the
+ * agents and what runs now, never history.
+ */
+export const S04: StateInvariant<SeatRow> = {
+  kind: 'state',
+  id: 'S-04',
+  tier: 'A',
+  severity: 'critical',
+  holds: "each agent's seat counter (running_count) equals its running executions",
+  diagnoses: {
+    counter_mismatch:
+      "an agent's running_count differs from its running rows: the event trigger that keeps it (migration 0019) is missing or was bypassed, or a row changed agent; admission trusts the counter (transitions/admit.ts)",
+  },
+  grace: () => 0,
+  async population(tx) {
+    return tx
+      .selectFrom('agents as a')
+      .select(['a.name', 'a.running_count'])
+      .select((eb) =>
+        eb
+          .selectFrom('executions as e')
+          .select((e) => e.fn.countAll<number>().as('n'))
+          .whereRef('e.agent', '=', 'a.name')
+          .where('e.status', '=', status('running'))
+          .as('running_rows'),
+      )
+      .execute() as Promise<SeatRow[]>;
+  },
+  evaluate(rows) {
+    const out: Finding[] = [];
+    for (const r of rows) {
+      const counted = Number(r.running_count);
+      const running = Number(r.running_rows);
+      if (counted !== running)
+        out.push({ subject: r.name, agent: r.name, reason: 'counter_mismatch', detail: { running_count: counted, running_rows: running } });
+    }
+    return out;
+  },
+};
