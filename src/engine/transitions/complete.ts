@@ -46,10 +46,12 @@ export async function completeWithLease(
 }
 
 /**
- * A completion that causes nothing else, as one statement: the same compare-and-set as
- * completeWithLease, taken only when the outcome is not a failure (no retry policy applies), the
- * execution is in no group, and its agent has no budget, no breaker and no enabled subscription —
- * so there is no spending, breaker count, retry, chained task or group progress to commit with it.
+ * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
+ * as completeWithLease, taken only when the outcome is not a failure (no retry policy applies),
+ * the execution is in no group, and its agent has no budget, no enabled subscription and a
+ * breaker that a success leaves unchanged (off, or closed with its whole window successes:
+ * breakerOnOutcome's patch would equal the row) — so there is no spending, breaker count, retry,
+ * chained task or group progress to commit with it.
  * `undefined` when it does not apply or is refused (nothing written): the caller completes in a
  * transaction, which does everything and explains a refusal.
  */
@@ -76,7 +78,17 @@ export async function completeAlone(
           .select('agents.name')
           .whereRef('agents.name', '=', 'executions.agent')
           .where('agents.budget', 'is', null)
-          .where('agents.breaker_config', 'is', null),
+          // A breaker that a success leaves as it is: off, or closed with a window of successes only.
+          .where((a) =>
+            a.or([
+              a('agents.breaker_config', 'is', null),
+              a.and([
+                a('agents.breaker_state', '=', 'closed'),
+                a('agents.breaker_consecutive', '=', 0),
+                a('agents.breaker_recent', '=', sql<string>`repeat('0', (agents.breaker_config::json ->> 'window')::int)`),
+              ]),
+            ]),
+          ),
       ),
     )
     .where((eb) =>

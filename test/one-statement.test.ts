@@ -1,0 +1,162 @@
+/**
+ * The common claim and completion in one statement on PostgreSQL (issue #12), and the seat counter
+ * they decide from. Counted on the statements the engine really sends (a recording Kysely plugin),
+ * on both stores: SQLite keeps its group-committed transactions, so its counts only show the
+ * fallbacks taken there are the same code.
+ */
+import type { KyselyPlugin } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BREAKER_DEFAULTS } from '../src/domain/breaker.ts';
+import { Engine } from '../src/engine/engine.ts';
+import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
+import type { DB } from '../src/store/schema.ts';
+import type { Kysely } from 'kysely';
+import { manualClock } from './helpers/clock.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let engine: Engine;
+const clock = manualClock();
+let sent = 0;
+let n = 0;
+
+/** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
+function countingStore(inner: StoreAdapter): StoreAdapter {
+  const plugin: KyselyPlugin = {
+    transformQuery: ({ node }) => {
+      sent++;
+      return node;
+    },
+    transformResult: async ({ result }) => result,
+  };
+  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
+  return Object.assign(Object.create(inner) as StoreAdapter, {
+    db: wrap(inner.db),
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
+  });
+}
+
+async function counted<T>(fn: () => Promise<T>): Promise<{ out: T; statements: number }> {
+  sent = 0;
+  const out = await fn();
+  return { out, statements: sent };
+}
+
+async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
+  const name = `one-${++n}`;
+  await engine.createAgent({ name, max_parallel: 2, max_backlog: 100, ...extra }, 'test');
+  return name;
+}
+
+const seats = async (agent: string) =>
+  Number(
+    (await ts.store.db.selectFrom('agents').select('running_count').where('name', '=', agent).executeTakeFirstOrThrow()).running_count,
+  );
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'one-statement' });
+});
+afterAll(async () => {
+  engine.close();
+  await ts.cleanup();
+});
+
+const pg = STORE_KIND === 'postgres';
+
+describe(`one statement per common transition (${STORE_KIND})`, () => {
+  it('a claim of an agent without holds is one statement (and the claim stamp one more, when due)', async () => {
+    const agent = await newAgent({ breaker: null });
+    for (let i = 0; i < 3; i++) {
+      await engine.submit(agent, { message: `t${i}` }, 'test');
+      clock.advance(1); // FIFO is by queued_at, then id
+    }
+    const first = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
+    expect(first.out.map((r) => r.message)).toEqual(['t0', 't1']); // FIFO, up to the free seats
+    expect(await seats(agent)).toBe(2);
+    if (pg) expect(first.statements).toBe(2); // the claim, and the first stamp of last_claim_at
+    const empty = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
+    expect(empty.out).toEqual([]);
+    if (pg) expect(empty.statements).toBe(1); // no free seat; stamped a moment ago
+  });
+
+  it('a plain success is one statement; one with something to follow runs its transaction', async () => {
+    const agent = await newAgent({ breaker: null });
+    await engine.submit(agent, { message: 'a' }, 'test');
+    const [row] = await engine.claim(agent, { owner: 'w', max: 1 });
+    const done = await counted(() => engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w'));
+    expect(done.out.status).toBe('succeeded');
+    expect(await seats(agent)).toBe(0);
+    if (pg) expect(done.statements).toBe(1);
+    // A failure may retry: the transaction decides it, whatever the agent.
+    await engine.submit(agent, { message: 'b' }, 'test');
+    const [b] = await engine.claim(agent, { owner: 'w', max: 1 });
+    const failed = await counted(() => engine.complete(b!.id, b!.lease_token!, { status: 'failed', error: { message: 'x' } }, 'w'));
+    expect(failed.out.status).toBe('failed');
+    expect(failed.statements).toBeGreaterThan(1);
+    // A refusal still says why (the one statement wrote nothing; the transaction explains).
+    await expect(engine.complete(b!.id, b!.lease_token!, { status: 'succeeded' }, 'w')).rejects.toMatchObject({
+      code: 'lease_lost',
+      message: expect.stringMatching(/already ended as failed/),
+    });
+  });
+
+  it('the default breaker: counted in a transaction until its window holds only successes, then one statement', async () => {
+    const agent = await newAgent({ max_parallel: 1 }); // breaker on, BREAKER_DEFAULTS
+    const statements: number[] = [];
+    for (let i = 0; i < BREAKER_DEFAULTS.window + 2; i++) {
+      await engine.submit(agent, { message: `s${i}` }, 'test');
+      const [r] = await engine.claim(agent, { owner: 'w', max: 1 });
+      statements.push((await counted(() => engine.complete(r!.id, r!.lease_token!, { status: 'succeeded' }, 'w'))).statements);
+    }
+    const row = await ts.store.db
+      .selectFrom('agents')
+      .select(['breaker_recent', 'breaker_consecutive'])
+      .where('name', '=', agent)
+      .executeTakeFirstOrThrow();
+    expect(row.breaker_recent).toBe('0'.repeat(BREAKER_DEFAULTS.window));
+    expect(Number(row.breaker_consecutive)).toBe(0);
+    if (pg) {
+      expect(statements.slice(0, BREAKER_DEFAULTS.window).every((s) => s > 1)).toBe(true);
+      expect(statements.slice(BREAKER_DEFAULTS.window)).toEqual([1, 1]);
+    }
+  });
+
+  it('holds and serial keys take the full admission: a paused agent admits nothing, a serial key one at a time', async () => {
+    const paused = await newAgent({ breaker: null });
+    await engine.submit(paused, { message: 'p' }, 'test');
+    await engine.pauseAgent(paused, 'test', 'test');
+    expect(await engine.claim(paused, { owner: 'w', max: 2 })).toEqual([]);
+    expect(await seats(paused)).toBe(0);
+
+    const serial = await newAgent({ breaker: null });
+    const s1 = await engine.submit(serial, { message: 's1' }, 'test');
+    clock.advance(1);
+    const s2 = await engine.submit(serial, { message: 's2' }, 'test');
+    await ts.store.db.updateTable('executions').set({ serial_key: 'k' }).where('id', 'in', [s1.id, s2.id]).execute();
+    const got = await engine.claim(serial, { owner: 'w', max: 2 });
+    expect(got.map((r) => r.id)).toEqual([s1.id]);
+    expect(await engine.claim(serial, { owner: 'w', max: 2 })).toEqual([]);
+    expect(await seats(serial)).toBe(1);
+  });
+
+  it('the counter follows every way out of running: completion, release, cancellation, the reaper', async () => {
+    const agent = await newAgent({ max_parallel: 4, breaker: null, lease_ttl_seconds: 30 });
+    for (let i = 0; i < 4; i++) await engine.submit(agent, { message: `r${i}` }, 'test');
+    const rows = await engine.claim(agent, { owner: 'w', max: 4 });
+    expect(await seats(agent)).toBe(4);
+    await engine.complete(rows[0]!.id, rows[0]!.lease_token!, { status: 'succeeded' }, 'w');
+    await engine.release(rows[1]!.id, rows[1]!.lease_token!, 'w');
+    await engine.cancel(rows[2]!.id, 'test');
+    expect(await seats(agent)).toBe(2); // a cancel asked of a running row leaves it running
+    clock.advance(60_000); // every lease lapses
+    await engine.reapOnce();
+    const running = await ts.store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', agent)
+      .where('status', '=', 'running')
+      .execute();
+    expect(await seats(agent)).toBe(running.length);
+  });
+});
