@@ -34,7 +34,8 @@
  *   npm run bench -- --only history                                     # both stores at 1,000,000
  * Options: --history-n N (default 1000000), --history-reps N (probe repetitions, default 100),
  * --history-canary-reps N (default 5), --history-schedules N (default 1000; 0 skips fire lag),
- * --history-prune-max-s S (default 600), --history-no-prune, --history-prune-only (fill, then the prune phase
+ * --history-prune-max-s S (default 600), --history-prune-idle-s S (default 15: the submit → claim probe against
+ * an idle `baton up` just before the prune, the baseline of "W2 at most doubles"; 0 skips it), --history-no-prune, --history-prune-only (fill, then the prune phase
  * alone: no probes). Saves bench/results/history-*.json,
  * history-*.md and history-latest.md. See bench/lib/history.ts and docs/benchmarks.md.
  */
@@ -96,6 +97,7 @@ const { values: a } = parseArgs({
     'history-canary-reps': { type: 'string', default: String(HISTORY_DEFAULTS.canaryReps) },
     'history-schedules': { type: 'string', default: String(HISTORY_DEFAULTS.schedules) },
     'history-prune-max-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneMaxS) },
+    'history-prune-idle-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneIdleS) },
     'history-no-prune': { type: 'boolean', default: false },
     'history-prune-only': { type: 'boolean', default: false },
   },
@@ -150,9 +152,11 @@ const w2cfg = {
 const anatomyReps = int('anatomy-reps', a['anatomy-reps']);
 const quietPct = int('quiet-pct', a['quiet-pct']);
 const quietMaxMs = int('quiet-max-s', a['quiet-max-s']) * 1000;
+type Mode = 'http' | 'inproc';
+/** Issue #12's targets, per store and way in: W1 tasks/s at least, W2 p50 ms at most. */
 const TARGETS = {
-  w1: { sqlite: 6000, postgres: 3000 } as Record<StoreKind, number>,
-  w2: { sqlite: 2, postgres: 4 } as Record<StoreKind, number>,
+  w1: { sqlite: { inproc: 10_000, http: 3_000 }, postgres: { inproc: 3_000, http: 1_600 } } as Record<StoreKind, Record<Mode, number>>,
+  w2: { sqlite: { inproc: 1, http: 2 }, postgres: { inproc: 3, http: 4 } } as Record<StoreKind, Record<Mode, number>>,
 };
 
 // ── environment ──────────────────────────────────────────────────────────────
@@ -345,7 +349,7 @@ function tableRows(): string[][] {
     if (r.error) {
       out.push([...base, 'ERROR', '', '', '', '', '', '', r.error.split('\n')[0]!.slice(0, 80)]);
     } else if (r.w1) {
-      const t = TARGETS.w1[r.store];
+      const t = TARGETS.w1[r.store][r.mode];
       const v = r.w1.verification;
       const ok = v.by_status.succeeded === r.w1.tasks && v.over_admissions === 0 && v.redelivered === 0;
       out.push([
@@ -360,7 +364,7 @@ function tableRows(): string[][] {
         `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims, ${fmt(r.w1.requests / r.w1.tasks, 2)} requests/task; ${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
       ]);
     } else if (r.w2) {
-      const t = TARGETS.w2[r.store];
+      const t = TARGETS.w2[r.store][r.mode];
       out.push([
         ...base,
         '',
@@ -513,6 +517,7 @@ async function mainHistory(): Promise<void> {
         canaryReps: int('history-canary-reps', a['history-canary-reps'], 1),
         schedules: int('history-schedules', a['history-schedules']),
         pruneMaxS: int('history-prune-max-s', a['history-prune-max-s'], 1),
+        pruneIdleS: int('history-prune-idle-s', a['history-prune-idle-s']),
         noPrune: a['history-no-prune']!,
         pruneOnly: a['history-prune-only']!,
         log,

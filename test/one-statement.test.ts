@@ -91,7 +91,9 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     // A failure may retry: the transaction decides it, whatever the agent.
     await engine.submit(agent, { message: 'b' }, 'test');
     const [b] = await engine.claim(agent, { owner: 'w', max: 1 });
-    const failed = await counted(() => engine.complete(b!.id, b!.lease_token!, { status: 'failed', error: { message: 'x' } }, 'w'));
+    const failed = await counted(() =>
+      engine.complete(b!.id, b!.lease_token!, { status: 'failed', error: { code: 'agent_error', message: 'x' } }, 'w'),
+    );
     expect(failed.out.status).toBe('failed');
     expect(failed.statements).toBeGreaterThan(1);
     // A refusal still says why (the one statement wrote nothing; the transaction explains).
