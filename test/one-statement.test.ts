@@ -161,4 +161,20 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       .execute();
     expect(await seats(agent)).toBe(running.length);
   });
+
+  it('concurrent submits fill the backlog exactly: the new-work turn and the row lock are one statement, the count the next', async () => {
+    const agent = await newAgent({ max_backlog: 25, breaker: null });
+    const results = await Promise.allSettled(Array.from({ length: 100 }, (_, i) => engine.submit(agent, { message: `c${i}` }, 'test')));
+    const created = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.filter((r) => r.status === 'rejected');
+    expect(created).toHaveLength(25);
+    expect(refused.every((r) => (r as PromiseRejectedResult).reason?.code === 'backlog_full')).toBe(true);
+    const queued = await ts.store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', agent)
+      .where('status', '=', 'queued')
+      .execute();
+    expect(queued).toHaveLength(25);
+  });
 });

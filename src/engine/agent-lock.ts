@@ -20,10 +20,5 @@ export type HeldAgent = AgentRow & { readonly [held]: true };
 export async function lockAgentsForNewWork(tx: Tx, store: StoreAdapter, names: string[]): Promise<HeldAgent[]> {
   const sorted = [...new Set(names)].sort();
   if (sorted.length === 0) return [];
-  const rows = await store.lockRows(tx.selectFrom('agents').selectAll().where('name', 'in', sorted).orderBy('name'), 'existence').execute();
-  await store.serialize(
-    tx,
-    rows.map((row) => `new-work:${row.name}`),
-  );
-  return rows as HeldAgent[];
+  return (await store.holdForNewWork(tx, sorted)) as HeldAgent[];
 }

@@ -660,8 +660,8 @@ export class Engine {
         : given.error,
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
-    // On PostgreSQL a completion that causes nothing else is one statement, one round trip.
-    const alone = this.store.kind === 'postgres' ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
+    // A completion that causes nothing else is one statement, one round trip (store.loneStatements).
+    const alone = this.store.loneStatements ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
     if (alone) {
       announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);

@@ -1,5 +1,5 @@
 import type { Insertable, Kysely, RawBuilder, SelectQueryBuilder } from 'kysely';
-import type { DB } from './schema.ts';
+import type { AgentRow, DB } from './schema.ts';
 import type { Topic } from './signals.ts';
 
 declare const txBrand: unique symbol;
@@ -9,7 +9,7 @@ export type Tx = Kysely<DB> & { readonly [txBrand]: true };
 export type StoreKind = 'sqlite' | 'postgres';
 /** Tables written in bulk. */
 export type BulkTable = 'executions' | 'audit_log';
-export type LockMode = 'wait' | 'skip' | 'admission' | 'existence';
+export type LockMode = 'wait' | 'skip' | 'admission';
 
 /**
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
@@ -17,6 +17,14 @@ export type LockMode = 'wait' | 'skip' | 'admission' | 'existence';
  */
 export interface StoreAdapter {
   readonly kind: StoreKind;
+  /**
+   * Whether the common claim and completion run as one guarded statement outside a transaction
+   * (transitions/admit.ts admitInOneStatement, transitions/complete.ts completeAlone): PostgreSQL,
+   * where that is one round trip instead of BEGIN, statements, COMMIT, and whose row locks and
+   * data-modifying CTEs those statements use. SQLite: no — its write transactions are
+   * group-committed (sqlite-group-commit.ts), so a transaction costs it no more.
+   */
+  readonly loneStatements: boolean;
   /** Shared handle for reads outside a transaction. Never use it inside `transaction()`. */
   readonly db: Kysely<DB>;
 
@@ -88,11 +96,13 @@ export interface StoreAdapter {
   lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB;
 
   /**
-   * Serialise transactions that pass the same key until they end (PostgreSQL: transaction
-   * advisory locks, all `keys` in one statement, taken in one fixed order so callers holding
-   * several never wait on each other in a cycle). SQLite: a no-op, for the same reason as lockRows.
+   * Hold agent rows for creating new work until the transaction ends (engine/agent-lock.ts says
+   * why): PostgreSQL takes an existence lock on each row (FOR KEY SHARE) and then a per-agent
+   * turn (a transaction advisory lock keyed `new-work:<name>`), in name order, in one statement;
+   * SQLite reads the rows (BEGIN IMMEDIATE already excludes every other writer). `names` come
+   * sorted; the rows found are returned in that order.
    */
-  serialize(tx: Tx, keys: string[]): Promise<void>;
+  holdForNewWork(tx: Tx, names: readonly string[]): Promise<AgentRow[]>;
 
   /**
    * Insert many rows in few statements (the scheduler's batch path). Columns are the union of

@@ -170,6 +170,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
 
   const adapter: StoreAdapter = {
     kind: 'postgres',
+    loneStatements: true,
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
     snapshot: (fn) => withRetry('repeatable read', true, fn),
@@ -191,15 +192,19 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
           return qb.forNoKeyUpdate().skipLocked() as QB;
         case 'admission':
           return qb.forNoKeyUpdate() as QB;
-        case 'existence':
-          return qb.forKeyShare() as QB;
       }
     },
-    async serialize(tx, keys) {
-      if (keys.length === 0) return;
-      await sql`SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(${keys}::text[]) AS k ORDER BY h) AS ordered`.execute(
-        tx,
-      );
+    async holdForNewWork(tx, names) {
+      // The rows locked in name order (a materialised CTE), then each turn taken in that order as
+      // the rows are read out: callers holding several agents never wait on each other in a cycle.
+      const rows = await tx
+        .with('held', (db) => db.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').forKeyShare())
+        .selectFrom('held')
+        .selectAll()
+        .select(sql<null>`pg_advisory_xact_lock(hashtext('new-work:' || held.name))`.as('_turn'))
+        .orderBy('name')
+        .execute();
+      return rows.map(({ _turn, ...row }) => row);
     },
     async insertMany(tx, table, rows) {
       // One JSON value has no parameter limit: bigger chunks, fewer round trips.

@@ -99,6 +99,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
 
   const adapter: StoreAdapter = {
     kind: 'sqlite',
+    loneStatements: false,
     db,
     // Write transactions that arrive in one event-loop turn share one COMMIT (sqlite-group-commit.ts).
     transaction: (fn) => groups.run(fn),
@@ -137,9 +138,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
-    async serialize() {
-      // BEGIN IMMEDIATE already excludes every other writer.
-    },
+    holdForNewWork: (tx, names) => tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').execute(),
     async insertMany(tx, table, rows) {
       for (let i = 0; i < rows.length; i += BULK_CHUNK) {
         const chunk = rows.slice(i, i + BULK_CHUNK);

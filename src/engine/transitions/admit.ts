@@ -187,7 +187,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
  * CLAIM_STAMP_EVERY_MS per agent).
  */
 export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
-  if (store.kind !== 'postgres') return undefined;
+  if (!store.loneStatements) return undefined;
   const tokens = Array.from({ length: Math.max(0, opts.max) }, newLeaseToken);
   const now = sql<number>`cast(${opts.now} as bigint)`;
   const rows = await store.db
