@@ -692,7 +692,7 @@ async function main(): Promise<void> {
       mdTable(HEAD, body),
       '',
       ...(Object.keys(anatomy).length
-        ? ['Statements per engine operation (in-process, one at a time, idle):', '', anatomyText(true), '']
+        ? ['Statements per engine operation (in-process, one at a time, idle, agents in their steady state):', '', anatomyText(true), '']
         : []),
       ...(scenarioBody.length ? ['Delivery and trigger scenarios:', '', mdTable(SCENARIO_HEAD, scenarioBody), ''] : []),
     ].join('\n');

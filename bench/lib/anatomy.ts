@@ -4,6 +4,7 @@
  * pg.Client.prototype.query (PostgreSQL) and better-sqlite3's Statement run/get/all/iterate
  * (SQLite) for the duration of the probe only.
  */
+import { BREAKER_DEFAULTS } from '../../src/domain/breaker.ts';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import type { Driver } from './drivers.ts';
@@ -77,17 +78,21 @@ export type BlockMeter = () => Promise<{ stop(): Promise<number | null> }>;
 
 /**
  * Probe submit, claim (one task), complete and an empty claim, each `reps` times in its own
- * block of sequential calls (so a block meter can attribute CPU to one kind of operation).
+ * block of sequential calls, on agents in their steady state (so a block meter can attribute CPU to one kind of operation).
  */
 export async function probeAnatomy(driver: Driver, reps: number, blockMeter?: BlockMeter): Promise<OpAnatomy[]> {
   // One agent (max_parallel 1) per repetition, so every claim sees the usual small counts.
   const agents = Array.from({ length: reps }, (_, i) => `anatomy-${i}`);
   for (const a of agents) await driver.createAgent(a, 1, 10);
-  // warm up the code paths first
-  for (let i = 0; i < 20; i++) {
-    await driver.submit(agents[0]!, i);
-    const [t] = await driver.claim(agents[0]!, { owner: 'probe', max: 1, waitMs: 0 });
-    await driver.complete(t!.id, t!.token);
+  // Warm up the code paths, and bring every agent to its steady state: the default circuit
+  // breaker counts outcomes in a window of BREAKER_DEFAULTS.window (20); until that window is
+  // full, each success changes the agent row, so its completion runs a transaction.
+  for (const a of agents) {
+    for (let i = 0; i < BREAKER_DEFAULTS.window; i++) {
+      await driver.submit(a, i);
+      const [t] = await driver.claim(a, { owner: 'probe', max: 1, waitMs: 0 });
+      await driver.complete(t!.id, t!.token);
+    }
   }
   await new Promise((r) => setTimeout(r, 50)); // let fire-and-forget notifications land
   const counter = installCounter();
