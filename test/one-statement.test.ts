@@ -11,6 +11,7 @@ import { Engine } from '../src/engine/engine.ts';
 import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
 import type { DB } from '../src/store/schema.ts';
 import type { Kysely } from 'kysely';
+import { commitStats } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
@@ -176,5 +177,20 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       .where('status', '=', 'queued')
       .execute();
     expect(queued).toHaveLength(25);
+  });
+
+  it('a heartbeat is one statement on PostgreSQL; on SQLite heartbeats arriving together share one commit', async () => {
+    const agent = await newAgent({ max_parallel: 8, breaker: null });
+    for (let i = 0; i < 8; i++) await engine.submit(agent, { message: `h${i}` }, 'test');
+    const rows = await engine.claim(agent, { owner: 'w', max: 8 });
+    expect(rows).toHaveLength(8);
+    clock.advance(1_000);
+    const one = await counted(() => engine.heartbeat(rows[0]!.id, rows[0]!.lease_token!));
+    expect(one.out.lease_expires_at).toBe(clock() + 30_000);
+    if (pg) expect(one.statements).toBe(1);
+    const before = commitStats(ts.store)?.commits;
+    await Promise.all(rows.map((r) => engine.heartbeat(r.id, r.lease_token!)));
+    if (!pg) expect(commitStats(ts.store)!.commits - before!).toBe(1);
+    await expect(engine.heartbeat(rows[0]!.id, 'ls_wrong')).rejects.toMatchObject({ code: 'lease_lost' });
   });
 });

@@ -632,18 +632,15 @@ export class Engine {
   /** Renew a lease. Says whether cancellation was requested. */
   async heartbeat(id: string, token: string): Promise<Renewed> {
     const now = this.now();
-    const { agent, ...renewed } = await renewLease(this.store.db, id, token, now);
+    // One statement: alone where that is one round trip (store.loneStatements), else in a
+    // transaction, which SQLite commits together with the writes around it (group commit).
+    const { agent, lapse_held, ...renewed } = this.store.loneStatements
+      ? await renewLease(this.store.db, id, token, now)
+      : await this.store.transaction((tx) => renewLease(tx, id, token, now));
     // A heartbeat is a worker of the agent seen again: it ends a shared-cause lapse hold (pull
     // agents only; a push agent's heartbeats come from Baton's dispatcher, its hold times out).
-    // The primary-key read costs little; the transaction runs only when a hold is set.
-    const held = await this.store.db
-      .selectFrom('agents')
-      .select('name')
-      .where('name', '=', agent)
-      .where('delivery', '=', 'pull')
-      .where('lapse_hold_at', 'is not', null)
-      .executeTakeFirst();
-    if (held && (await this.store.transaction((tx) => clearLapseHold(tx, agent, now, `heartbeat:${id}`, 'heartbeat')))) {
+    // The transaction runs only when a hold is set.
+    if (lapse_held && (await this.store.transaction((tx) => clearLapseHold(tx, agent, now, `heartbeat:${id}`, 'heartbeat')))) {
       this.store.publish('agent', agent);
     }
     return renewed;

@@ -14,7 +14,13 @@ export async function renewLease(
   id: string,
   token: string,
   now: number,
-): Promise<Renewed & { /** a heartbeat ends its agent's shared-cause lapse hold (engine.ts) */ agent: string }> {
+): Promise<
+  Renewed & {
+    agent: string;
+    /** The agent is pull-delivered and under a shared-cause lapse hold, which a heartbeat ends (engine.ts). */
+    lapse_held: boolean;
+  }
+> {
   const row = await db
     .updateTable('executions')
     .set({ lease_expires_at: sql<number>`cast(${now} as bigint) + lease_ttl_seconds * 1000`, heartbeat_at: now })
@@ -22,6 +28,19 @@ export async function renewLease(
     .where('status', '=', 'running')
     .where('lease_token', '=', token)
     .returning(['lease_expires_at', 'cancel_requested_at', 'deadline_at', 'agent'])
+    // Read in the same statement: one round trip per heartbeat.
+    .returning((eb) =>
+      eb
+        .exists(
+          eb
+            .selectFrom('agents')
+            .select('agents.name')
+            .whereRef('agents.name', '=', 'executions.agent')
+            .where('agents.delivery', '=', 'pull')
+            .where('agents.lapse_hold_at', 'is not', null),
+        )
+        .as('lapse_held'),
+    )
     .executeTakeFirst();
   if (!row) return explainRefusal(db, id, token, false);
   return {
@@ -29,5 +48,7 @@ export async function renewLease(
     cancel_requested: row.cancel_requested_at !== null,
     deadline_at: row.deadline_at,
     agent: row.agent,
+    // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+    lapse_held: Boolean(row.lapse_held),
   };
 }
