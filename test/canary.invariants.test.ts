@@ -382,14 +382,6 @@ describe("S-04 each agent's seat counter equals its running rows", () => {
     await engine.complete(rows[0]!.id, rows[0]!.lease_token!, { status: 'succeeded' }, 'worker:test');
     await engine.release(rows[1]!.id, rows[1]!.lease_token!, 'worker:test');
     await engine.cancel(rows[2]!.id, 'test');
-    const seats = await ts.store.db.selectFrom('agents').select('running_count').where('name', '=', agent).executeTakeFirstOrThrow();
-    const running = await ts.store.db
-      .selectFrom('executions')
-      .select('id')
-      .where('agent', '=', agent)
-      .where('status', '=', 'running')
-      .execute();
-    expect(Number(seats.running_count)).toBe(running.length);
     expect(await findings('S-04', agent)).toEqual([]);
   });
 });
