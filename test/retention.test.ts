@@ -12,8 +12,9 @@ import { LeaderLease } from '../src/engine/leader.ts';
 import { ArchiveWriter, readArchive, validLength, type ArchiveRecord } from '../src/retention/archive.ts';
 import { exportHistory } from '../src/retention/export.ts';
 import { DAY_MS, pruneAll, type SweepReport } from '../src/retention/prune.ts';
-import { Pruner, PRUNE_MIN_PAUSE_MS } from '../src/retention/pruner.ts';
+import { Pruner, PRUNE_MIN_PAUSE_MS, PRUNE_QUIET_MS } from '../src/retention/pruner.ts';
 import { readHistoryStats } from '../src/retention/stats.ts';
+import type { StoreAdapter } from '../src/store/adapter.ts';
 import { SWEEP_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { executionRow, seedHistory } from './helpers/history.ts';
@@ -102,12 +103,15 @@ describe(`retention (${STORE_KIND})`, () => {
       ])
       .execute();
     expect(await countWhere('execution_events', old)).toBe(450);
-    expect(await countWhere('execution_logs', old)).toBeGreaterThan(0);
-    expect(await countWhere('idempotency_keys', old)).toBeGreaterThan(0);
+    const oldLogs = await countWhere('execution_logs', old);
+    const oldKeys = await countWhere('idempotency_keys', old);
+    expect(oldLogs).toBeGreaterThan(0);
+    expect(oldKeys).toBeGreaterThan(0);
 
     const r = await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW, batchSize: 110 });
     expect(r.executions).toBe(150);
     expect(r.events).toBe(450);
+    expect([r.logs, r.keys]).toEqual([oldLogs, oldKeys]);
     expect(r.batches).toBeGreaterThanOrEqual(3);
     const left = await ids('executions');
     for (const id of old) expect(left.has(id)).toBe(false);
@@ -549,6 +553,44 @@ describe(`retention (${STORE_KIND})`, () => {
     }
     await pruner.lease?.release();
     await other.lease?.release();
+  });
+
+  it('paces by demand: the minimum pause while nothing else happens, the long one after work announced during a batch, a wait for a quiet moment after work just announced', async () => {
+    await seedHistory(ts.store, { count: 40, from: NOW - 60 * DAY_MS });
+    // Another writer announces a state change while the batch holds the store (as a submit would).
+    let busy = false;
+    const store: StoreAdapter = {
+      ...ts.store,
+      pruneTransaction: async (fn) => {
+        const out = await ts.store.pruneTransaction(fn);
+        if (busy) ts.store.publish('execution', 'other');
+        return out;
+      },
+    };
+    const settings = { ...WINDOWS, archiveDir: undefined };
+    // A large factor: the long pause is unmistakable (and at least a second).
+    const pruner = new Pruner({ store, settings, nodeId: 'node-a', batchSize: 5, pauseFactor: 1000, demandPacing: true });
+    expect((await pruner.pass()).nextInMs).toBe(PRUNE_MIN_PAUSE_MS);
+    busy = true;
+    const paces: number[] = [];
+    for (let i = 0; i < 2; i++) paces.push((await pruner.pass()).nextInMs!); // SQLite: a checkpoint step, then a batch
+    expect(Math.max(...paces)).toBeGreaterThan(PRUNE_MIN_PAUSE_MS);
+    busy = false;
+    let out = await pruner.pass();
+    while (out.nextInMs !== PRUNE_MIN_PAUSE_MS) out = await pruner.pass();
+    ts.store.publish('execution', 'other'); // just now: the next pass waits for a quiet moment first
+    const t0 = performance.now();
+    await pruner.pass();
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(PRUNE_QUIET_MS * 0.8);
+    for (let i = 0; out.nextInMs !== undefined && i < 100; i++) out = await pruner.pass();
+    expect((await ids('executions')).size).toBe(0);
+    await pruner.lease?.release();
+    // Without demand pacing, the long pause whatever happens.
+    await seedHistory(ts.store, { count: 5, from: NOW - 60 * DAY_MS });
+    const fixed = new Pruner({ store, settings, nodeId: 'node-a', batchSize: 5, pauseFactor: 1000, demandPacing: false });
+    expect((await fixed.pass()).nextInMs).toBeGreaterThan(PRUNE_MIN_PAUSE_MS);
+    for (let i = 0; (await fixed.pass()).nextInMs !== undefined && i < 10; i++);
+    await fixed.lease?.release();
   });
 
   it('the pruner sets the WAL auto-checkpoint aside for a sweep, checkpoints between batches, and restores it after a sweep and after a failing one', async () => {

@@ -55,6 +55,8 @@ export interface HistoryConfig {
   schedules: number;
   pruneDetectS: number;
   pruneMaxS: number;
+  /** Seconds of the submit → claim probe against an idle `baton up` (retention off) just before the prune: its baseline. */
+  pruneIdleS: number;
   batch: number;
   /** Skip the prune phase. */
   noPrune: boolean;
@@ -74,6 +76,7 @@ export const HISTORY_DEFAULTS: Omit<HistoryConfig, 'store' | 'pgUrl' | 'log'> = 
   schedules: 1000,
   pruneDetectS: 60,
   pruneMaxS: 600,
+  pruneIdleS: 15,
   batch: 10_000,
   noPrune: false,
   pruneOnly: false,
@@ -152,6 +155,13 @@ export interface PruneResult {
   healthz_pings?: number;
   healthz_over_100ms?: number;
   submit_to_claim?: LatencySummary;
+  /** The same probe, only the samples that started while a sweep ran (retention_state's started → completed). */
+  submit_to_claim_sweeping?: LatencySummary;
+  /** The same probe (and /healthz pings) for --history-prune-idle-s against `baton up` with retention off, just before. */
+  idle_submit_to_claim?: LatencySummary;
+  idle_healthz_worst_ms?: number;
+  /** submit → claim while sweeping / idle: p50 and p99 ratios ("W2 latency at most doubles"). */
+  w2_ratio?: { p50: number; p99: number };
   submit_errors?: number;
   remaining?: number;
   /** A task claimed before the prune and heartbeated every 10 s through it; reaper lapses of any running row meanwhile. */
@@ -358,6 +368,47 @@ function healthzLoop(url: string, everyMs = 10) {
         pings: sample.length,
         over100: sample.filter((x) => x > 100).length,
       };
+    },
+  };
+}
+
+/**
+ * The prune phase's submit → claim probe: submit, claim (long poll 10 s), complete, every ~100 ms
+ * until stopped. Each sample is [epoch ms when its submit started, submit → claim ms].
+ */
+function submitClaimLoop(http: Http, tag: string) {
+  const samples: Array<[number, number]> = [];
+  let errors = 0;
+  let looping = true;
+  const done = (async () => {
+    while (looping) {
+      try {
+        const at = Date.now();
+        const t = performance.now();
+        await http.call('POST', `/v1/agents/${agentName(1)}/executions`, { message: 'probe', payload: { probe: tag } });
+        const claimed = (
+          await http.call('POST', `/v1/agents/${agentName(1)}/claim`, { worker_id: 'bench-prune', max: 1, wait_seconds: 10 })
+        ).body;
+        const task = claimed?.tasks?.[0];
+        if (task) {
+          samples.push([at, performance.now() - t]);
+          await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, {
+            lease_token: task.lease_token,
+            status: 'succeeded',
+          });
+        } else errors++;
+      } catch {
+        errors++;
+      }
+      await sleep(100);
+    }
+  })();
+  return {
+    samples,
+    async stop() {
+      looping = false;
+      await done;
+      return { samples, errors };
     },
   };
 }
@@ -648,6 +699,25 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     log(
       `${eligible.toLocaleString('en-US')} executions completed more than ${cfg.retentionDays} days ago; starting baton up with BATON_RETENTION_DAYS=${cfg.retentionDays}`,
     );
+    // The baseline of "W2 latency at most doubles while the pruner works": the same probe, with the
+    // same /healthz pings beside it, against the same store with retention off, just before.
+    let idle: { s2c: number[]; healthzWorst: number } | undefined;
+    if (cfg.pruneIdleS > 0) {
+      const quiet = await startServer(db, 'spawn', { port: port + 1, env: QUIET });
+      try {
+        const qhz = healthzLoop(quiet.url);
+        const q = submitClaimLoop(new Http(quiet.url, quiet.key), 'prune-idle');
+        await sleep(cfg.pruneIdleS * 1000);
+        const r = await q.stop();
+        idle = { s2c: r.samples.map((x) => x[1]), healthzWorst: (await qhz.stop()).worst };
+      } finally {
+        await quiet.stop();
+      }
+      const is = summarize(idle.s2c);
+      log(
+        `idle baseline (${cfg.pruneIdleS} s, retention off): submit→claim p50 ${is.p50} / p99 ${is.p99} ms (n ${is.n}); worst /healthz ${idle.healthzWorst} ms`,
+      );
+    }
     // Reaper lapses during the phase: events after this id that took a running row away.
     const firstEvent = Number((await p.one<{ m: number | null }>('SELECT max(id) AS m FROM execution_events'))?.m ?? 0);
     const t0 = Date.now();
@@ -682,31 +752,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       }
     })();
     // submit → claim → complete every ~100 ms while the pruner works.
-    const s2c: number[] = [];
-    let submitErrors = 0;
-    let looping = true;
-    const loop = (async () => {
-      while (looping) {
-        try {
-          const t = performance.now();
-          await http.call('POST', `/v1/agents/${agentName(1)}/executions`, { message: 'probe', payload: { probe: 'prune' } });
-          const claimed = (
-            await http.call('POST', `/v1/agents/${agentName(1)}/claim`, { worker_id: 'bench-prune', max: 1, wait_seconds: 10 })
-          ).body;
-          const task = claimed?.tasks?.[0];
-          if (task) {
-            s2c.push(performance.now() - t);
-            await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, {
-              lease_token: task.lease_token,
-              status: 'succeeded',
-            });
-          } else submitErrors++;
-        } catch {
-          submitErrors++;
-        }
-        await sleep(100);
-      }
-    })();
+    const loop = submitClaimLoop(http, 'prune');
     // Progress by counting (the pruner records a sweep in retention_state only when it ends):
     // the old rows left, every second, through the executions_completed index.
     let available = false;
@@ -777,10 +823,20 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       await sleep(5_000);
       state = await watchState();
     }
-    looping = false;
     beating = false;
-    await loop;
+    const { samples, errors: submitErrors } = await loop.stop();
+    const s2c = samples.map((x) => x[1]);
     await beat;
+    // The samples that started while a sweep that removed executions ran (the pruner's own times).
+    const sweeping = summarize(
+      samples.filter(([at]) => sweeps.some((w) => at >= Number(w.last_started_at) && at <= Number(w.last_completed_at))).map((x) => x[1]),
+    );
+    const idleS2c = idle ? summarize(idle.s2c) : undefined;
+    const w2Ratio =
+      idleS2c && sweeping.n > 0
+        ? { p50: Math.round((sweeping.p50 / idleS2c.p50) * 100) / 100, p99: Math.round((sweeping.p99 / idleS2c.p99) * 100) / 100 }
+        : undefined;
+    const idleFields = { idle_submit_to_claim: idleS2c, idle_healthz_worst_ms: idle?.healthzWorst, w2_ratio: w2Ratio };
     if (held.id)
       await http
         .call('POST', `/v1/executions/${enc(held.id)}/complete`, { lease_token: held.token, status: 'succeeded' })
@@ -813,6 +869,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
         healthz_pings: h.pings,
         healthz_over_100ms: h.over100,
         submit_to_claim: summarize(s2c),
+        ...idleFields,
         submit_errors: submitErrors,
         held_lease: heldLease,
       };
@@ -838,12 +895,17 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       healthz_pings: h.pings,
       healthz_over_100ms: h.over100,
       submit_to_claim: summarize(s2c),
+      submit_to_claim_sweeping: sweeping,
+      ...idleFields,
       submit_errors: submitErrors,
       remaining: left,
       held_lease: heldLease,
     };
     log(
       `removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`,
+    );
+    log(
+      `submit→claim while sweeping: p50 ${sweeping.p50} / p99 ${sweeping.p99} ms (n ${sweeping.n}); idle baseline p50 ${idleS2c?.p50 ?? '?'} / p99 ${idleS2c?.p99 ?? '?'} ms; ratio p50 ${w2Ratio?.p50 ?? '?'}× p99 ${w2Ratio?.p99 ?? '?'}×`,
     );
     return out;
   } finally {
@@ -1082,6 +1144,16 @@ export function historyRows(r: HistoryResult): string[][] {
           e ? f(p.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×' : '',
           '≤ 1.5×',
           e ? (p.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED') : '',
+        ]);
+      if (p.idle_submit_to_claim && p.submit_to_claim_sweeping)
+        rows.push([
+          s,
+          'submit → claim while sweeping (n) vs idle just before (n)',
+          `${trip(p.idle_submit_to_claim)} (${p.idle_submit_to_claim.n})`,
+          `${trip(p.submit_to_claim_sweeping)} (${p.submit_to_claim_sweeping.n})`,
+          p.w2_ratio ? `${f(p.w2_ratio.p50, 2)}× (p99 ${f(p.w2_ratio.p99, 2)}×)` : '–',
+          '≤ 2× (p50 and p99)',
+          p.w2_ratio ? (p.w2_ratio.p50 <= 2 && p.w2_ratio.p99 <= 2 ? 'met' : 'MISSED') : '',
         ]);
     }
   }
