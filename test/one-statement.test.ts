@@ -54,6 +54,10 @@ const seats = async (agent: string) =>
     (await ts.store.db.selectFrom('agents').select('running_count').where('name', '=', agent).executeTakeFirstOrThrow()).running_count,
   );
 
+/** An agent's rows in one status, counted. */
+const count = async (agent: string, status: 'queued' | 'running') =>
+  (await ts.store.db.selectFrom('executions').select('id').where('agent', '=', agent).where('status', '=', status).execute()).length;
+
 beforeAll(async () => {
   ts = await openTestStore();
   engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'one-statement' });
@@ -154,13 +158,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     expect(await seats(agent)).toBe(2); // a cancel asked of a running row leaves it running
     clock.advance(60_000); // every lease lapses
     await engine.reapOnce();
-    const running = await ts.store.db
-      .selectFrom('executions')
-      .select('id')
-      .where('agent', '=', agent)
-      .where('status', '=', 'running')
-      .execute();
-    expect(await seats(agent)).toBe(running.length);
+    expect(await seats(agent)).toBe(await count(agent, 'running'));
   });
 
   it('concurrent submits fill the backlog exactly: the new-work turn and the row lock are one statement, the count the next', async () => {
@@ -170,13 +168,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const refused = results.filter((r) => r.status === 'rejected');
     expect(created).toHaveLength(25);
     expect(refused.every((r) => (r as PromiseRejectedResult).reason?.code === 'backlog_full')).toBe(true);
-    const queued = await ts.store.db
-      .selectFrom('executions')
-      .select('id')
-      .where('agent', '=', agent)
-      .where('status', '=', 'queued')
-      .execute();
-    expect(queued).toHaveLength(25);
+    expect(await count(agent, 'queued')).toBe(25);
   });
 
   it('a heartbeat is one statement on PostgreSQL; on SQLite heartbeats arriving together share one commit', async () => {
