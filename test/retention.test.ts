@@ -82,17 +82,14 @@ function readArchiveDir(dir: string): ArchiveRecord[] {
   return out;
 }
 
+/** 120 runs 60 days old — logs on every third, keys on every tenth, every fourth failed and retried (150 rows). */
+const seedOld = () =>
+  seedHistory(ts.store, { count: 120, from: NOW - 60 * DAY_MS, stepMs: 1000, logsEvery: 3, keysEvery: 10, chainsEvery: 4 });
+
 describe(`retention (${STORE_KIND})`, () => {
   it('prunes terminal executions older than the window with their events, logs, heads and keys; keeps young and unfinished ones', async () => {
     // Every fourth run failed and was retried: chains straddle the delete statements (100 ids each).
-    const old = await seedHistory(ts.store, {
-      count: 120,
-      from: NOW - 60 * DAY_MS,
-      stepMs: 1000,
-      logsEvery: 3,
-      keysEvery: 10,
-      chainsEvery: 4,
-    });
+    const old = await seedOld();
     expect(old).toHaveLength(150);
     const young = await seedHistory(ts.store, { count: 30, from: NOW - 2 * DAY_MS, stepMs: 1000 });
     await ts.store.db
@@ -602,14 +599,7 @@ describe(`retention (${STORE_KIND})`, () => {
     // Not the default: the sweep restores what it found.
     if (STORE_KIND === 'sqlite') await sql`PRAGMA wal_autocheckpoint = 777`.execute(ts.store.db);
     const found = await autoCheckpoint();
-    const old = await seedHistory(ts.store, {
-      count: 120,
-      from: NOW - 60 * DAY_MS,
-      stepMs: 1000,
-      logsEvery: 3,
-      keysEvery: 10,
-      chainsEvery: 4,
-    });
+    const old = await seedOld();
     const young = await seedHistory(ts.store, { count: 30, from: NOW - 2 * DAY_MS, stepMs: 1000 });
     await ts.store.db
       .insertInto('executions')
