@@ -1,6 +1,9 @@
+import fc from 'fast-check';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.ts';
 import { BatonError } from '../src/domain/errors.ts';
+import { newExecutionId } from '../src/domain/ids.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
@@ -39,6 +42,33 @@ const claimOne = async (owner = 'w1') => {
 };
 
 describe(`transitions (${STORE_KIND})`, () => {
+  it('execution ids sort by their creation time, in JavaScript and in the store', async () => {
+    const time = fc.integer({ min: 0, max: 2 ** 48 - 1 });
+    fc.assert(
+      fc.property(time, time, (a, b) => {
+        const [x, y] = [newExecutionId(a), newExecutionId(b)];
+        expect(x).toMatch(/^ex_[0-9a-v]{10}[A-Za-z0-9_-]{12}$/);
+        if (a < b) expect(x < y).toBe(true);
+        if (a > b) expect(x > y).toBe(true);
+      }),
+    );
+    // The store's own order (its collation) agrees: that is what keeps its indexes time-ordered.
+    const start = Date.UTC(2026, 0, 1);
+    const ids = Array.from({ length: 40 }, (_, i) => newExecutionId(start + i * 997 * (i % 3 ? 1 : 31)));
+    const union = sql.join(
+      ids.map((id) => sql`SELECT ${id} AS id`),
+      sql` UNION ALL `,
+    );
+    const { rows } = await sql<{ id: string }>`SELECT id FROM (${union}) AS t ORDER BY id`.execute(ts.store.db);
+    expect(rows.map((r) => r.id)).toEqual([...ids].sort());
+    expect([...ids].sort()).toEqual(
+      ids
+        .map((id, i) => [id, start + i * 997 * (i % 3 ? 1 : 31)] as const)
+        .sort((p, q) => p[1] - q[1])
+        .map(([id]) => id),
+    );
+  });
+
   it('submit → queued with an event, then claim → running with a lease', async () => {
     const ex = await engine.submit(agent, { message: 'hello', payload: { a: 1 } }, 'key:test');
     expect(ex.status).toBe('queued');

@@ -45,6 +45,7 @@
 import { randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
 import pg from 'pg';
+import { newExecutionId } from '../../src/domain/ids.ts';
 
 export interface FillAgent {
   name: string;
@@ -206,7 +207,7 @@ export class HistoryGenerator {
     const ai = Math.floor(r() * this.o.agents.length);
     const agent = this.o.agents[ai]!;
     const cap = Math.max(1, agent.max_parallel);
-    const id = this.id('ex_');
+    const id = newExecutionId(created);
     // Queue wait, then a free seat (first come, first served by creation time).
     // Never before the agent's previous admission: then every run that could overlap this one
     // is already known when its seats are counted.
