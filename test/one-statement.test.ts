@@ -24,11 +24,12 @@ let n = 0;
 /** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
 function countingStore(inner: StoreAdapter): StoreAdapter {
   const plugin: KyselyPlugin = {
-    transformQuery: ({ node }) => {
+    // Once per statement executed (transformQuery also sees each CTE's own query builder).
+    transformQuery: ({ node }) => node,
+    transformResult: async ({ result }) => {
       sent++;
-      return node;
+      return result;
     },
-    transformResult: async ({ result }) => result,
   };
   const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
   return Object.assign(Object.create(inner) as StoreAdapter, {
@@ -83,6 +84,26 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const empty = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
     expect(empty.out).toEqual([]);
     if (pg) expect(empty.statements).toBe(1); // no free seat; stamped a moment ago
+  });
+
+  it('a submit is its new-work turn and one insert that also writes its audit row; a refusal writes neither', async () => {
+    const agent = await newAgent({ max_backlog: 1 });
+    const audits = async (action: string) =>
+      ts.store.db
+        .selectFrom('audit_log')
+        .select(['execution_id', 'actor'])
+        .where('subject', '=', agent)
+        .where('action', '=', action)
+        .execute();
+    const made = await counted(() => engine.submit(agent, { message: 'a' }, 'key:one'));
+    expect(made.out.status).toBe('queued');
+    if (pg) expect(made.statements).toBe(2); // the hold, then the insert with its audit row
+    expect(await audits('execution.create')).toEqual([{ execution_id: made.out.id, actor: 'key:one' }]);
+    // The backlog is full: the insert inserts nothing, so its audit row is not written either.
+    await expect(engine.submit(agent, { message: 'b' }, 'key:one')).rejects.toMatchObject({ code: 'backlog_full' });
+    expect(await count(agent, 'queued')).toBe(1);
+    expect(await audits('execution.create')).toHaveLength(1);
+    expect(await audits('execution.refused')).toHaveLength(1);
   });
 
   it('a plain success is one statement; one with something to follow runs its transaction', async () => {

@@ -10,7 +10,11 @@ export interface AuditEntry {
   detail?: Record<string, unknown> | null;
 }
 
-const auditRow = (e: AuditEntry) => ({
+/** The columns an entry fills, in auditRow's order. */
+export const AUDIT_COLUMNS = ['at', 'actor', 'action', 'subject', 'execution_id', 'detail'] as const;
+
+/** An entry as its audit_log row. */
+export const auditRow = (e: AuditEntry) => ({
   at: e.at,
   actor: e.actor,
   action: e.action,

@@ -3,7 +3,7 @@ import { newExecutionId } from '../../domain/ids.ts';
 import type { OverlapPolicy } from '../../domain/policies.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
-import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
+import type { AgentRow, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import { LIVE_STATUSES } from '../status-sql.ts';
 import { createExecutions, queuedValues, type CreateAudit, type NewQueued } from '../transitions/create.ts';
 
@@ -81,7 +81,7 @@ export async function startRun(
   spec: RunSpec,
   now: number,
   actor: string,
-  audit: CreateAudit<ExecutionRow>,
+  audit: CreateAudit<NewExecution>,
 ): Promise<RunOutcome> {
   if (spec.overlap === 'skip') {
     const busy = await runInFlight(tx, spec);
