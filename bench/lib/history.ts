@@ -827,10 +827,15 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     const { samples, errors: submitErrors } = await loop.stop();
     const s2c = samples.map((x) => x[1]);
     await beat;
-    // The samples that started while a sweep that removed executions ran (the pruner's own times).
-    const sweeping = summarize(
-      samples.filter(([at]) => sweeps.some((w) => at >= Number(w.last_started_at) && at <= Number(w.last_completed_at))).map((x) => x[1]),
-    );
+    // The samples that started while a sweep that removed executions ran (the pruner's own times);
+    // a sweep still running when the phase stopped (--history-prune-max-s) has no record yet: then
+    // from the poll before the first removal seen to the last one.
+    const windows: Array<[number, number]> = sweeps.length
+      ? sweeps.map((w) => [Number(w.last_started_at), Number(w.last_completed_at)])
+      : firstDropAt !== null
+        ? [[firstDropAt - 1000, lastProgressAt]]
+        : [];
+    const sweeping = summarize(samples.filter(([at]) => windows.some(([from, to]) => at >= from && at <= to)).map((x) => x[1]));
     const idleS2c = idle ? summarize(idle.s2c) : undefined;
     const w2Ratio =
       idleS2c && sweeping.n > 0
