@@ -86,7 +86,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     if (pg) expect(empty.statements).toBe(1); // no free seat; stamped a moment ago
   });
 
-  it('a submit is its new-work turn and one insert that also writes its audit row; a refusal writes neither', async () => {
+  it('a submit is one statement (its new-work turn, backlog count, row and audit row); a refusal writes neither', async () => {
     const agent = await newAgent({ max_backlog: 1 });
     const audits = async (action: string) =>
       ts.store.db
@@ -97,13 +97,69 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
         .execute();
     const made = await counted(() => engine.submit(agent, { message: 'a' }, 'key:one'));
     expect(made.out.status).toBe('queued');
-    if (pg) expect(made.statements).toBe(2); // the hold, then the insert with its audit row
+    if (pg) expect(made.statements).toBe(1); // baton_submit (migration 0020)
     expect(await audits('execution.create')).toEqual([{ execution_id: made.out.id, actor: 'key:one' }]);
     // The backlog is full: the insert inserts nothing, so its audit row is not written either.
     await expect(engine.submit(agent, { message: 'b' }, 'key:one')).rejects.toMatchObject({ code: 'backlog_full' });
     expect(await count(agent, 'queued')).toBe(1);
     expect(await audits('execution.create')).toHaveLength(1);
     expect(await audits('execution.refused')).toHaveLength(1);
+  });
+
+  it('the one-statement submit writes what the transaction path writes: row, event, audit', async () => {
+    const agent = await newAgent({
+      max_redeliveries: 4,
+      timeout_seconds: 77,
+      lease_ttl_seconds: 13,
+      retry_policy: { max_attempts: 3, base_seconds: 2, factor: 2, max_seconds: 60, jitter: 0 },
+    });
+    const inputs = [
+      { message: 'plain' },
+      {
+        message: 'full',
+        payload: { a: [1, 'x'] },
+        priority: -2,
+        run_after: clock() + 5_000,
+        trigger: 'cli' as const,
+        origin: { key_id: 'k1' },
+        idempotency_key: 'idem-1',
+        retry: { max_attempts: 2, base_seconds: 9, factor: 3, max_seconds: 90, jitter: 0.1 },
+      },
+    ];
+    for (const input of inputs) {
+      const alone = await counted(() => engine.submit(agent, input, 'key:two'));
+      // A no-op follow-up keeps the submit in its transaction (createExecutions under the hold).
+      const inTx = await counted(() => engine.submit(agent, input, 'key:two', async () => {}));
+      if (pg) {
+        expect(alone.statements).toBe(1);
+        expect(inTx.statements).toBeGreaterThan(1);
+      }
+      const { id: a, ...aloneRest } = alone.out;
+      const { id: b, ...inTxRest } = inTx.out;
+      expect(aloneRest).toEqual(inTxRest);
+      for (const id of [a, b]) {
+        const [stored] = await ts.store.db.selectFrom('executions').selectAll().where('id', '=', id).execute();
+        expect(stored).toEqual(id === a ? alone.out : inTx.out);
+      }
+      const events = await ts.store.db
+        .selectFrom('execution_events')
+        .select(['execution_id', 'from_status', 'to_status', 'at', 'actor', 'reason', 'attempt', 'seats_in_use', 'seat_cap'])
+        .where('execution_id', 'in', [a, b])
+        .orderBy('id')
+        .execute();
+      expect(events.map(({ execution_id, ...e }) => e)).toEqual([events[1], events[1]].map(({ execution_id, ...e }) => e));
+      expect(events.map((e) => e.execution_id)).toEqual([a, b]);
+      const audits = await ts.store.db
+        .selectFrom('audit_log')
+        .select(['execution_id', 'at', 'actor', 'action', 'subject', 'detail'])
+        .where('execution_id', 'in', [a, b])
+        .orderBy('id')
+        .execute();
+      expect(audits.map(({ execution_id, ...e }) => e)).toEqual([audits[1], audits[1]].map(({ execution_id, ...e }) => e));
+      expect(audits.map((e) => e.execution_id)).toEqual([a, b]);
+    }
+    // An unknown agent is not found, as on the transaction path.
+    await expect(engine.submit('no-such-agent', { message: 'x' }, 'test')).rejects.toMatchObject({ code: 'not_found' });
   });
 
   it('a plain success is one statement; one with something to follow runs its transaction', async () => {
@@ -182,12 +238,19 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     expect(await seats(agent)).toBe(await count(agent, 'running'));
   });
 
-  it('concurrent submits fill the backlog exactly: the new-work turn and the row lock are one statement, the count the next', async () => {
+  it('concurrent submits fill the backlog exactly, one-statement and transaction-path creators alike', async () => {
     const agent = await newAgent({ max_backlog: 25, breaker: null });
-    const results = await Promise.allSettled(Array.from({ length: 100 }, (_, i) => engine.submit(agent, { message: `c${i}` }, 'test')));
-    const created = results.filter((r) => r.status === 'fulfilled');
+    // One-statement submits race transaction-path creators of the same agent's work (a submit
+    // with something to write after its row, a batch submit): the same turn, so the count is exact.
+    const [results, batches] = await Promise.all([
+      Promise.allSettled(
+        Array.from({ length: 100 }, (_, i) => engine.submit(agent, { message: `c${i}` }, 'test', i % 3 === 0 ? async () => {} : undefined)),
+      ),
+      Promise.all(Array.from({ length: 5 }, (_, i) => engine.submitMany(agent, [{ message: `b${i}.0` }, { message: `b${i}.1` }], 'test'))),
+    ]);
+    const created = results.filter((r) => r.status === 'fulfilled').length + batches.flat().filter((o) => o.kind === 'created').length;
     const refused = results.filter((r) => r.status === 'rejected');
-    expect(created).toHaveLength(25);
+    expect(created).toBe(25);
     expect(refused.every((r) => (r as PromiseRejectedResult).reason?.code === 'backlog_full')).toBe(true);
     expect(await count(agent, 'queued')).toBe(25);
   });

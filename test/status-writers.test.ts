@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 // compare-and-set on the status it expects. Adding a writer anywhere is a visible change to
 // the lists below; an unguarded UPDATE fails outright. New executions are inserted by one
 // function only, createExecutions in src/engine/transitions/create.ts: every path that creates
-// work goes through its admission rules (backlog, audit).
+// work goes through its admission rules (backlog, audit). On PostgreSQL a plain submit is the
+// same creation as one function call (baton_submit, migration 0020), called from create.ts only.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRC = join(ROOT, 'src');
@@ -217,6 +218,19 @@ describe('the writers of execution status', () => {
     expect(stray, `inserts into executions outside ${CREATOR.fn}: create work through it`).toEqual([]);
     // It does insert: the one-row statement (backlog checked in it) and the bulk one.
     expect(findWrites(creator!.code).map((w) => w.kind)).toEqual(['insertMany', 'insertInto']);
+  });
+
+  it('in SQL, only baton_submit inserts executions: the one-statement submit, called from create.ts only', () => {
+    // PostgreSQL runs a plain submit as one function call (migration 0020): the same turn, count,
+    // row and audit as createExecutions, held equal to it by test/one-statement.test.ts.
+    const dir = join(SRC, 'store', 'migrations');
+    const inserting = readdirSync(dir)
+      .flatMap((kind) => readdirSync(join(dir, kind)).map((f) => `${kind}/${f}`))
+      .filter((f) => [...readFileSync(join(dir, f), 'utf8').matchAll(RAW_WRITE)].some((m) => /^INSERT/i.test(m[1]!)))
+      .sort();
+    expect(inserting).toEqual(['postgres/0020_submit_function.sql']);
+    const callers = sources.filter((s) => /\bbaton_submit\(/.test(stripComments(s.code))).map((s) => s.file);
+    expect(callers).toEqual([CREATOR.file]);
   });
 
   it('every UPDATE of executions in the transitions is a compare-and-set on status', () => {

@@ -11,7 +11,7 @@ import type { Topic } from '../store/signals.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { announce, parseAnnouncement } from './announce.ts';
-import { appendAudit } from './audit.ts';
+import { appendAudit, auditRow } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
 import { waitingFor } from './waiting.ts';
 import type { WaitingView } from '../domain/admission.ts';
@@ -29,7 +29,7 @@ import { EngineEvents } from './events.ts';
 import { admit, admitInOneStatement, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeAlone, completeWithLease } from './transitions/complete.ts';
-import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
+import { createExecutions, queuedValues, submitInOneStatement, type NewQueued, type SubmitFields } from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
@@ -468,6 +468,30 @@ export class Engine {
     onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>,
   ): Promise<ExecutionRow> {
     const now = this.now();
+    const audit = (id: string, trigger: string) => ({
+      at: now,
+      actor,
+      action: 'execution.create',
+      subject: agentName,
+      execution_id: id,
+      detail: { trigger },
+    });
+    if (!onCreated && this.store.loneStatements) {
+      // Nothing else to write with the row: one statement, one round trip (create.ts).
+      const f = this.submitFields(agentName, input);
+      try {
+        const row = await submitInOneStatement(this.store.db, f, now, actor, audit(f.id, f.trigger_kind));
+        announce(this.store, [row]);
+        return row;
+      } catch (err) {
+        if (err instanceof BacklogFull)
+          await this.store.db
+            .insertInto('audit_log')
+            .values(auditRow(refusal(now, actor, agentName)))
+            .execute();
+        throw err;
+      }
+    }
     const out = await this.store.transaction(async (tx) => {
       // Creators of work for this agent take turns, so the backlog count in createExecutions is
       // exact; claims only ever lower that count, so a submit never waits for them.
@@ -477,20 +501,11 @@ export class Engine {
         backlog: 'check',
         agent,
         row: queuedValues(this.newRow(agent, input), now, actor),
-        audit: {
-          each: (r) => ({
-            at: now,
-            actor,
-            action: 'execution.create',
-            subject: agent.name,
-            execution_id: r.id,
-            detail: { trigger: r.trigger_kind },
-          }),
-        },
+        audit: { each: (r) => audit(r.id, r.trigger_kind) },
       });
       if (!row) {
         // The refusal is audited and committed; the caller gets the error after the commit.
-        await appendAudit(tx, { at: now, actor, action: 'execution.refused', subject: agentName, detail: { error: 'backlog_full' } });
+        await appendAudit(tx, refusal(now, actor, agentName));
         return { refused: agent.max_backlog, row: undefined };
       }
       await onCreated?.(tx, row); // e.g. the idempotent answer, stored with the row
@@ -567,22 +582,30 @@ export class Engine {
     return followFinals(tx, ctx, rows);
   }
 
-  private newRow(agent: AgentRow, input: SubmitInput): NewQueued {
+  /** A new row's own fields, before the agent's contract defaults (newRow adds them). */
+  private submitFields(agent: string, input: SubmitInput): SubmitFields {
     return {
       id: newExecutionId(),
-      agent: agent.name,
+      agent,
       trigger_kind: input.trigger ?? 'api',
       origin: JSON.stringify(input.origin ?? {}),
       message: input.message,
       payload: JSON.stringify(input.payload ?? null),
       priority: input.priority ?? 0,
       run_after: input.run_after ?? null,
+      idempotency_key: input.idempotency_key ?? null,
+      retry_policy: input.retry ? JSON.stringify(input.retry) : null,
+    };
+  }
+
+  private newRow(agent: AgentRow, input: SubmitInput): NewQueued {
+    const f = this.submitFields(agent.name, input);
+    return Object.assign(f, {
       max_redeliveries: agent.max_redeliveries,
       timeout_seconds: agent.timeout_seconds,
       lease_ttl_seconds: agent.lease_ttl_seconds,
-      idempotency_key: input.idempotency_key ?? null,
-      retry_policy: input.retry ? JSON.stringify(input.retry) : agent.retry_policy,
-    };
+      retry_policy: f.retry_policy ?? agent.retry_policy,
+    });
   }
 
   /**
@@ -815,3 +838,8 @@ export class Engine {
 }
 
 export type { Outcome, CompletionStatus };
+
+/** The audit entry of a submit refused for a full backlog. */
+function refusal(at: number, actor: string, agent: string) {
+  return { at, actor, action: 'execution.refused', subject: agent, detail: { error: 'backlog_full' } };
+}

@@ -1,6 +1,8 @@
 import type { SkipReason } from '../../domain/error-codes.ts';
+import { sql, type Kysely } from 'kysely';
+import { BacklogFull, NotFound } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
-import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
+import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
 import { QUEUED, stamp } from './stamp.ts';
@@ -146,6 +148,40 @@ export async function createExecutions(
   }
   if (!row && !check) throw new Error(`execution ${values.id} was not inserted`);
   return row;
+}
+
+/** A plain submit's own fields: NewQueued without what the agent row gives (its contract defaults). */
+export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds' | 'lease_ttl_seconds' | 'retry_policy'> & {
+  /** The submit's own retry policy (JSON), or null for the agent's. */
+  retry_policy: string | null;
+};
+
+/**
+ * A plain submit as one statement, one round trip (PostgreSQL: `baton_submit`, migration 0020):
+ * the same new-work turn, backlog count, row and creation audit as `createExecutions` with
+ * `check` under lockAgentsForNewWork, which the transaction path runs in four round trips. The
+ * agent's contract defaults (redeliveries, timeout, lease TTL, retry policy) come from the agent
+ * row it locks. Throws NotFound or BacklogFull having written nothing; a refusal's audit is the
+ * caller's. test/one-statement.test.ts holds its rows equal to the transaction path's.
+ */
+export async function submitInOneStatement(
+  db: Kysely<DB>,
+  f: SubmitFields,
+  now: number,
+  actor: string,
+  audit: AuditEntry,
+): Promise<ExecutionRow> {
+  try {
+    const { rows } =
+      await sql<ExecutionRow>`SELECT * FROM baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int, ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${auditRow(audit).detail})`.execute(
+        db,
+      );
+    return rows[0]!;
+  } catch (err: any) {
+    if (err?.code === 'BTNOA') throw new NotFound('agent', f.agent);
+    if (err?.code === 'BTFUL') throw new BacklogFull(f.agent, Number(err.detail));
+    throw err;
+  }
 }
 
 async function audit<R>(tx: Tx, store: StoreAdapter, how: CreateAudit<R>, rows: readonly R[]): Promise<void> {
