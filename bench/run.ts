@@ -47,7 +47,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import type { StoreKind } from '../src/store/adapter.ts';
-import { probeAnatomy, type OpAnatomy } from './lib/anatomy.ts';
+import { installCounter, probeAnatomy, type OpAnatomy } from './lib/anatomy.ts';
 import { cpuMeter, pgBackendTicks, waitForQuiet, type CpuUse } from './lib/cpu.ts';
 import { engineDriver, httpDriver, type Driver } from './lib/drivers.ts';
 import { killChildren, startServer, type RunningServer } from './lib/server.ts';
@@ -214,6 +214,8 @@ interface Row {
   cpu?: CpuUse;
   w1?: W1Result & { warmup_tasks: number; verification: Verification };
   w2?: W2Result;
+  /** W1 in-process on PostgreSQL: statements sent by kind, and transactions (START, or a statement alone). */
+  statements?: { by_kind: Record<string, number>; transactions: number };
   error?: string;
 }
 const rows: Row[] = [];
@@ -302,9 +304,22 @@ async function phaseW1(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> 
         await runW1(driver, { ...cfg, tasks: warmupTasks, agentPrefix: 'warm-' }, warmAgents);
       }
       const meter = await meterFor(store, serverPid);
-      const r = await runW1(driver, cfg, agents);
-      row.cpu = await meter.stop();
-      return r;
+      // In-process on PostgreSQL the statements the engine sends are counted here (issue #12's
+      // "statements per task"); a spawned server's are not visible to this process.
+      const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
+      counter?.take();
+      counter?.takeTransactions();
+      try {
+        const r = await runW1(driver, cfg, agents);
+        row.cpu = await meter.stop();
+        if (counter) {
+          const byKind = counter.take();
+          row.statements = { by_kind: byKind, transactions: counter.takeTransactions() };
+        }
+        return r;
+      } finally {
+        counter?.uninstall();
+      }
     },
     async (db) => {
       // Read back what really happened, from the database, after the server stopped.
@@ -361,7 +376,7 @@ function tableRows(): string[][] {
         '',
         cpu,
         `≥ ${fmt(t)} tasks/s ${r.w1.tasks_per_s >= t ? 'met' : 'MISSED'}`,
-        `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims, ${fmt(r.w1.requests / r.w1.tasks, 2)} requests/task; ${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
+        `${fmt(r.w1.tasks)} tasks in ${fmt(r.w1.seconds, 2)} s; ${fmt(r.w1.tasks_per_claim, 2)} tasks/claim, ${fmt(r.w1.empty_claims)} empty claims, ${fmt(r.w1.requests / r.w1.tasks, 2)} requests/task; ${statementsPerTask(r)}${perTask(r)}${ok ? `verified: all succeeded once, max seats ${v.max_seats_in_use}` : `VERIFY FAILED ${JSON.stringify(v)}`}`,
       ]);
     } else if (r.w2) {
       const t = TARGETS.w2[r.store][r.mode];
@@ -379,6 +394,17 @@ function tableRows(): string[][] {
     }
   }
   return out;
+}
+/** Statements and transactions per task (W1 in-process, PostgreSQL), with the kinds that make them. */
+function statementsPerTask(r: Row): string {
+  if (!r.statements || !r.w1) return '';
+  const per = (n: number) => fmt(n / r.w1!.tasks, 2);
+  const kinds = Object.entries(r.statements.by_kind)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, n]) => `${k} ${per(n)}`)
+    .join(', ');
+  const total = Object.values(r.statements.by_kind).reduce((a, b) => a + b, 0);
+  return `statements/task ${per(total)} (${kinds}) in ${per(r.statements.transactions)} transactions; `;
 }
 /** CPU milliseconds per task: comparable across runs even when other jobs shared the machine. */
 function perTask(r: Row): string {

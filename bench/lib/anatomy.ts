@@ -21,18 +21,27 @@ function classify(sql: string): string {
   return kw;
 }
 
-export function installCounter(): { take(): Counts; uninstall(): void } {
+export function installCounter(): { take(): Counts; takeTransactions(): number; uninstall(): void } {
   let counts: Counts = {};
-  const bump = (sql: unknown) => {
+  // PostgreSQL transactions: each START, plus each statement sent outside one (autocommit).
+  let transactions = 0;
+  const inTx = new WeakSet<object>();
+  const bump = (sql: unknown, client?: object) => {
     const text = typeof sql === 'string' ? sql : ((sql as any)?.text ?? '');
     if (text.includes('pg_stat_activity')) return; // the benchmark's own CPU accounting
     const k = classify(text);
     counts[k] = (counts[k] ?? 0) + 1;
+    if (!client) return;
+    if (k === 'START' || k === 'BEGIN') {
+      transactions++;
+      inTx.add(client);
+    } else if (k === 'COMMIT' || k === 'ROLLBACK') inTx.delete(client);
+    else if (!inTx.has(client)) transactions++;
   };
   const pgProto = pg.Client.prototype as any;
   const origQuery = pgProto.query;
-  pgProto.query = function (this: unknown, q: unknown, ...rest: unknown[]) {
-    bump(q);
+  pgProto.query = function (this: object, q: unknown, ...rest: unknown[]) {
+    bump(q, this);
     return origQuery.call(this, q, ...rest);
   };
   // SQLite: count executions, not prepares (the store may keep statements prepared).
@@ -53,6 +62,11 @@ export function installCounter(): { take(): Counts; uninstall(): void } {
       const c = counts;
       counts = {};
       return c;
+    },
+    takeTransactions() {
+      const t = transactions;
+      transactions = 0;
+      return t;
     },
     uninstall() {
       pgProto.query = origQuery;
