@@ -332,6 +332,19 @@ describe(`pause over HTTP, in trigger answers and in /metrics (${STORE_KIND})`, 
     const sub = await call('POST', `/v1/agents/${agent}/executions`, { message: 'hi' });
     expect(sub.status).toBe(201);
     expect(sub.body).toMatchObject({ status: 'queued', agent_paused: true });
+    // With an Idempotency-Key (the submit's transaction path) the stored answer says so too, and its replay.
+    for (const replay of [false, true]) {
+      const res = await app.inject({
+        method: 'POST',
+        url: `/v1/agents/${agent}/executions`,
+        headers: { authorization: `Bearer ${admin}`, 'idempotency-key': 'paused-1' },
+        payload: { message: 'keyed' },
+      });
+      expect(res.statusCode).toBe(201);
+      expect(res.headers['idempotent-replay']).toBe(replay ? 'true' : undefined);
+      expect(JSON.parse(res.body)).toMatchObject({ status: 'queued', agent_paused: true });
+      if (replay) await engine.cancel(JSON.parse(res.body).execution_id, 'test'); // room in the backlog (4) for what follows
+    }
 
     const s = await call('POST', `/v1/agents/${agent}/schedules`, { name: 'nightly', cron: '0 0 1 1 *', message: 'tick' });
     expect(s.status).toBe(201);

@@ -13,7 +13,9 @@ import type { DB } from '../src/store/schema.ts';
 import type { Kysely } from 'kysely';
 import { commitStats } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
-import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import pgDriver from 'pg';
+import { openPostgres } from '../src/store/postgres.ts';
+import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -160,6 +162,45 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     }
     // An unknown agent is not found, as on the transaction path.
     await expect(engine.submit('no-such-agent', { message: 'x' }, 'test')).rejects.toMatchObject({ code: 'not_found' });
+  });
+
+  it('lone statements announce their own changes: this process at once, another one by the NOTIFY they send', async () => {
+    const agent = await newAgent({ breaker: null });
+    const here: string[] = [];
+    const offHere = ts.store.subscribe('execution', (m) => void here.push(m));
+    // A second process of the deployment (PostgreSQL: same schema, its own connections and origin).
+    const twin = pg ? openPostgres({ url: PG_URL, schema: ts.location.schema, poolMax: 1 }) : undefined;
+    const there: string[] = [];
+    const offThere = twin?.subscribe('execution', (m) => void there.push(m));
+    try {
+      await new Promise((r) => setTimeout(r, pg ? 500 : 0)); // LISTEN in place
+      // Every query this process sends to PostgreSQL, NOTIFYs included (they go out of Kysely's sight).
+      const proto = pgDriver.Client.prototype as any;
+      const query = proto.query;
+      let wire = 0;
+      proto.query = function (...args: unknown[]) {
+        wire++;
+        return query.apply(this, args);
+      };
+      let row: Awaited<ReturnType<typeof engine.submit>>;
+      try {
+        row = await engine.submit(agent, { message: 'heard' }, 'test');
+        const [claimed] = await engine.claim(agent, { owner: 'w', max: 1 });
+        await engine.complete(claimed!.id, claimed!.lease_token!, { status: 'succeeded' }, 'w');
+        await new Promise((r) => setTimeout(r, 50)); // a NOTIFY queued by publish would have gone by now
+      } finally {
+        proto.query = query;
+      }
+      // The submit, the claim and its first stamp of last_claim_at, the completion: no NOTIFY of their own.
+      if (pg) expect(wire).toBe(4);
+      const expected = ['queued', 'running', 'succeeded'].map((status) => `${agent}\t${row.id}\t${status}`);
+      await expect.poll(() => here, { timeout: 5_000 }).toEqual(expected);
+      if (twin) await expect.poll(() => there, { timeout: 10_000 }).toEqual(expected);
+    } finally {
+      offHere();
+      offThere?.();
+      await twin?.close();
+    }
   });
 
   it('a plain success is one statement; one with something to follow runs its transaction', async () => {

@@ -460,12 +460,17 @@ export class Engine {
 
   // ── executions ────────────────────────────────────────────────────────────
 
-  /** Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this returns. */
+  /**
+   * Create a queued execution, or refuse with BacklogFull / NotFound. The row exists before this
+   * returns. `seen` hears whether the agent was paused, as the submit found it, before
+   * `onCreated` runs (an answer that says so can then be stored with the row).
+   */
   async submit(
     agentName: string,
     input: SubmitInput,
     actor: string,
     onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>,
+    seen?: (agent: { paused: boolean }) => void,
   ): Promise<ExecutionRow> {
     const now = this.now();
     const audit = (id: string, trigger: string) => ({
@@ -480,8 +485,8 @@ export class Engine {
       // Nothing else to write with the row: one statement, one round trip (create.ts).
       const f = this.submitFields(agentName, input);
       try {
-        const row = await submitInOneStatement(this.store.db, f, now, actor, audit(f.id, f.trigger_kind));
-        announce(this.store, [row]);
+        const { row, agentPaused } = await submitInOneStatement(this.store, f, now, actor, audit(f.id, f.trigger_kind));
+        seen?.({ paused: agentPaused });
         return row;
       } catch (err) {
         if (err instanceof BacklogFull)
@@ -497,6 +502,7 @@ export class Engine {
       // exact; claims only ever lower that count, so a submit never waits for them.
       const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
+      seen?.({ paused: agent.paused_at !== null });
       const row = await createExecutions(tx, this.store, {
         backlog: 'check',
         agent,
@@ -635,11 +641,10 @@ export class Engine {
       try {
         const now = this.now();
         const opts = { ...admitOpts, now, alertSinks: this.alertSinks };
-        const rows =
-          (await admitInOneStatement(this.store, agent, opts)) ??
-          (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+        const alone = await admitInOneStatement(this.store, agent, opts);
+        const rows = alone ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
         if (rows.length > 0) {
-          announce(this.store, rows);
+          if (!alone) announce(this.store, rows); // the one statement announces its own
           this.events.emit('execution:admitted', rows);
           return rows;
         }
@@ -681,9 +686,8 @@ export class Engine {
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
     // A completion that causes nothing else is one statement, one round trip (store.loneStatements).
-    const alone = this.store.loneStatements ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
+    const alone = this.store.loneStatements ? await completeAlone(this.store, id, token, outcome, now, actor) : undefined;
     if (alone) {
-      announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);
       return alone;
     }

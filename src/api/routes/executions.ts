@@ -63,8 +63,8 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       const idem = key
         ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) }
         : undefined;
-      // Read before the submit, so the answer stored with an idempotency key says the same.
-      const paused = (await engine.agentPause(req.params.agent)) !== null;
+      // As the submit found the agent (told before the answer is stored with an idempotency key).
+      let paused = false;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
         body: { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: executionView(row) },
@@ -84,6 +84,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
           },
           actorOf(req),
           onCreated,
+          (agent) => (paused = agent.paused),
         );
         return answerFor(row);
       });

@@ -1,9 +1,10 @@
 import type { SkipReason } from '../../domain/error-codes.ts';
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { BacklogFull, NotFound } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
-import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
+import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
+import { announceLocally, inStatement } from '../announce.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
 import { QUEUED, stamp } from './stamp.ts';
 
@@ -162,21 +163,29 @@ export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds
  * `check` under lockAgentsForNewWork, which the transaction path runs in four round trips. The
  * agent's contract defaults (redeliveries, timeout, lease TTL, retry policy) come from the agent
  * row it locks. Throws NotFound or BacklogFull having written nothing; a refusal's audit is the
- * caller's. test/one-statement.test.ts holds its rows equal to the transaction path's.
+ * caller's. The new row is announced here (in the statement: a NOTIFY sent at commit). test/one-statement.test.ts holds its rows equal to the transaction path's.
  */
 export async function submitInOneStatement(
-  db: Kysely<DB>,
+  store: StoreAdapter,
   f: SubmitFields,
   now: number,
   actor: string,
   audit: AuditEntry,
-): Promise<ExecutionRow> {
+): Promise<{ row: ExecutionRow; agentPaused: boolean }> {
   try {
-    const { rows } =
-      await sql<ExecutionRow>`SELECT * FROM baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int, ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${auditRow(audit).detail})`.execute(
-        db,
-      );
-    return rows[0]!;
+    // Whether the agent is paused rides along (the submit's answer says so): read at the
+    // statement's start, as a read just before the submit would.
+    const call = sql`baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int,
+      ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${auditRow(audit).detail})`;
+    // The new row is announced by the statement itself: a NOTIFY sent when it commits.
+    const announced = inStatement(store, sql.val(f.agent), sql.val(f.id), sql.val('queued')) ?? sql`NULL`;
+    const { rows } = await sql<
+      ExecutionRow & { _agent_paused: boolean; _announced: unknown }
+    >`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused, ${announced} AS _announced
+      FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(store.db);
+    const { _agent_paused, _announced, ...row } = rows[0]!;
+    announceLocally(store, [row]);
+    return { row, agentPaused: _agent_paused === true };
   } catch (err: any) {
     if (err?.code === 'BTNOA') throw new NotFound('agent', f.agent);
     if (err?.code === 'BTFUL') throw new BacklogFull(f.agent, Number(err.detail));
