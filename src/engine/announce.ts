@@ -1,4 +1,3 @@
-import { sql, type RawBuilder } from 'kysely';
 import type { StoreAdapter } from '../store/adapter.ts';
 
 export interface StatusChange {
@@ -8,7 +7,7 @@ export interface StatusChange {
 }
 
 /** Ids per message: ~25 characters each stays well under PostgreSQL's 8,000-byte NOTIFY payload. */
-export const IDS_PER_MESSAGE = 200;
+const IDS_PER_MESSAGE = 200;
 
 /**
  * Tell every process about status changes (it wakes claimers when work was queued or a seat
@@ -17,31 +16,6 @@ export const IDS_PER_MESSAGE = 200;
  * NOTIFYs, not hundreds.
  */
 export function announce(store: StoreAdapter, rows: readonly StatusChange[]): void {
-  for (const m of messages(rows)) store.publish('execution', m);
-}
-
-/**
- * Announce changes whose statement already published them to the other processes
- * (`inStatement`): only this process's subscribers are told here.
- */
-export function announceLocally(store: StoreAdapter, rows: readonly StatusChange[]): void {
-  for (const m of messages(rows)) store.deliverLocal('execution', m);
-}
-
-/**
- * The `execution` message of one agent's changes to one status, built by the statement that
- * makes them from SQL text expressions (`ids`: comma-separated, at most IDS_PER_MESSAGE), for
- * `store.publishInStatement`. Undefined where the store publishes in process only.
- */
-export function inStatement(store: StoreAdapter, agent: RawBuilder<string>, ids: RawBuilder<string>, status: RawBuilder<string>) {
-  return store.publishInStatement?.(
-    'execution',
-    sql<string>`${agent}::text || ${'\t'}::text || ${ids}::text || ${'\t'}::text || ${status}::text`,
-  );
-}
-
-function messages(rows: readonly StatusChange[]): string[] {
-  const out: string[] = [];
   const groups = new Map<string, StatusChange[]>();
   for (const r of rows) {
     const key = `${r.agent}\t${r.status}`;
@@ -53,10 +27,9 @@ function messages(rows: readonly StatusChange[]): string[] {
     const { agent, status } = g[0]!;
     for (let i = 0; i < g.length; i += IDS_PER_MESSAGE) {
       const ids = g.slice(i, i + IDS_PER_MESSAGE).map((r) => r.id);
-      out.push(`${agent}\t${ids.join(',')}\t${status}`);
+      store.publish('execution', `${agent}\t${ids.join(',')}\t${status}`);
     }
   }
-  return out;
 }
 
 /** The changes one `execution` message carries (see announce). */

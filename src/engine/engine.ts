@@ -485,7 +485,8 @@ export class Engine {
       // Nothing else to write with the row: one statement, one round trip (create.ts).
       const f = this.submitFields(agentName, input);
       try {
-        const { row, agentPaused } = await submitInOneStatement(this.store, f, now, actor, audit(f.id, f.trigger_kind));
+        const { row, agentPaused } = await submitInOneStatement(this.store.db, f, now, actor, audit(f.id, f.trigger_kind));
+        announce(this.store, [row]);
         seen?.({ paused: agentPaused });
         return row;
       } catch (err) {
@@ -641,10 +642,11 @@ export class Engine {
       try {
         const now = this.now();
         const opts = { ...admitOpts, now, alertSinks: this.alertSinks };
-        const alone = await admitInOneStatement(this.store, agent, opts);
-        const rows = alone ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+        const rows =
+          (await admitInOneStatement(this.store, agent, opts)) ??
+          (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
         if (rows.length > 0) {
-          if (!alone) announce(this.store, rows); // the one statement announces its own
+          announce(this.store, rows);
           this.events.emit('execution:admitted', rows);
           return rows;
         }
@@ -686,8 +688,9 @@ export class Engine {
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
     // A completion that causes nothing else is one statement, one round trip (store.loneStatements).
-    const alone = this.store.loneStatements ? await completeAlone(this.store, id, token, outcome, now, actor) : undefined;
+    const alone = this.store.loneStatements ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
     if (alone) {
+      announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);
       return alone;
     }

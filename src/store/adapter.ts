@@ -133,15 +133,6 @@ export interface StoreAdapter {
    * happened. Best effort: a lost signal costs latency, never correctness (waiters also poll).
    */
   publish(topic: Topic, message: string): void;
-  /**
-   * PostgreSQL: an SQL expression (`pg_notify`) that publishes `message`, a text expression, to
-   * the other processes when the statement that evaluates it commits — a lone statement announces
-   * its own change without a round trip of its own. This process hears it from `deliverLocal`
-   * after the statement. Undefined where publishing never leaves the process (SQLite).
-   */
-  readonly publishInStatement?: (topic: Topic, message: RawBuilder<string>) => RawBuilder<unknown>;
-  /** What `publish` delivers to this process's subscribers, without publishing to others. */
-  deliverLocal(topic: Topic, message: string): void;
   /** `local` is true when this process published the message, false when it came from another one. */
   subscribe(topic: Topic, listener: (message: string, local: boolean) => void): () => void;
 

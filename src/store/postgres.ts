@@ -227,8 +227,6 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       signals.deliver(topic, message);
       if (outbox.push([channel(topic), `${signals.origin}|${message}`]) === 1) setImmediate(flush);
     },
-    publishInStatement: (topic, message) => sql`pg_notify(${channel(topic)}::text, ${`${signals.origin}|`}::text || (${message}))`,
-    deliverLocal: (topic, message) => signals.deliver(topic, message),
     subscribe(topic, fn) {
       void startListening();
       return signals.on(topic, fn);

@@ -151,7 +151,6 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     },
     jsonElements: (json) => sql`json_each(${json})`,
     publish: (topic, message) => signals.deliver(topic, message),
-    deliverLocal: (topic, message) => signals.deliver(topic, message),
     subscribe: (topic, listener) => signals.on(topic, listener),
     async migrate() {
       return db.connection().execute(async () => {

@@ -10,7 +10,6 @@ import { PLANNED_PER_CALL, type StoreAdapter, type Tx } from '../../store/adapte
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { readCurrentWindows } from '../budget.ts';
-import { announce, announceLocally, IDS_PER_MESSAGE, inStatement } from '../announce.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -184,8 +183,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
  * took meanwhile fails its re-checked `status = 'queued'`), and the event trigger adds each seat
  * in this statement, under the same lock. A serial key's "none of mine running" check would read
  * the statement's snapshot, older than the lock, so those rows take the transaction path.
- * It announces its admissions itself (in the statement, a NOTIFY sent at commit; this process's
- * subscribers after it). The claim stamp (`last_claim_at`) follows in a statement of its own when due (every
+ * The claim stamp (`last_claim_at`) follows in a statement of its own when due (every
  * CLAIM_STAMP_EVERY_MS per agent). Planned at each call (PLANNED_PER_CALL): how many candidates
  * it takes is known only when it runs, and a plan made once while the table was young was
  * measured to make it 3× slower.
@@ -193,9 +191,6 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
 export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
   if (!store.loneStatements) return undefined;
   const tokens = Array.from({ length: Math.max(0, opts.max) }, newLeaseToken);
-  // One message carries at most IDS_PER_MESSAGE ids (a NOTIFY payload's limit): a bigger claim is announced after.
-  const announced =
-    tokens.length <= IDS_PER_MESSAGE ? inStatement(store, sql.val(agentName), sql`string_agg(upd.id, ',')`, sql.val('running')) : undefined;
   const now = sql<number>`cast(${opts.now} as bigint)`;
   const rows = await store.db
     .with('a', (db) =>
@@ -259,8 +254,6 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
       eb.exists(eb.selectFrom('a').select('a.max_parallel')).as('_decided'),
       eb.exists(eb.selectFrom('picked').select('picked.id').where('picked.serial_key', 'is not', null)).as('_serial'),
       eb.selectFrom('a').select('a.last_claim_at').as('_last_claim_at'),
-      // The admissions announce themselves: one NOTIFY, sent when the statement commits.
-      sql`(SELECT ${announced ?? sql`NULL`} FROM upd HAVING count(*) > 0)`.as('_announced'),
     ])
     .orderBy('upd.priority')
     .orderBy('upd.queued_at')
@@ -277,9 +270,5 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
       .where((eb) => eb.or([eb('last_claim_at', 'is', null), eb('last_claim_at', '<', opts.now)]))
       .execute();
   }
-  const admitted = rows
-    .filter((r) => r.id !== null)
-    .map(({ _decided, _serial, _last_claim_at, _announced, ...row }) => row as ExecutionRow);
-  (announced ? announceLocally : announce)(store, admitted);
-  return admitted;
+  return rows.filter((r) => r.id !== null).map(({ _decided, _serial, _last_claim_at, ...row }) => row as ExecutionRow);
 }

@@ -1,8 +1,6 @@
 import { sql } from 'kysely';
 import type { Outcome } from '../../domain/outcomes.ts';
-import type { StoreAdapter } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
-import { announce, announceLocally, inStatement } from '../announce.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
 
@@ -55,11 +53,10 @@ export async function completeWithLease(
  * breakerOnOutcome's patch would equal the row) — so there is no spending, breaker count, retry,
  * chained task or group progress to commit with it.
  * `undefined` when it does not apply or is refused (nothing written): the caller completes in a
- * transaction, which does everything and explains a refusal. A completion made here is announced
- * here (in the statement: a NOTIFY sent at commit; this process's subscribers after it).
+ * transaction, which does everything and explains a refusal.
  */
 export async function completeAlone(
-  store: StoreAdapter,
+  db: Executor,
   id: string,
   token: string,
   outcome: Outcome,
@@ -67,9 +64,7 @@ export async function completeAlone(
   actor: string,
 ): Promise<ExecutionRow | undefined> {
   if (outcome.status === 'failed') return undefined;
-  // The statement announces its own change (a NOTIFY sent when it commits): no round trip more.
-  const announced = inStatement(store, sql.ref('executions.agent'), sql.ref('executions.id'), sql.ref('executions.status'));
-  const row = await store.db
+  return db
     .updateTable('executions')
     .set(completion(outcome, now, actor))
     .where('id', '=', id)
@@ -108,10 +103,5 @@ export async function completeAlone(
       ),
     )
     .returningAll()
-    .$if(announced !== undefined, (qb) => qb.returning(announced!.as('_announced')))
     .executeTakeFirst();
-  if (!row) return undefined;
-  const { _announced, ...completed } = row as ExecutionRow & { _announced?: unknown };
-  (announced ? announceLocally : announce)(store, [completed]);
-  return completed;
 }

@@ -1,10 +1,9 @@
 import type { SkipReason } from '../../domain/error-codes.ts';
-import { sql } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { BacklogFull, NotFound } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
-import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
+import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
-import { announceLocally, inStatement } from '../announce.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
 import { QUEUED, stamp } from './stamp.ts';
 
@@ -163,10 +162,10 @@ export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds
  * `check` under lockAgentsForNewWork, which the transaction path runs in four round trips. The
  * agent's contract defaults (redeliveries, timeout, lease TTL, retry policy) come from the agent
  * row it locks. Throws NotFound or BacklogFull having written nothing; a refusal's audit is the
- * caller's. The new row is announced here (in the statement: a NOTIFY sent at commit). test/one-statement.test.ts holds its rows equal to the transaction path's.
+ * caller's. test/one-statement.test.ts holds its rows equal to the transaction path's.
  */
 export async function submitInOneStatement(
-  store: StoreAdapter,
+  db: Kysely<DB>,
   f: SubmitFields,
   now: number,
   actor: string,
@@ -177,14 +176,9 @@ export async function submitInOneStatement(
     // statement's start, as a read just before the submit would.
     const call = sql`baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int,
       ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${auditRow(audit).detail})`;
-    // The new row is announced by the statement itself: a NOTIFY sent when it commits.
-    const announced = inStatement(store, sql.val(f.agent), sql.val(f.id), sql.val('queued')) ?? sql`NULL`;
-    const { rows } = await sql<
-      ExecutionRow & { _agent_paused: boolean; _announced: unknown }
-    >`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused, ${announced} AS _announced
-      FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(store.db);
-    const { _agent_paused, _announced, ...row } = rows[0]!;
-    announceLocally(store, [row]);
+    const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
+      FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
+    const { _agent_paused, ...row } = rows[0]!;
     return { row, agentPaused: _agent_paused === true };
   } catch (err: any) {
     if (err?.code === 'BTNOA') throw new NotFound('agent', f.agent);
