@@ -12,14 +12,6 @@ export type BulkTable = 'executions' | 'audit_log';
 export type LockMode = 'wait' | 'skip' | 'admission';
 
 /**
- * Appended to a statement that must be planned at each call (PostgreSQL prepares every other one
- * once per connection, see nameStatements in postgres.ts). For a statement whose best plan
- * depends on what its tables hold now: a plan made once, on a table not yet analysed (a new
- * deployment), was measured to make the one-statement claim 3× slower at 5,000 queued tasks.
- */
-export const PLANNED_PER_CALL = '/* planned per call */';
-
-/**
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
  * which database it is on; it calls these methods.
  */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
-import { BULK_CHUNK, bulkColumns, PLANNED_PER_CALL, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, TOPICS, type Topic } from './signals.ts';
@@ -59,13 +59,7 @@ function nameStatements(client: pg.PoolClient): void {
   const proto = Object.getPrototypeOf(client) as { query: (...args: unknown[]) => unknown };
   const query = (...args: unknown[]) => proto.query.apply(client, args);
   (client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
-    if (
-      typeof config === 'string' &&
-      Array.isArray(values) &&
-      values.length > 0 &&
-      config.length <= MAX_NAMED_TEXT &&
-      !config.endsWith(PLANNED_PER_CALL)
-    ) {
+    if (typeof config === 'string' && Array.isArray(values) && values.length > 0 && config.length <= MAX_NAMED_TEXT) {
       let name = names.get(config);
       if (name === undefined && names.size < MAX_NAMED_PER_CONNECTION) {
         name = `b${names.size}`;

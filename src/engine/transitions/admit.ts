@@ -6,7 +6,7 @@ import type { AlertSinkKind } from '../../domain/canary.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
-import { PLANNED_PER_CALL, type StoreAdapter, type Tx } from '../../store/adapter.ts';
+import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { readCurrentWindows } from '../budget.ts';
@@ -184,9 +184,10 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
  * in this statement, under the same lock. A serial key's "none of mine running" check would read
  * the statement's snapshot, older than the lock, so those rows take the transaction path.
  * The claim stamp (`last_claim_at`) follows in a statement of its own when due (every
- * CLAIM_STAMP_EVERY_MS per agent). Planned at each call (PLANNED_PER_CALL): how many candidates
- * it takes is known only when it runs, and a plan made once while the table was young was
- * measured to make it 3× slower.
+ * CLAIM_STAMP_EVERY_MS per agent). Prepared once per connection like every named statement, so
+ * PostgreSQL may keep one generic plan for it: test/plans.test.ts checks that plan seeks
+ * executions_admission over a long history (planned at each call until 2026-12-01, which cost
+ * about 0.7 ms of database CPU per claim; docs/benchmarks.md).
  */
 export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
   if (!store.loneStatements) return undefined;
@@ -208,7 +209,7 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
     .with('c', (db) =>
       db
         .selectFrom('executions')
-        .select(['id', 'serial_key', 'priority', 'queued_at'])
+        .select(['id', 'serial_key', 'priority', 'queued_at', sql<string>`ctid`.as('row_ctid')])
         .where('agent', '=', agentName)
         .where('status', '=', QUEUED)
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
@@ -223,7 +224,7 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
     .with('picked', (db) =>
       db
         .selectFrom('c')
-        .select(['id', 'serial_key', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
+        .select(['id', 'serial_key', 'row_ctid', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
         // Updated in this order, so the trigger numbers the seats first come, first seated.
         .orderBy('rn'),
     )
@@ -242,7 +243,10 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
           deadline_at: sql<number>`${now} + x.timeout_seconds * 1000`,
           ...stamp(opts.now, opts.owner, 'admitted'),
         }))
-        .whereRef('x.id', '=', 'p.id')
+        // Found again by position, a Tid Scan whatever the statistics say (the rows are locked,
+        // so it cannot move). By id, a generic plan made while few rows were queued walked the
+        // whole live index instead of the primary key (test/plans.test.ts).
+        .where(sql<boolean>`x.ctid = p.row_ctid`)
         .where('x.status', '=', QUEUED)
         .where((eb) => eb.not(eb.exists(eb.selectFrom('picked as s').select('s.id').where('s.serial_key', 'is not', null))))
         .returningAll('x'),
@@ -258,7 +262,6 @@ export async function admitInOneStatement(store: StoreAdapter, agentName: string
     .orderBy('upd.priority')
     .orderBy('upd.queued_at')
     .orderBy('upd.id')
-    .modifyEnd(sql.raw(PLANNED_PER_CALL))
     .execute();
   const head = rows[0];
   if (!head || !head._decided || head._serial) return undefined;
