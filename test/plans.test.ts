@@ -80,7 +80,8 @@ function recordingStore(inner: StoreAdapter): StoreAdapter {
     reader: wrap(inner.reader),
     transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
     snapshot: <T>(fn: (tx: Tx) => Promise<T>) => inner.snapshot((tx) => fn(wrap(tx))),
-    pruneTransaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.pruneTransaction((tx) => fn(wrap(tx))),
+    pruneTransaction: <T>(fn: (tx: Tx, contended: () => boolean) => Promise<T>) =>
+      inner.pruneTransaction((tx, contended) => fn(wrap(tx), contended)),
   });
 }
 

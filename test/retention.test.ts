@@ -11,7 +11,7 @@ import { Engine } from '../src/engine/engine.ts';
 import { LeaderLease } from '../src/engine/leader.ts';
 import { ArchiveWriter, readArchive, validLength, type ArchiveRecord } from '../src/retention/archive.ts';
 import { exportHistory } from '../src/retention/export.ts';
-import { DAY_MS, pruneAll, type SweepReport } from '../src/retention/prune.ts';
+import { DAY_MS, pruneAll, pruneOnce, type SweepReport } from '../src/retention/prune.ts';
 import { Pruner, PRUNE_MIN_PAUSE_MS, PRUNE_QUIET_MS } from '../src/retention/pruner.ts';
 import { readHistoryStats } from '../src/retention/stats.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
@@ -126,6 +126,58 @@ describe(`retention (${STORE_KIND})`, () => {
     expect(stats.bytes).toBeGreaterThan(0);
     // A second sweep finds nothing.
     expect((await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW })).executions).toBe(0);
+  });
+
+  it('a batch gives the store up to a caller waiting for it (SQLite), whole chains at a time; the sweep still removes exactly the old rows', async () => {
+    const old = await seedOld();
+    const young = await seedHistory(ts.store, { count: 30, from: NOW - 2 * DAY_MS, stepMs: 1000 });
+    const roots = new Map(
+      (await ts.store.db.selectFrom('executions').select(['id', 'retry_root']).where('retry_root', 'is not', null).execute()).map((r) => [
+        r.id,
+        r.retry_root!,
+      ]),
+    );
+    expect(roots.size).toBeGreaterThan(10);
+    // Once the batch holds the store, a write transaction comes to wait for it (as a submit would).
+    let write: Promise<unknown> | undefined;
+    let waiting: boolean | undefined;
+    const store: StoreAdapter = {
+      ...ts.store,
+      pruneTransaction: (fn) =>
+        ts.store.pruneTransaction(async (tx, contended) => {
+          if (!write) {
+            expect(contended()).toBe(false);
+            write = ts.store.transaction((t) => t.selectFrom('agents').select('name').execute());
+            for (let i = 0; i < 50 && !contended(); i++) await new Promise((r) => setImmediate(r));
+            waiting = contended();
+          }
+          return fn(tx, contended);
+        }),
+    };
+    const first = await pruneOnce({ store, settings: WINDOWS, now: NOW, batchSize: 150 });
+    await write;
+    const rest = await first.prefetched;
+    if (STORE_KIND === 'sqlite') {
+      // SQLite has one writer: the batch ends after its first chunk of whole chains and commits it.
+      expect(waiting).toBe(true);
+      expect(first.executions).toBeGreaterThan(0);
+      expect(first.executions).toBeLessThan(150);
+      expect(rest?.ids).toHaveLength(150 - first.executions);
+    } else {
+      // PostgreSQL locks only the rows it deletes: the write ran beside the batch, which went whole.
+      expect(waiting).toBe(false);
+      expect(first.executions).toBe(150);
+    }
+    // No chain is split between what went and what stays.
+    const left = await ids('executions');
+    for (const [id, root] of roots) expect(left.has(id)).toBe(left.has(root));
+    expect(await orphans()).toBe(0);
+
+    const more = await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW, batchSize: 150 });
+    expect(first.executions + more.executions).toBe(150);
+    expect([...(await ids('executions'))].sort()).toEqual([...young].sort());
+    expect(await countWhere('execution_events', old)).toBe(0);
+    expect(await orphans()).toBe(0);
   });
 
   it('keeps retry chains whose newest member is young or unfinished, and open violations’ subjects; removes whole old chains', async () => {
@@ -570,7 +622,7 @@ describe(`retention (${STORE_KIND})`, () => {
     expect((await pruner.pass()).nextInMs).toBe(PRUNE_MIN_PAUSE_MS);
     busy = true;
     const paces: number[] = [];
-    for (let i = 0; i < 2; i++) paces.push((await pruner.pass()).nextInMs!); // SQLite: a checkpoint step, then a batch
+    for (let i = 0; i < 2; i++) paces.push((await pruner.pass()).nextInMs!);
     expect(Math.max(...paces)).toBeGreaterThan(PRUNE_MIN_PAUSE_MS);
     busy = false;
     let out = await pruner.pass();

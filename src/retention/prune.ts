@@ -26,21 +26,23 @@ import { readRecords, type ArchiveWriter } from './archive.ts';
 export const DAY_MS = 86_400_000;
 
 /**
- * Executions per batch (one transaction), by store. On SQLite a batch holds the only writer, and
- * the event loop, for its whole transaction: 300 executions (with 3 events, a few log lines and
- * keys each) take about 12 ms at the median on the 2-core development machine (100 took 4.2 ms,
- * 500 took 20–29 ms with a p99 of 38–110 ms depending on load), so the ~50 ms budget holds with
- * room for a loaded machine, and the next batch's reads (on the reader thread) overlap it
- * (docs/operations.md, "Sizing and retention"). PostgreSQL does the work in its own process and
- * locks only the rows it deletes, so a bigger batch costs other requests nothing.
+ * Executions per batch (one transaction), by store. On SQLite a batch runs on the pruner's own
+ * connection in a worker thread, so it holds the one writer but not the event loop, and it
+ * commits early, after any chunk of DELETE_CHUNK executions (~3-5 ms), when another caller waits
+ * for the store (pruneTransaction's `contended`): a batch is as long as nobody needs the store,
+ * up to this many (2,000 take ~90 ms at 1M history on the 2-core development machine; fewer,
+ * longer transactions write each page of the per-agent indexes, and checkpoint it, fewer times).
+ * PostgreSQL does the work in its own process and locks only the rows it deletes, so a bigger
+ * batch costs other requests nothing.
  */
-export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 300, postgres: 1000 });
+export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 2000, postgres: 1000 });
 
 /**
- * Ids per DELETE … IN (…) statement. PostgreSQL plans a long IN list as a scan of the whole table
- * (measured at 100k executions: 1,000 ids → a sequential scan of execution_logs, 96 ms; 100 ids
- * → its primary key; 250 ids still scanned execution_events at 20k executions); SQLite seeks the
- * index for any length, and 100 keeps each statement short.
+ * Ids per DELETE … IN (…) statement. A SQLite executions batch deletes whole retry chains about
+ * this many at a time, so a caller waiting for the store waits for one such chunk at most (~3-5
+ * ms); the canary phase deletes this many at a time on both stores. (PostgreSQL plans a long IN
+ * list as a scan of the whole table — 1,000 ids scanned execution_logs at 100k executions — so
+ * its executions batch matches one array instead: deleteExecutionsPostgres.)
  */
 const DELETE_CHUNK = 100;
 /** Ids per read (SELECT … IN (…)). */
@@ -103,6 +105,8 @@ export interface PruneBatch extends PruneCounts {
   prefetched?: Promise<ExecutionSelection>;
   /** How long the delete transaction held the store (ms). */
   txMs: number;
+  /** SQLite: the batch committed early for a caller waiting for the store; its rest is `prefetched`. */
+  yielded?: boolean;
   /** How long the reads (and archive write) before it took (ms); they hold neither the writer nor, on SQLite, the event loop. */
   readMs?: number;
   next: PruneCursor;
@@ -172,6 +176,11 @@ export interface ExecutionSelection {
   readMs: number;
   /** Empty: nothing old is left; `next` leaves the executions phase. */
   done: boolean;
+  /**
+   * SQLite: the rest of a batch that gave the store up to a waiting caller, and the selection
+   * for its `next` that was being read meanwhile (used instead of reading it again).
+   */
+  after?: Promise<ExecutionSelection>;
 }
 
 /**
@@ -269,7 +278,7 @@ export async function selectExecutions(o: PruneOptions, cursor: PruneCursor): Pr
   }
   // Later retries first: each points at the one before (retry_of), and a statement that deletes a
   // row still referenced by a row left for a later statement would break the foreign key.
-  const ids = chosen.sort((a, b) => Number(b.retry_number) - Number(a.retry_number)).map((m) => m.id);
+  const ids = laterRetriesFirst(chosen);
   if (ids.length === 0) return { ...empty(next, kept), done: false };
 
   // Archive, then delete: the member is on disk before the rows go.
@@ -285,41 +294,72 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
   // The next batch's reads run while this one deletes. Its rows come after this batch's in
   // (completed_at, id) order; a chain reaching into both is deleted by the first, and the second
   // finds its rows gone (deleting nothing; an archive line may be written twice, never lost).
-  const prefetched = sel.next.phase === 'executions' ? selectExecutions(o, sel.next) : undefined;
+  const prefetched = sel.after ?? (sel.next.phase === 'executions' ? selectExecutions(o, sel.next) : undefined);
   prefetched?.catch(() => undefined); // a caller that drops it must not see an unhandled rejection
   if (sel.ids.length === 0) return { ...base, kept: sel.kept, readMs: sel.readMs, next: sel.next, prefetched };
 
   const started = performance.now();
-  const counts = await o.store.pruneTransaction(async (tx) => {
+  let rest: ExecutionSelection | undefined;
+  const counts = await o.store.pruneTransaction(async (tx, contended) => {
     // A violation opened since the read keeps its chain (already archived: a duplicate line later).
     const openNow = await openSubjects(tx);
-    let go = sel.ids;
-    if (sel.ids.some((id) => openNow.has(id))) {
-      const keep = new Set<string>();
-      for (const members of sel.chains.values()) if (members.some((m) => openNow.has(m.id))) for (const m of members) keep.add(m.id);
-      go = sel.ids.filter((id) => !keep.has(id));
-    }
+    const chains = [...sel.chains].filter(([, members]) => !members.some((m) => openNow.has(m.id)));
     const c = zeroCounts();
     // PostgreSQL: the whole batch in one statement (deleteExecutionsPostgres), its total counted in it.
-    if (o.store.kind === 'postgres') return { ...c, ...(await deleteExecutionsPostgres(tx, go)) };
-    for (const part of chunks(go, DELETE_CHUNK)) {
+    if (o.store.kind === 'postgres')
+      return { ...c, ...(await deleteExecutionsPostgres(tx, laterRetriesFirst(chains.flatMap(([, members]) => members)))) };
+    // SQLite: whole chains, about DELETE_CHUNK executions at a time; when someone waits for the
+    // store, commit what is done and leave the rest to the next batch (the wait is one chunk).
+    let i = 0;
+    while (i < chains.length) {
+      if (i > 0 && contended()) break;
+      const part: Member[] = [];
+      while (i < chains.length && (part.length === 0 || part.length + chains[i]![1].length <= DELETE_CHUNK)) part.push(...chains[i++]![1]);
+      const ids = laterRetriesFirst(part);
       // Only executions that logged have a head (appendLogs writes it with the first line), and
       // few do: their lines are deleted by those ids alone. (With every id in the list PostgreSQL
       // expected a large share of execution_logs and scanned it.)
-      const heads = await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', part).returning('execution_id').execute();
+      const heads = await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', ids).returning('execution_id').execute();
       const logged = heads.map((h) => h.execution_id);
       if (logged.length) c.logs += deleted(await tx.deleteFrom('execution_logs').where('execution_id', 'in', logged).executeTakeFirst());
-      c.events += deleted(await tx.deleteFrom('execution_events').where('execution_id', 'in', part).executeTakeFirst());
-      c.keys += deleted(await tx.deleteFrom('idempotency_keys').where('execution_id', 'in', part).executeTakeFirst());
+      c.events += deleted(await tx.deleteFrom('execution_events').where('execution_id', 'in', ids).executeTakeFirst());
+      c.keys += deleted(await tx.deleteFrom('idempotency_keys').where('execution_id', 'in', ids).executeTakeFirst());
       // What a pruned source started (its primary key leads with source_id). A chained task kept
       // longer keeps its caused_by, pointing at a source no longer stored.
-      await tx.deleteFrom('chain_links').where('source_id', 'in', part).execute();
-      c.executions += deleted(await tx.deleteFrom('executions').where('id', 'in', part).executeTakeFirst());
+      await tx.deleteFrom('chain_links').where('source_id', 'in', ids).execute();
+      c.executions += deleted(await tx.deleteFrom('executions').where('id', 'in', ids).executeTakeFirst());
+    }
+    if (i < chains.length) {
+      const left = chains.slice(i);
+      rest = {
+        ids: laterRetriesFirst(left.flatMap(([, members]) => members)),
+        chains: new Map(left),
+        kept: 0,
+        next: sel.next,
+        readMs: 0,
+        done: false,
+        after: prefetched,
+      };
     }
     await addTotals(tx, c.executions, 0);
     return c;
   });
-  return { ...base, ...counts, kept: sel.kept, txMs: performance.now() - started, readMs: sel.readMs, next: sel.next, prefetched };
+  return {
+    ...base,
+    ...counts,
+    kept: sel.kept,
+    txMs: performance.now() - started,
+    readMs: sel.readMs,
+    next: sel.next,
+    yielded: rest !== undefined,
+    // What a contended batch left is the selection for `next` now; the one read meanwhile waits in it.
+    prefetched: rest ? Promise.resolve(rest) : prefetched,
+  };
+}
+
+/** Later retries first: each points at the one before (retry_of), and a row still referenced cannot go first. */
+function laterRetriesFirst(members: readonly Member[]): string[] {
+  return [...members].sort((a, b) => Number(b.retry_number) - Number(a.retry_number)).map((m) => m.id);
 }
 
 async function pruneAudit(o: PruneOptions): Promise<PruneBatch> {

@@ -1,19 +1,20 @@
 /**
  * The pruner as a background pass: `baton up` runs `batchOnce()` on the loop helper. One pass is one batch
- * (`pruneOnce`); while a sweep has more to do, the pass asks to run again after a pause that, on
- * PostgreSQL, follows demand (`demandPacing`; SQLite keeps the long pause). When another writer
- * announced work (an execution's state change or a log append, through the store's signals)
- * while the batch ran, the pause is half the batch's transaction time, so the pruner holds the
- * store at most about two thirds of the time; when nothing else happened it is
- * PRUNE_MIN_PAUSE_MS, and the next pass first waits for a quiet moment (PRUNE_QUIET_MS without
- * announcements, within that half-time pause), so the claim that follows a submit does not land
- * behind the next batch. A request that arrives meanwhile waits for one short batch at most. On
- * SQLite the writer's automatic WAL checkpoint is set aside for the sweep
- * (store.sweepCheckpoints) and each batch is followed by a checkpoint pass of its own, paced the
- * same way, so a batch's commit no longer copies its pages back into the database file on the
- * event loop; the setting comes back when the sweep ends or fails. After the
- * last batch the sweep is recorded in retention_state and, on SQLite, freed pages go back to the
- * file system in small incremental-vacuum steps, paced the same way.
+ * (`pruneOnce`); while a sweep has more to do, the pass asks to run again after a pause that
+ * follows demand (`demandPacing`). When another writer announced work (an execution's state
+ * change or a log append, through the store's signals) while the batch ran, the pause is half the
+ * batch's transaction time, so the pruner holds the store at most about two thirds of the time;
+ * when nothing else happened it is PRUNE_MIN_PAUSE_MS, and the next pass first waits for a quiet
+ * moment (PRUNE_QUIET_MS without announcements, within that half-time pause), so the claim that
+ * follows a submit does not land behind the next batch. On SQLite a batch runs on the pruner's
+ * own connection in a worker thread (the event loop stays free) and commits early when a caller
+ * waits for the store, so that caller waits for one chunk of ~100 executions; the next batch then
+ * waits for a quiet moment for up to PRUNE_YIELD_GAP_MS. Also on SQLite, the writer's automatic
+ * WAL checkpoint is set aside for the sweep (store.sweepCheckpoints) and each batch is followed by
+ * a checkpoint on the pruner's thread, inside the pause (it takes no write lock: nobody waits on
+ * it); the setting comes back when the sweep ends or fails. After the last batch the sweep is
+ * recorded in retention_state and, on SQLite, freed pages go back to the file system in small
+ * incremental-vacuum steps, paced the same way.
  *
  * On PostgreSQL only the holder of the `pruner` leader lease prunes (the loop is leader-only under
  * `lease`); another process takes over when it lapses (PRUNE_LEASE_MS after the holder died). On
@@ -52,6 +53,12 @@ export const PRUNE_PAUSE_FACTOR = 0.5;
  * usually follows within a few ms, and then finds the store free instead of behind a batch.
  */
 export const PRUNE_QUIET_MS = 10;
+/**
+ * After a batch that gave the store up to a waiting caller (SQLite), the next one waits for a
+ * quiet moment for this long at most: under steady load the pruner still gets a chunk in every
+ * such gap.
+ */
+export const PRUNE_YIELD_GAP_MS = 50;
 /** The leader lease lasts this long without renewal (renewed every batch): the takeover delay after a crash. */
 export const PRUNE_LEASE_MS = 60_000;
 /** Pages per SQLite incremental-vacuum step (4 KiB each): a step of 2 MiB takes a few ms. */
@@ -68,11 +75,11 @@ export interface PrunerOptions {
   /**
    * Pace by demand: the long pause only when another execution changed state (any process: the
    * store's `execution` and `log` signals) since the batch began; otherwise the minimum. False:
-   * always the long pause. Default: true on PostgreSQL, false on SQLite. Measured at 1M (issue #10
-   * bench, prune phase, submit → claim p50 while sweeping / idle just before): PostgreSQL
-   * 26,040 → 32,381/s, 1.46× → 1.18× (one run each); SQLite 4,404 and 4,483/s → 5,600 and
-   * 5,750/s, but 1.45× and 2.36× → 2.08× and 2.55×: there a request waits behind each batch (the
-   * writer and the event loop), and a busier pruner puts more of them there.
+   * always the long pause. Default true. Measured at 1M (issue #10 bench, prune phase, submit →
+   * claim p50 while sweeping / idle just before): PostgreSQL 26,040 → 32,381/s, 1.46× → 1.18×
+   * (one run each). On SQLite it was off while batches ran on the event loop (a busier pruner put
+   * more requests behind a batch: 1.45× and 2.36× → 2.08× and 2.55×); since they run on a thread
+   * of their own and give the store up to a waiting caller, it is on there too.
    */
   demandPacing?: boolean;
   /** Called when a sweep ends (logging). */
@@ -90,8 +97,6 @@ type Stage =
       counts: PruneCounts;
       batches: number;
       maxTx: number;
-      /** A batch committed since the last checkpoint step (SQLite: its pages are in the WAL). */
-      checkpointDue: boolean;
       checkpoints: number;
       maxCheckpoint: number;
       /** Demand pacing: how much longer the gap after the last step may grow while others are busy (ms). */
@@ -112,7 +117,7 @@ export class Pruner {
 
   constructor(private readonly o: PrunerOptions) {
     this.clock = o.clock ?? Date.now;
-    this.demandPacing = o.demandPacing ?? o.store.kind === 'postgres';
+    this.demandPacing = o.demandPacing ?? true;
     const leader = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
     this.lease = leader && {
       acquire: async () => {
@@ -157,7 +162,6 @@ export class Pruner {
         counts: zeroCounts(),
         batches: 0,
         maxTx: 0,
-        checkpointDue: false,
         checkpoints: 0,
         maxCheckpoint: 0,
         gapLeft: 0,
@@ -179,38 +183,41 @@ export class Pruner {
         this.watchWork(true);
         await this.o.store.sweepCheckpoints(true);
       }
-      if (s.checkpointDue) {
-        // SQLite: the pages the last batch wrote go from the WAL to the database file here, as a
-        // step of its own between two pauses, instead of inside a batch's commit. After the next
-        // batch's reads on the reader thread: a read in an older snapshot keeps a checkpoint from
-        // copying the frames after it, and the WAL from starting over at its beginning.
-        s.checkpointDue = false;
-        await s.selected?.catch(() => undefined);
+      const batch = await pruneOnce({
+        store: this.o.store,
+        settings: this.o.settings,
+        now: s.startedAt,
+        cursor: s.cursor,
+        selected: s.selected,
+        archive: this.archive,
+        batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
+      });
+      s.counts = addCounts(s.counts, batch);
+      s.batches++;
+      s.maxTx = Math.max(s.maxTx, batch.txMs);
+      s.cursor = batch.next;
+      s.selected = batch.prefetched;
+      let checkpointMs = 0;
+      if (batch.txMs > 0 && this.o.store.kind === 'sqlite') {
+        // SQLite: the pages the batch wrote go from the WAL to the database file now, during the
+        // pause that follows: on the pruner's thread, without the write lock (nobody waits on it),
+        // and mostly waiting for the disk. After the next batch's reads on the reader thread: a
+        // read in an older snapshot keeps a checkpoint from copying the frames after it, and the
+        // WAL from starting over at its beginning. (A batch that gave the store up carries the
+        // next selection, still being read, in its rest.)
+        const next = await s.selected?.catch(() => undefined);
+        await next?.after?.catch(() => undefined);
         const t0 = performance.now();
         await this.o.store.checkpoint();
-        const ms = performance.now() - t0;
+        checkpointMs = performance.now() - t0;
         s.checkpoints++;
-        s.maxCheckpoint = Math.max(s.maxCheckpoint, ms);
-        if (s.cursor.phase !== 'done') return { nextInMs: this.pause(ms, 0, passStarted, s) };
-      } else {
-        const batch = await pruneOnce({
-          store: this.o.store,
-          settings: this.o.settings,
-          now: s.startedAt,
-          cursor: s.cursor,
-          selected: s.selected,
-          archive: this.archive,
-          batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
-        });
-        s.counts = addCounts(s.counts, batch);
-        s.batches++;
-        s.maxTx = Math.max(s.maxTx, batch.txMs);
-        s.cursor = batch.next;
-        s.selected = batch.prefetched;
-        s.checkpointDue = batch.txMs > 0 && this.o.store.kind === 'sqlite';
-        // The next batch was read during this one's transaction: the pause is the store's to others.
-        if (batch.next.phase !== 'done' || s.checkpointDue)
-          return { nextInMs: batch.txMs > 0 ? this.pause(batch.txMs, s.selected ? 0 : batch.readMs, passStarted, s) : 0 };
+        s.maxCheckpoint = Math.max(s.maxCheckpoint, checkpointMs);
+      }
+      // The next batch was read during this one's transaction: the pause is the store's to others.
+      if (batch.next.phase !== 'done') {
+        if (batch.txMs === 0) return { nextInMs: 0 };
+        const pause = this.pause(batch.txMs, s.selected ? 0 : batch.readMs, passStarted, s, batch.yielded);
+        return { nextInMs: Math.max(PRUNE_MIN_PAUSE_MS, Math.round(pause - checkpointMs)) };
       }
     } catch (err) {
       this.stage = { kind: 'idle' };
@@ -236,9 +243,16 @@ export class Pruner {
    * counts. With demand pacing, the minimum when no other writer announced anything since `since`
    * (the pass began): nobody is waiting, and one who comes waits for one batch at most, as before.
    */
-  private pause(busyMs: number, readMs = 0, since = -Infinity, s?: { gapLeft: number }): number {
+  private pause(busyMs: number, readMs = 0, since = -Infinity, s?: { gapLeft: number }, yielded = false): number {
     const long = Math.max(PRUNE_MIN_PAUSE_MS, Math.round(busyMs * (this.o.pauseFactor ?? PRUNE_PAUSE_FACTOR) - readMs));
-    if (!this.demandPacing || this.lastWorkAt >= since) return long;
+    if (!this.demandPacing) return long;
+    if (yielded) {
+      // Someone was waiting for the store: it is theirs until things are quiet again (what came
+      // is usually followed by more — a submit by its claim — within a few ms), for a while at most.
+      if (s) s.gapLeft = Math.max(long, PRUNE_YIELD_GAP_MS) - PRUNE_QUIET_MS;
+      return PRUNE_QUIET_MS;
+    }
+    if (this.lastWorkAt >= since) return long;
     if (s) s.gapLeft = long - PRUNE_MIN_PAUSE_MS;
     return PRUNE_MIN_PAUSE_MS;
   }

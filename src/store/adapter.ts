@@ -55,9 +55,13 @@ export interface StoreAdapter {
   /**
    * Run `fn` in a write transaction that the database lets delete history (execution_events,
    * audit_log are append-only for everyone else). Only the pruner calls this. SQLite: sets and
-   * clears retention_state.pruning inside the transaction; PostgreSQL: SET LOCAL baton.pruning.
+   * clears retention_state.pruning inside the transaction, which runs on a writer connection in
+   * a worker thread (the event loop stays free) while other work on `db` waits its turn;
+   * `contended()` says someone is waiting, and the pruner then commits what it has done.
+   * PostgreSQL: SET LOCAL baton.pruning; it locks only the rows it deletes, so `contended()` is
+   * always false.
    */
-  pruneTransaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  pruneTransaction<T>(fn: (tx: Tx, contended: () => boolean) => Promise<T>): Promise<T>;
 
   /**
    * Return up to `pages` free pages to the file system, after the pruner deleted rows. SQLite
@@ -78,7 +82,8 @@ export interface StoreAdapter {
    * Checkpoints are not durability (a commit is durable once in the WAL): a process that dies
    * mid-sweep leaves a longer WAL, replayed or checkpointed by the next open, and a new
    * connection starts with the default. `checkpoint()` is one PASSIVE checkpoint (it waits for
-   * no reader) and resolves with the WAL frames it could not copy yet.
+   * no reader, and takes no write lock: SQLite runs it on the pruner's worker thread while other
+   * writers go on) and resolves with the WAL frames it could not copy yet.
    * PostgreSQL: no-ops (its checkpointer is a process of its own).
    */
   sweepCheckpoints(manual: boolean): Promise<void>;

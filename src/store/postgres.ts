@@ -178,7 +178,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     pruneTransaction: (fn) =>
       withRetry('read committed', false, async (tx) => {
         await sql`SELECT set_config('baton.pruning', 'on', true)`.execute(tx);
-        return fn(tx);
+        return fn(tx, () => false);
       }),
     // Autovacuum reclaims dead rows in place (docs/operations.md); nothing to hand back here.
     reclaimSpace: async () => 0,

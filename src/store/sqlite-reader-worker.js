@@ -1,11 +1,17 @@
-// The SQLite reader's thread: one read-only connection to the database file, answering the
-// statements src/store/sqlite-reader.ts sends. Plain JavaScript, so it loads in any worker
+// A SQLite worker thread: one connection to the database file (read-only for the reader, or the
+// pruner's read-write one), answering the statements src/store/sqlite-reader.ts sends. Plain JavaScript, so it loads in any worker
 // (no TypeScript loader is inherited by worker threads under every runner).
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
-const db = new Database(workerData.file, { readonly: true, fileMustExist: true });
+const db = new Database(workerData.file, { readonly: workerData.readonly, fileMustExist: true });
 db.pragma(`busy_timeout = ${workerData.busyTimeoutMs}`);
+if (!workerData.readonly) {
+  // As the main connection (sqlite.ts); checkpoints are the caller's own statements.
+  db.pragma('synchronous = NORMAL');
+  db.pragma('foreign_keys = ON');
+  db.pragma('wal_autocheckpoint = 0');
+}
 const prepared = new Map();
 
 function prepare(text) {
@@ -24,7 +30,7 @@ parentPort.on('message', ({ id, sql, parameters }) => {
     if (stmt.reader) {
       parentPort.postMessage({ id, rows: stmt.all(parameters) });
     } else {
-      // BEGIN / COMMIT / ROLLBACK of a snapshot; the connection is read-only, so nothing else runs.
+      // BEGIN / COMMIT / ROLLBACK, and on the writer thread the pruner's statements without RETURNING.
       const { changes } = stmt.run(parameters);
       parentPort.postMessage({ id, rows: [], changes });
     }

@@ -21,16 +21,33 @@ import type { DB } from './schema.ts';
  * SQLite driver. The thread starts on the first query.
  */
 export function openSqliteReader(file: string, opts: { busyTimeoutMs?: number } = {}): Kysely<DB> {
-  return new Kysely<DB>({ dialect: new WorkerSqliteDialect(file, opts.busyTimeoutMs ?? 5000) });
+  return openSqliteThread(file, { readonly: true, busyTimeoutMs: opts.busyTimeoutMs });
+}
+
+/**
+ * A read-write connection in a worker thread (the pruner's deletes and WAL checkpoints: long
+ * writes that would otherwise hold the event loop). SQLite still has one writer: the caller
+ * keeps the main connection from writing meanwhile (sqlite.ts holds its turn), because a main
+ * connection waiting for this one's lock would wait inside better-sqlite3, on the event loop.
+ * Foreign keys on, synchronous=NORMAL like the main connection; no automatic checkpoint (its
+ * caller checkpoints between transactions, when no other writer waits on this one's commit).
+ */
+export function openSqliteWriterThread(file: string, opts: { busyTimeoutMs?: number } = {}): Kysely<DB> {
+  return openSqliteThread(file, { readonly: false, busyTimeoutMs: opts.busyTimeoutMs });
+}
+
+function openSqliteThread(file: string, opts: { readonly: boolean; busyTimeoutMs?: number }): Kysely<DB> {
+  return new Kysely<DB>({ dialect: new WorkerSqliteDialect(file, opts.readonly, opts.busyTimeoutMs ?? 5000) });
 }
 
 class WorkerSqliteDialect implements Dialect {
   constructor(
     private readonly file: string,
+    private readonly readonly: boolean,
     private readonly busyTimeoutMs: number,
   ) {}
   createDriver(): Driver {
-    return new WorkerSqliteDriver(this.file, this.busyTimeoutMs);
+    return new WorkerSqliteDriver(this.file, this.readonly, this.busyTimeoutMs);
   }
   createQueryCompiler() {
     return new SqliteQueryCompiler();
@@ -59,19 +76,20 @@ class WorkerSqliteDriver implements Driver {
 
   constructor(
     private readonly file: string,
+    private readonly readonly: boolean,
     private readonly busyTimeoutMs: number,
   ) {
     this.connection = {
       executeQuery: <R>(q: CompiledQuery) => this.execute<R>(q),
       streamQuery: () => {
-        throw new Error('the SQLite reader does not stream; read in keyset chunks');
+        throw new Error('a SQLite worker thread does not stream; read in keyset chunks');
       },
     };
   }
 
   async init(): Promise<void> {
     const worker = new Worker(new URL('./sqlite-reader-worker.js', import.meta.url), {
-      workerData: { file: this.file, busyTimeoutMs: this.busyTimeoutMs },
+      workerData: { file: this.file, readonly: this.readonly, busyTimeoutMs: this.busyTimeoutMs },
     });
     worker.on('message', (reply: Reply) => {
       const p = this.pending.get(reply.id);
@@ -86,7 +104,7 @@ class WorkerSqliteDriver implements Driver {
       this.worker = undefined;
     };
     worker.on('error', fail);
-    worker.on('exit', (code) => fail(new Error(`SQLite reader thread exited (${code})`)));
+    worker.on('exit', (code) => fail(new Error(`SQLite ${this.readonly ? 'reader' : 'writer'} thread exited (${code})`)));
     // An idle thread must not keep a finished process alive; a query in flight must (a promise
     // alone does not): the thread is ref'd while anything is pending.
     worker.unref();

@@ -1,13 +1,13 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { Kysely, SqliteDialect, sql, type SelectQueryBuilder } from 'kysely';
+import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder } from 'kysely';
 import { BULK_CHUNK, bulkColumns, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
-import { openSqliteReader } from './sqlite-reader.ts';
+import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
 
 /**
  * The writer's automatic checkpoint while the pruner sweeps (adapter.ts, sweepCheckpoints): a
@@ -28,8 +28,8 @@ export function commitStats(store: StoreAdapter): Readonly<GroupCommitStats> | u
  * Embedded store: one SQLite file in WAL mode, for a single `baton` process. Kysely's SQLite
  * driver serialises every statement through one connection, so a transaction started with
  * BEGIN IMMEDIATE sees and writes alone; admission needs no row locks here. Write transactions
- * are group-committed (sqlite-group-commit.ts); the prune transaction, snapshots and migrations
- * run alone.
+ * are group-committed (sqlite-group-commit.ts); snapshots and migrations run alone, and the prune
+ * transaction runs on a read-write connection in a worker thread while this one waits its turn.
  */
 export interface SqliteOptions {
   /** Bounds on one group commit (default GROUP_LIMITS: 64 transactions or ~10 ms of work). */
@@ -65,13 +65,17 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     },
     close: () => raw.close(),
   };
-  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database }) });
+  const dialect = new WatchedSqliteDialect({ database });
+  const db = new Kysely<DB>({ dialect });
   // One process per SQLite file, so in-process delivery reaches every subscriber.
   const signals = new LocalSignals();
 
   // Long reads (canary, metrics, stats, exports) run on a second, read-only connection in a
   // worker thread; an in-memory database cannot be opened twice, so it reads on `db`.
   const reader = file === ':memory:' ? db : openSqliteReader(file);
+  // The pruner's deletes and WAL checkpoints run on a read-write connection in a worker thread of
+  // their own (pruneTransaction, checkpoint); an in-memory database has only `db`.
+  const pruneWriter = file === ':memory:' ? undefined : openSqliteWriterThread(file);
 
   async function inTransaction<T>(handle: Kysely<DB>, begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return handle.connection().execute(async (conn) => {
@@ -105,13 +109,19 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     transaction: (fn) => groups.run(fn),
     snapshot: (fn) => inTransaction(reader, 'BEGIN', fn),
     reader,
-    pruneTransaction: (fn) =>
-      inTransaction(db, 'BEGIN IMMEDIATE', async (tx) => {
-        await sql`UPDATE retention_state SET pruning = 1 WHERE id = 'retention'`.execute(tx);
-        const out = await fn(tx);
-        await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
-        return out;
-      }),
+    pruneTransaction: (fn) => {
+      const run = (handle: Kysely<DB>) =>
+        inTransaction(handle, 'BEGIN IMMEDIATE', async (tx) => {
+          await sql`UPDATE retention_state SET pruning = 1 WHERE id = 'retention'`.execute(tx);
+          const out = await fn(tx, () => dialect.waiting > 0);
+          await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
+          return out;
+        });
+      // The batch runs on the writer thread while this holds the main connection's turn: nothing
+      // on `db` (which would wait for the write lock inside better-sqlite3, on the event loop)
+      // runs meanwhile; it waits its turn asynchronously, and its wait is what `contended` sees.
+      return pruneWriter ? db.connection().execute(() => run(pruneWriter)) : run(db);
+    },
     reclaimSpace: (pages) =>
       // On the raw handle, inside Kysely's connection turn: pragma() steps the statement to the
       // end (each step frees one page; a single-step run would free one page per call).
@@ -129,12 +139,15 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
           savedAutoCheckpoint = undefined;
         }
       }),
-    checkpoint: () =>
-      // Between transactions (inside Kysely's connection turn): a checkpoint in a write transaction would not run.
-      db.connection().execute(async () => {
-        const [r] = raw.pragma('wal_checkpoint(PASSIVE)') as Array<{ busy: number; log: number; checkpointed: number }>;
-        return r ? Math.max(0, r.log - r.checkpointed) : 0;
-      }),
+    checkpoint: async () => {
+      // On the writer thread, outside any transaction, without the main connection's turn: a
+      // PASSIVE checkpoint takes no write lock, so writers on `db` go on while it copies and syncs.
+      // (In-memory: there is no WAL.)
+      if (!pruneWriter) return 0;
+      const { rows } = await sql<{ log: number; checkpointed: number }>`PRAGMA wal_checkpoint(PASSIVE)`.execute(pruneWriter);
+      const r = rows[0];
+      return r ? Math.max(0, r.log - r.checkpointed) : 0;
+    },
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
@@ -199,11 +212,34 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       await groups.close();
       signals.clear();
       if (reader !== db) await reader.destroy();
+      await pruneWriter?.destroy();
       await db.destroy();
     },
   };
   groupCommits.set(adapter, groups);
   return adapter;
+}
+
+/**
+ * Kysely's SQLite dialect, counting the callers waiting for the connection's turn (one
+ * connection, taken by one transaction or statement at a time): a prune batch on the writer
+ * thread, which holds that turn, gives it up early when someone waits (pruneTransaction).
+ */
+class WatchedSqliteDialect extends SqliteDialect {
+  waiting = 0;
+  override createDriver(): Driver {
+    const driver = super.createDriver();
+    const acquire = driver.acquireConnection.bind(driver);
+    driver.acquireConnection = async () => {
+      this.waiting++;
+      try {
+        return await acquire();
+      } finally {
+        this.waiting--;
+      }
+    };
+    return driver;
+  }
 }
 
 /**
