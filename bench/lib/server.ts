@@ -72,6 +72,7 @@ async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningSer
       const parts = (partial + chunk).split('\n');
       partial = parts.pop()!;
       for (const line of parts) {
+        if (process.env.BENCH_SERVER_STDOUT) process.stderr.write(`[server] ${line}\n`);
         try {
           const j = JSON.parse(line);
           if (j.msg === 'baton is up' && typeof j.url === 'string') {
