@@ -350,7 +350,8 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
     kept: sel.kept,
     txMs: performance.now() - started,
     readMs: sel.readMs,
-    next: sel.next,
+    // A batch that gave the store up stays at this cursor: its rest comes next, then `sel.next`.
+    next: rest ? cursor : sel.next,
     yielded: rest !== undefined,
     // What a contended batch left is the selection for `next` now; the one read meanwhile waits in it.
     prefetched: rest ? Promise.resolve(rest) : prefetched,
