@@ -1,7 +1,7 @@
 import { CompiledQuery, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { countFinished } from '../src/engine/agent-activity.ts';
@@ -603,6 +603,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     const out = join(mkdtempSync(join(tmpdir(), 'baton-plans-')), 'export.jsonl.gz');
     const exported = await during('export', () => exportHistory({ store: engine.store, before: now - 29 * 86_400_000, out }));
     expect(exported.executions).toBeGreaterThan(0);
+    rmSync(dirname(out), { recursive: true, force: true });
     const batch = await during('prune executions', () => pruneOnce({ store: engine.store, settings, now, batchSize: 300 }));
     expect(batch.executions).toBeGreaterThan(0);
     await batch.prefetched;

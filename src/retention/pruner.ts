@@ -97,6 +97,8 @@ type Stage =
       counts: PruneCounts;
       batches: number;
       maxTx: number;
+      /** SQLite: a batch committed since the last checkpoint (its pages are in the WAL). */
+      checkpointDue: boolean;
       checkpoints: number;
       maxCheckpoint: number;
       /** Demand pacing: how much longer the gap after the last step may grow while others are busy (ms). */
@@ -162,6 +164,7 @@ export class Pruner {
         counts: zeroCounts(),
         batches: 0,
         maxTx: 0,
+        checkpointDue: false,
         checkpoints: 0,
         maxCheckpoint: 0,
         gapLeft: 0,
@@ -183,6 +186,7 @@ export class Pruner {
         this.watchWork(true);
         await this.o.store.sweepCheckpoints(true);
       }
+      await this.checkpoint(s);
       const batch = await pruneOnce({
         store: this.o.store,
         settings: this.o.settings,
@@ -197,22 +201,11 @@ export class Pruner {
       s.maxTx = Math.max(s.maxTx, batch.txMs);
       s.cursor = batch.next;
       s.selected = batch.prefetched;
-      let checkpointMs = 0;
-      if (batch.txMs > 0 && this.o.store.kind === 'sqlite') {
-        // SQLite: the pages the batch wrote go from the WAL to the database file now, during the
-        // pause that follows: on the pruner's thread, without the write lock (nobody waits on it),
-        // and mostly waiting for the disk. After the next batch's reads on the reader thread: a
-        // read in an older snapshot keeps a checkpoint from copying the frames after it, and the
-        // WAL from starting over at its beginning. (A batch that gave the store up carries the
-        // next selection, still being read, in its rest.)
-        const next = await s.selected?.catch(() => undefined);
-        await next?.after?.catch(() => undefined);
-        const t0 = performance.now();
-        await this.o.store.checkpoint();
-        checkpointMs = performance.now() - t0;
-        s.checkpoints++;
-        s.maxCheckpoint = Math.max(s.maxCheckpoint, checkpointMs);
-      }
+      // SQLite: the pages the batch wrote go from the WAL to the database file during the pause
+      // that follows — or, after a batch that gave the store up to a waiting caller, once things
+      // are quiet again, before the next batch, so the copy and its sync do not compete with what came.
+      s.checkpointDue = batch.txMs > 0 && this.o.store.kind === 'sqlite';
+      const checkpointMs = batch.yielded ? 0 : await this.checkpoint(s);
       // The next batch was read during this one's transaction: the pause is the store's to others.
       if (batch.next.phase !== 'done') {
         if (batch.txMs === 0) return { nextInMs: 0 };
@@ -236,6 +229,30 @@ export class Pruner {
     const removed = report.executions + report.audit + report.violations + report.alerts;
     this.stage = removed > 0 && this.o.store.kind === 'sqlite' ? { kind: 'vacuum' } : { kind: 'idle' };
     return this.stage.kind === 'vacuum' ? { nextInMs: PRUNE_MIN_PAUSE_MS, report } : { report };
+  }
+
+  /**
+   * SQLite, after a batch: one PASSIVE checkpoint on the pruner's thread, without the write lock
+   * (nobody waits on it). After the next batch's reads on the reader thread: a read in an older
+   * snapshot keeps a checkpoint from copying the frames after it, and the WAL from starting over
+   * at its beginning. (A batch that gave the store up carries the next selection in its rest.)
+   */
+  private async checkpoint(s: {
+    checkpointDue: boolean;
+    selected?: Promise<ExecutionSelection>;
+    checkpoints: number;
+    maxCheckpoint: number;
+  }): Promise<number> {
+    if (!s.checkpointDue) return 0;
+    s.checkpointDue = false;
+    const next = await s.selected?.catch(() => undefined);
+    await next?.after?.catch(() => undefined);
+    const t0 = performance.now();
+    await this.o.store.checkpoint();
+    const ms = performance.now() - t0;
+    s.checkpoints++;
+    s.maxCheckpoint = Math.max(s.maxCheckpoint, ms);
+    return ms;
   }
 
   /**
