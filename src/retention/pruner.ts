@@ -11,8 +11,9 @@
  * waits for the store, so that caller waits for one chunk of ~100 executions; the next batch then
  * waits for a quiet moment for up to PRUNE_YIELD_GAP_MS. Also on SQLite, the writer's automatic
  * WAL checkpoint is set aside for the sweep (store.sweepCheckpoints) and each batch is followed by
- * a checkpoint on the pruner's thread, inside the pause (it takes no write lock: nobody waits on
- * it); the setting comes back when the sweep ends or fails. After the last batch the sweep is
+ * a checkpoint on the pruner's thread (it takes no write lock: nobody waits on it), inside the
+ * pause — or, after a batch that gave the store up, once things are quiet again, before the next
+ * batch; the setting comes back when the sweep ends or fails. After the last batch the sweep is
  * recorded in retention_state and, on SQLite, freed pages go back to the file system in small
  * incremental-vacuum steps, paced the same way.
  *

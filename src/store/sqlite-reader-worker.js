@@ -1,6 +1,7 @@
 // A SQLite worker thread: one connection to the database file (read-only for the reader, or the
-// pruner's read-write one), answering the statements src/store/sqlite-reader.ts sends. Plain JavaScript, so it loads in any worker
-// (no TypeScript loader is inherited by worker threads under every runner).
+// pruner's read-write one), answering the statements src/store/sqlite-reader.ts sends. Plain
+// JavaScript, so it loads in any worker (no TypeScript loader is inherited by worker threads
+// under every runner).
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
