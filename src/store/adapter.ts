@@ -59,7 +59,8 @@ export interface StoreAdapter {
    * a worker thread (the event loop stays free) while other work on `db` waits its turn;
    * `contended()` says someone is waiting, and the pruner then commits what it has done.
    * PostgreSQL: SET LOCAL baton.pruning; it locks only the rows it deletes, so `contended()` is
-   * always false.
+   * always false. `fn` works through `tx` only: on SQLite a statement on `db` inside it would wait
+   * for the batch that waits for it.
    */
   pruneTransaction<T>(fn: (tx: Tx, contended: () => boolean) => Promise<T>): Promise<T>;
 
