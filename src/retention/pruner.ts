@@ -106,6 +106,7 @@ type Stage =
       gapLeft: number;
     }
   | { kind: 'vacuum' };
+type Sweep = Extract<Stage, { kind: 'sweep' }>;
 
 export class Pruner {
   private stage: Stage = { kind: 'idle' };
@@ -238,12 +239,7 @@ export class Pruner {
    * snapshot keeps a checkpoint from copying the frames after it, and the WAL from starting over
    * at its beginning. (A batch that gave the store up carries the next selection in its rest.)
    */
-  private async checkpoint(s: {
-    checkpointDue: boolean;
-    selected?: Promise<ExecutionSelection>;
-    checkpoints: number;
-    maxCheckpoint: number;
-  }): Promise<number> {
+  private async checkpoint(s: Sweep): Promise<number> {
     if (!s.checkpointDue) return 0;
     s.checkpointDue = false;
     const next = await s.selected?.catch(() => undefined);
@@ -291,7 +287,7 @@ export class Pruner {
     };
   }
 
-  private report(s: Extract<Stage, { kind: 'sweep' }>): SweepReport {
+  private report(s: Sweep): SweepReport {
     return {
       ...s.counts,
       started_at: s.startedAt,
