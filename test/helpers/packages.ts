@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -39,6 +39,16 @@ const INPUTS = [
 ];
 const SKIP = new Set(['node_modules', 'dist']);
 
+/** The inputs copied to `to`, and a link to this checkout's node_modules: a tree `npm pack` can build in. */
+function copyInputs(to: string): string {
+  for (const input of INPUTS) {
+    if (!existsSync(join(REPO, input))) continue;
+    cpSync(join(REPO, input), join(to, input), { recursive: true, filter: (src) => !SKIP.has(basename(src)) });
+  }
+  symlinkSync(join(REPO, 'node_modules'), join(to, 'node_modules'), 'dir');
+  return to;
+}
+
 function hashInputs(): string {
   const h = createHash('sha256');
   const walk = (rel: string) => {
@@ -66,8 +76,8 @@ async function npm(args: string[], cwd: string): Promise<string> {
   return stdout;
 }
 
-async function pack(cwdArgs: string[], dest: string): Promise<Packed> {
-  const out = JSON.parse(await npm(['pack', '--json', '--pack-destination', dest, ...cwdArgs], REPO)) as {
+async function pack(source: string, cwdArgs: string[], dest: string): Promise<Packed> {
+  const out = JSON.parse(await npm(['pack', '--json', '--pack-destination', dest, ...cwdArgs], source)) as {
     filename: string;
     files: { path: string }[];
   }[];
@@ -103,9 +113,13 @@ async function build(root: string, dir: string): Promise<Installed> {
   const project = join(dir, 'project');
   mkdirSync(tarballs, { recursive: true });
   mkdirSync(project, { recursive: true });
-  // `npm pack` runs prepack (scripts/build.ts: both packages) and prepare (the dashboard).
-  const server = await pack([], tarballs);
-  const sdk = await pack(['--workspace', 'packages/sdk'], tarballs);
+  // `npm pack` runs prepack (scripts/build.ts: both packages) and prepare (the dashboard), which
+  // write dist/ and web/dist: it packs a copy of the inputs (with this checkout's node_modules),
+  // so the checkout the other test files run from is never rewritten under them.
+  const source = copyInputs(join(dir, 'source'));
+  const server = await pack(source, [], tarballs);
+  const sdk = await pack(source, ['--workspace', 'packages/sdk'], tarballs);
+  rmSync(source, { recursive: true, force: true });
   // A project as a user would start one (a user approves better-sqlite3's install script, which
   // builds its binding; see README).
   writeFileSync(
