@@ -12,7 +12,7 @@ import { LeaderLease } from '../src/engine/leader.ts';
 import { ArchiveWriter, readArchive, validLength, type ArchiveRecord } from '../src/retention/archive.ts';
 import { exportHistory } from '../src/retention/export.ts';
 import { DAY_MS, pruneAll, pruneOnce, type SweepReport } from '../src/retention/prune.ts';
-import { Pruner, PRUNE_MIN_PAUSE_MS, PRUNE_QUIET_MS } from '../src/retention/pruner.ts';
+import { Pruner, PRUNE_MIN_PAUSE_MS, PRUNE_QUIET_MS, VACUUM_STEP_PAGES } from '../src/retention/pruner.ts';
 import { readHistoryStats } from '../src/retention/stats.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
 import { SWEEP_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
@@ -651,7 +651,7 @@ describe(`retention (${STORE_KIND})`, () => {
     await fixed.lease?.release();
   });
 
-  it('the pruner sets the WAL auto-checkpoint aside for a sweep, checkpoints between batches, and restores it after a sweep and after a failing one', async () => {
+  it('the pruner sets the WAL auto-checkpoint aside for a sweep and its vacuum steps, checkpoints between them, and restores it after the last step and after a failing sweep', async () => {
     /** SQLite: the writer connection's automatic checkpoint (pages); PostgreSQL has none. */
     const autoCheckpoint = async () =>
       STORE_KIND === 'sqlite'
@@ -703,12 +703,45 @@ describe(`retention (${STORE_KIND})`, () => {
     // SQLite: one checkpoint step after every batch that deleted; PostgreSQL: none.
     if (STORE_KIND === 'sqlite') expect(r.checkpoints).toBeGreaterThanOrEqual(Math.ceil(r.executions / 30));
     else expect(r.checkpoints).toBe(0);
+    // SQLite: the vacuum steps come next, still with the automatic checkpoint aside; PostgreSQL has none.
+    if (STORE_KIND === 'sqlite') {
+      expect(out.nextInMs).toBe(PRUNE_MIN_PAUSE_MS);
+      expect(await autoCheckpoint()).toBe(SWEEP_AUTOCHECKPOINT_PAGES);
+      for (let passes = 0; out.nextInMs !== undefined && passes < 100; passes++) out = await pruner.pass();
+    }
+    expect(out.nextInMs).toBeUndefined();
     expect(await autoCheckpoint()).toBe(found);
     expect([...(await ids('executions'))].sort()).toEqual([...young, 'ex_old_running'].sort());
     expect(await countWhere('execution_events', young)).toBe(90);
     for (const t of ['execution_events', 'execution_logs', 'execution_log_heads', 'idempotency_keys'] as const)
       expect(await countWhere(t, old)).toBe(0);
     expect(await orphans()).toBe(0);
+    await pruner.lease?.release();
+  });
+
+  it('after a sweep, SQLite returns the freed pages to the file system in steps of VACUUM_STEP_PAGES, each run to its end on the pruner thread (PostgreSQL leaves it to autovacuum)', async () => {
+    await seedHistory(ts.store, { count: 1500, from: NOW - 60 * DAY_MS, stepMs: 10, logsEvery: 1, resultBytes: 4096 });
+    const pragma = async (name: 'freelist_count' | 'page_count') =>
+      Number((await sql.raw<Record<string, number>>(`PRAGMA ${name}`).execute(ts.store.db)).rows[0]![name]);
+    const pruner = new Pruner({ store: ts.store, settings: WINDOWS, nodeId: 'node-a', clock: manualClock(NOW), batchSize: 500 });
+    let out = await pruner.pass();
+    for (let passes = 0; out.report === undefined && passes < 100; passes++) out = await pruner.pass();
+    expect(out.report?.executions).toBe(1500);
+    if (STORE_KIND === 'postgres') {
+      expect(out.nextInMs).toBeUndefined(); // no vacuum stage
+      expect(await ts.store.reclaimSpace(VACUUM_STEP_PAGES)).toBe(0);
+      return;
+    }
+    const freed = await pragma('freelist_count');
+    expect(freed).toBeGreaterThan(VACUUM_STEP_PAGES); // enough for two steps at least
+    const pages = await pragma('page_count');
+    // One step: a whole step's pages, not the one page a statement stepped once would free.
+    out = await pruner.pass();
+    expect(await pragma('freelist_count')).toBe(freed - VACUUM_STEP_PAGES);
+    expect(await pragma('page_count')).toBe(pages - VACUUM_STEP_PAGES);
+    for (let passes = 0; out.nextInMs !== undefined && passes < 100; passes++) out = await pruner.pass();
+    expect(await pragma('freelist_count')).toBe(0);
+    expect(await pragma('page_count')).toBeLessThanOrEqual(pages - freed); // (pointer-map pages may go too)
     await pruner.lease?.release();
   });
 

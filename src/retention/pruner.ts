@@ -13,9 +13,10 @@
  * WAL checkpoint is set aside for the sweep (store.sweepCheckpoints) and each batch is followed by
  * a checkpoint on the pruner's thread (it takes no write lock: nobody waits on it), inside the
  * pause — or, after a batch that gave the store up, once things are quiet again, before the next
- * batch; the setting comes back when the sweep ends or fails. After the last batch the sweep is
- * recorded in retention_state and, on SQLite, freed pages go back to the file system in small
- * incremental-vacuum steps, paced the same way.
+ * batch. After the last batch the sweep is recorded in retention_state and, on SQLite, freed pages
+ * go back to the file system in small incremental-vacuum steps, paced the same way, each on the
+ * pruner's thread and followed by a checkpoint there; the setting comes back after the last step,
+ * or when the sweep or a step fails.
  *
  * On PostgreSQL only the holder of the `pruner` leader lease prunes (the loop is leader-only under
  * `lease`); another process takes over when it lapses (PRUNE_LEASE_MS after the holder died). On
@@ -152,10 +153,21 @@ export class Pruner {
   async batchOnce(): Promise<{ nextInMs?: number; report?: SweepReport }> {
     if (!this.enabled) return {};
     if (this.stage.kind === 'vacuum') {
-      const t0 = performance.now();
-      const left = await this.o.store.reclaimSpace(VACUUM_STEP_PAGES);
-      if (left === 0) this.stage = { kind: 'idle' };
-      return left === 0 ? {} : { nextInMs: this.pause(performance.now() - t0) };
+      try {
+        const t0 = performance.now();
+        const left = await this.o.store.reclaimSpace(VACUUM_STEP_PAGES);
+        const stepMs = performance.now() - t0;
+        // The pages the step moved go to the database file on the pruner's thread, as after a batch.
+        await this.o.store.checkpoint();
+        if (left > 0) return { nextInMs: this.pause(stepMs) };
+      } catch (err) {
+        this.stage = { kind: 'idle' };
+        await this.o.store.sweepCheckpoints(false).catch(() => undefined);
+        throw err;
+      }
+      this.stage = { kind: 'idle' };
+      await this.o.store.sweepCheckpoints(false);
+      return {};
     }
     if (this.stage.kind === 'idle') {
       this.stage = {
@@ -224,13 +236,18 @@ export class Pruner {
       throw err;
     }
     this.watchWork(false);
-    await this.o.store.sweepCheckpoints(false);
     const report = this.report(s);
+    const removed = report.executions + report.audit + report.violations + report.alerts;
+    // SQLite: the freed pages go back to the file system in vacuum steps, and the writer's automatic
+    // checkpoint stays set aside until the last of them (each is checkpointed as a batch is); the
+    // last batch's pages are checkpointed first when it gave the store up before its own checkpoint.
+    const vacuum = removed > 0 && this.o.store.kind === 'sqlite';
+    if (vacuum) await this.checkpoint(s);
+    else await this.o.store.sweepCheckpoints(false);
+    this.stage = vacuum ? { kind: 'vacuum' } : { kind: 'idle' };
     await recordSweep(this.o.store, report);
     this.o.onSweep?.(report);
-    const removed = report.executions + report.audit + report.violations + report.alerts;
-    this.stage = removed > 0 && this.o.store.kind === 'sqlite' ? { kind: 'vacuum' } : { kind: 'idle' };
-    return this.stage.kind === 'vacuum' ? { nextInMs: PRUNE_MIN_PAUSE_MS, report } : { report };
+    return vacuum ? { nextInMs: PRUNE_MIN_PAUSE_MS, report } : { report };
   }
 
   /**

@@ -66,9 +66,11 @@ export interface StoreAdapter {
 
   /**
    * Return up to `pages` free pages to the file system, after the pruner deleted rows. SQLite
-   * (incremental auto-vacuum): one PRAGMA incremental_vacuum(pages) — keep `pages` small, it is
-   * synchronous (measured at load 8-15: 2,048 pages of 4 KiB took up to 34 ms, so the pruner steps
-   * 512). Resolves with the free pages left.
+   * (incremental auto-vacuum): one PRAGMA incremental_vacuum(pages) on the pruner's writer thread
+   * while other work on `db` waits its turn, as a prune batch — keep `pages` small, others wait for
+   * it (2,048 pages of 4 KiB took up to 34 ms at load 8-15, so the pruner steps 512); the pruner
+   * checkpoints after each step, with the writer's automatic checkpoint still set aside
+   * (`sweepCheckpoints`). Resolves with the free pages left.
    * PostgreSQL: a no-op resolving 0 — autovacuum makes dead rows' space reusable in place.
    */
   reclaimSpace(pages: number): Promise<number>;

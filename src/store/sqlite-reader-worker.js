@@ -27,6 +27,13 @@ function prepare(text) {
 
 parentPort.on('message', ({ id, sql, parameters }) => {
   try {
+    // A PRAGMA goes through pragma(), which steps it to the end: run() would step it once, and
+    // incremental_vacuum frees one page per step.
+    const pragma = /^\s*PRAGMA\s+(.*)$/is.exec(sql);
+    if (pragma && !parameters?.length) {
+      parentPort.postMessage({ id, rows: db.pragma(pragma[1]) });
+      return;
+    }
     const stmt = prepare(sql);
     if (stmt.reader) {
       parentPort.postMessage({ id, rows: stmt.all(parameters) });
