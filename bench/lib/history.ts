@@ -16,7 +16,8 @@
  *
  * Probes, each over a fixed number of sequential repetitions (latency from request to the
  * parsed answer): submit → claim → complete on a history agent; agents list; executions list
- * (first page; agent + status filter; a cursor page 30 days deep); one execution with its
+ * (first page; agent + status=failed over 10 agents given 50 failures each first; a cursor page
+ * 30 days deep, or on a younger store past its 50th newest rows: full pages in every state); one execution with its
  * timeline; the dashboard overview (what web/src/pages/Overview.tsx loads: agents, the 8
  * latest failures, canary status — in parallel, as the page does); a metrics scrape; a canary
  * cycle (POST /v1/canary/run); 1,000 schedules due at one instant (fire lag, measured by
@@ -28,6 +29,7 @@
  */
 import { mkdtempSync, rmSync, statSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import type { StoreKind } from '../../src/store/adapter.ts';
@@ -158,6 +160,25 @@ export interface PruneResult {
   /** Every ping of the phase, from the server's start (its first requests are cold) to the end. */
   healthz_phase_worst_ms?: number;
   healthz_phase_pings?: number;
+  /**
+   * Each ping over SLOW_PING_MS (50) in the phase: whether a sweep ran, when (from the server's start and from
+   * the end of the last sweep), and the longest stall of the bench's own event loop that overlapped it (0: none over 50 ms).
+   */
+  healthz_slow_pings?: Array<{
+    at: number;
+    ms: number;
+    sweeping: boolean;
+    since_up_ms: number;
+    since_sweep_end_ms: number;
+    bench_stall_ms: number;
+  }>;
+  /** Every ping after the last sweep ended (SQLite's vacuum steps run then) to the end of the phase. */
+  healthz_after_sweep_worst_ms?: number;
+  /** The server's longest event-loop delay from the first removal seen to the last (prom-client's nodejs_eventloop_lag_max_seconds). */
+  server_loop_max_ms?: number;
+  /** This process's longest event-loop delay over the phase, and its gaps over 50 ms. */
+  bench_loop_max_ms?: number;
+  bench_loop_stalls?: number;
   submit_to_claim?: LatencySummary;
   /** The same probe, only the samples that started while a sweep ran (retention_state's started → completed). */
   submit_to_claim_sweeping?: LatencySummary;
@@ -373,6 +394,40 @@ function healthzLoop(url: string, everyMs = 10) {
   };
 }
 
+/**
+ * This process's own event loop, watched while a phase runs: a slow /healthz ping may be the
+ * bench (which runs the pings, the probe and the polls on one event loop) rather than the server.
+ * Keeps every gap of a 10 ms timer over 50 ms, as [epoch ms when it ended, gap ms].
+ */
+function stallWatch() {
+  const stalls: Array<[number, number]> = [];
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    if (now - last > 50) stalls.push([Date.now(), Math.round(now - last)]);
+    last = now;
+  }, 10);
+  return {
+    stop() {
+      clearInterval(timer);
+      delay.disable();
+      return { stalls, max_ms: Math.round(delay.max / 1e5) / 10 };
+    },
+  };
+}
+
+/** A /healthz ping slower than this is listed with when it happened (the issue's "about 50 ms" for one synchronous step). */
+const SLOW_PING_MS = 50;
+
+/** The server's longest event-loop delay since the previous scrape (prom-client resets it on each collect), ms. */
+async function serverLoopMaxMs(http: Http): Promise<number | undefined> {
+  const text = String((await http.call('GET', '/metrics').catch(() => ({ body: '' }))).body);
+  const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? ([0-9.e+-]+)$/m.exec(text);
+  return m ? Math.round(Number(m[1]) * 10_000) / 10 : undefined;
+}
+
 function worstOf(latencies: number[]) {
   return {
     worst: latencies.length ? Math.round(Math.max(...latencies) * 10) / 10 : NaN,
@@ -439,19 +494,57 @@ const PROBE_BUDGET_MS = 60_000;
 
 const enc = encodeURIComponent;
 const agentName = (i: number) => `hist-${String(i).padStart(3, '0')}`;
+/**
+ * The fire-lag probe's agents (bench/lib/triggers-fire-lag.ts), made with the history agents before
+ * the empty store's probes, so that every state's agents list, metrics and canary see the same 200 agents.
+ */
+const FIRE_PREFIX = 'hfl-';
+const FIRE_AGENTS = 100;
+
+/** After a fire-lag probe: its schedules deleted through the engine, which cancels their queued runs (history stays). */
+async function settleFireLag(db: HistoryDb): Promise<void> {
+  const s = await db.open();
+  const e = new Engine({ store: s, nodeId: 'bench-history' });
+  try {
+    const fired = await s.db.selectFrom('schedules').select('id').where('agent', 'like', `${FIRE_PREFIX}%`).execute();
+    for (const { id } of fired) await e.schedules.delete(id, 'bench');
+  } finally {
+    e.close();
+    await s.close();
+  }
+}
+
 /** A cursor as the API returns it: base64url of "created_at:id" (src/api/routes/executions.ts). */
 const cursor = (createdAt: number, id: string) => Buffer.from(`${createdAt}:${id}`).toString('base64url');
+/** The agent + status probe cycles over this many agents, each given this many failed executions first. */
+const FILTER_AGENTS = 10;
+const FILTER_FAILURES = 50;
+
+/**
+ * Cursors for the deep page: 30 days back (one minute apart per repetition) when that page is
+ * full, as it is in a long history; on a store younger than that (the empty store), cursors
+ * past its 50th–89th newest rows, taken from the API's own `next_cursor`, so that page is full too.
+ */
+async function deepPageCursors(http: Http): Promise<{ basis: string; at: (i: number) => string }> {
+  const deep = Date.now() - 30 * 86_400_000;
+  const deepAt = (i: number) => cursor(deep + i * 60_000, 'ex_zzzzzzzzzzzzzzzzzzzzzz');
+  const probe = (await http.call('GET', `/v1/executions?limit=50&cursor=${deepAt(0)}`)).body;
+  if ((probe?.executions?.length ?? 0) === 50) return { basis: '30 days deep', at: deepAt };
+  const young: string[] = [];
+  for (let k = 50; k < 90; k++) {
+    const next = (await http.call('GET', `/v1/executions?limit=${k}`)).body?.next_cursor;
+    if (typeof next === 'string') young.push(next);
+  }
+  if (!young.length) throw new Error('deep cursor: the store has too few executions for a full page');
+  return {
+    basis: `the store is younger than 30 days: past its 50th–${49 + young.length}th newest rows`,
+    at: (i) => young[i % young.length]!,
+  };
+}
 
 // ── probes ──────────────────────────────────────────────────────────────────
 
-async function runProbes(
-  cfg: HistoryConfig,
-  db: HistoryDb,
-  label: string,
-  port: number,
-  detailIds: string[],
-  firePrefix: string,
-): Promise<StateResult> {
+async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port: number, detailIds: string[]): Promise<StateResult> {
   const errors: string[] = [];
   const executions = await countExecutions(db);
   // The machine is shared: wait (up to 30 s) for it to calm down, and record how busy it was.
@@ -519,19 +612,18 @@ async function runProbes(
     // Submit → claim → complete on a history agent (warm up a few first).
     const probeAgent = agentName(0);
     const made: string[] = [];
-    const cycle = async (record: boolean) => {
+    const cycle = async (record: boolean, agent = probeAgent, outcome: 'succeeded' | 'failed' = 'succeeded') => {
       const t0 = performance.now();
-      const sub = (await http.call('POST', `/v1/agents/${probeAgent}/executions`, { message: 'probe', payload: { probe: label } })).body;
-      const claimed = (await http.call('POST', `/v1/agents/${probeAgent}/claim`, { worker_id: 'bench-probe', max: 1, wait_seconds: 5 }))
-        .body;
+      const sub = (await http.call('POST', `/v1/agents/${agent}/executions`, { message: 'probe', payload: { probe: label } })).body;
+      const claimed = (await http.call('POST', `/v1/agents/${agent}/claim`, { worker_id: 'bench-probe', max: 1, wait_seconds: 5 })).body;
       const t1 = performance.now();
       const task = claimed?.tasks?.[0];
       if (!task) throw new Error('claim returned no task');
       if (task.execution_id !== sub.execution_id) throw new Error(`claimed ${task.execution_id}, submitted ${sub.execution_id}`);
       await http.call('POST', `/v1/executions/${enc(task.execution_id)}/complete`, {
         lease_token: task.lease_token,
-        status: 'succeeded',
-        result: { ok: true },
+        status: outcome,
+        ...(outcome === 'failed' ? { error: { code: 'probe_failure', message: 'a failure the probe made' } } : { result: { ok: true } }),
       });
       if (record) submitToClaim.push(t1 - t0);
       made.push(task.execution_id);
@@ -540,13 +632,26 @@ async function runProbes(
     await measure('submit_claim_complete', reps, () => cycle(true));
     await measure('agents_list', reps, () => http.call('GET', '/v1/agents'));
     await measure('executions_first_page', reps, () => http.call('GET', '/v1/executions?limit=50'));
+    // Like for like: the filtered and the deep page return a full page (50 rows) in every state,
+    // so the ratio compares the cost of reaching a page, not 50 rows of JSON against none. The
+    // filter's agents each get FILTER_FAILURES failed executions of the probe's own first (the
+    // empty store has none; at N they are the newest of a few hundred each), each followed by two
+    // successes so that the agent's circuit breaker (on by default) stays closed.
+    await Promise.all(
+      Array.from({ length: FILTER_AGENTS }, async (_, a) => {
+        for (let k = 0; k < FILTER_FAILURES; k++) {
+          await cycle(false, agentName(a), 'failed');
+          await cycle(false, agentName(a));
+          await cycle(false, agentName(a));
+        }
+      }),
+    );
     await measure('executions_agent_status', reps, (i) =>
-      http.call('GET', `/v1/executions?agent=${agentName((i * 7) % 100)}&status=failed&limit=50`),
+      http.call('GET', `/v1/executions?agent=${agentName((i * 7) % FILTER_AGENTS)}&status=failed&limit=50`),
     );
-    const deep = Date.now() - 30 * 86_400_000;
-    await measure('executions_deep_cursor', reps, (i) =>
-      http.call('GET', `/v1/executions?limit=50&cursor=${cursor(deep + i * 60_000, 'ex_zzzzzzzzzzzzzzzzzzzzzz')}`),
-    );
+    const deepCursors = await deepPageCursors(http);
+    log(`deep cursor page: ${deepCursors.basis}`);
+    await measure('executions_deep_cursor', reps, (i) => http.call('GET', `/v1/executions?limit=50&cursor=${deepCursors.at(i)}`));
     const ids = detailIds.length ? detailIds : made;
     await measure('execution_detail', reps, (i) => http.call('GET', `/v1/executions/${enc(ids[i % ids.length]!)}`));
     await measure('dashboard_overview', reps, () =>
@@ -641,14 +746,17 @@ async function runProbes(
         pgUrl: cfg.pgUrl,
         db,
         schedules: cfg.schedules,
-        agents: 100,
+        agents: FIRE_AGENTS,
         processes: 1,
-        agentPrefix: firePrefix,
+        agentPrefix: FIRE_PREFIX,
         basePort: port + 1,
         serverEnv: QUIET,
       });
       fire = { schedules: r.schedules, fired: r.fired, p50: r.lagMs.p50, p99: r.lagMs.p99, drain_ms: r.drainMs, cpu_s: r.cpuS };
       log(`${cfg.schedules} schedules: fire lag p50 ${r.lagMs.p50} ms, p99 ${r.lagMs.p99} ms (${r.fired} fired)`);
+      // Its schedules go (their queued runs cancelled), so that the next state's probes do not find
+      // a thousand queued runs the previous state left behind, and its schedules can be made again.
+      await settleFireLag(db);
     } catch (err: any) {
       fire = { error: String(err?.message ?? err) };
       errors.push(`fire_lag: ${err?.message ?? err}`);
@@ -734,6 +842,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     const up = Date.now();
     const http = new Http(server.url, server.key);
     const hz = healthzLoop(server.url);
+    const benchLoop = stallWatch();
     // A healthy long task held through the whole prune: claimed once, heartbeated every 10 s
     // (a third of the default 30 s lease, as the SDK does). A heartbeat refused means its lease lapsed.
     const held = { beats: [] as number[], lost: 0, errors: 0, id: '', token: '' };
@@ -790,6 +899,8 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       progress.push([now - up, n]);
       if (n < left) {
         available = true;
+        // The server's own event-loop delay, from the first removal seen: this scrape resets it.
+        if (firstDropAt === null) await serverLoopMaxMs(http);
         firstDropAt ??= now;
         lastProgressAt = now;
         left = n;
@@ -817,6 +928,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
         break;
       }
     }
+    const serverLoopMax = available ? await serverLoopMaxMs(http) : undefined;
     // Keep pinging until the sweep is recorded (then a few seconds of SQLite's vacuum steps).
     let state = await watchState();
     if (available) {
@@ -871,8 +983,32 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
     // /healthz: the pings that started while a sweep ran; the whole phase (with the server's start,
     // whose first requests are cold) is kept apart.
     const phase = await hz.stop();
+    const bench = benchLoop.stop();
     const h = available ? worstOf(phase.samples.filter(during).map((x) => x[1])) : phase;
-    const phaseFields = { healthz_phase_worst_ms: phase.worst, healthz_phase_pings: phase.pings };
+    // Each ping over SLOW_PING_MS in the phase: when (ms from the server's start, and from the end of the
+    // last sweep window: negative while sweeping), and whether this process's own loop stalled meanwhile.
+    const sweepEnd = windows.length ? Math.max(...windows.map((w) => w[1])) : NaN;
+    const slowPings = phase.samples
+      .filter((x) => x[1] > SLOW_PING_MS)
+      .map(([at, ms]) => ({
+        at,
+        ms: Math.round(ms * 10) / 10,
+        sweeping: available && during([at, ms]),
+        since_up_ms: at - up,
+        since_sweep_end_ms: at - sweepEnd,
+        bench_stall_ms: bench.stalls.filter(([end, gap]) => end >= at && end - gap <= at + ms).reduce((a, [, gap]) => Math.max(a, gap), 0),
+      }));
+    const phaseFields = {
+      healthz_phase_worst_ms: phase.worst,
+      healthz_phase_pings: phase.pings,
+      healthz_slow_pings: slowPings,
+      healthz_after_sweep_worst_ms: Number.isFinite(sweepEnd)
+        ? worstOf(phase.samples.filter(([at]) => at > sweepEnd).map((x) => x[1])).worst
+        : undefined,
+      server_loop_max_ms: serverLoopMax,
+      bench_loop_max_ms: bench.max_ms,
+      bench_loop_stalls: bench.stalls.length,
+    };
     if (!available) {
       log(note!);
       cfg.log('pruner not available');
@@ -919,7 +1055,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       held_lease: heldLease,
     };
     log(
-      `removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms; submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`,
+      `removed ${removed.toLocaleString('en-US')} in ${out.seconds} s = ${out.rate_per_s?.toLocaleString('en-US')}/s (pruner's own record: ${out.own_rate_per_s ?? '?'}/s); worst /healthz ${h.worst} ms (longest event-loop delay: server ${serverLoopMax ?? '?'} ms, bench ${bench.max_ms} ms; pings over ${SLOW_PING_MS} ms [ms, sweeping, ms after the sweep's end, bench stall ms]: ${JSON.stringify(slowPings.map((x) => [x.ms, x.sweeping, x.since_sweep_end_ms, x.bench_stall_ms]))}); submit→claim p50 ${out.submit_to_claim!.p50} ms, max ${out.submit_to_claim!.max} ms`,
     );
     log(
       `submit→claim while sweeping: p50 ${sweeping.p50} / p99 ${sweeping.p99} ms (n ${sweeping.n}); idle baseline p50 ${idleS2c?.p50 ?? '?'} / p99 ${idleS2c?.p99 ?? '?'} ms; ratio p50 ${w2Ratio?.p50 ?? '?'}× p99 ${w2Ratio?.p99 ?? '?'}×`,
@@ -951,12 +1087,15 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
         await e.createAgent({ ...a, max_backlog: 10_000 }, 'bench');
         agents.push(a);
       }
+      // As triggers-fire-lag.ts would make them on its first run.
+      if (cfg.schedules > 0)
+        for (let i = 0; i < FIRE_AGENTS; i++) await e.createAgent({ name: `${FIRE_PREFIX}${i}`, max_backlog: 1_000_000 }, 'bench');
       e.close();
       await s.close();
     }
     if (!cfg.pruneOnly) {
       cfg.log(`  empty store: probes …`);
-      out.empty = await runProbes(cfg, db, 'empty', port, [], 'hfe-');
+      out.empty = await runProbes(cfg, db, 'empty', port, []);
     }
     const emptyBytes = await bytesOnDisk(db);
 
@@ -998,7 +1137,7 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
     }
     if (!cfg.pruneOnly) {
       cfg.log(`  at ${cfg.n.toLocaleString('en-US')}: probes …`);
-      out.full = await runProbes(cfg, db, `N=${cfg.n}`, port + 10, detailIds, 'hfn-');
+      out.full = await runProbes(cfg, db, `N=${cfg.n}`, port + 10, detailIds);
     }
     if (!cfg.noPrune) {
       cfg.log(`  prune half of the history …`);
@@ -1020,6 +1159,13 @@ const f = (x: number | undefined | null, d = 1) =>
   x === undefined || x === null || Number.isNaN(x)
     ? '–'
     : x.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d });
+
+/** ", 2 while the bench's own loop stalled" — how many slow pings overlapped a stall of this process (> 50 ms). */
+function slowPingNote(p: PruneResult): string {
+  const slow = (p.healthz_slow_pings ?? []).filter((x) => x.sweeping && x.ms > 100);
+  if (!slow.length) return '';
+  return `; ${slow.filter((x) => x.bench_stall_ms > 0).length} of them while the bench's own event loop stalled`;
+}
 
 export const HISTORY_HEAD = [
   'store',
@@ -1137,7 +1283,7 @@ export function historyRows(r: HistoryResult): string[][] {
         s,
         'worst /healthz during the prune',
         '',
-        `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms); whole phase from the server's start ${f(p.healthz_phase_worst_ms, 1)} ms`,
+        `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms${slowPingNote(p)}); after the sweep (vacuum steps) ${f(p.healthz_after_sweep_worst_ms, 1)} ms; whole phase from the server's start ${f(p.healthz_phase_worst_ms, 1)} ms; longest event-loop delay while sweeping: server ${f(p.server_loop_max_ms, 1)} ms, bench ${f(p.bench_loop_max_ms, 1)} ms over the phase`,
         '',
         '≤ 100 ms',
         (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED',
