@@ -1283,7 +1283,7 @@ export function historyRows(r: HistoryResult): string[][] {
         s,
         'worst /healthz during the prune',
         '',
-        `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms${slowPingNote(p)}); after the sweep (vacuum steps) ${f(p.healthz_after_sweep_worst_ms, 1)} ms; whole phase from the server's start ${f(p.healthz_phase_worst_ms, 1)} ms; longest event-loop delay while sweeping: server ${f(p.server_loop_max_ms, 1)} ms, bench ${f(p.bench_loop_max_ms, 1)} ms over the phase`,
+        `${f(p.healthz_worst_ms, 1)} ms (${p.healthz_over_100ms} of ${p.healthz_pings} pings > 100 ms${slowPingNote(p)}); after the sweep (on SQLite its vacuum steps) ${f(p.healthz_after_sweep_worst_ms, 1)} ms; whole phase from the server's start ${f(p.healthz_phase_worst_ms, 1)} ms; longest event-loop delay while sweeping: server ${f(p.server_loop_max_ms, 1)} ms, bench ${f(p.bench_loop_max_ms, 1)} ms over the phase`,
         '',
         '≤ 100 ms',
         (p.healthz_worst_ms ?? Infinity) <= 100 ? 'met' : 'MISSED',
