@@ -691,7 +691,16 @@ describe(`retention (${STORE_KIND})`, () => {
     // A whole sweep: every old execution goes, nothing else; the setting is back at its end.
     rmSync(archive, { force: true });
     const reports: SweepReport[] = [];
-    const pruner = new Pruner({ store: ts.store, settings, nodeId: 'node-a', clock, batchSize: 30, onSweep: (r) => reports.push(r) });
+    // checkpointFrames 1: a checkpoint after every batch that deleted (the default waits for ~4,000 WAL frames).
+    const pruner = new Pruner({
+      store: ts.store,
+      settings,
+      nodeId: 'node-a',
+      clock,
+      batchSize: 30,
+      checkpointFrames: 1,
+      onSweep: (r) => reports.push(r),
+    });
     let out = await pruner.pass();
     for (let passes = 1; out.report === undefined && passes < 100; passes++) {
       if (STORE_KIND === 'sqlite') expect(await autoCheckpoint()).toBe(SWEEP_AUTOCHECKPOINT_PAGES);

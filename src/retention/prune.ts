@@ -316,18 +316,27 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
       const part: Member[] = [];
       while (i < chains.length && (part.length === 0 || part.length + chains[i]![1].length <= DELETE_CHUNK)) part.push(...chains[i++]![1]);
       const ids = laterRetriesFirst(part);
-      // Only executions that logged have a head (appendLogs writes it with the first line), and
-      // few do: their lines are deleted by those ids alone. (With every id in the list PostgreSQL
-      // expected a large share of execution_logs and scanned it.)
-      const heads = await tx.deleteFrom('execution_log_heads').where('execution_id', 'in', ids).returning('execution_id').execute();
-      const logged = heads.map((h) => h.execution_id);
-      if (logged.length) c.logs += deleted(await tx.deleteFrom('execution_logs').where('execution_id', 'in', logged).executeTakeFirst());
-      c.events += deleted(await tx.deleteFrom('execution_events').where('execution_id', 'in', ids).executeTakeFirst());
-      c.keys += deleted(await tx.deleteFrom('idempotency_keys').where('execution_id', 'in', ids).executeTakeFirst());
-      // What a pruned source started (its primary key leads with source_id). A chained task kept
-      // longer keeps its caused_by, pointing at a source no longer stored.
-      await tx.deleteFrom('chain_links').where('source_id', 'in', ids).execute();
-      c.executions += deleted(await tx.deleteFrom('executions').where('id', 'in', ids).executeTakeFirst());
+      // The chunk's statements go to the pruner's thread together and run there one after another,
+      // in this order: one round trip per chunk instead of one per statement. The owned rows go
+      // before their execution. Only executions that logged have a head (appendLogs writes it with
+      // the first line), and few do: their lines are found through the heads.
+      const [logs, , events, keys, , executions] = await Promise.all([
+        tx
+          .deleteFrom('execution_logs')
+          .where('execution_id', 'in', (eb) => eb.selectFrom('execution_log_heads').select('execution_id').where('execution_id', 'in', ids))
+          .executeTakeFirst(),
+        tx.deleteFrom('execution_log_heads').where('execution_id', 'in', ids).execute(),
+        tx.deleteFrom('execution_events').where('execution_id', 'in', ids).executeTakeFirst(),
+        tx.deleteFrom('idempotency_keys').where('execution_id', 'in', ids).executeTakeFirst(),
+        // What a pruned source started (its primary key leads with source_id). A chained task kept
+        // longer keeps its caused_by, pointing at a source no longer stored.
+        tx.deleteFrom('chain_links').where('source_id', 'in', ids).execute(),
+        tx.deleteFrom('executions').where('id', 'in', ids).executeTakeFirst(),
+      ]);
+      c.logs += deleted(logs);
+      c.events += deleted(events);
+      c.keys += deleted(keys);
+      c.executions += deleted(executions);
     }
     if (i < chains.length) {
       const left = chains.slice(i);

@@ -86,7 +86,8 @@ export interface StoreAdapter {
    * mid-sweep leaves a longer WAL, replayed or checkpointed by the next open, and a new
    * connection starts with the default. `checkpoint()` is one PASSIVE checkpoint (it waits for
    * no reader, and takes no write lock: SQLite runs it on the pruner's worker thread while other
-   * writers go on) and resolves with the WAL frames it could not copy yet.
+   * writers go on) and resolves with the frames the WAL held (the pages written since it last started
+   * over).
    * PostgreSQL: no-ops (its checkpointer is a process of its own).
    */
   sweepCheckpoints(manual: boolean): Promise<void>;

@@ -11,10 +11,13 @@ import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
 
 /**
  * The writer's automatic checkpoint while the pruner sweeps (adapter.ts, sweepCheckpoints): a
- * backstop only — the pruner checkpoints after every batch, which keeps the WAL near one batch's
- * pages (a few MiB); this bound (40 MiB of 4 KiB pages) is reached only if those steps stop.
+ * backstop only — it runs inside a commit on the event loop. The pruner checkpoints on its own
+ * thread about every PRUNE_CHECKPOINT_FRAMES frames; under load (batches cut short by waiting
+ * callers, other writers' pages) the WAL measured up to ~12,700 frames at those checkpoints during
+ * a sweep of 500,000 executions at 1M, so this bound (100 MiB of 4 KiB pages) is reached only if
+ * those steps stop. (At 10,000 it tripped in such a sweep: 60–90 ms on the event loop.)
  */
-export const SWEEP_AUTOCHECKPOINT_PAGES = 10_000;
+export const SWEEP_AUTOCHECKPOINT_PAGES = 25_000;
 
 /** Group-commit counters per open SQLite store (see commitStats). */
 const groupCommits = new WeakMap<StoreAdapter, GroupCommit>();
@@ -153,9 +156,8 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       // PASSIVE checkpoint takes no write lock, so writers on `db` go on while it copies and syncs.
       // (In-memory: there is no WAL.)
       if (!pruneWriter) return 0;
-      const { rows } = await sql<{ log: number; checkpointed: number }>`PRAGMA wal_checkpoint(PASSIVE)`.execute(pruneWriter);
-      const r = rows[0];
-      return r ? Math.max(0, r.log - r.checkpointed) : 0;
+      const { rows } = await sql<{ log: number }>`PRAGMA wal_checkpoint(PASSIVE)`.execute(pruneWriter);
+      return Number(rows[0]?.log ?? 0);
     },
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
