@@ -13,7 +13,7 @@ import { createNodeMetrics } from '../src/metrics.ts';
 import { exportHistory } from '../src/retention/export.ts';
 import { pruneOnce } from '../src/retention/prune.ts';
 import { readHistoryStats } from '../src/retention/stats.ts';
-import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
+import type { InOrder, StoreAdapter, Tx } from '../src/store/adapter.ts';
 import type { DB, NewExecution } from '../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
@@ -80,8 +80,8 @@ function recordingStore(inner: StoreAdapter): StoreAdapter {
     reader: wrap(inner.reader),
     transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
     snapshot: <T>(fn: (tx: Tx) => Promise<T>) => inner.snapshot((tx) => fn(wrap(tx))),
-    pruneTransaction: <T>(fn: (tx: Tx, contended: () => boolean) => Promise<T>) =>
-      inner.pruneTransaction((tx, contended) => fn(wrap(tx), contended)),
+    pruneTransaction: <T>(fn: (tx: Tx, contended: () => boolean, inOrder: InOrder) => Promise<T>) =>
+      inner.pruneTransaction((tx, contended, inOrder) => fn(wrap(tx), contended, inOrder)),
   });
 }
 

@@ -144,14 +144,14 @@ describe(`retention (${STORE_KIND})`, () => {
     const store: StoreAdapter = {
       ...ts.store,
       pruneTransaction: (fn) =>
-        ts.store.pruneTransaction(async (tx, contended) => {
+        ts.store.pruneTransaction(async (tx, contended, inOrder) => {
           if (!write) {
             expect(contended()).toBe(false);
             write = ts.store.transaction((t) => t.selectFrom('agents').select('name').execute());
             for (let i = 0; i < 50 && !contended(); i++) await new Promise((r) => setImmediate(r));
             waiting = contended();
           }
-          return fn(tx, contended);
+          return fn(tx, contended, inOrder);
         }),
     };
     // One selection holds every old execution: the rest of a batch that gives the store up must

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnChild } from './helpers/process.ts';
+import type { Tx } from '../src/store/adapter.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 /**
@@ -108,6 +109,45 @@ describe(`store reader (${STORE_KIND})`, () => {
   it('reports a failed statement and keeps serving', async () => {
     await expect(sql`SELECT * FROM no_such_table`.execute(t.store.reader)).rejects.toThrow(/no_such_table/);
     expect(await agentCount()).toBe(2);
+  });
+
+  it("runs a prune transaction's statements in order, one result each; one that fails fails the transaction", async () => {
+    // On SQLite they go to the pruner's writer thread as one message; elsewhere one after another.
+    const describe = (tx: Tx, from: string | null, to: string) =>
+      tx
+        .updateTable('agents')
+        .set({ description: to })
+        .where('name', '=', 'r')
+        .where('description', from === null ? 'is' : '=', from)
+        .compile();
+    const description = async () =>
+      (await t.store.db.selectFrom('agents').select('description').where('name', '=', 'r').executeTakeFirstOrThrow()).description;
+    const before = await description();
+    const out = await t.store.pruneTransaction(async (tx, _contended, inOrder) => {
+      const results = await inOrder([
+        describe(tx, before, 'a'),
+        describe(tx, 'a', 'b'),
+        tx.deleteFrom('agents').where('name', '=', 'none').compile(),
+      ]);
+      return results.map((r) => Number(r.numAffectedRows));
+    });
+    // Each ran after the one before it (the second matched only what the first wrote).
+    expect(out).toEqual([1, 1, 0]);
+    expect(await description()).toBe('b');
+    const failed = t.store.pruneTransaction((tx, _contended, inOrder) =>
+      inOrder([
+        describe(tx, 'b', 'c'),
+        // A NOT NULL column set to null.
+        tx
+          .updateTable('agents')
+          .set({ max_parallel: null as never })
+          .where('name', '=', 'r')
+          .compile(),
+        describe(tx, 'c', 'd'),
+      ]),
+    );
+    await expect(failed).rejects.toThrow(/max_parallel|null/i);
+    expect(await description()).toBe('b');
   });
 
   it('refuses writes on SQLite (read-only connection)', async () => {

@@ -17,7 +17,7 @@
  * executions_retry_of for the foreign-key check on delete; 0018: executions_completed on
  * (completed_at, id), the cursor's order, so no page sorts).
  */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type QueryResult } from 'kysely';
 import { isTerminal } from '../domain/states.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { DB } from '../store/schema.ts';
@@ -39,10 +39,10 @@ export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Objec
 
 /**
  * Ids per DELETE … IN (…) statement. A SQLite executions batch deletes whole retry chains about
- * this many at a time, so a caller waiting for the store waits for one such chunk at most (~3-5
- * ms); the canary phase deletes this many at a time on both stores. (PostgreSQL plans a long IN
- * list as a scan of the whole table — 1,000 ids scanned execution_logs at 100k executions — so
- * its executions batch matches one array instead: deleteExecutionsPostgres.)
+ * this many at a time, so a caller waiting for the store waits for one such chunk at most (~2-3
+ * ms at 1M history); the canary phase deletes this many at a time on both stores. (PostgreSQL
+ * plans a long IN list as a scan of the whole table — 1,000 ids scanned execution_logs at 100k
+ * executions — so its executions batch matches one array instead: deleteExecutionsPostgres.)
  */
 const DELETE_CHUNK = 100;
 /** Ids per read (SELECT … IN (…)). */
@@ -143,6 +143,7 @@ export async function pruneOnce(o: PruneOptions): Promise<PruneBatch> {
 }
 
 const deleted = (r: { numDeletedRows: bigint } | undefined) => Number(r?.numDeletedRows ?? 0);
+const affected = (r: QueryResult<unknown> | undefined) => Number(r?.numAffectedRows ?? 0);
 
 function chunks<T>(xs: readonly T[], n: number): T[][] {
   const out: T[][] = [];
@@ -300,7 +301,7 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
 
   const started = performance.now();
   let rest: ExecutionSelection | undefined;
-  const counts = await o.store.pruneTransaction(async (tx, contended) => {
+  const counts = await o.store.pruneTransaction(async (tx, contended, inOrder) => {
     // A violation opened since the read keeps its chain (already archived: a duplicate line later).
     const openNow = await openSubjects(tx);
     const chains = [...sel.chains].filter(([, members]) => !members.some((m) => openNow.has(m.id)));
@@ -315,28 +316,30 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
       if (i > 0 && contended()) break;
       const part: Member[] = [];
       while (i < chains.length && (part.length === 0 || part.length + chains[i]![1].length <= DELETE_CHUNK)) part.push(...chains[i++]![1]);
-      const ids = laterRetriesFirst(part);
+      // The ids as one JSON parameter: each statement's text is the same whatever the chunk's size
+      // (prepared once on the pruner's thread), and Kysely compiles one value, not hundreds.
+      const ids = sql<string>`(SELECT value FROM json_each(${JSON.stringify(laterRetriesFirst(part))}))`;
       // The chunk's statements go to the pruner's thread together and run there one after another,
       // in this order: one round trip per chunk instead of one per statement. The owned rows go
       // before their execution. Only executions that logged have a head (appendLogs writes it with
       // the first line), and few do: their lines are found through the heads.
-      const [logs, , events, keys, , executions] = await Promise.all([
+      const [logs, , events, keys, , executions] = await inOrder([
         tx
           .deleteFrom('execution_logs')
           .where('execution_id', 'in', (eb) => eb.selectFrom('execution_log_heads').select('execution_id').where('execution_id', 'in', ids))
-          .executeTakeFirst(),
-        tx.deleteFrom('execution_log_heads').where('execution_id', 'in', ids).execute(),
-        tx.deleteFrom('execution_events').where('execution_id', 'in', ids).executeTakeFirst(),
-        tx.deleteFrom('idempotency_keys').where('execution_id', 'in', ids).executeTakeFirst(),
+          .compile(),
+        tx.deleteFrom('execution_log_heads').where('execution_id', 'in', ids).compile(),
+        tx.deleteFrom('execution_events').where('execution_id', 'in', ids).compile(),
+        tx.deleteFrom('idempotency_keys').where('execution_id', 'in', ids).compile(),
         // What a pruned source started (its primary key leads with source_id). A chained task kept
         // longer keeps its caused_by, pointing at a source no longer stored.
-        tx.deleteFrom('chain_links').where('source_id', 'in', ids).execute(),
-        tx.deleteFrom('executions').where('id', 'in', ids).executeTakeFirst(),
+        tx.deleteFrom('chain_links').where('source_id', 'in', ids).compile(),
+        tx.deleteFrom('executions').where('id', 'in', ids).compile(),
       ]);
-      c.logs += deleted(logs);
-      c.events += deleted(events);
-      c.keys += deleted(keys);
-      c.executions += deleted(executions);
+      c.logs += affected(logs);
+      c.events += affected(events);
+      c.keys += affected(keys);
+      c.executions += affected(executions);
     }
     if (i < chains.length) {
       const left = chains.slice(i);
@@ -479,9 +482,12 @@ export interface SweepReport extends PruneCounts {
   batches: number;
   /** The longest single delete transaction (ms). */
   max_tx_ms: number;
-  /** SQLite, the server's pruner: WAL checkpoint steps run between batches, and the longest (ms). */
+  /** All delete transactions together (ms): the store's time the sweep took; the rest of `duration_ms` was the others'. */
+  tx_ms?: number;
+  /** SQLite, the server's pruner: WAL checkpoint steps run between batches, the longest, and all together (ms). */
   checkpoints?: number;
   max_checkpoint_ms?: number;
+  checkpoint_ms?: number;
 }
 
 /** Record a finished sweep in retention_state (what doctor, /metrics and the dashboard show). */

@@ -112,12 +112,14 @@ type Stage =
       counts: PruneCounts;
       batches: number;
       maxTx: number;
+      txMs: number;
       /** SQLite: rows removed since the last checkpoint (their pages are in the WAL). */
       uncheckpointed: number;
       /** SQLite: WAL frames per row removed, as the last checkpoint found them. */
       framesPerRow: number;
       checkpoints: number;
       maxCheckpoint: number;
+      checkpointMs: number;
       /** Demand pacing: how much longer the gap after the last step may grow while others are busy (ms). */
       gapLeft: number;
     }
@@ -195,10 +197,12 @@ export class Pruner {
         counts: zeroCounts(),
         batches: 0,
         maxTx: 0,
+        txMs: 0,
         uncheckpointed: 0,
         framesPerRow: 1,
         checkpoints: 0,
         maxCheckpoint: 0,
+        checkpointMs: 0,
         gapLeft: 0,
       };
     }
@@ -231,6 +235,7 @@ export class Pruner {
       s.counts = addCounts(s.counts, batch);
       s.batches++;
       s.maxTx = Math.max(s.maxTx, batch.txMs);
+      s.txMs += batch.txMs;
       s.cursor = batch.next;
       s.selected = batch.prefetched;
       // SQLite: the pages the batches wrote go from the WAL to the database file about every
@@ -289,6 +294,7 @@ export class Pruner {
     const ms = performance.now() - t0;
     s.checkpoints++;
     s.maxCheckpoint = Math.max(s.maxCheckpoint, ms);
+    s.checkpointMs += ms;
     return ms;
   }
 
@@ -335,8 +341,10 @@ export class Pruner {
       duration_ms: performance.now() - s.t0,
       batches: s.batches,
       max_tx_ms: s.maxTx,
+      tx_ms: s.txMs,
       checkpoints: s.checkpoints,
       max_checkpoint_ms: s.maxCheckpoint,
+      checkpoint_ms: s.checkpointMs,
     };
   }
 }

@@ -159,7 +159,14 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
                   batches: r.batches,
                   duration_ms: Math.round(r.duration_ms),
                   max_batch_ms: Math.round(r.max_tx_ms),
-                  ...(r.checkpoints ? { checkpoints: r.checkpoints, max_checkpoint_ms: Math.round(r.max_checkpoint_ms ?? 0) } : {}),
+                  batches_ms: Math.round(r.tx_ms ?? 0),
+                  ...(r.checkpoints
+                    ? {
+                        checkpoints: r.checkpoints,
+                        max_checkpoint_ms: Math.round(r.max_checkpoint_ms ?? 0),
+                        checkpoints_ms: Math.round(r.checkpoint_ms ?? 0),
+                      }
+                    : {}),
                   archive: retention.archiveDir ?? null,
                 },
                 'pruner removed history past its window',

@@ -1,10 +1,22 @@
-import type { Insertable, Kysely, RawBuilder, SelectQueryBuilder } from 'kysely';
+import type { CompiledQuery, Insertable, Kysely, QueryResult, RawBuilder, SelectQueryBuilder } from 'kysely';
 import type { AgentRow, DB } from './schema.ts';
 import type { Topic } from './signals.ts';
 
 declare const txBrand: unique symbol;
 /** A Kysely handle bound to one open transaction. Functions that lock or write rows take a Tx. */
 export type Tx = Kysely<DB> & { readonly [txBrand]: true };
+
+/** Compiled statements run one after another in a transaction; their results in the same order. */
+export type InOrder = (queries: readonly CompiledQuery[]) => Promise<QueryResult<unknown>[]>;
+
+/** InOrder on `tx`, a statement at a time (where nothing sends them together). */
+export const inOrderOn =
+  (tx: Tx): InOrder =>
+  async (queries) => {
+    const out: QueryResult<unknown>[] = [];
+    for (const q of queries) out.push(await tx.executeQuery(q));
+    return out;
+  };
 
 export type StoreKind = 'sqlite' | 'postgres';
 /** Tables written in bulk. */
@@ -60,9 +72,10 @@ export interface StoreAdapter {
    * `contended()` says someone is waiting, and the pruner then commits what it has done.
    * PostgreSQL: SET LOCAL baton.pruning; it locks only the rows it deletes, so `contended()` is
    * always false. `fn` works through `tx` only: on SQLite a statement on `db` inside it would wait
-   * for the batch that waits for it.
+   * for the batch that waits for it. `inOrder` runs statements compiled from `tx` one after
+   * another in this transaction, on SQLite's writer thread as one round trip.
    */
-  pruneTransaction<T>(fn: (tx: Tx, contended: () => boolean) => Promise<T>): Promise<T>;
+  pruneTransaction<T>(fn: (tx: Tx, contended: () => boolean, inOrder: InOrder) => Promise<T>): Promise<T>;
 
   /**
    * Return up to `pages` free pages to the file system, after the pruner deleted rows. SQLite

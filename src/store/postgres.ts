@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
-import { BULK_CHUNK, bulkColumns, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, inOrderOn, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, TOPICS, type Topic } from './signals.ts';
@@ -178,7 +178,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     pruneTransaction: (fn) =>
       withRetry('read committed', false, async (tx) => {
         await sql`SELECT set_config('baton.pruning', 'on', true)`.execute(tx);
-        return fn(tx, () => false);
+        return fn(tx, () => false, inOrderOn(tx));
       }),
     // Autovacuum reclaims dead rows in place (docs/operations.md); nothing to hand back here.
     reclaimSpace: async () => 0,

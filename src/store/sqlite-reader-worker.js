@@ -12,6 +12,11 @@ if (!workerData.readonly) {
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('wal_autocheckpoint = 0');
+  // A prune statement deletes from tables whose triggers may abort it, so SQLite keeps the old
+  // image of every page it changes in a statement journal; past 64 KiB that spills to a temporary
+  // file, written page by page. In memory instead: at 1M history, with the pruner alone, its
+  // transactions over 515,000 executions took 14.1 and 16.0 s instead of 18.4 and 17.2 s.
+  db.pragma('temp_store = MEMORY');
 }
 const prepared = new Map();
 
@@ -25,23 +30,23 @@ function prepare(text) {
   return stmt;
 }
 
-parentPort.on('message', ({ id, sql, parameters }) => {
+function run(sql, parameters) {
+  // A PRAGMA goes through pragma(), which steps it to the end: run() would step it once, and
+  // incremental_vacuum frees one page per step.
+  const pragma = /^\s*PRAGMA\s+(.*)$/is.exec(sql);
+  if (pragma && !parameters?.length) return { rows: db.pragma(pragma[1]) };
+  const stmt = prepare(sql);
+  if (stmt.reader) return { rows: stmt.all(parameters) };
+  // BEGIN / COMMIT / ROLLBACK, and on the writer thread the pruner's statements without RETURNING.
+  return { rows: [], changes: stmt.run(parameters).changes };
+}
+
+// One statement ({ sql, parameters }), or several in order ({ batch }: one message, one reply;
+// the first that fails ends it).
+parentPort.on('message', ({ id, sql, parameters, batch }) => {
   try {
-    // A PRAGMA goes through pragma(), which steps it to the end: run() would step it once, and
-    // incremental_vacuum frees one page per step.
-    const pragma = /^\s*PRAGMA\s+(.*)$/is.exec(sql);
-    if (pragma && !parameters?.length) {
-      parentPort.postMessage({ id, rows: db.pragma(pragma[1]) });
-      return;
-    }
-    const stmt = prepare(sql);
-    if (stmt.reader) {
-      parentPort.postMessage({ id, rows: stmt.all(parameters) });
-    } else {
-      // BEGIN / COMMIT / ROLLBACK, and on the writer thread the pruner's statements without RETURNING.
-      const { changes } = stmt.run(parameters);
-      parentPort.postMessage({ id, rows: [], changes });
-    }
+    if (batch) parentPort.postMessage({ id, results: batch.map((q) => run(q.sql, q.parameters)) });
+    else parentPort.postMessage({ id, ...run(sql, parameters) });
   } catch (err) {
     parentPort.postMessage({ id, error: { message: err?.message ?? String(err), code: err?.code } });
   }

@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder } from 'kysely';
-import { BULK_CHUNK, bulkColumns, type StoreAdapter, type Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, inOrderOn, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
@@ -78,7 +78,8 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   const reader = file === ':memory:' ? db : openSqliteReader(file);
   // The pruner's deletes and WAL checkpoints run on a read-write connection in a worker thread of
   // their own (pruneTransaction, checkpoint); an in-memory database has only `db`.
-  const pruneWriter = file === ':memory:' ? undefined : openSqliteWriterThread(file);
+  const writerThread = file === ':memory:' ? undefined : openSqliteWriterThread(file);
+  const pruneWriter = writerThread?.db;
 
   async function inTransaction<T>(handle: Kysely<DB>, begin: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return handle.connection().execute(async (conn) => {
@@ -116,7 +117,11 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       const run = (handle: Kysely<DB>) =>
         inTransaction(handle, 'BEGIN IMMEDIATE', async (tx) => {
           await sql`UPDATE retention_state SET pruning = 1 WHERE id = 'retention'`.execute(tx);
-          const out = await fn(tx, () => dialect.waiting > 0);
+          const out = await fn(
+            tx,
+            () => dialect.waiting > 0,
+            writerThread && handle === pruneWriter ? writerThread.inOrder : inOrderOn(tx),
+          );
           await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
           return out;
         });
