@@ -113,7 +113,7 @@ describe(`store reader (${STORE_KIND})`, () => {
 
   it("runs a prune transaction's statements in order, one result each; one that fails fails the transaction", async () => {
     // On SQLite they go to the pruner's writer thread as one message; elsewhere one after another.
-    const describe = (tx: Tx, from: string | null, to: string) =>
+    const setDescription = (tx: Tx, from: string | null, to: string) =>
       tx
         .updateTable('agents')
         .set({ description: to })
@@ -125,8 +125,8 @@ describe(`store reader (${STORE_KIND})`, () => {
     const before = await description();
     const out = await t.store.pruneTransaction(async (tx, _contended, inOrder) => {
       const results = await inOrder([
-        describe(tx, before, 'a'),
-        describe(tx, 'a', 'b'),
+        setDescription(tx, before, 'a'),
+        setDescription(tx, 'a', 'b'),
         tx.deleteFrom('agents').where('name', '=', 'none').compile(),
       ]);
       return results.map((r) => Number(r.numAffectedRows));
@@ -136,14 +136,14 @@ describe(`store reader (${STORE_KIND})`, () => {
     expect(await description()).toBe('b');
     const failed = t.store.pruneTransaction((tx, _contended, inOrder) =>
       inOrder([
-        describe(tx, 'b', 'c'),
+        setDescription(tx, 'b', 'c'),
         // A NOT NULL column set to null.
         tx
           .updateTable('agents')
           .set({ max_parallel: null as never })
           .where('name', '=', 'r')
           .compile(),
-        describe(tx, 'c', 'd'),
+        setDescription(tx, 'c', 'd'),
       ]),
     );
     await expect(failed).rejects.toThrow(/max_parallel|null/i);

@@ -21,7 +21,7 @@ import type { DB } from './schema.ts';
  * SQLite driver. The thread starts on the first query.
  */
 export function openSqliteReader(file: string, opts: { busyTimeoutMs?: number } = {}): Kysely<DB> {
-  return openSqliteThread(file, { readonly: true, busyTimeoutMs: opts.busyTimeoutMs });
+  return new Kysely<DB>({ dialect: new WorkerSqliteDialect(file, true, opts.busyTimeoutMs ?? 5000) });
 }
 
 /**
@@ -47,10 +47,6 @@ export interface SqliteWriterThread {
    * (inside a transaction on it), so that nothing else runs on the thread between them.
    */
   inOrder(queries: readonly CompiledQuery[]): Promise<QueryResult<unknown>[]>;
-}
-
-function openSqliteThread(file: string, opts: { readonly: boolean; busyTimeoutMs?: number }): Kysely<DB> {
-  return new Kysely<DB>({ dialect: new WorkerSqliteDialect(file, opts.readonly, opts.busyTimeoutMs ?? 5000) });
 }
 
 class WorkerSqliteDialect implements Dialect {

@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder } from 'kysely';
-import { BULK_CHUNK, bulkColumns, inOrderOn, type StoreAdapter, type Tx } from './adapter.ts';
+import { BULK_CHUNK, bulkColumns, inOrderOn, type InOrder, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
@@ -114,21 +114,17 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     snapshot: (fn) => inTransaction(reader, 'BEGIN', fn),
     reader,
     pruneTransaction: (fn) => {
-      const run = (handle: Kysely<DB>) =>
+      const run = (handle: Kysely<DB>, inOrder?: InOrder) =>
         inTransaction(handle, 'BEGIN IMMEDIATE', async (tx) => {
           await sql`UPDATE retention_state SET pruning = 1 WHERE id = 'retention'`.execute(tx);
-          const out = await fn(
-            tx,
-            () => dialect.waiting > 0,
-            writerThread && handle === pruneWriter ? writerThread.inOrder : inOrderOn(tx),
-          );
+          const out = await fn(tx, () => dialect.waiting > 0, inOrder ?? inOrderOn(tx));
           await sql`UPDATE retention_state SET pruning = 0 WHERE id = 'retention'`.execute(tx);
           return out;
         });
       // The batch runs on the writer thread while this holds the main connection's turn: nothing
       // on `db` (which would wait for the write lock inside better-sqlite3, on the event loop)
       // runs meanwhile; it waits its turn asynchronously, and its wait is what `contended` sees.
-      return pruneWriter ? db.connection().execute(() => run(pruneWriter)) : run(db);
+      return writerThread ? db.connection().execute(() => run(writerThread.db, writerThread.inOrder)) : run(db);
     },
     reclaimSpace: (pages) =>
       // On the pruner's thread while this holds the main connection's turn, as a prune batch: the
