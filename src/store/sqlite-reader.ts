@@ -4,13 +4,13 @@ import {
   Kysely,
   SqliteAdapter,
   SqliteIntrospector,
-  SqliteQueryCompiler,
   type DatabaseConnection,
   type Dialect,
   type Driver,
   type QueryResult,
 } from 'kysely';
 import type { DB } from './schema.ts';
+import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 
 /**
  * A read-only SQLite connection in a worker thread, as a Kysely handle. better-sqlite3 is
@@ -61,7 +61,7 @@ class WorkerSqliteDialect implements Dialect {
     return this.driver;
   }
   createQueryCompiler() {
-    return new SqliteQueryCompiler();
+    return new SqliteLiteralLimitCompiler();
   }
   createAdapter() {
     return new SqliteAdapter();
