@@ -12,6 +12,7 @@ import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
+import { ENABLED } from './status-sql.ts';
 
 /** The breaker columns (migration 0011), as read with the agent row locked. */
 export const BREAKER_COLUMNS = [
@@ -161,7 +162,11 @@ export async function readCompletionProfile(tx: Tx, agent: string): Promise<Comp
     .select((eb) =>
       eb
         .exists(
-          eb.selectFrom('subscriptions').select('id').whereRef('subscriptions.source_agent', '=', 'agents.name').where('enabled', '=', 1),
+          eb
+            .selectFrom('subscriptions')
+            .select('id')
+            .whereRef('subscriptions.source_agent', '=', 'agents.name')
+            .where('enabled', '=', ENABLED),
         )
         .as('subscribed'),
     )

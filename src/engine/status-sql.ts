@@ -21,3 +21,10 @@ export function statusIs<S extends ExecutionStatus>(status: S): RawBuilder<S> {
  * and executions_webhook_open are declared with (SQLite matches the term as written).
  */
 export const LIVE_STATUSES = [statusIs('queued'), statusIs('running')] as const;
+
+/**
+ * `enabled = 1` as text, for the same two reasons: subscriptions_source and schedules_due are
+ * partial indexes on it. A completion reads whether its agent has subscriptions with this term
+ * (measured: 9.6 µs bound, 2.8 µs literal).
+ */
+export const ENABLED = sql.lit(1);

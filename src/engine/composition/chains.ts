@@ -12,6 +12,7 @@ import { createExecutions, queuedValues } from '../transitions/create.ts';
 import { firstTrigger } from '../transitions/retry.ts';
 import type { FollowContext } from './context.ts';
 import { queueAlerts } from '../alerts.ts';
+import { ENABLED } from '../status-sql.ts';
 
 /** Final statuses a subscription's `on` matches; `any` is every one of them (skipped never chains). */
 const ON_MATCHES: Record<SubscriptionOn, ReadonlySet<string>> = {
@@ -84,7 +85,13 @@ function renderTask(sub: SubscriptionRow, context: Record<string, unknown>): { m
 export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow): Promise<ExecutionRow[]> {
   if (ctx.unsubscribed?.has(row.agent)) return [];
   const subs = (
-    await tx.selectFrom('subscriptions').selectAll().where('source_agent', '=', row.agent).where('enabled', '=', 1).orderBy('id').execute()
+    await tx
+      .selectFrom('subscriptions')
+      .selectAll()
+      .where('source_agent', '=', row.agent)
+      .where('enabled', '=', ENABLED)
+      .orderBy('id')
+      .execute()
   ).filter((s) => subscriptionMatches(s, row));
   if (subs.length === 0) return [];
   const depth = row.chain_depth + 1;

@@ -3,6 +3,7 @@ import type { Outcome } from '../../domain/outcomes.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
+import { ENABLED } from '../status-sql.ts';
 
 export type { Outcome };
 
@@ -98,7 +99,7 @@ export async function completeAlone(
             .selectFrom('subscriptions')
             .select('subscriptions.id')
             .whereRef('subscriptions.source_agent', '=', 'executions.agent')
-            .where('subscriptions.enabled', '=', 1),
+            .where('subscriptions.enabled', '=', ENABLED),
         ),
       ),
     )

@@ -2,7 +2,7 @@ import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { sql } from 'kysely';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ScheduleRow } from '../../store/schema.ts';
-import { LIVE_STATUSES, statusIs } from '../status-sql.ts';
+import { ENABLED, LIVE_STATUSES, statusIs } from '../status-sql.ts';
 import { createExecutions } from '../transitions/create.ts';
 import { announce } from '../announce.ts';
 import type { Engine } from '../engine.ts';
@@ -130,7 +130,7 @@ function lockDueSchedules(tx: Tx, store: StoreAdapter, now: number, batch: numbe
       tx
         .selectFrom('schedules')
         .selectAll()
-        .where('enabled', '=', 1)
+        .where('enabled', '=', ENABLED)
         .where('next_run_at', '<=', now)
         // By agent within a due time: concurrent batches then mostly hold different agents
         // (each holds its agents' new-work turn until commit) instead of all waiting on all.
