@@ -28,6 +28,7 @@ export interface Driver {
 }
 
 export function httpDriver(url: string, key: string): Driver {
+  boundClientConnections(CLIENT_CONNECTIONS);
   const client = new BatonClient({ server: url, key });
   return {
     mode: 'http',
@@ -61,16 +62,36 @@ export function httpDriver(url: string, key: string): Driver {
 }
 
 /**
+ * Connections the load generator's fetch may hold open to one server. `baton up` closes any
+ * beyond 256 from one address at once (src/api/connections.ts), and Node's fetch pool has no
+ * limit of its own: with ~180 requests in flight (W1 over HTTP: 50 claim loops × 3 tasks and 32
+ * submitters) it kept up to 256 sockets open and then had one cut mid-request ("other side
+ * closed"). Beyond this many, requests wait for a free connection.
+ */
+const CLIENT_CONNECTIONS = 200;
+
+type Dispatchers = Record<symbol, { constructor: new (opts?: object) => unknown; destroy?: () => Promise<void> } | undefined>;
+const DISPATCHER = Symbol.for('undici.globalDispatcher.1');
+
+/** Replace fetch's global dispatcher (an undici Agent) by one that keeps at most `connections` per origin. */
+function boundClientConnections(connections: number): void {
+  const g = globalThis as unknown as Dispatchers;
+  // Node creates it on fetch's first use (synchronously, within the call).
+  if (!g[DISPATCHER]) void fetch('data:,').catch(() => {});
+  const current = g[DISPATCHER];
+  if (current) g[DISPATCHER] = new current.constructor({ connections }) as never;
+}
+
+/**
  * Drop this process's pooled HTTP connections (Node's fetch keeps them alive), as a client
  * process that exits would. Without it a connection the pool opened but never used keeps
  * `baton up` from exiting on SIGTERM (see the note in bench/lib/server.ts).
  */
 async function closeClientConnections(): Promise<void> {
-  const key = Symbol.for('undici.globalDispatcher.1');
-  const g = globalThis as unknown as Record<symbol, { constructor: new () => unknown; destroy?: () => Promise<void> } | undefined>;
-  const current = g[key];
+  const g = globalThis as unknown as Dispatchers;
+  const current = g[DISPATCHER];
   if (!current || typeof current.destroy !== 'function') return;
-  g[key] = new current.constructor() as never;
+  g[DISPATCHER] = new current.constructor({ connections: CLIENT_CONNECTIONS }) as never;
   await current.destroy().catch(() => {});
 }
 
