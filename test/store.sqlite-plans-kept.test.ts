@@ -94,6 +94,8 @@ describeSqlite('SQLite statements keep their plans between runs', () => {
     expect(texts.some((t) => /from "subscriptions"/.test(t))).toBe(true);
     expect(texts.some((t) => /from "schedules"/.test(t))).toBe(true);
     expect(await store.db.selectFrom('executions').select('id').where('agent', '=', 'dst').execute()).toHaveLength(1);
+    const fired = await store.db.selectFrom('executions').select('id').where('schedule_id', 'is not', null).execute();
+    expect(fired.length).toBeGreaterThan(0);
     const offenders = texts.filter((t) => /\b(limit|offset) \?/i.test(t) || /"enabled" = \?/.test(t));
     expect(offenders).toEqual([]);
   });
