@@ -78,7 +78,7 @@ describeSqlite('SQLite statements keep their plans between runs', () => {
     expect(expr.parameters).toEqual([3]);
   });
 
-  it('a submit, a claim, a completion that follows subscriptions and a scheduler pass bind no LIMIT and no enabled flag', async () => {
+  it('a submit, a claim, a chained completion and a scheduler pass bind no LIMIT or enabled flag; the serial-key check seeks its index', async () => {
     await engine.createAgent({ name: 'src', max_parallel: 3 }, 'test');
     await engine.createAgent({ name: 'dst', max_parallel: 3 }, 'test');
     await engine.subscriptions.create({ source_agent: 'src', target_agent: 'dst', on: 'succeeded', message: 'after' }, 'test');
@@ -98,6 +98,20 @@ describeSqlite('SQLite statements keep their plans between runs', () => {
     expect(fired.length).toBeGreaterThan(0);
     const offenders = texts.filter((t) => /\b(limit|offset) \?/i.test(t) || /"enabled" = \?/.test(t));
     expect(offenders).toEqual([]);
+    // On a store never analysed, the claim's serial-key check seeks the partial index of running
+    // serial rows, not every running row.
+    const candidates = texts.find((t) => /"serial_key" is null or not exists/.test(t));
+    expect(candidates, 'the claim read its candidates').toBeDefined();
+    const raw = new Database(join(dir, 'baton.sqlite'), { readonly: true });
+    try {
+      const plan = raw
+        .prepare(`EXPLAIN QUERY PLAN ${candidates!}`)
+        .all('src', clock())
+        .map((r) => (r as { detail: string }).detail);
+      expect(plan.join(' / ')).toMatch(/SEARCH k USING COVERING INDEX executions_serial_running/);
+    } finally {
+      raw.close();
+    }
   });
 
   it('forgets the value samples an ANALYZE left, and keeps the row counts, when the store opens', async () => {

@@ -104,6 +104,9 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         .where('status', '=', QUEUED)
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
         // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
+        // `SELECT 1`: the partial index executions_serial_running then covers the check, and
+        // SQLite picks it even on a store never analysed (with `k.id` it walked every running
+        // row through executions_status_recent instead).
         .where((eb) =>
           eb.or([
             eb('serial_key', 'is', null),
@@ -111,7 +114,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
               eb.exists(
                 eb
                   .selectFrom('executions as k')
-                  .select('k.id')
+                  .select(sql.lit(1).as('one'))
                   .whereRef('k.serial_key', '=', 'executions.serial_key')
                   .where('k.status', '=', RUNNING),
               ),
