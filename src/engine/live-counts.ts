@@ -9,9 +9,15 @@ export interface LiveCounts {
 
 /**
  * Running and queued executions per agent (all agents, or the ones named). One grouped count per
- * status, each over that status's partial index (executions_running, executions_admission), so
- * the cost follows the live rows, never the history: an agent with a million finished runs
- * costs what one with none does. Agents with neither are absent from the map.
+ * status, each a seek per agent (executions_running and executions_admission, or, on a SQLite
+ * store never analysed, executions_agent_status_recent by agent and status; both cover it), so
+ * the cost follows the agents and their live rows, never the history: an agent with a million
+ * finished runs costs what one with none does. Agents with neither are absent from the map.
+ *
+ * "All agents" is said as `agent IN (SELECT name FROM agents)`, not as no filter: without
+ * statistics (Baton never runs ANALYZE) SQLite counted through executions_status_recent instead,
+ * reading each live row's agent from the table and sorting them. Deleting an agent ends its live
+ * executions in the same transaction, so no live row belongs to an agent not listed.
  */
 export async function liveCountsByAgent(db: Kysely<DB>, agents?: readonly string[]): Promise<Map<string, LiveCounts>> {
   const out = new Map<string, LiveCounts>();
@@ -21,7 +27,7 @@ export async function liveCountsByAgent(db: Kysely<DB>, agents?: readonly string
       .selectFrom('executions')
       .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])
       .where('status', '=', statusIs(status));
-    if (agents) q = q.where('agent', 'in', agents);
+    q = agents ? q.where('agent', 'in', agents) : q.where('agent', 'in', (eb) => eb.selectFrom('agents').select('name'));
     for (const r of await q.groupBy('agent').execute()) {
       const c = out.get(r.agent) ?? { running: 0, queued: 0 };
       c[status] = Number(r.n);
