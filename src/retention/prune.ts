@@ -318,7 +318,7 @@ async function pruneExecutions(o: PruneOptions, cursor: PruneCursor): Promise<Pr
       while (i < chains.length && (part.length === 0 || part.length + chains[i]![1].length <= DELETE_CHUNK)) part.push(...chains[i++]![1]);
       // The ids as one JSON parameter: each statement's text is the same whatever the chunk's size
       // (prepared once on the pruner's thread), and Kysely compiles one value, not hundreds.
-      const ids = sql<string>`(SELECT value FROM json_each(${JSON.stringify(laterRetriesFirst(part))}))`;
+      const ids = sql<string>`(SELECT value FROM ${o.store.jsonElements(JSON.stringify(laterRetriesFirst(part)))})`;
       // The chunk's statements go to the pruner's thread together and run there one after another,
       // in this order: one round trip per chunk instead of one per statement. The owned rows go
       // before their execution. Only executions that logged have a head (appendLogs writes it with
