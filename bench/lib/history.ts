@@ -1298,16 +1298,23 @@ export function historyRows(r: HistoryResult): string[][] {
           'no lapse',
           p.held_lease.claimed && p.held_lease.lost === 0 && p.held_lease.reaper_lapses === 0 ? 'met' : 'MISSED',
         ]);
-      if (p.submit_to_claim)
+      // The whole phase (sweep and, on SQLite, its vacuum steps) against the same loop on the same
+      // store with retention off just before: issue #10's "W2 latency at most doubles while the
+      // pruner works". (The empty store's probe is another loop — sequential, no pings, no held
+      // lease — so it is no baseline for this one.)
+      if (p.submit_to_claim) {
+        const base = p.idle_submit_to_claim;
+        const ratio = base ? p.submit_to_claim.p50 / base.p50 : undefined;
         rows.push([
           s,
-          'submit → claim during the prune',
-          '',
+          'submit → claim during the whole prune phase vs idle just before',
+          base ? trip(base) : '',
           trip(p.submit_to_claim) + ` (max ${f(p.submit_to_claim.max, 0)})`,
-          e ? f(p.submit_to_claim.p50 / e.submit_to_claim.p50, 2) + '×' : '',
-          '≤ 1.5×',
-          e ? (p.submit_to_claim.p50 / e.submit_to_claim.p50 <= 1.5 ? 'met' : 'MISSED') : '',
+          ratio === undefined ? '' : f(ratio, 2) + '×',
+          '≤ 2× (p50)',
+          ratio === undefined ? '' : ratio <= 2 ? 'met' : 'MISSED',
         ]);
+      }
       if (p.idle_submit_to_claim && p.submit_to_claim_sweeping)
         rows.push([
           s,
