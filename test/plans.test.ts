@@ -1,4 +1,4 @@
-import { CompiledQuery, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
+import { CompiledQuery, isCompilable, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -56,11 +56,8 @@ const now = Date.now();
 
 // ── recording ───────────────────────────────────────────────────────────────
 
-interface Recorded {
-  node: RootOperationNode;
-  queryId: QueryId;
-  label: string;
-}
+/** A statement built for its run (its node, compiled again later), or one prepared once and run as compiled (preparedQuery). */
+type Recorded = ({ node: RootOperationNode; queryId: QueryId } | { compiled: CompiledQuery }) & { label: string };
 const recorded: Recorded[] = [];
 let label = '';
 
@@ -73,7 +70,16 @@ function recordingStore(inner: StoreAdapter): StoreAdapter {
     },
     transformResult: async ({ result }) => result,
   };
-  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
+  const wrap = <K extends Kysely<DB>>(k: K) => {
+    const w = k.withPlugin(plugin) as K;
+    // A statement prepared once (src/store/prepared-query.ts) runs through executeQuery already compiled.
+    const execute = w.executeQuery.bind(w);
+    w.executeQuery = ((q: CompiledQuery | Parameters<typeof execute>[0]) => {
+      if (label && !isCompilable(q)) recorded.push({ compiled: q as CompiledQuery, label });
+      return execute(q as never);
+    }) as typeof w.executeQuery;
+    return w;
+  };
   const proxy = Object.create(inner) as StoreAdapter;
   return Object.assign(proxy, {
     db: wrap(inner.db),
@@ -222,12 +228,14 @@ interface PgNode {
   Plans?: PgNode[];
 }
 
+const compiledOf = (r: Recorded) => ('compiled' in r ? r.compiled : store.db.getExecutor().compileQuery(r.node, r.queryId));
+
 /** Plan every recorded statement (once per distinct SQL) that reads or writes a history table. */
 async function checkRecorded(): Promise<Checked[]> {
   const seen = new Set<string>();
   const out: Checked[] = [];
   for (const r of recorded) {
-    const compiled = store.db.getExecutor().compileQuery(r.node, r.queryId);
+    const compiled = compiledOf(r);
     const text = compiled.sql;
     if (!/^\s*(select|update|delete|insert|with)\b/i.test(text)) continue;
     if (!HISTORY_TABLES.some((t) => text.includes(`"${t}"`) || new RegExp(`\\b${t}\\b`).test(text))) continue;
@@ -680,7 +688,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       const claims = checked.filter((c) => c.label === 'claim' && /^\s*with "a"/i.test(c.sql));
       expect(claims.length, 'the one-statement claim was recorded').toBeGreaterThan(0);
       for (const r of recorded.filter((x) => x.label === 'claim')) {
-        const compiled = store.db.getExecutor().compileQuery(r.node, r.queryId);
+        const compiled = compiledOf(r);
         if (!/^\s*with "a"/i.test(compiled.sql)) continue;
         const { plan, problems } = await planOf(compiled.sql, compiled.parameters, store.db, true);
         expect(problems, `generic plan of the claim:\n${plan}`).toEqual([]);

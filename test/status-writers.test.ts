@@ -27,7 +27,11 @@ const EXPECTED_WRITERS = [
 ];
 
 /** The one function that inserts executions (any other insert, in that file too, fails). */
-const CREATOR = { file: 'src/engine/transitions/create.ts', fn: 'createExecutions' };
+/**
+ * The creator, and the function that builds its one-row statement (prepared once per shape by
+ * preparedQuery, so it lives outside the creator's body): used by the creator only.
+ */
+const CREATOR = { file: 'src/engine/transitions/create.ts', fn: 'createExecutions', statement: 'oneRowInsert' };
 
 /**
  * The one exception to "history is never deleted": the retention pruner removes finished
@@ -142,9 +146,16 @@ function functionBodies(text: string, name: string): Array<[number, number]> {
 /** Inserts of executions in `file` that are not inside CREATOR's one body, as `file:line kind`. */
 function strayInserts(file: string, code: string): string[] {
   const inserts = findWrites(code).filter((w) => !['updateTable', 'deleteFrom', 'sql UPDATE', 'sql DELETE FROM'].includes(w.kind));
-  const bodies = file === CREATOR.file ? functionBodies(stripComments(code), CREATOR.fn) : [];
-  const [first, last] = bodies.length === 1 ? bodies[0]! : [0, -1];
-  return inserts.filter((w) => w.line < first || w.line > last).map((w) => `${file}:${w.line} ${w.kind}`);
+  const text = stripComments(code);
+  // A second implementation of either leaves it untrusted.
+  const one = (name: string) => {
+    const b = functionBodies(text, name);
+    return b.length === 1 ? b : [];
+  };
+  const bodies = file === CREATOR.file ? [...one(CREATOR.fn), ...one(CREATOR.statement)] : [];
+  return inserts
+    .filter((w) => !bodies.some(([first, last]) => w.line >= first && w.line <= last))
+    .map((w) => `${file}:${w.line} ${w.kind}`);
 }
 
 /** Why a query-builder UPDATE is not an acceptable status writer, or null if it is. */
@@ -213,7 +224,22 @@ describe('the writers of execution status', () => {
   it(`only ${CREATOR.fn} (${CREATOR.file}) inserts executions`, () => {
     const creator = sources.find((s) => s.file === CREATOR.file);
     expect(creator, `${CREATOR.file} exists`).toBeDefined();
-    expect(functionBodies(stripComments(creator!.code), CREATOR.fn), `one implementation of ${CREATOR.fn}`).toHaveLength(1);
+    const text = stripComments(creator!.code);
+    expect(functionBodies(text, CREATOR.fn), `one implementation of ${CREATOR.fn}`).toHaveLength(1);
+    expect(functionBodies(text, CREATOR.statement), `one ${CREATOR.statement}`).toHaveLength(1);
+    // Its statement is reached only from the creator: \`oneRowInsert\` is named in the body of
+    // createExecutions and in the one preparedQuery made of it, whose name the creator alone uses.
+    const [[first, last]] = functionBodies(text, CREATOR.fn) as [[number, number]];
+    const lines = text.split('\n');
+    const uses = (name: string) => lines.flatMap((l, i) => (new RegExp(`\\b${name}\\b`).test(l) ? [i + 1] : []));
+    const prepared = /const (\w+) = preparedQuery\(oneRowInsert\);/.exec(text);
+    expect(prepared, 'const … = preparedQuery(oneRowInsert)').not.toBeNull();
+    const outsideCreator = (name: string, except: number[]) => uses(name).filter((l) => (l < first || l > last) && !except.includes(l));
+    const declared = uses(CREATOR.statement).filter((l) => /function oneRowInsert|preparedQuery\(oneRowInsert\)/.test(lines[l - 1]!));
+    expect(outsideCreator(CREATOR.statement, declared), `${CREATOR.statement} used outside ${CREATOR.fn}`).toEqual([]);
+    expect(outsideCreator(prepared![1]!, declared), `${prepared![1]} used outside ${CREATOR.fn}`).toEqual([]);
+    for (const s of sources.filter((x) => x.file !== CREATOR.file))
+      expect(new RegExp(`\\b${CREATOR.statement}\\b`).test(stripComments(s.code)), `${s.file} uses ${CREATOR.statement}`).toBe(false);
     const stray = sources.flatMap((s) => strayInserts(s.file, s.code));
     expect(stray, `inserts into executions outside ${CREATOR.fn}: create work through it`).toEqual([]);
     // It does insert: the one-row statement (backlog checked in it) and the bulk one.

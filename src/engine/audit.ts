@@ -1,4 +1,5 @@
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import { preparedQuery } from '../store/prepared-query.ts';
 
 export interface AuditEntry {
   at: number;
@@ -24,8 +25,13 @@ export const auditRow = (e: AuditEntry) => ({
 });
 
 /** Append to the audit log (the database refuses UPDATE and DELETE on it). */
+const insertAudit = preparedQuery((tx: Tx, p: ReturnType<typeof auditRow>) =>
+  tx
+    .insertInto('audit_log')
+    .values({ at: p.at, actor: p.actor, action: p.action, subject: p.subject, execution_id: p.execution_id, detail: p.detail }),
+);
 export async function appendAudit(tx: Tx, e: AuditEntry): Promise<void> {
-  await tx.insertInto('audit_log').values(auditRow(e)).execute();
+  await insertAudit(tx, auditRow(e));
 }
 
 /** Append several entries in few statements (the scheduler's batch path). */

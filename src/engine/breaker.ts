@@ -10,6 +10,7 @@ import {
 } from '../domain/breaker.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import { preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
 import { ENABLED } from './status-sql.ts';
@@ -156,7 +157,12 @@ export interface CompletionProfile extends BreakerColumns {
  * like each of those first reads; undefined when the agent is gone.
  */
 export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
-  const row = await tx
+  const [row] = await completionProfile(tx, { agent });
+  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+  return row && { ...row, subscribed: Boolean(row.subscribed) };
+}
+const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
+  tx
     .selectFrom('agents')
     .select(['budget', ...BREAKER_COLUMNS])
     .select((eb) =>
@@ -170,8 +176,5 @@ export async function readCompletionProfile(tx: Tx, agent: string): Promise<Comp
         )
         .as('subscribed'),
     )
-    .where('name', '=', agent)
-    .executeTakeFirst();
-  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  return row && { ...row, subscribed: Boolean(row.subscribed) };
-}
+    .where('name', '=', p.agent),
+);

@@ -8,6 +8,7 @@ import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
+import { preparedQuery } from './prepared-query.ts';
 import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
 
 /**
@@ -19,6 +20,9 @@ import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
  * those steps stop. (At 10,000 it tripped in such a sweep: 60–90 ms on the event loop.)
  */
 export const SWEEP_AUTOCHECKPOINT_PAGES = 25_000;
+
+/** holdForNewWork of one agent (a submit's), built once: BEGIN IMMEDIATE already holds every writer off. */
+const holdOne = preparedQuery((tx: Tx, p: { name: string }) => tx.selectFrom('agents').selectAll().where('name', '=', p.name));
 
 /** Group-commit counters per open SQLite store (see commitStats). */
 const groupCommits = new WeakMap<StoreAdapter, GroupCommit>();
@@ -165,7 +169,10 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB): QB {
       return qb; // BEGIN IMMEDIATE already excludes every other writer.
     },
-    holdForNewWork: (tx, names) => tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').execute(),
+    holdForNewWork: (tx, names) =>
+      names.length === 1
+        ? holdOne(tx, { name: names[0]! })
+        : tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').execute(),
     async insertMany(tx, table, rows) {
       for (let i = 0; i < rows.length; i += BULK_CHUNK) {
         const chunk = rows.slice(i, i + BULK_CHUNK);

@@ -7,6 +7,7 @@ import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
+import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { readCurrentWindows } from '../budget.ts';
@@ -53,10 +54,79 @@ type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
  * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
+/** One candidate queued → running, re-checking `queued` (built once: preparedQuery). */
+const admitRow = preparedQuery(
+  (db: Tx, p: { id: string; owner: string; token: string; now: number; leaseExpiresAt: number; deadlineAt: number }) =>
+    db
+      .updateTable('executions')
+      .set((eb) => ({
+        status: 'running',
+        attempt: eb('attempt', '+', 1),
+        lease_owner: p.owner,
+        lease_token: p.token,
+        lease_expires_at: p.leaseExpiresAt,
+        heartbeat_at: p.now,
+        started_at: p.now,
+        deadline_at: p.deadlineAt,
+        ...stamp(p.now, p.owner, 'admitted'),
+      }))
+      .where('id', '=', p.id)
+      .where('status', '=', 'queued')
+      .returningAll(),
+);
+
+/**
+ * The next queued rows an agent may admit, FIFO, at most `limit` (the shape: SQLite writes it in
+ * the text), skipping rows another transaction holds (PostgreSQL) and rows whose serial key runs.
+ * One per store, as its row locks differ; built once per limit (preparedQuery).
+ */
+const candidatesFor = perStore((store) =>
+  preparedQuery((db: Tx, p: { agent: string; now: number }, limit: number) =>
+    store.lockRows(
+      db
+        .selectFrom('executions')
+        .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
+        .where('agent', '=', p.agent)
+        .where('status', '=', QUEUED)
+        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', p.now)]))
+        // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
+        // `SELECT 1`: the partial index executions_serial_running then covers the check, and
+        // SQLite picks it even on a store never analysed (with `k.id` it walked every running
+        // row through executions_status_recent instead).
+        .where((eb) =>
+          eb.or([
+            eb('serial_key', 'is', null),
+            eb.not(
+              eb.exists(
+                eb
+                  .selectFrom('executions as k')
+                  .select(sql.lit(1).as('one'))
+                  .whereRef('k.serial_key', '=', 'executions.serial_key')
+                  .where('k.status', '=', RUNNING),
+              ),
+            ),
+          ]),
+        )
+        .orderBy('priority')
+        .orderBy('queued_at')
+        .orderBy('id')
+        .limit(limit),
+      'skip',
+    ),
+  ),
+);
+
+/** The agent row admission decides from, locked (see admit). */
+const admissionAgentFor = perStore((store) =>
+  preparedQuery((db: Tx, p: { agent: string }) =>
+    store.lockRows(db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).where('name', '=', p.agent), 'admission'),
+  ),
+);
+
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = await store
-    .lockRows(tx.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).where('name', '=', agentName), 'admission')
-    .executeTakeFirst();
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = (
+    await admissionAgentFor(store)(tx, { agent: agentName })
+  )[0];
   if (!agent) throw new NotFound('agent', agentName);
   if (agent.delivery !== opts.delivery) {
     throw new BatonError(
@@ -95,39 +165,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
 
   const free = agent.max_parallel - agent.running_count;
   if (free <= 0) return [];
-  const candidates = await store
-    .lockRows(
-      tx
-        .selectFrom('executions')
-        .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
-        .where('agent', '=', agentName)
-        .where('status', '=', QUEUED)
-        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
-        // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
-        // `SELECT 1`: the partial index executions_serial_running then covers the check, and
-        // SQLite picks it even on a store never analysed (with `k.id` it walked every running
-        // row through executions_status_recent instead).
-        .where((eb) =>
-          eb.or([
-            eb('serial_key', 'is', null),
-            eb.not(
-              eb.exists(
-                eb
-                  .selectFrom('executions as k')
-                  .select(sql.lit(1).as('one'))
-                  .whereRef('k.serial_key', '=', 'executions.serial_key')
-                  .where('k.status', '=', RUNNING),
-              ),
-            ),
-          ]),
-        )
-        .orderBy('priority')
-        .orderBy('queued_at')
-        .orderBy('id')
-        .limit(Math.min(breaker.probe ? 1 : opts.max, free)),
-      'skip',
-    )
-    .execute();
+  const candidates = await candidatesFor(store)(tx, { agent: agentName, now: opts.now }, Math.min(breaker.probe ? 1 : opts.max, free));
   if (candidates.length === 0) return [];
 
   const admitted: ExecutionRow[] = [];
@@ -137,23 +175,14 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
       serials.add(c.serial_key);
     }
-    const row = await tx
-      .updateTable('executions')
-      .set((eb) => ({
-        status: 'running',
-        attempt: eb('attempt', '+', 1),
-        lease_owner: opts.owner,
-        lease_token: newLeaseToken(),
-        lease_expires_at: opts.now + c.lease_ttl_seconds * 1000,
-        heartbeat_at: opts.now,
-        started_at: opts.now,
-        deadline_at: opts.now + c.timeout_seconds * 1000,
-        ...stamp(opts.now, opts.owner, 'admitted'),
-      }))
-      .where('id', '=', c.id)
-      .where('status', '=', 'queued')
-      .returningAll()
-      .executeTakeFirst();
+    const [row] = await admitRow(tx, {
+      id: c.id,
+      owner: opts.owner,
+      token: newLeaseToken(),
+      now: opts.now,
+      leaseExpiresAt: opts.now + c.lease_ttl_seconds * 1000,
+      deadlineAt: opts.now + c.timeout_seconds * 1000,
+    });
     if (row) admitted.push(row);
   }
   if (breaker.probe && admitted.length > 0) {

@@ -4,21 +4,37 @@ import type { ExecutionRow } from '../../store/schema.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
 import { ENABLED } from '../status-sql.ts';
+import { preparedQuery } from '../../store/prepared-query.ts';
 
 export type { Outcome };
 
-/** What a completion writes: the outcome, the times, the lease's end. */
-function completion(outcome: Outcome, now: number, actor: string) {
+/** The values a completion writes, from its outcome. */
+function completionValues(outcome: Outcome, now: number, actor: string) {
   return {
     status: outcome.status,
-    completed_at: now,
-    duration_ms: sql<number>`cast(${now} as bigint) - started_at`,
-    lease_expires_at: null,
+    now,
+    actor,
     result: outcome.result === undefined ? null : JSON.stringify(outcome.result),
     error_code: outcome.error?.code ?? null,
     error_message: outcome.error?.message ?? null,
     usage: outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
-    ...stamp(now, actor, outcome.error?.code ?? outcome.status),
+    reason: outcome.error?.code ?? outcome.status,
+  };
+}
+type CompletionValues = ReturnType<typeof completionValues>;
+
+/** What a completion writes: the outcome, the times, the lease's end. */
+function completion(v: CompletionValues) {
+  return {
+    status: v.status,
+    completed_at: v.now,
+    duration_ms: sql<number>`cast(${v.now} as bigint) - started_at`,
+    lease_expires_at: null,
+    result: v.result,
+    error_code: v.error_code,
+    error_message: v.error_message,
+    usage: v.usage,
+    ...stamp(v.now, v.actor, v.reason),
   };
 }
 
@@ -35,16 +51,20 @@ export async function completeWithLease(
   now: number,
   actor: string,
 ): Promise<ExecutionRow> {
-  const row = await db
-    .updateTable('executions')
-    .set(completion(outcome, now, actor))
-    .where('id', '=', id)
-    .where('lease_token', '=', token)
-    .where('status', 'in', ['running', 'queued'])
-    .returningAll()
-    .executeTakeFirst();
+  const [row] = await completeRow(db, { id, token, ...completionValues(outcome, now, actor) });
   return row ?? explainRefusal(db, id, token, true);
 }
+
+/** completeWithLease's statement, built once (preparedQuery). */
+const completeRow = preparedQuery((db: Executor, p: { id: string; token: string } & CompletionValues) =>
+  db
+    .updateTable('executions')
+    .set(completion(p))
+    .where('id', '=', p.id)
+    .where('lease_token', '=', p.token)
+    .where('status', 'in', ['running', 'queued'])
+    .returningAll(),
+);
 
 /**
  * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
@@ -67,7 +87,7 @@ export async function completeAlone(
   if (outcome.status === 'failed') return undefined;
   return db
     .updateTable('executions')
-    .set(completion(outcome, now, actor))
+    .set(completion(completionValues(outcome, now, actor)))
     .where('id', '=', id)
     .where('lease_token', '=', token)
     .where('status', 'in', ['running', 'queued'])

@@ -2,6 +2,7 @@ import type { SkipReason } from '../../domain/error-codes.ts';
 import { sql, type Kysely } from 'kysely';
 import { BacklogFull, NotFound } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
+import { preparedQuery } from '../../store/prepared-query.ts';
 import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
@@ -109,30 +110,18 @@ export async function createExecutions(
   if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
   const check = req.backlog === 'check' ? req.agent : undefined;
   if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);
-  const columns = Object.keys(values) as Array<keyof typeof values>;
-  let select = tx.selectNoFrom((eb) => columns.map((c) => eb.val(values[c] as any).as(c)));
-  if (check) {
-    select = select.where(
-      (eb) =>
-        eb
-          .selectFrom('executions')
-          .select((e) => e.fn.countAll<number>().as('n'))
-          .where('agent', '=', check.name)
-          .where('status', '=', QUEUED),
-      '<',
-      check.max_backlog,
-    );
-  }
+  // The statement's shape (preparedQuery): the backlog rule and the columns given.
+  const shape = `${check ? 'check' : 'exempt'}:${Object.keys(values).join(',')}`;
+  const params = { ...values, $agent: check?.name ?? '', $max_backlog: check?.max_backlog ?? 0 };
   const how = req.audit as CreateAudit<NewExecution>;
   const entry = 'batch' in how ? how.batch : how.each(values, 0);
-  const insert = (db: Pick<Tx, 'insertInto'>) => db.insertInto('executions').columns(columns).expression(select).returningAll();
   let row: ExecutionRow | undefined;
   if (store.loneStatements && entry) {
     // PostgreSQL: the audit row rides the insert's statement (a data-modifying CTE over the row
     // inserted, so a refusal writes neither): one round trip fewer per submit.
     const audited = auditRow(entry);
     row = await tx
-      .with('created', insert)
+      .with('created', () => oneRowInsert(tx, params, shape))
       .with('audited', (db) =>
         db
           .insertInto('audit_log')
@@ -143,12 +132,37 @@ export async function createExecutions(
       .selectAll()
       .executeTakeFirst();
   } else {
-    row = await insert(tx).executeTakeFirst();
+    [row] = await insertOne(tx, params, shape);
     if (row && entry) await appendAudit(tx, entry);
   }
   if (!row && !check) throw new Error(`execution ${values.id} was not inserted`);
   return row;
 }
+
+/**
+ * createExecutions' insert of one row (its statement, built once per shape: preparedQuery):
+ * `check:` or `exempt:` and the row's columns. With `check`, the row is inserted only while
+ * `$agent` has fewer than `$max_backlog` queued rows (count and insert in one statement).
+ */
+function oneRowInsert(tx: Tx, p: NewExecution & { $agent: string; $max_backlog: number }, shape: string) {
+  const [how, list] = shape.split(':') as [string, string];
+  const columns = list.split(',') as Array<keyof NewExecution>;
+  let select = tx.selectNoFrom((eb) => columns.map((c) => eb.val(p[c] as any).as(c)));
+  if (how === 'check') {
+    select = select.where(
+      (eb) =>
+        eb
+          .selectFrom('executions')
+          .select((e) => e.fn.countAll<number>().as('n'))
+          .where('agent', '=', p.$agent)
+          .where('status', '=', QUEUED),
+      '<',
+      p.$max_backlog,
+    );
+  }
+  return tx.insertInto('executions').columns(columns).expression(select).returningAll();
+}
+const insertOne = preparedQuery(oneRowInsert);
 
 /** A plain submit's own fields: NewQueued without what the agent row gives (its contract defaults). */
 export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds' | 'lease_ttl_seconds' | 'retry_policy'> & {
