@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { admissionHold, CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import { firstSpent, parseBudget } from '../../domain/budget.ts';
 import { breakerAdmission } from '../../domain/breaker.ts';
@@ -8,7 +8,7 @@ import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
-import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
+import type { AgentRow, DB, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { readCurrentWindows } from '../budget.ts';
 import { clearLapseHold } from './lapse.ts';
@@ -202,6 +202,82 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   return admitted;
 }
 
+/** admitInOneStatement's statement, built once (preparedQuery); `max` tokens, one per row it may take. */
+const claimInOneStatement = preparedQuery(
+  (db: Kysely<DB>, v: { agent: string; delivery: DeliveryMode; owner: string; tokens: string[]; max: number; now: number }) => {
+    const cast = (v: number) => sql<number>`cast(${v} as bigint)`;
+    return db
+      .with('a', (db) =>
+        db
+          .selectFrom('agents')
+          .select(['max_parallel', 'running_count', 'last_claim_at'])
+          .where('name', '=', v.agent)
+          .where('delivery', '=', v.delivery)
+          .where('paused_at', 'is', null)
+          .where('lapse_hold_at', 'is', null)
+          .where('budget', 'is', null)
+          .where((eb) => eb.or([eb('breaker_config', 'is', null), eb('breaker_state', '=', 'closed')]))
+          .forNoKeyUpdate(),
+      )
+      .with('c', (db) =>
+        db
+          .selectFrom('executions')
+          .select(['id', 'serial_key', 'priority', 'queued_at', sql<string>`ctid`.as('row_ctid')])
+          .where('agent', '=', v.agent)
+          .where('status', '=', QUEUED)
+          .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', v.now)]))
+          .orderBy('priority')
+          .orderBy('queued_at')
+          .orderBy('id')
+          // No agent row (a hold, or none): no candidates. Never more than the free seats.
+          .limit(sql<number>`coalesce((SELECT greatest(0, least(${v.max}::int, max_parallel - running_count)) FROM a), 0)`)
+          .forNoKeyUpdate()
+          .skipLocked(),
+      )
+      .with('picked', (db) =>
+        db
+          .selectFrom('c')
+          .select(['id', 'serial_key', 'row_ctid', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
+          // Updated in this order, so the trigger numbers the seats first come, first seated.
+          .orderBy('rn'),
+      )
+      .with('upd', (db) =>
+        db
+          .updateTable('executions as x')
+          .from('picked as p')
+          .set((eb) => ({
+            status: 'running',
+            attempt: eb('x.attempt', '+', 1),
+            lease_owner: v.owner,
+            lease_token: sql<string>`(${v.tokens}::text[])[p.rn]`,
+            lease_expires_at: sql<number>`${cast(v.now)} + x.lease_ttl_seconds * 1000`,
+            heartbeat_at: cast(v.now),
+            started_at: cast(v.now),
+            deadline_at: sql<number>`${cast(v.now)} + x.timeout_seconds * 1000`,
+            ...stamp(v.now, v.owner, 'admitted'),
+          }))
+          // Found again by position, a Tid Scan whatever the statistics say (the rows are locked,
+          // so it cannot move). By id, a generic plan made while few rows were queued walked the
+          // whole live index instead of the primary key (test/plans.test.ts).
+          .where(sql<boolean>`x.ctid = p.row_ctid`)
+          .where('x.status', '=', QUEUED)
+          .where((eb) => eb.not(eb.exists(eb.selectFrom('picked as s').select('s.id').where('s.serial_key', 'is not', null))))
+          .returningAll('x'),
+      )
+      .selectFrom(sql<{ one: number }>`(SELECT 1)`.as('one'))
+      .leftJoin('upd', (join) => join.onTrue())
+      .selectAll('upd')
+      .select((eb) => [
+        eb.exists(eb.selectFrom('a').select('a.max_parallel')).as('_decided'),
+        eb.exists(eb.selectFrom('picked').select('picked.id').where('picked.serial_key', 'is not', null)).as('_serial'),
+        eb.selectFrom('a').select('a.last_claim_at').as('_last_claim_at'),
+      ])
+      .orderBy('upd.priority')
+      .orderBy('upd.queued_at')
+      .orderBy('upd.id');
+  },
+);
+
 /**
  * The common claim as one statement (PostgreSQL): an agent with no hold (not paused, no lapse hold,
  * no budget, breaker off or closed) admits FIFO up to its free seats in a single round trip.
@@ -224,77 +300,14 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
 export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
   if (!store.loneStatements) return undefined;
   const tokens = Array.from({ length: Math.max(0, opts.max) }, newLeaseToken);
-  const now = sql<number>`cast(${opts.now} as bigint)`;
-  const rows = await store.db
-    .with('a', (db) =>
-      db
-        .selectFrom('agents')
-        .select(['max_parallel', 'running_count', 'last_claim_at'])
-        .where('name', '=', agentName)
-        .where('delivery', '=', opts.delivery)
-        .where('paused_at', 'is', null)
-        .where('lapse_hold_at', 'is', null)
-        .where('budget', 'is', null)
-        .where((eb) => eb.or([eb('breaker_config', 'is', null), eb('breaker_state', '=', 'closed')]))
-        .forNoKeyUpdate(),
-    )
-    .with('c', (db) =>
-      db
-        .selectFrom('executions')
-        .select(['id', 'serial_key', 'priority', 'queued_at', sql<string>`ctid`.as('row_ctid')])
-        .where('agent', '=', agentName)
-        .where('status', '=', QUEUED)
-        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', opts.now)]))
-        .orderBy('priority')
-        .orderBy('queued_at')
-        .orderBy('id')
-        // No agent row (a hold, or none): no candidates. Never more than the free seats.
-        .limit(sql<number>`coalesce((SELECT greatest(0, least(${tokens.length}::int, max_parallel - running_count)) FROM a), 0)`)
-        .forNoKeyUpdate()
-        .skipLocked(),
-    )
-    .with('picked', (db) =>
-      db
-        .selectFrom('c')
-        .select(['id', 'serial_key', 'row_ctid', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
-        // Updated in this order, so the trigger numbers the seats first come, first seated.
-        .orderBy('rn'),
-    )
-    .with('upd', (db) =>
-      db
-        .updateTable('executions as x')
-        .from('picked as p')
-        .set((eb) => ({
-          status: 'running',
-          attempt: eb('x.attempt', '+', 1),
-          lease_owner: opts.owner,
-          lease_token: sql<string>`(${tokens}::text[])[p.rn]`,
-          lease_expires_at: sql<number>`${now} + x.lease_ttl_seconds * 1000`,
-          heartbeat_at: now,
-          started_at: now,
-          deadline_at: sql<number>`${now} + x.timeout_seconds * 1000`,
-          ...stamp(opts.now, opts.owner, 'admitted'),
-        }))
-        // Found again by position, a Tid Scan whatever the statistics say (the rows are locked,
-        // so it cannot move). By id, a generic plan made while few rows were queued walked the
-        // whole live index instead of the primary key (test/plans.test.ts).
-        .where(sql<boolean>`x.ctid = p.row_ctid`)
-        .where('x.status', '=', QUEUED)
-        .where((eb) => eb.not(eb.exists(eb.selectFrom('picked as s').select('s.id').where('s.serial_key', 'is not', null))))
-        .returningAll('x'),
-    )
-    .selectFrom(sql<{ one: number }>`(SELECT 1)`.as('one'))
-    .leftJoin('upd', (join) => join.onTrue())
-    .selectAll('upd')
-    .select((eb) => [
-      eb.exists(eb.selectFrom('a').select('a.max_parallel')).as('_decided'),
-      eb.exists(eb.selectFrom('picked').select('picked.id').where('picked.serial_key', 'is not', null)).as('_serial'),
-      eb.selectFrom('a').select('a.last_claim_at').as('_last_claim_at'),
-    ])
-    .orderBy('upd.priority')
-    .orderBy('upd.queued_at')
-    .orderBy('upd.id')
-    .execute();
+  const rows = await claimInOneStatement(store.db, {
+    agent: agentName,
+    delivery: opts.delivery,
+    owner: opts.owner,
+    tokens,
+    max: tokens.length,
+    now: opts.now,
+  });
   const head = rows[0];
   if (!head || !head._decided || head._serial) return undefined;
   if (head._last_claim_at === null || opts.now - Number(head._last_claim_at) >= CLAIM_STAMP_EVERY_MS) {

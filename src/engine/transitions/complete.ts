@@ -66,30 +66,13 @@ const completeRow = preparedQuery((db: Executor, p: { id: string; token: string 
     .returningAll(),
 );
 
-/**
- * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
- * as completeWithLease, taken only when the outcome is not a failure (no retry policy applies),
- * the execution is in no group, and its agent has no budget, no enabled subscription and a
- * breaker that a success leaves unchanged (off, or closed with its whole window successes:
- * breakerOnOutcome's patch would equal the row) — so there is no spending, breaker count, retry,
- * chained task or group progress to commit with it.
- * `undefined` when it does not apply or is refused (nothing written): the caller completes in a
- * transaction, which does everything and explains a refusal.
- */
-export async function completeAlone(
-  db: Executor,
-  id: string,
-  token: string,
-  outcome: Outcome,
-  now: number,
-  actor: string,
-): Promise<ExecutionRow | undefined> {
-  if (outcome.status === 'failed') return undefined;
-  return db
+/** completeAlone's statement, built once (preparedQuery). */
+const completeAloneRow = preparedQuery((db: Executor, p: { id: string; token: string } & CompletionValues) =>
+  db
     .updateTable('executions')
-    .set(completion(completionValues(outcome, now, actor)))
-    .where('id', '=', id)
-    .where('lease_token', '=', token)
+    .set(completion(p))
+    .where('id', '=', p.id)
+    .where('lease_token', '=', p.token)
     .where('status', 'in', ['running', 'queued'])
     .where('group_id', 'is', null)
     .where((eb) =>
@@ -123,6 +106,28 @@ export async function completeAlone(
         ),
       ),
     )
-    .returningAll()
-    .executeTakeFirst();
+    .returningAll(),
+);
+
+/**
+ * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
+ * as completeWithLease, taken only when the outcome is not a failure (no retry policy applies),
+ * the execution is in no group, and its agent has no budget, no enabled subscription and a
+ * breaker that a success leaves unchanged (off, or closed with its whole window successes:
+ * breakerOnOutcome's patch would equal the row) — so there is no spending, breaker count, retry,
+ * chained task or group progress to commit with it.
+ * `undefined` when it does not apply or is refused (nothing written): the caller completes in a
+ * transaction, which does everything and explains a refusal.
+ */
+export async function completeAlone(
+  db: Executor,
+  id: string,
+  token: string,
+  outcome: Outcome,
+  now: number,
+  actor: string,
+): Promise<ExecutionRow | undefined> {
+  if (outcome.status === 'failed') return undefined;
+  const [row] = await completeAloneRow(db, { id, token, ...completionValues(outcome, now, actor) });
+  return row;
 }
