@@ -1,4 +1,4 @@
-import { CompiledQuery, type Compilable, type Kysely } from 'kysely';
+import type { CompiledQuery, Compilable, Kysely } from 'kysely';
 import type { StoreAdapter } from './adapter.ts';
 
 /** Where a run's value goes in a statement built once: a placeholder standing in for the value while Kysely builds. */
@@ -34,14 +34,17 @@ export function preparedQuery<H extends Kysely<any>, P extends Record<string, un
     if (!byShape) compiled.set(adapter, (byShape = new Map()));
     let query = byShape.get(shape);
     if (!query) {
-      // Compiled without plugins, which would see placeholders (Baton's stores have none; a test's
-      // recording plugin sees the statement when it runs, through executeQuery's result).
+      // Compiled without plugins, which would see placeholders (Baton's stores have none; a test
+      // that records statements sees a prepared one where it runs, at executeQuery).
       query = build(db.withoutPlugins() as H, slots, shape).compile();
       byShape.set(shape, query);
     }
     // An undefined value binds as NULL, as both drivers bind it in a statement Kysely built.
     const parameters = query.parameters.map((v) => (v instanceof Slot ? (values[v.key] ?? null) : v));
-    const { rows } = await db.executeQuery<R>(CompiledQuery.raw(query.sql, parameters) as CompiledQuery<R>);
+    // The compiled statement with this run's values (its query node and id as compiled: no plugin
+    // transforms it again). No value import of Kysely here: the CLI's HTTP-only commands load this
+    // module and must not load Kysely (test/package.test.ts).
+    const { rows } = await db.executeQuery<R>({ ...query, parameters });
     return rows;
   };
 }
