@@ -24,12 +24,14 @@ export const auditRow = (e: AuditEntry) => ({
   detail: e.detail ? JSON.stringify(e.detail) : null,
 });
 
-/** Append to the audit log (the database refuses UPDATE and DELETE on it). */
+/** appendAudit's statement, built once (preparedQuery). */
 const insertAudit = preparedQuery((tx: Tx, p: ReturnType<typeof auditRow>) =>
   tx
     .insertInto('audit_log')
     .values({ at: p.at, actor: p.actor, action: p.action, subject: p.subject, execution_id: p.execution_id, detail: p.detail }),
 );
+
+/** Append to the audit log (the database refuses UPDATE and DELETE on it). */
 export async function appendAudit(tx: Tx, e: AuditEntry): Promise<void> {
   await insertAudit(tx, auditRow(e));
 }

@@ -151,16 +151,7 @@ export interface CompletionProfile extends BreakerColumns {
   subscribed: boolean;
 }
 
-/**
- * The agent's budget, breaker columns and whether it has enabled subscriptions, in one primary-key
- * read (the budget ledger, the breaker and the chains would each read it otherwise). Unlocked,
- * like each of those first reads; undefined when the agent is gone.
- */
-export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
-  const [row] = await completionProfile(tx, { agent });
-  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  return row && { ...row, subscribed: Boolean(row.subscribed) };
-}
+/** readCompletionProfile's statement, built once (preparedQuery). */
 const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
   tx
     .selectFrom('agents')
@@ -178,3 +169,14 @@ const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
     )
     .where('name', '=', p.agent),
 );
+
+/**
+ * The agent's budget, breaker columns and whether it has enabled subscriptions, in one primary-key
+ * read (the budget ledger, the breaker and the chains would each read it otherwise). Unlocked,
+ * like each of those first reads; undefined when the agent is gone.
+ */
+export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
+  const [row] = await completionProfile(tx, { agent });
+  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+  return row && { ...row, subscribed: Boolean(row.subscribed) };
+}

@@ -41,19 +41,6 @@ const ADMISSION_COLUMNS = [
 ] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
-/**
- * queued → running, exactly under the agent's cap.
- *
- * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite) and
- * carries the seats in use (`running_count`, kept by the event trigger in the statement of every
- * change into or out of `running`, which takes the same row lock): a locked row read returns its
- * latest version, so the count is exact whatever the number of processes. Candidates come FIFO by
- * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
- * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
- *
- * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
- * commits under the same row lock, so once it has committed no admission in any process admits.
- */
 /** One candidate queued → running, re-checking `queued` (built once: preparedQuery). */
 const admitRow = preparedQuery(
   (db: Tx, p: { id: string; owner: string; token: string; now: number; leaseExpiresAt: number; deadlineAt: number }) =>
@@ -123,6 +110,19 @@ const admissionAgentFor = perStore((store) =>
   ),
 );
 
+/**
+ * queued → running, exactly under the agent's cap.
+ *
+ * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite) and
+ * carries the seats in use (`running_count`, kept by the event trigger in the statement of every
+ * change into or out of `running`, which takes the same row lock): a locked row read returns its
+ * latest version, so the count is exact whatever the number of processes. Candidates come FIFO by
+ * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
+ * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
+ *
+ * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
+ * commits under the same row lock, so once it has committed no admission in any process admits.
+ */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
   let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = (
     await admissionAgentFor(store)(tx, { agent: agentName })
