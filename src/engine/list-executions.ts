@@ -94,11 +94,7 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
       const b = f.before;
       q = q.where('created_at', '<=', b.created_at).where((eb) => eb.or([eb('created_at', '<', b.created_at), eb('id', '<', b.id)]));
     }
-    if (live)
-      return q
-        .orderBy(sql`${sql.ref('created_at')} + 0`, 'desc')
-        .orderBy(sql`${sql.ref('id')} || ''`, 'desc')
-        .limit(limit);
+    if (live) return q.orderBy(unindexed.created_at, 'desc').orderBy(unindexed.id, 'desc').limit(limit);
     return q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit);
   };
   if (statuses.length <= 1) return seek(statuses[0]).execute();

@@ -29,7 +29,7 @@ export const LIVE_STATUSES = [statusIs('queued'), statusIs('running')] as const;
  * read by one finished status carries this term beside `status = '…'`: SQLite uses a partial index
  * only when the query says its WHERE as written.
  */
-export const FINISHED = sql<boolean>`${sql.ref('status')} in (${sql.join(TERMINAL_STATES.map((s) => sql.lit(s)))})`;
+const FINISHED = sql<boolean>`${sql.ref('status')} in (${sql.join(TERMINAL_STATES.map((s) => sql.lit(s)))})`;
 
 /**
  * Columns said as expressions that no index is in the order of, for reading live rows (queued,
