@@ -469,4 +469,33 @@ describe('what a cycle costs follows activity, not history', () => {
     expect(walk).toHaveLength(1);
     await ts.store.db.updateTable('executions').set({ completed_at: clock() }).where('id', '=', broken.id).execute();
   });
+
+  it('a full check reads each chunk of executions by its id range, never through a status index', async () => {
+    await runToCompletion(await newAgent({ max_parallel: 2 }), 3);
+    const o = observed(ts.store);
+    await runCanaryOnce({ store: o.store, clock, full: true });
+    // (A first chunk has no lower bound.)
+    const ranged = o.queries.filter((q) => /from "executions"/.test(q.sql) && /"id" <= /.test(q.sql));
+    expect(ranged.length).toBeGreaterThan(0);
+    const viaStatus = async (queries: CompiledQuery[]) => {
+      const out: string[] = [];
+      for (const q of queries) {
+        const text = ts.store.kind === 'sqlite' ? `EXPLAIN QUERY PLAN ${q.sql}` : `EXPLAIN ${q.sql}`;
+        const plan = await ts.store.db.executeQuery<Record<string, string>>(CompiledQuery.raw(text, [...q.parameters]));
+        const lines = plan.rows.map((r) => r.detail ?? r['QUERY PLAN'] ?? '').join('\n');
+        if (/status_recent/.test(lines)) out.push(`${q.sql}\n${lines}`);
+      }
+      return out;
+    };
+    expect(await viaStatus(ranged)).toEqual([]);
+    // The form E-03 used before: on SQLite, without statistics, `status IN (the finished states)`
+    // was a seek per status into executions_status_recent (every finished row, once per chunk).
+    if (ts.store.kind === 'sqlite') {
+      const before = CompiledQuery.raw(
+        `select "id" from "executions" where "id" > ? and "id" <= ? and "status" in ('succeeded', 'failed', 'cancelled', 'skipped') and "completed_at" is null`,
+        ['ex_0', 'ex_z'],
+      );
+      expect(await viaStatus([before])).toHaveLength(1);
+    }
+  });
 });

@@ -167,10 +167,13 @@ async function planOf(
     const problems: string[] = [];
     /** Parents (plan levels) that read through a history index: a temp B-tree there sorts what they found. */
     const historyLevels = new Set<number>();
+    /** Parents that read queued rows: backlogs are bounded only by max_backlog (up to 1,000,000 an agent), so sorting them is not "few live rows". */
+    const queuedLevels = new Set<number>();
     for (const { detail: d, parent } of out.rows) {
       const m = /^(SCAN|SEARCH) (\w+)(?: USING (?:COVERING )?INDEX (\w+))?/.exec(d);
       if (!m) continue;
       const [, op, table, index] = m;
+      if (index === 'executions_admission') queuedLevels.add(parent);
       const onHistory =
         names.has(table!) || (index !== undefined && /^(executions|execution_events|execution_logs|audit_log)_/.test(index));
       if (!onHistory) continue;
@@ -189,6 +192,8 @@ async function planOf(
     // (A UNION ALL of seeks sorts each arm's LIMIT rows for the merge: that level reads a subquery, not history.)
     if (out.rows.some((r) => /USE TEMP B-TREE FOR (ORDER|GROUP) BY/.test(r.detail) && historyLevels.has(r.parent)))
       problems.push('sorts rows found through a history index');
+    if (out.rows.some((r) => /USE TEMP B-TREE FOR ORDER BY/.test(r.detail) && queuedLevels.has(r.parent)))
+      problems.push('sorts queued rows (a backlog may hold a million)');
     return { plan: lines.join('\n'), problems };
   }
   const out = generic
@@ -740,5 +745,16 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       })
       .catch((err) => err);
     expect(caught).toBe(rollback);
+
+    // A page of one agent's queued rows read through executions_admission and sorted (what the
+    // list did while the status indexes held finished rows only): a backlog may be deep.
+    if (store.kind === 'sqlite') {
+      const c =
+        sql`select * from executions indexed by executions_admission where agent = ${AGENTS[1]!} and status = 'queued' order by created_at desc, id desc limit ${50}`.compile(
+          store.db,
+        );
+      const { problems, plan } = await planOf(c.sql, c.parameters);
+      expect(problems, `${c.sql}\n${plan}`).toContain('sorts queued rows (a backlog may hold a million)');
+    }
   });
 });

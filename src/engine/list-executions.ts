@@ -1,8 +1,8 @@
 import { sql, type Kysely } from 'kysely';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
-import { isTerminal, type ExecutionStatus } from '../domain/states.ts';
+import type { ExecutionStatus } from '../domain/states.ts';
 import type { DB } from '../store/schema.ts';
-import { hasStatus, unindexed } from './status-sql.ts';
+import { statusIs } from './status-sql.ts';
 
 export { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS };
 
@@ -39,11 +39,6 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
   const limit = Math.min(Math.max(1, Math.trunc(f.limit ?? EXECUTION_PAGE.default)), EXECUTION_PAGE.max);
   const statuses = [...new Set(f.status ?? [])];
   const seek = (status: ExecutionStatus | undefined) => {
-    // Live rows (queued, running) are in no index by agent or status and created_at (only a
-    // schedule's are): a claim and a completion would move every row through it. They are few
-    // (the backlogs and the caps bound them), read through executions_admission or
-    // executions_running and sorted (`unindexed`).
-    const live = status !== undefined && !isTerminal(status) && !f.schedule_id;
     let q = db
       .selectFrom('executions')
       .select([
@@ -85,8 +80,8 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
         smallUsage.as('usage'),
       ]);
     if (f.schedule_id) q = q.where('schedule_id', '=', f.schedule_id);
-    if (f.agent) q = q.where(live ? unindexed.agent : 'agent', '=', f.agent);
-    if (status) q = q.where(hasStatus(status));
+    if (f.agent) q = q.where('agent', '=', f.agent);
+    if (status) q = q.where('status', '=', statusIs(status));
     if (f.created_after !== undefined) q = q.where('created_at', '>=', f.created_after);
     if (f.created_before !== undefined) q = q.where('created_at', '<', f.created_before);
     if (f.before) {
@@ -94,7 +89,6 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
       const b = f.before;
       q = q.where('created_at', '<=', b.created_at).where((eb) => eb.or([eb('created_at', '<', b.created_at), eb('id', '<', b.id)]));
     }
-    if (live) return q.orderBy(unindexed.created_at, 'desc').orderBy(unindexed.id, 'desc').limit(limit);
     return q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit);
   };
   if (statuses.length <= 1) return seek(statuses[0]).execute();

@@ -9,7 +9,8 @@ export interface LiveCounts {
 
 /**
  * Running and queued executions per agent (all agents, or the ones named). One grouped count per
- * status, each a seek per agent in executions_running or executions_admission (which cover it), so
+ * status, each a seek per agent (executions_running and executions_admission, or, on a SQLite
+ * store never analysed, executions_agent_status_recent by agent and status; both cover it), so
  * the cost follows the agents and their live rows, never the history: an agent with a million
  * finished runs costs what one with none does. Agents with neither are absent from the map.
  *

@@ -11,7 +11,7 @@ import { firstSpent, parseBudget } from '../domain/budget.ts';
 import { breakerAdmission } from '../domain/breaker.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
 import { readCurrentWindows } from './budget.ts';
-import { hasStatus, statusIs } from './status-sql.ts';
+import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
 type Queued = Pick<ExecutionRow, 'id' | 'agent' | 'priority' | 'queued_at' | 'started_at' | 'run_after' | 'serial_key'>;
@@ -159,7 +159,7 @@ async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView
       .selectFrom('executions')
       .select(['id', 'created_at', 'completed_at', 'error_code', 'error_message'])
       .where('agent', '=', agent)
-      .where(hasStatus(status))
+      .where('status', '=', statusIs(status))
       .orderBy('created_at', 'desc')
       .orderBy('id', 'desc')
       .limit(1)

@@ -1,5 +1,4 @@
 import { sql } from 'kysely';
-import { unindexed } from '../../engine/status-sql.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
@@ -104,7 +103,7 @@ export const B05: StateInvariant<StaleQueued> = {
       .where('status', '=', status('queued'))
       .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', cutoff))
       .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
-      .orderBy(unindexed.id)
+      .orderBy('id')
       .limit(MAX_FINDINGS + 1)
       .execute();
     return rows.map((r) => ({ id: r.id, agent: r.agent, waiting_since: Number(r.waiting_since) }));

@@ -1,7 +1,6 @@
 import { sql, type Expression, type ExpressionBuilder, type SqlBool } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
 import type { DB } from '../../store/schema.ts';
-import { unindexed } from '../../engine/status-sql.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
@@ -27,7 +26,7 @@ async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions
     .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
     .where('status', '=', status('running'))
     .where(where)
-    .orderBy(unindexed.id)
+    .orderBy('id')
     .limit(MAX_FINDINGS + 1)
     .execute();
   return normalise(rows);

@@ -37,9 +37,9 @@ export const E03: ActivityInvariant = {
         .selectFrom('executions')
         .select(['id', 'agent', 'status', 'started_at', 'completed_at', 'duration_ms'])
         .where((eb) => inScope(eb, 'id', part))
-        // Finished, said as "not live": `status IN (the finished states)` is the WHERE of the
-        // partial executions_status_recent, and SQLite without statistics read a full check's id
-        // range through it (every finished row, once per chunk) instead of the primary key.
+        // Finished, said as "not live", which no index seeks: with `status IN (the finished
+        // states)` SQLite without statistics read a full check's id range as a seek per status
+        // into executions_status_recent (every finished row, once per chunk), not the primary key.
         .where('status', 'not in', statuses(['queued', 'running']))
         .where((eb) =>
           eb.or([

@@ -161,13 +161,12 @@ async function skipRunsInFlight(tx: Tx, due: ScheduleRow[]): Promise<Map<string,
   if (skipIds.length === 0) return inFlight;
   const open = await tx
     .selectFrom('executions')
-    .select(['schedule_id', 'id', 'status'])
+    .select(['schedule_id', 'id'])
     .where('schedule_id', 'in', skipIds)
     .where('status', 'in', LIVE_STATUSES)
+    .orderBy('status', 'asc') // 'queued' before 'running': the later write (running) wins below
     .execute();
-  // A running one wins over a queued one. Sorted here, not by the database: an ORDER BY status
-  // steered SQLite from executions_schedule_open to executions_schedule_status_recent.
-  for (const r of open) if (r.status === 'running' || !inFlight.has(r.schedule_id!)) inFlight.set(r.schedule_id!, r.id);
+  for (const r of open) inFlight.set(r.schedule_id!, r.id);
   return inFlight;
 }
 
