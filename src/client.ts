@@ -2,8 +2,6 @@
  * A typed HTTP client for the Baton API, shared by the CLI, the worker SDK and tests.
  * Types come from the API schemas (src/api/schemas.ts): one source of truth.
  */
-import http from 'node:http';
-import https from 'node:https';
 import type { z } from 'zod';
 import type * as S from './api/schemas.ts';
 import type * as T from './api/schemas/triggers.ts';
@@ -89,9 +87,13 @@ export interface ClientOptions {
   key?: string;
   /** Marks requests as coming from the CLI or MCP (recorded as trigger `cli` / `mcp`). */
   via?: 'cli' | 'mcp';
-  /** Replaces the global fetch (the MCP endpoint calls the API in-process through it); plain requests then go through it too. */
+  /** Replaces the global fetch (the MCP endpoint calls the API in-process through it). */
   fetch?: typeof fetch;
-  /** Sends plain (non-streaming) requests. Default: node:http (nodeHttpTransport), or `fetch` when one is given. */
+  /**
+   * Sends plain (non-streaming) requests instead of fetch. In Node, nodeHttpTransport
+   * (src/worker/http.ts) costs less per request and starts faster; the CLI and the worker SDK use
+   * it. The default, fetch, is what the dashboard has in the browser.
+   */
   transport?: Transport;
 }
 
@@ -123,7 +125,7 @@ export class BatonClient {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     let res: { status: number; text: string };
     try {
-      const send = this.opts.transport ?? (this.opts.fetch ? fetchTransport(this.opts.fetch) : nodeHttpTransport);
+      const send = this.opts.transport ?? fetchTransport(this.opts.fetch ?? fetch);
       res = await send({ url: this.server + path, method, headers, body: payload, signal: init.signal });
     } catch (err) {
       if ((err as Error)?.name === 'AbortError') throw err;
@@ -346,27 +348,6 @@ function safeJson(text: string): unknown {
     return { error: 'invalid_response', message: text.slice(0, 500) };
   }
 }
-
-/**
- * Plain requests over node:http (keep-alive connections of Node's global agents). Streams
- * (followLogs) use fetch. node:http costs the client less per request than fetch (Node's undici):
- * one submit to a local server took 0.59–1.05 ms p50 through it against 1.64–1.85 ms through fetch
- * (docs/benchmarks.md), and a one-request CLI command starts ~130 ms sooner without loading undici.
- */
-export const nodeHttpTransport: Transport = ({ url, method, headers, body, signal }) =>
-  new Promise((resolve, reject) => {
-    const target = new URL(url);
-    const send = target.protocol === 'https:' ? https.request : http.request;
-    const sized = body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) };
-    const req = send(target, { method, headers: sized, signal }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
 
 const fetchTransport =
   (f: typeof fetch): Transport =>

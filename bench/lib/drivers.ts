@@ -4,7 +4,9 @@
  * - inproc: the Engine API in this process (engine.submit / claim / complete) — what an
  *           embedded user gets.
  */
+import http from 'node:http';
 import { BatonClient } from '../../src/client.ts';
+import { nodeHttpTransport } from '../../src/worker/http.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 
@@ -29,7 +31,7 @@ export interface Driver {
 
 export function httpDriver(url: string, key: string): Driver {
   boundClientConnections(CLIENT_CONNECTIONS);
-  const client = new BatonClient({ server: url, key });
+  const client = new BatonClient({ server: url, key, transport: nodeHttpTransport });
   return {
     mode: 'http',
     async createAgent(name, maxParallel, maxBacklog) {
@@ -62,37 +64,26 @@ export function httpDriver(url: string, key: string): Driver {
 }
 
 /**
- * Connections the load generator's fetch may hold open to one server. `baton up` closes any
- * beyond 256 from one address at once (src/api/connections.ts), and Node's fetch pool has no
+ * Connections the load generator may hold open to one server. `baton up` closes any beyond 256
+ * from one address at once (src/api/connections.ts), and Node's global HTTP agent, which the
+ * driver's requests go through (nodeHttpTransport in src/worker/http.ts, as the SDK's), has no
  * limit of its own: with ~180 requests in flight (W1 over HTTP: 50 claim loops × 3 tasks and 32
- * submitters) it kept up to 256 sockets open and then had one cut mid-request ("other side
- * closed"). Beyond this many, requests wait for a free connection.
+ * submitters) fetch, which the driver used before, kept up to 256 sockets open and then had one
+ * cut mid-request ("other side closed"). Beyond this many, requests wait for a free connection.
  */
 const CLIENT_CONNECTIONS = 200;
 
-type Dispatchers = Record<symbol, { constructor: new (opts?: object) => unknown; destroy?: () => Promise<void> } | undefined>;
-const DISPATCHER = Symbol.for('undici.globalDispatcher.1');
-
-/** Replace fetch's global dispatcher (an undici Agent) by one that keeps at most `connections` per origin. */
 function boundClientConnections(connections: number): void {
-  const g = globalThis as unknown as Dispatchers;
-  // Node creates it on fetch's first use (synchronously, within the call).
-  if (!g[DISPATCHER]) void fetch('data:,').catch(() => {});
-  const current = g[DISPATCHER];
-  if (current) g[DISPATCHER] = new current.constructor({ connections }) as never;
+  http.globalAgent.maxSockets = connections;
 }
 
 /**
- * Drop this process's pooled HTTP connections (Node's fetch keeps them alive), as a client
- * process that exits would. Without it a connection the pool opened but never used keeps
- * `baton up` from exiting on SIGTERM (see the note in bench/lib/server.ts).
+ * Drop this process's pooled HTTP connections (the agent keeps them alive), as a client process
+ * that exits would. Without it a connection the pool opened but never used keeps `baton up` from
+ * exiting on SIGTERM (see the note in bench/lib/server.ts).
  */
 async function closeClientConnections(): Promise<void> {
-  const g = globalThis as unknown as Dispatchers;
-  const current = g[DISPATCHER];
-  if (!current || typeof current.destroy !== 'function') return;
-  g[DISPATCHER] = new current.constructor({ connections: CLIENT_CONNECTIONS }) as never;
-  await current.destroy().catch(() => {});
+  http.globalAgent.destroy();
 }
 
 export function engineDriver(store: StoreAdapter, engineOpts: { claimPollMs?: number } = {}): Driver & { engine: Engine } {

@@ -1,6 +1,7 @@
 import { readKeyFile } from '../auth/keys.ts';
 import { BatonClient, type ClientOptions } from '../client.ts';
 import { readConnectionEnv, readEnv } from '../config.ts';
+import { nodeHttpTransport } from '../worker/http.ts';
 
 export interface ConnectionFlags {
   server?: string;
@@ -19,5 +20,5 @@ export function resolveConnection(g: ConnectionFlags): { server: string; key: st
 }
 
 export function connect(g: ConnectionFlags, via: ClientOptions['via'] = 'cli'): BatonClient {
-  return new BatonClient({ ...resolveConnection(g), via });
+  return new BatonClient({ ...resolveConnection(g), via, transport: nodeHttpTransport });
 }

@@ -15,6 +15,7 @@
  */
 import { hostname } from 'node:os';
 import { ApiError, BatonClient, Unreachable, type Task as TaskView } from '../client.ts';
+import { nodeHttpTransport } from './http.ts';
 import { redactJson } from '../domain/redact.ts';
 import { decideReport, refusedOutcome, type AbortReason, type Settled, type TaskOutcome } from './outcome.ts';
 
@@ -155,7 +156,7 @@ class WorkerImpl implements Worker {
   readonly done: Promise<void>;
 
   constructor(private readonly opts: WorkerOptions) {
-    this.client = new BatonClient({ server: opts.server, key: opts.key });
+    this.client = new BatonClient({ server: opts.server, key: opts.key, transport: nodeHttpTransport });
     this.concurrency = Math.max(1, opts.concurrency ?? 1);
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}`;
     this.done = new Promise((r) => (this.resolveDone = r));
