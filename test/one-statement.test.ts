@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BREAKER_DEFAULTS } from '../src/domain/breaker.ts';
 import { Engine } from '../src/engine/engine.ts';
 import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
-import type { DB } from '../src/store/schema.ts';
+import type { DB, ExecutionRow } from '../src/store/schema.ts';
+import type { Outcome } from '../src/domain/outcomes.ts';
 import type { Kysely } from 'kysely';
 import { commitStats } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
@@ -208,6 +209,109 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       code: 'lease_lost',
       message: expect.stringMatching(/already ended as failed/),
     });
+  });
+
+  it('plain successes asked for together are one statement on PostgreSQL, across agents', async () => {
+    const agents = [await newAgent({ max_parallel: 3, breaker: null }), await newAgent({ max_parallel: 3, breaker: null })];
+    const rows: ExecutionRow[] = [];
+    for (const agent of agents) {
+      for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `p${i}` }, 'test');
+      rows.push(...(await engine.claim(agent, { owner: 'w', max: 3 })));
+    }
+    const done = await counted(() => Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w'))));
+    expect(done.out.map((r) => r.status)).toEqual(rows.map(() => 'succeeded'));
+    if (pg) expect(done.statements).toBe(1);
+    for (const agent of agents) expect(await seats(agent)).toBe(0);
+  });
+
+  it('one completion the database refuses does not fail the others asked for with it', async () => {
+    const agent = await newAgent({ max_parallel: 4, breaker: null });
+    for (let i = 0; i < 4; i++) await engine.submit(agent, { message: `f${i}` }, 'test');
+    const rows = await engine.claim(agent, { owner: 'w', max: 4 });
+    // PostgreSQL text cannot hold a NUL character: the statement carrying this actor fails whole
+    // (SQLite stores it). The others are then completed alone, each with its own answer.
+    const actors = ['w', 'w\u0000bad', 'w', 'w'];
+    const out = await Promise.allSettled(rows.map((r, i) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, actors[i]!)));
+    expect(out.map((o) => o.status)).toEqual(pg ? ['fulfilled', 'rejected', 'fulfilled', 'fulfilled'] : out.map(() => 'fulfilled'));
+    expect(await count(agent, 'running')).toBe(pg ? 1 : 0);
+    expect(await seats(agent)).toBe(pg ? 1 : 0);
+  });
+
+  it('completions asked for together: each caller its own answer, whatever path it took', async () => {
+    const quiet = [await newAgent({ max_parallel: 4, breaker: null }), await newAgent({ max_parallel: 4, breaker: null })];
+    const busy = await newAgent({ max_parallel: 4 }); // the default breaker, its window not yet full
+    const rows: ExecutionRow[] = [];
+    for (const agent of [...quiet, busy]) {
+      for (let i = 0; i < 4; i++) await engine.submit(agent, { message: `m${i}` }, 'test');
+      rows.push(...(await engine.claim(agent, { owner: 'w', max: 4 })));
+    }
+    expect(rows).toHaveLength(12);
+    const [a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3] = rows;
+    const ok = { status: 'succeeded' } as const;
+    const asked: Array<[ExecutionRow, string, Outcome]> = [
+      [a0!, a0!.lease_token!, { status: 'succeeded', result: { n: 1 } }],
+      [a1!, a1!.lease_token!, { status: 'cancelled', error: { code: 'stopped', message: 'by the worker' } }],
+      [a2!, 'ls_wrong', ok], // refused: not its lease
+      [a3!, a3!.lease_token!, { status: 'failed', error: { code: 'boom', message: 'x' } }], // a failure: its transaction
+      [b0!, b0!.lease_token!, ok],
+      [b0!, b0!.lease_token!, ok], // the same completion twice: one lands, the other is told it already ended
+      [b1!, b1!.lease_token!, { status: 'succeeded', usage: { tokens: 3 } }],
+      [b2!, b2!.lease_token!, ok],
+      [b3!, b3!.lease_token!, ok],
+      ...[c0!, c1!, c2!, c3!].map((r): [ExecutionRow, string, Outcome] => [r, r.lease_token!, ok]), // the breaker counts: transactions
+    ];
+    const { out, statements } = await counted(() =>
+      Promise.allSettled(asked.map(([r, token, outcome]) => engine.complete(r.id, token, outcome, 'w'))),
+    );
+    const answer = (i: number) => out[i]!;
+    for (const i of [0, 1, 6, 7, 8, 9, 10, 11, 12]) expect(answer(i).status, `completion ${i}`).toBe('fulfilled');
+    expect(answer(2)).toMatchObject({ status: 'rejected', reason: { code: 'lease_lost' } });
+    expect(answer(3)).toMatchObject({ status: 'fulfilled', value: { status: 'failed' } });
+    // The same completion twice: exactly one lands (whichever ran first), the other is refused.
+    const landed = [4, 5].filter((i) => answer(i).status === 'fulfilled');
+    expect(landed).toHaveLength(1);
+    expect(answer(landed[0] === 4 ? 5 : 4)).toMatchObject({
+      status: 'rejected',
+      reason: { code: 'lease_lost', message: expect.stringMatching(/already ended as succeeded/) },
+    });
+    const stored = new Map(
+      (
+        await ts.store.db
+          .selectFrom('executions')
+          .selectAll()
+          .where(
+            'id',
+            'in',
+            rows.map((r) => r.id),
+          )
+          .execute()
+      ).map((r) => [r.id, r]),
+    );
+    for (const i of [0, 1, 6, 7, 8]) {
+      const value = (answer(i) as PromiseFulfilledResult<ExecutionRow>).value;
+      expect(value).toEqual(stored.get(asked[i]![0].id)); // the caller's answer is the row as stored
+      expect(value.status).toBe(asked[i]![2].status);
+      expect(value.completed_at).toBe(clock());
+    }
+    expect(stored.get(a0!.id)!.result).toBe('{"n":1}');
+    expect(stored.get(a1!.id)).toMatchObject({ error_code: 'stopped', error_message: 'by the worker' });
+    expect(stored.get(b1!.id)!.usage).toBe('{"tokens":3}');
+    expect(stored.get(a2!.id)!.status).toBe('running');
+    // One event per change, and the seat counters follow the rows.
+    const events = await ts.store.db
+      .selectFrom('execution_events')
+      .select(['execution_id', 'to_status'])
+      .where(
+        'execution_id',
+        'in',
+        rows.map((r) => r.id),
+      )
+      .where('from_status', '=', 'running')
+      .execute();
+    expect(events).toHaveLength(11);
+    for (const agent of [...quiet, busy]) expect(await seats(agent)).toBe(await count(agent, 'running'));
+    expect(await seats(quiet[0]!)).toBe(1);
+    expect(statements).toBeGreaterThan(0);
   });
 
   it('the default breaker: counted in a transaction until its window holds only successes, then one statement', async () => {

@@ -407,6 +407,14 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       await during('complete failed', () =>
         engine.complete(claimed[1]!.id, claimed[1]!.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'),
       );
+    // Completions asked for in one turn: one statement for all of them on PostgreSQL (lone-completions.ts).
+    for (const agent of [AGENTS[3]!, AGENTS[4]!]) for (let i = 0; i < 2; i++) await engine.submit(agent, { message: `many ${i}` }, 'test');
+    const many = [
+      ...(await engine.claim(AGENTS[3]!, { owner: 'w4', max: 2 })),
+      ...(await engine.claim(AGENTS[4]!, { owner: 'w4', max: 2 })),
+    ];
+    expect(many).toHaveLength(4);
+    await during('complete many', () => Promise.all(many.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w4'))));
     const [again] = await engine.claim(AGENTS[1]!, { owner: 'w2' });
     if (again) await during('release', () => engine.release(again.id, again.lease_token!, 'w2'));
     await during('cancel', () => engine.cancel(live[5]!.id, 'test'));
@@ -634,6 +642,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'claim',
       'heartbeat',
       'complete',
+      'complete many',
       'getExecution',
       'list status failed',
       'list deep cursor',

@@ -28,7 +28,8 @@ import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, admitInOneStatement, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
-import { completeAlone, completeWithLease } from './transitions/complete.ts';
+import { completeWithLease } from './transitions/complete.ts';
+import { LoneCompletions } from './lone-completions.ts';
 import { createExecutions, queuedValues, submitInOneStatement, type NewQueued, type SubmitFields } from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
@@ -167,6 +168,8 @@ export class Engine {
   /** Groups: fan-out with a join (composition/group-service.ts; the decision: composition/groups.ts). */
   readonly groups: Groups;
   private readonly waiters = new Waiters();
+  /** Completions that cause nothing else, many to a statement (PostgreSQL; see lone-completions.ts). */
+  private readonly loneCompletions: LoneCompletions | undefined;
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
@@ -183,6 +186,7 @@ export class Engine {
     this.alertSinks = opts.alertSinks ?? [];
     this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
+    this.loneCompletions = this.store.loneStatements ? new LoneCompletions(this.store.db) : undefined;
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this, this.schedules);
@@ -687,8 +691,9 @@ export class Engine {
         : given.error,
       usage: given.usage === undefined ? undefined : redactJson(given.usage),
     };
-    // A completion that causes nothing else is one statement, one round trip (store.loneStatements).
-    const alone = this.store.loneStatements ? await completeAlone(this.store.db, id, token, outcome, now, actor) : undefined;
+    // A completion that causes nothing else is one statement, shared with the others of its turn
+    // (store.loneStatements).
+    const alone = await this.loneCompletions?.complete({ id, token, outcome, now, actor });
     if (alone) {
       announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);
