@@ -1,5 +1,6 @@
 import { CompiledQuery, isCompilable, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import pg from 'pg';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +18,7 @@ import type { InOrder, StoreAdapter, Tx } from '../src/store/adapter.ts';
 import { sqliteFile } from '../src/store/open.ts';
 import type { DB, NewExecution } from '../src/store/schema.ts';
 import { openSqliteReader } from '../src/store/sqlite-reader.ts';
-import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 // Cost independent of history (DESIGN.md §9): every query the hot paths make is served by an
 // index made for its shape. The store is seeded with enough terminal history for the planners
@@ -143,6 +144,30 @@ async function explainGeneric(text: string, parameters: readonly unknown[]) {
       await conn.executeQuery(CompiledQuery.raw('RESET plan_cache_mode'));
     }
   });
+}
+
+/**
+ * The plans of the statements a function call runs (PostgreSQL), as auto_explain reports them to
+ * the client, on a connection of its own; the call is rolled back.
+ */
+async function nestedPlans(text: string, parameters: readonly unknown[], generic: boolean): Promise<string> {
+  const client = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
+  const notices: string[] = [];
+  client.on('notice', (n) => notices.push(n.message ?? ''));
+  await client.connect();
+  try {
+    await client.query("LOAD 'auto_explain'");
+    await client.query('SET auto_explain.log_min_duration = 0');
+    await client.query('SET auto_explain.log_nested_statements = on');
+    await client.query('SET client_min_messages = log');
+    if (generic) await client.query('SET plan_cache_mode = force_generic_plan');
+    await client.query('BEGIN');
+    await client.query(text, parameters as unknown[]);
+    await client.query('ROLLBACK');
+    return notices.join('\n');
+  } finally {
+    await client.end();
+  }
 }
 
 async function planOf(
@@ -720,6 +745,21 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         // plan made while few rows were queued would keep doing it when many are.
         expect(plan.split('\n').filter((l) => /using executions_admission/.test(l) && !/cond=/.test(l))).toEqual([]);
         expect(plan).toMatch(/Tid Scan on executions/);
+      }
+      // Completions asked for together (lone-completions.ts) run in the function
+      // baton_complete_many (migration 0023): its own statements' plans, custom and generic, as
+      // auto_explain reports them. Each row by primary key, never through a status or agent index
+      // (one statement over the batch was planned that way while few rows were live, and then
+      // walked every live row of a 20,000-task backlog once per call).
+      const many = recorded.map(compiledOf).filter((c) => /baton_complete_many/.test(c.sql));
+      expect(many.length, 'the many-completion call was recorded').toBeGreaterThan(0);
+      for (const generic of [false, true]) {
+        const plans = await nestedPlans(many[0]!.sql, many[0]!.parameters, generic);
+        expect(plans, "auto_explain reported the function's statements").toMatch(/UPDATE executions e SET/);
+        expect(plans).toMatch(/using executions_pkey/);
+        expect(plans).not.toMatch(
+          /Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|admission|running)/,
+        );
       }
     }
   });

@@ -10,6 +10,8 @@ import { describe, expect, it } from 'vitest';
 // function only, createExecutions in src/engine/transitions/create.ts: every path that creates
 // work goes through its admission rules (backlog, audit). On PostgreSQL a plain submit is the
 // same creation as one function call (baton_submit, migration 0020), called from create.ts only.
+// Likewise completions that cause nothing else are one call of baton_complete_many (migration
+// 0023), completeAlone's guarded UPDATE per row, called from complete.ts only.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRC = join(ROOT, 'src');

@@ -11,18 +11,17 @@ interface Waiting extends LoneCompletion {
 }
 
 /**
- * Completions that cause nothing else (completeAlone), on PostgreSQL, coalesced: those asked for
- * in one turn of the event loop, and those asked for while a statement is out, go to the database
- * as one statement (completeAloneMany), one commit for all of them instead of one each. Each
- * caller still gets its own answer: its row, or undefined when the one-statement path does not
- * apply or refused it (the caller then completes in a transaction, which explains a refusal),
- * exactly as completeAlone answers.
+ * Completions that cause nothing else (completeAlone), on PostgreSQL, gathered: those asked for
+ * in one turn of the event loop, and those asked for while a call is out, go to the database as
+ * one call (completeAloneMany: the function baton_complete_many), one round trip and one commit
+ * instead of one each. Each caller still gets its own answer: its row, or undefined when the
+ * one-call path does not apply or refused it (the caller then completes in a transaction, which
+ * explains a refusal), exactly as completeAlone answers.
  *
- * One statement is out at a time per engine, so this process's batches never wait on each other's
- * row locks. If the batch statement fails (a deadlock with another process's batch, a lost
- * connection), each completion is tried again alone, so one cause of failure reaches only the
- * callers it concerns. The same execution twice waits for the next batch (a statement may update
- * a row once).
+ * One call is out at a time per engine, so this process's calls never wait on each other's row
+ * locks. If a call fails (a lost connection, a value the database refuses), each completion is
+ * tried again alone, so one cause of failure reaches only the callers it concerns. The same
+ * execution twice waits for the next call.
  */
 export class LoneCompletions {
   private queue: Waiting[] = [];

@@ -3,7 +3,6 @@ import type { Outcome } from '../../domain/outcomes.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
-import { ENABLED } from '../status-sql.ts';
 import { preparedQuery } from '../../store/prepared-query.ts';
 
 export type { Outcome };
@@ -67,34 +66,6 @@ const completeRow = preparedQuery((db: Executor, p: { id: string; token: string 
 );
 
 /**
- * The agent of the execution row `table` has nothing a success there would change: no budget, a
- * breaker that a success leaves as it is (off, or closed with a window of successes only), and no
- * enabled subscription — so there is no spending, breaker count or chained task to commit with it.
- */
-function successChangesNothing(table: 'executions' | 'e') {
-  const agent = sql.ref(`${table}.agent`);
-  return sql<boolean>`EXISTS (
-      SELECT 1 FROM agents a
-      WHERE a.name = ${agent} AND a.budget IS NULL
-        AND (a.breaker_config IS NULL OR (a.breaker_state = 'closed' AND a.breaker_consecutive = 0
-             AND a.breaker_recent = repeat('0', (a.breaker_config::json ->> 'window')::int))))
-    AND NOT EXISTS (SELECT 1 FROM subscriptions s WHERE s.source_agent = ${agent} AND s.enabled = ${ENABLED})`;
-}
-
-/** completeAlone's statement, built once (preparedQuery). */
-const completeAloneRow = preparedQuery((db: Executor, p: { id: string; token: string } & CompletionValues) =>
-  db
-    .updateTable('executions')
-    .set(completion(p))
-    .where('id', '=', p.id)
-    .where('lease_token', '=', p.token)
-    .where('status', 'in', ['running', 'queued'])
-    .where('group_id', 'is', null)
-    .where(successChangesNothing('executions'))
-    .returningAll(),
-);
-
-/**
  * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
  * as completeWithLease, taken only when the outcome is not a failure (no retry policy applies),
  * the execution is in no group, and its agent has no budget, no enabled subscription and a
@@ -112,9 +83,7 @@ export async function completeAlone(
   now: number,
   actor: string,
 ): Promise<ExecutionRow | undefined> {
-  if (outcome.status === 'failed') return undefined;
-  const [row] = await completeAloneRow(db, { id, token, ...completionValues(outcome, now, actor) });
-  return row;
+  return (await completeAloneMany(db, [{ id, token, outcome, now, actor }])).get(id);
 }
 
 /** One completion of completeAloneMany: completeAlone's arguments. */
@@ -127,96 +96,23 @@ export interface LoneCompletion {
 }
 
 /**
- * completeAlone for many executions in one statement (PostgreSQL), each with its own outcome,
- * time and actor: the same guards, row by row. Returns the rows completed, by id; an execution
- * missing from the map was not completed (the guards did not hold, it was refused, or its outcome
- * is a failure) and nothing was written for it. Ids must be distinct.
+ * completeAlone for many executions in one statement, one round trip and one commit (PostgreSQL:
+ * the function baton_complete_many, migration 0023, which updates each row by primary key with
+ * these guards and locks the agent rows first, in name order). Each execution has its own outcome,
+ * time and actor. Returns the rows completed, by id; an execution missing from the map was not
+ * completed (the guards did not hold, it was refused, or its outcome is a failure) and nothing was
+ * written for it. Ids must be distinct.
  */
 export async function completeAloneMany(db: Executor, items: LoneCompletion[]): Promise<Map<string, ExecutionRow>> {
   const values = items
     .filter((i) => i.outcome.status !== 'failed')
     .map((i) => ({ id: i.id, token: i.token, ...completionValues(i.outcome, i.now, i.actor) }));
   if (values.length === 0) return new Map();
-  const column = <K extends keyof CompletionValues | 'id' | 'token'>(k: K) => values.map((v) => v[k]);
-  const rows = await completeManyRows(db, {
-    id: column('id'),
-    token: column('token'),
-    status: column('status'),
-    now: column('now'),
-    actor: column('actor'),
-    result: column('result'),
-    error_code: column('error_code'),
-    error_message: column('error_message'),
-    usage: column('usage'),
-    reason: column('reason'),
-  });
+  const column = <K extends keyof (typeof values)[number]>(k: K) => values.map((v) => v[k]);
+  const { rows } = await sql<ExecutionRow>`SELECT * FROM baton_complete_many(${column('id')}::text[], ${column('token')}::text[],
+    ${column('status')}::text[], ${column('now')}::bigint[], ${column('actor')}::text[], ${column('result')}::text[],
+    ${column('error_code')}::text[], ${column('error_message')}::text[], ${column('usage')}::text[], ${column('reason')}::text[])`.execute(
+    db,
+  );
   return new Map(rows.map((r) => [r.id, r]));
 }
-
-/** completeAloneMany's values, one array per column, an execution at the same index in each. */
-type LoneArrays = { [K in 'id' | 'token' | keyof CompletionValues]: Array<(CompletionValues & { id: string; token: string })[K]> };
-
-/**
- * completeAloneMany's statement, built once (preparedQuery). Each row is found by primary key
- * (`id = ANY`), so no plan can read the batch against history. The agent rows whose seat counters
- * the event trigger changes are locked first, in name order, before any execution row: `held` is
- * read by a one-time filter, evaluated before the scan, so two batches at once never wait on each
- * other in a cycle.
- */
-const completeManyRows = preparedQuery((db: Executor, p: LoneArrays) =>
-  db
-    .with(
-      'v',
-      () => sql<{
-        id: string;
-        token: string;
-        status: string;
-        at: number;
-        actor: string;
-        result: string | null;
-        error_code: string | null;
-        error_message: string | null;
-        usage: string | null;
-        reason: string;
-      }>`(
-        SELECT * FROM unnest(${p.id}::text[], ${p.token}::text[], ${p.status}::text[], ${p.now}::bigint[], ${p.actor}::text[],
-          ${p.result}::text[], ${p.error_code}::text[], ${p.error_message}::text[], ${p.usage}::text[], ${p.reason}::text[])
-        AS u(id, token, status, at, actor, result, error_code, error_message, usage, reason))`,
-    )
-    .with('held', (qc) =>
-      qc
-        .selectFrom('agents')
-        .select('name')
-        .where('name', 'in', (eb) =>
-          eb
-            .selectFrom('executions')
-            .select('agent')
-            .where(sql<boolean>`id = ANY(${p.id}::text[])`),
-        )
-        .orderBy('name')
-        .forNoKeyUpdate(),
-    )
-    .updateTable('executions as e')
-    .from('v')
-    .set({
-      status: sql`v.status`,
-      completed_at: sql`v.at`,
-      duration_ms: sql`v.at - e.started_at`,
-      lease_expires_at: null,
-      result: sql`v.result`,
-      error_code: sql`v.error_code`,
-      error_message: sql`v.error_message`,
-      usage: sql`v.usage`,
-      changed_at: sql`v.at`,
-      changed_by: sql`v.actor`,
-      change_reason: sql`v.reason`,
-    })
-    .where(sql<boolean>`e.id = ANY(${p.id}::text[])`)
-    .where(sql<boolean>`(SELECT count(*) FROM held) >= 0`)
-    .whereRef('e.id', '=', 'v.id')
-    .whereRef('e.lease_token', '=', 'v.token')
-    .where('e.status', 'in', ['running', 'queued'])
-    .where('e.group_id', 'is', null)
-    .where(successChangesNothing('e'))
-    .returningAll('e'),
-);
