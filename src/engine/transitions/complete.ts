@@ -66,7 +66,7 @@ const completeRow = preparedQuery((db: Executor, p: { id: string; token: string 
 );
 
 /**
- * A completion that causes nothing else, as one statement (PostgreSQL): the same compare-and-set
+ * A completion that causes nothing else, in one round trip (PostgreSQL): the same compare-and-set
  * as completeWithLease, taken only when the outcome is not a failure (no retry policy applies),
  * the execution is in no group, and its agent has no budget, no enabled subscription and a
  * breaker that a success leaves unchanged (off, or closed with its whole window successes:
@@ -96,12 +96,12 @@ export interface LoneCompletion {
 }
 
 /**
- * completeAlone for many executions in one statement, one round trip and one commit (PostgreSQL:
- * the function baton_complete_many, migration 0023, which updates each row by primary key with
- * these guards and locks the agent rows first, in name order). Each execution has its own outcome,
- * time and actor. Returns the rows completed, by id; an execution missing from the map was not
- * completed (the guards did not hold, it was refused, or its outcome is a failure) and nothing was
- * written for it. Ids must be distinct.
+ * completeAlone for many executions in one call, one round trip and one commit (PostgreSQL: the
+ * function baton_complete_many, migration 0023, which locks the execution rows first, then
+ * updates each by primary key with these guards, in agent name order). Each execution has its
+ * own outcome, time and actor. Returns the rows completed, by id; an execution missing from the
+ * map was not completed (the guards did not hold, it was refused, or its outcome is a failure)
+ * and nothing was written for it. Ids must be distinct.
  */
 export async function completeAloneMany(db: Executor, items: LoneCompletion[]): Promise<Map<string, ExecutionRow>> {
   const values = items
