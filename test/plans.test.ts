@@ -432,7 +432,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       await during('complete failed', () =>
         engine.complete(claimed[1]!.id, claimed[1]!.lease_token!, { status: 'failed', error: { code: 'x', message: 'y' } }, 'w1'),
       );
-    // Completions asked for in one turn: one statement for all of them on PostgreSQL (lone-completions.ts).
+    // Completions asked for in one turn: one statement for all of them on PostgreSQL (gather.ts).
     for (const agent of [AGENTS[3]!, AGENTS[4]!]) for (let i = 0; i < 2; i++) await engine.submit(agent, { message: `many ${i}` }, 'test');
     const many = [
       ...(await engine.claim(AGENTS[3]!, { owner: 'w4', max: 2 })),
@@ -440,6 +440,10 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     ];
     expect(many).toHaveLength(4);
     await during('complete many', () => Promise.all(many.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w4'))));
+    // Plain submits asked for in one turn: one call of baton_submit_many on PostgreSQL (gather.ts).
+    await during('plain submits together', () =>
+      Promise.all([AGENTS[3]!, AGENTS[4]!, AGENTS[3]!].map((agent, i) => engine.submit(agent, { message: `together ${i}` }, 'test'))),
+    );
     const [again] = await engine.claim(AGENTS[1]!, { owner: 'w2' });
     if (again) await during('release', () => engine.release(again.id, again.lease_token!, 'w2'));
     await during('cancel', () => engine.cancel(live[5]!.id, 'test'));
@@ -746,7 +750,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plan.split('\n').filter((l) => /using executions_admission/.test(l) && !/cond=/.test(l))).toEqual([]);
         expect(plan).toMatch(/Tid Scan on executions/);
       }
-      // Completions asked for together (lone-completions.ts) run in the function
+      // Completions asked for together (gather.ts) run in the function
       // baton_complete_many (migration 0023): its own statements' plans, custom and generic, as
       // auto_explain reports them. Each row by primary key, never through a status or agent index
       // (one statement over the batch was planned that way while few rows were live, and then
@@ -760,6 +764,19 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans).not.toMatch(
           /Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|admission|running)/,
         );
+      }
+      // Plain submits asked for together run in baton_submit_many (migration 0024): each backlog
+      // counted through the agent's queued rows only (executions_admission), never history.
+      const submits = recorded.map(compiledOf).filter((c) => /baton_submit_many/.test(c.sql));
+      expect(submits.length, 'the many-submit call was recorded').toBeGreaterThan(0);
+      for (const generic of [false, true]) {
+        // Made again (then rolled back) under new ids: the first call's rows exist.
+        const parameters = [...submits[0]!.parameters];
+        parameters[0] = (parameters[0] as string[]).map((id) => `${id}-again`);
+        const plans = await nestedPlans(submits[0]!.sql, parameters, generic);
+        expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
+        expect(plans).toMatch(/using executions_admission/);
+        expect(plans).not.toMatch(/Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent)/);
       }
     }
   });

@@ -9,7 +9,8 @@ import { describe, expect, it } from 'vitest';
 // the lists below; an unguarded UPDATE fails outright. New executions are inserted by one
 // function only, createExecutions in src/engine/transitions/create.ts: every path that creates
 // work goes through its admission rules (backlog, audit). On PostgreSQL a plain submit is the
-// same creation as one function call (baton_submit, migration 0020), called from create.ts only.
+// same creation as one function call (baton_submit, migration 0020; many at once: baton_submit_many,
+// migration 0024), called from create.ts only.
 // Likewise completions that cause nothing else are one call of baton_complete_many (migration
 // 0023), completeAlone's guarded UPDATE per row, called from complete.ts only.
 
@@ -248,17 +249,20 @@ describe('the writers of execution status', () => {
     expect(findWrites(creator!.code).map((w) => w.kind)).toEqual(['insertMany', 'insertInto']);
   });
 
-  it('in SQL, only baton_submit inserts executions: the one-statement submit, called from create.ts only', () => {
-    // PostgreSQL runs a plain submit as one function call (migration 0020): the same turn, count,
-    // row and audit as createExecutions, held equal to it by test/one-statement.test.ts.
+  it('in SQL, only the submit functions insert executions, called from create.ts only', () => {
+    // PostgreSQL runs plain submits as one function call (baton_submit, migration 0020; since
+    // migration 0024 a call of baton_submit_many with one element): the same turn, count, row and
+    // audit as createExecutions, held equal to it by test/one-statement.test.ts.
     const dir = join(SRC, 'store', 'migrations');
     const inserting = readdirSync(dir)
       .flatMap((kind) => readdirSync(join(dir, kind)).map((f) => `${kind}/${f}`))
       .filter((f) => [...readFileSync(join(dir, f), 'utf8').matchAll(RAW_WRITE)].some((m) => /^INSERT/i.test(m[1]!)))
       .sort();
-    expect(inserting).toEqual(['postgres/0020_submit_function.sql']);
-    const callers = sources.filter((s) => /\bbaton_submit\(/.test(stripComments(s.code))).map((s) => s.file);
-    expect(callers).toEqual([CREATOR.file]);
+    expect(inserting).toEqual(['postgres/0020_submit_function.sql', 'postgres/0024_submit_many.sql']);
+    for (const fn of ['baton_submit', 'baton_submit_many']) {
+      const callers = sources.filter((s) => new RegExp(`\\b${fn}\\(`).test(stripComments(s.code))).map((s) => s.file);
+      expect(callers, fn).toEqual([CREATOR.file]);
+    }
   });
 
   it('every UPDATE of executions in the transitions is a compare-and-set on status', () => {

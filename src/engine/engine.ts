@@ -28,9 +28,17 @@ import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, admitInOneStatement, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
-import { completeWithLease } from './transitions/complete.ts';
-import { LoneCompletions } from './lone-completions.ts';
-import { createExecutions, queuedValues, submitInOneStatement, type NewQueued, type SubmitFields } from './transitions/create.ts';
+import { completeAlone, completeAloneMany, completeWithLease, type LoneCompletion } from './transitions/complete.ts';
+import { Gathered } from './gather.ts';
+import {
+  createExecutions,
+  queuedValues,
+  submitInOneStatement,
+  submitManyInOneStatement,
+  type NewQueued,
+  type PlainSubmit,
+  type SubmitFields,
+} from './transitions/create.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
@@ -168,8 +176,9 @@ export class Engine {
   /** Groups: fan-out with a join (composition/group-service.ts; the decision: composition/groups.ts). */
   readonly groups: Groups;
   private readonly waiters = new Waiters();
-  /** Completions that cause nothing else, many to a statement (PostgreSQL; see lone-completions.ts). */
-  private readonly loneCompletions: LoneCompletions | undefined;
+  /** Plain submits and completions that cause nothing else, many to a call (PostgreSQL; gather.ts). */
+  private readonly plainSubmits: Gathered<PlainSubmit, { row: ExecutionRow; agentPaused: boolean }> | undefined;
+  private readonly loneCompletions: Gathered<LoneCompletion, ExecutionRow | undefined> | undefined;
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
@@ -186,7 +195,18 @@ export class Engine {
     this.alertSinks = opts.alertSinks ?? [];
     this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
-    this.loneCompletions = this.store.loneStatements ? new LoneCompletions(this.store.db) : undefined;
+    if (this.store.loneStatements) {
+      const db = this.store.db;
+      const submitAlone = (i: PlainSubmit) => submitInOneStatement(db, i.f, i.now, i.actor, i.audit);
+      // A submit the call refused is made alone, which says why.
+      this.plainSubmits = new Gathered({ many: (items) => submitManyInOneStatement(db, items), one: submitAlone, absent: submitAlone });
+      this.loneCompletions = new Gathered({
+        many: (items) => completeAloneMany(db, items),
+        one: (i) => completeAlone(db, i.id, i.token, i.outcome, i.now, i.actor),
+        // Not completed alone: its transaction does what it causes, or explains the refusal.
+        absent: async () => undefined,
+      });
+    }
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this, this.schedules);
@@ -485,11 +505,11 @@ export class Engine {
       execution_id: id,
       detail: { trigger },
     });
-    if (!onCreated && this.store.loneStatements) {
-      // Nothing else to write with the row: one statement, one round trip (create.ts).
+    if (!onCreated && this.plainSubmits) {
+      // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts).
       const f = this.submitFields(agentName, input);
       try {
-        const { row, agentPaused } = await submitInOneStatement(this.store.db, f, now, actor, audit(f.id, f.trigger_kind));
+        const { row, agentPaused } = await this.plainSubmits.run({ id: f.id, f, now, actor, audit: audit(f.id, f.trigger_kind) });
         announce(this.store, [row]);
         seen?.({ paused: agentPaused });
         return row;
@@ -693,7 +713,7 @@ export class Engine {
     };
     // A completion that causes nothing else is one statement, shared with the others of its turn
     // (store.loneStatements).
-    const alone = await this.loneCompletions?.complete({ id, token, outcome, now, actor });
+    const alone = outcome.status === 'failed' ? undefined : await this.loneCompletions?.run({ id, token, outcome, now, actor });
     if (alone) {
       announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);

@@ -201,6 +201,37 @@ export async function submitInOneStatement(
   }
 }
 
+/** One plain submit of submitManyInOneStatement: submitInOneStatement's arguments. */
+export interface PlainSubmit {
+  id: string;
+  f: SubmitFields;
+  now: number;
+  actor: string;
+  audit: AuditEntry;
+}
+
+/**
+ * Many plain submits in one call, one round trip and one commit (PostgreSQL:
+ * `baton_submit_many`, migration 0024): the new-work turn of every agent of the call, in name
+ * order, then each submit as submitInOneStatement makes it. Returns the submits made, by id, each
+ * with whether its agent was paused; a submit missing from the map was refused (no such agent, or
+ * its backlog full) and wrote nothing: submitInOneStatement says why. Ids must be distinct.
+ */
+export async function submitManyInOneStatement(
+  db: Kysely<DB>,
+  items: PlainSubmit[],
+): Promise<Map<string, { row: ExecutionRow; agentPaused: boolean }>> {
+  const column = <T>(get: (i: PlainSubmit) => T) => items.map(get);
+  const call = sql`baton_submit_many(${column((i) => i.f.id)}::text[], ${column((i) => i.f.agent)}::text[],
+    ${column((i) => i.f.trigger_kind)}::text[], ${column((i) => i.f.origin)}::text[], ${column((i) => i.f.message)}::text[],
+    ${column((i) => i.f.payload)}::text[], ${column((i) => i.f.priority)}::int[], ${column((i) => i.f.run_after ?? null)}::bigint[],
+    ${column((i) => i.f.idempotency_key ?? null)}::text[], ${column((i) => i.f.retry_policy)}::text[], ${column((i) => i.now)}::bigint[],
+    ${column((i) => i.actor)}::text[], ${column((i) => auditRow(i.audit).detail)}::text[])`;
+  const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
+    FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
+  return new Map(rows.map(({ _agent_paused, ...row }) => [row.id, { row, agentPaused: _agent_paused === true }]));
+}
+
 async function audit<R>(tx: Tx, store: StoreAdapter, how: CreateAudit<R>, rows: readonly R[]): Promise<void> {
   if ('batch' in how) {
     if (how.batch) await appendAudit(tx, how.batch);

@@ -1,5 +1,5 @@
--- Completions that cause nothing else, many in one call (issue #12). src/engine/lone-completions.ts
--- gathers the completions a process is asked for together; transitions/complete.ts
+-- Completions that cause nothing else, many in one call (issue #12). src/engine/gather.ts gathers
+-- the completions a process is asked for together; transitions/complete.ts
 -- (completeAloneMany) sends them here as arrays, one element per execution, and every later call
 -- on a connection reuses the plans cached for its statements.
 --
