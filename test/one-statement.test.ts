@@ -437,9 +437,16 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const one = await counted(() => engine.heartbeat(rows[0]!.id, rows[0]!.lease_token!));
     expect(one.out.lease_expires_at).toBe(clock() + 30_000);
     if (pg) expect(one.statements).toBe(1);
-    const before = commitStats(ts.store)?.commits;
+    const before = { ...commitStats(ts.store) };
     await Promise.all(rows.map((r) => engine.heartbeat(r.id, r.lease_token!)));
-    if (!pg) expect(commitStats(ts.store)!.commits - before!).toBe(1);
+    if (!pg) {
+      // All eight arrive in one turn. One commit on an idle machine; a loaded one may end a group
+      // at its work bound (GROUP_LIMITS.maxWorkMs) and commit the rest in the next, but they
+      // still share: fewer commits than heartbeats.
+      const after = commitStats(ts.store)!;
+      expect(after.transactions - before.transactions!).toBe(rows.length);
+      expect(after.commits - before.commits!).toBeLessThan(rows.length);
+    }
     await expect(engine.heartbeat(rows[0]!.id, 'ls_wrong')).rejects.toMatchObject({ code: 'lease_lost' });
   });
 });
