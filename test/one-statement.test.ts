@@ -73,7 +73,7 @@ afterAll(async () => {
 const pg = STORE_KIND === 'postgres';
 
 describe(`one statement per common transition (${STORE_KIND})`, () => {
-  it('a claim of an agent without holds is one statement (and the claim stamp one more, when due)', async () => {
+  it('a claim of an agent without holds is one statement, its claim stamp included', async () => {
     const agent = await newAgent({ breaker: null });
     for (let i = 0; i < 3; i++) {
       await engine.submit(agent, { message: `t${i}` }, 'test');
@@ -82,10 +82,61 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const first = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
     expect(first.out.map((r) => r.message)).toEqual(['t0', 't1']); // FIFO, up to the free seats
     expect(await seats(agent)).toBe(2);
-    if (pg) expect(first.statements).toBe(2); // the claim, and the first stamp of last_claim_at
+    if (pg) expect(first.statements).toBe(1); // the claim, with the first stamp of last_claim_at
+    const stamp = async () =>
+      (await ts.store.db.selectFrom('agents').select('last_claim_at').where('name', '=', agent).executeTakeFirstOrThrow()).last_claim_at;
+    expect(Number(await stamp())).toBe(clock());
     const empty = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
     expect(empty.out).toEqual([]);
-    if (pg) expect(empty.statements).toBe(1); // no free seat; stamped a moment ago
+    if (pg) expect(empty.statements).toBe(1); // no free seat
+    expect(Number(await stamp())).toBe(clock());
+  });
+
+  it('claims of several agents asked for together are one call on PostgreSQL; each caller gets what it would alone', async () => {
+    const plain = await Promise.all([newAgent({ breaker: null, max_parallel: 3 }), newAgent({ breaker: null, max_parallel: 1 })]);
+    const paused = await newAgent({ breaker: null });
+    const pushed = await newAgent({ breaker: null, delivery: 'push', push_url: 'http://127.0.0.1:9/never' });
+    const serial = await newAgent({ breaker: null });
+    for (const a of plain)
+      for (let i = 0; i < 4; i++) {
+        await engine.submit(a, { message: `${a}-${i}` }, 'test');
+        clock.advance(1); // FIFO is by queued_at, then id
+      }
+    await engine.submit(paused, { message: 'p' }, 'test');
+    await engine.pauseAgent(paused, 'test', 'test');
+    const keyed = await engine.submit(serial, { message: 's' }, 'test');
+    await ts.store.db.updateTable('executions').set({ serial_key: 'k1' }).where('id', '=', keyed.id).execute();
+    // Agents the call decides, together: one statement (rows, an empty answer, stamps and all).
+    const idle = await newAgent({ breaker: null });
+    const decided = await counted(() =>
+      Promise.all([engine.claim(plain[0]!, { owner: 'w1', max: 1 }), engine.claim(idle, { owner: 'w1', max: 1 })]),
+    );
+    expect(decided.out.map((r) => r.map((x) => x.message))).toEqual([[`${plain[0]}-0`], []]);
+    if (pg) expect(decided.statements).toBe(1);
+    // With those it cannot decide: each of these goes on to its transaction, which decides or refuses.
+    const asked = await counted(() =>
+      Promise.allSettled([
+        engine.claim(plain[0]!, { owner: 'w1', max: 2 }),
+        engine.claim(plain[1]!, { owner: 'w2', max: 5 }),
+        engine.claim(paused, { owner: 'w3', max: 1 }),
+        engine.claim(pushed, { owner: 'w4', max: 1 }),
+        engine.claim(serial, { owner: 'w5', max: 1 }),
+        engine.claim('one-nobody', { owner: 'w6', max: 1 }),
+      ]),
+    );
+    const [a, b, p, w, k, u] = asked.out;
+    const rows = (r: PromiseSettledResult<ExecutionRow[]>) => (r.status === 'fulfilled' ? r.value : []);
+    expect(rows(a!).map((r) => [r.message, r.lease_owner, r.attempt])).toEqual([
+      [`${plain[0]}-1`, 'w1', 1],
+      [`${plain[0]}-2`, 'w1', 1],
+    ]);
+    expect(rows(b!).map((r) => r.message)).toEqual([`${plain[1]}-0`]); // one seat
+    expect(new Set([...rows(a!), ...rows(b!)].map((r) => r.lease_token)).size).toBe(3); // a token each
+    expect(rows(p!)).toEqual([]);
+    expect(w).toMatchObject({ status: 'rejected', reason: { code: 'wrong_delivery' } });
+    expect(rows(k!).map((r) => r.id)).toEqual([keyed.id]); // the transaction path decided it
+    expect(u).toMatchObject({ status: 'rejected', reason: { code: 'not_found' } });
+    expect([await seats(plain[0]!), await seats(plain[1]!), await seats(paused), await seats(serial)]).toEqual([3, 1, 0, 1]);
   });
 
   it('a submit is one statement (its new-work turn, backlog count, row and audit row); a refusal writes neither', async () => {

@@ -26,7 +26,7 @@ import { Logs } from './logs.ts';
 import { redactJson, redactSecrets } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
-import { admit, admitInOneStatement, type AdmitOptions } from './transitions/admit.ts';
+import { admit, claimManyInOneStatement, type AdmitOptions, type PlainClaim } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import { completeAlone, completeAloneMany, completeWithLease, type LoneCompletion } from './transitions/complete.ts';
 import { Gathered } from './gather.ts';
@@ -179,6 +179,8 @@ export class Engine {
   /** Plain submits and completions that cause nothing else, many to a call (PostgreSQL; gather.ts). */
   private readonly plainSubmits: Gathered<PlainSubmit, { row: ExecutionRow; agentPaused: boolean }> | undefined;
   private readonly loneCompletions: Gathered<LoneCompletion, ExecutionRow | undefined> | undefined;
+  /** Claims, many agents to a call (PostgreSQL; gather.ts); each answers with its rows, or undefined: admit in a transaction. */
+  private readonly plainClaims: Gathered<PlainClaim, ExecutionRow[] | undefined> | undefined;
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
@@ -204,6 +206,12 @@ export class Engine {
         many: (items) => completeAloneMany(db, items),
         one: (i) => completeAlone(db, i.id, i.token, i.outcome, i.now, i.actor),
         // Not completed alone: its transaction does what it causes, or explains the refusal.
+        absent: async () => undefined,
+      });
+      this.plainClaims = new Gathered({
+        many: (items) => claimManyInOneStatement(db, items),
+        one: async (i) => (await claimManyInOneStatement(db, [i])).get(i.id),
+        // Not decided by the call (a hold, a serial key, an unknown agent): its transaction decides.
         absent: async () => undefined,
       });
     }
@@ -667,7 +675,7 @@ export class Engine {
         const now = this.now();
         const opts = { ...admitOpts, now, alertSinks: this.alertSinks };
         const rows =
-          (await admitInOneStatement(this.store, agent, opts)) ??
+          (await this.plainClaims?.run({ id: agent, ...opts })) ??
           (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
         if (rows.length > 0) {
           announce(this.store, rows);

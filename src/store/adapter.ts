@@ -31,9 +31,9 @@ export interface StoreAdapter {
   readonly kind: StoreKind;
   /**
    * Whether the common claim and completion run as one guarded statement outside a transaction
-   * (transitions/admit.ts admitInOneStatement, transitions/complete.ts completeAlone): PostgreSQL,
-   * where that is one round trip instead of BEGIN, statements, COMMIT, and whose row locks and
-   * data-modifying CTEs those statements use. SQLite: no — its write transactions are
+   * (transitions/admit.ts claimManyInOneStatement, transitions/complete.ts completeAlone,
+   * transitions/create.ts submitInOneStatement): PostgreSQL, where that is one round trip instead
+   * of BEGIN, statements, COMMIT, and whose row locks and SQL functions those statements use. SQLite: no — its write transactions are
    * group-committed (sqlite-group-commit.ts), so a transaction costs it no more.
    */
   readonly loneStatements: boolean;

@@ -202,121 +202,47 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   return admitted;
 }
 
-/** admitInOneStatement's statement, built once (preparedQuery); `max` tokens, one per row it may take. */
-const claimInOneStatement = preparedQuery(
-  (db: Kysely<DB>, v: { agent: string; delivery: DeliveryMode; owner: string; tokens: string[]; max: number; now: number }) => {
-    const cast = (v: number) => sql<number>`cast(${v} as bigint)`;
-    return db
-      .with('a', (db) =>
-        db
-          .selectFrom('agents')
-          .select(['max_parallel', 'running_count', 'last_claim_at'])
-          .where('name', '=', v.agent)
-          .where('delivery', '=', v.delivery)
-          .where('paused_at', 'is', null)
-          .where('lapse_hold_at', 'is', null)
-          .where('budget', 'is', null)
-          .where((eb) => eb.or([eb('breaker_config', 'is', null), eb('breaker_state', '=', 'closed')]))
-          .forNoKeyUpdate(),
-      )
-      .with('c', (db) =>
-        db
-          .selectFrom('executions')
-          .select(['id', 'serial_key', 'priority', 'queued_at', sql<string>`ctid`.as('row_ctid')])
-          .where('agent', '=', v.agent)
-          .where('status', '=', QUEUED)
-          .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', v.now)]))
-          .orderBy('priority')
-          .orderBy('queued_at')
-          .orderBy('id')
-          // No agent row (a hold, or none): no candidates. Never more than the free seats.
-          .limit(sql<number>`coalesce((SELECT greatest(0, least(${v.max}::int, max_parallel - running_count)) FROM a), 0)`)
-          .forNoKeyUpdate()
-          .skipLocked(),
-      )
-      .with('picked', (db) =>
-        db
-          .selectFrom('c')
-          .select(['id', 'serial_key', 'row_ctid', sql<number>`row_number() OVER (ORDER BY priority, queued_at, id)::int`.as('rn')])
-          // Updated in this order, so the trigger numbers the seats first come, first seated.
-          .orderBy('rn'),
-      )
-      .with('upd', (db) =>
-        db
-          .updateTable('executions as x')
-          .from('picked as p')
-          .set((eb) => ({
-            status: 'running',
-            attempt: eb('x.attempt', '+', 1),
-            lease_owner: v.owner,
-            lease_token: sql<string>`(${v.tokens}::text[])[p.rn]`,
-            lease_expires_at: sql<number>`${cast(v.now)} + x.lease_ttl_seconds * 1000`,
-            heartbeat_at: cast(v.now),
-            started_at: cast(v.now),
-            deadline_at: sql<number>`${cast(v.now)} + x.timeout_seconds * 1000`,
-            ...stamp(v.now, v.owner, 'admitted'),
-          }))
-          // Found again by position, a Tid Scan whatever the statistics say (the rows are locked,
-          // so it cannot move). By id, a generic plan made while few rows were queued walked the
-          // whole live index instead of the primary key (test/plans.test.ts).
-          .where(sql<boolean>`x.ctid = p.row_ctid`)
-          .where('x.status', '=', QUEUED)
-          .where((eb) => eb.not(eb.exists(eb.selectFrom('picked as s').select('s.id').where('s.serial_key', 'is not', null))))
-          .returningAll('x'),
-      )
-      .selectFrom(sql<{ one: number }>`(SELECT 1)`.as('one'))
-      .leftJoin('upd', (join) => join.onTrue())
-      .selectAll('upd')
-      .select((eb) => [
-        eb.exists(eb.selectFrom('a').select('a.max_parallel')).as('_decided'),
-        eb.exists(eb.selectFrom('picked').select('picked.id').where('picked.serial_key', 'is not', null)).as('_serial'),
-        eb.selectFrom('a').select('a.last_claim_at').as('_last_claim_at'),
-      ])
-      .orderBy('upd.priority')
-      .orderBy('upd.queued_at')
-      .orderBy('upd.id');
-  },
-);
+/** One claim of claimManyInOneStatement: the agent (as `id`: one claim per agent per call) and how it admits. */
+export interface PlainClaim extends AdmitOptions {
+  id: string;
+}
 
 /**
- * The common claim as one statement (PostgreSQL): an agent with no hold (not paused, no lapse hold,
- * no budget, breaker off or closed) admits FIFO up to its free seats in a single round trip.
- * `undefined` when this path does not decide — unknown agent, other delivery, a hold, or a queued
- * row with a serial key among the next candidates — and nothing was written: run `admit` in a
- * transaction instead, which knows every rule and every refusal.
+ * The common claim, many agents in one call (PostgreSQL: the function baton_claim_many, migration
+ * 0025; a lone claim is the same call with one element). Each agent with no hold (not paused, no
+ * lapse hold, no budget, breaker off or closed) of the claimer's delivery admits FIFO up to its
+ * free seats, exactly as `admit` would, and its claim stamp is written when due
+ * (CLAIM_STAMP_EVERY_MS). Returns the rows each agent admitted (perhaps none), by agent; an agent
+ * missing from the map was not decided here — unknown, other delivery, a hold, or a queued row with
+ * a serial key among its next candidates — and nothing was written for it: run `admit` in a
+ * transaction instead, which knows every rule and every refusal. Agents must be distinct.
  *
- * Exactness is the transaction path's, in one statement: the agent row is locked first
- * (FOR NO KEY UPDATE; a lock returns the row's latest version, so `running_count` is exact), the
- * candidate count is limited by it, candidates are locked SKIP LOCKED (a row another admission
- * took meanwhile fails its re-checked `status = 'queued'`), and the event trigger adds each seat
- * in this statement, under the same lock. A serial key's "none of mine running" check would read
- * the statement's snapshot, older than the lock, so those rows take the transaction path.
- * The claim stamp (`last_claim_at`) follows in a statement of its own when due (every
- * CLAIM_STAMP_EVERY_MS per agent). Prepared once per connection like every named statement, so
- * PostgreSQL may keep one generic plan for it: test/plans.test.ts checks that plan seeks
- * executions_admission over a long history (planned at each call until 2026-12-01, which cost
- * about 0.7 ms of database CPU per claim; docs/benchmarks.md).
+ * Exactness is the transaction path's (see the migration): each agent row is locked first, in
+ * name order, its candidates locked SKIP LOCKED and limited by its free seats, each update
+ * re-checking `queued`, and the event trigger adds each seat under the same lock.
+ * test/plans.test.ts reads the function's own plans, custom and generic: candidates through
+ * executions_admission, each taken row by position.
  */
-export async function admitInOneStatement(store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[] | undefined> {
-  if (!store.loneStatements) return undefined;
-  const tokens = Array.from({ length: Math.max(0, opts.max) }, newLeaseToken);
-  const rows = await claimInOneStatement(store.db, {
-    agent: agentName,
-    delivery: opts.delivery,
-    owner: opts.owner,
-    tokens,
-    max: tokens.length,
-    now: opts.now,
-  });
-  const head = rows[0];
-  if (!head || !head._decided || head._serial) return undefined;
-  if (head._last_claim_at === null || opts.now - Number(head._last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
-    await store.db
-      .updateTable('agents')
-      .set({ last_claim_at: opts.now })
-      .where('name', '=', agentName)
-      .where((eb) => eb.or([eb('last_claim_at', 'is', null), eb('last_claim_at', '<', opts.now)]))
-      .execute();
+export async function claimManyInOneStatement(db: Kysely<DB>, items: readonly PlainClaim[]): Promise<Map<string, ExecutionRow[]>> {
+  const tokens: string[] = [];
+  const from: number[] = [];
+  for (const item of items) {
+    from.push(tokens.length + 1);
+    for (let k = 0; k < item.max; k++) tokens.push(newLeaseToken());
   }
-  return rows.filter((r) => r.id !== null).map(({ _decided, _serial, _last_claim_at, ...row }) => row as ExecutionRow);
+  const column = <K extends keyof PlainClaim>(k: K) => items.map((i) => i[k]);
+  const { rows } = await sql<ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' }>`
+    SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
+      ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
+      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint) f`.execute(db);
+  const out = new Map<string, ExecutionRow[]>();
+  const taken = new Map<string, ExecutionRow[]>();
+  for (const { claim_agent, claim_state, ...row } of rows) {
+    if (claim_state === 'row') {
+      const list = taken.get(claim_agent) ?? [];
+      list.push(row as ExecutionRow);
+      taken.set(claim_agent, list);
+    } else if (claim_state === 'decided') out.set(claim_agent, taken.get(claim_agent) ?? []);
+  }
+  return out;
 }
