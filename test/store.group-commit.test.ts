@@ -28,9 +28,10 @@ interface GroupStore {
 async function openGroupStore(groupLimits: Partial<GroupLimits>): Promise<GroupStore> {
   const dir = mkdtempSync(join(tmpdir(), 'baton-gc-'));
   const file = join(dir, 'baton.sqlite');
-  const store = openSqlite(file, { groupLimits });
+  // No checkpoint may reset the WAL while walCommits counts its frames: none in the background,
+  // none automatic.
+  const store = openSqlite(file, { groupLimits, checkpointEveryMs: 0 });
   await store.migrate();
-  // No checkpoint may reset the WAL while walCommits counts its frames.
   await sql`PRAGMA wal_autocheckpoint = 0`.execute(store.db);
   return {
     store,

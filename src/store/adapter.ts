@@ -90,8 +90,11 @@ export interface StoreAdapter {
 
   /**
    * WAL checkpoints while the pruner sweeps. SQLite runs its automatic checkpoint inside the
-   * commit that takes the WAL past 1,000 pages, on the event loop, so a prune batch's commit also
-   * copied the pages it dirtied back into the database file (about 60 % of a batch at 1M history).
+   * commit that takes the WAL past its bound, on the event loop (the store raises the bound to a
+   * backstop, WRITER_AUTOCHECKPOINT_PAGES, and checkpoints on its worker thread every
+   * BACKGROUND_CHECKPOINT_MS instead: sqlite.ts); with SQLite's default bound a prune batch's
+   * commit also copied the pages it dirtied back into the database file (about 60 % of a batch at
+   * 1M history).
    * `sweepCheckpoints(true)` raises the writer connection's automatic checkpoint to a far bound
    * (SWEEP_AUTOCHECKPOINT_PAGES, a backstop) for the sweep; the pruner then runs `checkpoint()` as
    * a step of its own between batches, and `sweepCheckpoints(false)` restores the setting found.

@@ -21,6 +21,18 @@ import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
  */
 export const SWEEP_AUTOCHECKPOINT_PAGES = 25_000;
 
+/**
+ * The writer connection's automatic checkpoint, a backstop (pages of 4 KiB): checkpoints run on the
+ * pruner's worker thread instead (BACKGROUND_CHECKPOINT_MS), where copying pages back into the
+ * database file and syncing it holds nothing but that thread. SQLite's default, 1,000, runs the
+ * checkpoint inside the commit that takes the WAL past it, on the event loop: 40–55 % of the time
+ * W1 spent in COMMIT (docs/benchmarks.md). Reached only if those checkpoints fall behind, or while a
+ * long read holds the WAL open.
+ */
+export const WRITER_AUTOCHECKPOINT_PAGES = 4_000;
+/** How often the worker thread checkpoints the WAL, when something was committed since the last time. */
+export const BACKGROUND_CHECKPOINT_MS = 100;
+
 /** holdForNewWork of one agent (a submit's), built once: BEGIN IMMEDIATE already holds every writer off. */
 const holdOne = preparedQuery((tx: Tx, p: { name: string }) => tx.selectFrom('agents').selectAll().where('name', '=', p.name));
 
@@ -30,6 +42,22 @@ const groupCommits = new WeakMap<StoreAdapter, GroupCommit>();
 /** What group commit has done on this store; undefined for a store that is not SQLite. */
 export function commitStats(store: StoreAdapter): Readonly<GroupCommitStats> | undefined {
   return groupCommits.get(store)?.stats;
+}
+
+/** Background checkpoints per open SQLite store (see checkpointStats). */
+const checkpointers = new WeakMap<StoreAdapter, CheckpointStats>();
+
+/** What the background checkpoints have done since the store opened. */
+export interface CheckpointStats {
+  /** Checkpoints run on the worker thread because something was committed. */
+  runs: number;
+  /** The WAL's length in frames at the last of them. */
+  lastFrames: number;
+}
+
+/** Background checkpoints of this store; undefined for a store without them (in-memory, PostgreSQL). */
+export function checkpointStats(store: StoreAdapter): Readonly<CheckpointStats> | undefined {
+  return checkpointers.get(store);
 }
 
 /**
@@ -42,6 +70,11 @@ export function commitStats(store: StoreAdapter): Readonly<GroupCommitStats> | u
 export interface SqliteOptions {
   /** Bounds on one group commit (default GROUP_LIMITS: 64 transactions or ~10 ms of work). */
   groupLimits?: Partial<GroupLimits>;
+  /**
+   * How often the worker thread checkpoints the WAL (default BACKGROUND_CHECKPOINT_MS); 0 turns
+   * background checkpoints off and leaves SQLite's automatic checkpoint at its default.
+   */
+  checkpointEveryMs?: number;
 }
 
 export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
@@ -110,6 +143,31 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   const groups = new GroupCommit(db, raw, { ...GROUP_LIMITS, ...opts.groupLimits });
   /** The automatic checkpoint found when a prune sweep set it aside (undefined: no sweep holds it). */
   let savedAutoCheckpoint: number | undefined;
+  // Checkpoints off the event loop (WRITER_AUTOCHECKPOINT_PAGES): each pass, if anything was
+  // committed since the last, runs one PASSIVE checkpoint on the worker thread.
+  const checkpoints: CheckpointStats = { runs: 0, lastFrames: 0 };
+  let checkpointing: Promise<void> | undefined;
+  let committedAtLastCheckpoint = 0;
+  const checkpointEveryMs = opts.checkpointEveryMs ?? BACKGROUND_CHECKPOINT_MS;
+  const background = writerThread !== undefined && checkpointEveryMs > 0;
+  const checkpointTimer = background
+    ? setInterval(() => {
+        // A prune sweep checkpoints in its own pauses (sweepCheckpoints): one here would make its
+        // next batch, which holds the main connection's turn, wait for the thread.
+        if (checkpointing || savedAutoCheckpoint !== undefined || groups.stats.commits === committedAtLastCheckpoint) return;
+        committedAtLastCheckpoint = groups.stats.commits;
+        checkpointing = adapter
+          .checkpoint()
+          .then((frames) => {
+            checkpoints.runs++;
+            checkpoints.lastFrames = frames;
+          })
+          // A failed checkpoint loses nothing (the WAL keeps the pages); the next pass tries again.
+          .catch(() => undefined)
+          .finally(() => (checkpointing = undefined));
+      }, checkpointEveryMs).unref()
+    : undefined;
+  if (background) raw.pragma(`wal_autocheckpoint = ${WRITER_AUTOCHECKPOINT_PAGES}`);
 
   const adapter: StoreAdapter = {
     kind: 'sqlite',
@@ -230,7 +288,9 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       return { applied, known };
     },
     async close() {
+      clearInterval(checkpointTimer);
       await groups.close();
+      await checkpointing;
       signals.clear();
       if (reader !== db) await reader.destroy();
       await pruneWriter?.destroy();
@@ -238,6 +298,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     },
   };
   groupCommits.set(adapter, groups);
+  if (background) checkpointers.set(adapter, checkpoints);
   return adapter;
 }
 

@@ -1,0 +1,61 @@
+/**
+ * WAL checkpoints off the event loop (SQLite): the writer connection's automatic checkpoint is a
+ * far backstop, and the worker thread checkpoints what was committed, every
+ * BACKGROUND_CHECKPOINT_MS. PostgreSQL has its own checkpointer: nothing of this exists there.
+ */
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.ts';
+import { checkpointStats, WRITER_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
+import { manualClock } from './helpers/clock.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let engine: Engine;
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: ts.store, clock: manualClock(), nodeId: 'checkpoints' });
+});
+afterAll(async () => {
+  engine.close();
+  await ts.cleanup();
+});
+
+async function until(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe(`WAL checkpoints (${STORE_KIND})`, () => {
+  it.runIf(STORE_KIND === 'sqlite')('run on the worker thread after commits, and copy the pages into the database file', async () => {
+    const { rows } = await sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`.execute(ts.store.db);
+    expect(Number(rows[0]!.wal_autocheckpoint)).toBe(WRITER_AUTOCHECKPOINT_PAGES);
+    const stats = checkpointStats(ts.store)!;
+    const file = join(ts.location.dataDir, 'baton.sqlite');
+    // Idle: nothing committed since the last pass, nothing to do.
+    const settled = stats.runs;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(stats.runs).toBe(settled);
+    const before = statSync(file).size;
+
+    // About 2,000 pages of 4 KiB committed: under the backstop, so only the thread checkpoints.
+    await engine.createAgent({ name: 'wal', max_parallel: 1, max_backlog: 10_000 }, 'test');
+    const filler = 'x'.repeat(3_000);
+    for (let i = 0; i < 20; i++) {
+      await Promise.all(Array.from({ length: 100 }, (_, k) => engine.submit('wal', { message: `${i}.${k}`, payload: { filler } }, 'test')));
+    }
+    await until('a checkpoint after the commits', () => stats.runs > settled);
+    await until('the pages in the database file', () => statSync(file).size - before > 1_000 * 4096);
+    expect(stats.lastFrames).toBeGreaterThan(0);
+  });
+
+  it.runIf(STORE_KIND === 'postgres')('are PostgreSQL’s own: the store runs none', () => {
+    expect(checkpointStats(ts.store)).toBeUndefined();
+  });
+});
