@@ -734,14 +734,19 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       }
     }
 
-    // Claims run in the function baton_claim_many (migration 0025), prepared once per connection,
-    // so PostgreSQL may keep one generic plan for each of its statements, whatever the agent: its
-    // own plans, custom and generic, as auto_explain reports them.
+    // Calls of the SQL functions (gather.ts): each function's own statements' plans, custom and
+    // generic (prepared once per connection, PostgreSQL may keep one generic plan per statement,
+    // whatever the arguments), as auto_explain reports them for the first recorded call.
     if (store.kind === 'postgres') {
-      const claims = recorded.map(compiledOf).filter((c) => /baton_claim_many/.test(c.sql));
-      expect(claims.length, 'the claim call was recorded').toBeGreaterThan(0);
-      for (const generic of [false, true]) {
-        const plans = await nestedPlans(claims[0]!.sql, claims[0]!.parameters, generic);
+      const functionPlans = async (name: string, again: (parameters: unknown[]) => unknown[] = (p) => p): Promise<string[]> => {
+        const call = recorded.map(compiledOf).find((c) => c.sql.includes(name));
+        expect(call, `a call of ${name} was recorded`).toBeDefined();
+        const plans: string[] = [];
+        for (const generic of [false, true]) plans.push(await nestedPlans(call!.sql, again([...call!.parameters]), generic));
+        return plans;
+      };
+      // Claims (baton_claim_many, migration 0025).
+      for (const plans of await functionPlans('baton_claim_many')) {
         expect(plans, "auto_explain reported the function's statements").toMatch(/UPDATE executions x SET/);
         // Candidates by a seek into the agent's queued rows, never a walk of the live index
         // without a condition (every queued row of every agent) or of history.
@@ -754,30 +759,21 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         // Each taken row found again by its position.
         expect(plans).toMatch(/Tid Scan on executions/);
       }
-      // Completions asked for together (gather.ts) run in the function
-      // baton_complete_many (migration 0023): its own statements' plans, custom and generic, as
-      // auto_explain reports them. Each row by primary key, never through a status or agent index
-      // (one statement over the batch was planned that way while few rows were live, and then
-      // walked every live row of a 20,000-task backlog once per call).
-      const many = recorded.map(compiledOf).filter((c) => /baton_complete_many/.test(c.sql));
-      expect(many.length, 'the many-completion call was recorded').toBeGreaterThan(0);
-      for (const generic of [false, true]) {
-        const plans = await nestedPlans(many[0]!.sql, many[0]!.parameters, generic);
+      // Completions (baton_complete_many, migration 0023): each row by primary key, never through a
+      // status or agent index (one statement over the batch was planned that way while few rows
+      // were live, and then walked every live row of a 20,000-task backlog once per call).
+      for (const plans of await functionPlans('baton_complete_many')) {
         expect(plans, "auto_explain reported the function's statements").toMatch(/UPDATE executions e SET/);
         expect(plans).toMatch(/using executions_pkey/);
         expect(plans).not.toMatch(
           /Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|admission|running)/,
         );
       }
-      // Plain submits asked for together run in baton_submit_many (migration 0024): each backlog
-      // counted through the agent's queued rows only (executions_admission), never history.
-      const submits = recorded.map(compiledOf).filter((c) => /baton_submit_many/.test(c.sql));
-      expect(submits.length, 'the many-submit call was recorded').toBeGreaterThan(0);
-      for (const generic of [false, true]) {
-        // Made again (then rolled back) under new ids: the first call's rows exist.
-        const parameters = [...submits[0]!.parameters];
-        parameters[0] = (parameters[0] as string[]).map((id) => `${id}-again`);
-        const plans = await nestedPlans(submits[0]!.sql, parameters, generic);
+      // Plain submits (baton_submit_many, migration 0024): each backlog counted through the agent's
+      // queued rows only (executions_admission), never history. Made again (then rolled back)
+      // under new ids: the first call's rows exist.
+      const again = (parameters: unknown[]) => [(parameters[0] as string[]).map((id) => `${id}-again`), ...parameters.slice(1)];
+      for (const plans of await functionPlans('baton_submit_many', again)) {
         expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
         expect(plans).toMatch(/using executions_admission/);
         expect(plans).not.toMatch(/Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent)/);
