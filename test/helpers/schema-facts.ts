@@ -153,6 +153,18 @@ async function postgresFacts(store: StoreAdapter): Promise<string[]> {
     if (k.type === 'c') facts.push(`check ${k.table} ${normaliseCheck(k.def.replace(/^CHECK\s*/, '').replace(/\s+NOT VALID$/, ''))}`);
   }
 
+  // A check on a column's domain (migration 0026) binds the column as a table check would: it
+  // reads as one, VALUE spelled as the column.
+  const domainChecks = await rows<{ table: string; column: string; def: string }>(
+    store,
+    sql`SELECT t.relname AS table, a.attname AS column, pg_get_constraintdef(k.oid, true) AS def
+        FROM pg_attribute a JOIN pg_class t ON t.oid = a.attrelid JOIN pg_constraint k ON k.contypid = a.atttypid
+        WHERE t.relnamespace = current_schema()::regnamespace AND t.relkind = 'r' AND a.attnum > 0
+          AND NOT a.attisdropped AND k.contype = 'c'`,
+  );
+  for (const k of domainChecks)
+    facts.push(`check ${k.table} ${normaliseCheck(k.def.replace(/^CHECK\s*/, '').replace(/\bVALUE\b/g, k.column))}`);
+
   // Indexes written by CREATE INDEX; the ones backing a PRIMARY KEY or UNIQUE constraint are
   // compared as constraints. Pretty-printed (the `true`), so PostgreSQL drops redundant parentheses.
   const indexes = await rows<{ name: string; table: string; unique: boolean; keys: string[]; options: number[]; predicate: string | null }>(
