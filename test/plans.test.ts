@@ -768,6 +768,14 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans).not.toMatch(
           /Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|admission|running)/,
         );
+        // The guards read the agent row by its name (migration 0027): the name is a condition of
+        // the scan itself, not a join filter above a scan of every agent through the breaker's
+        // filter, which parses JSON once per agent row.
+        const lines = plans.split('\n');
+        const agentReads = lines.flatMap((l, k) => (/ on agents a\b/.test(l) ? [lines.slice(k + 1, k + 3).join(' ')] : []));
+        expect(agentReads.length).toBeGreaterThan(0);
+        for (const read of agentReads) expect(read).toMatch(/\(name = /);
+        expect(plans).not.toMatch(/Join Filter: .*(a\.name|s\.source_agent)/);
       }
       // Plain submits (baton_submit_many, migration 0024): each backlog counted through the agent's
       // queued rows only (executions_admission), never history. Made again (then rolled back)
