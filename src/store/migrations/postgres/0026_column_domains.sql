@@ -4,8 +4,9 @@
 -- INSERT or UPDATE statement on it, whichever columns the statement sets: the seat counter's
 -- UPDATE of `agents` (two per task, in the event trigger) re-read seven checks on config columns
 -- it never sets, and each status change of `executions` three. Perf on PostgreSQL during W1 put
--- 9 % of its CPU there. A domain's check is read once per session and is only evaluated where a
--- statement gives the column a value, so the same rules bind every row at a fraction of the cost.
+-- a tenth of its CPU samples there. A domain's check is read once per session and is evaluated
+-- only where a statement gives the column a value: the same rules bind every row, at a fraction
+-- of the cost.
 -- `running_has_lease` spans several columns and stays a table check. SQLite compiles checks into
 -- each prepared statement once and keeps its table checks.
 --

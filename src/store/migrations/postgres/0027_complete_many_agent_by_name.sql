@@ -3,7 +3,7 @@
 -- The guards named the agent through the execution row (`a.name = e.agent`), and the plan cached
 -- for that UPDATE joined agents to it: a sequential scan of every agent row under the guards'
 -- filter, then the join on the name. The filter parses the breaker config's JSON, so each
--- completion parsed it once per agent in the table (150 agents: 150 parses, 8 % of PostgreSQL's
+-- completion parsed it once per agent in the table (150 agents: 150 parses, 6-8 % of PostgreSQL's
 -- CPU during W1), and a deployment with more agents paid more for every completion. The agent is
 -- known before the UPDATE (the locking pass reads it: an execution's agent never changes), so the
 -- guards now take it as a value and read one agent row and its subscriptions. Nothing else
