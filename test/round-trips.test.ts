@@ -112,6 +112,21 @@ describe(`batch submit (${STORE_KIND})`, () => {
     expect(claim.body.tasks.map((t: any) => t.execution_id)).toEqual([ids[1], ids[0]]); // priority first; the delayed one waits
   });
 
+  it('admits a batch in item order: its items share queued_at, and their ids keep the order they were made in', async () => {
+    const agent = await newAgent({ max_parallel: 40 });
+    const r = await batch(
+      agent,
+      Array.from({ length: 40 }, (_, i) => ({ message: `m${i}` })),
+    );
+    expect(r.status).toBe(200);
+    const ids = r.body.items.map((i: any) => i.execution_id);
+    const rows = await rowsOf(agent);
+    expect(new Set(rows.map((x) => x.queued_at)).size).toBeLessThanOrEqual(2); // one engine instant (or two, across a tick)
+    const claim = await post(`/v1/agents/${agent}/claim`, { wait_seconds: 0, max: 40 });
+    expect(claim.body.tasks.map((t: any) => t.execution_id)).toEqual(ids);
+    expect(claim.body.tasks.map((t: any) => t.message)).toEqual(ids.map((_: string, i: number) => `m${i}`));
+  });
+
   it('partial success: the items that fit the backlog are created, the rest refused backlog_full, in one commit', async () => {
     const agent = await newAgent({ max_backlog: 5 });
     expect((await batch(agent, [{ message: 'x' }, { message: 'y' }])).body.created).toBe(2);
