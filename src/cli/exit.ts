@@ -28,7 +28,7 @@ export function describeError(err: unknown): { code: number; line: string } {
       case 'forbidden':
         return { code: EXIT.auth, line };
       case 'already_running':
-        return { code: EXIT.alreadyRunning, line: `${line}${err.body.execution_id ? ` (running: ${err.body.execution_id})` : ''}` };
+        return { code: EXIT.alreadyRunning, line }; // the message names the run in flight, queued or running
       case 'backlog_full':
         return { code: EXIT.backlogFull, line };
       case 'validation_error':
