@@ -462,6 +462,34 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     expect(await seats(agent)).toBe(await count(agent, 'running'));
   });
 
+  it('a release is one statement on PostgreSQL; one whose cancellation was asked for ends in its transaction', async () => {
+    const agent = await newAgent({ max_parallel: 3, breaker: null });
+    for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `l${i}` }, 'test');
+    const rows = await engine.claim(agent, { owner: 'w', max: 3 });
+    expect(await seats(agent)).toBe(3);
+    const back = await counted(() => engine.release(rows[0]!.id, rows[0]!.lease_token!, 'w'));
+    if (pg) expect(back.statements).toBe(1);
+    expect(back.out).toMatchObject({ status: 'queued', attempt: 0, lease_expires_at: null, deadline_at: null, change_reason: 'released' });
+    expect(await seats(agent)).toBe(2);
+    const events = await ts.store.db
+      .selectFrom('execution_events')
+      .select(['from_status', 'to_status', 'reason'])
+      .where('execution_id', '=', rows[0]!.id)
+      .orderBy('id')
+      .execute();
+    expect(events.at(-1)).toEqual({ from_status: 'running', to_status: 'queued', reason: 'released' });
+    // Fencing: the same token again, or a wrong one, is refused and writes nothing.
+    await expect(engine.release(rows[0]!.id, rows[0]!.lease_token!, 'w')).rejects.toMatchObject({ code: 'lease_lost' });
+    await expect(engine.release(rows[1]!.id, 'ls_wrong', 'w')).rejects.toMatchObject({ code: 'lease_lost' });
+    // A cancellation asked of a running row: its release cancels it, in the transaction path.
+    await engine.cancel(rows[1]!.id, 'test');
+    const ended = await counted(() => engine.release(rows[1]!.id, rows[1]!.lease_token!, 'w'));
+    if (pg) expect(ended.statements).toBeGreaterThan(1);
+    expect(ended.out.status).toBe('cancelled');
+    expect(await seats(agent)).toBe(1);
+    expect(await count(agent, 'queued')).toBe(1);
+  });
+
   it('concurrent submits fill the backlog exactly, one-statement and transaction-path creators alike', async () => {
     const agent = await newAgent({ max_backlog: 25, breaker: null });
     // One-statement submits race transaction-path creators of the same agent's work (a submit

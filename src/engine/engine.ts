@@ -42,7 +42,7 @@ import {
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
-import { releaseLease } from './transitions/release.ts';
+import { releaseAlone, releaseLease } from './transitions/release.ts';
 import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
@@ -747,6 +747,11 @@ export class Engine {
 
   async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
+    const alone = this.store.loneStatements ? await releaseAlone(this.store.db, id, token, now, actor) : undefined;
+    if (alone) {
+      announce(this.store, [alone]);
+      return alone;
+    }
     const { row, followed } = await this.store.transaction(async (tx) => {
       const r = await releaseLease(tx, this.store, id, token, now, actor);
       return { row: r, followed: await this.follow(tx, now, actor, r.status === 'cancelled' ? [r] : []) };
