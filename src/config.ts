@@ -5,6 +5,7 @@
  * serves. docs/operations.md ("Environment variables") lists the same variables (a test checks).
  * Each timing constant says which failure its value trades away.
  */
+import { existsSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { CONTRACT_DEFAULTS } from './domain/defaults.ts';
@@ -336,6 +337,16 @@ export const RETENTION_DEFAULTS = Object.freeze({ retentionDays: 30, auditRetent
 const days = (env: Vars, name: string, fallback: number) =>
   number(env, name, fallback, { min: 0, max: 36_500, accepts: 'a number of days from 0 to 36500 (0 keeps everything)' });
 
+/**
+ * The archive directory may be missing (the pruner makes it, 0700) but not something else: a
+ * file there would fail every sweep, so it stops `baton up` at start instead.
+ */
+export function refuseNonDirectory(dir: string): string {
+  if (existsSync(dir) && !statSync(dir).isDirectory())
+    throw new ConfigError('BATON_ARCHIVE_DIR', `BATON_ARCHIVE_DIR must be a directory; ${dir} is not one`);
+  return dir;
+}
+
 export function readRetentionEnv(env: Vars = process.env): RetentionEnv {
   const dir = env.BATON_ARCHIVE_DIR;
   if (dir !== undefined && dir.trim() === '' && dir !== '')
@@ -343,7 +354,7 @@ export function readRetentionEnv(env: Vars = process.env): RetentionEnv {
   return {
     retentionDays: days(env, 'BATON_RETENTION_DAYS', RETENTION_DEFAULTS.retentionDays),
     auditRetentionDays: days(env, 'BATON_AUDIT_RETENTION_DAYS', RETENTION_DEFAULTS.auditRetentionDays),
-    archiveDir: dir ? resolve(dir) : undefined,
+    archiveDir: dir ? refuseNonDirectory(resolve(dir)) : undefined,
     pruneIntervalMs: number(env, 'BATON_PRUNE_INTERVAL_MS', RETENTION_DEFAULTS.pruneIntervalMs, {
       min: 1_000,
       max: MAX_TIMER_MS,

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -314,6 +314,20 @@ describe(`retention (${STORE_KIND})`, () => {
     );
   });
 
+  it('the archive is private: a missing directory is made 0700, its files 0600; a BATON_ARCHIVE_DIR that is a file stops `baton up`', async () => {
+    await seedHistory(ts.store, { count: 5, from: NOW - 40 * DAY_MS });
+    const dir = join(tmp(), 'archive', 'deep');
+    await pruneAll({ store: ts.store, settings: WINDOWS, now: NOW, archive: new ArchiveWriter(dir) });
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(join(dir, 'executions-2026-06-01.jsonl.gz')).mode & 0o777).toBe(0o600);
+    const file = join(tmp(), 'a-file');
+    writeFileSync(file, '');
+    expect(() => new ArchiveWriter(file)).toThrow(/BATON_ARCHIVE_DIR must be a directory/);
+    const up = spawnChild([BATON_BIN, 'up'], { ...ts.env, BATON_DATA_DIR: tmp(), BATON_PORT: '0', BATON_ARCHIVE_DIR: file });
+    expect(await up.exited).not.toBe(0);
+    expect(up.output()).toMatch(/BATON_ARCHIVE_DIR must be a directory/);
+  });
+
   it('deletes nothing when the archive cannot be written', async () => {
     await seedHistory(ts.store, { count: 10, from: NOW - 40 * DAY_MS });
     const dir = tmp();
@@ -357,6 +371,21 @@ describe(`retention (${STORE_KIND})`, () => {
     expect(records[0]!.events).toHaveLength(3);
     expect((await ids('executions')).size).toBe(51);
     await expect(exportHistory({ store: ts.store, before: NOW, out })).rejects.toThrow(/exists/);
+    // Into a directory that is not there: refused, nothing made.
+    const nowhere = join(tmp(), 'no', 'such');
+    await expect(exportHistory({ store: ts.store, before: NOW, out: join(nowhere, 'x.jsonl.gz') })).rejects.toThrow(/does not exist/);
+    expect(existsSync(nowhere)).toBe(false);
+    if (STORE_KIND === 'sqlite') {
+      // `baton export` pointed at a data directory without a store: refused; no empty store is made there.
+      const empty = tmp();
+      const cli = spawnChild([BATON_BIN, 'export', '--before', '2026-01-01', '--out', join(empty, 'x.jsonl.gz')], {
+        ...ts.env,
+        BATON_DATA_DIR: empty,
+      });
+      expect(await cli.exited).not.toBe(0);
+      expect(cli.output()).toMatch(/no SQLite store at/);
+      expect(readdirSync(empty)).toEqual([]);
+    }
   });
 
   it('prunes the audit log by its own window, oldest first, stopping at the first younger row', async () => {

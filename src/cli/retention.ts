@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { readEnv } from '../config.ts';
 
@@ -21,8 +22,16 @@ export function registerRetentionCommands(program: Command): void {
     .action(async (_o, cmd: Command) => {
       const o = cmd.optsWithGlobals() as { before: number; out: string; dataDir?: string; json?: boolean };
       const env = readEnv();
-      const [{ openStore }, { exportHistory }] = await Promise.all([import('../store/open.ts'), import('../retention/export.ts')]);
-      const store = openStore({ databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir, schema: env.pgSchema, poolMax: 2 });
+      const [{ openStore, sqliteFile }, { exportHistory }] = await Promise.all([
+        import('../store/open.ts'),
+        import('../retention/export.ts'),
+      ]);
+      const where = { databaseUrl: env.databaseUrl, dataDir: o.dataDir ?? env.dataDir };
+      // Opening a missing SQLite file would create an empty store there; export only reads.
+      const file = sqliteFile(where);
+      if (file && !existsSync(file))
+        throw new Error(`no SQLite store at ${file} (set --data-dir or BATON_DATA_DIR to the server's, or BATON_DATABASE_URL)`);
+      const store = openStore({ ...where, schema: env.pgSchema, poolMax: 2 });
       try {
         const r = await exportHistory({ store, before: o.before, out: resolve(o.out) });
         const line = `exported ${r.executions} executions (${r.events} events, ${r.logs} log lines) finished before ${new Date(o.before).toISOString()} to ${r.file} (${r.bytes} bytes gzip)`;

@@ -8,12 +8,13 @@
  * deleted (a member is fsynced before its rows go), so its executions are archived again by
  * the next batch. A crash duplicates a line; it never loses one, nor corrupts the lines after it.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync } from 'node:fs';
 import { open, stat, truncate } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { gunzip, gzip } from 'node:zlib';
 import type { Kysely } from 'kysely';
+import { refuseNonDirectory } from '../config.ts';
 import type { DB, ExecutionEventRow, ExecutionLogRow, ExecutionRow } from '../store/schema.ts';
 
 const gzipAsync = promisify(gzip);
@@ -142,19 +143,33 @@ export function archiveFileName(at: number): string {
 export class ArchiveWriter {
   private readonly checked = new Set<string>();
 
-  constructor(readonly dir: string) {}
+  /** Makes `dir` (mode 0700) when it is missing; a path that is something else is refused at once. */
+  constructor(readonly dir: string) {
+    ensureArchiveDir(dir);
+  }
 
   /** Append `records` as one member to the day's file (by `at`, UTC). Resolves once fsynced. */
   async append(records: readonly ArchiveRecord[], at: number): Promise<{ file: string; bytes: number }> {
     const file = join(this.dir, archiveFileName(at));
+    if (!this.checked.has(file)) ensureArchiveDir(this.dir); // made again if someone removed it
     return { file, bytes: await appendMember(file, await gzipMember(await toLines(records)), this.checked) };
   }
 }
 
-/** Write one member at the end of `file` and fsync it (and the directory, when the file is new). */
+/**
+ * The archive directory, made private (0700) when missing. Archives hold payloads, results and
+ * log lines, so they are kept like the store itself: files 0600 in a 0700 directory.
+ */
+function ensureArchiveDir(dir: string): void {
+  if (!existsSync(refuseNonDirectory(dir))) mkdirSync(dir, { recursive: true, mode: 0o700 });
+}
+
+/**
+ * Write one member at the end of `file` (made 0600 when new) and fsync it (and the directory,
+ * when the file is new). The directory must exist.
+ */
 export async function appendMember(file: string, member: Buffer, checked: Set<string>): Promise<number> {
   if (!checked.has(file)) {
-    mkdirSync(join(file, '..'), { recursive: true });
     const existed = await stat(file).then(
       () => true,
       () => false,
@@ -164,7 +179,7 @@ export async function appendMember(file: string, member: Buffer, checked: Set<st
       if (valid < (await stat(file)).size) await truncate(file, valid);
     }
     checked.add(file);
-    const fh = await open(file, 'a');
+    const fh = await open(file, 'a', 0o600);
     await fh.sync();
     await fh.close();
     if (!existed) fsyncDir(join(file, '..'));

@@ -5,6 +5,7 @@
  * executions_completed, so an export of any size never holds the writer or the event loop.
  */
 import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { isTerminal } from '../domain/states.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { appendMember, gzipMember, readRecords, toLines } from './archive.ts';
@@ -22,6 +23,7 @@ export interface ExportResult {
 
 export async function exportHistory(o: { store: StoreAdapter; before: number; out: string; chunk?: number }): Promise<ExportResult> {
   if (existsSync(o.out)) throw new Error(`${o.out} exists; export writes a new file (remove it, or choose another name)`);
+  if (!existsSync(dirname(o.out))) throw new Error(`${dirname(o.out)} does not exist; export writes its file into an existing directory`);
   const chunk = o.chunk ?? EXPORT_CHUNK;
   const checked = new Set<string>();
   const result: ExportResult = { file: o.out, executions: 0, events: 0, logs: 0, bytes: 0 };
