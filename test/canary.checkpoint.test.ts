@@ -106,7 +106,10 @@ describe('checkpoints', () => {
     const second = await b.runOnce();
     expect(second.events).toEqual({ after: head, through: head + 2, read: 2, caught_up: true });
     expect(JSON.parse((await checkpoints()).get('S-02')!.state!).seats[agent]).toEqual([held!.id]);
+    // The status says how far the cycles have read, from any instance.
+    expect((await a.status()).checkpoint).toEqual({ event_id: head + 2, latest_event_id: head + 2 });
     await engine.complete(held!.id, held!.lease_token!, { status: 'succeeded' }, 'worker:test');
+    expect((await b.status()).checkpoint).toEqual({ event_id: head + 2, latest_event_id: head + 3 });
     await b.runOnce();
     expect(JSON.parse((await checkpoints()).get('S-02')!.state!).seats[agent]).toBeUndefined();
   });

@@ -193,6 +193,16 @@ export class Canary {
       .select((eb) => eb.fn.countAll<number>().as('n'))
       .where('resolved_at', 'is', null)
       .executeTakeFirstOrThrow();
+    // The checkpoints (one per invariant that follows the event log: a handful of rows) and the
+    // newest event (a primary-key seek): how far the cycles have read.
+    const checkpoint = await this.store.db
+      .selectFrom('canary_checkpoints')
+      .select((eb) => eb.fn.min<number>('event_id').as('event_id'))
+      .executeTakeFirst();
+    const latest = await this.store.db
+      .selectFrom('execution_events')
+      .select((eb) => eb.fn.max<number>('id').as('id'))
+      .executeTakeFirst();
     const alerts = await this.store.db
       .selectFrom('canary_alerts')
       .select(['status', (eb) => eb.fn.countAll<number>().as('n')])
@@ -215,6 +225,10 @@ export class Canary {
       cycles: Number(state?.cycles ?? 0),
       lease_owner: state?.lease_expires_at && Number(state.lease_expires_at) >= now ? state.lease_owner : null,
       open_count: Number(openCount.n),
+      checkpoint: {
+        event_id: checkpoint?.event_id == null ? null : Number(checkpoint.event_id),
+        latest_event_id: latest?.id == null ? null : Number(latest.id),
+      },
       open: open.map(violationView),
       alerts: { pending: count('pending'), delivered: count('delivered'), failed: count('failed') },
     };

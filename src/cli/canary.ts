@@ -63,6 +63,7 @@ export function registerCanaryCommands(program: Command): void {
         [
           `status      ${s.status}`,
           `last cycle  ${s.last_completed_at ? relativeTime(s.last_completed_at) : 'never'} (every ${s.interval_ms / 1000}s${s.lease_owner ? `, run by ${s.lease_owner}` : ''})`,
+          `checkpoint  ${s.checkpoint.event_id === null ? 'none (no cycle yet)' : `event ${s.checkpoint.event_id} of ${s.checkpoint.latest_event_id ?? 0}`}`,
           `alerts      ${s.alerts.pending} pending, ${s.alerts.delivered} delivered, ${s.alerts.failed} undeliverable`,
           '',
           s.open.length ? table(s.open.map(violationRow), COLS) : 'no open violations',

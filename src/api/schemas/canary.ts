@@ -54,6 +54,12 @@ export const CanaryStatus = z.object({
   cycles: z.number().int(),
   lease_owner: z.string().nullable().describe('the process running the timer'),
   open_count: z.number().int(),
+  checkpoint: z
+    .object({
+      event_id: z.number().int().nullable().describe('the next cycle reads the events after this id (null: no cycle has run)'),
+      latest_event_id: z.number().int().nullable().describe('the newest event'),
+    })
+    .describe('how far the cycles have read the event log (`baton canary run --full` reads all of it)'),
   open: z.array(Violation).describe('open violations, newest first (at most 200)'),
   alerts: z.object({ pending: z.number().int(), delivered: z.number().int(), failed: z.number().int() }),
   failed_alerts: z.array(FailedAlert).describe('alerts that could not be delivered'),
