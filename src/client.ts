@@ -38,6 +38,7 @@ export type ExecutionPage = z.infer<typeof S.ExecutionPage>;
 export type ApiKey = z.infer<typeof S.ApiKey>;
 export type ApiKeyCreated = z.infer<typeof S.ApiKeyCreated>;
 export type Schedule = z.infer<typeof T.Schedule>;
+export type ScheduleListItem = z.infer<typeof T.ScheduleListItem>;
 export type ScheduleCreate = z.input<typeof T.ScheduleCreate>;
 export type SchedulePatch = z.input<typeof T.SchedulePatch>;
 export type Triggered = z.infer<typeof T.Triggered>;
@@ -232,8 +233,21 @@ export class BatonClient {
 
   // schedules and webhooks (docs/triggers.md)
   createSchedule = (agent: string, s: ScheduleCreate) => this.call<Schedule>('POST', `/v1/agents/${enc(agent)}/schedules`, s);
-  listSchedules = async (agent?: string) =>
-    (await this.call<{ schedules: Schedule[] }>('GET', agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules')).schedules;
+  /** Every schedule (or one agent's), read a page at a time; list items carry previews of message and payload. */
+  listSchedules = async (agent?: string): Promise<ScheduleListItem[]> => {
+    const path = agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules';
+    const all: ScheduleListItem[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { schedules: ScheduleListItem[]; next_cursor: string | null } = await this.call(
+        'GET',
+        cursor === null ? path : `${path}?cursor=${enc(cursor)}`,
+      );
+      all.push(...page.schedules);
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+    return all;
+  };
   getSchedule = (id: string) => this.call<Schedule>('GET', `/v1/schedules/${enc(id)}`);
   updateSchedule = (id: string, patch: SchedulePatch) => this.call<Schedule>('PATCH', `/v1/schedules/${enc(id)}`, patch);
   deleteSchedule = (id: string) =>

@@ -54,6 +54,7 @@ export {
   type LogLine,
   type LogPage,
   type Schedule,
+  type ScheduleListItem,
   type ScheduleCreate,
   type SchedulePatch,
   type SubmitBody,

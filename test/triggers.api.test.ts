@@ -2,6 +2,8 @@ import type { FastifyInstance, InjectOptions } from 'fastify';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
+import { BatonClient } from '../src/client.ts';
+import { PREVIEW_CHARS, SCHEDULE_PAGE } from '../src/domain/lists.ts';
 import { KeyStore } from '../src/auth/keys.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { fingerprint } from '../src/engine/triggers/idempotency.ts';
@@ -33,6 +35,18 @@ async function call(
 }
 const post = (url: string, body?: unknown, headers?: Record<string, string>) => call('POST', url, { body, headers });
 const hook = (path: string, raw: string | Buffer, headers: Record<string, string> = {}) => call('POST', path, { raw, key: null, headers });
+
+/** fetch over app.inject, for a BatonClient talking to this test's server. */
+const injectFetch = (async (input: string | URL, init: RequestInit = {}) => {
+  const url = new URL(String(input));
+  const res = await app.inject({
+    method: (init.method ?? 'GET') as InjectOptions['method'],
+    url: url.pathname + url.search,
+    headers: init.headers as Record<string, string>,
+    ...(init.body === undefined || init.body === null ? {} : { payload: init.body as string }),
+  });
+  return new Response(res.body || null, { status: res.statusCode, headers: res.headers as Record<string, string> });
+}) as typeof fetch;
 
 function refused(a: Answer, status: number, error: string): any {
   expect({ status: a.status, error: a.body?.error }).toEqual({ status, error });
@@ -378,6 +392,49 @@ describe('webhooks', () => {
     refused(await post('/v1/webhooks', { name: 'x', agent: 'ghost' }), 404, 'not_found');
     refused(await post('/v1/webhooks', { name: 'x', schedule_id: 'sc_ghost' }), 404, 'not_found');
     refused(await post('/v1/webhooks', { name: 'x', agent, secret: 'short' }), 400, 'validation_error');
+  });
+});
+
+describe('schedule lists are bounded (issue #10)', () => {
+  it('pages by agent and name with a cursor; items carry previews of message and payload, the single read has them whole', async () => {
+    const agent = await newAgent();
+    const big = await newSchedule(agent, { name: 'a-big', message: 'm'.repeat(5_000), payload: { blob: 'x'.repeat(50_000) } });
+    for (const name of ['b', 'c', 'd', 'e']) await newSchedule(agent, { name });
+    const first = await call('GET', `/v1/agents/${agent}/schedules?limit=2`);
+    expect(first.status).toBe(200);
+    expect(first.body.schedules.map((x: any) => x.name)).toEqual(['a-big', 'b']);
+    const item = first.body.schedules[0];
+    expect(item).not.toHaveProperty('payload');
+    expect(item.message).toBe('m'.repeat(PREVIEW_CHARS) + '…');
+    expect(item.payload_preview).toBe(`{"blob":"${'x'.repeat(PREVIEW_CHARS - 9)}…`);
+    expect(item.next_runs).toHaveLength(5);
+    expect((await call('GET', `/v1/schedules/${big.id}`)).body).toMatchObject({
+      message: 'm'.repeat(5_000),
+      payload: { blob: 'x'.repeat(50_000) },
+    });
+    const names: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: Answer = await call('GET', `/v1/agents/${agent}/schedules?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      names.push(...page.body.schedules.map((x: any) => x.name));
+      cursor = page.body.next_cursor;
+    } while (cursor);
+    expect(names).toEqual(['a-big', 'b', 'c', 'd', 'e']);
+    // Every agent's list pages the same way, in (agent, name) order, with the default page size.
+    const all = await call('GET', '/v1/schedules');
+    const keys = all.body.schedules.map((x: any) => `${x.agent}\u0000${x.name}`);
+    expect(keys).toEqual([...keys].sort());
+    expect(all.body.schedules.length).toBeLessThanOrEqual(SCHEDULE_PAGE.default);
+    // The client reads every page.
+    const client = new BatonClient({ server: 'http://test', key: admin, fetch: injectFetch });
+    expect((await client.listSchedules(agent)).map((x) => x.name)).toEqual(names);
+  });
+
+  it('refuses a limit out of bounds or a cursor it did not make, naming the field', async () => {
+    for (const limit of ['0', String(SCHEDULE_PAGE.max + 1), 'abc'])
+      expect(refused(await call('GET', `/v1/schedules?limit=${limit}`), 400, 'validation_error').message).toMatch(/limit/);
+    for (const cursor of ['not-a-cursor', Buffer.from('[1,2]').toString('base64url')])
+      expect(refused(await call('GET', `/v1/schedules?cursor=${cursor}`), 400, 'validation_error').message).toMatch(/querystring\.cursor/);
   });
 });
 

@@ -7,6 +7,9 @@
 /** Page sizes of execution lists: the API refuses a larger `limit` (400 naming the field). */
 export const EXECUTION_PAGE = Object.freeze({ default: 50, max: 200 });
 
+/** Page sizes of schedule lists (each item carries previews, never the message or payload whole). */
+export const SCHEDULE_PAGE = Object.freeze({ default: 200, max: 500 });
+
 /** Characters of `message`, `payload`, `result` and `error.message` a list item carries. */
 export const PREVIEW_CHARS = 200;
 

@@ -19,8 +19,7 @@ export interface ExecutionFilter {
 }
 
 /** The first PREVIEW_CHARS + 1 characters, cut in SQL so a big body never reaches Node: one more than shown says whether it was cut. */
-const head = (column: 'message' | 'payload' | 'result' | 'error_message') =>
-  sql<string>`substr(${sql.ref(column)}, 1, ${sql.lit(PREVIEW_CHARS + 1)})`;
+export const previewHead = (column: string) => sql<string>`substr(${sql.ref(column)}, 1, ${sql.lit(PREVIEW_CHARS + 1)})`;
 
 /** Usage as stored when it is small (a few token counts), else null: a worker may send more. */
 const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= ${sql.lit(USAGE_LIST_CHARS)} then ${sql.ref('usage')} end`;
@@ -73,10 +72,10 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
         'idempotency_key',
       ])
       .select([
-        head('message').as('message_head'),
-        head('payload').as('payload_head'),
-        head('result').as('result_head'),
-        head('error_message').as('error_head'),
+        previewHead('message').as('message_head'),
+        previewHead('payload').as('payload_head'),
+        previewHead('result').as('result_head'),
+        previewHead('error_message').as('error_head'),
         smallUsage.as('usage'),
       ]);
     if (f.schedule_id) q = q.where('schedule_id', '=', f.schedule_id);

@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { ApiError, client, describe } from './api.ts';
 import { link } from './ui.tsx';
 
-export type { Schedule, ScheduleCreate, Webhook } from '../../src/client.ts';
+export type { Schedule, ScheduleCreate, ScheduleListItem, Webhook } from '../../src/client.ts';
 import type { Schedule } from '../../src/client.ts';
 
 export const listSchedules = (agent?: string) => client().listSchedules(agent);
@@ -17,7 +17,7 @@ type RunOutcome =
   | { kind: 'error'; message: string };
 
 /** "Run now": shows exactly what the API answered; never "triggered" without an id. */
-export function RunNow({ schedule }: { schedule: Schedule }) {
+export function RunNow({ schedule }: { schedule: Pick<Schedule, 'id'> }) {
   const [busy, setBusy] = useState(false);
   const [out, setOut] = useState<RunOutcome>();
   const run = async () => {

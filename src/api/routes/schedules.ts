@@ -2,7 +2,8 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
-import { scheduleView } from '../../engine/triggers/views.ts';
+import { SCHEDULE_PAGE } from '../../domain/lists.ts';
+import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
 import { executionView } from '../../engine/views.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
@@ -13,6 +14,7 @@ import {
   ScheduleCreate,
   ScheduleDeleted,
   ScheduleList,
+  ScheduleListQuery,
   ScheduleParams,
   SchedulePatch,
   TriggerBody,
@@ -24,6 +26,19 @@ function checkPayload(payload: unknown, field = 'body.payload') {
   if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
     throw new BatonError('payload_too_large', `${field}: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
   }
+}
+
+const encodeCursor = (s: { agent: string; name: string }) => Buffer.from(JSON.stringify([s.agent, s.name])).toString('base64url');
+function decodeCursor(cursor: string): { agent: string; name: string } {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(cursor, 'base64url').toString());
+  } catch {
+    v = undefined;
+  }
+  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'string' || typeof v[1] !== 'string')
+    throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
+  return { agent: v[0], name: v[1] };
 }
 
 export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
@@ -49,30 +64,44 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
     },
   );
 
+  /** One page of schedules, by agent and name; the cursor is the last item's (agent, name). */
+  async function page(agent: string | undefined, q: ScheduleListQuery) {
+    const limit = q.limit ?? SCHEDULE_PAGE.default;
+    const rows = await schedules.list(agent, { limit, after: q.cursor === undefined ? undefined : decodeCursor(q.cursor) });
+    const last = rows[rows.length - 1];
+    return { schedules: rows.map(scheduleListView), next_cursor: rows.length === limit && last ? encodeCursor(last) : null };
+  }
+
   app.get(
     '/v1/agents/:agent/schedules',
     {
       schema: {
         tags: ['schedules'],
-        summary: "An agent's schedules",
+        summary: "An agent's schedules, a page at a time (message and payload as previews)",
         params: AgentParams,
-        response: { 200: ScheduleList, 404: ErrorBody },
+        querystring: ScheduleListQuery,
+        response: { 200: ScheduleList, 400: ErrorBody, 404: ErrorBody },
       },
     },
     async (req) => {
       requireAdmin(req);
-      return { schedules: (await schedules.list(req.params.agent)).map(scheduleView) };
+      return page(req.params.agent, req.query);
     },
   );
 
   app.get(
     '/v1/schedules',
     {
-      schema: { tags: ['schedules'], summary: 'Every schedule', response: { 200: ScheduleList } },
+      schema: {
+        tags: ['schedules'],
+        summary: 'Every schedule, a page at a time (message and payload as previews)',
+        querystring: ScheduleListQuery,
+        response: { 200: ScheduleList, 400: ErrorBody },
+      },
     },
     async (req) => {
       requireAdmin(req);
-      return { schedules: (await schedules.list()).map(scheduleView) };
+      return page(undefined, req.query);
     },
   );
 

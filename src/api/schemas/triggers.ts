@@ -1,5 +1,6 @@
 /** HTTP contract for schedules, manual triggers and webhooks (see docs/triggers.md). */
 import { z } from 'zod';
+import { PREVIEW_CHARS, SCHEDULE_PAGE } from '../../domain/lists.ts';
 import { MISFIRE_POLICIES, OVERLAP_POLICIES } from '../../domain/policies.ts';
 import { RetryPolicy } from '../../domain/retry.ts';
 import { AgentName, Execution, ExecutionStatus } from '../schemas.ts';
@@ -62,7 +63,27 @@ export const Schedule = z.object({
 });
 export type Schedule = z.infer<typeof Schedule>;
 export const ScheduleParams = z.strictObject({ id: Id });
-export const ScheduleList = z.object({ schedules: z.array(Schedule) });
+/** A schedule in a list: `message` and `payload_preview` are previews; GET /v1/schedules/{id} has them whole. */
+export const ScheduleListItem = Schedule.omit({ payload: true }).extend({
+  message: z.string().describe(`the first ${PREVIEW_CHARS} characters, ending in … when cut`),
+  payload_preview: z.string().nullable().describe(`the payload's JSON text, its first ${PREVIEW_CHARS} characters`),
+});
+export type ScheduleListItem = z.infer<typeof ScheduleListItem>;
+export const ScheduleList = z.object({
+  schedules: z.array(ScheduleListItem).describe('ordered by agent, then name'),
+  next_cursor: z.string().nullable().describe('pass as `cursor` for the next page (null: this was the last)'),
+});
+export const ScheduleListQuery = z.strictObject({
+  limit: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(SCHEDULE_PAGE.max)
+    .optional()
+    .describe(`page size (default ${SCHEDULE_PAGE.default}, at most ${SCHEDULE_PAGE.max})`),
+  cursor: z.string().max(1000).optional().describe('next_cursor of the previous page'),
+});
+export type ScheduleListQuery = z.infer<typeof ScheduleListQuery>;
 export const ScheduleDeleted = z.object({ deleted: z.string(), cancelled: z.number().int(), cancel_requested: z.number().int() });
 
 export const TriggerBody = z

@@ -6,12 +6,16 @@ import type { RetryPolicy } from '../../domain/retry.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
+
+/** A schedule as a list reads it: its message and payload only as heads (previewHead). */
+export type ScheduleListRow = Omit<ScheduleRow, 'message' | 'payload'> & { message_head: string; payload_head: string };
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { Followed } from '../composition/follow.ts';
 import type { EngineContext } from '../context.ts';
 import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
+import { previewHead } from '../list-executions.ts';
 import { compileCron, nextAfter } from './cron.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
@@ -155,14 +159,43 @@ export class Schedules {
     return row;
   }
 
-  async list(agent?: string): Promise<ScheduleRow[]> {
-    let q = this.store.db.selectFrom('schedules').selectAll();
+  /**
+   * A page of schedules (every agent's, or one agent's) in (agent, name) order, through
+   * schedules_agent_name, starting after `after`. Message and payload are cut to their heads in
+   * SQL: a schedule may carry 100,000 characters of message and 256 KiB of payload, and a list
+   * answers with previews (views.ts, scheduleListView).
+   */
+  async list(agent: string | undefined, page: { limit: number; after?: { agent: string; name: string } }): Promise<ScheduleListRow[]> {
+    let q = this.store.db
+      .selectFrom('schedules')
+      .select([
+        'id',
+        'agent',
+        'name',
+        'cron',
+        'timezone',
+        'enabled',
+        'overlap_policy',
+        'misfire_policy',
+        'misfire_grace_seconds',
+        'retry_policy',
+        'priority',
+        'next_run_at',
+        'last_run_at',
+        'created_at',
+        'updated_at',
+        previewHead('message').as('message_head'),
+        previewHead('payload').as('payload_head'),
+      ]);
     if (agent) {
       const exists = await this.store.db.selectFrom('agents').select('name').where('name', '=', agent).executeTakeFirst();
       if (!exists) throw new NotFound('agent', agent);
       q = q.where('agent', '=', agent);
     }
-    return q.orderBy('agent').orderBy('name').execute();
+    const after = page.after;
+    // A row comparison: both stores seek schedules_agent_name to it (an OR of the two columns scans).
+    if (after) q = q.where((eb) => eb(eb.refTuple('agent', 'name'), '>', eb.tuple(after.agent, after.name)));
+    return q.orderBy('agent').orderBy('name').limit(page.limit).execute();
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { ScheduleRow, WebhookRow } from '../../store/schema.ts';
-import { iso } from '../views.ts';
+import { iso, preview } from '../views.ts';
+import type { ScheduleListRow } from './schedules.ts';
 import { compileCron, nextRuns } from './cron.ts';
 
 const json = (text: string | null) => (text === null ? null : JSON.parse(text));
@@ -37,6 +38,12 @@ export function scheduleView(s: ScheduleRow) {
     created_at: iso(s.created_at)!,
     updated_at: iso(s.updated_at)!,
   };
+}
+
+/** A schedule in a list: scheduleView with the message and payload as previews of their heads. */
+export function scheduleListView(s: ScheduleListRow) {
+  const { payload: _payload, ...whole } = scheduleView({ ...s, message: '', payload: 'null' });
+  return { ...whole, message: preview(s.message_head)!, payload_preview: preview(s.payload_head) };
 }
 
 /** `overlapPolicy`: the policy that governs deliveries (a target schedule's, when there is one). */

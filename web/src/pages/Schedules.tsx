@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { describe } from '../api.ts';
 import { cronInWords } from '../cron.ts';
 import { useLoad, useTick } from '../hooks.ts';
-import { listSchedules, RunNow, setEnabled, type Schedule } from '../schedules.tsx';
+import { listSchedules, RunNow, setEnabled, type ScheduleListItem } from '../schedules.tsx';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 
 export function SchedulesPage() {
@@ -29,7 +29,7 @@ export function SchedulesPage() {
   );
 }
 
-function ScheduleCard({ s, onChanged }: { s: Schedule; onChanged: () => void }) {
+function ScheduleCard({ s, onChanged }: { s: ScheduleListItem; onChanged: () => void }) {
   const [error, setError] = useState<string>();
   const toggle = async () => {
     setError(undefined);
