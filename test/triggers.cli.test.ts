@@ -72,7 +72,7 @@ describe(`baton schedules, trigger and webhooks (${STORE_KIND})`, { timeout: 8 *
     const replay = exits(await baton(['schedules', 'trigger', created.id, '--idempotency-key', 'once']), EXIT.ok);
     expect(replay.stdout.trim()).toBe(`${id} queued`);
     const busy = exits(await baton(['trigger', created.id]), EXIT.alreadyRunning);
-    expect(busy.stderr).toContain(`running: ${id}`);
+    expect(busy.stderr).toContain(`has a run in flight: execution '${id}'`);
     exits(await baton(['trigger', 'sc_missing']), EXIT.notFound);
 
     const disabled = JSON.parse(exits(await baton(['--json', 'schedules', 'disable', created.id]), EXIT.ok).stdout);

@@ -53,7 +53,7 @@ let tailLow = 0;
  *
  * The tail is random at the first id of each millisecond and counts up from there for the
  * following ones, as ULID's monotonic mode does: within one process, ids sort in the order they
- * were made, so rows created in the same millisecond (a batch submit's items, which share their
+ * were made (unless the clock steps back), so rows created in the same millisecond (a batch submit's items, which share their
  * `queued_at`) keep that order where admission breaks ties by id. Across processes, ties within a
  * millisecond are random. Nothing reads meaning from the id; `created_at` is the time of record.
  */
