@@ -43,9 +43,11 @@ export type ScheduleCreate = z.input<typeof T.ScheduleCreate>;
 export type SchedulePatch = z.input<typeof T.SchedulePatch>;
 export type Triggered = z.infer<typeof T.Triggered>;
 export type Webhook = z.infer<typeof T.Webhook>;
+export type WebhookListItem = z.infer<typeof T.WebhookListItem>;
 export type WebhookCreate = z.input<typeof T.WebhookCreate>;
 export type WebhookCreated = z.infer<typeof T.WebhookCreated>;
 export type Subscription = z.infer<typeof K.Subscription>;
+export type SubscriptionListItem = z.infer<typeof K.SubscriptionListItem>;
 export type SubscriptionCreate = z.input<typeof K.SubscriptionCreate>;
 export type SubscriptionPatch = z.input<typeof K.SubscriptionPatch>;
 export type GroupCreate = z.input<typeof K.GroupCreate>;
@@ -144,6 +146,21 @@ export class BatonClient {
     return (await this.request<T>(method, path, body)).body;
   }
 
+  /** Every item of a paged list: `field` of each page, following next_cursor until it is null. */
+  private async allPages<T>(path: string, query: Record<string, string | undefined>, field: string): Promise<T[]> {
+    const all: T[] = [];
+    let cursor: string | null = null;
+    do {
+      const qs = new URLSearchParams(
+        Object.entries({ ...query, cursor: cursor ?? undefined }).filter((e): e is [string, string] => e[1] !== undefined),
+      );
+      const page: Record<string, unknown> & { next_cursor: string | null } = await this.call('GET', qs.size ? `${path}?${qs}` : path);
+      all.push(...(page[field] as T[]));
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+    return all;
+  }
+
   // agents
   createAgent = (a: AgentCreate) => this.call<Agent>('POST', '/v1/agents', a);
   listAgents = async () => (await this.call<{ agents: Agent[] }>('GET', '/v1/agents')).agents;
@@ -234,20 +251,8 @@ export class BatonClient {
   // schedules and webhooks (docs/triggers.md)
   createSchedule = (agent: string, s: ScheduleCreate) => this.call<Schedule>('POST', `/v1/agents/${enc(agent)}/schedules`, s);
   /** Every schedule (or one agent's), read a page at a time; list items carry previews of message and payload. */
-  listSchedules = async (agent?: string): Promise<ScheduleListItem[]> => {
-    const path = agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules';
-    const all: ScheduleListItem[] = [];
-    let cursor: string | null = null;
-    do {
-      const page: { schedules: ScheduleListItem[]; next_cursor: string | null } = await this.call(
-        'GET',
-        cursor === null ? path : `${path}?cursor=${enc(cursor)}`,
-      );
-      all.push(...page.schedules);
-      cursor = page.next_cursor;
-    } while (cursor !== null);
-    return all;
-  };
+  listSchedules = (agent?: string) =>
+    this.allPages<ScheduleListItem>(agent ? `/v1/agents/${enc(agent)}/schedules` : '/v1/schedules', {}, 'schedules');
   getSchedule = (id: string) => this.call<Schedule>('GET', `/v1/schedules/${enc(id)}`);
   updateSchedule = (id: string, patch: SchedulePatch) => this.call<Schedule>('PATCH', `/v1/schedules/${enc(id)}`, patch);
   deleteSchedule = (id: string) =>
@@ -264,9 +269,8 @@ export class BatonClient {
     ).body;
   // subscriptions (chains): an agent's outcome starts a task on another
   createSubscription = (s: SubscriptionCreate) => this.call<Subscription>('POST', '/v1/subscriptions', s);
-  /** Every subscription, or those where `agent` is the source or the target. */
-  listSubscriptions = async (agent?: string) =>
-    (await this.call<{ subscriptions: Subscription[] }>('GET', `/v1/subscriptions${agent ? `?agent=${enc(agent)}` : ''}`)).subscriptions;
+  /** Every subscription, or those where `agent` is the source or the target, read a page at a time; items carry previews of the templates. */
+  listSubscriptions = (agent?: string) => this.allPages<SubscriptionListItem>('/v1/subscriptions', { agent }, 'subscriptions');
   getSubscription = (id: string) => this.call<Subscription>('GET', `/v1/subscriptions/${enc(id)}`);
   updateSubscription = (id: string, patch: SubscriptionPatch) => this.call<Subscription>('PATCH', `/v1/subscriptions/${enc(id)}`, patch);
   deleteSubscription = (id: string) => this.call<{ deleted: string }>('DELETE', `/v1/subscriptions/${enc(id)}`);
@@ -298,8 +302,9 @@ export class BatonClient {
     }
   }
   createWebhook = (w: WebhookCreate) => this.call<WebhookCreated>('POST', '/v1/webhooks', w);
-  listWebhooks = async (agent?: string) =>
-    (await this.call<{ webhooks: Webhook[] }>('GET', `/v1/webhooks${agent ? `?agent=${enc(agent)}` : ''}`)).webhooks;
+  /** Every webhook (or one agent's), read a page at a time; items carry a preview of the message. */
+  listWebhooks = (agent?: string) => this.allPages<WebhookListItem>('/v1/webhooks', { agent }, 'webhooks');
+  getWebhook = (id: string) => this.call<Webhook>('GET', `/v1/webhooks/${enc(id)}`);
   rotateWebhook = (id: string, secret?: string) =>
     this.call<WebhookCreated>('POST', `/v1/webhooks/${enc(id)}/rotate`, secret ? { secret } : undefined);
   deleteWebhook = (id: string) => this.call<{ deleted: string }>('DELETE', `/v1/webhooks/${enc(id)}`);

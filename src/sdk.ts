@@ -60,6 +60,7 @@ export {
   type SubmitBody,
   type Triggered,
   type Webhook,
+  type WebhookListItem,
   type WebhookCreate,
   type WebhookCreated,
   type Task as ClaimedTask,

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
 import { KeyStore } from '../src/auth/keys.ts';
 import { CHAIN_ALERT } from '../src/domain/chains.ts';
+import { CONFIG_PAGE, PREVIEW_CHARS } from '../src/domain/lists.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { pruneOnce, type PruneCursor } from '../src/retention/prune.ts';
 import type { SubscriptionInput } from '../src/engine/composition/subscriptions.ts';
@@ -470,6 +471,66 @@ describe(`subscriptions over HTTP (${STORE_KIND})`, () => {
     expect(r.status).toBe(status);
     expect(r.body.error).toBe(error);
     expect(r.body.message).toMatch(message);
+  });
+
+  it('lists page oldest first with a cursor, by source, target or either; items carry previews, the single read has the templates whole', async () => {
+    const [x, y, z] = [await newAgent(), await newAgent(), await newAgent()];
+    // Every subscription below shares one created_at (the manual clock): the id orders them.
+    const made: string[] = [];
+    const big = { message: 'm'.repeat(5_000) + ' {{source.id}}', payload: { blob: 'p'.repeat(50_000) } };
+    made.push((await subscribe({ source_agent: x, target_agent: y, ...big })).id);
+    for (const [source, target] of [
+      [y, x],
+      [x, x],
+      [z, y],
+      [x, z],
+      [z, x],
+    ] as const)
+      made.push((await subscribe({ source_agent: source, target_agent: target })).id);
+    const walk = async (query: string, limit: number) => {
+      const ids: string[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const page: { status: number; body: any } = await call(
+          'GET',
+          `/v1/subscriptions?${query}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`,
+        );
+        expect(page.status).toBe(200);
+        expect(page.body.subscriptions.length).toBeLessThanOrEqual(limit);
+        ids.push(...page.body.subscriptions.map((s: { id: string }) => s.id));
+        cursor = page.body.next_cursor;
+        pages++;
+      } while (cursor);
+      return { ids, pages };
+    };
+    const inOrder = [...made].sort();
+    const of = (keep: (i: number) => boolean) => inOrder.filter((id) => keep(made.indexOf(id)));
+    // x as source or target: all but z → y; a subscription of x to itself once.
+    expect(await walk(`agent=${x}`, 2)).toEqual({ ids: of((i) => i !== 3), pages: 3 });
+    expect((await walk(`source=${x}`, 1)).ids).toEqual(of((i) => [0, 2, 4].includes(i)));
+    expect((await walk(`target=${x}`, 2)).ids).toEqual(of((i) => [1, 2, 5].includes(i)));
+    expect((await walk(`agent=${x}&source=${z}`, 1)).ids).toEqual(of((i) => i === 5));
+    expect((await walk(`agent=${x}&target=${y}`, 5)).ids).toEqual(of((i) => i === 0));
+    expect((await walk(`agent=${y}&source=${x}&target=${y}`, 5)).ids).toEqual(of((i) => i === 0));
+    const page = await call('GET', `/v1/subscriptions?source=${x}&target=${y}`);
+    const item = page.body.subscriptions[0];
+    expect(item).not.toHaveProperty('payload');
+    expect(item.message).toBe('m'.repeat(PREVIEW_CHARS) + '…');
+    expect(item.payload_preview).toBe(`{"blob":"${'p'.repeat(PREVIEW_CHARS - 9)}…`);
+    expect(page.body.next_cursor).toBeNull();
+    expect((await call('GET', `/v1/subscriptions/${item.id}`)).body).toMatchObject(big);
+    // Out of bounds or not ours: 400 naming the field.
+    for (const q of [
+      'limit=0',
+      `limit=${CONFIG_PAGE.max + 1}`,
+      'cursor=not-a-cursor',
+      `cursor=${Buffer.from('[1,2]').toString('base64url')}`,
+    ]) {
+      const r = await call('GET', `/v1/subscriptions?${q}`);
+      expect({ status: r.status, error: r.body.error }).toEqual({ status: 400, error: 'validation_error' });
+      expect(r.body.message).toMatch(/querystring\.(limit|cursor)/);
+    }
   });
 
   it('unknown ids and agents are 404; an agent-scoped key is 403', async () => {

@@ -789,6 +789,149 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     }
   });
 
+  it('lists of schedules, webhooks and subscriptions page through indexes made for their order', async () => {
+    // Configuration, not history, but a list of it must stay flat per page however much there is:
+    // 3,000 of each, skewed to one agent, analysed.
+    const [a, b] = AGENTS as [string, string];
+    const N = 3_000;
+    const at = now - 86_400_000;
+    await store.transaction(async (tx) => {
+      for (let i = 0; i < N; i += 500) {
+        const ids = Array.from({ length: Math.min(500, N - i) }, (_, j) => i + j);
+        const agentOf = (k: number) => (k % 10 === 0 ? b : a);
+        await tx
+          .insertInto('webhooks')
+          .values(
+            ids.map((k) => ({
+              id: `wh_cfg_${k}`,
+              agent: agentOf(k),
+              schedule_id: null,
+              name: `hook-${k % 700}`,
+              token_hash: `cfg-${k}`,
+              secret_enc: null,
+              message: 'm',
+              overlap_policy: 'allow' as const,
+              enabled: 1,
+              created_at: at,
+              updated_at: at,
+              last_delivery_at: null,
+            })),
+          )
+          .execute();
+        await tx
+          .insertInto('schedules')
+          .values(
+            ids.map((k) => ({
+              id: `sc_cfg_${k}`,
+              agent: agentOf(k),
+              name: `cfg-${String(k).padStart(5, '0')}`,
+              cron: '0 0 1 1 *',
+              timezone: 'UTC',
+              message: 'm',
+              payload: 'null',
+              enabled: 0,
+              overlap_policy: 'allow' as const,
+              misfire_policy: 'skip' as const,
+              misfire_grace_seconds: 60,
+              retry_policy: null,
+              priority: 0,
+              next_run_at: null,
+              last_run_at: null,
+              created_at: at,
+              updated_at: at,
+            })),
+          )
+          .execute();
+        await tx
+          .insertInto('subscriptions')
+          .values(
+            ids.map((k) => ({
+              id: `su_cfg_${String(k).padStart(5, '0')}`,
+              source_agent: agentOf(k),
+              target_agent: agentOf(k + 3),
+              on_status: 'succeeded' as const,
+              schedule_id: null,
+              trigger_kind: null,
+              message: 'm',
+              payload: null,
+              enabled: 1,
+              created_at: at + k,
+              created_by: 'seed',
+              updated_at: at + k,
+            })),
+          )
+          .execute();
+      }
+    });
+    if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
+    else for (const table of ['webhooks', 'subscriptions', 'schedules']) await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
+    recorded.length = 0;
+    const page = { limit: 50 };
+    const after = { created_at: at + 1500, id: 'su_cfg_01500' };
+    await during('lists', async () => {
+      for (const agent of [undefined, a, b]) {
+        await engine.webhooks.list(agent, page);
+        await engine.webhooks.list(agent, { ...page, after: { agent: agent ?? a, name: 'hook-5', id: 'wh_cfg_5' } });
+        await engine.schedules.list(agent, page);
+        await engine.schedules.list(agent, { ...page, after: { agent: agent ?? a, name: 'cfg-01500' } });
+      }
+      for (const q of [
+        {},
+        { source: b },
+        { target: b },
+        { source: a, target: b },
+        { agent: b },
+        { agent: b, source: a },
+        { agent: b, target: b },
+      ])
+        for (const p of [page, { ...page, after }]) await engine.subscriptions.list(q, p);
+    });
+    const CONFIG = /"(webhooks|subscriptions|schedules)"/;
+    const ORDERED = new Set([
+      'webhooks_agent_name',
+      'schedules_agent_name',
+      'subscriptions_created',
+      'subscriptions_source_created',
+      'subscriptions_target_created',
+      'subscriptions_pair_created',
+    ]);
+    const checked = new Set<string>();
+    for (const r of recorded) {
+      const c = compiledOf(r);
+      if (!CONFIG.test(c.sql) || checked.has(c.sql)) continue;
+      checked.add(c.sql);
+      const cursor = /\) > \(/.test(c.sql);
+      const problems: string[] = [];
+      let plan: string;
+      if (store.kind === 'sqlite') {
+        const rows = (
+          await store.db.executeQuery<{ id: number; parent: number; detail: string }>(
+            CompiledQuery.raw(`EXPLAIN QUERY PLAN ${c.sql}`, [...c.parameters]),
+          )
+        ).rows;
+        plan = rows.map((x) => x.detail).join('\n');
+        const levels = new Set<number>();
+        for (const { detail, parent } of rows) {
+          const m = /^(SCAN|SEARCH) (webhooks|subscriptions|schedules)(?: USING (?:COVERING )?INDEX (\w+))?(.*)$/.exec(detail);
+          if (!m) continue;
+          levels.add(parent);
+          if (!m[3] || !ORDERED.has(m[3])) problems.push(`not through an index made for the order: ${detail}`);
+          if (m[1] === 'SCAN' && /\bwhere\b/i.test(c.sql)) problems.push(`scans with a filter: ${detail}`);
+          if (cursor && !/\)>\(/.test(m[4]!)) problems.push(`cursor is not a range in the index: ${detail}`);
+        }
+        if (rows.some((x) => /TEMP B-TREE/.test(x.detail) && levels.has(x.parent))) problems.push('sorts the rows it read');
+      } else {
+        const out = await store.db.executeQuery<{ 'QUERY PLAN': string }>(CompiledQuery.raw(`EXPLAIN ${c.sql}`, [...c.parameters]));
+        plan = out.rows.map((x) => x['QUERY PLAN']).join('\n');
+        if (/(^|->\s+)(Incremental )?Sort\s|Seq Scan|Bitmap/m.test(plan)) problems.push('sorts, or scans the table');
+        for (const m of plan.matchAll(/Index (?:Only )?Scan using (\w+)/g)) if (!ORDERED.has(m[1]!)) problems.push(`through ${m[1]}`);
+        if (cursor && !/Index Cond: .*ROW\(/.test(plan)) problems.push('cursor is not a range in the index');
+      }
+      expect(problems, `${c.sql}\n${plan}`).toEqual([]);
+    }
+    expect(checked.size).toBeGreaterThanOrEqual(20);
+  });
+
   it('the check itself flags the shapes that used to scan history', async () => {
     // What metrics, GET /v1/agents and the lists sent before: each must fail the check.
     const old = [

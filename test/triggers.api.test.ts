@@ -3,7 +3,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
 import { BatonClient } from '../src/client.ts';
-import { PREVIEW_CHARS, SCHEDULE_PAGE } from '../src/domain/lists.ts';
+import { PREVIEW_CHARS, CONFIG_PAGE } from '../src/domain/lists.ts';
 import { KeyStore } from '../src/auth/keys.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { fingerprint } from '../src/engine/triggers/idempotency.ts';
@@ -424,17 +424,68 @@ describe('schedule lists are bounded (issue #10)', () => {
     const all = await call('GET', '/v1/schedules');
     const keys = all.body.schedules.map((x: any) => `${x.agent}\u0000${x.name}`);
     expect(keys).toEqual([...keys].sort());
-    expect(all.body.schedules.length).toBeLessThanOrEqual(SCHEDULE_PAGE.default);
+    expect(all.body.schedules.length).toBeLessThanOrEqual(CONFIG_PAGE.default);
     // The client reads every page.
     const client = new BatonClient({ server: 'http://test', key: admin, fetch: injectFetch });
     expect((await client.listSchedules(agent)).map((x) => x.name)).toEqual(names);
   });
 
   it('refuses a limit out of bounds or a cursor it did not make, naming the field', async () => {
-    for (const limit of ['0', String(SCHEDULE_PAGE.max + 1), 'abc'])
+    for (const limit of ['0', String(CONFIG_PAGE.max + 1), 'abc'])
       expect(refused(await call('GET', `/v1/schedules?limit=${limit}`), 400, 'validation_error').message).toMatch(/limit/);
     for (const cursor of ['not-a-cursor', Buffer.from('[1,2]').toString('base64url')])
       expect(refused(await call('GET', `/v1/schedules?cursor=${cursor}`), 400, 'validation_error').message).toMatch(/querystring\.cursor/);
+  });
+});
+
+describe('webhook lists are bounded (issue #10)', () => {
+  it('pages by agent, name and id with a cursor; items carry a preview of the message, the single read has it whole', async () => {
+    const agent = await newAgent();
+    const other = await newAgent();
+    const big = (await post('/v1/webhooks', { name: 'a-big', agent, message: 'w'.repeat(5_000), generate_secret: true })).body;
+    // Names need not be unique: the id breaks the tie.
+    const twins = [
+      (await post('/v1/webhooks', { name: 'twin', agent })).body.id,
+      (await post('/v1/webhooks', { name: 'twin', agent })).body.id,
+    ].sort();
+    await post('/v1/webhooks', { name: 'z', agent });
+    await post('/v1/webhooks', { name: 'elsewhere', agent: other });
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const page: Answer = await call('GET', `/v1/webhooks?agent=${agent}&limit=1${cursor ? `&cursor=${cursor}` : ''}`);
+      expect(page.status).toBe(200);
+      expect(page.body.webhooks.length).toBeLessThanOrEqual(1);
+      seen.push(...page.body.webhooks.map((w: any) => w.id));
+      cursor = page.body.next_cursor;
+      pages++;
+    } while (cursor);
+    expect(seen).toEqual([big.id, ...twins, expect.any(String)]);
+    expect(pages).toBe(5);
+    const item = (await call('GET', `/v1/webhooks?agent=${agent}&limit=1`)).body.webhooks[0];
+    expect(item).toMatchObject({ id: big.id, name: 'a-big', signed: true, message: 'w'.repeat(PREVIEW_CHARS) + '…' });
+    expect(JSON.stringify(item)).not.toContain(big.token);
+    const whole = await call('GET', `/v1/webhooks/${big.id}`);
+    expect(whole.body).toMatchObject({ id: big.id, message: 'w'.repeat(5_000), signed: true });
+    expect(JSON.stringify(whole.body)).not.toContain(big.token);
+    expect(JSON.stringify(whole.body)).not.toContain(big.secret);
+    refused(await call('GET', '/v1/webhooks/wh_nope'), 404, 'not_found');
+    refused(await call('GET', '/v1/webhooks?agent=nobody-here'), 404, 'not_found');
+    // Every agent's list, in (agent, name, id) order; the client reads every page.
+    const all = (await call('GET', '/v1/webhooks')).body.webhooks;
+    const keys = all.map((w: any) => `${w.agent}\u0000${w.name}\u0000${w.id}`);
+    expect(keys).toEqual([...keys].sort());
+    const client = new BatonClient({ server: 'http://test', key: admin, fetch: injectFetch });
+    expect((await client.listWebhooks(agent)).map((w) => w.id)).toEqual(seen);
+    expect((await client.getWebhook(big.id)).message).toBe('w'.repeat(5_000));
+    for (const q of [
+      'limit=0',
+      `limit=${CONFIG_PAGE.max + 1}`,
+      'cursor=not-a-cursor',
+      `cursor=${Buffer.from('["a","b"]').toString('base64url')}`,
+    ])
+      expect(refused(await call('GET', `/v1/webhooks?${q}`), 400, 'validation_error').message).toMatch(/querystring\.(limit|cursor)/);
   });
 });
 
@@ -446,6 +497,7 @@ describe('OpenAPI', () => {
       '/v1/schedules/{id}',
       '/v1/schedules/{id}/trigger',
       '/v1/webhooks',
+      '/v1/webhooks/{id}',
       '/v1/webhooks/{id}/rotate',
       '/hooks/{token}',
     ]) {

@@ -206,20 +206,20 @@ const csvStatuses = z
       .filter(Boolean),
   )
   .pipe(z.array(ExecutionStatus));
+/** `limit` and `cursor` of a paged list, within `bounds` (src/domain/lists.ts). */
+export const pageQuery = (bounds: { default: number; max: number }, cursorChars = 200) => ({
+  limit: z.coerce.number().int().min(1).max(bounds.max).optional().describe(`page size (default ${bounds.default}, at most ${bounds.max})`),
+  cursor: z.string().max(cursorChars).optional().describe('next_cursor of the previous page'),
+});
+/** The answer's cursor field of a paged list. */
+export const NextCursor = z.string().nullable().describe('pass as `cursor` for the next page (null: this was the last)');
 export const ListExecutionsQuery = z.strictObject({
   agent: AgentName.optional(),
   status: csvStatuses.optional().describe('comma-separated statuses'),
   schedule_id: Id.optional(),
   since: z.iso.datetime({ offset: true }).optional().describe('created at or after'),
   until: z.iso.datetime({ offset: true }).optional().describe('created before'),
-  limit: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(EXECUTION_PAGE.max)
-    .optional()
-    .describe(`page size (default ${EXECUTION_PAGE.default}, at most ${EXECUTION_PAGE.max})`),
-  cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
+  ...pageQuery(EXECUTION_PAGE),
 });
 const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending in '…' when cut`);
 /** A list item: the execution without its bodies (GET /v1/executions/{id} has them in full). */

@@ -6,12 +6,12 @@ import { json } from './args.ts';
 import { keyValues, table } from './output.ts';
 import type { CliHelpers } from './triggers.ts';
 
-const filterText = (s: Subscription) =>
+const filterText = (s: Omit<Subscription, 'payload'>) =>
   [s.filter.schedule_id && `schedule=${s.filter.schedule_id}`, s.filter.trigger && `trigger=${s.filter.trigger}`]
     .filter(Boolean)
     .join(' ') || '-';
 
-const subscriptionRow = (s: Subscription) => ({
+const subscriptionRow = (s: Omit<Subscription, 'payload'>) => ({
   id: s.id,
   source: s.source_agent,
   target: s.target_agent,
@@ -70,7 +70,7 @@ export function registerSubscriptionCommands(program: Command, h: CliHelpers): v
   });
   subs
     .command('list')
-    .description('subscriptions, oldest first')
+    .description('subscriptions, oldest first (message templates as previews: `show` has them whole)')
     .option('--agent <name>', 'only those where this agent is the source or the target')
     .action(async (_o, cmd) => {
       const o = h.opts(cmd);

@@ -160,6 +160,16 @@ export function registerTriggerCommands(program: Command, h: CliHelpers): void {
       h.print(o, list, () => table(list.map(webhookRow), ['id', 'name', 'agent', 'schedule', 'signed', 'last_delivery']));
     });
   webhooks
+    .command('show <id>')
+    .description('one webhook, its message whole (its token and secret are never shown again)')
+    .action(async (id, _o, cmd) => {
+      const o = h.opts(cmd);
+      const w = await h.client(o).getWebhook(id);
+      h.print(o, w, () =>
+        keyValues({ ...webhookRow(w), overlap_policy: w.overlap_policy, enabled: w.enabled ? 'yes' : 'no', message: w.message }),
+      );
+    });
+  webhooks
     .command('rotate <id>')
     .description('new token (the old one stops at once); a signed webhook gets a new secret')
     .option('--secret <secret>', 'the new signing secret (default: generated)')

@@ -12,7 +12,7 @@ import { isTerminal } from '../domain/states.ts';
 import { AgentName, ExecutionDetail as ExecutionDetailSchema, ExecutionStatus } from '../api/schemas.ts';
 import { Paused, PauseBody, Waiting } from '../api/schemas/admission.ts';
 import { BudgetAnswer } from '../api/schemas/budget.ts';
-import { Subscription, SubscriptionCreate } from '../api/schemas/composition.ts';
+import { Subscription, SubscriptionCreate, SubscriptionListItem } from '../api/schemas/composition.ts';
 import { VERSION } from '../version.ts';
 import { registerGroupTools } from './groups.ts';
 
@@ -480,7 +480,7 @@ export function createMcpServer(client: BatonClient): McpServer {
   );
 
   // Chains: an agent's outcome starts a task on another (docs/mcp.md, "Subscriptions").
-  const subscriptionText = (s: z.infer<typeof Subscription>) =>
+  const subscriptionText = (s: Omit<z.infer<typeof Subscription>, 'payload'>) =>
     `${s.id}: when ${s.source_agent} ends ${s.on}${s.filter.schedule_id ? ` (schedule ${s.filter.schedule_id})` : ''}${s.filter.trigger ? ` (trigger ${s.filter.trigger})` : ''}, start a task on ${s.target_agent}${s.enabled ? '' : ' [disabled]'}`;
   server.registerTool(
     'subscribe',
@@ -504,9 +504,10 @@ export function createMcpServer(client: BatonClient): McpServer {
     'list_subscriptions',
     {
       title: 'List subscriptions',
-      description: 'Subscriptions (chains), oldest first: every one, or those where `agent` is the source or the target.',
+      description:
+        'Subscriptions (chains), oldest first: every one, or those where `agent` is the source or the target. Message templates are previews; payload templates are shown as `payload_preview`.',
       inputSchema: { agent: AgentName.optional().describe('only those where this agent is the source or the target') },
-      outputSchema: { subscriptions: z.array(Subscription) },
+      outputSchema: { subscriptions: z.array(SubscriptionListItem) },
       annotations: { readOnlyHint: true },
     },
     async ({ agent }) => {

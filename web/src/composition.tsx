@@ -9,7 +9,7 @@ import { useLoad } from './hooks.ts';
 import { Empty, Failed, Loading, Section, Time, link } from './ui.tsx';
 
 export type { Subscription } from '../../src/client.ts';
-import type { Subscription } from '../../src/client.ts';
+import type { Subscription, SubscriptionListItem } from '../../src/client.ts';
 
 /** The agent page's "Subscriptions": outcomes of this agent that start work elsewhere, and the other way round. */
 export function SubscriptionsSection({ agent }: { agent: string }) {
@@ -33,7 +33,7 @@ export function SubscriptionsSection({ agent }: { agent: string }) {
   );
 }
 
-function SubscriptionItem({ s, agent, onChanged }: { s: Subscription; agent: string; onChanged: () => void }) {
+function SubscriptionItem({ s, agent, onChanged }: { s: SubscriptionListItem; agent: string; onChanged: () => void }) {
   const [msg, setMsg] = useState<string>();
   const act = async (what: () => Promise<unknown>) => {
     setMsg(undefined);

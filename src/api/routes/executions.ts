@@ -16,17 +16,11 @@ import {
   SubmitBody,
   Execution,
 } from '../schemas.ts';
+import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
-
-const encodeCursor = (r: { created_at: number; id: string }) => Buffer.from(`${r.created_at}:${r.id}`).toString('base64url');
-function decodeCursor(cursor: string): { created_at: number; id: string } {
-  const m = /^(\d{1,15}):([A-Za-z0-9_-]+)$/.exec(Buffer.from(cursor, 'base64url').toString());
-  if (!m) throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
-  return { created_at: Number(m[1]), id: m[2]! };
-}
 
 export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
   app.post(
@@ -112,9 +106,12 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         created_after: q.since ? Date.parse(q.since) : undefined,
         created_before: q.until ? Date.parse(q.until) : undefined,
         limit,
-        before: q.cursor ? decodeCursor(q.cursor) : undefined,
+        before: q.cursor ? decodeTimeCursor(q.cursor) : undefined,
       });
-      return { executions: rows.map(executionListView), next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!) : null };
+      return {
+        executions: rows.map(executionListView),
+        next_cursor: rows.length === limit ? encodeTimeCursor(rows[rows.length - 1]!) : null,
+      };
     },
   );
 

@@ -5,17 +5,11 @@ import { GROUP_LIMITS, GROUP_PAGE } from '../../domain/groups.ts';
 import type { GroupCreatedView } from '../../engine/composition/group-service.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
+import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { idempotent } from '../idempotent.ts';
 import { ErrorBody } from '../schemas.ts';
 import { Group, GroupCancelled, GroupCreate, GroupCreated, GroupListQuery, GroupPage, GroupParams } from '../schemas/composition.ts';
-
-const encodeCursor = (c: { created_at: number; id: string }) => Buffer.from(`${c.created_at}:${c.id}`).toString('base64url');
-function decodeCursor(cursor: string): { created_at: number; id: string } {
-  const m = /^(\d{1,15}):([A-Za-z0-9_-]+)$/.exec(Buffer.from(cursor, 'base64url').toString());
-  if (!m) throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
-  return { created_at: Number(m[1]), id: m[2]! };
-}
 
 /**
  * Groups (fan-out with a join, issue #14). Creating a group submits to every member agent, and
@@ -89,10 +83,10 @@ export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
     async (req) => {
       requireAdmin(req);
       const limit = req.query.limit ?? GROUP_PAGE.default;
-      const rows = await groups.list({ limit, before: req.query.cursor ? decodeCursor(req.query.cursor) : undefined });
+      const rows = await groups.list({ limit, before: req.query.cursor ? decodeTimeCursor(req.query.cursor) : undefined });
       return {
         groups: rows.map(({ cursor: _c, ...g }) => g),
-        next_cursor: rows.length === limit ? encodeCursor(rows[rows.length - 1]!.cursor) : null,
+        next_cursor: rows.length === limit ? encodeTimeCursor(rows[rows.length - 1]!.cursor) : null,
       };
     },
   );

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
-import { SCHEDULE_PAGE } from '../../domain/lists.ts';
+import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
 import { executionView } from '../../engine/views.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
@@ -20,25 +20,13 @@ import {
   TriggerBody,
   Triggered,
 } from '../schemas/triggers.ts';
+import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 
 function checkPayload(payload: unknown, field = 'body.payload') {
   if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
     throw new BatonError('payload_too_large', `${field}: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
   }
-}
-
-const encodeCursor = (s: { agent: string; name: string }) => Buffer.from(JSON.stringify([s.agent, s.name])).toString('base64url');
-function decodeCursor(cursor: string): { agent: string; name: string } {
-  let v: unknown;
-  try {
-    v = JSON.parse(Buffer.from(cursor, 'base64url').toString());
-  } catch {
-    v = undefined;
-  }
-  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'string' || typeof v[1] !== 'string')
-    throw new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
-  return { agent: v[0], name: v[1] };
 }
 
 export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
@@ -66,10 +54,14 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
 
   /** One page of schedules, by agent and name; the cursor is the last item's (agent, name). */
   async function page(agent: string | undefined, q: ScheduleListQuery) {
-    const limit = q.limit ?? SCHEDULE_PAGE.default;
-    const rows = await schedules.list(agent, { limit, after: q.cursor === undefined ? undefined : decodeCursor(q.cursor) });
+    const limit = q.limit ?? CONFIG_PAGE.default;
+    const after = q.cursor === undefined ? undefined : decodeNameCursor(q.cursor, 2);
+    const rows = await schedules.list(agent, { limit, after: after && { agent: after[0]!, name: after[1]! } });
     const last = rows[rows.length - 1];
-    return { schedules: rows.map(scheduleListView), next_cursor: rows.length === limit && last ? encodeCursor(last) : null };
+    return {
+      schedules: rows.map(scheduleListView),
+      next_cursor: rows.length === limit && last ? encodeNameCursor([last.agent, last.name]) : null,
+    };
   }
 
   app.get(

@@ -1,7 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
-import { subscriptionView } from '../../engine/composition/subscription-views.ts';
+import { subscriptionListView, subscriptionView } from '../../engine/composition/subscription-views.ts';
+import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { ErrorBody } from '../schemas.ts';
 import {
@@ -13,6 +14,7 @@ import {
   SubscriptionPatch,
   SubscriptionQuery,
 } from '../schemas/composition.ts';
+import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 
 function checkPayload(payload: unknown) {
@@ -49,14 +51,18 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
     {
       schema: {
         tags: ['subscriptions'],
-        summary: 'Subscriptions, oldest first: every one, or those of an agent (as source or target)',
+        summary:
+          'Subscriptions, oldest first, a page at a time (templates as previews): every one, or those of an agent (as source or target)',
         querystring: SubscriptionQuery,
-        response: { 200: SubscriptionList, 404: ErrorBody },
+        response: { 200: SubscriptionList, 400: ErrorBody, 404: ErrorBody },
       },
     },
     async (req) => {
       requireAdmin(req);
-      return { subscriptions: (await subscriptions.list(req.query)).map(subscriptionView) };
+      const { limit = CONFIG_PAGE.default, cursor, ...filter } = req.query;
+      const rows = await subscriptions.list(filter, { limit, after: cursor === undefined ? undefined : decodeTimeCursor(cursor) });
+      const last = rows[rows.length - 1];
+      return { subscriptions: rows.map(subscriptionListView), next_cursor: rows.length === limit && last ? encodeTimeCursor(last) : null };
     },
   );
 

@@ -1,9 +1,19 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { webhookView } from '../../engine/triggers/views.ts';
+import { CONFIG_PAGE } from '../../domain/lists.ts';
+import { webhookListView, webhookView } from '../../engine/triggers/views.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
-import { AgentName, ErrorBody } from '../schemas.ts';
-import { WebhookCreate, WebhookCreated, WebhookList, WebhookParams, WebhookRotate } from '../schemas/triggers.ts';
+import { ErrorBody } from '../schemas.ts';
+import {
+  Webhook,
+  WebhookCreate,
+  WebhookCreated,
+  WebhookList,
+  WebhookListQuery,
+  WebhookParams,
+  WebhookRotate,
+} from '../schemas/triggers.ts';
+import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import type { WebhookRow } from '../../store/schema.ts';
 
@@ -38,14 +48,39 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
     {
       schema: {
         tags: ['webhooks'],
-        summary: 'List webhooks (tokens and secrets are never shown again)',
-        querystring: z.strictObject({ agent: AgentName.optional() }),
-        response: { 200: WebhookList },
+        summary: 'List webhooks, a page at a time by agent and name (message as a preview; tokens and secrets are never shown again)',
+        querystring: WebhookListQuery,
+        response: { 200: WebhookList, 400: ErrorBody, 404: ErrorBody },
       },
     },
     async (req) => {
       requireAdmin(req);
-      return { webhooks: await views(await webhooks.list(req.query.agent)) };
+      const { agent, limit = CONFIG_PAGE.default, cursor } = req.query;
+      const after = cursor === undefined ? undefined : decodeNameCursor(cursor, 3);
+      const rows = await webhooks.list(agent, { limit, after: after && { agent: after[0]!, name: after[1]!, id: after[2]! } });
+      const policies = await webhooks.effectivePolicies(rows);
+      const last = rows[rows.length - 1];
+      return {
+        webhooks: rows.map((w) => webhookListView(w, policies.get(w.id))),
+        next_cursor: rows.length === limit && last ? encodeNameCursor([last.agent, last.name, last.id]) : null,
+      };
+    },
+  );
+
+  app.get(
+    '/v1/webhooks/:id',
+    {
+      schema: {
+        tags: ['webhooks'],
+        summary: 'One webhook, its message whole (never its token or secret)',
+        params: WebhookParams,
+        response: { 200: Webhook, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const [view] = await views([await webhooks.get(req.params.id)]);
+      return view!;
     },
   );
 

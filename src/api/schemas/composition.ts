@@ -5,8 +5,9 @@ import { MESSAGE_MAX_CHARS } from '../../domain/limits.ts';
 import { TRIGGER_KINDS } from '../../domain/states.ts';
 import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
 import { IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
+import { CONFIG_PAGE, PREVIEW_CHARS } from '../../domain/lists.ts';
 import { GROUP_ITEM_ERRORS, GROUP_LIMITS, GROUP_PAGE, GROUP_POLICIES, GROUP_STATUSES } from '../../domain/groups.ts';
-import { AgentName, ExecutionStatus } from '../schemas.ts';
+import { AgentName, ExecutionStatus, NextCursor, pageQuery } from '../schemas.ts';
 
 const NO_NUL = /^[^\u0000]*$/;
 const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
@@ -81,8 +82,19 @@ export const SubscriptionQuery = z.strictObject({
   agent: AgentName.optional().describe('subscriptions where this agent is the source or the target'),
   source: AgentName.optional(),
   target: AgentName.optional(),
+  ...pageQuery(CONFIG_PAGE),
 });
-export const SubscriptionList = z.object({ subscriptions: z.array(Subscription) });
+export type SubscriptionQuery = z.infer<typeof SubscriptionQuery>;
+/** A subscription in a list: `message` and `payload_preview` are previews; GET /v1/subscriptions/{id} has them whole. */
+export const SubscriptionListItem = Subscription.omit({ payload: true }).extend({
+  message: z.string().describe(`the template's first ${PREVIEW_CHARS} characters, ending in … when cut`),
+  payload_preview: z.string().nullable().describe(`the payload template's JSON text, its first ${PREVIEW_CHARS} characters`),
+});
+export type SubscriptionListItem = z.infer<typeof SubscriptionListItem>;
+export const SubscriptionList = z.object({
+  subscriptions: z.array(SubscriptionListItem).describe('oldest first'),
+  next_cursor: NextCursor,
+});
 export const SubscriptionDeleted = z.object({ deleted: z.string() });
 
 // groups
@@ -188,16 +200,7 @@ export const GroupListItem = z.object({
 });
 export const GroupPage = z.object({ groups: z.array(GroupListItem), next_cursor: z.string().nullable() });
 export const GroupParams = z.strictObject({ id: Id });
-export const GroupListQuery = z.strictObject({
-  limit: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(GROUP_PAGE.max)
-    .optional()
-    .describe(`page size (default ${GROUP_PAGE.default}, at most ${GROUP_PAGE.max})`),
-  cursor: z.string().max(200).optional().describe('next_cursor of the previous page'),
-});
+export const GroupListQuery = z.strictObject(pageQuery(GROUP_PAGE));
 export const GroupCancelled = z.object({ changed: z.boolean().describe('false: it had already decided or been cancelled'), group: Group });
 export const GroupRefusedItem = z.object({
   index: z.union([z.number().int(), z.literal('join')]),

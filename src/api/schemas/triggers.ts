@@ -1,9 +1,9 @@
 /** HTTP contract for schedules, manual triggers and webhooks (see docs/triggers.md). */
 import { z } from 'zod';
-import { PREVIEW_CHARS, SCHEDULE_PAGE } from '../../domain/lists.ts';
+import { PREVIEW_CHARS, CONFIG_PAGE } from '../../domain/lists.ts';
 import { MISFIRE_POLICIES, OVERLAP_POLICIES } from '../../domain/policies.ts';
 import { RetryPolicy } from '../../domain/retry.ts';
-import { AgentName, Execution, ExecutionStatus } from '../schemas.ts';
+import { AgentName, Execution, ExecutionStatus, NextCursor, pageQuery } from '../schemas.ts';
 import { AgentPaused } from './admission.ts';
 
 const NO_NUL = /^[^\u0000]*$/;
@@ -71,18 +71,9 @@ export const ScheduleListItem = Schedule.omit({ payload: true }).extend({
 export type ScheduleListItem = z.infer<typeof ScheduleListItem>;
 export const ScheduleList = z.object({
   schedules: z.array(ScheduleListItem).describe('ordered by agent, then name'),
-  next_cursor: z.string().nullable().describe('pass as `cursor` for the next page (null: this was the last)'),
+  next_cursor: NextCursor,
 });
-export const ScheduleListQuery = z.strictObject({
-  limit: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(SCHEDULE_PAGE.max)
-    .optional()
-    .describe(`page size (default ${SCHEDULE_PAGE.default}, at most ${SCHEDULE_PAGE.max})`),
-  cursor: z.string().max(1000).optional().describe('next_cursor of the previous page'),
-});
+export const ScheduleListQuery = z.strictObject(pageQuery(CONFIG_PAGE, 1000));
 export type ScheduleListQuery = z.infer<typeof ScheduleListQuery>;
 export const ScheduleDeleted = z.object({ deleted: z.string(), cancelled: z.number().int(), cancel_requested: z.number().int() });
 
@@ -128,7 +119,17 @@ export const WebhookCreated = Webhook.extend({
   secret: z.string().nullable().describe('the signing secret when generated: shown once'),
 });
 export const WebhookParams = z.strictObject({ id: Id });
-export const WebhookList = z.object({ webhooks: z.array(Webhook) });
+/** A webhook in a list: `message` is a preview; GET /v1/webhooks/{id} has it whole. */
+export const WebhookListItem = Webhook.extend({
+  message: z.string().describe(`the first ${PREVIEW_CHARS} characters, ending in … when cut`),
+});
+export type WebhookListItem = z.infer<typeof WebhookListItem>;
+export const WebhookList = z.object({
+  webhooks: z.array(WebhookListItem).describe('ordered by agent, then name'),
+  next_cursor: NextCursor,
+});
+export const WebhookListQuery = z.strictObject({ agent: AgentName.optional(), ...pageQuery(CONFIG_PAGE, 1000) });
+export type WebhookListQuery = z.infer<typeof WebhookListQuery>;
 export const HookAccepted = z.object({
   status: z.enum(['queued', 'running', 'already_running']),
   execution_id: z.string(),

@@ -1,6 +1,7 @@
 import type { ChainRefusal } from '../../domain/chains.ts';
 import type { ChainLinkRow, SubscriptionRow } from '../../store/schema.ts';
-import { iso } from '../views.ts';
+import { iso, preview } from '../views.ts';
+import type { SubscriptionListRow } from './subscriptions.ts';
 
 /** A subscription as the API, CLI and MCP show it (src/api/schemas/composition.ts, Subscription). */
 export function subscriptionView(s: SubscriptionRow) {
@@ -20,6 +21,12 @@ export function subscriptionView(s: SubscriptionRow) {
     created_by: s.created_by,
     updated_at: iso(s.updated_at)!,
   };
+}
+
+/** A subscription in a list: the templates as previews (GET /v1/subscriptions/{id} has them whole). */
+export function subscriptionListView(s: SubscriptionListRow) {
+  const { payload: _payload, ...whole } = subscriptionView({ ...s, message: '', payload: null });
+  return { ...whole, message: preview(s.message_head)!, payload_preview: preview(s.payload_head) };
 }
 
 /** One entry of an execution's `started`: what a matching subscription did with its final outcome. */

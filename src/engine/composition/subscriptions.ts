@@ -6,6 +6,7 @@ import { validateTemplate, type TemplateShape } from '../../domain/templates.ts'
 import type { Tx } from '../../store/adapter.ts';
 import type { SubscriptionRow } from '../../store/schema.ts';
 import { appendAudit } from '../audit.ts';
+import { previewHead } from '../list-executions.ts';
 import type { EngineContext } from '../context.ts';
 
 /** What a subscription's message and payload templates may name (src/domain/templates.ts). */
@@ -41,6 +42,7 @@ export interface SubscriptionQuery {
   source?: string;
   target?: string;
 }
+export type SubscriptionListRow = Awaited<ReturnType<Subscriptions['list']>>[number];
 
 export const newSubscriptionId = () => newId('su_');
 
@@ -124,19 +126,53 @@ export class Subscriptions {
     return row;
   }
 
-  /** Oldest first. An agent named in the query must exist (404 otherwise), like the schedule list. */
-  async list(q: SubscriptionQuery = {}): Promise<SubscriptionRow[]> {
+  /**
+   * A page, oldest first, after `page.after` (created_at, id). An agent named in the query must
+   * exist (404 otherwise), like the schedule list. Each filter seeks an index in this order
+   * (migration 0022/0028): none → subscriptions_created; source → subscriptions_source_created;
+   * target → subscriptions_target_created. `agent` (source or target) is one limited seek of each,
+   * merged by the database. Message and payload templates are cut to their heads in SQL: a list
+   * answers with previews (subscriptionListView).
+   */
+  async list(q: SubscriptionQuery, page: { limit: number; after?: { created_at: number; id: string } }) {
     const db = this.store.db;
     const named = [q.agent, q.source, q.target].filter((a): a is string => a !== undefined);
     if (named.length > 0) await requireAgents(db, named);
-    let query = db.selectFrom('subscriptions').selectAll();
-    if (q.agent !== undefined) {
-      const agent = q.agent;
-      query = query.where((eb) => eb.or([eb('source_agent', '=', agent), eb('target_agent', '=', agent)]));
-    }
-    if (q.source !== undefined) query = query.where('source_agent', '=', q.source);
-    if (q.target !== undefined) query = query.where('target_agent', '=', q.target);
-    return query.orderBy('created_at').orderBy('id').execute();
+    const seek = (sources: (string | undefined)[], targets: (string | undefined)[], notSource?: string) => {
+      let query = db
+        .selectFrom('subscriptions')
+        .select([
+          'id',
+          'source_agent',
+          'target_agent',
+          'on_status',
+          'schedule_id',
+          'trigger_kind',
+          'enabled',
+          'created_at',
+          'created_by',
+          'updated_at',
+          previewHead('message').as('message_head'),
+          previewHead('payload').as('payload_head'),
+        ]);
+      for (const a of sources) if (a !== undefined) query = query.where('source_agent', '=', a);
+      for (const a of targets) if (a !== undefined) query = query.where('target_agent', '=', a);
+      if (notSource !== undefined) query = query.where('source_agent', '<>', notSource);
+      const after = page.after;
+      // A row comparison: both stores seek the index to it (an OR of the two columns scans).
+      if (after) query = query.where((eb) => eb(eb.refTuple('created_at', 'id'), '>', eb.tuple(after.created_at, after.id)));
+      return query.orderBy('created_at').orderBy('id').limit(page.limit);
+    };
+    const agent = q.agent;
+    if (agent === undefined) return seek([q.source], [q.target]).execute();
+    // As source, and as target of another source (a subscription of an agent to itself is in the first).
+    const arms = [
+      ...(q.source === undefined || q.source === agent ? [seek([agent], [q.target])] : []),
+      ...((q.target === undefined || q.target === agent) && q.source !== agent ? [seek([q.source], [agent], agent)] : []),
+    ];
+    if (arms.length < 2) return arms[0]?.execute() ?? [];
+    const [asSource, asTarget] = arms.map((arm, i) => db.selectFrom(arm.as(`a${i}`)).selectAll());
+    return asSource!.unionAll(asTarget!).orderBy('created_at').orderBy('id').limit(page.limit).execute();
   }
 
   async delete(id: string, actor: string): Promise<void> {

@@ -1,6 +1,7 @@
 import type { CancelReason } from '../../domain/error-codes.ts';
 import { AlreadyExists, AlreadyRunning, BacklogFull, NotFound } from '../../domain/errors.ts';
 import { newId } from '../../domain/ids.ts';
+import { pageOfAgent } from '../../domain/lists.ts';
 import type { MisfirePolicy } from '../../domain/policies.ts';
 import type { RetryPolicy } from '../../domain/retry.ts';
 import type { TriggerKind } from '../../domain/states.ts';
@@ -193,8 +194,10 @@ export class Schedules {
       q = q.where('agent', '=', agent);
     }
     const after = page.after;
-    // A row comparison: both stores seek schedules_agent_name to it (an OR of the two columns scans).
-    if (after) q = q.where((eb) => eb(eb.refTuple('agent', 'name'), '>', eb.tuple(after.agent, after.name)));
+    // A row comparison: both stores seek schedules_agent_name to it (an OR of the two columns
+    // scans; with the agent fixed, only the rest of the key is a range inside the agent's part).
+    if (after && agent) q = q.where('name', '>', pageOfAgent(after, agent).name);
+    else if (after) q = q.where((eb) => eb(eb.refTuple('agent', 'name'), '>', eb.tuple(after.agent, after.name)));
     return q.orderBy('agent').orderBy('name').limit(page.limit).execute();
   }
 

@@ -1,6 +1,7 @@
 import type { ScheduleRow, WebhookRow } from '../../store/schema.ts';
 import { iso, preview } from '../views.ts';
 import type { ScheduleListRow } from './schedules.ts';
+import type { WebhookListRow } from './webhooks.ts';
 import { compileCron, nextRuns } from './cron.ts';
 
 const json = (text: string | null) => (text === null ? null : JSON.parse(text));
@@ -47,7 +48,7 @@ export function scheduleListView(s: ScheduleListRow) {
 }
 
 /** `overlapPolicy`: the policy that governs deliveries (a target schedule's, when there is one). */
-export function webhookView(w: WebhookRow, overlapPolicy: string = w.overlap_policy) {
+export function webhookView(w: Omit<WebhookRow, 'token_hash'>, overlapPolicy: string = w.overlap_policy) {
   return {
     id: w.id,
     name: w.name,
@@ -60,4 +61,9 @@ export function webhookView(w: WebhookRow, overlapPolicy: string = w.overlap_pol
     created_at: iso(w.created_at)!,
     last_delivery_at: iso(w.last_delivery_at),
   };
+}
+
+/** A webhook in a list: its message as a preview (GET /v1/webhooks/{id} has it whole). */
+export function webhookListView(w: WebhookListRow, overlapPolicy?: string) {
+  return { ...webhookView({ ...w, message: '' }, overlapPolicy), message: preview(w.message_head)! };
 }

@@ -1,11 +1,13 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { AlreadyRunning, BacklogFull, BatonError, NotFound } from '../../domain/errors.ts';
 import { newId } from '../../domain/ids.ts';
+import { pageOfAgent } from '../../domain/lists.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionRow, WebhookRow } from '../../store/schema.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { EngineContext } from '../context.ts';
+import { previewHead } from '../list-executions.ts';
 import type { Schedules } from './schedules.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
@@ -172,6 +174,9 @@ export interface Delivery {
 
 export type DeliveryOutcome = { status: 'queued' | 'running'; execution_id: string } | { status: 'already_running'; execution_id: string };
 
+/** A webhook as a list reads it: its message as a head, no token hash. */
+export type WebhookListRow = Omit<WebhookRow, 'message' | 'token_hash'> & { message_head: string };
+
 export class Webhooks {
   /** The engine's own Schedules (a webhook may target a schedule): one instance per engine. */
   constructor(
@@ -233,10 +238,43 @@ export class Webhooks {
     return { row, token, secret: input.generate_secret ? secret : null };
   }
 
-  async list(agent?: string): Promise<WebhookRow[]> {
-    let q = this.store.db.selectFrom('webhooks').selectAll();
-    if (agent) q = q.where('agent', '=', agent);
-    return q.orderBy('agent').orderBy('name').execute();
+  /**
+   * A page of webhooks (every agent's, or one agent's) in (agent, name, id) order, through
+   * webhooks_agent_name (migration 0022/0028), starting after `after`. The message is cut to its
+   * head in SQL: it may hold 100,000 characters, and a list answers with previews (webhookListView).
+   */
+  async list(
+    agent: string | undefined,
+    page: { limit: number; after?: { agent: string; name: string; id: string } },
+  ): Promise<WebhookListRow[]> {
+    let q = this.store.db
+      .selectFrom('webhooks')
+      .select([
+        'id',
+        'agent',
+        'schedule_id',
+        'name',
+        'secret_enc',
+        'overlap_policy',
+        'enabled',
+        'created_at',
+        'updated_at',
+        'last_delivery_at',
+        previewHead('message').as('message_head'),
+      ]);
+    if (agent) {
+      const exists = await this.store.db.selectFrom('agents').select('name').where('name', '=', agent).executeTakeFirst();
+      if (!exists) throw new NotFound('agent', agent);
+      q = q.where('agent', '=', agent);
+    }
+    const after = page.after;
+    // A row comparison: both stores seek the index to it (an OR of the columns scans; with the
+    // agent fixed, only the rest of the key is a range inside the agent's part).
+    if (after && agent) {
+      pageOfAgent(after, agent);
+      q = q.where((eb) => eb(eb.refTuple('name', 'id'), '>', eb.tuple(after.name, after.id)));
+    } else if (after) q = q.where((eb) => eb(eb.refTuple('agent', 'name', 'id'), '>', eb.tuple(after.agent, after.name, after.id)));
+    return q.orderBy('agent').orderBy('name').orderBy('id').limit(page.limit).execute();
   }
 
   async get(id: string): Promise<WebhookRow> {
@@ -289,7 +327,7 @@ export class Webhooks {
    * The overlap policy that governs each webhook's deliveries: its schedule's for a webhook aimed
    * at a schedule, its own otherwise (one query for the schedules).
    */
-  async effectivePolicies(rows: WebhookRow[]): Promise<Map<string, OverlapPolicy>> {
+  async effectivePolicies(rows: Pick<WebhookRow, 'id' | 'schedule_id' | 'overlap_policy'>[]): Promise<Map<string, OverlapPolicy>> {
     const ids = [...new Set(rows.map((w) => w.schedule_id).filter((x): x is string => x !== null))];
     const schedules = ids.length
       ? await this.store.db.selectFrom('schedules').select(['id', 'overlap_policy']).where('id', 'in', ids).execute()
