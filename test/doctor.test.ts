@@ -68,6 +68,8 @@ beforeAll(async () => {
     logger: false,
     reaper: false,
     nodeId: 'doctor-test',
+    // Not the defaults a shell without BATON_RETENTION_DAYS has: the doctor must show the server's.
+    retention: { retentionDays: 7, auditRetentionDays: 90 },
   });
   admin = node.createdAdminKey!;
 });
@@ -89,8 +91,12 @@ describe('baton doctor', () => {
     expect(r.code, r.stderr).toBe(EXIT.ok);
     const out = JSON.parse(r.stdout) as Checks;
     expect(out.ok).toBe(true);
-    for (const c of ['store', 'migrations', 'server', 'api key']) expect(statusOf(out, c), c).toBe('ok');
+    for (const c of ['store', 'migrations', 'server', 'api key', 'history', 'retention']) expect(statusOf(out, c), c).toBe('ok');
     expect(out.checks.map((c) => c.check)).toContain('canary');
+    // Retention as the server runs it, not as this shell's environment would have it (30 d, 365 d).
+    const retention = out.checks.filter((c) => c.check === 'retention');
+    expect(retention).toHaveLength(1);
+    expect(retention[0]!.detail).toMatch(/^executions 7 d, audit 90 d, no archive \(the server's settings\); never pruned/);
   });
 
   it('warns when the data directory or its files are readable by others', async () => {
@@ -116,8 +122,13 @@ describe('baton doctor', () => {
   it('fails when the server cannot be reached', async () => {
     const r = await baton(['doctor', '--json'], { BATON_URL: `http://127.0.0.1:${await freePort()}` }).done;
     expect(r.code).toBe(EXIT.error);
-    expect(statusOf(JSON.parse(r.stdout), 'server')).toBe('fail');
+    const out = JSON.parse(r.stdout) as Checks;
+    expect(statusOf(out, 'server')).toBe('fail');
     expect(r.stderr).toMatch(/problem/);
+    // The store was read directly: its settings are this shell's, and the row says so.
+    expect(out.checks.find((c) => c.check === 'retention')!.detail).toMatch(
+      /^executions 30 d, audit 365 d, no archive \(this shell's settings/,
+    );
   });
 
   it('fails when the store is not migrated', async () => {

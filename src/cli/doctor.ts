@@ -3,6 +3,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
 import { readEnv, readRetentionEnv, type Env } from '../config.ts';
+import type { HistoryStats } from '../api/schemas/history.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
 import { EXIT } from './exit.ts';
@@ -68,7 +69,11 @@ const fmt = (n: number) => n.toLocaleString('en-US');
 const count = (n: number | null) => (n === null ? '?' : `~${fmt(n)}`);
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
 
-/** History size, oldest rows, retention settings and the last prune (estimates; no table scans). */
+/**
+ * History size, oldest rows, retention settings and the last prune, read from the store directly
+ * (estimates; no table scans). The settings are this shell's environment: when the server answers
+ * GET /v1/history, runDoctor puts its own figures and settings in their place.
+ */
 async function checkHistory(store: StoreAdapter): Promise<Check[]> {
   let settings;
   try {
@@ -77,15 +82,19 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
     return [{ check: 'retention', status: 'fail', detail: (err as Error).message }];
   }
   // Loaded here, not at the top: every `baton` command loads this file, and these reach Kysely.
-  const [{ readHistoryStats }, { iso }] = await Promise.all([import('../retention/stats.ts'), import('../engine/views.ts')]);
-  const s = await readHistoryStats(store, settings);
+  const [{ readHistoryStats }, { historyView }] = await Promise.all([import('../retention/stats.ts'), import('../api/routes/history.ts')]);
+  return historyChecks(historyView(await readHistoryStats(store, settings)), "this shell's settings: the server was not asked");
+}
+
+/** The `history` and `retention` rows from GET /v1/history's answer (or the same read locally); `whose` says where the settings come from. */
+function historyChecks(s: HistoryStats, whose: string): Check[] {
   const r = s.rows;
   const free = s.free_bytes ? ` (${mib(s.free_bytes)} free, returned by the pruner's incremental vacuum)` : '';
   const checks: Check[] = [
     {
       check: 'history',
       status: 'ok',
-      detail: `${count(r.executions)} executions, ${count(r.execution_events)} events, ${count(r.execution_logs)} log lines, ${count(r.audit_log)} audit rows (estimates); ${mib(s.bytes)}${free}; oldest finished ${relativeTime(iso(s.oldest_completed_at))}, oldest created ${relativeTime(iso(s.oldest_created_at))}`,
+      detail: `${count(r.executions)} executions, ${count(r.execution_events)} events, ${count(r.execution_logs)} log lines, ${count(r.audit_log)} audit rows (estimates); ${mib(s.bytes)}${free}; oldest finished ${relativeTime(s.oldest_completed_at)}, oldest created ${relativeTime(s.oldest_created_at)}`,
     },
   ];
   const window = s.retention.days > 0 ? `executions ${s.retention.days} d` : 'executions kept forever (BATON_RETENTION_DAYS=0)';
@@ -95,11 +104,11 @@ async function checkHistory(store: StoreAdapter): Promise<Check[]> {
   const last =
     p.completed_at === null
       ? 'never pruned'
-      : `last prune ${relativeTime(iso(p.completed_at))}: ${fmt(p.executions ?? 0)} executions, ${fmt(p.audit ?? 0)} audit rows in ${((p.duration_ms ?? 0) / 1000).toFixed(1)} s (all time ${fmt(p.total_executions)}, ${fmt(p.total_audit)})`;
-  const detail = `${window}, ${audit}, ${archive}; ${last}`;
+      : `last prune ${relativeTime(p.completed_at)}: ${fmt(p.executions ?? 0)} executions, ${fmt(p.audit ?? 0)} audit rows in ${((p.duration_ms ?? 0) / 1000).toFixed(1)} s (all time ${fmt(p.total_executions)}, ${fmt(p.total_audit)})`;
+  const detail = `${window}, ${audit}, ${archive} (${whose}); ${last}`;
   // A day of slack past the window: the pruner sweeps every 10 minutes when a baton up runs it.
-  const overdue =
-    s.retention.days > 0 && s.oldest_completed_at !== null && s.oldest_completed_at < Date.now() - (s.retention.days + 1) * 86_400_000;
+  const oldest = s.oldest_completed_at === null ? null : Date.parse(s.oldest_completed_at);
+  const overdue = s.retention.days > 0 && oldest !== null && oldest < Date.now() - (s.retention.days + 1) * 86_400_000;
   if (p.error) checks.push({ check: 'retention', status: 'warn', detail: `${detail}; the last sweep failed: ${p.error}` });
   else if (overdue)
     checks.push({
@@ -159,6 +168,16 @@ export async function runDoctor(o: ConnectionFlags): Promise<Check[]> {
   } catch (err) {
     checks.push({ check: 'api key', status: 'fail', detail: err instanceof ApiError ? `${err.code}: ${err.message}` : String(err) });
     return checks;
+  }
+  // The server's own history figures and retention settings, in place of this shell's (an agent key may not read them).
+  try {
+    const server = historyChecks((await c.request<HistoryStats>('GET', '/v1/history')).body, "the server's settings");
+    const at = checks.findIndex((x) => x.check === 'history' || x.check === 'retention');
+    const rest = checks.filter((x) => x.check !== 'history' && x.check !== 'retention');
+    rest.splice(at < 0 ? rest.length : at, 0, ...server);
+    checks.splice(0, checks.length, ...rest);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
   }
   try {
     const r = await c.request<{ status: string; open_count: number; last_completed_at: string | null }>('GET', '/v1/canary');
