@@ -130,8 +130,8 @@ export class Subscriptions {
    * A page, oldest first, after `page.after` (created_at, id). An agent named in the query must
    * exist (404 otherwise), like the schedule list. Each filter seeks an index in this order
    * (migration 0022/0028): none → subscriptions_created; source → subscriptions_source_created;
-   * target → subscriptions_target_created. `agent` (source or target) is one limited seek of each,
-   * merged by the database. Message and payload templates are cut to their heads in SQL: a list
+   * target → subscriptions_target_created; both → subscriptions_pair_created. `agent` (source or
+   * target) is one limited seek of each side, merged by the database. Message and payload templates are cut to their heads in SQL: a list
    * answers with previews (subscriptionListView).
    */
   async list(q: SubscriptionQuery, page: { limit: number; after?: { created_at: number; id: string } }) {
