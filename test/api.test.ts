@@ -256,6 +256,30 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       );
       refused(await get(`/v1/agents/${name}`), 404, 'not_found');
     });
+
+    it('never stores a lone surrogate: a 400 naming the field on every store, never a 500', async () => {
+      // JSON's \ud800 is no character: PostgreSQL's JSON parser refuses it and the drivers rewrite it, each store its own way.
+      const name = `agent-${++n}`;
+      for (const bad of ['a\ud800b', '\udc00', 'x\udbff'])
+        expect(refused(await post('/v1/agents', { name, description: bad }), 400, 'validation_error').message).toContain(
+          'body.description',
+        );
+      expect((await post('/v1/agents', { name, description: 'paired \ud83d\ude00 is fine' })).status).toBe(201);
+      refused(await post(`/v1/agents/${name}/executions`, { message: 'a\ud800' }), 400, 'validation_error');
+      // A group's members go to the database as one JSON value (insertMany): it used to be a 500 on PostgreSQL.
+      const g = refused(
+        await post('/v1/groups', {
+          members: [
+            { agent: name, message: 'ok' },
+            { agent: name, message: '\ud800' },
+          ],
+        }),
+        400,
+        'validation_error',
+      );
+      expect(g.message).toContain('body.members.1.message');
+      expect((await get(`/v1/executions?agent=${name}`)).body.executions).toEqual([]);
+    });
   });
 
   describe('submit', () => {

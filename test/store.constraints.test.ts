@@ -44,6 +44,21 @@ const AGENT_VALUES: [string, unknown][] = [
   ['breaker_state', 'ajar'],
 ];
 
+describe(`bulk inserts (${STORE_KIND})`, () => {
+  it('store a lone surrogate as U+FFFD, as a single insert does, instead of failing the statement', async () => {
+    // PostgreSQL's insertMany sends one JSON value; JSON.stringify writes a lone surrogate as \ud800, which its parser refuses.
+    const detail = `rendered from a worker's JSON: \ud800 and \udc00`;
+    await ts.store.transaction((tx) =>
+      ts.store.insertMany(tx, 'audit_log', [{ at: 1, actor: 'test', action: 'test.surrogate', subject: 's', execution_id: null, detail }]),
+    );
+    const row = await ts.store.db.selectFrom('audit_log').select('detail').where('action', '=', 'test.surrogate').executeTakeFirstOrThrow();
+    // PostgreSQL: one U+FFFD each (as its driver writes a plain parameter); SQLite's driver writes three.
+    const wellFormed = (x: string) => (x as string & { toWellFormed(): string }).toWellFormed();
+    expect(wellFormed(row.detail!)).toBe(row.detail);
+    if (STORE_KIND === 'postgres') expect(row.detail).toBe(wellFormed(detail));
+  });
+});
+
 describe(`the database refuses out-of-domain values (${STORE_KIND})`, () => {
   it.each(AGENT_VALUES)('agents.%s = %j, changed or new', async (column, value) => {
     const db = ts.store.db;

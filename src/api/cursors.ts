@@ -3,6 +3,7 @@
  * did not make is a 400 naming `querystring.cursor`, never a 500 or a silently wrong page.
  */
 import { BatonError } from '../domain/errors.ts';
+import { TEXT_CHARS } from './schemas/text.ts';
 
 const notOurs = () => new BatonError('validation_error', 'querystring.cursor: not a cursor returned by this API');
 
@@ -23,6 +24,7 @@ export function decodeNameCursor(cursor: string, arity: number): string[] {
   } catch {
     throw notOurs();
   }
-  if (!Array.isArray(v) || v.length !== arity || !v.every((x) => typeof x === 'string')) throw notOurs();
+  // (Text as stored: a NUL or a lone surrogate is in no key, and PostgreSQL refuses a NUL in a parameter.)
+  if (!Array.isArray(v) || v.length !== arity || !v.every((x) => typeof x === 'string' && TEXT_CHARS.test(x))) throw notOurs();
   return v as string[];
 }

@@ -3,6 +3,7 @@
  * are inferred from these schemas; /openapi.json is generated from them.
  */
 import { z } from 'zod';
+import { Text, TEXT_CHARS, TEXT_CHARS_MESSAGE } from './schemas/text.ts';
 import { CONTRACT_DEFAULTS as DEFAULTS } from '../domain/defaults.ts';
 import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
@@ -20,9 +21,7 @@ export const AgentName = z
 const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const NullableTimestamp = Timestamp.nullable();
-/** Text stored in a column. PostgreSQL text cannot hold U+0000, so every store refuses it here. */
-const NO_NUL = /^[^\u0000]*$/;
-const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
+export { Text, TEXT_CHARS, TEXT_CHARS_MESSAGE };
 
 export const ErrorBody = z
   .object({
@@ -53,7 +52,7 @@ const agentSettings = {
     .optional()
     .describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
   delivery: z.enum(DELIVERY_MODES).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
-  push_url: z.url().regex(NO_NUL, 'must not contain NUL (\\u0000) characters').nullable().optional(),
+  push_url: z.url().regex(TEXT_CHARS, TEXT_CHARS_MESSAGE).nullable().optional(),
   push_secret: Text.min(16)
     .max(1000)
     .nullable()

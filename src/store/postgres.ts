@@ -12,6 +12,15 @@ import { LocalSignals, TOPICS, type Topic } from './signals.ts';
  * sharing a database would wake each other and see each other's execution ids on their event
  * streams. A long schema name is hashed (a channel name is an identifier: at most 63 bytes).
  */
+
+/**
+ * JSON.stringify's replacer for JSON that PostgreSQL parses: a lone surrogate (no character; the
+ * API refuses one in text, but a template may render one from a worker's JSON) becomes U+FFFD, as
+ * the driver writes it in a plain parameter. JSON.stringify would write it as \ud800, which
+ * PostgreSQL's JSON parser refuses, failing the whole statement.
+ */
+const wellFormed = (_key: string, v: unknown) => (typeof v === 'string' ? (v as string & { toWellFormed(): string }).toWellFormed() : v);
+
 export function channelName(schema: string | undefined, topic: Topic): string {
   if (!schema) return `baton_${topic}`;
   const tag = schema.length <= 40 ? schema : createHash('sha256').update(schema).digest('hex').slice(0, 16);
@@ -211,7 +220,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       for (let i = 0; i < rows.length; i += 5 * BULK_CHUNK) {
         const chunk = rows.slice(i, i + 5 * BULK_CHUNK);
         const cols = sql.join(bulkColumns(chunk).map((c) => sql.ref(c)));
-        await sql`INSERT INTO ${sql.table(table)} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${sql.table(table)}, ${JSON.stringify(chunk)})`.execute(
+        await sql`INSERT INTO ${sql.table(table)} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${sql.table(table)}, ${JSON.stringify(chunk, wellFormed)})`.execute(
           tx,
         );
       }

@@ -2,9 +2,9 @@
 import { z } from 'zod';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
 import { BreakerWaiting } from './breaker.ts';
+import { TEXT_CHARS, TEXT_CHARS_MESSAGE } from './text.ts';
 
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
-const NO_NUL = /^[^\u0000]*$/;
 
 export const Paused = z
   .object({
@@ -31,7 +31,7 @@ export const PauseBody = z.strictObject({
     .string()
     .min(1)
     .max(1000)
-    .regex(NO_NUL, 'must not contain NUL (\\u0000) characters')
+    .regex(TEXT_CHARS, TEXT_CHARS_MESSAGE)
     .describe('why it is paused: shown with the agent and with every execution waiting on it'),
 });
 

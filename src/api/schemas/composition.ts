@@ -8,9 +8,8 @@ import { IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
 import { CONFIG_PAGE, PREVIEW_CHARS } from '../../domain/lists.ts';
 import { GROUP_ITEM_ERRORS, GROUP_LIMITS, GROUP_PAGE, GROUP_POLICIES, GROUP_STATUSES } from '../../domain/groups.ts';
 import { AgentName, ExecutionStatus, NextCursor, pageQuery } from '../schemas.ts';
+import { Text } from './text.ts';
 
-const NO_NUL = /^[^\u0000]*$/;
-const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
 const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 

@@ -4,10 +4,9 @@ import { PREVIEW_CHARS, CONFIG_PAGE } from '../../domain/lists.ts';
 import { MISFIRE_POLICIES, OVERLAP_POLICIES } from '../../domain/policies.ts';
 import { RetryPolicy } from '../../domain/retry.ts';
 import { AgentName, Execution, ExecutionStatus, NextCursor, pageQuery } from '../schemas.ts';
+import { Text } from './text.ts';
 import { AgentPaused } from './admission.ts';
 
-const NO_NUL = /^[^\u0000]*$/;
-const Text = z.string().regex(NO_NUL, 'must not contain NUL (\\u0000) characters');
 const Id = z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'must be an id (letters, digits, - and _)');
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const Overlap = z.enum(OVERLAP_POLICIES);
