@@ -2,7 +2,7 @@ import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
 import { KeyStore } from '../src/auth/keys.ts';
-import { spendOf, windowOf, type Budget } from '../src/domain/budget.ts';
+import { spendOf, USAGE_MAX, windowOf, type Budget } from '../src/domain/budget.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
 import { manualClock } from './helpers/clock.ts';
@@ -74,6 +74,13 @@ describe('budget windows and spending (pure)', () => {
     expect(spendOf({ cost_usd: 0.5, total_tokens: 30, input_tokens: 1 }, 2500)).toEqual({ cost_usd: 0.5, total_tokens: 30, run_ms: 2500 });
     expect(spendOf({ input_tokens: 10, output_tokens: 5 }, null)).toEqual({ cost_usd: 0, total_tokens: 15, run_ms: 0 });
     expect(spendOf('not an object', 7)).toEqual({ cost_usd: 0, total_tokens: 0, run_ms: 7 });
+    // A push target's answer is not validated by the API: what it reports is counted in whole tokens, up to the caps.
+    expect(spendOf({ total_tokens: 1e19, cost_usd: 1.7e308 }, 0)).toEqual({
+      cost_usd: USAGE_MAX.cost_usd,
+      total_tokens: USAGE_MAX.tokens,
+      run_ms: 0,
+    });
+    expect(spendOf({ input_tokens: 1.4, output_tokens: 2.6 }, 0)).toEqual({ cost_usd: 0, total_tokens: 4, run_ms: 0 });
   });
 });
 
@@ -314,5 +321,31 @@ describe(`budgets over HTTP (${STORE_KIND})`, () => {
     );
     await bad({ limits: [{ metric: 'cost_usd', window: 'day', limit: 1 }], extra: 1 }, /budget/);
     expect((await call('GET', `/v1/agents/${name}`)).status).toBe(404);
+  });
+
+  it("refuses usage a ledger cannot count with a 400 naming the field; the task stays the worker's to complete", async () => {
+    // Fractional or 20-digit token counts were a 500 on PostgreSQL (a bigint column), and the task stayed running.
+    const name = `budget-usage-${++n}`;
+    expect(
+      (await call('POST', '/v1/agents', { name, budget: { limits: [{ metric: 'total_tokens', window: 'day', limit: 1000 }] } })).status,
+    ).toBe(201);
+    agent = name;
+    await submit();
+    const [row] = await engine.claim(agent, { owner: 'w1' });
+    const complete = (usage: unknown) =>
+      call('POST', `/v1/executions/${row!.id}/complete`, { lease_token: row!.lease_token, status: 'succeeded', usage });
+    for (const [usage, field] of [
+      [{ total_tokens: 1.5 }, 'body.usage.total_tokens'],
+      [{ total_tokens: 1e19 }, 'body.usage.total_tokens'],
+      [{ input_tokens: 9e18, output_tokens: 9e18 }, 'body.usage.input_tokens'],
+      [{ cost_usd: 1.7e308 }, 'body.usage.cost_usd'],
+    ] as const) {
+      const r = await complete(usage);
+      expect({ status: r.status, error: r.body.error }, JSON.stringify(usage)).toEqual({ status: 400, error: 'validation_error' });
+      expect(r.body.message).toContain(field);
+    }
+    const ok = await complete({ total_tokens: USAGE_MAX.tokens, cost_usd: USAGE_MAX.cost_usd });
+    expect(ok.status).toBe(200);
+    expect((await call('GET', `/v1/agents/${name}/budget`)).body.limits[0]).toMatchObject({ spent: USAGE_MAX.tokens });
   });
 });

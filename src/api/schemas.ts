@@ -13,6 +13,7 @@ import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts'
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
+import { USAGE_MAX } from '../domain/budget.ts';
 
 export const AGENT_NAME_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 export const AgentName = z
@@ -268,12 +269,13 @@ export const HeartbeatResponse = z.object({
   deadline_at: NullableTimestamp,
 });
 
+const Tokens = z.number().int().min(0).max(USAGE_MAX.tokens);
 export const Usage = z
   .object({
-    input_tokens: z.number().min(0).optional(),
-    output_tokens: z.number().min(0).optional(),
-    total_tokens: z.number().min(0).optional(),
-    cost_usd: z.number().min(0).optional(),
+    input_tokens: Tokens.optional(),
+    output_tokens: Tokens.optional(),
+    total_tokens: Tokens.optional(),
+    cost_usd: z.number().min(0).max(USAGE_MAX.cost_usd).optional(),
   })
   .loose();
 export const CompleteBody = z.strictObject({

@@ -73,13 +73,21 @@ export function parseBudget(json: string | null | undefined): Budget | null {
 /** The window kinds a budget counts in, each once. */
 export const budgetWindows = (b: Budget): BudgetWindow[] => [...new Set(b.limits.map((l) => l.window))];
 
-const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : 0);
+/**
+ * The most one completion may report. The API refuses more (400 naming the field); a push
+ * target's answer is not validated by it, so spendOf caps what it counts. A window's ledger row
+ * (tokens a 64-bit integer, cost a double) then holds millions of such completions without overflow.
+ */
+export const USAGE_MAX = Object.freeze({ tokens: 1_000_000_000_000, cost_usd: 1_000_000_000 });
 
-/** The spending a completion reports: usage's cost and tokens (input + output when no total), and its run time. */
+const num = (v: unknown, max: number) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(v, max) : 0);
+const tokenCount = (v: unknown) => Math.round(num(v, USAGE_MAX.tokens));
+
+/** The spending a completion reports: usage's cost and tokens (input + output when no total, whole numbers), and its run time. */
 export function spendOf(usage: unknown, durationMs: number | null): Spend {
   const u = (usage && typeof usage === 'object' ? usage : {}) as Record<string, unknown>;
-  const tokens = u.total_tokens !== undefined ? num(u.total_tokens) : num(u.input_tokens) + num(u.output_tokens);
-  return { cost_usd: num(u.cost_usd), total_tokens: tokens, run_ms: Math.max(0, Number(durationMs ?? 0)) };
+  const tokens = u.total_tokens !== undefined ? tokenCount(u.total_tokens) : tokenCount(u.input_tokens) + tokenCount(u.output_tokens);
+  return { cost_usd: num(u.cost_usd, USAGE_MAX.cost_usd), total_tokens: tokens, run_ms: Math.max(0, Number(durationMs ?? 0)) };
 }
 
 export const spentOn = (metric: BudgetMetric, w: Pick<WindowSpend, 'cost_usd' | 'total_tokens' | 'run_ms'>): number =>
