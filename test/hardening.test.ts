@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpret } from '../src/delivery/dispatcher.ts';
 import { jsonTooDeep, MAX_JSON_DEPTH } from '../src/domain/json.ts';
+import { appendLogs, LOG_LIMITS } from '../src/engine/logs.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -223,6 +224,50 @@ describe(`rights (${STORE_KIND})`, () => {
     const r = await asAgent('/v1/agents/gone');
     expect(r.status).toBe(401);
     expect((await api.listKeys()).find((k) => k.name === 'w' && k.agent === 'gone')?.revoked_at).not.toBeNull();
+  });
+
+  it('a log follower that stops reading makes the server stop reading the log for it, and gets every line when it reads on', async () => {
+    // 200 followers that never read a 5 MiB log took a server from 200 MB to 2.6 GB: each stream wrote the whole log into its socket's buffer.
+    const { execution_id } = await api.submit('hard', { message: 'a long log' });
+    const [task] = await api.claim('hard', { worker_id: 'w' });
+    expect(task!.execution_id).toBe(execution_id);
+    // 24 MB, past the 5 MiB a log keeps (written here with a wider bound): more than loopback's socket buffers take (~4 MB).
+    const line = 'x'.repeat(16_000);
+    const LINES = 1500;
+    const wide = { ...LOG_LIMITS, maxLines: LINES, maxBytes: 64 * 1024 * 1024 };
+    for (let i = 0; i < LINES; i += 100) {
+      const lines = Array.from({ length: 100 }, (_, j) => ({ stream: 'stdout' as const, line: `${i + j} ${line}` }));
+      await appendLogs(ts.store, execution_id, task!.lease_token, lines, Date.now(), wide);
+    }
+    let linesRead = 0;
+    const read = node.engine.logs.read.bind(node.engine.logs);
+    node.engine.logs.read = async (id, o) => {
+      const page = await read(id, o);
+      if (id === execution_id) linesRead += page.lines.length;
+      return page;
+    };
+    try {
+      const { socket, connected } = rawSocket();
+      await connected;
+      const chunks: Buffer[] = [];
+      socket.on('data', (d: Buffer) => chunks.push(d));
+      socket.pause(); // the client reads nothing: what the server sends waits in the socket buffers
+      socket.write(`GET /v1/executions/${execution_id}/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(linesRead, 'lines the server read for a client that reads nothing').toBeLessThan(LINES / 2);
+      await api.complete(execution_id, { lease_token: task!.lease_token, status: 'succeeded' });
+      socket.resume();
+      // (The response ends with the stream; the connection is kept alive.)
+      const ended = `event: end\ndata: ${JSON.stringify({ execution_id, status: 'succeeded', next_after: LINES })}`;
+      for (let waited = 0; waited < 20_000 && !Buffer.concat(chunks).includes(ended); waited += 50)
+        await new Promise((r) => setTimeout(r, 50));
+      socket.destroy();
+      const text = Buffer.concat(chunks).toString();
+      expect(text.match(/\nevent: log\n/g)?.length).toBe(LINES);
+      expect(text).toContain(ended);
+    } finally {
+      node.engine.logs.read = read;
+    }
   });
 
   it('revoking a key ends the event and log streams it opened', async () => {

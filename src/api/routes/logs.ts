@@ -73,6 +73,15 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
   );
 };
 
+/** Lines per read while following (each at most LOG_LIMITS.maxLineBytes: a page is ≤ 1 MiB). */
+const FOLLOW_PAGE_LINES = 64;
+/**
+ * Bytes a follow stream may have waiting in its socket before it reads on: with the page, a
+ * stream holds about 1.25 MiB at most however slowly its client reads (a 5 MiB log read by 200
+ * streams that never read took a server from 200 MB to 2.6 GB).
+ */
+const FOLLOW_BUFFER_BYTES = 256 * 1024;
+
 /**
  * Stream lines as they are appended, then `event: end` once the execution is terminal and every
  * line written before that has been sent. Wake-ups come from the store's `log` topic and the
@@ -116,13 +125,25 @@ async function follow(
       const row = await engine.executionHead(id);
       const done = !row || isTerminal(row.status);
       for (;;) {
-        const page = await engine.logs.read(id, { after, limit: 1000 });
+        const page = await engine.logs.read(id, { after, limit: FOLLOW_PAGE_LINES });
         for (const l of page.lines) {
           res.write(`id: ${l.seq}\nevent: log\ndata: ${JSON.stringify(lineView(l))}\n\n`);
           after = l.seq;
         }
         if (page.lines.length > 0) lastWrite = Date.now();
-        if (page.lines.length < 1000 || closed) break;
+        // A client that reads slowly (or not at all) gets the next page when it has taken this one:
+        // the lines wait in the database, not in this process's memory.
+        while (res.writableLength > FOLLOW_BUFFER_BYTES && !closed)
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              res.off('drain', done);
+              wake = undefined;
+              resolve();
+            };
+            res.on('drain', done);
+            wake = done;
+          });
+        if (page.lines.length < FOLLOW_PAGE_LINES || closed) break;
       }
       if (done) {
         res.write(`event: end\ndata: ${JSON.stringify({ execution_id: id, status: row?.status ?? 'unknown', next_after: after })}\n\n`);
