@@ -273,6 +273,17 @@ describe(`groups in the engine (${STORE_KIND})`, () => {
     expect(await groupRow(g.id)).toMatchObject({ status: 'succeeded', join_refused: 'agent_missing' });
   });
 
+  it('deleting the agent of the members and the join decides the group without starting the join on it', async () => {
+    // Cancelling the deleted agent's queued member decided the group inside the delete, and the join was created on the agent
+    // being deleted: a queued task for an agent that no longer exists (canary E-04), inherited by the next agent of that name.
+    const a = await newAgent();
+    const g = await create({ members: tasks(a, 1), join: { agent: a, message: 'joined' } });
+    await engine.deleteAgent(a, 'test');
+    expect(await groupRow(g.id)).toMatchObject({ status: 'failed', join_refused: 'agent_missing', join_execution_id: null });
+    const left = await ts.store.db.selectFrom('executions').select(['id', 'status']).where('agent', '=', a).execute();
+    expect(left.filter((r) => r.status === 'queued' || r.status === 'running')).toEqual([]);
+  });
+
   it('cancel: a running group becomes cancelled, its members stop, no join is ever created', async () => {
     const a = await newAgent();
     const j = await newAgent();

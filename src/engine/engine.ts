@@ -335,10 +335,12 @@ export class Engine {
         .where('status', '=', statusIs('running'))
         .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
-      // Its subscriptions go first: nothing chains from, or onto, an agent being deleted.
+      // Its subscriptions and its row go before what the cancellations cause: nothing chains from,
+      // or onto, an agent being deleted, and a group its cancelled members decide finds no agent
+      // for a join on it (join_refused agent_missing), instead of a task for an agent about to vanish.
       const subscriptions = await deleteAgentSubscriptions(tx, name);
-      const followed = await this.follow(tx, now, actor, cancelled);
       await tx.deleteFrom('agents').where('name', '=', name).execute();
+      const followed = await this.follow(tx, now, actor, cancelled);
       // Its spending goes with it: an agent created later under the same name starts at 0.
       await tx.deleteFrom('agent_budget_ledger').where('agent', '=', name).execute();
       // Its keys go with it: a later agent of the same name must not be served to them.
