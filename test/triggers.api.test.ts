@@ -477,6 +477,8 @@ describe('webhook lists are bounded (issue #10)', () => {
     expect(JSON.stringify(whole.body)).not.toContain(big.secret);
     refused(await call('GET', '/v1/webhooks/wh_nope'), 404, 'not_found');
     refused(await call('GET', '/v1/webhooks?agent=nobody-here'), 404, 'not_found');
+    // An empty cursor is no cursor, as on every list.
+    expect((await call('GET', `/v1/webhooks?agent=${agent}&limit=1&cursor=`)).body.webhooks.map((w: any) => w.id)).toEqual([big.id]);
     // Every agent's list, in (agent, name, id) order; the client reads every page.
     const all = (await call('GET', '/v1/webhooks')).body.webhooks;
     const keys = all.map((w: any) => `${w.agent}\u0000${w.name}\u0000${w.id}`);

@@ -221,13 +221,13 @@ export const ListExecutionsQuery = z.strictObject({
   until: z.iso.datetime({ offset: true }).optional().describe('created before'),
   ...pageQuery(EXECUTION_PAGE),
 });
-const Preview = z.string().describe(`at most ${PREVIEW_CHARS} characters, ending in '…' when cut`);
+const Preview = z.string().describe(`the first ${PREVIEW_CHARS} characters, then '…' when cut`);
 /** A list item: the execution without its bodies (GET /v1/executions/{id} has them in full). */
 export const ExecutionListItem = Execution.omit({ payload: true, result: true, traceparent: true }).extend({
   message: Preview,
-  payload_preview: Preview.nullable().describe(`the payload's JSON text: at most ${PREVIEW_CHARS} characters, ending in '…' when cut`),
+  payload_preview: Preview.nullable().describe(`the payload's JSON text: the first ${PREVIEW_CHARS} characters, then '…' when cut`),
   result_preview: Preview.nullable().describe(
-    `the result's JSON text (null: none): at most ${PREVIEW_CHARS} characters, ending in '…' when cut`,
+    `the result's JSON text (null: none): the first ${PREVIEW_CHARS} characters, then '…' when cut`,
   ),
   error: z.object({ code: z.string().nullable(), message: Preview.nullable() }).nullable(),
   usage: z.unknown().describe(`null when its JSON is over ${USAGE_LIST_CHARS} characters (the single read has it)`),

@@ -39,8 +39,11 @@ const Summary = z.object({
 const Outcome = Summary.extend({ result: z.unknown(), usage: z.unknown() });
 /** A list_executions item: the summary with previews of the payload and result (get_execution has them in full). */
 const ListItem = Summary.extend({
-  payload_preview: z.string().nullable().describe(`the payload's JSON text, at most ${PREVIEW_CHARS} characters ('…' when cut)`),
-  result_preview: z.string().nullable().describe(`the result's JSON text, at most ${PREVIEW_CHARS} characters ('…' when cut)`),
+  payload_preview: z
+    .string()
+    .nullable()
+    .describe(`the payload's JSON text, its first ${PREVIEW_CHARS} characters ('…' after them when cut)`),
+  result_preview: z.string().nullable().describe(`the result's JSON text, its first ${PREVIEW_CHARS} characters ('…' after them when cut)`),
 });
 const NotAvailable = { available: z.boolean().describe('false: this server has no such route') };
 

@@ -55,7 +55,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
   /** One page of schedules, by agent and name; the cursor is the last item's (agent, name). */
   async function page(agent: string | undefined, q: ScheduleListQuery) {
     const limit = q.limit ?? CONFIG_PAGE.default;
-    const after = q.cursor === undefined ? undefined : decodeNameCursor(q.cursor, 2);
+    const after = q.cursor ? decodeNameCursor(q.cursor, 2) : undefined;
     const rows = await schedules.list(agent, { limit, after: after && { agent: after[0]!, name: after[1]! } });
     const last = rows[rows.length - 1];
     return {

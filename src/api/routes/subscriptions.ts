@@ -60,7 +60,7 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
     async (req) => {
       requireAdmin(req);
       const { limit = CONFIG_PAGE.default, cursor, ...filter } = req.query;
-      const rows = await subscriptions.list(filter, { limit, after: cursor === undefined ? undefined : decodeTimeCursor(cursor) });
+      const rows = await subscriptions.list(filter, { limit, after: cursor ? decodeTimeCursor(cursor) : undefined });
       const last = rows[rows.length - 1];
       return { subscriptions: rows.map(subscriptionListView), next_cursor: rows.length === limit && last ? encodeTimeCursor(last) : null };
     },

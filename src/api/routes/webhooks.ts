@@ -56,7 +56,7 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
     async (req) => {
       requireAdmin(req);
       const { agent, limit = CONFIG_PAGE.default, cursor } = req.query;
-      const after = cursor === undefined ? undefined : decodeNameCursor(cursor, 3);
+      const after = cursor ? decodeNameCursor(cursor, 3) : undefined;
       const rows = await webhooks.list(agent, { limit, after: after && { agent: after[0]!, name: after[1]!, id: after[2]! } });
       const policies = await webhooks.effectivePolicies(rows);
       const last = rows[rows.length - 1];
