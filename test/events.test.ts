@@ -85,7 +85,8 @@ describe('GET /v1/events', () => {
     await node.engine.complete(row.id, claimed!.lease_token!, { status: 'succeeded' }, 'test');
     await s.until((e) => e.id === row.id && e.status === 'succeeded');
     expect(s.events.filter((e) => e.id === row.id).map((e) => e.status)).toEqual(['queued', 'running', 'succeeded']);
-    expect(s.events.find((e) => e.id === row.id)).toMatchObject({ agent: 'ev-a' });
+    // The documented fields and no others (the engine's own event also carried `local`).
+    expect(s.events.find((e) => e.id === row.id)).toEqual({ id: row.id, agent: 'ev-a', status: 'queued', at: expect.any(String) });
     await s.close();
   });
 

@@ -61,8 +61,25 @@ describe(`slow and abusive clients (${STORE_KIND})`, () => {
     const answer = await closed;
     clearInterval(trickle);
     expect(answer).toMatch(/^HTTP\/1\.1 408/);
+    expect(answer).toContain('{"error":"request_timeout","message":"the request did not arrive in time"}');
     // Cut by the timeout (1.5 s, checked every second), not by the 100 kB finishing.
     expect(Date.now() - started).toBeLessThan(10_000);
+    expect((await fetch(node.url + '/healthz')).status).toBe(200);
+  });
+
+  it("answers what Node's HTTP parser refuses in the API's vocabulary, and closes the connection", async () => {
+    for (const [request, status, error] of [
+      ['GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n', 400, 'bad_request'],
+      ['POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n', 400, 'bad_request'],
+      [`GET /v1/agents?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, 431, 'headers_too_large'],
+    ] as const) {
+      const { socket, closed, connected } = rawSocket();
+      await connected;
+      socket.write(request);
+      const answer = await closed;
+      expect(answer, request.slice(0, 40)).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({ error, message: expect.any(String) });
+    }
     expect((await fetch(node.url + '/healthz')).status).toBe(200);
   });
 
@@ -228,8 +245,9 @@ describe(`rights (${STORE_KIND})`, () => {
 
   it('a log follower that stops reading makes the server stop reading the log for it, and gets every line when it reads on', async () => {
     // 200 followers that never read a 5 MiB log took a server from 200 MB to 2.6 GB: each stream wrote the whole log into its socket's buffer.
-    const { execution_id } = await api.submit('hard', { message: 'a long log' });
-    const [task] = await api.claim('hard', { worker_id: 'w' });
+    await api.createAgent({ name: 'long-log' });
+    const { execution_id } = await api.submit('long-log', { message: 'a long log' });
+    const [task] = await api.claim('long-log', { worker_id: 'w' });
     expect(task!.execution_id).toBe(execution_id);
     // 24 MB, past the 5 MiB a log keeps (written here with a wider bound): more than loopback's socket buffers take (~4 MB).
     const line = 'x'.repeat(16_000);

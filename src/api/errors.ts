@@ -1,6 +1,7 @@
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { BatonError, type ApiErrorCode, type ErrorCode } from '../domain/errors.ts';
+import { BatonError, type ApiErrorCode, type EdgeErrorCode, type ErrorCode } from '../domain/errors.ts';
 import { isStoreUnavailable, UNAVAILABLE_RETRY_AFTER_S } from '../store/unavailable.ts';
 
 /** The one mapping from domain errors to HTTP. */
@@ -75,4 +76,27 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
 
 export function notFoundHandler(req: FastifyRequest, reply: FastifyReply) {
   return reply.code(404).send({ error: 'not_found', message: `no route ${req.method} ${req.url.split('?')[0]}` });
+}
+
+/**
+ * What Node's HTTP parser refuses before any route sees it, answered in the API's vocabulary
+ * (Fastify's default answers `{"error":"Bad Request","message":"Client Error","statusCode":400}`):
+ * 408 `request_timeout` (headers or body too slow), 431 `headers_too_large`, 400 `bad_request`
+ * (not HTTP: a malformed header, a bad Content-Length, both Content-Length and Transfer-Encoding).
+ * The connection is closed after it, as Node does.
+ */
+export function clientErrorHandler(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, text, error, message]: [number, string, EdgeErrorCode, string] =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'Request Timeout', 'request_timeout', 'the request did not arrive in time']
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'headers_too_large', 'the request line and headers are larger than the server accepts']
+        : [400, 'Bad Request', 'bad_request', 'not a well-formed HTTP request'];
+  const body = JSON.stringify({ error, message });
+  if (socket.writable)
+    socket.write(
+      `HTTP/1.1 ${status} ${text}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  socket.destroy(err);
 }

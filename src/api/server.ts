@@ -13,7 +13,7 @@ import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
 import { canaryRoutes } from './routes/canary.ts';
 import { historyRoutes } from './routes/history.ts';
-import { errorHandler, notFoundHandler } from './errors.ts';
+import { clientErrorHandler, errorHandler, notFoundHandler } from './errors.ts';
 import { agentRoutes } from './routes/agents.ts';
 import { activityRoutes } from './routes/activity.ts';
 import { eventRoutes } from './routes/events.ts';
@@ -74,6 +74,8 @@ async function buildApp(opts: ServerOptions) {
     // Malformed URLs are refused by the router, before the error handler: answer in our vocabulary.
     // A reply is thenable, not a promise: nothing is left to reject unobserved once it is sent.
     frameworkErrors: (err, req, reply) => void errorHandler(err, req, reply),
+    // What Node's parser refuses before that (a malformed header, a slow request): in our vocabulary too.
+    clientErrorHandler,
   }).withTypeProvider<ZodTypeProvider>();
 
   app.setValidatorCompiler(validatorCompiler);

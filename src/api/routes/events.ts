@@ -63,7 +63,8 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     let line: string | undefined; // only when someone listens: a scheduler burst is thousands of changes
     for (const c of clients) {
       if (c.agent && c.agent !== e.agent) continue;
-      line ??= `event: execution\ndata: ${JSON.stringify({ ...e, at: new Date().toISOString() })}\n\n`;
+      // The documented fields only (the engine's event also says whether this process made the change).
+      line ??= `event: execution\ndata: ${JSON.stringify({ id: e.id, agent: e.agent, status: e.status, at: new Date().toISOString() })}\n\n`;
       send(c, line);
     }
   };
