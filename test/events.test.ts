@@ -1,6 +1,7 @@
 /**
  * GET /v1/events: Server-Sent Events of execution status changes, over a real socket.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openEventStreams } from '../src/api/routes/events.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
@@ -88,6 +89,29 @@ describe('GET /v1/events', () => {
     // The documented fields and no others (the engine's own event also carried `local`).
     expect(s.events.find((e) => e.id === row.id)).toEqual({ id: row.id, agent: 'ev-a', status: 'queued', at: expect.any(String) });
     await s.close();
+  });
+
+  it('answers HEAD with the headers and ends it, on the events and the log-follow streams', async () => {
+    // (Fastify serves HEAD with the GET handler: it used to hold the connection open like a stream.)
+    const row = await node.engine.submit('ev-a', { message: 'head' }, 'test');
+    const { port } = new URL(node.url);
+    for (const path of ['/v1/events', `/v1/executions/${row.id}/logs?follow=true`]) {
+      // A second request on the same connection is answered only once the HEAD's answer has ended.
+      const socket = net.connect(Number(port), '127.0.0.1');
+      let got = '';
+      const answered = new Promise<boolean>((r) => {
+        socket.on('data', (d) => {
+          got += d.toString();
+          if (got.includes('{"status":"ok"}')) r(true);
+        });
+        setTimeout(() => r(false), 5_000);
+      });
+      socket.write(`HEAD ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${admin}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`);
+      expect(await answered, `${path}: the HEAD answer ended: ${JSON.stringify(got)}`).toBe(true);
+      socket.destroy();
+      expect(got).toMatch(/^HTTP\/1\.1 200 [^]*content-type: text\/event-stream[^]*HTTP\/1\.1 200 /i);
+    }
+    await node.engine.cancel(row.id, 'test');
   });
 
   it('filters by agent, and accepts the key as ?key= (EventSource cannot send headers)', async () => {

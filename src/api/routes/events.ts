@@ -26,15 +26,21 @@ interface Client {
   agent?: string;
 }
 
-/** Open an SSE response on a hijacked reply: headers, retry hint, and a first comment. */
-export function openSse(res: ServerResponse): void {
+/** Open an SSE response on a hijacked reply: headers, retry hint, and a first comment (false for HEAD: ended, nothing to stream). */
+export function openSse(res: ServerResponse, method: string): boolean {
   res.writeHead(200, {
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache, no-transform',
     connection: 'keep-alive',
     'x-accel-buffering': 'no',
   });
+  // HEAD (which Fastify serves with the GET handler): the headers, then the end, not a stream held open.
+  if (method === 'HEAD') {
+    res.end();
+    return false;
+  }
   res.write('retry: 3000\n: connected\n\n');
+  return true;
 }
 
 /**
@@ -98,8 +104,8 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       // An agent-scoped key sees only its own agent's changes.
       const agent = req.principal.scope === 'agent' ? req.principal.agent! : req.query.agent;
       reply.hijack();
+      if (!openSse(reply.raw, req.method)) return;
       const client: Client = { res: reply.raw, agent };
-      openSse(reply.raw);
       clients.add(client);
       const offRevoke = closeOnRevoke(engine, req.principal.keyId, reply.raw);
       const drop = () => {

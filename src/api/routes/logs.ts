@@ -97,7 +97,7 @@ async function follow(
 ): Promise<void> {
   reply.hijack();
   const res = reply.raw;
-  openSse(res);
+  if (!openSse(res, req.method)) return;
   streams.add(res);
   let closed = false;
   let dirty = true;
