@@ -496,6 +496,10 @@ describe(`groups over HTTP (${STORE_KIND})`, () => {
     expect(noMembers.body.message).toMatch(/members/);
     const tooMany = await call('POST', '/v1/groups', { members: tasks(a, 1001) });
     expect({ status: tooMany.status, error: tooMany.body.error }).toEqual({ status: 400, error: 'validation_error' });
+    // A join naming a member the group does not have (it rendered as nothing).
+    const pastEnd = await call('POST', '/v1/groups', { members: tasks(a, 2), join: { agent: a, message: 'sum {{members.2.result}}' } });
+    expect({ status: pastEnd.status, error: pastEnd.body.error }).toEqual({ status: 400, error: 'validation_error' });
+    expect(pastEnd.body.message).toMatch(/^body\.join\.message: .*members\.0 to members\.1/);
     const badPolicy = await call('POST', '/v1/groups', { members: tasks(a, 1), policy: 'most' });
     expect(badPolicy.body.message).toMatch(/policy/);
     const big = await call('POST', '/v1/groups', { members: [{ agent: a, message: 'x', payload: 'y'.repeat(300 * 1024) }] });

@@ -141,4 +141,14 @@ describe('validateTemplate', () => {
     expect(() => validateTemplate('{{members.0.result#/x}} {{group.id}}', shape, 'body.join.message')).not.toThrow();
     expect(() => validateTemplate('{{members.0.nope}}', shape, 'body.join.message')).toThrow(/unknown 'members\.0\.nope'/);
   });
+
+  it('an index past the end of an array of known length is refused, naming the range (a join over a group of 3)', () => {
+    const shape: TemplateShape = { members: { '*': { result: 'any' } } };
+    const arrays = { members: 3 };
+    expect(() => validateTemplate('{{members.2.result}}', shape, 'body.join.message', arrays)).not.toThrow();
+    for (const bad of ['{{members.3.result}}', '{{members.99999999999999999999.result}}', '{{members.first.result}}'])
+      expect(() => validateTemplate(bad, shape, 'body.join.message', arrays), bad).toThrow(
+        /^body\.join\.message: placeholder .*: 'members\.\w+' is not one of members\.0 to members\.2$/,
+      );
+  });
 });

@@ -159,12 +159,19 @@ export function renderWithin(template: unknown, context: Record<string, unknown>
  */
 export type TemplateShape = 'any' | 'leaf' | { readonly [key: string]: TemplateShape };
 
-function checkPath(p: Placeholder, shape: TemplateShape): string | undefined {
+/** Lengths of the arrays a template may index, by path (`{ members: 3 }`: members.0 to members.2). */
+export type TemplateArrays = Readonly<Record<string, number>>;
+
+function checkPath(p: Placeholder, shape: TemplateShape, arrays: TemplateArrays): string | undefined {
   let node: TemplateShape = shape;
   for (let i = 0; i < p.path.length; i++) {
     if (node === 'any') return undefined;
     const seg = p.path[i]!;
     if (node === 'leaf') return `'${p.path.slice(0, i).join('.')}' has no fields`;
+    const array = p.path.slice(0, i).join('.');
+    const length = Object.hasOwn(arrays, array) ? arrays[array]! : undefined;
+    if (length !== undefined && !(/^\d+$/.test(seg) && Number(seg) < length))
+      return `'${array}.${seg}' is not one of ${array}.0 to ${array}.${length - 1}`;
     const next: TemplateShape | undefined = Object.hasOwn(node, seg) ? node[seg] : Object.hasOwn(node, '*') ? node['*'] : undefined;
     if (next === undefined) {
       const known = Object.keys(node).filter((k) => k !== '*');
@@ -179,16 +186,19 @@ function checkPath(p: Placeholder, shape: TemplateShape): string | undefined {
 
 /**
  * Check every placeholder of `template` against `shape`; a malformed or unknown one is a 400
- * validation_error naming `field` (e.g. `body.message`) and the placeholder.
+ * validation_error naming `field` (e.g. `body.message`) and the placeholder, and so is an index
+ * past the end of an array whose length `arrays` gives.
  */
-export function validateTemplate(template: unknown, shape: TemplateShape, field: string): void {
+export function validateTemplate(template: unknown, shape: TemplateShape, field: string, arrays: TemplateArrays = {}): void {
   const todo: Array<{ value: unknown; at: string }> = [{ value: template, at: field }];
   for (let item = todo.pop(); item; item = todo.pop()) {
     const { value, at } = item;
     if (typeof value === 'string') {
       for (const m of value.matchAll(PLACEHOLDER)) {
         const p = parsePlaceholder(m[1]!, m[2]);
-        const problem = p ? checkPath(p, shape) : 'a path is dot-separated names (letters, digits, _ and -), a pointer starts with /';
+        const problem = p
+          ? checkPath(p, shape, arrays)
+          : 'a path is dot-separated names (letters, digits, _ and -), a pointer starts with /';
         if (problem) throw new BatonError('validation_error', `${at}: placeholder ${m[0]}: ${problem}`);
       }
       // `{{` that is not a placeholder is most likely a typo; say so rather than render it as text.

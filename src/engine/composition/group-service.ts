@@ -115,7 +115,7 @@ export class Groups {
       throw new BatonError('validation_error', `body.quorum: policy quorum needs an integer from 1 to ${size} (the number of members)`);
     }
     if (policy !== 'quorum' && quorum !== null) throw new BatonError('validation_error', 'body.quorum: only with policy quorum');
-    if (input.join) validateTemplate(input.join.message, JOIN_TEMPLATE_SHAPE, 'body.join.message');
+    if (input.join) validateTemplate(input.join.message, JOIN_TEMPLATE_SHAPE, 'body.join.message', { members: size });
     const now = this.engine.now();
     const id = newId('gr_');
     const store = this.engine.store;
