@@ -7,6 +7,7 @@ import type { Tx } from '../../store/adapter.ts';
 import type { SubscriptionRow } from '../../store/schema.ts';
 import { appendAudit } from '../audit.ts';
 import { previewHead } from '../list-executions.ts';
+import { requireAgents } from '../require-agents.ts';
 import type { EngineContext } from '../context.ts';
 
 /** What a subscription's message and payload templates may name (src/domain/templates.ts). */
@@ -208,14 +209,6 @@ export async function deleteAgentSubscriptions(tx: Tx, agent: string): Promise<n
 function checkTemplates(input: { message?: string; payload?: unknown }): void {
   if (input.message !== undefined) validateTemplate(input.message, SOURCE_TEMPLATE_SHAPE, 'body.message');
   if (input.payload !== undefined && input.payload !== null) validateTemplate(input.payload, SOURCE_TEMPLATE_SHAPE, 'body.payload');
-}
-
-/** 404 naming the first agent that does not exist. */
-async function requireAgents(db: Tx | EngineContext['store']['db'], names: string[]): Promise<void> {
-  const unique = [...new Set(names)];
-  const found = new Set((await db.selectFrom('agents').select('name').where('name', 'in', unique).execute()).map((a) => a.name));
-  const missing = unique.find((n) => !found.has(n));
-  if (missing !== undefined) throw new NotFound('agent', missing);
 }
 
 /** A schedule filter names a schedule of the source agent (a typo would otherwise match nothing, silently). */

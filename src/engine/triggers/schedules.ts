@@ -17,6 +17,7 @@ import type { EngineContext } from '../context.ts';
 import { statusIs } from '../status-sql.ts';
 import { cancelExecution, cancelQueued } from '../transitions/cancel.ts';
 import { previewHead } from '../list-executions.ts';
+import { requireAgents } from '../require-agents.ts';
 import { compileCron, nextAfter } from './cron.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
@@ -189,8 +190,7 @@ export class Schedules {
         previewHead('payload').as('payload_head'),
       ]);
     if (agent) {
-      const exists = await this.store.db.selectFrom('agents').select('name').where('name', '=', agent).executeTakeFirst();
-      if (!exists) throw new NotFound('agent', agent);
+      await requireAgents(this.store.db, [agent]);
       q = q.where('agent', '=', agent);
     }
     const after = page.after;

@@ -8,6 +8,7 @@ import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { EngineContext } from '../context.ts';
 import { previewHead } from '../list-executions.ts';
+import { requireAgents } from '../require-agents.ts';
 import type { Schedules } from './schedules.ts';
 import { lockAgent, startRun, type OverlapPolicy } from './start-run.ts';
 
@@ -263,8 +264,7 @@ export class Webhooks {
         previewHead('message').as('message_head'),
       ]);
     if (agent) {
-      const exists = await this.store.db.selectFrom('agents').select('name').where('name', '=', agent).executeTakeFirst();
-      if (!exists) throw new NotFound('agent', agent);
+      await requireAgents(this.store.db, [agent]);
       q = q.where('agent', '=', agent);
     }
     const after = page.after;
