@@ -1,14 +1,15 @@
 /**
  * No client can stall or crash the server: trickled bodies time out, a refused request does not
  * wait for its body, one address cannot hold every connection, over-deep JSON is a 400 everywhere
- * a body comes in, numeric parameters are bounded by their columns, and only JSON is accepted.
+ * a body comes in, so is a body of more values than one step may parse (413), numeric parameters
+ * are bounded by their columns, and only JSON is accepted.
  * Real sockets against a real `baton up` on each store.
  */
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpret } from '../src/delivery/dispatcher.ts';
-import { jsonTooDeep, MAX_JSON_DEPTH } from '../src/domain/json.ts';
+import { jsonShape, jsonTooDeep, MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../src/domain/json.ts';
 import { appendLogs, LOG_LIMITS } from '../src/engine/logs.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
@@ -164,6 +165,48 @@ describe(`bodies (${STORE_KIND})`, () => {
   it('a push answer nested too deep fails the run with push_invalid_response', () => {
     const o = interpret({ status: 200, text: `{"status":"succeeded","result":${nested(5000)}}` });
     expect(o).toMatchObject({ status: 'failed', error: { code: 'push_invalid_response' } });
+  });
+
+  it('refuses a body of more JSON values than one step may parse with 413 naming the bound, writing nothing', async () => {
+    // An object of n keys and n numbers: 2n + 1 values.
+    const wide = (keys: number) => `{${Array.from({ length: keys }, (_, i) => `"k${i}":${i}`).join(',')}}`;
+    await api.createAgent({ name: 'wide', max_backlog: 1000 });
+    // 1,000 items of 130 keys each: ~265,000 values in ~2 MB, well inside the batch route's 8 MiB.
+    const items = (keys: number) =>
+      `{"items":[${Array.from({ length: 1000 }, () => `{"message":"m","payload":${wide(keys)}}`).join(',')}]}`;
+    const over = await post('/v1/agents/wide/executions/batch', items(130));
+    expect(over.status).toBe(413);
+    const b = await over.json();
+    expect(b.error).toBe('payload_too_large');
+    expect(b.message).toMatch(/^body: about [\d,]+ JSON values \(keys included\), more than the 250,000/);
+    expect((await api.listExecutions({ agent: 'wide' })).executions.length).toBe(0);
+    // ~245,000 values: taken whole.
+    const within = await post('/v1/agents/wide/executions/batch', items(120));
+    expect(within.status).toBe(200);
+    expect((await within.json()).created).toBe(1000);
+    // A worker's result past the bound: refused, the lease kept; a report within it then lands.
+    await api.createAgent({ name: 'wide-result' });
+    const { execution_id } = await api.submit('wide-result', { message: 'wide result' });
+    const [task] = await api.claim('wide-result', { worker_id: 'w', wait_seconds: 1 });
+    expect(task!.execution_id).toBe(execution_id);
+    const tooMany = await post(
+      `/v1/executions/${execution_id}/complete`,
+      `{"lease_token":"${task!.lease_token}","status":"succeeded","result":${wide(MAX_JSON_VALUES / 2)}}`,
+    );
+    expect(tooMany.status).toBe(413);
+    expect((await tooMany.json()).error).toBe('payload_too_large');
+    expect((await api.getExecution(execution_id)).status).toBe('running');
+    await api.complete(execution_id, { lease_token: task!.lease_token, status: 'succeeded', result: 'x'.repeat(3_000_000) });
+    expect((await api.getExecution(execution_id)).status).toBe('succeeded');
+  });
+
+  it('counts values as keys, scalars and containers outside strings', () => {
+    expect(jsonShape('1').values).toBe(1);
+    expect(jsonShape('{"a":1,"b":[2,3]}').values).toBe(7);
+    expect(jsonShape('["a,b:c","{["]').values).toBe(3);
+    // {"a\\":"\\",":":","}: escaped backslashes end their strings; the quoted ':' and ',' are text.
+    expect(jsonShape(String.raw`{"a\\":"\\",":":","}`).values).toBe(5);
+    expect(JSON.parse(String.raw`{"a\\":"\\",":":","}`)).toEqual({ 'a\\': '\\', ':': ',' });
   });
 
   it('counts depth outside strings only', () => {
@@ -359,5 +402,53 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     const stored = JSON.stringify(row);
     for (const [name, make] of Object.entries(samples)) expect(stored, name).not.toContain(make());
     expect(JSON.parse(row.usage!).tokens).toBe(10);
+  });
+
+  it('redacts through JSON text as the walk does: every secret anywhere in a value, whatever precedes it', async () => {
+    const { redactJson, redactToJson } = await import('../src/domain/redact.ts');
+    const { ANY_SECRET_HEAD, findSecret } = await import('../src/domain/secrets.ts');
+    const fc = (await import('fast-check')).default;
+    // What redactToJson's shortcut rests on: each pattern's match starts with a listed head.
+    for (const [name, make] of Object.entries(samples)) expect(make().search(ANY_SECRET_HEAD), name).toBe(0);
+    const secret = fc.constantFrom(...Object.values(samples).map((f) => f()));
+    // A string holding a secret after any text (escapes, quotes, unicode), or none.
+    const text = fc.oneof(
+      fc.string({ unit: 'binary' }),
+      fc.tuple(fc.string({ unit: 'binary' }), secret, fc.string()).map((p) => p.join('')),
+    );
+    const value = fc.letrec((tie) => ({
+      v: fc.oneof({ depthSize: 'small' }, text, fc.integer(), fc.constant(null), fc.array(tie('v')), fc.dictionary(text, tie('v'))),
+    })).v;
+    const strings = (v: unknown): string[] =>
+      typeof v === 'string'
+        ? [v]
+        : Array.isArray(v)
+          ? v.flatMap(strings)
+          : v && typeof v === 'object'
+            ? Object.entries(v).flatMap(([k, x]) => [k, ...strings(x)])
+            : [];
+    fc.assert(
+      fc.property(value, (v) => {
+        const out = redactToJson(v);
+        expect(out).toBe(JSON.stringify(redactJson(v)));
+        for (const s of strings(JSON.parse(out))) expect(findSecret(s)).toBeUndefined();
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('answers a large result as stored, and reads it back the same', async () => {
+    await api.createAgent({ name: 'big-result' });
+    const { execution_id } = await api.submit('big-result', { message: 'big' });
+    const [task] = await api.claim('big-result', { worker_id: 'w', wait_seconds: 5 });
+    // Past the size from which the answer splices the stored text: escapes, quotes, unicode, nesting.
+    const result = { rows: Array.from({ length: 3000 }, (_, i) => ({ i, s: `"q" \\ é ✓ 😀 \n ${i}`, n: [i, null, true] })), tail: '}"]' };
+    const done = await api.complete(execution_id, { lease_token: task!.lease_token, status: 'succeeded', result, claim: { max: 1 } });
+    expect(done.result).toEqual(result);
+    expect(done.status).toBe('succeeded');
+    expect(done.tasks).toEqual([]);
+    const read = await api.getExecution(execution_id);
+    expect(read.result).toEqual(result);
+    expect(read.events.map((e) => e.to)).toEqual(['queued', 'running', 'succeeded']);
   });
 });

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
-import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
+import { jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
 import { declareCommonAnswers } from './contract.ts';
@@ -57,6 +57,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   return buildApp(opts) as unknown as Promise<FastifyInstance>;
 }
 
+/** A JSON body past this size gets a turn of the event loop between its parsing and its handler. */
+const LARGE_BODY_CHARS = 256 * 1024;
+
 async function buildApp(opts: ServerOptions) {
   const limits: ConnectionLimits = { ...CONNECTION_LIMITS, ...opts.limits };
   const app = Fastify({
@@ -87,16 +90,28 @@ async function buildApp(opts: ServerOptions) {
   guardConnections(app as unknown as FastifyInstance, limits);
 
   // JSON bodies: refused before anything recursive sees them when nested too deep (JSON.stringify
-  // and redaction would overflow the stack: a 500, or an execution left running). Only JSON is
+  // and redaction would overflow the stack: a 500, or an execution left running), or when they
+  // hold more values than one step of the event loop should parse (MAX_JSON_VALUES). Only JSON is
   // accepted on these routes: Fastify's default text/plain parser would turn a non-JSON body into
   // a string and the schema would answer 400 instead of 415 (/hooks has its own parser).
   const parseJson = app.getDefaultJsonParser('error', 'error');
+  const largeBodies = new WeakSet<object>();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if (jsonTooDeep(body as string)) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
+    if ((body as string).length > LARGE_BODY_CHARS) largeBodies.add(req);
+    const shape = jsonShape(body as string);
+    if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
+    if (shape.values > MAX_JSON_VALUES)
+      return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
     // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
     void parseJson(req, body as string, done);
   });
   app.removeContentTypeParser('text/plain');
+  // A large body was parsed and validated in one turn of the event loop; its handler (which
+  // serialises, redacts and writes it) runs in the next, so other requests are served between.
+  app.addHook('preHandler', (req, _reply, done) => {
+    if (largeBodies.has(req)) setImmediate(done);
+    else done();
+  });
 
   await app.register(swagger, {
     openapi: {

@@ -16,6 +16,17 @@ export interface Outcome {
 }
 
 /**
+ * An outcome as the store writes it, made once by Engine.complete from the reported one: every
+ * recognisable secret redacted, the result and usage serialised (JSON text, null when not given).
+ */
+export interface StoredOutcome {
+  status: CompletionStatus;
+  result: string | null;
+  error: { code: ExecutionErrorCode; message: string } | null;
+  usage: string | null;
+}
+
+/**
  * What the reaper did to one row. `requeued_shared`: re-queued after a shared-cause lapse (several
  * of its agent's leases lapsed at once), with the attempt given back (src/domain/admission.ts).
  */

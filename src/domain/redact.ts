@@ -4,10 +4,12 @@
  * src/domain/secrets.ts, which the canary's G-04 reads too) are replaced before anything is
  * written, so a secret a task printed or returned never reaches the database.
  */
-import { SECRET_PATTERNS, secretHead } from './secrets.ts';
+import { ANY_SECRET_HEAD, SECRET_PATTERNS, secretHead } from './secrets.ts';
 
 /** Replace every recognisable secret in `text` with `[redacted]` (keeping its kind visible). */
 export function redactSecrets(text: string): string {
+  // Most text holds no secret's head: one search instead of one replace per pattern.
+  if (!ANY_SECRET_HEAD.test(text)) return text;
   let out = text;
   for (const { re } of SECRET_PATTERNS) {
     if (out.length === 0) break;
@@ -27,4 +29,15 @@ export function redactJson<T>(value: T): T {
     return Object.fromEntries(Object.entries(value as Record<string, unknown>).map(([k, v]) => [redactSecrets(k), redactJson(v)])) as T;
   }
   return value;
+}
+
+/**
+ * `value` as the JSON text Baton stores, every recognisable secret redacted. When no secret's
+ * head appears anywhere in its text (nearly always) that text is the answer: one JSON.stringify
+ * and one search, where walking a result of 100,000 keys would hold the event loop for tens of
+ * milliseconds. Otherwise redactJson walks it, then it is serialised.
+ */
+export function redactToJson(value: unknown): string {
+  const text = JSON.stringify(value);
+  return ANY_SECRET_HEAD.test(text) ? JSON.stringify(redactJson(value)) : text;
 }

@@ -32,8 +32,17 @@ export const SECRET_PATTERNS: readonly SecretPattern[] = Object.freeze([
   { kind: 'whsec_', like: ['%whsec_%'], re: /(?<![A-Za-z0-9_])whsec_[A-Za-z0-9_+/=-]{16,}/g },
 ]);
 
+/**
+ * Every pattern's match starts with one of these heads. JSON.stringify leaves their characters
+ * as they are, so a value none of whose strings holds a secret is told by one search of its JSON
+ * text for a head (test/redact.test.ts checks each pattern against the list).
+ */
+const HEADS = 'sk-|github_pat_|gh[pousr]_|xox[abeprs]-|AKIA|ASIA|bt_|bwh_|whsec_';
+/** Some secret's head somewhere in the text: the text may hold a secret (no head: it holds none). */
+export const ANY_SECRET_HEAD = new RegExp(HEADS);
+
 /** The head of a matched secret, kept visible after redaction (`ghp_[redacted]`). */
-const HEAD = /^(sk-|github_pat_|gh[pousr]_|xox[abeprs]-|AKIA|ASIA|bt_|bwh_|whsec_)/;
+const HEAD = new RegExp(`^(${HEADS})`);
 export const secretHead = (match: string): string => HEAD.exec(match)?.[1] ?? '';
 
 /** The kind of the first recognisable secret in `text` (its head, e.g. `ghp_`, `ASIA`), if any. */

@@ -3,7 +3,7 @@ import { newExecutionId } from '../domain/ids.ts';
 import type { DeliveryMode } from '../domain/delivery.ts';
 import type { RetryPolicy } from '../domain/retry.ts';
 import type { CompletionStatus, ExecutionStatus, TriggerKind } from '../domain/states.ts';
-import type { Outcome, Reaped } from '../domain/outcomes.ts';
+import type { Outcome, Reaped, StoredOutcome } from '../domain/outcomes.ts';
 import { NO_SECRET_BOX, type SecretBox } from '../domain/secret-box.ts';
 import { DEFAULTS, defaultNodeId } from '../config.ts';
 import type { StoreAdapter, StoreKind, Tx } from '../store/adapter.ts';
@@ -23,7 +23,7 @@ import { retryFailedExecution } from './manual-retry.ts';
 import type { ActivityWindow } from '../domain/activity.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { Logs } from './logs.ts';
-import { redactJson, redactSecrets } from '../domain/redact.ts';
+import { redactSecrets, redactToJson } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, claimManyInOneStatement, type AdmitOptions, type PlainClaim } from './transitions/admit.ts';
@@ -115,6 +115,8 @@ export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
 export interface SubmitInput {
   message: string;
   payload?: unknown;
+  /** The payload already serialised (a route that measured its size): stored as given, in place of `payload`. */
+  payloadJson?: string;
   priority?: number;
   run_after?: number | null;
   trigger?: TriggerKind;
@@ -667,7 +669,7 @@ export class Engine {
       trigger_kind: input.trigger ?? 'api',
       origin: JSON.stringify(input.origin ?? {}),
       message: input.message,
-      payload: JSON.stringify(input.payload ?? null),
+      payload: input.payloadJson ?? JSON.stringify(input.payload ?? null),
       priority: input.priority ?? 0,
       run_after: input.run_after ?? null,
       idempotency_key: input.idempotency_key ?? null,
@@ -749,13 +751,13 @@ export class Engine {
   async complete(id: string, token: string, given: Outcome, actor: string): Promise<ExecutionRow> {
     const now = this.now();
     // Whatever client reported it, a recognisable secret is never stored (canary G-04).
-    const outcome: Outcome = {
-      ...given,
-      result: given.result === undefined ? undefined : redactJson(given.result),
+    const outcome: StoredOutcome = {
+      status: given.status,
+      result: given.result === undefined ? null : redactToJson(given.result),
       error: given.error
-        ? { ...given.error, code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) }
-        : given.error,
-      usage: given.usage === undefined ? undefined : redactJson(given.usage),
+        ? { code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) }
+        : null,
+      usage: given.usage === undefined ? null : redactToJson(given.usage),
     };
     // A completion that causes nothing else is one statement, shared with the others of its turn
     // (store.loneStatements).

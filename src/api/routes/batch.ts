@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { DEFAULTS } from '../../config.ts';
 import { BATCH } from '../../domain/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
 import type { ExecutionStatus } from '../../domain/states.ts';
@@ -11,6 +10,7 @@ import { actorOf, requireAdmin } from '../auth.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
 import { SubmitBatchBody, SubmitBatchAnswer, type BatchItemAnswer } from '../schemas/batch.ts';
 import type { ApiDeps } from '../deps.ts';
+import { payloadText } from '../payload.ts';
 
 /**
  * POST /v1/agents/{agent}/executions/batch: many submits in one request and one transaction
@@ -42,15 +42,13 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
       const now = engine.now();
       const items: SubmitManyItem[] = req.body.items.map((item, i) => {
         const { idempotency_key, ...body } = item;
-        if (body.payload !== undefined && Buffer.byteLength(JSON.stringify(body.payload)) > DEFAULTS.payloadLimitBytes) {
-          throw new BatonError('payload_too_large', `body.items.${i}.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
-        }
+        const payloadJson = payloadText(body.payload, `body.items.${i}.payload`);
         if (body.run_after !== undefined && body.delay_seconds !== undefined) {
           throw new BatonError('validation_error', `body.items.${i}.run_after, body.items.${i}.delay_seconds: give one or the other`);
         }
         return {
           message: body.message,
-          payload: body.payload,
+          payloadJson,
           priority: body.priority,
           run_after:
             body.run_after !== undefined

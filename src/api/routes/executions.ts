@@ -18,6 +18,8 @@ import {
 } from '../schemas.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
+import { payloadText } from '../payload.ts';
+import { executionAnswer } from '../raw-json.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
@@ -38,9 +40,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     async (req, reply) => {
       requireAdmin(req);
       const body = req.body;
-      if (body.payload !== undefined && Buffer.byteLength(JSON.stringify(body.payload)) > DEFAULTS.payloadLimitBytes) {
-        throw new BatonError('payload_too_large', `body.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
-      }
+      const payloadJson = payloadText(body.payload, 'body.payload');
       if (body.run_after !== undefined && body.delay_seconds !== undefined) {
         throw new BatonError('validation_error', 'body.run_after, body.delay_seconds: give one or the other');
       }
@@ -68,7 +68,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
           req.params.agent,
           {
             message: body.message,
-            payload: body.payload,
+            payloadJson,
             priority: body.priority,
             run_after: runAfter,
             trigger: via,
@@ -125,10 +125,15 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         response: { 200: ExecutionDetail, 404: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       requireAdmin(req);
       const { execution, events, chain, waiting, started } = await engine.getExecution(req.params.id);
-      return { ...executionView(execution), events: events.map(eventView), retry_chain: chain, waiting, started: started.map(startedView) };
+      return executionAnswer(reply, execution, {
+        events: events.map(eventView),
+        retry_chain: chain,
+        waiting,
+        started: started.map(startedView),
+      });
     },
   );
 

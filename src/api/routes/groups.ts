@@ -1,12 +1,11 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { DEFAULTS } from '../../config.ts';
-import { BatonError } from '../../domain/errors.ts';
 import { GROUP_LIMITS, GROUP_PAGE } from '../../domain/groups.ts';
 import type { GroupCreatedView } from '../../engine/composition/group-service.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
+import { payloadText } from '../payload.ts';
 import { idempotent } from '../idempotent.ts';
 import { ErrorBody } from '../schemas.ts';
 import { Group, GroupCancelled, GroupCreate, GroupCreated, GroupListQuery, GroupPage, GroupParams } from '../schemas/composition.ts';
@@ -33,14 +32,10 @@ export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
     async (req, reply) => {
       requireAdmin(req);
       const body = req.body;
-      body.members.forEach((m, i) => {
-        if (m.payload !== undefined && Buffer.byteLength(JSON.stringify(m.payload)) > DEFAULTS.payloadLimitBytes) {
-          throw new BatonError(
-            'payload_too_large',
-            `body.members[${i}].payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`,
-          );
-        }
-      });
+      const members = body.members.map(({ payload, ...m }, i) => ({
+        ...m,
+        payloadJson: payloadText(payload, `body.members[${i}].payload`),
+      }));
       // Idempotency-Key (scope: groups): the first answer is stored with the group and replayed.
       const key = readIdempotencyKey(req.headers['idempotency-key']);
       const idem = key ? { scope: 'groups', key, hash: fingerprint('group', JSON.stringify(body)) } : undefined;
@@ -53,7 +48,7 @@ export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
         async (onCreated) => {
           const created = await groups.create(
             {
-              members: body.members,
+              members,
               policy: body.policy,
               quorum: body.quorum,
               join: body.join,

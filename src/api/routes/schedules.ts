@@ -1,6 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
-import { BatonError } from '../../domain/errors.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
@@ -22,12 +21,7 @@ import {
 } from '../schemas/triggers.ts';
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
-
-function checkPayload(payload: unknown, field = 'body.payload') {
-  if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
-    throw new BatonError('payload_too_large', `${field}: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
-  }
-}
+import { payloadText } from '../payload.ts';
 
 export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
   const { schedules } = engine;
@@ -46,7 +40,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
     },
     async (req, reply) => {
       requireAdmin(req);
-      checkPayload(req.body.payload);
+      payloadText(req.body.payload, 'body.payload');
       const row = await schedules.create(req.params.agent, req.body, actorOf(req));
       return reply.code(201).send(scheduleView(row));
     },
@@ -127,7 +121,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
     },
     async (req) => {
       requireAdmin(req);
-      checkPayload(req.body.payload);
+      payloadText(req.body.payload, 'body.payload');
       return scheduleView(await schedules.update(req.params.id, req.body, actorOf(req)));
     },
   );
@@ -166,7 +160,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       requireAdmin(req);
       const key = readIdempotencyKey(req.headers['idempotency-key']);
       const payload = req.body?.payload;
-      checkPayload(payload);
+      payloadText(payload, 'body.payload');
       // 404 comes first: an unknown schedule is not an idempotency question.
       const s = await schedules.get(req.params.id);
       const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';

@@ -1,6 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
-import { BatonError } from '../../domain/errors.ts';
 import { subscriptionListView, subscriptionView } from '../../engine/composition/subscription-views.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
@@ -16,12 +15,7 @@ import {
 } from '../schemas/composition.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
-
-function checkPayload(payload: unknown) {
-  if (payload !== undefined && Buffer.byteLength(JSON.stringify(payload)) > DEFAULTS.payloadLimitBytes) {
-    throw new BatonError('payload_too_large', `body.payload: larger than ${DEFAULTS.payloadLimitBytes} bytes serialised`);
-  }
-}
+import { payloadText } from '../payload.ts';
 
 /** Subscriptions (chains): admin-scoped, like schedules. */
 export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
@@ -40,7 +34,7 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
     },
     async (req, reply) => {
       requireAdmin(req);
-      checkPayload(req.body.payload);
+      payloadText(req.body.payload, 'body.payload');
       const row = await subscriptions.create(req.body, actorOf(req));
       return reply.code(201).send(subscriptionView(row));
     },
@@ -96,7 +90,7 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
     },
     async (req) => {
       requireAdmin(req);
-      checkPayload(req.body.payload);
+      payloadText(req.body.payload, 'body.payload');
       return subscriptionView(await subscriptions.update(req.params.id, req.body, actorOf(req)));
     },
   );

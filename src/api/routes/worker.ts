@@ -8,6 +8,7 @@ import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionP
 import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
 import type { ApiDeps } from '../deps.ts';
+import { executionAnswer } from '../raw-json.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
@@ -102,19 +103,20 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
         { status: b.status, result: b.result, error, usage: b.usage },
         actorOf(req),
       );
-      if (!b.claim) return executionView(row);
+      const answer = (extra: Record<string, unknown> = {}) => executionAnswer(reply, row, extra);
+      if (!b.claim) return answer();
       // The completion has committed: whatever the claim meets, the answer is 200 with the
       // completion (a worker must not report a finished task twice), and a failed claim says why.
       try {
         const tasks = await claimFor(req, reply, row.agent, b.claim, 0);
-        return { ...executionView(row), tasks };
+        return answer({ tasks });
       } catch (err) {
         if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
         const claim_error =
           err instanceof BatonError
             ? { error: err.code, message: err.message }
             : { error: 'unavailable', message: 'the claim failed; claim again' };
-        return { ...executionView(row), tasks: [], claim_error };
+        return answer({ tasks: [], claim_error });
       }
     },
   );

@@ -20,6 +20,8 @@ export interface MemberSpec {
   agent: string;
   message: string;
   payload?: unknown;
+  /** The payload already serialised (the API measured its size): stored as given, in place of `payload`. */
+  payloadJson?: string;
   priority?: number;
   /**
    * Claimed on the member's agent exactly like a submit's Idempotency-Key (scope `agent:<name>`,

@@ -52,7 +52,7 @@ export interface MemberOutcome {
 /** A queued row for a group (a member or the join), from its agent's settings. */
 export function groupRow(
   agent: AgentRow,
-  spec: { message: string; payload?: unknown; priority?: number; idempotency_key?: string | null },
+  spec: { message: string; payload?: unknown; payloadJson?: string; priority?: number; idempotency_key?: string | null },
   group: { id: string; index: number | null },
   origin: Record<string, unknown>,
 ): NewQueued {
@@ -62,7 +62,7 @@ export function groupRow(
     trigger_kind: 'group',
     origin: JSON.stringify(origin),
     message: spec.message,
-    payload: JSON.stringify(spec.payload ?? null),
+    payload: spec.payloadJson ?? JSON.stringify(spec.payload ?? null),
     priority: spec.priority ?? 0,
     run_after: null,
     max_redeliveries: agent.max_redeliveries,

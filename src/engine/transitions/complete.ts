@@ -1,22 +1,20 @@
 import { sql } from 'kysely';
-import type { Outcome } from '../../domain/outcomes.ts';
+import type { StoredOutcome } from '../../domain/outcomes.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
 import { preparedQuery } from '../../store/prepared-query.ts';
 
-export type { Outcome };
-
 /** The values a completion writes, from its outcome. */
-function completionValues(outcome: Outcome, now: number, actor: string) {
+function completionValues(outcome: StoredOutcome, now: number, actor: string) {
   return {
     status: outcome.status,
     now,
     actor,
-    result: outcome.result === undefined ? null : JSON.stringify(outcome.result),
+    result: outcome.result,
     error_code: outcome.error?.code ?? null,
     error_message: outcome.error?.message ?? null,
-    usage: outcome.usage === undefined ? null : JSON.stringify(outcome.usage),
+    usage: outcome.usage,
     reason: outcome.error?.code ?? outcome.status,
   };
 }
@@ -46,7 +44,7 @@ export async function completeWithLease(
   db: Executor,
   id: string,
   token: string,
-  outcome: Outcome,
+  outcome: StoredOutcome,
   now: number,
   actor: string,
 ): Promise<ExecutionRow> {
@@ -79,7 +77,7 @@ export async function completeAlone(
   db: Executor,
   id: string,
   token: string,
-  outcome: Outcome,
+  outcome: StoredOutcome,
   now: number,
   actor: string,
 ): Promise<ExecutionRow | undefined> {
@@ -90,7 +88,7 @@ export async function completeAlone(
 export interface LoneCompletion {
   id: string;
   token: string;
-  outcome: Outcome;
+  outcome: StoredOutcome;
   now: number;
   actor: string;
 }
