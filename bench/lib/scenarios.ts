@@ -4,7 +4,9 @@
  * - push: push delivery to a local no-op HTTP agent;
  * - triggers: 10,000 schedules due in the same minute (fire lag), and webhook requests/s with
  *   idempotency keys (PostgreSQL only, as the issue asks);
- * - cli: start-up of HTTP-only `baton` commands from the installed package (issue #15).
+ * - cli: start-up of HTTP-only `baton` commands from the installed package (issue #15);
+ * - bodies: the largest bodies each route takes, in their costliest shape, and how long each holds
+ *   everybody else's requests (worst /healthz latency while it is handled; bench/lib/bodies.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,8 +19,9 @@ import { runFireLag, type FireLagResult } from './triggers-fire-lag.ts';
 import { runWebhookBench, type WebhookBenchResult } from './triggers-webhooks.ts';
 import { runWorkerBench, type WorkerBenchResult } from './worker-bench.ts';
 import { CLI_TARGET_MS, runCliBench, type CliBenchResult } from './cli-bench.ts';
+import { runBodiesBench, type BodiesResult } from './bodies.ts';
 
-export const SCENARIOS = ['worker', 'push', 'triggers', 'cli'] as const;
+export const SCENARIOS = ['worker', 'push', 'triggers', 'cli', 'bodies'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
 export interface ScenarioResults {
@@ -28,6 +31,7 @@ export interface ScenarioResults {
   fire_lag?: FireLagResult[];
   webhooks?: WebhookBenchResult;
   cli?: CliBenchResult;
+  bodies?: BodiesResult;
 }
 
 export interface ScenarioOptions {
@@ -98,6 +102,11 @@ export async function runScenarios(store: StoreKind, which: Scenario[], o: Scena
     out.webhooks = await runWebhookBench({ pgUrl: o.pgUrl });
     o.log(`  ${out.webhooks.perSecond.toFixed(0)} requests/s`);
   }
+  if (which.includes('bodies')) {
+    o.log(`▶ ${store} the largest bodies, worst /healthz while each is handled …`);
+    out.bodies = await runBodiesBench(store, o.pgUrl);
+    for (const p of out.bodies.probes) o.log(`  ${p.body}: ${p.status}, worst /healthz ${Math.max(...p.worst_healthz_ms)} ms`);
+  }
   return out;
 }
 
@@ -139,6 +148,15 @@ export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
       `${c.ms.n} runs, max ${c.ms.max.toFixed(0)} ms` +
         (c.floor ? '' : `; target ≤ ${CLI_TARGET_MS} ms ${c.ms.p95 <= CLI_TARGET_MS ? 'met' : 'MISSED'} (p95)`),
     ]);
+  for (const p of r.bodies?.probes ?? []) {
+    const worst = Math.max(...p.worst_healthz_ms);
+    rows.push([
+      store,
+      `largest body: ${p.body}`,
+      `worst /healthz ${worst} ms`,
+      `${p.mib} MiB, answered ${p.status}; by run ${p.worst_healthz_ms.join(', ')} ms; target ≤ ${r.bodies!.target_ms} ms ${worst <= r.bodies!.target_ms ? 'met' : 'MISSED'}`,
+    ]);
+  }
   if (r.webhooks)
     rows.push([
       store,
