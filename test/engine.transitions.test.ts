@@ -254,11 +254,26 @@ describe(`transitions (${STORE_KIND})`, () => {
   });
 
   it('deleting an agent with a deep backlog cancels it in chunks, each its own transaction, the event loop turning between', async () => {
-    // On SQLite one transaction cancelling 20,000 queued rows held the server for 1.9 s.
+    // On SQLite one transaction cancelling 20,000 queued rows held the server for 1.9 s. Group
+    // members are chunked too: a backlog of groups' members was cancelled in the final transaction.
     const deep = `deep-${++n}`;
+    const joins = `deep-joins-${n}`;
     await engine.createAgent({ name: deep, max_parallel: 1, max_backlog: 5000 }, 'test');
-    const queued = AGENT_DELETE_CHUNK * 2 + 3;
-    for (let i = 0; i < queued; i++) await engine.submit(deep, { message: `m${i}` }, 't');
+    await engine.createAgent({ name: joins }, 'test');
+    const members = AGENT_DELETE_CHUNK - 100;
+    const plain = AGENT_DELETE_CHUNK * 2 + 3 - 2 * members;
+    const member = (i: number) => ({ agent: deep, message: `g${i}` });
+    // One group joins on another agent, one on the agent being deleted.
+    const onOther = await engine.groups.create(
+      { members: Array.from({ length: members }, (_, i) => member(i)), join: { agent: joins, message: 'j' } },
+      't',
+    );
+    const onSelf = await engine.groups.create(
+      { members: Array.from({ length: members }, (_, i) => member(i)), join: { agent: deep, message: 'j' } },
+      't',
+    );
+    for (let i = 0; i < plain; i++) await engine.submit(deep, { message: `m${i}` }, 't');
+    const queued = plain + 2 * members;
     let turns = 0;
     let turning = true;
     const turn = () => {
@@ -287,6 +302,16 @@ describe(`transitions (${STORE_KIND})`, () => {
       .where('subject', '=', deep)
       .execute();
     expect(JSON.parse(audit[0]!.detail!)).toMatchObject({ cancelled: queued, cancel_requested: 0 });
+    // Both groups decided by the cancellations: the join on the other agent started, the one on this agent refused.
+    const groups = await ts.store.db
+      .selectFrom('execution_groups')
+      .select(['id', 'status', 'join_refused', 'join_execution_id'])
+      .where('id', 'in', [onOther.id, onSelf.id])
+      .execute();
+    const byId = new Map(groups.map((g) => [g.id, g]));
+    expect(byId.get(onOther.id)).toMatchObject({ status: 'failed', join_refused: null });
+    expect(byId.get(onOther.id)!.join_execution_id).not.toBeNull();
+    expect(byId.get(onSelf.id)).toMatchObject({ status: 'failed', join_refused: 'agent_missing', join_execution_id: null });
   });
 
   it('the audit log and the event log refuse UPDATE and DELETE', async () => {

@@ -329,9 +329,10 @@ export class Engine {
     // A deep backlog first, in chunks of AGENT_DELETE_CHUNK, each its own transaction with a turn
     // of the event loop after it: on SQLite 20,000 queued rows cancelled in one transaction held the
     // server for 1.9 s (max_backlog allows 1,000,000). Its subscriptions go in the first, so these
-    // cancellations start nothing; group members wait for the last transaction, where a group they
-    // decide finds the agent gone. Work submitted meanwhile is cancelled there too. A crash between
-    // chunks leaves the agent with part of its backlog cancelled; deleting it again finishes.
+    // cancellations start nothing; a group its cancelled members decide refuses a join on this
+    // agent (agent_missing), as it will once the row is gone. Work submitted meanwhile is cancelled
+    // in the last transaction. A crash between chunks leaves the agent with part of its backlog
+    // cancelled; deleting it again finishes.
     let early = 0;
     let unsubscribed = 0;
     for (;;) {
@@ -346,13 +347,12 @@ export class Engine {
               .selectAll()
               .where('agent', '=', name)
               .where('status', '=', statusIs('queued'))
-              .where('group_id', 'is', null)
               .limit(AGENT_DELETE_CHUNK),
             'wait',
           )
           .execute();
         const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
-        return { cancelled, followed: await this.follow(tx, now, actor, cancelled) };
+        return { cancelled, followed: await this.follow(tx, now, actor, cancelled, undefined, name) };
       });
       announce(this.store, [...chunk.cancelled, ...chunk.followed.created, ...chunk.followed.ended]);
       early += chunk.cancelled.length;
@@ -655,9 +655,24 @@ export class Engine {
    * Follow rows that just reached their final state in `tx` (composition/follow.ts): the chained
    * tasks and group progress they cause commit with them. Announce what it returns after the commit.
    */
-  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[], unsubscribed?: ReadonlySet<string>): Promise<Followed> {
+  follow(
+    tx: Tx,
+    now: number,
+    actor: string,
+    rows: readonly ExecutionRow[],
+    unsubscribed?: ReadonlySet<string>,
+    deleting?: string,
+  ): Promise<Followed> {
     if (rows.length === 0) return Promise.resolve({ created: [], ended: [] });
-    const ctx = { store: this.store, now, actor, alertSinks: this.alertSinks, chainDepthLimit: this.chainDepthLimit, unsubscribed };
+    const ctx = {
+      store: this.store,
+      now,
+      actor,
+      alertSinks: this.alertSinks,
+      chainDepthLimit: this.chainDepthLimit,
+      unsubscribed,
+      deleting,
+    };
     return followFinals(tx, ctx, rows);
   }
 

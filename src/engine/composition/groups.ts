@@ -129,7 +129,7 @@ export async function memberFinal(
   });
   // Decided before every member ended (a first failure, a first success, a quorum): the rest stop.
   const ended = await cancelLiveMembers(tx, ctx.store, group.id, ctx.now, ctx.actor, 'group_decided');
-  const join = await startJoin(tx, ctx.store, decided, ctx.now, ctx.actor, ctx.alertSinks);
+  const join = await startJoin(tx, ctx, decided);
   return { created: join ? [join] : [], ended };
 }
 
@@ -231,14 +231,8 @@ export async function readMemberOutcomes(db: Kysely<DB>, groupId: string, withRe
  * createExecutions under the join agent's new-work turn, so its backlog counts. A full backlog, a
  * missing agent or a message over the limit leaves `join_refused` and an alert instead.
  */
-async function startJoin(
-  tx: Tx,
-  store: StoreAdapter,
-  group: ExecutionGroupRow,
-  now: number,
-  actor: string,
-  sinks: readonly AlertSinkKind[],
-): Promise<ExecutionRow | undefined> {
+async function startJoin(tx: Tx, ctx: FollowContext, group: ExecutionGroupRow): Promise<ExecutionRow | undefined> {
+  const { store, now, actor, alertSinks: sinks } = ctx;
   if (group.join_spec === null) return undefined;
   const spec = JSON.parse(group.join_spec) as JoinSpec;
   const members = await readMemberOutcomes(tx, group.id, true);
@@ -251,7 +245,7 @@ async function startJoin(
   let refused: JoinRefusal | undefined;
   let join: ExecutionRow | undefined;
   const message = renderWithin(spec.message, context, MESSAGE_MAX_CHARS, true) as string | undefined;
-  if (!agent) refused = 'agent_missing';
+  if (!agent || agent.name === ctx.deleting) refused = 'agent_missing';
   else if (message === undefined) refused = 'message_too_large';
   else {
     const values = groupRow(
