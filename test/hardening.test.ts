@@ -162,9 +162,16 @@ describe(`bodies (${STORE_KIND})`, () => {
     expect((await r.json()).error).toBe('validation_error');
   });
 
-  it('a push answer nested too deep fails the run with push_invalid_response', () => {
+  it('a push answer nested too deep, or of more values than one step may parse, fails the run with push_invalid_response', () => {
     const o = interpret({ status: 200, text: `{"status":"succeeded","result":${nested(5000)}}` });
     expect(o).toMatchObject({ status: 'failed', error: { code: 'push_invalid_response' } });
+    // 1 + '{' + 2 ':' + 1 ',' + '[' + (n - 1) ',': n + 5 values.
+    const wide = (n: number) => `{"status":"succeeded","result":[${Array(n).fill('1').join(',')}]}`;
+    expect(interpret({ status: 200, text: wide(MAX_JSON_VALUES - 4) })).toMatchObject({
+      status: 'failed',
+      error: { code: 'push_invalid_response', message: expect.stringMatching(/^HTTP 200 but the body: about [\d,]+ JSON values/) },
+    });
+    expect(interpret({ status: 200, text: wide(MAX_JSON_VALUES - 5) })).toMatchObject({ status: 'succeeded' });
   });
 
   it('refuses a body of more JSON values than one step may parse with 413 naming the bound, writing nothing', async () => {

@@ -5,7 +5,7 @@
  * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
  * the execution, and another process delivers it again with the same Idempotency-Key.
  */
-import { jsonTooDeep, tooDeepMessage } from '../domain/json.ts';
+import { jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
@@ -16,7 +16,7 @@ import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
 import { reportLoopError } from '../engine/loop.ts';
-import { redactJson, redactSecrets } from '../domain/redact.ts';
+import { redactSecrets } from '../domain/redact.ts';
 import { iso } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 
@@ -212,6 +212,8 @@ export class Dispatcher {
             `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
         const res = await this.post(agent.push_url, body, headers, signal);
         out = interpret(res);
+        // A large answer was parsed in this turn: the completion serialises it in the next.
+        if (res.text.length > 256 * 1024) await new Promise((r) => setImmediate(r));
       } catch (err) {
         out = this.failure(err, why(), started, row, agent.push_url);
       }
@@ -337,10 +339,14 @@ export function interpret(res: { status: number; text: string }): Outcome {
   const s = res.status;
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
-    if (jsonTooDeep(res.text))
+    const shape = jsonShape(res.text);
+    if (shape.tooDeep || shape.values > MAX_JSON_VALUES)
       return {
         status: 'failed',
-        error: { code: 'push_invalid_response' satisfies BatonErrorCode, message: `HTTP ${s} but ${tooDeepMessage('the body')}` },
+        error: {
+          code: 'push_invalid_response' satisfies BatonErrorCode,
+          message: `HTTP ${s} but ${shape.tooDeep ? tooDeepMessage('the body') : tooManyValuesMessage('the body', shape.values)}`,
+        },
       };
     let b: any;
     try {
@@ -354,7 +360,8 @@ export function interpret(res: { status: number; text: string }): Outcome {
         },
       };
     }
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: redactJson(b) };
+    // Results and usage are redacted where every outcome is, in Engine.complete.
+    if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: b };
     const status = b.status ?? 'succeeded';
     if (!isCompletionStatus(status)) {
       return {
@@ -378,7 +385,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
             : ('cancelled' satisfies BatonErrorCode);
       error = { code, message: snippet(message) || `the agent reported ${status} without a message` };
     }
-    return { status, result: redactJson(b.result), error, usage };
+    return { status, result: b.result, error, usage };
   }
   if (s >= 400 && s < 500) {
     return {
