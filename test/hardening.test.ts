@@ -233,7 +233,7 @@ describe(`bodies (${STORE_KIND})`, () => {
 
   it('bounds numeric query parameters by their columns (400, never a database error)', async () => {
     const { execution_id } = await api.submit('hard', { message: 'logs' });
-    for (const after of ['2147483648', '99999999999999999999', '-1', '1.5']) {
+    for (const after of ['2147483648', '99999999999999999999', '-1', '1.5', '0x10', '1e1', '%205', '']) {
       const r = await fetch(`${node.url}/v1/executions/${execution_id}/logs?after=${after}`, { headers: auth() });
       expect(r.status, after).toBe(400);
       const b = await r.json();
@@ -242,6 +242,13 @@ describe(`bodies (${STORE_KIND})`, () => {
     }
     const edge = await fetch(`${node.url}/v1/executions/${execution_id}/logs?after=2147483647`, { headers: auth() });
     expect(edge.status).toBe(200);
+    // Page sizes too: decimal digits only.
+    for (const path of ['/v1/executions', '/v1/agents/hard/schedules', '/v1/canary/violations']) {
+      const hex = await fetch(`${node.url}${path}?limit=0x10`, { headers: auth() });
+      expect(hex.status, path).toBe(400);
+      expect((await hex.json()).message).toMatch(/^querystring\.limit: must be a whole number in decimal digits/);
+      expect((await fetch(`${node.url}${path}?limit=16`, { headers: auth() })).status, path).toBe(200);
+    }
   });
 });
 

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { Text, TEXT_CHARS, TEXT_CHARS_MESSAGE } from './schemas/text.ts';
+import { queryInt } from './schemas/query.ts';
 import { CONTRACT_DEFAULTS as DEFAULTS } from '../domain/defaults.ts';
 import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
@@ -208,7 +209,7 @@ const csvStatuses = z
   .pipe(z.array(ExecutionStatus));
 /** `limit` and `cursor` of a paged list, within `bounds` (src/domain/lists.ts). */
 export const pageQuery = (bounds: { default: number; max: number }, cursorChars = 200) => ({
-  limit: z.coerce.number().int().min(1).max(bounds.max).optional().describe(`page size (default ${bounds.default}, at most ${bounds.max})`),
+  limit: queryInt(1, bounds.max).optional().describe(`page size (default ${bounds.default}, at most ${bounds.max})`),
   cursor: z.string().max(cursorChars).optional().describe('next_cursor of the previous page'),
 });
 /** The answer's cursor field of a paged list. */

@@ -10,6 +10,7 @@ import {
   VIOLATION_TRANSITIONS,
 } from '../../domain/canary.ts';
 import { AgentName } from '../schemas.ts';
+import { queryInt } from './query.ts';
 
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const InvariantId = z.string().regex(/^[A-Z]-\d{2}$/, 'must be an invariant id like E-01');
@@ -75,9 +76,9 @@ export const ViolationsQuery = z.strictObject({
     .string()
     .regex(/^[A-Za-z0-9_:.-]{1,128}$/, 'must be an id')
     .optional(),
-  limit: z.coerce.number().int().min(1).max(500).optional().describe('page size (default 50)'),
+  limit: queryInt(1, 500).optional().describe('page size (default 50)'),
   // An id is a BIGINT, read into a JS number: beyond 2^53 it cannot name a row exactly (nor, past 2^63, fit the column).
-  before: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional().describe('violations with a smaller id (next page)'),
+  before: queryInt(1, Number.MAX_SAFE_INTEGER).optional().describe('violations with a smaller id (next page)'),
 });
 export const ViolationPage = z.object({ violations: z.array(Violation), next_before: z.number().int().nullable() });
 

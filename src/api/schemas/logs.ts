@@ -1,6 +1,7 @@
 /** Execution logs: the worker's fenced append, and the reader's page or live stream. */
 import { z } from 'zod';
 import { INT32_MAX } from '../../domain/limits.ts';
+import { queryInt } from './query.ts';
 
 export const LogStream = z.enum(['stdout', 'stderr', 'system']);
 
@@ -39,8 +40,8 @@ const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' |
 export const LogQuery = z.strictObject({
   follow: bool.optional().describe('stream as Server-Sent Events until the execution ends'),
   // seq is a 32-bit INTEGER column: a larger bound would be a database error, not an empty page.
-  after: z.coerce.number().int().min(0).max(INT32_MAX).optional().describe('only lines with seq greater than this (default 0)'),
-  limit: z.coerce.number().int().min(1).max(5000).optional().describe('page size without follow (default 1000)'),
+  after: queryInt(0, INT32_MAX).optional().describe('only lines with seq greater than this (default 0)'),
+  limit: queryInt(1, 5000).optional().describe('page size without follow (default 1000)'),
 });
 
 export const LogPage = z.object({
