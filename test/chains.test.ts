@@ -291,6 +291,21 @@ describe(`chains (${STORE_KIND})`, () => {
     expect(alerts.every((r) => r.status === 'pending')).toBe(true);
   });
 
+  it('text that is no storable text (NUL, a lone surrogate) reaches a rendered message as U+FFFD; the source still ends', async () => {
+    // On PostgreSQL the NUL made the insert fail: the source's completion (and its cancel) answered 500, for ever.
+    const [src, dst] = [await newAgent(), await newAgent()];
+    await subscribe({ source_agent: src, target_agent: dst, on: 'any', message: 'p={{source.payload}} r={{source.result}}' });
+    const s = await engine.submit(src, { message: 'odd', payload: 'a\u0000b' }, 'test');
+    const done = await finish(src, 'succeeded', 'c\ud800d\u0000');
+    expect(done.status).toBe('succeeded');
+    const [task] = await chainedOf(s.id);
+    expect(task!.message).toBe('p=a\ufffdb r=c\ufffdd\ufffd');
+    // Whole values in a payload keep their strings as they are (the JSON text escapes them).
+    const cancelled = await engine.submit(src, { message: 'odd', payload: '\u0000' }, 'test');
+    expect((await engine.cancel(cancelled.id, 'test')).status).toBe('cancelled');
+    expect((await chainedOf(cancelled.id))[0]!.message).toBe('p=\ufffd r=');
+  });
+
   it('an oversized rendering is refused as template_too_large; a vanished target as agent_missing', async () => {
     const [a, b] = [await newAgent(), await newAgent()];
     const big = await subscribe({ source_agent: a, target_agent: b, message: '{{source.result}}{{source.result}}' });

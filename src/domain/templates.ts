@@ -57,8 +57,21 @@ function lookup(context: Record<string, unknown>, p: Placeholder): unknown {
   return v;
 }
 
-/** How a value reads inside a string. */
+/** NUL and lone surrogates: not text a store can hold (src/api/schemas/text.ts refuses them from clients). */
+const NOT_TEXT = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+const NOT_TEXT_ALL = new RegExp(NOT_TEXT.source, 'g');
+
+/**
+ * How a value reads inside a string: a string as it is, anything else as its JSON. A NUL or a
+ * lone surrogate from the data (a payload or result may hold them; PostgreSQL text cannot) becomes
+ * U+FFFD, so a rendered message is always storable.
+ */
 function asText(v: unknown): string {
+  const text = asRawText(v);
+  return NOT_TEXT.test(text) ? text.replace(NOT_TEXT_ALL, '\uFFFD') : text;
+}
+
+function asRawText(v: unknown): string {
   if (v === undefined || v === null) return '';
   if (typeof v === 'string') return v;
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
