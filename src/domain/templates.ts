@@ -81,9 +81,16 @@ function asRawText(v: unknown): string {
 /** Characters the rendering may still produce; rendering stops (returns TOO_LARGE) past it. */
 interface Budget {
   left: number;
-  /** Sizes of values already measured in this rendering, by placeholder text. */
-  sizes: Map<string, number>;
+  /** Sizes of values already measured, by placeholder text: in this rendering, or in every rendering of one context (RenderSizes). */
+  sizes: RenderSizes;
 }
+
+/**
+ * Sizes of the values a context's placeholders give, measured once: share one between renderings
+ * of the same context (a source's outcome rendered for each of its subscriptions), so a large
+ * result is serialised to be measured once, not once per template.
+ */
+export type RenderSizes = Map<string, number>;
 
 const TOO_LARGE: unique symbol = Symbol('template too large');
 
@@ -108,9 +115,13 @@ function renderString(s: string, context: Record<string, unknown>, budget: Budge
   let out = '';
   let last = 0;
   for (const m of s.matchAll(PLACEHOLDER)) {
+    const literal = s.slice(last, m.index);
+    // Known to be too long already: not serialised again to find out.
+    const known = budget.sizes.get(`text:${m[0]}`);
+    if (known !== undefined && budget.left < literal.length + known) return TOO_LARGE;
     const p = parsePlaceholder(m[1]!, m[2]);
     const text = p ? asText(lookup(context, p)) : '';
-    const literal = s.slice(last, m.index);
+    budget.sizes.set(`text:${m[0]}`, text.length);
     if (!spend(budget, literal.length + text.length)) return TOO_LARGE;
     out += literal + text;
     last = m.index + m[0].length;
@@ -159,8 +170,14 @@ export function renderText(template: string, context: Record<string, unknown>): 
  * `maxChars` characters: a template that repeats a large value many times is refused without
  * building it. Strings count their length, inserted values their compact JSON.
  */
-export function renderWithin(template: unknown, context: Record<string, unknown>, maxChars: number, asString = false): unknown {
-  const budget: Budget = { left: maxChars, sizes: new Map() };
+export function renderWithin(
+  template: unknown,
+  context: Record<string, unknown>,
+  maxChars: number,
+  asString = false,
+  sizes: RenderSizes = new Map(),
+): unknown {
+  const budget: Budget = { left: maxChars, sizes };
   const v = asString && typeof template === 'string' ? renderString(template, context, budget, false) : render(template, context, budget);
   return v === TOO_LARGE ? undefined : v;
 }
