@@ -190,8 +190,13 @@ describe('E-04 queued rows carry valid metadata', () => {
     const agent = await newAgent();
     const orphan = await writeRow(ts.store, clock(), { agent: 'no-such-agent' });
     const broken = await writeRow(ts.store, clock(), { agent, payload: '{not json' });
+    // JSON5 and trailing text are not JSON either, on both stores (the check runs in the database).
+    const trailing = await writeRow(ts.store, clock(), { agent, payload: '{"a":1} x' });
+    const badOrigin = await writeRow(ts.store, clock(), { agent, origin: "{a: 'json5'}" });
     await expectFires('E-04', orphan.id, 'agent_missing', /agent/);
     await expectFires('E-04', broken.id, 'payload_invalid', /create/);
+    await expectFires('E-04', trailing.id, 'payload_invalid', /create/);
+    await expectFires('E-04', badOrigin.id, 'origin_invalid', /create/);
   });
 
   it('is silent for submitted rows, including a re-queued one on its last delivery', async () => {
