@@ -407,7 +407,10 @@ describe('schedule lists are bounded (issue #10)', () => {
     expect(item).not.toHaveProperty('payload');
     expect(item.message).toBe('m'.repeat(PREVIEW_CHARS) + '…');
     expect(item.payload_preview).toBe(`{"blob":"${'x'.repeat(PREVIEW_CHARS - 9)}…`);
-    expect(item.next_runs).toHaveLength(5);
+    // Of its due times only the stored next one: looking further ahead costs ~1.7 ms for a rare expression.
+    expect(item).not.toHaveProperty('next_runs');
+    expect(item.next_run_at).toBe(big.next_run_at);
+    expect((await call('GET', `/v1/schedules/${big.id}`)).body.next_runs).toHaveLength(5);
     expect((await call('GET', `/v1/schedules/${big.id}`)).body).toMatchObject({
       message: 'm'.repeat(5_000),
       payload: { blob: 'x'.repeat(50_000) },

@@ -9,7 +9,7 @@ export interface CliHelpers {
   opts(cmd: Command): Record<string, any>;
 }
 
-const scheduleRow = (s: Omit<Schedule, 'payload'>) => ({
+const scheduleRow = (s: Omit<Schedule, 'payload' | 'next_runs'>) => ({
   id: s.id,
   agent: s.agent,
   name: s.name,

@@ -62,8 +62,11 @@ export const Schedule = z.object({
 });
 export type Schedule = z.infer<typeof Schedule>;
 export const ScheduleParams = z.strictObject({ id: Id });
-/** A schedule in a list: `message` and `payload_preview` are previews; GET /v1/schedules/{id} has them whole. */
-export const ScheduleListItem = Schedule.omit({ payload: true }).extend({
+/**
+ * A schedule in a list: `message` and `payload_preview` are previews, and of its due times only
+ * the next (`next_run_at`, stored); GET /v1/schedules/{id} has them whole, with `next_runs`.
+ */
+export const ScheduleListItem = Schedule.omit({ payload: true, next_runs: true }).extend({
   message: z.string().describe(`the first ${PREVIEW_CHARS} characters, ending in … when cut`),
   payload_preview: z.string().nullable().describe(`the payload's JSON text, its first ${PREVIEW_CHARS} characters`),
 });

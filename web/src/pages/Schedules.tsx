@@ -40,7 +40,6 @@ function ScheduleCard({ s, onChanged }: { s: ScheduleListItem; onChanged: () => 
       setError(describe(err));
     }
   };
-  const next = s.next_runs?.length ? s.next_runs : s.next_run_at ? [s.next_run_at] : [];
   return (
     <article className="schedule" data-schedule={s.id}>
       <h3>
@@ -56,17 +55,8 @@ function ScheduleCard({ s, onChanged }: { s: ScheduleListItem; onChanged: () => 
         </span>
       </p>
       <p className="small">
-        {s.enabled ? 'Next runs: ' : 'Disabled: no runs are due. '}
-        {s.enabled &&
-          (next.length
-            ? next.slice(0, 3).map((t, i) => (
-                <span key={t}>
-                  {i > 0 ? ', ' : ''}
-                  <Time iso={t} />
-                </span>
-              ))
-            : 'none')}{' '}
-        · last run <Time iso={s.last_run_at} />
+        {s.enabled ? 'Next run: ' : 'Disabled: no runs are due. '}
+        {s.enabled && (s.next_run_at ? <Time iso={s.next_run_at} /> : 'none')} · last run <Time iso={s.last_run_at} />
       </p>
       <div className="row">
         <button className="secondary" onClick={toggle}>
