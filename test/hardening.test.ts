@@ -451,16 +451,23 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     );
   });
 
-  it('answers a large result as stored, and reads it back the same', async () => {
-    await api.createAgent({ name: 'big-result' });
-    const { execution_id } = await api.submit('big-result', { message: 'big' });
+  it('answers a large result or payload as stored, and reads it back the same', async () => {
+    await api.createAgent({ name: 'big-result', max_parallel: 2 });
+    // Payloads past the size from which answers splice the stored text, with escapes, quotes and unicode.
+    const payload = (k: number) => ({ k, rows: Array.from({ length: 1500 }, (_, i) => ({ i, s: `"p" \\ ü 😀 \t ${k}` })) });
+    const { execution_id } = await api.submit('big-result', { message: 'big', payload: payload(0) });
+    for (const k of [1, 2]) await api.submit('big-result', { message: `next ${k}`, payload: payload(k) });
     const [task] = await api.claim('big-result', { worker_id: 'w', wait_seconds: 5 });
+    expect(task!.payload).toEqual(payload(0));
+    const [second] = await api.claim('big-result', { worker_id: 'w', wait_seconds: 5 });
+    expect(second!.payload).toEqual(payload(1));
+    await api.complete(second!.execution_id, { lease_token: second!.lease_token, status: 'succeeded' });
     // Past the size from which the answer splices the stored text: escapes, quotes, unicode, nesting.
     const result = { rows: Array.from({ length: 3000 }, (_, i) => ({ i, s: `"q" \\ é ✓ 😀 \n ${i}`, n: [i, null, true] })), tail: '}"]' };
     const done = await api.complete(execution_id, { lease_token: task!.lease_token, status: 'succeeded', result, claim: { max: 1 } });
     expect(done.result).toEqual(result);
     expect(done.status).toBe('succeeded');
-    expect(done.tasks).toEqual([]);
+    expect(done.tasks!.map((t) => t.payload)).toEqual([payload(2)]);
     const read = await api.getExecution(execution_id);
     expect(read.result).toEqual(result);
     expect(read.events.map((e) => e.to)).toEqual(['queued', 'running', 'succeeded']);

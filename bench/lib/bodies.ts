@@ -131,6 +131,17 @@ export async function runBodiesBench(store: StoreKind, pgUrl: string, reps = 3):
     await probe('complete: ~4 MiB wide result (over the values bound: 413)', claimed, () =>
       JSON.stringify({ lease_token: token, status: 'succeeded', result: overCap }),
     );
+    // The largest answer: a claim of 100 tasks whose payloads are at the limit (small keys).
+    await call('POST', '/v1/agents', JSON.stringify({ name: 'claims', max_backlog: 100_000, max_parallel: 1000 }));
+    const claimPayload = JSON.stringify({ message: 'm', payload: wideObject(perPayload) });
+    await probe(
+      `claim: 100 tasks, ${Math.round(perPayload / 1024)} KiB payloads of small keys`,
+      async () => {
+        for (let i = 0; i < 100; i++) await call('POST', '/v1/agents/claims/executions', claimPayload);
+        return '/v1/agents/claims/claim';
+      },
+      () => JSON.stringify({ max: 100 }),
+    );
     pinging = false;
     await pinger;
   } finally {

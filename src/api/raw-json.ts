@@ -1,35 +1,50 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyReply } from 'fastify';
-import { executionView, type ExecutionView } from '../engine/views.ts';
+import { executionView, taskView, type ExecutionView, type TaskView } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 
-/** Stands in for the raw value while the rest is serialised: no client can write it (it is this process's secret). */
-const MARK = JSON.stringify(`\u0000raw-${randomBytes(16).toString('hex')}`);
+/** Stands in for a long value while the rest is serialised: no client can write it (it is this process's secret). */
+const MARK = `\u0000raw-${randomBytes(16).toString('hex')}-`;
+/** A stand-in as it reads in JSON text, with its number. */
+const MARKS = new RegExp(
+  `${JSON.stringify(MARK)
+    .slice(0, -1)
+    .replace(/[\\^$.*+?()[\]{}|]/g, '\\$&')}(\\d+)"`,
+  'g',
+);
 
-/** Texts shorter than this are parsed and serialised as usual: splicing pays only for large ones. */
+/** Texts shorter than this are parsed and serialised as usual: splicing pays only for long ones. */
 const RAW_JSON_MIN_CHARS = 64 * 1024;
 
 /**
- * `body` as JSON text, with `text` (already JSON: a stored result) as the value of its `key`.
- * A completion's answer carries its result back; parsing a stored result of 250,000 values and
- * serialising it again costs ~60 ms of the event loop, this a copy of the text.
+ * One answer whose long stored JSON values (results, payloads) go out as stored: parsing a stored
+ * value of 250,000 keys and serialising it again costs ~60 ms of the event loop, a splice a copy
+ * of the text. `value` places a stored text in the answer; `answer` is what the handler returns.
  */
-export function jsonWithRaw(body: Record<string, unknown>, key: string, text: string): string {
-  const out = JSON.stringify({ ...body, [key]: JSON.parse(MARK) });
-  const at = out.indexOf(MARK);
-  return out.slice(0, at) + text + out.slice(at + MARK.length);
-}
+export class RawAnswer {
+  private readonly texts: string[] = [];
 
-/**
- * What a handler returns for one execution (its view and `extra`): a large stored result goes
- * out as its text, spliced in (the answer is then a string, typed as the view for the route).
- */
-export function executionAnswer<E extends Record<string, unknown>>(
-  reply: FastifyReply,
-  row: ExecutionRow,
-  extra: E = {} as E,
-): ExecutionView & E {
-  if (row.result === null || row.result.length < RAW_JSON_MIN_CHARS) return Object.assign(executionView(row), extra);
-  void reply.type('application/json; charset=utf-8');
-  return jsonWithRaw(Object.assign(executionView({ ...row, result: null }), extra), 'result', row.result) as never;
+  /** A stored JSON text as a value of the answer: parsed when short, a stand-in when long. */
+  value(text: string | null): unknown {
+    if (text === null || text.length < RAW_JSON_MIN_CHARS) return text === null ? null : JSON.parse(text);
+    this.texts.push(text);
+    return MARK + (this.texts.length - 1);
+  }
+
+  /** `body` as the handler returns it: itself, or its JSON text with the long values spliced in (typed as the body). */
+  answer<T>(reply: FastifyReply, body: T): T {
+    if (this.texts.length === 0) return body;
+    void reply.type('application/json; charset=utf-8');
+    return JSON.stringify(body).replace(MARKS, (_, i: string) => this.texts[Number(i)]!) as never;
+  }
+
+  /** An execution's view, its result placed by `value`. */
+  execution(row: ExecutionRow): ExecutionView {
+    return Object.assign(executionView({ ...row, result: null }), { result: this.value(row.result) });
+  }
+
+  /** A claimed task's view, its payload placed by `value`. */
+  task(row: ExecutionRow): TaskView {
+    return Object.assign(taskView({ ...row, payload: 'null' }), { payload: this.value(row.payload) });
+  }
 }

@@ -19,7 +19,7 @@ import {
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { payloadText } from '../payload.ts';
-import { executionAnswer } from '../raw-json.ts';
+import { RawAnswer } from '../raw-json.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
@@ -128,12 +128,10 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     async (req, reply) => {
       requireAdmin(req);
       const { execution, events, chain, waiting, started } = await engine.getExecution(req.params.id);
-      return executionAnswer(reply, execution, {
-        events: events.map(eventView),
-        retry_chain: chain,
-        waiting,
-        started: started.map(startedView),
-      });
+      // A long result goes out as stored (RawAnswer).
+      const raw = new RawAnswer();
+      const extra = { events: events.map(eventView), retry_chain: chain, waiting, started: started.map(startedView) };
+      return raw.answer(reply, Object.assign(raw.execution(execution), extra));
     },
   );
 

@@ -2,13 +2,13 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { DEFAULTS } from '../../config.ts';
-import { executionView, iso, taskView } from '../../engine/views.ts';
+import { executionView, iso } from '../../engine/views.ts';
 import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
 import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
 import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
 import type { ApiDeps } from '../deps.ts';
-import { executionAnswer } from '../raw-json.ts';
+import { RawAnswer } from '../raw-json.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
@@ -20,6 +20,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     agent: string,
     body: { worker_id?: string; max?: number; wait_seconds?: number },
     defaultWaitMs: number,
+    raw: RawAnswer,
   ) {
     // Stop waiting when the client goes away, so no task is leased to a closed connection.
     const abort = new AbortController();
@@ -34,7 +35,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
         waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs,
         signal: abort.signal,
       });
-      return rows.map(taskView);
+      return rows.map((r) => raw.task(r));
     } finally {
       reply.raw.off('close', onClose);
     }
@@ -53,9 +54,10 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     },
     async (req, reply) => {
       requireAgentAccess(req, req.params.agent);
-      const tasks = await claimFor(req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs);
+      const raw = new RawAnswer();
+      const tasks = await claimFor(req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs, raw);
       if (tasks.length === 0) return reply.code(204).send(null);
-      return { tasks };
+      return raw.answer(reply, { tasks });
     },
   );
 
@@ -103,12 +105,13 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
         { status: b.status, result: b.result, error, usage: b.usage },
         actorOf(req),
       );
-      const answer = (extra: Record<string, unknown> = {}) => executionAnswer(reply, row, extra);
-      if (!b.claim) return answer();
+      const raw = new RawAnswer();
+      const answer = <E extends object>(extra: E) => raw.answer(reply, Object.assign(raw.execution(row), extra));
+      if (!b.claim) return answer({});
       // The completion has committed: whatever the claim meets, the answer is 200 with the
       // completion (a worker must not report a finished task twice), and a failed claim says why.
       try {
-        const tasks = await claimFor(req, reply, row.agent, b.claim, 0);
+        const tasks = await claimFor(req, reply, row.agent, b.claim, 0, raw);
         return answer({ tasks });
       } catch (err) {
         if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
