@@ -425,10 +425,11 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     // What redactToJson's shortcut rests on: each pattern's match starts with a listed head.
     for (const [name, make] of Object.entries(samples)) expect(make().search(ANY_SECRET_HEAD), name).toBe(0);
     const secret = fc.constantFrom(...Object.values(samples).map((f) => f()));
-    // A string holding a secret after any text (escapes, quotes, unicode), or none.
+    // A string holding a secret after any text (escapes, backslashes, quotes, unicode, another secret), or none.
+    const before = fc.oneof(fc.string({ unit: 'binary' }), fc.constantFrom('\n', '\\', '\\n', '\\\n', '\u0001', '\ud800', 'x', '-', '"'));
     const text = fc.oneof(
       fc.string({ unit: 'binary' }),
-      fc.tuple(fc.string({ unit: 'binary' }), secret, fc.string()).map((p) => p.join('')),
+      fc.tuple(before, secret, fc.oneof(fc.string(), secret)).map((p) => p.join('')),
     );
     const value = fc.letrec((tie) => ({
       v: fc.oneof({ depthSize: 'small' }, text, fc.integer(), fc.constant(null), fc.array(tie('v')), fc.dictionary(text, tie('v'))),
@@ -443,11 +444,12 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
             : [];
     fc.assert(
       fc.property(value, (v) => {
+        // Equal once parsed: two keys redacted alike are one key walked, a repeated key in the text.
         const out = redactToJson(v);
-        expect(out).toBe(JSON.stringify(redactJson(v)));
+        expect(JSON.parse(out)).toEqual(redactJson(v));
         for (const s of strings(JSON.parse(out))) expect(findSecret(s)).toBeUndefined();
       }),
-      { numRuns: 300 },
+      { numRuns: 1000 },
     );
   });
 
