@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
 import { KeyStore } from '../src/auth/keys.ts';
 import { BatonError } from '../src/domain/errors.ts';
-import { decideGroup } from '../src/domain/groups.ts';
+import { decideGroup, GROUP_LIMITS } from '../src/domain/groups.ts';
 import { Engine } from '../src/engine/engine.ts';
 import type { GroupInput } from '../src/engine/composition/group-service.ts';
 import type { ExecutionRow } from '../src/store/schema.ts';
@@ -242,6 +242,31 @@ describe(`groups in the engine (${STORE_KIND})`, () => {
     const members = JSON.parse((await joins(g.id))[0]!.payload).members;
     expect(members[0]).toMatchObject({ execution_id: retry.id, status: 'succeeded', result: 'second try' });
     expect((await engine.groups.get(g.id)).members[0]).toMatchObject({ execution_id: retry.id, retry_number: 1 });
+  });
+
+  it("the join carries members' results as stored, up to the budget; its message reads them parsed", async () => {
+    const a = await newAgent();
+    const j = await newAgent();
+    const g = await create({
+      members: tasks(a, 3),
+      join: { agent: j, message: 'first: {{members.0.result#/title}} / {{members.1.result.n}}' },
+    });
+    const first = { title: 'Fix "it" \\ ü 😀', rows: Array.from({ length: 3000 }, (_, i) => ({ i, s: `\t${i}` })) };
+    await finish(g.id, 0, 'succeeded', first);
+    await finish(g.id, 1, 'succeeded', { n: [1, null] });
+    // Past what is left of the budget: omitted, read by execution id.
+    await finish(g.id, 2, 'succeeded', 'z'.repeat(GROUP_LIMITS.joinResultsMaxChars));
+    const [join] = await joins(g.id);
+    expect(join!.message).toBe('first: Fix "it" \\ ü 😀 / [1,null]');
+    const payload = JSON.parse(join!.payload);
+    expect(payload.members.map((m: any) => Object.keys(m))).toEqual([
+      ['index', 'agent', 'execution_id', 'status', 'result', 'error'],
+      ['index', 'agent', 'execution_id', 'status', 'result', 'error'],
+      ['index', 'agent', 'execution_id', 'status', 'result', 'result_omitted', 'error'],
+    ]);
+    expect(payload.members[0].result).toEqual(first);
+    expect(payload.members[1].result).toEqual({ n: [1, null] });
+    expect(payload.members[2]).toMatchObject({ result: null, result_omitted: true });
   });
 
   it('a full join backlog leaves join_refused and an alert, and never fails the member', async () => {

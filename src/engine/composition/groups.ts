@@ -4,6 +4,7 @@ import type { CancelReason } from '../../domain/error-codes.ts';
 import { decideGroup, GROUP_LIMITS, type GroupPolicy, type JoinRefusal } from '../../domain/groups.ts';
 import { newExecutionId } from '../../domain/ids.ts';
 import { MESSAGE_MAX_CHARS } from '../../domain/limits.ts';
+import { JsonSplice } from '../../domain/json-splice.ts';
 import { renderWithin, type TemplateShape } from '../../domain/templates.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { AgentRow, DB, ExecutionGroupRow, ExecutionRow } from '../../store/schema.ts';
@@ -41,7 +42,10 @@ export interface MemberOutcome {
   status: ExecutionRow['status'];
   attempt: number;
   retry_number: number;
-  result: unknown;
+  /** Its result, parsed when first read (a join's payload splices `result_text` instead). */
+  readonly result: unknown;
+  /** Its result's JSON text: null when it has none, or it was not read (over the budget, or not asked for). */
+  result_text: string | null;
   /** Its result was over the join's budget (GROUP_LIMITS.joinResultsMaxChars): read it by execution id. */
   result_omitted?: true;
   /** The first PREVIEW_CHARS + 1 characters of its result's JSON text (for previews), or null. */
@@ -209,8 +213,9 @@ export async function readMemberOutcomes(db: Kysely<DB>, groupId: string, withRe
     for (const r of part) results.set(r.id, r.result);
   }
   return latest.map((h) => {
-    const text = results.get(h.id);
+    const text = results.get(h.id) ?? null;
     const omitted = withResults && h.result_chars !== null && !take.has(h.id);
+    let parsed: unknown;
     return {
       index: Number(h.group_index),
       agent: h.agent,
@@ -218,12 +223,33 @@ export async function readMemberOutcomes(db: Kysely<DB>, groupId: string, withRe
       status: h.status,
       attempt: Number(h.attempt),
       retry_number: Number(h.retry_number),
-      result: text === undefined || text === null ? null : JSON.parse(text),
+      get result() {
+        return (parsed ??= text === null ? null : JSON.parse(text));
+      },
+      result_text: text,
       ...(omitted ? { result_omitted: true as const } : {}),
       result_head: h.result_head,
       error: h.error_code === null && h.error_message === null ? null : { code: h.error_code, message: h.error_message },
     };
   });
+}
+
+/**
+ * A member as a join sees it, in both its template's context and its payload: `result` is read
+ * from `m` only when asked for (a template naming it), and given as `result` here.
+ */
+function joinMember(m: MemberOutcome, result: () => unknown) {
+  return {
+    index: m.index,
+    agent: m.agent,
+    execution_id: m.execution_id,
+    status: m.status,
+    get result() {
+      return result();
+    },
+    ...(m.result_omitted ? { result_omitted: true as const } : {}),
+    error: m.error,
+  };
 }
 
 /**
@@ -237,10 +263,17 @@ async function startJoin(tx: Tx, ctx: FollowContext, group: ExecutionGroupRow): 
   const spec = JSON.parse(group.join_spec) as JoinSpec;
   const members = await readMemberOutcomes(tx, group.id, true);
   const summary = { id: group.id, policy: group.policy as GroupPolicy, status: group.status };
+  // Results are parsed only where the message template reads them; the payload carries their
+  // stored texts spliced in: a join over 4 MiB of results is not parsed and serialised again.
   const context = {
     group: { ...summary, size: Number(group.size), succeeded: Number(group.succeeded), failed: Number(group.failed) },
-    members: members.map(({ attempt: _a, retry_number: _r, result_head: _h, ...m }) => m),
+    members: members.map((m) => joinMember(m, () => m.result)),
   };
+  const splice = new JsonSplice();
+  const payloadMembers = members.map((m) => {
+    const raw = m.result_text === null ? null : splice.raw(m.result_text);
+    return joinMember(m, () => raw);
+  });
   const [agent] = await lockAgentsForNewWork(tx, store, [spec.agent]);
   let refused: JoinRefusal | undefined;
   let join: ExecutionRow | undefined;
@@ -250,7 +283,7 @@ async function startJoin(tx: Tx, ctx: FollowContext, group: ExecutionGroupRow): 
   else {
     const values = groupRow(
       agent,
-      { message, payload: { group: summary, members: context.members }, priority: spec.priority },
+      { message, payloadJson: splice.stringify({ group: summary, members: payloadMembers }), priority: spec.priority },
       { id: group.id, index: null },
       { group: { id: group.id, role: 'join' } },
     );
