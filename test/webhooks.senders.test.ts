@@ -60,6 +60,11 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     const tampered = await deliver(hook.path, '{"event":"other"}', headers('msg_3', now));
     expect(tampered.status).toBe(401);
     expect(await runsOf(hook.id)).toBe(1);
+    // A webhook-id that cannot be a key is refused naming that header.
+    const long = 'm'.repeat(300);
+    const badId = await deliver(hook.path, body, headers(long, now));
+    expect(badId.status).toBe(400);
+    expect((await badId.json()).message).toBe('header webhook-id: must be 1-255 visible ASCII characters');
   });
 
   it('uses X-GitHub-Delivery as the idempotency key: a redelivery is the first answer', async () => {
@@ -75,6 +80,9 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     const other = await deliver(hook.path, body, { ...headers, 'x-github-delivery': 'another-delivery' });
     expect(other.status).toBe(202);
     expect(await runsOf(hook.id)).toBe(2);
+    const bad = await deliver(hook.path, body, { ...headers, 'x-github-delivery': 'd'.repeat(300) });
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).message).toBe('header X-GitHub-Delivery: must be 1-255 visible ASCII characters');
   });
 
   it('audits refused deliveries as counts per webhook and minute, not a row each', async () => {

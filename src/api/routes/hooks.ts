@@ -176,7 +176,13 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
       }
       // The sender's delivery id is the idempotency key when there is no explicit one, so a
       // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
-      const key = readIdempotencyKey(req.headers['idempotency-key'] ?? standard.id ?? header(req, 'x-github-delivery'));
+      const [keyHeader, keyValue] =
+        req.headers['idempotency-key'] !== undefined
+          ? ['Idempotency-Key', req.headers['idempotency-key']]
+          : standard.id !== undefined
+            ? ['webhook-id', standard.id]
+            : ['X-GitHub-Delivery', header(req, 'x-github-delivery')];
+      const key = readIdempotencyKey(keyValue, keyHeader);
       // Whether the target agent is paused, read before the delivery so a replayed answer says the same.
       const agentPaused = (await engine.agentPause(w.agent)) !== null;
       const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id, agent_paused: agentPaused } });

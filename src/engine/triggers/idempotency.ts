@@ -40,11 +40,11 @@ export interface StoredAnswer {
 }
 
 /** The header's value, validated; undefined when absent. */
-export function readIdempotencyKey(header: string | string[] | undefined): string | undefined {
+export function readIdempotencyKey(header: string | string[] | undefined, name = 'Idempotency-Key'): string | undefined {
   if (header === undefined) return undefined;
   const value = Array.isArray(header) ? header[0] : header;
   if (value === undefined || !IDEMPOTENCY_KEY_PATTERN.test(value)) {
-    throw new BatonError('validation_error', 'header Idempotency-Key: must be 1-255 visible ASCII characters');
+    throw new BatonError('validation_error', `header ${name}: must be 1-255 visible ASCII characters`);
   }
   return value;
 }
