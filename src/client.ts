@@ -163,7 +163,7 @@ export class BatonClient {
 
   // agents
   createAgent = (a: AgentCreate) => this.call<Agent>('POST', '/v1/agents', a);
-  listAgents = async () => (await this.call<{ agents: Agent[] }>('GET', '/v1/agents')).agents;
+  listAgents = () => this.allPages<Agent>('/v1/agents', {}, 'agents');
   getAgent = (name: string) => this.call<Agent>('GET', `/v1/agents/${enc(name)}`);
   updateAgent = (name: string, patch: AgentPatch) => this.call<Agent>('PATCH', `/v1/agents/${enc(name)}`, patch);
   /** Pause an agent (idempotent: a paused agent keeps its first who, why and since). */

@@ -783,6 +783,32 @@ describe(`HTTP API (${STORE_KIND})`, () => {
     });
   });
 
+  it('lists agents a page at a time in name order; an agent-scoped key sees only its own', async () => {
+    const names = [await newAgent(), await newAgent(), await newAgent()];
+    await submit(names[1]!);
+    const all: any[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const page: Answer = await get(`/v1/agents?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      expect(page.status).toBe(200);
+      expect(page.body.agents.length).toBeLessThanOrEqual(2);
+      all.push(...page.body.agents);
+      cursor = page.body.next_cursor;
+      pages++;
+    } while (cursor);
+    const listed = all.map((a) => a.name);
+    expect(listed).toEqual([...listed].sort());
+    expect(new Set(listed).size).toBe(listed.length);
+    expect(listed).toEqual(expect.arrayContaining(names));
+    expect(pages).toBeGreaterThan(1);
+    expect(all.find((a) => a.name === names[1])).toMatchObject({ queued: 1, running: 0 });
+    refused(await get('/v1/agents?limit=501'), 400, 'validation_error');
+    refused(await get('/v1/agents?cursor=%%%'), 400, 'validation_error');
+    const k = await createKey({ name: 'lister', scope: 'agent', agent: names[2]! });
+    expect((await get('/v1/agents', k.key)).body).toEqual({ agents: [expect.objectContaining({ name: names[2] })], next_cursor: null });
+  });
+
   describe('agent-scoped keys', () => {
     it('run the worker protocol for their own agent only', async () => {
       const mine = await newAgent({ max_parallel: 3 });

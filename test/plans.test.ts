@@ -417,7 +417,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     for (let i = 0; i < 6; i++) live.push(await engine.submit(AGENTS[i % 3]!, { message: `live ${i}`, payload: { i } }, 'test'));
     await engine.submit('hist-push', { message: 'push me' }, 'test');
 
-    await during('listAgents', () => engine.listAgents());
+    await during('listAgents', () => engine.listAgents({ limit: 200 }));
+    await during('listAgents after a cursor', () => engine.listAgents({ limit: 200, after: a }));
     await during('getAgent', () => engine.getAgent(a));
     const claimed = await during('claim', () => engine.claim(a, { owner: 'w1', max: 2 }));
     expect(claimed.length).toBeGreaterThan(0);

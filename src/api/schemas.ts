@@ -9,7 +9,7 @@ import { CONTRACT_DEFAULTS as DEFAULTS } from '../domain/defaults.ts';
 import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
-import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
+import { CONFIG_PAGE, EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
@@ -214,6 +214,11 @@ export const pageQuery = (bounds: { default: number; max: number }, cursorChars 
 });
 /** The answer's cursor field of a paged list. */
 export const NextCursor = z.string().nullable().describe('pass as `cursor` for the next page (null: this was the last)');
+
+/** GET /v1/agents: a page of agents in name order (an agent-scoped key sees its own agent only). */
+export const AgentListQuery = z.strictObject(pageQuery(CONFIG_PAGE));
+export type AgentListQuery = z.infer<typeof AgentListQuery>;
+export const AgentList = z.object({ agents: z.array(Agent).describe('in name order'), next_cursor: NextCursor });
 export const ListExecutionsQuery = z.strictObject({
   agent: AgentName.optional(),
   status: csvStatuses.optional().describe('comma-separated statuses'),

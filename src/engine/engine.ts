@@ -524,9 +524,20 @@ export class Engine {
     return this.store.db.selectFrom('agents').select(['name', 'delivery', 'push_url', 'push_secret']).orderBy('name').execute();
   }
 
-  async listAgents(): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
-    const agents = await this.store.db.selectFrom('agents').selectAll().orderBy('name').execute();
-    const counts = await liveCountsByAgent(this.store.db);
+  /** A page of agents in name order, after `after`, with their live counts (`only`: that agent alone, if it is on the page). */
+  async listAgents(page: {
+    limit: number;
+    after?: string;
+    only?: string;
+  }): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
+    let q = this.store.db.selectFrom('agents').selectAll().orderBy('name').limit(page.limit);
+    if (page.after !== undefined) q = q.where('name', '>', page.after);
+    if (page.only !== undefined) q = q.where('name', '=', page.only);
+    const agents = await q.execute();
+    const counts = await liveCountsByAgent(
+      this.store.db,
+      agents.map((a) => a.name),
+    );
     return agents.map((agent) => ({ agent, ...(counts.get(agent.name) ?? { running: 0, queued: 0 }) }));
   }
 

@@ -4,7 +4,9 @@ import { redactUrl } from '../../domain/urls.ts';
 import { agentView, iso } from '../../engine/views.ts';
 import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
-import { Agent, AgentCreate, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
+import { CONFIG_PAGE } from '../../domain/lists.ts';
+import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
+import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
 import { BudgetAnswer } from '../schemas/budget.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -36,14 +38,22 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     {
       schema: {
         tags: ['agents'],
-        summary: 'List agents with live running and queued counts',
-        response: { 200: z.object({ agents: z.array(Agent) }) },
+        summary: 'List agents with live running and queued counts, a page at a time in name order',
+        querystring: AgentListQuery,
+        response: { 200: AgentList, 400: ErrorBody },
       },
     },
     async (req) => {
-      const all = await engine.listAgents();
-      const visible = req.principal.scope === 'agent' ? all.filter((a) => a.agent.name === req.principal.agent) : all;
-      return { agents: visible.map((a) => forReader(req, agentView(a.agent, a))) };
+      const limit = req.query.limit ?? CONFIG_PAGE.default;
+      const after = req.query.cursor ? decodeNameCursor(req.query.cursor, 1)[0] : undefined;
+      // An agent-scoped key sees its own agent, on the page where its name falls.
+      const only = req.principal.scope === 'agent' ? (req.principal.agent ?? '') : undefined;
+      const rows = await engine.listAgents({ limit, after, only });
+      const last = rows[rows.length - 1];
+      return {
+        agents: rows.map((a) => forReader(req, agentView(a.agent, a))),
+        next_cursor: rows.length === limit && last ? encodeNameCursor([last.agent.name]) : null,
+      };
     },
   );
 
