@@ -19,6 +19,7 @@ export type AgentPatch = z.input<typeof S.AgentPatch>;
 export type Agent = z.infer<typeof S.Agent>;
 export type Execution = z.infer<typeof S.Execution>;
 export type ExecutionDetail = z.infer<typeof S.ExecutionDetail>;
+export type ExecutionStatusAnswer = z.infer<typeof S.ExecutionStatusAnswer>;
 export type Waiting = NonNullable<ExecutionDetail['waiting']>;
 /** A list item: previews instead of bodies (getExecution has them in full). */
 export type ExecutionListItem = z.infer<typeof S.ExecutionListItem>;
@@ -186,6 +187,8 @@ export class BatonClient {
   submitMany = (agent: string, items: BatchItem[]) =>
     this.call<SubmitBatchAnswer>('POST', `/v1/agents/${enc(agent)}/executions/batch`, { items });
   getExecution = (id: string) => this.call<ExecutionDetail>('GET', `/v1/executions/${enc(id)}`);
+  /** Only the status: a light read for polling (getExecution parses the payload and result). */
+  executionStatus = (id: string) => this.call<ExecutionStatusAnswer>('GET', `/v1/executions/${enc(id)}/status`);
   listExecutions = (q: Record<string, string | number | undefined> = {}) => {
     const qs = new URLSearchParams(
       Object.entries(q)

@@ -306,3 +306,28 @@ describe('MCP over HTTP: authentication', () => {
     }
   });
 });
+
+describe('MCP over HTTP: waiting', () => {
+  it('run_task with wait_seconds polls the status, and reads the execution whole once', async () => {
+    const agent = `mcp-wait-${Math.random().toString(36).slice(2, 8)}`;
+    await node.engine.createAgent({ name: agent }, 'test');
+    let full = 0;
+    const getExecution = node.engine.getExecution.bind(node.engine);
+    node.engine.getExecution = ((id: string) => (full++, getExecution(id))) as typeof getExecution;
+    try {
+      const r = await call(await httpClient(admin), 'run_task', { agent, message: 'nobody runs this', wait_seconds: 1.2 });
+      expect(r.structuredContent).toMatchObject({ outcome: 'started', status: 'queued', finished: false });
+      expect(r.structuredContent.execution).toMatchObject({ id: r.structuredContent.execution_id, status: 'queued' });
+      const light = await fetch(`${node.url}/v1/executions/${r.structuredContent.execution_id}/status`, {
+        headers: { authorization: `Bearer ${admin}` },
+      });
+      expect(await light.json()).toEqual({ id: r.structuredContent.execution_id, status: 'queued' });
+    } finally {
+      node.engine.getExecution = getExecution;
+    }
+    expect(full).toBe(1);
+    const status = await fetch(`${node.url}/v1/executions/ex_doesnotexist/status`, { headers: { authorization: `Bearer ${admin}` } });
+    expect(status.status).toBe(404);
+    await node.engine.deleteAgent(agent, 'test');
+  });
+});

@@ -169,6 +169,8 @@ export const ExecutionDetail = Execution.extend({
     .describe('what its final outcome started through subscriptions on its agent (one entry per matching subscription)'),
 });
 export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
+/** Only the status: what a caller waiting for the end polls (the full read parses the payload and result). */
+export const ExecutionStatusAnswer = z.object({ id: z.string(), status: ExecutionStatus });
 
 export const SubmitBody = z.strictObject({
   message: Text.min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
-import { BatonError } from '../../domain/errors.ts';
+import { BatonError, NotFound } from '../../domain/errors.ts';
 import { eventView, executionListView, executionView } from '../../engine/views.ts';
 import { startedView } from '../../engine/composition/subscription-views.ts';
 import { EXECUTION_PAGE } from '../../domain/lists.ts';
@@ -12,6 +12,7 @@ import {
   ExecutionDetail,
   ExecutionPage,
   ExecutionParams,
+  ExecutionStatusAnswer,
   ListExecutionsQuery,
   SubmitBody,
   Execution,
@@ -132,6 +133,24 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       const raw = new RawAnswer();
       const extra = { events: events.map(eventView), retry_chain: chain, waiting, started: started.map(startedView) };
       return raw.answer(reply, Object.assign(raw.execution(execution), extra));
+    },
+  );
+
+  app.get(
+    '/v1/executions/:id/status',
+    {
+      schema: {
+        tags: ['executions'],
+        summary: "Read one execution's status only: a light read to poll until it ends",
+        params: ExecutionParams,
+        response: { 200: ExecutionStatusAnswer, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const head = await engine.executionHead(req.params.id);
+      if (!head) throw new NotFound('execution', req.params.id);
+      return { id: req.params.id, status: head.status };
     },
   );
 
