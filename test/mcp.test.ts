@@ -331,3 +331,85 @@ describe('MCP over HTTP: waiting', () => {
     await node.engine.deleteAgent(agent, 'test');
   });
 });
+
+describe('MCP over HTTP: pacing and bounds', () => {
+  const post = async (body: unknown) => {
+    const r = await fetch(node.url + '/mcp', {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${admin}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2025-06-18',
+      },
+      body: JSON.stringify(body),
+    });
+    expect(r.status).toBe(200);
+    return (await r.json()) as any;
+  };
+  const toolCall = (id: number, name: string, args: Record<string, unknown>) => ({
+    jsonrpc: '2.0',
+    id,
+    method: 'tools/call',
+    params: { name, arguments: args },
+  });
+  /** Counts turns of the event loop (setImmediate) until stopped. */
+  function countTurns() {
+    const counter = { turns: 0, turning: true };
+    const turn = () => {
+      counter.turns++;
+      if (counter.turning) setImmediate(turn);
+    };
+    setImmediate(turn);
+    return counter;
+  }
+
+  it("a batch's calls are handled a turn of the event loop apart, not back to back", async () => {
+    const counter = countTurns();
+    const seen: number[] = [];
+    const listAgents = node.engine.listAgents.bind(node.engine);
+    node.engine.listAgents = ((...args: Parameters<typeof listAgents>) => (
+      seen.push(counter.turns),
+      listAgents(...args)
+    )) as typeof listAgents;
+    try {
+      const answers = await post([1, 2, 3, 4].map((id) => toolCall(id, 'list_agents', {})));
+      expect(answers.map((a: any) => a.id).sort()).toEqual([1, 2, 3, 4]);
+      for (const a of answers) expect(a.result.isError).toBeFalsy();
+    } finally {
+      counter.turning = false;
+      node.engine.listAgents = listAgents;
+    }
+    expect(seen).toHaveLength(4);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!).toBeGreaterThan(seen[i - 1]!);
+  });
+
+  it('answers past the bound of a batch are the documented error; a large answer alone is compact JSON', async () => {
+    const agent = `mcp-big-${Math.random().toString(36).slice(2, 8)}`;
+    await node.engine.createAgent({ name: agent }, 'test');
+    const created = await node.engine.submit(agent, { message: 'big' }, 'test');
+    const [row] = await node.engine.claim(agent, { owner: 'big-writer' });
+    // One value of 1.5 MB: the answer carries it twice (as text and structured), about 3 MB.
+    await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { text: 'x'.repeat(1_500_000) } }, 'test');
+
+    const answers = await post([1, 2].map((id) => toolCall(id, 'get_execution', { execution_id: created.id })));
+    const refused = answers.filter((a: any) => a.error);
+    expect(refused).toEqual([
+      {
+        jsonrpc: '2.0',
+        id: expect.any(Number),
+        error: { code: -32010, message: expect.stringMatching(/^answer too large: .* bounded at 4\.0 MiB/) },
+      },
+    ]);
+    const answered = answers.find((a: any) => a.result)!;
+    expect(answered.result.structuredContent.execution.result.text).toHaveLength(1_500_000);
+
+    // On its own, the same call is answered (one call's answer is bounded by the API's limits), as compact JSON.
+    const alone = await call(await httpClient(admin), 'get_execution', { execution_id: created.id });
+    expect(alone.structuredContent.execution.result.text).toHaveLength(1_500_000);
+    expect(text(alone)).toBe(JSON.stringify(alone.structuredContent));
+    // Small answers stay indented for a reader.
+    expect(text(await call(await httpClient(admin), 'list_agents'))).toContain('\n  ');
+    await node.engine.deleteAgent(agent, 'test');
+  });
+});
