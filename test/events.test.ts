@@ -1,6 +1,7 @@
 /**
  * GET /v1/events: Server-Sent Events of execution status changes, over a real socket.
  */
+import { ServerResponse } from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openEventStreams } from '../src/api/routes/events.ts';
@@ -160,6 +161,51 @@ describe('GET /v1/events', () => {
     const bad = await fetch(`${node.url}/v1/events?agent=Not_An_Agent`, { headers: { authorization: `Bearer ${admin}` } });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { message: string }).message).toMatch(/agent/);
+  });
+
+  it('sends a burst of changes to each stream in a few writes, filtered and in the order they happened', async () => {
+    // One write per stream per change held the event loop 400-650 ms for a batch of 1,000 with 250 streams.
+    const headers = { authorization: `Bearer ${admin}` };
+    const all = await open('', headers);
+    const onlyB = await open('?agent=ev-b', headers);
+    const happened: string[] = [];
+    const record = (e: { id: string }) => happened.push(e.id);
+    node.engine.events.on('execution:changed', record);
+    const writes = new Map<string, number>();
+    const write = ServerResponse.prototype.write;
+    ServerResponse.prototype.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
+      const url = this.req?.url ?? '';
+      if (url.startsWith('/v1/events') && String(chunk).includes('event: execution')) writes.set(url, (writes.get(url) ?? 0) + 1);
+      return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+    } as typeof write;
+    const ids: Record<string, string[]> = {};
+    try {
+      for (const agent of ['ev-a', 'ev-b']) {
+        const res = await fetch(`${node.url}/v1/agents/${agent}/executions/batch`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/json' },
+          body: JSON.stringify({ items: Array.from({ length: 80 }, (_, i) => ({ message: `burst ${i}` })) }),
+        });
+        expect(res.status).toBe(200);
+        ids[agent] = ((await res.json()) as { items: Array<{ execution_id: string }> }).items.map((i) => i.execution_id);
+      }
+      const last = ids['ev-b']!.at(-1)!;
+      await all.until((e) => e.id === last);
+      await onlyB.until((e) => e.id === last);
+    } finally {
+      ServerResponse.prototype.write = write;
+      node.engine.events.off('execution:changed', record);
+    }
+    const burst = new Set([...ids['ev-a']!, ...ids['ev-b']!]);
+    const inBurst = (e: { id: string }) => burst.has(e.id);
+    expect(all.events.filter(inBurst).map((e) => e.id)).toEqual(happened.filter((id) => burst.has(id)));
+    expect(onlyB.events.filter(inBurst).map((e) => e.id)).toEqual(happened.filter((id) => ids['ev-b']!.includes(id)));
+    expect(onlyB.events.every((e) => e.agent === 'ev-b')).toBe(true);
+    expect(writes.get('/v1/events'), '160 changes, writes to the unfiltered stream').toBeLessThan(16);
+    expect(writes.get('/v1/events?agent=ev-b'), '80 changes, writes to the filtered stream').toBeLessThan(8);
+    await all.close();
+    await onlyB.close();
+    for (const id of burst) await node.engine.cancel(id, 'test');
   });
 
   it('forgets a stream when its client disconnects', async () => {
