@@ -3,6 +3,7 @@
  * runs, `follow` ending with the task; the SDK's AbortSignal on cancel and on a lost lease.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_FOLLOWERS } from '../src/api/routes/logs.ts';
 import { ApiError, type BatonClient, type LogLine } from '../src/client.ts';
 import { BatonError } from '../src/domain/errors.ts';
 import { appendLogs, readLogs } from '../src/engine/logs.ts';
@@ -295,5 +296,74 @@ describe('SDK and follow', () => {
     await expect(
       createWorker({ server: node.url, key: 'bt_0123456789abcdef_' + 'x'.repeat(43), agent: 'sdk-throw', handler: h }).start(),
     ).rejects.toBeInstanceOf(ApiError);
+  });
+});
+
+describe('many followers of one execution', () => {
+  it('share the reads of an append, and each still gets every line in order', async () => {
+    // Every follower used to read every page itself: 250 followers of a 4 MB append held a SQLite server's event loop ~4.5 s.
+    const { engine } = node;
+    await engine.createAgent({ name: 'crowd' }, 'test');
+    const row = await claimOne('crowd');
+    const FOLLOWERS = 8;
+    const LINES = 300; // 5 pages of 64
+    const ctl = new AbortController();
+    const received: number[][] = Array.from({ length: FOLLOWERS }, () => []);
+    const followers = received.map(async (seqs) => {
+      for await (const item of api.followLogs(row.id, { signal: ctl.signal })) if (!('end' in item)) seqs.push(item.seq);
+    });
+    await engine.logs.append(row.id, row.lease_token!, [{ stream: 'stdout', line: 'first' }]);
+    await until('every follower has the first line', () => received.every((s) => s.length === 1));
+    let reads = 0;
+    const read = engine.logs.read.bind(engine.logs);
+    engine.logs.read = (id, o) => {
+      if (id === row.id) reads++;
+      return read(id, o);
+    };
+    try {
+      const lines = Array.from({ length: LINES }, (_, i) => ({ stream: 'stdout' as const, line: `${i + 2} ${'z'.repeat(2000)}` }));
+      await engine.logs.append(row.id, row.lease_token!, lines);
+      await until('every follower has every line', () => received.every((s) => s.length === LINES + 1));
+    } finally {
+      engine.logs.read = read;
+    }
+    for (const seqs of received) expect(seqs).toEqual(Array.from({ length: LINES + 1 }, (_, i) => i + 1));
+    expect(reads, `page reads for ${FOLLOWERS} followers of 5 pages`).toBeLessThan((FOLLOWERS * 5) / 2);
+    await engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'test');
+    await Promise.all(followers);
+    ctl.abort();
+  });
+
+  it(`answers a follower past ${MAX_FOLLOWERS} on one execution 429 too_many_streams, and takes one again once a follower left`, async () => {
+    const { engine } = node;
+    await engine.createAgent({ name: 'capped' }, 'test');
+    const row = await claimOne('capped');
+    const url = `${node.url}/v1/executions/${row.id}/logs?follow=true`;
+    const headers = { authorization: `Bearer ${key}` };
+    const open = Array.from({ length: MAX_FOLLOWERS }, () => new AbortController());
+    try {
+      for (const ctl of open) expect((await fetch(url, { headers, signal: ctl.signal })).status).toBe(200);
+      const refused = await fetch(url, { headers });
+      expect(refused.status).toBe(429);
+      expect(await refused.json()).toEqual({
+        error: 'too_many_streams',
+        message: expect.stringContaining(`${MAX_FOLLOWERS} log-follow streams`),
+        execution_id: row.id,
+        limit: MAX_FOLLOWERS,
+      });
+      // Pages are still served, and another execution is not affected.
+      expect((await fetch(`${node.url}/v1/executions/${row.id}/logs`, { headers })).status).toBe(200);
+      open.pop()!.abort();
+      const again = new AbortController();
+      open.push(again);
+      await until('a follower is taken again', async () => {
+        const r = await fetch(url, { headers, signal: again.signal });
+        if (r.status !== 200) await r.body?.cancel();
+        return r.status === 200;
+      });
+    } finally {
+      for (const ctl of open) ctl.abort();
+    }
+    await engine.cancel(row.id, 'test');
   });
 });

@@ -25,6 +25,7 @@ const STATUS: Record<ErrorCode, number> = {
   invalid_json: 400,
   // Some items of a group cannot be created now (details.items says which and why); nothing was written.
   group_refused: 409,
+  too_many_streams: 429,
 };
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */

@@ -20,7 +20,8 @@ export type ErrorCode =
   | 'rate_limited'
   | 'invalid_signature'
   | 'invalid_json'
-  | 'group_refused';
+  | 'group_refused'
+  | 'too_many_streams';
 
 /** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
 export type EdgeErrorCode =
@@ -96,5 +97,19 @@ export class Forbidden extends BatonError {
 export class AlreadyRunning extends BatonError {
   constructor(subject: string, executionId: string) {
     super('already_running', `${subject} has a run in flight: execution '${executionId}'`, { execution_id: executionId });
+  }
+}
+
+/** An execution already has as many log-follow streams in this process as it may (each costs every append a write). */
+export class TooManyStreams extends BatonError {
+  constructor(executionId: string, limit: number) {
+    super(
+      'too_many_streams',
+      `execution '${executionId}' already has ${limit} log-follow streams on this server; retry later or read pages`,
+      {
+        execution_id: executionId,
+        limit,
+      },
+    );
   }
 }

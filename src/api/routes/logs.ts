@@ -1,17 +1,16 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
-import { NotFound } from '../../domain/errors.ts';
+import { NotFound, TooManyStreams } from '../../domain/errors.ts';
 import { isStoreUnavailable } from '../../store/unavailable.ts';
 import { closeOnRevoke } from '../revocation.ts';
 import { isTerminal } from '../../domain/states.ts';
 import type { Engine } from '../../engine/engine.ts';
-import { iso } from '../../engine/views.ts';
-import type { ExecutionLogRow } from '../../store/schema.ts';
 import { requireExecutionAccess } from '../auth.ts';
 import { ErrorBody, ExecutionParams } from '../schemas.ts';
 import { LogAppendBody, LogAppendResponse, LogPage, LogQuery } from '../schemas/logs.ts';
 import type { ApiDeps } from '../deps.ts';
+import { lineView, LogTails } from '../log-tails.ts';
 import { openSse, SSE_HEARTBEAT_MS } from './events.ts';
 
 /** Agent-scoped keys reach only their agent's executions; others look nonexistent to them. */
@@ -21,10 +20,9 @@ async function executionStatus(engine: Engine, req: FastifyRequest, id: string):
   return row.status;
 }
 
-const lineView = (l: ExecutionLogRow) => ({ seq: l.seq, at: iso(l.at)!, stream: l.stream, line: l.line });
-
 export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
   const streams = new Set<ServerResponse>();
+  const tails = new LogTails(engine);
   app.addHook('preClose', async () => {
     for (const s of streams) s.end();
     streams.clear();
@@ -57,7 +55,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
         summary: "Read an execution's log lines; follow=true streams them (SSE: event log, then event end when the execution ends)",
         params: ExecutionParams,
         querystring: LogQuery,
-        response: { 200: LogPage, 404: ErrorBody },
+        response: { 200: LogPage, 404: ErrorBody, 429: ErrorBody.describe('too_many_streams (follow=true)') },
       },
     },
     async (req, reply) => {
@@ -68,10 +66,17 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
         const last = page.lines.at(-1)?.seq ?? req.query.after ?? 0;
         return { execution_id: id, status, lines: page.lines.map(lineView), next_after: last, truncated: page.truncated };
       }
-      return follow(engine, id, req.query.after ?? 0, req, reply, streams);
+      if (tails.followers(id) >= MAX_FOLLOWERS) throw new TooManyStreams(id, MAX_FOLLOWERS);
+      return follow(engine, tails, id, req.query.after ?? 0, req, reply, streams);
     },
   );
 };
+
+/**
+ * Follow streams one execution may have in one process. Followers share each read (log-tails.ts),
+ * yet every append still costs one write per follower; past this a client reads pages instead.
+ */
+export const MAX_FOLLOWERS = 100;
 
 /** Lines per read while following (each at most LOG_LIMITS.maxLineBytes: a page is ≤ 1 MiB). */
 const FOLLOW_PAGE_LINES = 64;
@@ -89,6 +94,7 @@ const FOLLOW_BUFFER_BYTES = 256 * 1024;
  */
 async function follow(
   engine: Engine,
+  tails: LogTails,
   id: string,
   after: number,
   req: FastifyRequest,
@@ -100,15 +106,8 @@ async function follow(
   if (!openSse(res, req.method)) return;
   streams.add(res);
   let closed = false;
-  let dirty = true;
   let wake: (() => void) | undefined;
-  const kick = () => {
-    dirty = true;
-    wake?.();
-  };
-  const offLog = engine.logs.onAppend(id, kick);
-  const onChanged = (e: { id: string }) => e.id === id && kick();
-  engine.events.on('execution:changed', onChanged);
+  const { tail, leave } = tails.join(id, () => wake?.());
   const onClose = () => {
     closed = true;
     wake?.();
@@ -120,17 +119,19 @@ async function follow(
   let lastWrite = Date.now();
   try {
     while (!closed) {
-      dirty = false;
+      // Every change signalled up to here is seen by the reads below.
+      const seen = tail.gen;
       // Status first: lines appended before the execution ended are all read below.
-      const row = await engine.executionHead(id);
+      const row = await tail.status(seen);
       const done = !row || isTerminal(row.status);
       for (;;) {
-        const page = await engine.logs.read(id, { after, limit: FOLLOW_PAGE_LINES });
-        for (const l of page.lines) {
-          res.write(`id: ${l.seq}\nevent: log\ndata: ${JSON.stringify(lineView(l))}\n\n`);
-          after = l.seq;
+        const page = await tail.page(after, FOLLOW_PAGE_LINES, seen);
+        if (page.lines > 0) await tails.writeTurn(page.text.length);
+        if (page.lines > 0 && !closed) {
+          res.write(page.text);
+          after = page.last;
+          lastWrite = Date.now();
         }
-        if (page.lines.length > 0) lastWrite = Date.now();
         // A client that reads slowly (or not at all) gets the next page when it has taken this one:
         // the lines wait in the database, not in this process's memory.
         while (res.writableLength > FOLLOW_BUFFER_BYTES && !closed)
@@ -143,13 +144,13 @@ async function follow(
             res.on('drain', done);
             wake = done;
           });
-        if (page.lines.length < FOLLOW_PAGE_LINES || closed) break;
+        if (page.lines < FOLLOW_PAGE_LINES || closed) break;
       }
       if (done) {
         res.write(`event: end\ndata: ${JSON.stringify({ execution_id: id, status: row?.status ?? 'unknown', next_after: after })}\n\n`);
         break;
       }
-      if (!dirty) {
+      if (tail.gen === seen) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, 1000);
           wake = () => {
@@ -173,8 +174,7 @@ async function follow(
         `event: error\ndata: ${JSON.stringify(unavailable ? { error: 'unavailable', message: 'the database is unavailable right now; reconnect shortly' } : { error: 'internal', message: 'the log stream failed; see the server log' })}\n\n`,
       );
   } finally {
-    offLog();
-    engine.events.off('execution:changed', onChanged);
+    leave();
     streams.delete(res);
     if (!res.writableEnded) res.end();
   }
