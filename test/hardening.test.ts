@@ -207,6 +207,27 @@ describe(`bodies (${STORE_KIND})`, () => {
     expect((await api.getExecution(execution_id)).status).toBe('succeeded');
   });
 
+  it('refuses a number too large for a double (it would be stored as null) on API bodies, webhooks and push answers', async () => {
+    const r = await post('/v1/agents/hard/executions', '{"message":"m","payload":{"n":1e400}}');
+    expect(r.status).toBe(400);
+    expect(await r.json()).toEqual({
+      error: 'validation_error',
+      message: 'body: a number too large for a double (above 1.8e308, such as 1e400): it would be stored as null',
+    });
+    const hook = await api.createWebhook({ name: 'huge', agent: 'hard', message: 'hook' } as never);
+    const h = await fetch(node.url + hook.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '[1.5E+309]' });
+    expect(h.status).toBe(400);
+    expect(interpret({ status: 200, text: `{"result":${'9'.repeat(400)}}` })).toMatchObject({
+      status: 'failed',
+      error: { code: 'push_invalid_response' },
+    });
+    // At the edge, and in strings, numbers are as they were.
+    expect(jsonShape('[1.7976931348623157e308, -1e308, 1e-400, "1e400", true, false]').infinite).toBe(false);
+    expect(jsonShape(`[${'1'.repeat(308)}]`).infinite).toBe(false);
+    expect(jsonShape(`[${'1'.repeat(310)}]`).infinite).toBe(true);
+    expect((await post('/v1/agents/hard/executions', '{"message":"m","payload":{"n":1.7976931348623157e308}}')).status).toBe(201);
+  });
+
   it('counts values as keys, scalars and containers outside strings', () => {
     expect(jsonShape('1').values).toBe(1);
     expect(jsonShape('{"a":1,"b":[2,3]}').values).toBe(7);

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
-import { jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
+import { infiniteMessage, jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
 import { declareCommonAnswers } from './contract.ts';
@@ -102,6 +102,7 @@ async function buildApp(opts: ServerOptions) {
     if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
     if (shape.values > MAX_JSON_VALUES)
       return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
+    if (shape.infinite) return done(new BatonError('validation_error', infiniteMessage('body')), undefined);
     // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
     void parseJson(req, body as string, done);
   });

@@ -5,7 +5,7 @@
  * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
  * the execution, and another process delivers it again with the same Idempotency-Key.
  */
-import { jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
+import { infiniteMessage, jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
@@ -340,12 +340,12 @@ export function interpret(res: { status: number; text: string }): Outcome {
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
     const shape = jsonShape(res.text);
-    if (shape.tooDeep || shape.values > MAX_JSON_VALUES)
+    if (shape.tooDeep || shape.values > MAX_JSON_VALUES || shape.infinite)
       return {
         status: 'failed',
         error: {
           code: 'push_invalid_response' satisfies BatonErrorCode,
-          message: `HTTP ${s} but ${shape.tooDeep ? tooDeepMessage('the body') : tooManyValuesMessage('the body', shape.values)}`,
+          message: `HTTP ${s} but ${shape.tooDeep ? tooDeepMessage('the body') : shape.infinite ? infiniteMessage('the body') : tooManyValuesMessage('the body', shape.values)}`,
         },
       };
     let b: any;

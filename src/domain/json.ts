@@ -24,26 +24,65 @@ export interface JsonShape {
    * plus one (exact for any text without empty objects or arrays, one more for each of those).
    */
   values: number;
+  /** A number past what a double holds (`1e400`): JSON.parse makes it Infinity, which is stored as null. */
+  infinite: boolean;
 }
 
-/** Nesting depth and value count of `text`, in one pass without recursion. Strings are skipped, escapes included. */
+const isDigit = (c: number) => c >= 48 && c <= 57;
+const inNumber = (c: number) => isDigit(c) || c === 46 /* . */ || c === 101 || c === 69 /* e E */ || c === 43 || c === 45; /* + - */
+
+/** Whether the number around `at` (a character of it) is finite as JSON.parse reads it. */
+function finiteAt(text: string, at: number): boolean {
+  let start = at;
+  let end = at;
+  while (start > 0 && inNumber(text.charCodeAt(start - 1))) start--;
+  while (end < text.length && inNumber(text.charCodeAt(end))) end++;
+  return Number.isFinite(Number(text.slice(start, end)));
+}
+
+/** Whether the exponent starting after `at` (an `e`) is positive and 300 or more: only such a number can overflow. */
+function largeExponent(text: string, at: number): boolean {
+  let j = at + 1;
+  if (text.charCodeAt(j) === 45 /* - */) return false;
+  if (text.charCodeAt(j) === 43 /* + */) j++;
+  let exponent = 0;
+  for (; j < text.length && isDigit(text.charCodeAt(j)) && exponent < 1e6; j++) exponent = exponent * 10 + text.charCodeAt(j) - 48;
+  return exponent >= 300;
+}
+
+/**
+ * Nesting depth, value count and overflowing numbers of `text`, in one pass without recursion.
+ * Strings are skipped, escapes included. Only a number with a long run of digits or a large
+ * exponent is converted to be checked.
+ */
 export function jsonShape(text: string, limit = MAX_JSON_DEPTH): JsonShape {
   let depth = 0;
   let values = 1;
   let inString = false;
+  let infinite = false;
+  let digits = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (inString) {
       if (c === 92 /* \ */) i++;
       else if (c === 34 /* " */) inString = false;
-    } else if (c === 34) inString = true;
+      continue;
+    }
+    if (isDigit(c)) {
+      digits++;
+      continue;
+    }
+    if (digits >= 300 || (digits > 0 && (c === 101 || c === 69) && largeExponent(text, i))) infinite ||= !finiteAt(text, i - 1);
+    digits = 0;
+    if (c === 34) inString = true;
     else if (c === 123 /* { */ || c === 91 /* [ */) {
       values++;
-      if (++depth > limit) return { tooDeep: true, values };
+      if (++depth > limit) return { tooDeep: true, values, infinite };
     } else if (c === 125 /* } */ || c === 93 /* ] */) depth--;
     else if (c === 44 /* , */ || c === 58 /* : */) values++;
   }
-  return { tooDeep: false, values };
+  if (digits >= 300) infinite ||= !finiteAt(text, text.length - 1);
+  return { tooDeep: false, values, infinite };
 }
 
 /** True when `text` nests objects/arrays deeper than `limit`. */
@@ -53,3 +92,6 @@ export const tooDeepMessage = (where: string) => `${where}: JSON nested deeper t
 
 export const tooManyValuesMessage = (where: string, values: number) =>
   `${where}: about ${values.toLocaleString('en-US')} JSON values (keys included), more than the ${MAX_JSON_VALUES.toLocaleString('en-US')} one request may hold; send it in parts`;
+
+export const infiniteMessage = (where: string) =>
+  `${where}: a number too large for a double (above 1.8e308, such as 1e400): it would be stored as null`;

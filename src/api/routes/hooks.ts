@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { DEFAULTS, type IdempotencySettings } from '../../config.ts';
 import { BatonError } from '../../domain/errors.ts';
-import { jsonTooDeep, tooDeepMessage } from '../../domain/json.ts';
+import { infiniteMessage, jsonShape, tooDeepMessage } from '../../domain/json.ts';
 import type { Engine } from '../../engine/engine.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import {
@@ -162,10 +162,11 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
       let body: unknown = null;
       if (raw.length > 0) {
         const text = raw.toString('utf8');
-        if (jsonTooDeep(text)) {
+        const shape = jsonShape(text);
+        if (shape.tooDeep || shape.infinite) {
           // A refusal, not an outage: a 503 here would have the sender retry it forever.
           refusals.note(w.id, 'invalid_json', req.ip);
-          throw new BatonError('validation_error', tooDeepMessage('body'));
+          throw new BatonError('validation_error', shape.tooDeep ? tooDeepMessage('body') : infiniteMessage('body'));
         }
         try {
           body = JSON.parse(text);
