@@ -6,7 +6,7 @@
  */
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
-import { ApiError, type BatonClient, type Execution, type ExecutionDetail, type ExecutionListItem } from '../client.ts';
+import { ApiError, type BatonClient, type Execution, type ExecutionListItem } from '../client.ts';
 import { EXECUTION_PAGE, PREVIEW_CHARS } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
 import { AgentName, ExecutionDetail as ExecutionDetailSchema, ExecutionStatus } from '../api/schemas.ts';
@@ -98,28 +98,10 @@ function asFailure(err: unknown) {
   return failure((err as Error)?.message ?? String(err));
 }
 
-/** How often a waiting run_task / trigger_schedule reads the status. */
+/** How often a waiting run_task / trigger_schedule reads the status (BatonClient.waitFor reads only that). */
 const WAIT_POLL_MS = 250;
-/**
- * Polls the status (a light read) until it is final or `seconds` pass, then reads the execution
- * whole once. Polling the whole execution parsed its payload every 250 ms per waiting call: 50
- * calls waiting on a payload of 80,000 values held the event loop for 0.8–2 s at a time.
- */
-async function waitUntilDone(client: BatonClient, id: string, seconds: number): Promise<ExecutionDetail> {
-  const until = Date.now() + seconds * 1000;
-  for (;;) {
-    let status;
-    try {
-      ({ status } = await client.executionStatus(id));
-    } catch (err) {
-      // A server older than the status route: poll the whole execution, as before.
-      if (missingRoute(err)) return client.waitFor(id, { timeoutMs: Math.max(0, until - Date.now()), intervalMs: WAIT_POLL_MS });
-      throw err;
-    }
-    if (isTerminal(status) || Date.now() >= until) return client.getExecution(id);
-    await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, until - Date.now()))));
-  }
-}
+const waitUntilDone = (client: BatonClient, id: string, seconds: number) =>
+  client.waitFor(id, { timeoutMs: seconds * 1000, intervalMs: WAIT_POLL_MS });
 
 export function createMcpServer(client: BatonClient): McpServer {
   const server = new McpServer({ name: 'baton', version: VERSION }, { capabilities: { tools: {} } });
