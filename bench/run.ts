@@ -35,7 +35,8 @@
  * Options: --history-n N (default 1000000), --history-reps N (probe repetitions, default 100),
  * --history-canary-reps N (default 5), --history-schedules N (default 1000; 0 skips fire lag),
  * --history-prune-max-s S (default 600), --history-prune-idle-s S (default 15: the submit → claim probe against
- * an idle `baton up` just before the prune, the baseline of "W2 at most doubles"; 0 skips it), --history-no-prune, --history-prune-only (fill, then the prune phase
+ * an idle `baton up` just before the prune, the baseline of "W2 at most doubles"; 0 skips it), --history-prune-probe-gap-ms MS (default 100: the pause between two of
+ * those probes), --history-no-prune, --history-prune-only (fill, then the prune phase
  * alone: no probes). Saves bench/results/history-*.json,
  * history-*.md and history-latest.md. See bench/lib/history.ts and docs/benchmarks.md.
  */
@@ -98,6 +99,7 @@ const { values: a } = parseArgs({
     'history-schedules': { type: 'string', default: String(HISTORY_DEFAULTS.schedules) },
     'history-prune-max-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneMaxS) },
     'history-prune-idle-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneIdleS) },
+    'history-prune-probe-gap-ms': { type: 'string', default: String(HISTORY_DEFAULTS.pruneProbeGapMs) },
     'history-no-prune': { type: 'boolean', default: false },
     'history-prune-only': { type: 'boolean', default: false },
   },
@@ -544,6 +546,7 @@ async function mainHistory(): Promise<void> {
         schedules: int('history-schedules', a['history-schedules']),
         pruneMaxS: int('history-prune-max-s', a['history-prune-max-s'], 1),
         pruneIdleS: int('history-prune-idle-s', a['history-prune-idle-s']),
+        pruneProbeGapMs: int('history-prune-probe-gap-ms', a['history-prune-probe-gap-ms']),
         noPrune: a['history-no-prune']!,
         pruneOnly: a['history-prune-only']!,
         log,

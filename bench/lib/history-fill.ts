@@ -33,7 +33,8 @@
  *   value per table per chunk (json_populate_recordset), in order (WITH ORDINALITY), so the
  *   BIGSERIAL event ids follow time.
  * Indexes stay in place during the fill (as they would have been while the history grew).
- * Afterwards: ANALYZE on both stores; SQLite checkpoints and truncates its WAL.
+ * Afterwards: ANALYZE on both stores (PostgreSQL: VACUUM (ANALYZE), then CHECKPOINT); SQLite
+ * checkpoints and truncates its WAL.
  *
  * Caveat: a trigger that maintains something besides events (a counter, say) would be
  * bypassed too. Migrations up to 0006 have none on these tables besides the event triggers and
@@ -523,7 +524,12 @@ async function postgresWriter(url: string, schema: string): Promise<Writer> {
         schema,
         'BASE TABLE',
       ]);
-      for (const r of t.rows) await c.query(`ANALYZE ${schema}.${r.table_name}`);
+      // VACUUM too, then a checkpoint: the store is left as a settled one of that age would be (hint
+      // bits and visibility map set, autovacuum with nothing left to do, the fill's pages written
+      // out), as SQLite's is after its checkpoint — so the probes and the prune's idle baseline do
+      // not run beside the fill's own write-back.
+      for (const r of t.rows) await c.query(`VACUUM (ANALYZE) ${schema}.${r.table_name}`);
+      await c.query('CHECKPOINT');
     },
     async close() {
       await c.end();

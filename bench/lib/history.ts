@@ -9,8 +9,8 @@
  *   3. at N: start `baton up` again, the same probes, stop it;
  *   4. prune: start `baton up` with BATON_RETENTION_DAYS=17 (and BATON_PRUNE_INTERVAL_MS=1000)
  *      on the history spread over 35 days, so the retention pruner removes about half of it;
- *      meanwhile /healthz is pinged every ~10 ms, one submit→claim→complete runs every ~100 ms,
- *      and a claimed task is heartbeated every 10 s (its lease must not lapse). Prune rate from the pruner's
+ *      meanwhile /healthz is pinged every ~10 ms, one submit→claim→complete runs every ~100 ms
+ *      (--history-prune-probe-gap-ms), and a claimed task is heartbeated every 10 s (its lease must not lapse). Prune rate from the pruner's
  *      record (retention_state) and a count at the end. If no pruner runs (no pass recorded
  *      within --history-prune-detect-s), the scenario prints "pruner not available".
  *
@@ -59,6 +59,12 @@ export interface HistoryConfig {
   pruneMaxS: number;
   /** Seconds of the submit → claim probe against an idle `baton up` (retention off) just before the prune: its baseline. */
   pruneIdleS: number;
+  /**
+   * Pause between two submit → claim → complete probes of the prune phase (and of its idle
+   * baseline), ms. At the default 100 a sweep of ~12 s (PostgreSQL) yields ~90 samples, so its p99
+   * is about the slowest one; 30 (~25 probes a second) gives ~300 and loads the store more.
+   */
+  pruneProbeGapMs: number;
   batch: number;
   /** Skip the prune phase. */
   noPrune: boolean;
@@ -79,6 +85,7 @@ export const HISTORY_DEFAULTS: Omit<HistoryConfig, 'store' | 'pgUrl' | 'log'> = 
   pruneDetectS: 60,
   pruneMaxS: 600,
   pruneIdleS: 15,
+  pruneProbeGapMs: 100,
   batch: 10_000,
   noPrune: false,
   pruneOnly: false,
@@ -436,7 +443,7 @@ function worstOf(latencies: number[]) {
   };
 }
 
-function submitClaimLoop(http: Http, tag: string) {
+function submitClaimLoop(http: Http, tag: string, gapMs: number) {
   const samples: Array<[number, number]> = [];
   let errors = 0;
   let looping = true;
@@ -460,7 +467,7 @@ function submitClaimLoop(http: Http, tag: string) {
       } catch {
         errors++;
       }
-      await sleep(100);
+      await sleep(gapMs);
     }
   })();
   return {
@@ -819,7 +826,7 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       const quiet = await startServer(db, 'spawn', { port: port + 1, env: QUIET });
       try {
         const qhz = healthzLoop(quiet.url);
-        const q = submitClaimLoop(new Http(quiet.url, quiet.key), 'prune-idle');
+        const q = submitClaimLoop(new Http(quiet.url, quiet.key), 'prune-idle', cfg.pruneProbeGapMs);
         await sleep(cfg.pruneIdleS * 1000);
         const r = await q.stop();
         idle = { s2c: r.samples.map((x) => x[1]), healthzWorst: (await qhz.stop()).worst };
@@ -865,8 +872,8 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
         }
       }
     })();
-    // submit → claim → complete every ~100 ms while the pruner works.
-    const loop = submitClaimLoop(http, 'prune');
+    // submit → claim → complete one after another, cfg.pruneProbeGapMs apart, while the pruner works.
+    const loop = submitClaimLoop(http, 'prune', cfg.pruneProbeGapMs);
     // Progress by counting (the pruner records a sweep in retention_state only when it ends):
     // the old rows left, every second, through the executions_completed index.
     let available = false;

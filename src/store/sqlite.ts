@@ -14,12 +14,15 @@ import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
 /**
  * The writer's automatic checkpoint while the pruner sweeps (adapter.ts, sweepCheckpoints): a
  * backstop only — it runs inside a commit on the event loop. The pruner checkpoints on its own
- * thread about every PRUNE_CHECKPOINT_FRAMES frames; under load (batches cut short by waiting
- * callers, other writers' pages) the WAL measured up to ~12,700 frames at those checkpoints during
- * a sweep of 500,000 executions at 1M, so this bound (100 MiB of 4 KiB pages) is reached only if
- * those steps stop. (At 10,000 it tripped in such a sweep: 60–90 ms on the event loop.)
+ * thread about every PRUNE_CHECKPOINT_FRAMES frames, and those checkpoints keep up (they copy every
+ * frame), but the WAL starts over only when a writer begins while no reader still uses it, and
+ * with requests reading and writing beside the batches it often does not: in a sweep of 500,000
+ * executions at 1M under a submit → claim → complete every ~40 ms the WAL grew to 24,000–29,500
+ * frames between two restarts. At 25,000 the backstop then ran every second or so, 100–150 ms on
+ * the event loop each time (docs/benchmarks.md, "The WAL's backstop"); at 10,000 it tripped even
+ * under lighter load. So the bound is 400 MiB of 4 KiB pages: reached only if the pruner's steps stop.
  */
-export const SWEEP_AUTOCHECKPOINT_PAGES = 25_000;
+export const SWEEP_AUTOCHECKPOINT_PAGES = 100_000;
 
 /**
  * The writer connection's automatic checkpoint, a backstop (pages of 4 KiB): checkpoints run on the
