@@ -32,10 +32,14 @@ export const DAY_MS = 86_400_000;
  * for the store (pruneTransaction's `contended`): a batch is as long as nobody needs the store,
  * up to this many (2,000 take ~90 ms at 1M history on the 2-core development machine; fewer,
  * longer transactions write each page of the per-agent indexes, and checkpoint it, fewer times).
- * PostgreSQL does the work in its own process and locks only the rows it deletes, so a bigger
- * batch costs other requests nothing.
+ * PostgreSQL does the work in its own process and locks only the rows it deletes, but a batch's
+ * statement writes WAL about the size of what it removes (over 1 KiB per execution: the first
+ * change to a page after a checkpoint logs all of it), and another transaction's commit waits for the
+ * flush of every WAL byte before its own: at 1M, under a submit → claim every ~100 ms, the probe's
+ * p99 while sweeping was 31–62 ms in seven runs with batches of 1,000 and 17–23 ms in five with
+ * 500 (the rate 47–53k/s and 38–43k/s; docs/benchmarks.md, "The prune's tail").
  */
-export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 2000, postgres: 1000 });
+export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 2000, postgres: 500 });
 
 /**
  * Ids per DELETE … IN (…) statement. A SQLite executions batch deletes whole retry chains about
