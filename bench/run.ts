@@ -35,8 +35,8 @@
  * Options: --history-n N (default 1000000), --history-reps N (probe repetitions, default 100),
  * --history-canary-reps N (default 5), --history-schedules N (default 1000; 0 skips fire lag),
  * --history-prune-max-s S (default 600), --history-prune-idle-s S (default 15: the submit → claim probe against
- * an idle `baton up` just before the prune, the baseline of "W2 at most doubles"; 0 skips it), --history-prune-probe-gap-ms MS (default 100: the pause between two of
- * those probes), --history-no-prune, --history-prune-only (fill, then the prune phase
+ * an idle `baton up` just before the prune, the baseline of "W2 at most doubles"; 0 skips it),
+ * --history-prune-probe-gap-ms MS (default 100: the pause between two of those probes), --history-no-prune, --history-prune-only (fill, then the prune phase
  * alone: no probes). Saves bench/results/history-*.json,
  * history-*.md and history-latest.md. See bench/lib/history.ts and docs/benchmarks.md.
  */

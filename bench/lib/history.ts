@@ -10,8 +10,8 @@
  *   4. prune: start `baton up` with BATON_RETENTION_DAYS=17 (and BATON_PRUNE_INTERVAL_MS=1000)
  *      on the history spread over 35 days, so the retention pruner removes about half of it;
  *      meanwhile /healthz is pinged every ~10 ms, one submit→claim→complete runs every ~100 ms
- *      (--history-prune-probe-gap-ms), and a claimed task is heartbeated every 10 s (its lease must not lapse). Prune rate from the pruner's
- *      record (retention_state) and a count at the end. If no pruner runs (no pass recorded
+ *      (--history-prune-probe-gap-ms), and a claimed task is heartbeated every 10 s (its lease
+ *      must not lapse). Prune rate from the pruner's record (retention_state) and a count at the end. If no pruner runs (no pass recorded
  *      within --history-prune-detect-s), the scenario prints "pruner not available".
  *
  * Probes, each over a fixed number of sequential repetitions (latency from request to the
