@@ -36,8 +36,8 @@ export const DAY_MS = 86_400_000;
  * statement writes WAL about the size of what it removes (over 1 KiB per execution: the first
  * change to a page after a checkpoint logs all of it), and another transaction's commit waits for the
  * flush of every WAL byte before its own: at 1M, under a submit → claim every ~100 ms, the probe's
- * p99 while sweeping was 31–62 ms in seven runs with batches of 1,000 and 17–23 ms in five of six
- * with 500 (49.7 in the sixth; the rate 47–53k/s and 38–43k/s; docs/benchmarks.md, "The prune's
+ * p99 while sweeping was 31–62 ms in seven runs with batches of 1,000 and 17–23 ms in six of seven
+ * with 500 (49.7 in the other; the rate 47–53k/s and 38–43k/s; docs/benchmarks.md, "The prune's
  * tail").
  */
 export const PRUNE_BATCH: Readonly<Record<StoreAdapter['kind'], number>> = Object.freeze({ sqlite: 2000, postgres: 500 });
