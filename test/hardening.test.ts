@@ -6,6 +6,7 @@
  * Real sockets against a real `baton up` on each store.
  */
 import net from 'node:net';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpret } from '../src/delivery/dispatcher.ts';
@@ -237,6 +238,35 @@ describe(`bodies (${STORE_KIND})`, () => {
     expect(JSON.parse(String.raw`{"a\\":"\\",":":","}`)).toEqual({ 'a\\': '\\', ':': ',' });
   });
 
+  it('shapes any JSON text as its parsed value says (strings with quotes and backslashes skipped whole)', () => {
+    // The count jsonShape makes: one, plus per container one, a key per member and a separator
+    // between members; the depth: containers inside containers.
+    type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+    const count = (v: Json): number => {
+      if (v === null || typeof v !== 'object') return 0;
+      const members = Array.isArray(v) ? v : Object.values(v);
+      const keys = Array.isArray(v) ? 0 : members.length;
+      return 1 + keys + Math.max(0, members.length - 1) + members.reduce<number>((n, m) => n + count(m), 0);
+    };
+    const depth = (v: Json): number =>
+      v === null || typeof v !== 'object' ? 0 : 1 + Math.max(0, ...(Array.isArray(v) ? v : Object.values(v)).map(depth));
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 6 }), fc.boolean(), fc.integer({ min: 0, max: 6 }), (value, spaced, limit) => {
+        const v = value as Json;
+        const text = JSON.stringify(v, null, spaced ? 2 : undefined);
+        const shape = jsonShape(text, limit);
+        expect(shape.tooDeep).toBe(depth(v) > limit);
+        if (!shape.tooDeep) expect(shape.values).toBe(1 + count(v));
+        expect(shape.infinite).toBe(false);
+      }),
+      { numRuns: 500 },
+    );
+    // Escape runs at a string's end: an even run ends it, an odd one escapes the quote.
+    expect(jsonShape(String.raw`["\\\\", 1]`).values).toBe(3);
+    // The quote is escaped: the string runs to the end, and only the bracket before it counts.
+    expect(jsonShape(String.raw`["\\\", 1]`).values).toBe(2);
+  });
+
   it('counts depth outside strings only', () => {
     expect(jsonTooDeep(`{"a":"${'['.repeat(500)}"}`)).toBe(false);
     expect(jsonTooDeep(`{"a":"\\"${'['.repeat(500)}"}`)).toBe(false);
@@ -442,7 +472,6 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
   it('redacts through JSON text as the walk does: every secret anywhere in a value, whatever precedes it', async () => {
     const { redactJson, redactToJson } = await import('../src/domain/redact.ts');
     const { ANY_SECRET_HEAD, findSecret } = await import('../src/domain/secrets.ts');
-    const fc = (await import('fast-check')).default;
     // What redactToJson's shortcut rests on: each pattern's match starts with a listed head.
     for (const [name, make] of Object.entries(samples)) expect(make().search(ANY_SECRET_HEAD), name).toBe(0);
     const secret = fc.constantFrom(...Object.values(samples).map((f) => f()));

@@ -50,6 +50,18 @@ function largeExponent(text: string, at: number): boolean {
   return exponent >= 300;
 }
 
+/** Where the string opened at `open` (a quote) ends: its closing quote, or the text's length. */
+function stringEnd(text: string, open: number): number {
+  // indexOf finds the next quote natively (a 250 KiB string in well under a millisecond, where a
+  // loop over its characters took ~1.5 ms); a quote after an odd run of backslashes is escaped.
+  for (let q = text.indexOf('"', open + 1); q !== -1; q = text.indexOf('"', q + 1)) {
+    let backslashes = 0;
+    while (text.charCodeAt(q - 1 - backslashes) === 92 /* \ */) backslashes++;
+    if (backslashes % 2 === 0) return q;
+  }
+  return text.length;
+}
+
 /**
  * Nesting depth, value count and overflowing numbers of `text`, in one pass without recursion.
  * Strings are skipped, escapes included. Only a number with a long run of digits or a large
@@ -58,23 +70,17 @@ function largeExponent(text: string, at: number): boolean {
 export function jsonShape(text: string, limit = MAX_JSON_DEPTH): JsonShape {
   let depth = 0;
   let values = 1;
-  let inString = false;
   let infinite = false;
   let digits = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 92 /* \ */) i++;
-      else if (c === 34 /* " */) inString = false;
-      continue;
-    }
     if (isDigit(c)) {
       digits++;
       continue;
     }
     if (digits >= 300 || (digits > 0 && (c === 101 || c === 69) && largeExponent(text, i))) infinite ||= !finiteAt(text, i - 1);
     digits = 0;
-    if (c === 34) inString = true;
+    if (c === 34 /* " */) i = stringEnd(text, i);
     else if (c === 123 /* { */ || c === 91 /* [ */) {
       values++;
       if (++depth > limit) return { tooDeep: true, values, infinite };
