@@ -4,8 +4,10 @@ import { buildServer } from '../src/api/server.ts';
 import { KeyStore } from '../src/auth/keys.ts';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../src/domain/admission.ts';
+import { CONTRACT_DEFAULTS } from '../src/domain/defaults.ts';
 import { BatonError } from '../src/domain/errors.ts';
 import { Engine } from '../src/engine/engine.ts';
+import { admit, claimManyInOneStatement } from '../src/engine/transitions/admit.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
 import { openStore } from '../src/store/open.ts';
 import { manualClock } from './helpers/clock.ts';
@@ -142,6 +144,67 @@ describe(`pause and resume (${STORE_KIND})`, () => {
     const w = await waitingOf(next.id);
     expect(w).toMatchObject({ reason: 'push_failing', push_error: { execution_id: first.id, code: 'push_unreachable' } });
     expect(w!.summary).toMatch(/push target is failing/);
+  });
+});
+
+describe(`a claim's answer is bounded in bytes (${STORE_KIND})`, () => {
+  // 240 KiB payloads: eight fit in CONTRACT_DEFAULTS.claimAnswerBytes (2 MiB), a ninth would not.
+  const big = { blob: 'x'.repeat(240 * 1024) };
+  const bytesOf = (rows: { message: string; payload: string }[]) =>
+    rows.reduce((n, r) => n + Buffer.byteLength(r.message) + Buffer.byteLength(r.payload), 0);
+
+  // With a budget the agent's claims take the transaction path on PostgreSQL too (the one-statement
+  // claim leaves agents with a budget to it); without, the one-statement claim.
+  for (const path of ['one statement', 'transaction'] as const) {
+    it(`stops once the tasks taken carry CONTRACT_DEFAULTS.claimAnswerBytes; the rest come next, in order (${path})`, async () => {
+      const name = `${agent}-bytes`;
+      const budget = path === 'transaction' ? { limits: [{ metric: 'total_tokens' as const, window: 'day' as const, limit: 1e9 }] } : null;
+      await engine.createAgent({ name, max_parallel: 20, max_backlog: 20, budget }, 'test');
+      const ids: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        clock.advance(1);
+        ids.push((await engine.submit(name, { message: `big ${i}`, payload: big }, 'key:test')).id);
+      }
+      const first = await engine.claim(name, { owner: 'w1', max: 10 });
+      expect(first.map((r) => r.id)).toEqual(ids.slice(0, 8));
+      expect(bytesOf(first)).toBeLessThanOrEqual(CONTRACT_DEFAULTS.claimAnswerBytes);
+      const rest = await engine.claim(name, { owner: 'w1', max: 10 });
+      expect(rest.map((r) => r.id)).toEqual(ids.slice(8));
+      // The rows past the bound stayed queued, nothing else: each was admitted once.
+      const statuses = await ts.store.db.selectFrom('executions').select(['status', 'attempt']).where('agent', '=', name).execute();
+      expect(statuses.every((r) => r.status === 'running' && Number(r.attempt) === 1)).toBe(true);
+    });
+  }
+
+  it('takes one task when even one is over the bound (admit, and on PostgreSQL the one-statement claim)', async () => {
+    type ClaimOf = (name: string, max: number) => Promise<{ message: string }[]>;
+    const claimers: ClaimOf[] = [
+      (name, max) =>
+        ts.store.transaction((tx) => admit(tx, ts.store, name, { now: clock(), owner: 'w1', max, delivery: 'pull', maxBytes: 1000 })),
+    ];
+    if (ts.store.kind === 'postgres') {
+      const db = ts.store.db;
+      claimers.push(async (name, max) =>
+        (await claimManyInOneStatement(db, [{ id: name, now: clock(), owner: 'w1', max, delivery: 'pull', maxBytes: 1000 }])).get(name)!,
+      );
+    }
+    for (const [k, claimOf] of claimers.entries()) {
+      const name = `${agent}-one-${k}`;
+      await engine.createAgent({ name, max_parallel: 5, max_backlog: 5 }, 'test');
+      for (const [message, payload] of [
+        ['large', { blob: 'x'.repeat(2000) }],
+        ['small one', {}],
+        ['small two', {}],
+      ] as const) {
+        clock.advance(1);
+        await engine.submit(name, { message, payload }, 'key:test');
+      }
+      const [one, ...none] = await claimOf(name, 3);
+      expect(one?.message).toBe('large');
+      expect(none).toEqual([]);
+      // Two small ones fit under the bound together.
+      expect((await claimOf(name, 3)).map((r) => r.message)).toEqual(['small one', 'small two']);
+    }
   });
 });
 

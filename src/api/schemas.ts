@@ -253,7 +253,15 @@ export const ClaimBody = z.strictObject({
     .max(DEFAULTS.claimWaitMaxMs / 1000)
     .optional()
     .describe(`long-poll wait (default ${DEFAULTS.claimWaitMs / 1000})`),
-  max: z.number().int().min(1).max(100).optional().describe('most tasks to take at once (default 1)'),
+  max: z
+    .number()
+    .int()
+    .min(1)
+    .max(100)
+    .optional()
+    .describe(
+      `most tasks to take at once (default 1); fewer once those taken carry ${DEFAULTS.claimAnswerBytes / 1024 / 1024} MiB of message and payload (always at least one)`,
+    ),
 });
 export const Task = z.object({
   execution_id: z.string(),

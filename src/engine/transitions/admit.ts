@@ -3,6 +3,7 @@ import { admissionHold, CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../d
 import { firstSpent, parseBudget } from '../../domain/budget.ts';
 import { breakerAdmission } from '../../domain/breaker.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
+import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
@@ -20,6 +21,11 @@ export interface AdmitOptions {
   owner: string;
   /** Most rows to admit in this call. */
   max: number;
+  /**
+   * Stop admitting once the rows admitted carry this many bytes of message and payload (at least
+   * one row is admitted when any can be); default CONTRACT_DEFAULTS.claimAnswerBytes.
+   */
+  maxBytes?: number;
   /** Who is claiming: pull workers take pull agents' work; Baton's dispatcher takes push agents'. */
   delivery: DeliveryMode;
   /** Where a breaker change made here (open → half-open) is alerted; default none. */
@@ -73,6 +79,8 @@ const candidatesFor = perStore((store) =>
       db
         .selectFrom('executions')
         .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
+        // What the row adds to the answer (octet_length reads the stored length, not the text).
+        .select(sql<number>`octet_length(message) + octet_length(payload)`.as('bytes'))
         .where('agent', '=', p.agent)
         .where('status', '=', QUEUED)
         .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', p.now)]))
@@ -170,7 +178,11 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
 
   const admitted: ExecutionRow[] = [];
   const serials = new Set<string>();
+  const maxBytes = opts.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes;
+  let bytes = 0;
   for (const c of candidates) {
+    // A bounded answer: reading and sending the rows holds the event loop for their size.
+    if (admitted.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
     if (c.serial_key !== null) {
       if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
       serials.add(c.serial_key);
@@ -183,7 +195,10 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       leaseExpiresAt: opts.now + c.lease_ttl_seconds * 1000,
       deadlineAt: opts.now + c.timeout_seconds * 1000,
     });
-    if (row) admitted.push(row);
+    if (row) {
+      admitted.push(row);
+      bytes += Number(c.bytes);
+    }
   }
   if (breaker.probe && admitted.length > 0) {
     const probe = admitted[0]!;
@@ -208,10 +223,10 @@ export interface PlainClaim extends AdmitOptions {
 }
 
 /**
- * The common claim, many agents in one call (PostgreSQL: the function baton_claim_many, migration
- * 0025; a lone claim is the same call with one element). Each agent with no hold (not paused, no
+ * The common claim, many agents in one call (PostgreSQL: the function baton_claim_many, migrations
+ * 0025 and 0030; a lone claim is the same call with one element). Each agent with no hold (not paused, no
  * lapse hold, no budget, breaker off or closed) of the claimer's delivery admits FIFO up to its
- * free seats, exactly as `admit` would, and its claim stamp is written when due
+ * free seats and its answer's bytes, exactly as `admit` would, and its claim stamp is written when due
  * (CLAIM_STAMP_EVERY_MS). Returns the rows each agent admitted (perhaps none), by agent; an agent
  * missing from the map was not decided here — unknown, other delivery, a hold, or a queued row with
  * a serial key among its next candidates — and nothing was written for it: run `admit` in a
@@ -234,7 +249,8 @@ export async function claimManyInOneStatement(db: Kysely<DB>, items: readonly Pl
   const { rows } = await sql<ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' }>`
     SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
       ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
-      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint) f`.execute(db);
+      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint,
+      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[]) f`.execute(db);
   const out = new Map<string, ExecutionRow[]>();
   const taken = new Map<string, ExecutionRow[]>();
   for (const { claim_agent, claim_state, ...row } of rows) {
