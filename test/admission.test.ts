@@ -1,3 +1,4 @@
+import { createServer } from 'node:http';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
@@ -175,6 +176,30 @@ describe(`a claim's answer is bounded in bytes (${STORE_KIND})`, () => {
       expect(statuses.every((r) => r.status === 'running' && Number(r.attempt) === 1)).toBe(true);
     });
   }
+
+  it('push dispatch claims again after an answer cut at the bound: one pass starts every task it has seats for', async () => {
+    // An agent that takes each task and never answers: the deliveries stay in flight.
+    const hung = createServer(() => undefined);
+    await new Promise<void>((r) => hung.listen(0, '127.0.0.1', r));
+    const name = `${agent}-push-bytes`;
+    const push_url = `http://127.0.0.1:${(hung.address() as { port: number }).port}/task`;
+    await engine.createAgent({ name, max_parallel: 20, max_backlog: 20, delivery: 'push', push_url }, 'test');
+    for (let i = 0; i < 10; i++) {
+      clock.advance(1);
+      await engine.submit(name, { message: `big ${i}`, payload: big }, 'key:test');
+    }
+    // Made after the submits, so no signal started a pass of its own.
+    const dispatcher = new Dispatcher(engine, { concurrency: 16, shutdownGraceMs: 100 });
+    try {
+      await dispatcher.dispatchOnce();
+      const rows = await ts.store.db.selectFrom('executions').select('status').where('agent', '=', name).execute();
+      expect(rows.map((r) => r.status)).toEqual(Array(10).fill('running'));
+    } finally {
+      await dispatcher.stop();
+      hung.closeAllConnections();
+      await new Promise((r) => hung.close(r));
+    }
+  });
 
   it('takes one task when even one is over the bound (admit, and on PostgreSQL the one-statement claim)', async () => {
     type ClaimOf = (name: string, max: number) => Promise<{ message: string }[]>;

@@ -16,6 +16,7 @@ import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
 import { reportLoopError } from '../engine/loop.ts';
+import { mayBeCutShort } from '../engine/transitions/admit.ts';
 import { redactSecrets } from '../domain/redact.ts';
 import { iso } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
@@ -128,12 +129,17 @@ export class Dispatcher {
     const offset = this.rotate++ % agents.length;
     for (let i = 0; i < agents.length && !this.stopped; i++) {
       const agent = agents[(offset + i) % agents.length]!;
-      const free = this.concurrency - this.inflight.size;
-      if (free <= 0) break;
-      const rows = await this.engine.claim(agent.name, { owner: this.engine.nodeId, max: free, waitMs: 0, delivery: 'push' });
-      for (const row of rows) {
-        this.start(row, agent);
-        started++;
+      for (;;) {
+        const free = this.concurrency - this.inflight.size;
+        if (free <= 0) return started;
+        const rows = await this.engine.claim(agent.name, { owner: this.engine.nodeId, max: free, waitMs: 0, delivery: 'push' });
+        for (const row of rows) {
+          this.start(row, agent);
+          started++;
+        }
+        // A claim stops at its byte bound (CONTRACT_DEFAULTS.claimAnswerBytes): one that may have
+        // stopped there is followed by another, rather than leaving the rest to the next pass.
+        if (rows.length === 0 || rows.length >= free || !mayBeCutShort(rows) || this.stopped) break;
       }
     }
     return started;

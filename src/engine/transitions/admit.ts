@@ -217,6 +217,20 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   return admitted;
 }
 
+/**
+ * Whether a claim that took `rows` (fewer than asked) may have stopped at its byte bound rather
+ * than for want of work or seats: a claim cut there carries more than the bound less one row at
+ * the largest (a 256 KiB payload and a 100,000-character message), so over half the bound.
+ */
+export function mayBeCutShort(
+  rows: readonly Pick<ExecutionRow, 'message' | 'payload'>[],
+  maxBytes = CONTRACT_DEFAULTS.claimAnswerBytes,
+): boolean {
+  let bytes = 0;
+  for (const r of rows) bytes += Buffer.byteLength(r.message) + Buffer.byteLength(r.payload);
+  return bytes > maxBytes / 2;
+}
+
 /** One claim of claimManyInOneStatement: the agent (as `id`: one claim per agent per call) and how it admits. */
 export interface PlainClaim extends AdmitOptions {
   id: string;
