@@ -391,6 +391,37 @@ describe("S-04 each agent's seat counter equals its running rows", () => {
   });
 });
 
+describe("S-05 each agent's backlog counters equal its queued rows", () => {
+  it('fires on a counter that drifted from the rows', async () => {
+    const agent = await newAgent({ max_parallel: 1 });
+    await engine.submit(agent, { message: 'x' }, 'test');
+    // A writer that bypassed the trigger: the counters say the queue is empty.
+    await sql`UPDATE agents SET queued_out = queued_out + 1 WHERE name = ${agent}`.execute(ts.store.db);
+    await expectFires('S-05', agent, 'backlog_counter_mismatch', /trigger/);
+    await sql`UPDATE agents SET queued_out = queued_out - 1 WHERE name = ${agent}`.execute(ts.store.db);
+    expect(await findings('S-05', agent)).toEqual([]);
+  });
+
+  it('is silent through submits, a batch, admission, release, completion and cancellation', async () => {
+    const agent = await newAgent({ max_parallel: 3 });
+    for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `x${i}` }, 'test');
+    await engine.submitMany(agent, [{ message: 'b0' }, { message: 'b1' }], 'test');
+    const rows = await engine.claim(agent, { owner: 'worker:test', max: 3 });
+    expect(rows).toHaveLength(3);
+    await engine.complete(rows[0]!.id, rows[0]!.lease_token!, { status: 'succeeded' }, 'worker:test');
+    await engine.release(rows[1]!.id, rows[1]!.lease_token!, 'worker:test');
+    await engine.cancel(rows[2]!.id, 'test');
+    const [queued] = await ts.store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', agent)
+      .where('status', '=', 'queued')
+      .execute();
+    await engine.cancel(queued!.id, 'test');
+    expect(await findings('S-05', agent)).toEqual([]);
+  });
+});
+
 describe('B-02 push agents: no admissible work waits while seats are free', () => {
   const sla = graces.dispatchSla(DEFAULT_TIMING);
   it('fires for a push agent with free seats and work waiting past the dispatch SLA', async () => {

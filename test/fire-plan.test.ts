@@ -73,6 +73,7 @@ function agent(name: string, maxBacklog: number): AgentRow {
     lapse_hold_count: null,
     budget: null,
     running_count: 0,
+    queued_out: 0,
   };
 }
 

@@ -666,9 +666,10 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     const checked = await checkRecorded();
     const labels = new Set(checked.map((c) => c.label));
     // The recording saw every path (a path that sent nothing would pass unchecked).
+    // The agents list and one agent read agent rows and their counters (running_count, the
+    // backlog counters), no history table at all, so nothing of them is recorded.
+    for (const l of ['listAgents', 'listAgents after a cursor', 'getAgent']) expect(labels).not.toContain(l);
     for (const l of [
-      'listAgents',
-      'getAgent',
       // (On PostgreSQL the plain claim is a call of baton_claim_many: its plans are read below.)
       ...(store.kind === 'sqlite' ? ['claim'] : []),
       'heartbeat',
@@ -702,7 +703,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'submit many',
       'chained complete',
       'chained getExecution',
-      'group create',
+      // ('group create' reads no history on SQLite: its backlogs come from the counters.)
+      ...(store.kind === 'postgres' ? ['group create'] : []),
       'group decide',
       'group get',
       'group cancel',
@@ -778,14 +780,14 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         for (const read of agentReads) expect(read).toMatch(/\(name = /);
         expect(plans).not.toMatch(/Join Filter: .*(a\.name|s\.source_agent)/);
       }
-      // Plain submits (baton_submit_many, migration 0024): each backlog counted through the agent's
-      // queued rows only (executions_admission), never history. Made again (then rolled back)
-      // under new ids: the first call's rows exist.
+      // Plain submits (baton_submit_many, migration 0031): each backlog read from the agent's
+      // counters by primary key, no executions read at all. Made again (then rolled back) under
+      // new ids: the first call's rows exist.
       const again = (parameters: unknown[]) => [(parameters[0] as string[]).map((id) => `${id}-again`), ...parameters.slice(1)];
       for (const plans of await functionPlans('baton_submit_many', again)) {
         expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
-        expect(plans).toMatch(/using executions_admission/);
-        expect(plans).not.toMatch(/Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent)/);
+        expect(plans).toMatch(/using agent_backlog_pkey/);
+        expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
       }
     }
   });

@@ -5,7 +5,7 @@ import { E02, E08, S02 } from './invariants/history.ts';
 import { E01, S03 } from './invariants/lease.ts';
 import { E03, E04, E07, G03 } from './invariants/rows.ts';
 import { E06 } from './invariants/schedules.ts';
-import { S04 } from './invariants/seats.ts';
+import { S04, S05 } from './invariants/seats.ts';
 import { G04 } from './invariants/secrets.ts';
 import type { ActivityInvariant, Invariant, Severity, StateInvariant, Tier } from './types.ts';
 
@@ -21,6 +21,7 @@ export const CATALOGUE: readonly Invariant[] = Object.freeze([
   S02,
   S03,
   S04,
+  S05,
   B02,
   B05,
   B06,

@@ -2,8 +2,8 @@ import { BatonError, NotFound } from '../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
+import { backlogs } from './backlog.ts';
 import { appendAudit } from './audit.ts';
-import { statusIs } from './status-sql.ts';
 import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
 import { readKeyStates, storeKeyAnswers, type IdemRequest, type KeyAnswer, type StoredAnswer } from './triggers/idempotency.ts';
 
@@ -64,14 +64,8 @@ export async function submitBatch(
   const keyed = items.filter((i) => i.idem).map((i) => i.idem!);
   const states = keyed.length > 0 ? await readKeyStates(tx, keyed, opts.now) : new Map();
   // Under the new-work turn no other creator of this agent's work runs, and claims only lower
-  // the count: the room read here holds until the commit.
-  const { n } = await tx
-    .selectFrom('executions')
-    .select((e) => e.fn.countAll<number>().as('n'))
-    .where('agent', '=', agent.name)
-    .where('status', '=', statusIs('queued'))
-    .executeTakeFirstOrThrow();
-  let room = agent.max_backlog - Number(n);
+  // the backlog: the room read here holds until the commit.
+  let room = agent.max_backlog - ((await backlogs(tx, [agent.name])).get(agent.name) ?? 0);
 
   const out: BatchOutcome[] = [];
   const created: BatchItem[] = [];

@@ -50,6 +50,18 @@ export interface AgentsTable {
    * into or out of `running`; admission reads it from the row it locks. The canary checks it (S-04).
    */
   running_count: Generated<number>;
+  /**
+   * Executions that left `queued` less those that came back to it (0023 SQLite / 0031 PostgreSQL),
+   * kept by the event trigger beside running_count. The agent's backlog is
+   * agent_backlog.queued_in - queued_out (engine/backlog.ts); the canary checks it (S-04).
+   */
+  queued_out: Generated<number>;
+}
+
+/** An agent's executions created queued (0023 / 0031): written only by creators, under their new-work turn. */
+export interface AgentBacklogTable {
+  agent: string;
+  queued_in: Generated<number>;
 }
 
 /** Budget ledger (0012): an agent's spending in one window, added to by each completion. */
@@ -358,6 +370,7 @@ export interface DB {
   chain_links: ChainLinksTable;
   execution_groups: ExecutionGroupsTable;
   agents: AgentsTable;
+  agent_backlog: AgentBacklogTable;
   agent_budget_ledger: AgentBudgetLedgerTable;
   retention_state: RetentionStateTable;
   leader_leases: LeaderLeasesTable;

@@ -1,3 +1,4 @@
+import { queuedExpr } from '../../engine/backlog.ts';
 import { status } from '../sql.ts';
 import type { Finding, StateInvariant } from '../types.ts';
 
@@ -45,6 +46,57 @@ export const S04: StateInvariant<SeatRow> = {
       const running = Number(r.running_rows);
       if (counted !== running)
         out.push({ subject: r.name, agent: r.name, reason: 'counter_mismatch', detail: { running_count: counted, running_rows: running } });
+    }
+    return out;
+  },
+};
+
+interface BacklogRow {
+  name: string;
+  backlog: number;
+  queued_rows: number;
+}
+
+/**
+ * S-05. Creation decides from the backlog counters (`agent_backlog.queued_in - agents.queued_out`,
+ * engine/backlog.ts), as do the agents list and /metrics: a counter that drifted from the rows
+ * would let an agent's queue grow past max_backlog (too low) or refuse its work (too high). Reads
+ * one row per agent and counts its queued rows through the partial index executions_admission:
+ * cost follows the agents and their backlogs, never history.
+ */
+export const S05: StateInvariant<BacklogRow> = {
+  kind: 'state',
+  id: 'S-05',
+  tier: 'A',
+  severity: 'critical',
+  holds: "each agent's backlog counters (queued_in - queued_out) equal its queued executions",
+  diagnoses: {
+    backlog_counter_mismatch:
+      "an agent's queued_in - queued_out differs from its queued rows: the triggers that keep them (migration 0023 SQLite / 0031 PostgreSQL) are missing or were bypassed, or a row changed agent; creation trusts the counters (engine/backlog.ts)",
+  },
+  grace: () => 0,
+  async population(tx) {
+    return tx
+      .selectFrom('agents as a')
+      .innerJoin('agent_backlog as b', 'b.agent', 'a.name')
+      .select(['a.name', queuedExpr().as('backlog')])
+      .select((eb) =>
+        eb
+          .selectFrom('executions as e')
+          .select((e) => e.fn.countAll<number>().as('n'))
+          .whereRef('e.agent', '=', 'a.name')
+          .where('e.status', '=', status('queued'))
+          .as('queued_rows'),
+      )
+      .execute() as Promise<BacklogRow[]>;
+  },
+  evaluate(rows) {
+    const out: Finding[] = [];
+    for (const r of rows) {
+      const backlog = Number(r.backlog);
+      const queued = Number(r.queued_rows);
+      if (backlog !== queued)
+        out.push({ subject: r.name, agent: r.name, reason: 'backlog_counter_mismatch', detail: { backlog, queued_rows: queued } });
     }
     return out;
   },

@@ -5,10 +5,10 @@ import { validateTemplate } from '../../domain/templates.ts';
 import type { Tx } from '../../store/adapter.ts';
 import type { ExecutionGroupRow, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import { lockAgentsForNewWork } from '../agent-lock.ts';
+import { backlogs } from '../backlog.ts';
 import { announce } from '../announce.ts';
 import { appendAudit } from '../audit.ts';
 import type { EngineContext } from '../context.ts';
-import { statusIs } from '../status-sql.ts';
 import { IDEMPOTENCY, fingerprint } from '../triggers/idempotency.ts';
 import { cancelExecution } from '../transitions/cancel.ts';
 import { createExecutions, queuedValues } from '../transitions/create.ts';
@@ -128,19 +128,9 @@ export class Groups {
         (await lockAgentsForNewWork(tx, store, input.join ? [...names, input.join.agent] : names)).map((a) => [a.name, a]),
       );
       const refusals: GroupItemRefusal[] = [];
-      // Room in each agent's backlog, counted under the new-work turn: exact until the commit.
+      // Room in each agent's backlog, read under the new-work turn: exact until the commit.
       const present = [...new Set(names)].filter((n) => agents.has(n));
-      const queued = new Map<string, number>();
-      if (present.length > 0) {
-        const counts = await tx
-          .selectFrom('executions')
-          .select((eb) => ['agent', eb.fn.countAll<number>().as('n')])
-          .where('agent', 'in', present)
-          .where('status', '=', statusIs('queued'))
-          .groupBy('agent')
-          .execute();
-        for (const c of counts) queued.set(c.agent, Number(c.n));
-      }
+      const queued = await backlogs(tx, present);
       const room = new Map(present.map((n) => [n, agents.get(n)!.max_backlog - (queued.get(n) ?? 0)]));
       const keysSeen = new Set<string>();
       input.members.forEach((m, index) => {

@@ -5,8 +5,9 @@ import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import { preparedQuery } from '../../store/prepared-query.ts';
 import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
+import { backlogOf } from '../backlog.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
-import { QUEUED, stamp } from './stamp.ts';
+import { stamp } from './stamp.ts';
 
 export type NewQueued = Omit<
   NewExecution,
@@ -45,7 +46,7 @@ export function skippedValues(row: NewQueued, code: SkipReason, message: string,
 
 /**
  * How a creation respects the agent's backlog (max_backlog queued executions):
- * - `check`: one queued row, created only while `agent` has room; the count and the insert are
+ * - `check`: one queued row, created only while `agent` has room; the backlog read and the insert are
  *   one statement (a submit, a manual or webhook trigger, a manual retry, a chained task, a
  *   group's join).
  * - `counted`: many rows for the `agents` given, which the caller counted room for under the
@@ -142,23 +143,15 @@ export async function createExecutions(
 /**
  * createExecutions' insert of one row (its statement, built once per shape: preparedQuery):
  * `check:` or `exempt:` and the row's columns. With `check`, the row is inserted only while
- * `$agent` has fewer than `$max_backlog` queued rows (count and insert in one statement).
+ * `$agent` has fewer than `$max_backlog` queued rows (the backlog counters read and the row
+ * inserted in one statement).
  */
 function oneRowInsert(tx: Tx, p: NewExecution & { $agent: string; $max_backlog: number }, shape: string) {
   const [how, list] = shape.split(':') as [string, string];
   const columns = list.split(',') as Array<keyof NewExecution>;
   let select = tx.selectNoFrom((eb) => columns.map((c) => eb.val(p[c] as any).as(c)));
   if (how === 'check') {
-    select = select.where(
-      (eb) =>
-        eb
-          .selectFrom('executions')
-          .select((e) => e.fn.countAll<number>().as('n'))
-          .where('agent', '=', p.$agent)
-          .where('status', '=', QUEUED),
-      '<',
-      p.$max_backlog,
-    );
+    select = select.where((eb) => backlogOf(eb, p.$agent), '<', p.$max_backlog);
   }
   return tx.insertInto('executions').columns(columns).expression(select).returningAll();
 }

@@ -1,8 +1,9 @@
 import { lockAgentsForNewWork } from '../agent-lock.ts';
+import { backlogs } from '../backlog.ts';
 import { sql } from 'kysely';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ScheduleRow } from '../../store/schema.ts';
-import { ENABLED, LIVE_STATUSES, statusIs } from '../status-sql.ts';
+import { ENABLED, LIVE_STATUSES } from '../status-sql.ts';
 import { createExecutions } from '../transitions/create.ts';
 import { announce } from '../announce.ts';
 import type { Engine } from '../engine.ts';
@@ -112,7 +113,7 @@ async function fireBatch(tx: Tx, engine: Engine, now: number, batch: number, act
   const names = [...new Set(due.map((s) => s.agent))];
   const held = await lockAgentsForNewWork(tx, engine.store, names);
   const agents = new Map(held.map((row) => [row.name, row]));
-  const queued = await queuedByAgent(tx, names);
+  const queued = await backlogs(tx, names);
   const inFlight = await skipRunsInFlight(tx, due);
   const times = dueTimesOf(due, agents, now);
   // Compare-and-set, one statement for the batch: only the holder of each exact next_run_at
@@ -140,18 +141,6 @@ function lockDueSchedules(tx: Tx, store: StoreAdapter, now: number, batch: numbe
       'skip',
     )
     .execute();
-}
-
-/** Queued executions per agent (agents with none are absent). */
-async function queuedByAgent(tx: Tx, names: string[]): Promise<Map<string, number>> {
-  const queued = await tx
-    .selectFrom('executions')
-    .select(['agent', (eb) => eb.fn.countAll<number>().as('n')])
-    .where('agent', 'in', names)
-    .where('status', '=', statusIs('queued'))
-    .groupBy('agent')
-    .execute();
-  return new Map(queued.map((q) => [q.agent, Number(q.n)]));
 }
 
 /** Runs in flight of the schedules whose overlap policy is skip (a running one rather than a queued one). */
