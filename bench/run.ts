@@ -7,8 +7,9 @@
  * Options (all optional):
  *   --store sqlite|postgres|both     default both
  *   --only w1|w2|history|scenarios   default both workloads (history is never in the default run)
- *   --scenarios worker,push,triggers,cli,bodies|none   after W1/W2 (default all; triggers: PostgreSQL only; cli: 20 runs of
- *                                    two HTTP-only commands from the packed, installed package)
+ *   --scenarios worker,push,triggers,cli,bodies,backlog|none   after W1/W2 (default all; triggers: PostgreSQL only; cli:
+ *                                    20 runs of two HTTP-only commands from the packed, installed package; backlog: one
+ *                                    agent 0 to 300,000 queued)
  *   --mode http|inproc|both          default both
  *   --tasks N                        W1 tasks (default 20000)
  *   --agents N                       W1 agents (default 100), --max-parallel N (default 3)
@@ -87,7 +88,7 @@ const { values: a } = parseArgs({
     'no-save': { type: 'boolean', default: false },
     'quiet-pct': { type: 'string', default: '25' },
     'quiet-max-s': { type: 'string', default: '30' },
-    scenarios: { type: 'string', default: 'worker,push,triggers,cli,bodies' },
+    scenarios: { type: 'string', default: 'worker,push,triggers,cli,bodies,backlog' },
     'worker-tasks': { type: 'string', default: '500' },
     'push-tasks': { type: 'string', default: '2000' },
     schedules: { type: 'string', default: '10000' },

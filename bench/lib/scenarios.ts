@@ -6,7 +6,9 @@
  *   idempotency keys (PostgreSQL only, as the issue asks);
  * - cli: start-up of HTTP-only `baton` commands from the installed package (issue #15);
  * - bodies: the largest bodies each route takes, in their costliest shape, and how long each holds
- *   everybody else's requests (worst /healthz latency while it is handled; bench/lib/bodies.ts).
+ *   everybody else's requests (worst /healthz latency while it is handled; bench/lib/bodies.ts);
+ * - backlog: a submit, one agent and the agents list with 0 to 300,000 queued for one agent
+ *   (bench/lib/backlog.ts).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,8 +22,9 @@ import { runWebhookBench, type WebhookBenchResult } from './triggers-webhooks.ts
 import { runWorkerBench, type WorkerBenchResult } from './worker-bench.ts';
 import { CLI_TARGET_MS, runCliBench, type CliBenchResult } from './cli-bench.ts';
 import { runBodiesBench, type BodiesResult } from './bodies.ts';
+import { BACKLOG_RATIO_TARGET, runBacklogBench, type BacklogResult } from './backlog.ts';
 
-export const SCENARIOS = ['worker', 'push', 'triggers', 'cli', 'bodies'] as const;
+export const SCENARIOS = ['worker', 'push', 'triggers', 'cli', 'bodies', 'backlog'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
 export interface ScenarioResults {
@@ -32,6 +35,7 @@ export interface ScenarioResults {
   webhooks?: WebhookBenchResult;
   cli?: CliBenchResult;
   bodies?: BodiesResult;
+  backlog?: BacklogResult;
 }
 
 export interface ScenarioOptions {
@@ -107,6 +111,12 @@ export async function runScenarios(store: StoreKind, which: Scenario[], o: Scena
     out.bodies = await runBodiesBench(store, o.pgUrl);
     for (const p of out.bodies.probes) o.log(`  ${p.body}: ${p.status}, worst /healthz ${Math.max(...p.worst_healthz_ms)} ms`);
   }
+  if (which.includes('backlog')) {
+    o.log(`▶ ${store} a deep backlog: submit, one agent, the agents list at 0 to 300,000 queued …`);
+    out.backlog = await runBacklogBench(store, o.pgUrl);
+    for (const p of out.backlog.probes)
+      o.log(`  ${p.depth} queued: submit p50 ${p.submit_p50_ms} ms, agent ${p.get_agent_p50_ms} ms, list ${p.list_agents_p50_ms} ms`);
+  }
   return out;
 }
 
@@ -155,6 +165,21 @@ export function scenarioRows(store: StoreKind, r: ScenarioResults): string[][] {
       `largest body: ${p.body}`,
       `worst /healthz ${worst} ms`,
       `${p.mib} MiB, answered ${p.status}; by run ${p.worst_healthz_ms.join(', ')} ms; target ≤ ${r.bodies!.target_ms} ms ${worst <= r.bodies!.target_ms ? 'met' : 'MISSED'}`,
+    ]);
+  }
+  const empty = r.backlog?.probes[0];
+  for (const p of empty ? r.backlog!.probes.slice(1) : []) {
+    const ratios = [
+      p.submit_p50_ms / empty!.submit_p50_ms,
+      p.get_agent_p50_ms / empty!.get_agent_p50_ms,
+      p.list_agents_p50_ms / empty!.list_agents_p50_ms,
+    ];
+    const worst = Math.max(...ratios);
+    rows.push([
+      store,
+      `${p.depth.toLocaleString('en-US')} queued for one agent`,
+      `submit p50 ${p.submit_p50_ms} ms (max ${p.submit_max_ms}), agent ${p.get_agent_p50_ms} ms, agents list ${p.list_agents_p50_ms} ms`,
+      `vs empty (${empty!.submit_p50_ms} / ${empty!.get_agent_p50_ms} / ${empty!.list_agents_p50_ms} ms) ${ratios.map((x) => `${x.toFixed(2)}×`).join(' / ')}; target ≤ ${BACKLOG_RATIO_TARGET}× ${worst <= BACKLOG_RATIO_TARGET ? 'met' : 'MISSED'}; filled at ${r.backlog!.fill_per_s.toLocaleString('en-US')}/s`,
     ]);
   }
   if (r.webhooks)
