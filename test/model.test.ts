@@ -4,6 +4,7 @@ import { MAX_FORGIVEN_LAPSES, SHARED_LAPSE_THRESHOLD } from '../src/domain/admis
 import { BatonError } from '../src/domain/errors.ts';
 import { isTerminal, type CompletionStatus, type ExecutionStatus } from '../src/domain/states.ts';
 import { Engine } from '../src/engine/engine.ts';
+import { liveCountsByAgent } from '../src/engine/live-counts.ts';
 import type { ExecutionEventRow, ExecutionRow } from '../src/store/schema.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -349,10 +350,14 @@ async function check(model: Model, cmd: Cmd): Promise<void> {
     invariantsOfOne(row, log.get(m.id) ?? [], at);
   }
 
-  // Seats: never more running than the cap, now or at any admission.
+  // Seats: never more running than the cap, now or at any admission. The counters admission and
+  // creation decide from (running_count, the backlog counters) equal the rows.
+  const counted = await liveCountsByAgent(ts.store.db, model.names);
   model.names.forEach((name, i) => {
     const running = rows.filter((r) => r.agent === name && r.status === 'running').length;
+    const queued = rows.filter((r) => r.agent === name && r.status === 'queued').length;
     expect(running, `${at}: running on ${name}`).toBeLessThanOrEqual(model.specs[i]!.max_parallel);
+    expect(counted.get(name) ?? { running: 0, queued: 0 }, `${at}: counters of ${name}`).toEqual({ running, queued });
   });
   for (const e of events) {
     if (e.from_status === 'queued' && e.to_status === 'running') expect(e.seats_in_use!, at).toBeLessThanOrEqual(e.seat_cap!);
