@@ -402,6 +402,14 @@ describe("S-05 each agent's backlog counters equal its queued rows", () => {
     expect(await findings('S-05', agent)).toEqual([]);
   });
 
+  it('fires on an agent whose counter row is missing', async () => {
+    const agent = await newAgent({ max_parallel: 1 });
+    await sql`DELETE FROM agent_backlog WHERE agent = ${agent}`.execute(ts.store.db);
+    await expectFires('S-05', agent, 'backlog_counter_mismatch', /trigger/);
+    await sql`INSERT INTO agent_backlog (agent, queued_in) VALUES (${agent}, 0)`.execute(ts.store.db);
+    expect(await findings('S-05', agent)).toEqual([]);
+  });
+
   it('is silent through submits, a batch, admission, release, completion and cancellation', async () => {
     const agent = await newAgent({ max_parallel: 3 });
     for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `x${i}` }, 'test');

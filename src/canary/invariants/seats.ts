@@ -53,7 +53,8 @@ export const S04: StateInvariant<SeatRow> = {
 
 interface BacklogRow {
   name: string;
-  backlog: number;
+  /** Null when the agent has no agent_backlog row (its creation trigger bypassed). */
+  backlog: number | null;
   queued_rows: number;
 }
 
@@ -78,7 +79,7 @@ export const S05: StateInvariant<BacklogRow> = {
   async population(tx) {
     return tx
       .selectFrom('agents as a')
-      .innerJoin('agent_backlog as b', 'b.agent', 'a.name')
+      .leftJoin('agent_backlog as b', 'b.agent', 'a.name')
       .select(['a.name', queuedExpr().as('backlog')])
       .select((eb) =>
         eb
@@ -93,7 +94,7 @@ export const S05: StateInvariant<BacklogRow> = {
   evaluate(rows) {
     const out: Finding[] = [];
     for (const r of rows) {
-      const backlog = Number(r.backlog);
+      const backlog = r.backlog === null ? null : Number(r.backlog);
       const queued = Number(r.queued_rows);
       if (backlog !== queued)
         out.push({ subject: r.name, agent: r.name, reason: 'backlog_counter_mismatch', detail: { backlog, queued_rows: queued } });
