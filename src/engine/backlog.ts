@@ -8,7 +8,7 @@ import type { DB } from '../store/schema.ts';
  * back, kept by the event trigger beside the seats). One row per agent, however deep the backlog:
  * counting the rows cost a submit 27 ms (SQLite) / 64 ms (PostgreSQL) at 300,000 queued. Read
  * under the new-work turn (lockAgentsForNewWork) it is exact for creating work: no other creator
- * runs, and claims only shorten the backlog. The canary checks it against the rows (S-04).
+ * runs, and claims only shorten the backlog. The canary checks it against the rows (S-05).
  */
 export async function backlogs(db: Kysely<DB>, names: readonly string[]): Promise<Map<string, number>> {
   if (names.length === 0) return new Map();

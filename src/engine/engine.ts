@@ -582,8 +582,8 @@ export class Engine {
       }
     }
     const out = await this.store.transaction(async (tx) => {
-      // Creators of work for this agent take turns, so the backlog count in createExecutions is
-      // exact; claims only ever lower that count, so a submit never waits for them.
+      // Creators of work for this agent take turns, so the backlog read in createExecutions is
+      // exact; claims only ever shorten the backlog, so a submit never waits for them.
       const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
       seen?.({ paused: agent.paused_at !== null });

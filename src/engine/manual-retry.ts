@@ -9,7 +9,7 @@ import { createExecutions, queuedValues } from './transitions/create.ts';
  * Retry a failed execution by hand (the dashboard's "retry selected"): a new queued execution
  * with the same agent, message and payload, `trigger: retry` and `retry_of` pointing at the
  * failed one, so the retry chain shows both. It runs under the agent's new-work lock, like a
- * submit, so the backlog count is exact and two retries of one execution cannot both pass the
+ * submit, so the backlog read is exact and two retries of one execution cannot both pass the
  * "already retried" check: a failed execution is retried at most once (by hand or by its retry
  * policy); retry the newest member of the chain to go again. The agent's settings of today
  * apply (timeout, lease, re-deliveries); the failed run's retry policy goes with it.

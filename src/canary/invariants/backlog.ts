@@ -123,7 +123,7 @@ interface BacklogCount {
 
 /**
  * B-06. Counts only rows that never started and were submitted after the agent's settings last
- * changed. The submit path refuses at max_backlog counting *every* queued row, so those rows
+ * changed. The submit path refuses at max_backlog by counters of *every* queued row (S-05), so those rows
  * alone can never exceed it — whereas the full queued count legitimately can: the reaper
  * re-queues lapsed rows and a release hands rows back regardless of max_backlog, and lowering
  * max_backlog leaves the existing queue in place.

@@ -108,7 +108,7 @@ export async function startChained(tx: Tx, ctx: FollowContext, row: ExecutionRow
   if (subs.length === 0) return [];
   const depth = row.chain_depth + 1;
   const deep = depth > ctx.chainDepthLimit;
-  // Every target at once, in name order (lockAgentsForNewWork sorts): backlog counts are exact.
+  // Every target at once, in name order (lockAgentsForNewWork sorts): backlog reads are exact.
   const agents = new Map<string, HeldAgent>();
   if (!deep) {
     for (const a of await lockAgentsForNewWork(

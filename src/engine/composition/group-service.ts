@@ -99,7 +99,7 @@ export class Groups {
   /**
    * Create the group and every member, or refuse the whole group (BatonError `group_refused`,
    * details.items: every failing item and why) having written nothing. Every member agent and the
-   * join agent are locked for new work together (one sorted call), so backlog counts are exact.
+   * join agent are locked for new work together (one sorted call), so backlog reads are exact.
    * Paused agents still queue, as a submit does (`paused_agents` says which).
    */
   async create(

@@ -165,7 +165,7 @@ export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds
 
 /**
  * A plain submit as one statement, one round trip (PostgreSQL: `baton_submit`, migration 0020):
- * the same new-work turn, backlog count, row and creation audit as `createExecutions` with
+ * the same new-work turn, backlog check, row and creation audit as `createExecutions` with
  * `check` under lockAgentsForNewWork, which the transaction path runs in four round trips. The
  * agent's contract defaults (redeliveries, timeout, lease TTL, retry policy) come from the agent
  * row it locks. Throws NotFound or BacklogFull having written nothing; a refusal's audit is the

@@ -71,7 +71,7 @@ export function rowFor(agent: AgentRow, spec: RunSpec): NewQueued {
 /**
  * Start one run on a locked agent: refuse under the overlap policy, refuse a full backlog, or
  * create the queued row with its audit entry. Nothing is written on a refusal (the caller audits
- * it). The overlap check reads under the same new-work turn as the backlog count, so both hold
+ * it). The overlap check reads under the same new-work turn as the backlog read, so both hold
  * until the commit.
  */
 export async function startRun(
