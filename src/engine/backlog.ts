@@ -6,7 +6,7 @@ import type { DB } from '../store/schema.ts';
  * 0031 PostgreSQL): `agent_backlog.queued_in` (rows created queued, written only by creators under
  * their new-work turn) less `agents.queued_out` (rows that left `queued`, less those that came
  * back, kept by the event trigger beside the seats). One row per agent, however deep the backlog:
- * counting the rows cost a submit 27 ms (SQLite) / 64 ms (PostgreSQL) at 300,000 queued. Read
+ * counting the rows cost a submit 27–29 ms (SQLite) / 64–67 ms (PostgreSQL) at 300,000 queued. Read
  * under the new-work turn (lockAgentsForNewWork) it is exact for creating work: no other creator
  * runs, and claims only shorten the backlog. The canary checks it against the rows (S-05).
  */
