@@ -506,8 +506,10 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
   it('answers a large result or payload as stored, and reads it back the same', async () => {
     await api.createAgent({ name: 'big-result', max_parallel: 2 });
     // Payloads past the size from which answers splice the stored text, with escapes, quotes and unicode.
-    const payload = (k: number) => ({ k, rows: Array.from({ length: 1500 }, (_, i) => ({ i, s: `"p" \\ ü 😀 \t ${k}` })) });
-    const { execution_id } = await api.submit('big-result', { message: 'big', payload: payload(0) });
+    const payload = (k: number) => ({ k, rows: Array.from({ length: 2000 }, (_, i) => ({ i, s: `"p" \\ ü 😀 \t ${k}` })) });
+    expect(JSON.stringify(payload(0)).length).toBeGreaterThan(64 * 1024);
+    const { execution_id, execution: submitted } = await api.submit('big-result', { message: 'big', payload: payload(0) });
+    expect(submitted.payload).toEqual(payload(0));
     for (const k of [1, 2]) await api.submit('big-result', { message: `next ${k}`, payload: payload(k) });
     const [task] = await api.claim('big-result', { worker_id: 'w', wait_seconds: 5 });
     expect(task!.payload).toEqual(payload(0));
@@ -522,6 +524,7 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     expect(done.tasks!.map((t) => t.payload)).toEqual([payload(2)]);
     const read = await api.getExecution(execution_id);
     expect(read.result).toEqual(result);
+    expect(read.payload).toEqual(payload(0));
     expect(read.events.map((e) => e.to)).toEqual(['queued', 'running', 'succeeded']);
   });
 });

@@ -26,9 +26,12 @@ export class RawAnswer {
     return this.splice.stringify(body) as never;
   }
 
-  /** An execution's view, its result placed by `value`. */
+  /** An execution's view, its payload and result placed by `value`. */
   execution(row: ExecutionRow): ExecutionView {
-    return Object.assign(executionView({ ...row, result: null }), { result: this.value(row.result) });
+    return Object.assign(executionView({ ...row, payload: 'null', result: null }), {
+      payload: this.value(row.payload),
+      result: this.value(row.result),
+    });
   }
 
   /** A claimed task's view, its payload placed by `value`. */

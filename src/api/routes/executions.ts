@@ -81,7 +81,11 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
           onCreated,
           (agent) => (paused = agent.paused),
         );
-        return answerFor(row);
+        // Stored with an idempotency key: as values. Otherwise a long payload goes back as stored (RawAnswer).
+        if (onCreated) return answerFor(row);
+        const raw = new RawAnswer();
+        const answer = { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: raw.execution(row) };
+        return { status: 201, body: raw.answer(reply, answer) };
       });
     },
   );
