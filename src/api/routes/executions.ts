@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
-import { eventView, executionListView, executionView } from '../../engine/views.ts';
+import { eventView, executionListView, executionView, type ExecutionView } from '../../engine/views.ts';
 import { startedView } from '../../engine/composition/subscription-views.ts';
 import { EXECUTION_PAGE } from '../../domain/lists.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
@@ -60,10 +60,14 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         : undefined;
       // As the submit found the agent (told before the answer is stored with an idempotency key).
       let paused = false;
-      const answerFor = (row: ExecutionRow) => ({
-        status: 201,
-        body: { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: executionView(row) },
+      const created = (row: ExecutionRow, execution: ExecutionView) => ({
+        execution_id: row.id,
+        status: row.status,
+        agent: row.agent,
+        agent_paused: paused,
+        execution,
       });
+      const answerFor = (row: ExecutionRow) => ({ status: 201, body: created(row, executionView(row)) });
       return idempotent({ engine, idempotency }, reply, idem, answerFor, async (onCreated) => {
         const row = await engine.submit(
           req.params.agent,
@@ -84,8 +88,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         // Stored with an idempotency key: as values. Otherwise a long payload goes back as stored (RawAnswer).
         if (onCreated) return answerFor(row);
         const raw = new RawAnswer();
-        const answer = { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: raw.execution(row) };
-        return { status: 201, body: raw.answer(reply, answer) };
+        return { status: 201, body: raw.answer(reply, created(row, raw.execution(row))) };
       });
     },
   );
