@@ -1,6 +1,16 @@
+import type { ExpressionBuilder } from 'kysely';
 import { queuedExpr } from '../../engine/backlog.ts';
+import type { DB } from '../../store/schema.ts';
 import { status } from '../sql.ts';
 import type { Finding, StateInvariant } from '../types.ts';
+
+/** The number of `agents as a`'s executions in `s`, counted through the partial index for it. */
+const rowsOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>, s: 'running' | 'queued') =>
+  eb
+    .selectFrom('executions as e')
+    .select((e) => e.fn.countAll<number>().as('n'))
+    .whereRef('e.agent', '=', 'a.name')
+    .where('e.status', '=', status(s));
 
 interface SeatRow {
   name: string;
@@ -29,14 +39,7 @@ export const S04: StateInvariant<SeatRow> = {
     return tx
       .selectFrom('agents as a')
       .select(['a.name', 'a.running_count'])
-      .select((eb) =>
-        eb
-          .selectFrom('executions as e')
-          .select((e) => e.fn.countAll<number>().as('n'))
-          .whereRef('e.agent', '=', 'a.name')
-          .where('e.status', '=', status('running'))
-          .as('running_rows'),
-      )
+      .select((eb) => rowsOfAgent(eb, 'running').as('running_rows'))
       .execute() as Promise<SeatRow[]>;
   },
   evaluate(rows) {
@@ -81,14 +84,7 @@ export const S05: StateInvariant<BacklogRow> = {
       .selectFrom('agents as a')
       .leftJoin('agent_backlog as b', 'b.agent', 'a.name')
       .select(['a.name', queuedExpr().as('backlog')])
-      .select((eb) =>
-        eb
-          .selectFrom('executions as e')
-          .select((e) => e.fn.countAll<number>().as('n'))
-          .whereRef('e.agent', '=', 'a.name')
-          .where('e.status', '=', status('queued'))
-          .as('queued_rows'),
-      )
+      .select((eb) => rowsOfAgent(eb, 'queued').as('queued_rows'))
       .execute() as Promise<BacklogRow[]>;
   },
   evaluate(rows) {
