@@ -1,7 +1,7 @@
 /**
  * Builds both packages for `npm pack` / `npm publish` (`npm run build`; `prepack` runs it):
  *   - the server (the root package): src/ → dist/ with tsconfig.build.json, plus the files the
- *     code loads by URL at run time (the SQL migrations, the SQLite reader's worker thread);
+ *     code loads by URL at run time (the SQL migrations, the SQLite and JSON worker threads);
  *   - the SDK (packages/sdk): what src/sdk.ts reaches → packages/sdk/dist.
  * A checkout never needs this: bin/baton.js runs the TypeScript through tsx when src/ is there.
  * Each output directory is emptied first, so a deleted module cannot linger in a tarball.
@@ -16,7 +16,7 @@ const at = (p: string) => root + p;
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 
 /** Files under src/ that no import names: the code finds them with `new URL(…, import.meta.url)`. */
-const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js'];
+const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js', 'api/json-worker.js'];
 
 function compile(project: string, outDir: string): void {
   rmSync(at(outDir), { recursive: true, force: true });

@@ -60,6 +60,7 @@ describe('the tarballs', () => {
       'dist/index.js',
       'dist/index.d.ts',
       'dist/store/sqlite-reader-worker.js',
+      'dist/api/json-worker.js',
       'dist/store/migrations/sqlite/0001_init.sql',
       'dist/store/migrations/postgres/0001_init.sql',
       'web/dist/index.html',
@@ -198,7 +199,8 @@ await client.createAgent({ name: 'packaged' });
 const { execution_id } = await client.submit('packaged', { message: 'hello from a tarball' });
 const worker = createWorker({
   server, key, agent: 'packaged', claimWaitSeconds: 1,
-  handler: (task) => { task.log('ran ' + task.executionId); return { echo: task.message, attempt: task.attempt }; },
+  // A long result: the server checks it on its JSON worker thread, a file the tarball must carry.
+  handler: (task) => { task.log('ran ' + task.executionId); return { echo: task.message, attempt: task.attempt, long: 'x'.repeat(300000) }; },
 });
 await worker.start();
 let e = await client.getExecution(execution_id);
@@ -212,7 +214,7 @@ console.log(JSON.stringify({ status: e.status, result: e.result }));
 `,
     );
     const outcome = JSON.parse(await node(['worker.mjs', url, key])) as { status: string; result: unknown };
-    expect(outcome).toEqual({ status: 'succeeded', result: { echo: 'hello from a tarball', attempt: 1 } });
+    expect(outcome).toEqual({ status: 'succeeded', result: { echo: 'hello from a tarball', attempt: 1, long: 'x'.repeat(300_000) } });
 
     // The installed CLI talks to it too (the compiled dist/, no tsx).
     const listed = JSON.parse(

@@ -129,6 +129,17 @@ export async function runBodiesBench(store: StoreKind, pgUrl: string, reps = 3):
     await probe(`complete: wide result (${MAX_JSON_VALUES / 1000}k values)`, claimed, () =>
       JSON.stringify({ lease_token: token, status: 'succeeded', result: atCap }),
     );
+    // The shape V8 parses slowest per value: small objects whose keys all differ (each object a
+    // new hidden class), 8 keys each, to the values bound (17 values an object, counted as jsonShape does).
+    let key = 0;
+    const distinct = Array.from({ length: Math.floor(budget / 17) }, () => {
+      const o: Record<string, number> = {};
+      for (let k = 0; k < 8; k++) o[`k${key++}`] = k;
+      return o;
+    });
+    await probe(`complete: result of ${distinct.length.toLocaleString('en-US')} small objects, every key distinct`, claimed, () =>
+      JSON.stringify({ lease_token: token, status: 'succeeded', result: distinct }),
+    );
     await probe('complete: ~4 MiB string result', claimed, () =>
       JSON.stringify({ lease_token: token, status: 'succeeded', result: 'r'.repeat(4 * 1024 * 1024 - 64 * 1024) }),
     );

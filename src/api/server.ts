@@ -8,6 +8,7 @@ import { BatonError } from '../domain/errors.ts';
 import { infiniteMessage, jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
+import { parseAroundLongMembers } from './json-off-thread.ts';
 import { declareCommonAnswers } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
@@ -103,6 +104,17 @@ async function buildApp(opts: ServerOptions) {
     if (shape.values > MAX_JSON_VALUES)
       return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
     if (shape.infinite) return done(new BatonError('validation_error', infiniteMessage('body')), undefined);
+    // A large body's long members that its route only stores are parsed on a worker thread.
+    const raw = largeBodies.has(req) ? req.routeOptions.config.rawJsonMembers : undefined;
+    if (raw) {
+      const parse = (text: string) =>
+        new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
+      parseAroundLongMembers(body as string, raw, parse).then(
+        (value) => done(null, value),
+        (err: Error) => done(err, undefined),
+      );
+      return;
+    }
     // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
     void parseJson(req, body as string, done);
   });

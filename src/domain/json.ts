@@ -101,3 +101,71 @@ export const tooManyValuesMessage = (where: string, values: number) =>
 
 export const infiniteMessage = (where: string) =>
   `${where}: a number too large for a double (above 1.8e308, such as 1e400): it would be stored as null`;
+
+/** Where one top-level member of a JSON object text has its value: `text.slice(start, end)`. */
+export interface MemberSpan {
+  key: string;
+  start: number;
+  end: number;
+}
+
+const isSpace = (c: number) => c === 32 || c === 10 || c === 13 || c === 9;
+
+/**
+ * The members of the object `text` holds whose values' texts are at least `minChars` long, found
+ * in one pass without parsing (strings skipped as in jsonShape). [] when the text is not an
+ * object. Malformed text gives spans the parser then refuses.
+ */
+export function largeMembers(text: string, minChars: number): MemberSpan[] {
+  let i = 0;
+  while (isSpace(text.charCodeAt(i))) i++;
+  if (text.charCodeAt(i) !== 123 /* { */) return [];
+  const spans: MemberSpan[] = [];
+  let depth = 0;
+  let key = '';
+  let inValue = false;
+  let valueStart = -1;
+  const close = (at: number) => {
+    let end = at;
+    while (end > valueStart && isSpace(text.charCodeAt(end - 1))) end--;
+    if (inValue && valueStart >= 0 && end - valueStart >= minChars) spans.push({ key, start: valueStart, end });
+    inValue = false;
+  };
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (depth === 1 && inValue && valueStart < 0 && !isSpace(c)) valueStart = i;
+    if (c === 34 /* " */) {
+      const end = stringEnd(text, i);
+      if (depth === 1 && !inValue) key = text.slice(i, end + 1);
+      i = end;
+    } else if (c === 123 /* { */ || c === 91 /* [ */) depth++;
+    else if (c === 125 /* } */ || c === 93 /* ] */) {
+      if (--depth === 0) {
+        close(i);
+        break;
+      }
+    } else if (depth === 1 && c === 58 /* : */ && !inValue) {
+      inValue = true;
+      valueStart = -1;
+    } else if (depth === 1 && c === 44 /* , */ && inValue) close(i);
+  }
+  // Keys are JSON strings: decoded here (short, or refused later with the rest of the body).
+  return spans.map((s) => ({ ...s, key: decodeKey(s.key) }));
+}
+
+function decodeKey(quoted: string): string {
+  try {
+    return JSON.parse(quoted) as string;
+  } catch {
+    return quoted;
+  }
+}
+
+/**
+ * A JSON value kept as its text: a large member of a request body that was checked and
+ * serialised off the event loop (src/api/json-off-thread.ts) instead of parsed on it. Whoever
+ * stores it stores `text`.
+ */
+export class RawJson {
+  constructor(readonly text: string) {}
+}

@@ -9,6 +9,7 @@ import type { CompletionStatus, ExecutionStatus } from './states.ts';
 /** The outcome a worker (or the push dispatcher on a push agent's behalf) reports on completion. */
 export interface Outcome {
   status: CompletionStatus;
+  /** Any JSON value, or a RawJson: a long result already serialised (the completion route's, off the event loop). */
   result?: unknown;
   /** A worker's own code, or one of Baton's (the push dispatcher's, the completion route's default). */
   error?: { code: ExecutionErrorCode; message: string } | null;

@@ -66,6 +66,10 @@ const TEXT_PATTERNS = SECRET_PATTERNS.map(({ re }) => {
  * with a head took 280 ms walked, 6 ms as text.
  */
 export function redactToJson(value: unknown): string {
-  const text = JSON.stringify(value);
+  return redactJsonText(JSON.stringify(value));
+}
+
+/** `redactToJson` for a value already serialised as JSON.stringify writes it (RawJson's text). */
+export function redactJsonText(text: string): string {
   return ANY_SECRET_HEAD.test(text) ? untilSettled(text, TEXT_PATTERNS) : text;
 }

@@ -23,7 +23,8 @@ import { retryFailedExecution } from './manual-retry.ts';
 import type { ActivityWindow } from '../domain/activity.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { Logs } from './logs.ts';
-import { redactSecrets, redactToJson } from '../domain/redact.ts';
+import { RawJson } from '../domain/json.ts';
+import { redactJsonText, redactSecrets, redactToJson } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
 import { admit, claimManyInOneStatement, type AdmitOptions, type PlainClaim } from './transitions/admit.ts';
@@ -779,7 +780,12 @@ export class Engine {
     // Whatever client reported it, a recognisable secret is never stored (canary G-04).
     const outcome: StoredOutcome = {
       status: given.status,
-      result: given.result === undefined ? null : redactToJson(given.result),
+      result:
+        given.result === undefined
+          ? null
+          : given.result instanceof RawJson
+            ? redactJsonText(given.result.text)
+            : redactToJson(given.result),
       error: given.error
         ? { code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) }
         : null,

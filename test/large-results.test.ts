@@ -1,0 +1,168 @@
+/**
+ * A completion's long result is checked and serialised on a worker thread, never parsed on the
+ * event loop (src/api/json-off-thread.ts): stored as JSON.stringify writes it, secrets redacted,
+ * refused as a short one would be when it is not JSON or holds a prototype key, and the body's
+ * other members still parsed and validated. Real `baton up` on each store, real sockets.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { BatonClient } from '../src/client.ts';
+import { RAW_MEMBER_MIN_CHARS } from '../src/api/json-off-thread.ts';
+import { largeMembers } from '../src/domain/json.ts';
+import type { BatonNode } from '../src/server/up.ts';
+import { startTestNode } from './helpers/delivery.ts';
+import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+
+let ts: TestStore;
+let node: BatonNode;
+let api: BatonClient;
+let key: string;
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
+  await api.createAgent({ name: 'big', max_parallel: 10 });
+});
+afterAll(async () => {
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+/** A claimed task of its own, and a raw POST of `body` to its completion. */
+async function claimed() {
+  await api.submit('big', { message: 'm' });
+  const [task] = await api.claim('big', { worker_id: 'w', wait_seconds: 1 });
+  const complete = async (body: string) => {
+    const r = await fetch(`${node.url}/v1/executions/${task!.execution_id}/complete`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body,
+    });
+    return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+  };
+  return { id: task!.execution_id, token: task!.lease_token, complete };
+}
+
+/** Small objects whose keys all differ (the shape V8 parses slowest), `n` of them. */
+function distinctKeys(n: number): Array<Record<string, number>> {
+  let k = 0;
+  return Array.from({ length: n }, () => Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`key${k++}`, i])));
+}
+
+describe(`a completion's long result (${STORE_KIND})`, () => {
+  it('is stored as JSON.stringify writes it, whatever the spacing sent, and read back whole', async () => {
+    const result = { files: distinctKeys(14_000), note: 'ünïcödé \u2028 "quoted" \\ back' };
+    const t = await claimed();
+    // Sent indented (over 1 MiB of text), stored without the spaces.
+    const body = JSON.stringify({ lease_token: t.token, status: 'succeeded', result }, null, 1);
+    expect(body.length).toBeGreaterThan(1024 * 1024);
+    // The server runs in this process: nothing long is parsed on its thread while it completes.
+    const parse = JSON.parse;
+    const parsedHere: number[] = [];
+    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof text === 'string' && text.length >= RAW_MEMBER_MIN_CHARS) parsedHere.push(text.length);
+      return parse(text, reviver);
+    }) as typeof JSON.parse;
+    let answer: Response;
+    let answerText: string;
+    try {
+      answer = await fetch(`${node.url}/v1/executions/${t.id}/complete`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body,
+      });
+      answerText = await answer.text();
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(parsedHere).toEqual([]);
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(answerText).result).toEqual(result);
+    const read = await fetch(`${node.url}/v1/executions/${t.id}`, { headers: { authorization: `Bearer ${key}` } });
+    const text = await read.text();
+    expect(text).toContain(`"result":${JSON.stringify(result)}`);
+    expect((await api.getExecution(t.id)).status).toBe('succeeded');
+  });
+
+  it('has its secrets redacted, written plainly or escaped', async () => {
+    const t = await claimed();
+    const token = 'ghp_' + 'a'.repeat(36);
+    const escaped = JSON.stringify(token).replace('p_', '\\u0070_'); // "gh\u0070_aaa…": a secret once parsed
+    const big = JSON.stringify(distinctKeys(5_000));
+    const body = `{"lease_token":"${t.token}","status":"succeeded","result":{"rows":${big},"plain":"${token}","hidden":${escaped}}}`;
+    expect(body.length).toBeGreaterThan(256 * 1024);
+    expect((await t.complete(body)).status).toBe(200);
+    const stored = (await api.getExecution(t.id)).result as Record<string, unknown>;
+    expect(stored.plain).toBe('ghp_[redacted]');
+    expect(stored.hidden).toBe('ghp_[redacted]');
+    expect(stored.rows).toEqual(JSON.parse(big));
+  });
+
+  it('is refused when it is not JSON or holds a prototype key, as a short one is, and the lease is kept', async () => {
+    const t = await claimed();
+    const big = JSON.stringify(distinctKeys(5_000));
+    const broken = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","result":[${big.slice(1, -1)},]}`);
+    expect(broken.status).toBe(400);
+    expect(broken.body.error).toBe('invalid_json');
+    expect(broken.body.message).toMatch(/^body\.result: /);
+    const short = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","result":{"__proto__":{"x":1}}}`);
+    const long = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","result":{"rows":${big},"__proto__":{"x":1}}}`);
+    expect(short.status).toBe(400);
+    expect(long.status).toBe(400);
+    expect(long.body.message).toMatch(/prototype/);
+    expect((await api.getExecution(t.id)).status).toBe('running');
+    // A good report then lands.
+    expect((await t.complete(JSON.stringify({ lease_token: t.token, status: 'succeeded', result: JSON.parse(big) }))).status).toBe(200);
+  });
+
+  it('leaves the rest of the body to the route: a long member it does not store is refused by name', async () => {
+    const t = await claimed();
+    const big = JSON.stringify(distinctKeys(5_000));
+    const usage = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","usage":{"input_tokens":1,"rows":${big}}}`);
+    expect(usage.status).toBe(400);
+    expect(usage.body).toMatchObject({
+      error: 'validation_error',
+      message: expect.stringMatching(/^body\.usage: [\d,]+ characters of JSON/),
+    });
+    const unknown = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","extra":${big}}`);
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.message).toMatch(/^body\.extra: /);
+    // The short members are still validated as usual.
+    const status = await t.complete(`{"lease_token":"${t.token}","status":"finished","result":${big}}`);
+    expect(status.status).toBe(400);
+    expect(status.body.message).toMatch(/^body\.status/);
+    // A later duplicate of the key wins, as JSON.parse has it.
+    expect((await t.complete(`{"lease_token":"${t.token}","status":"succeeded","result":${big},"result":"last"}`)).status).toBe(200);
+    expect((await api.getExecution(t.id)).result).toBe('last');
+  });
+});
+
+describe('largeMembers', () => {
+  it('finds exactly the top-level members whose values are at least that long, as JSON.parse reads them', () => {
+    fc.assert(
+      fc.property(
+        fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })),
+        fc.constantFrom(undefined, 1, 2, '\t'),
+        fc.nat({ max: 40 }),
+        (object, indent, min) => {
+          const text = JSON.stringify(object, null, indent);
+          const parsed = JSON.parse(text) as Record<string, unknown>;
+          const all = largeMembers(text, 0);
+          // Every member, in order, its span parsing to its value.
+          expect(all.map((s) => s.key)).toEqual(Object.keys(parsed));
+          for (const s of all) expect(JSON.parse(text.slice(s.start, s.end))).toEqual(parsed[s.key]);
+          // With a minimum: exactly those at least that long.
+          expect(largeMembers(text, min)).toEqual(all.filter((s) => s.end - s.start >= min));
+        },
+      ),
+    );
+    expect(largeMembers('[1,2]', 0)).toEqual([]);
+    expect(largeMembers('"text"', 0)).toEqual([]);
+    const spaced = ' { "a" : [ 1 , "]}" ] , "b\\"" : null } ';
+    expect(largeMembers(spaced, 0).map((s) => [s.key, spaced.slice(s.start, s.end)])).toEqual([
+      ['a', '[ 1 , "]}" ]'],
+      ['b"', 'null'],
+    ]);
+    expect(RAW_MEMBER_MIN_CHARS).toBe(64 * 1024);
+  });
+});
