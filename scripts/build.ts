@@ -16,7 +16,7 @@ const at = (p: string) => root + p;
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 
 /** Files under src/ that no import names: the code finds them with `new URL(…, import.meta.url)`. */
-const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js', 'api/json-worker.js'];
+const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js', 'engine/json-worker.js'];
 
 function compile(project: string, outDir: string): void {
   rmSync(at(outDir), { recursive: true, force: true });

@@ -1,14 +1,16 @@
 /**
- * A completion's long result is checked and serialised on a worker thread, never parsed on the
- * event loop (src/api/json-off-thread.ts): stored as JSON.stringify writes it, secrets redacted,
- * refused as a short one would be when it is not JSON or holds a prototype key, and the body's
- * other members still parsed and validated. Real `baton up` on each store, real sockets.
+ * A completion's long result, from the API or a push agent's answer, is checked and serialised on
+ * a worker thread, never parsed on the event loop (src/engine/json-thread.ts): stored as
+ * JSON.stringify writes it, secrets redacted, refused as a short one would be when it is not JSON
+ * or holds a prototype key, and the body's other members still parsed and validated. Real
+ * `baton up` on each store, real sockets.
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
-import { RAW_MEMBER_MIN_CHARS } from '../src/api/json-off-thread.ts';
-import { largeMembers } from '../src/domain/json.ts';
+import { interpretAnswer } from '../src/delivery/dispatcher.ts';
+import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson } from '../src/domain/json.ts';
+import type { Outcome } from '../src/domain/outcomes.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -137,6 +139,31 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
   });
 });
 
+describe("a push answer's long result", () => {
+  it('is checked and serialised off this thread, handed on as RawJson; long members nobody reads are never parsed', async () => {
+    const rows = distinctKeys(10_000);
+    const text = JSON.stringify({ status: 'failed', error: { code: 'x', message: 'm' }, result: { rows }, debug: rows.slice(0, 3_000) });
+    const parse = JSON.parse;
+    const parsedHere: number[] = [];
+    JSON.parse = ((t: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof t === 'string' && t.length >= RAW_MEMBER_MIN_CHARS) parsedHere.push(t.length);
+      return parse(t, reviver);
+    }) as typeof JSON.parse;
+    let out: Outcome;
+    try {
+      out = await interpretAnswer({ status: 200, text });
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(parsedHere).toEqual([]);
+    expect(out).toMatchObject({ status: 'failed', error: { code: 'x', message: 'm' } });
+    expect(out.result).toBeInstanceOf(RawJson);
+    expect((out.result as RawJson).text).toBe(JSON.stringify({ rows }));
+    // A short answer is interpreted as before.
+    expect(await interpretAnswer({ status: 200, text: '{"result":{"a":1}}' })).toMatchObject({ status: 'succeeded', result: { a: 1 } });
+  });
+});
+
 describe('largeMembers', () => {
   it('finds exactly the top-level members whose values are at least that long, as JSON.parse reads them', () => {
     fc.assert(
@@ -163,6 +190,5 @@ describe('largeMembers', () => {
       ['a', '[ 1 , "]}" ]'],
       ['b"', 'null'],
     ]);
-    expect(RAW_MEMBER_MIN_CHARS).toBe(64 * 1024);
   });
 });

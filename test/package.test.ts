@@ -60,7 +60,7 @@ describe('the tarballs', () => {
       'dist/index.js',
       'dist/index.d.ts',
       'dist/store/sqlite-reader-worker.js',
-      'dist/api/json-worker.js',
+      'dist/engine/json-worker.js',
       'dist/store/migrations/sqlite/0001_init.sql',
       'dist/store/migrations/postgres/0001_init.sql',
       'web/dist/index.html',

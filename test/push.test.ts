@@ -169,6 +169,27 @@ describe('push delivery', () => {
     await until('the hanging request to be aborted', () => hang.seen[0]?.closedEarly);
   });
 
+  it('a long result is checked off the event loop and stored as JSON.stringify writes it; one that is not JSON fails the run', async () => {
+    let k = 0;
+    const rows = Array.from({ length: 10_000 }, () => Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`key${k++}`, i])));
+    // Indented, with a long member nobody reads: stored without the spaces, the extra skipped.
+    const answer = JSON.stringify({ status: 'succeeded', result: { rows }, debug: rows.slice(0, 3_000) }, null, 1);
+    expect(answer.length).toBeGreaterThan(256 * 1024);
+    const a = await agentServer((_s, res) => json(res, 200, answer));
+    await api.createAgent({ name: 'push-long', delivery: 'push', push_url: a.url });
+    const ok = await terminal((await api.submit('push-long', { message: 'long' })).execution_id);
+    expect(ok.status).toBe('succeeded');
+    expect(ok.result).toEqual({ rows });
+    const b = await agentServer((_s, res) => json(res, 200, `{"status":"succeeded","result":[${JSON.stringify(rows).slice(1, -1)},]}`));
+    await api.updateAgent('push-long', { push_url: b.url });
+    const bad = await terminal((await api.submit('push-long', { message: 'broken' })).execution_id);
+    expect(bad.status).toBe('failed');
+    expect(bad.error).toMatchObject({
+      code: 'push_invalid_response',
+      message: expect.stringMatching(/^HTTP 200 but the body's result is not JSON: /),
+    });
+  });
+
   it('signs the body with the agent secret; the secret is stored encrypted and never returned', async () => {
     const secret = 'push-secret-0123456789abcdef';
     const checking = await agentServer((s, res) => {

@@ -1,69 +1,12 @@
 /**
- * Large JSON values checked and serialised on a worker thread. Parsing costs by the shape, not the
- * byte: 1.8 MiB of one object with 125,000 keys, or of 15,000 small objects whose keys all
- * differ, took 75–190 ms of `JSON.parse` here (docs/benchmarks.md), and whatever thread parses it
- * is held that long. A value that is only ever stored (a completion's result) need never be
- * parsed on the event loop: its text goes to this thread, which parses it (so it is JSON), refuses
- * a prototype key as the body parser does, and answers it as JSON.stringify writes it — the text
- * Baton stores, the same as for a value parsed here.
+ * The API's half of src/engine/json-thread.ts: a route opts in (`config.rawJsonMembers`) and its
+ * body's long members of those names are checked and serialised on the JSON thread, never parsed
+ * on the event loop (src/api/server.ts's JSON parser calls parseAroundLongMembers).
  */
 import { randomUUID } from 'node:crypto';
-import { Worker } from 'node:worker_threads';
 import { BatonError } from '../domain/errors.ts';
-import { largeMembers, RawJson } from '../domain/json.ts';
-
-type Reply = { id: number; text: string } | { id: number; error: string };
-
-/** What the worker thread found wrong with a text: its parser's message. */
-export class OffThreadJsonError extends Error {}
-
-class JsonThread {
-  private worker: Worker | undefined;
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
-
-  private start(): Worker {
-    const worker = new Worker(new URL('./json-worker.js', import.meta.url));
-    worker.on('message', (reply: Reply) => {
-      const p = this.pending.get(reply.id);
-      if (!p) return;
-      this.pending.delete(reply.id);
-      if (this.pending.size === 0) worker.unref();
-      p.resolve(reply);
-    });
-    const fail = (err: Error) => {
-      if (this.worker === worker) this.worker = undefined;
-      for (const p of this.pending.values()) p.reject(err);
-      this.pending.clear();
-    };
-    worker.on('error', fail);
-    worker.on('exit', (code) => fail(new Error(`the JSON worker thread exited (${code})`)));
-    // An idle thread must not keep a finished process alive; a text in flight must.
-    worker.unref();
-    return worker;
-  }
-
-  /** `text` as JSON.stringify(JSON.parse(text)) writes it; OffThreadJsonError when it is not JSON. */
-  async canonical(text: string): Promise<string> {
-    const worker = (this.worker ??= this.start());
-    const id = this.nextId++;
-    const reply = await new Promise<Reply>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      worker.ref();
-      worker.postMessage({ id, text });
-    });
-    if ('error' in reply) throw new OffThreadJsonError(reply.error);
-    return reply.text;
-  }
-}
-
-const thread = new JsonThread();
-
-/** `text` checked and serialised off the event loop (one thread per process, started on first use). */
-export const canonicalJsonOffThread = (text: string): Promise<string> => thread.canonical(text);
-
-/** Members of a body shorter than this are parsed with the rest (it is also where answers start splicing). */
-export const RAW_MEMBER_MIN_CHARS = 64 * 1024;
+import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson } from '../domain/json.ts';
+import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,10 +1,8 @@
 import type { FastifyReply } from 'fastify';
+import { RAW_MEMBER_MIN_CHARS } from '../domain/json.ts';
 import { JsonSplice } from '../domain/json-splice.ts';
 import { executionView, taskView, type ExecutionView, type TaskView } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
-
-/** Texts shorter than this are parsed and serialised as usual: splicing pays only for long ones. */
-const RAW_JSON_MIN_CHARS = 64 * 1024;
 
 /**
  * One answer whose long stored JSON values (results, payloads) go out as stored (JsonSplice).
@@ -13,9 +11,9 @@ const RAW_JSON_MIN_CHARS = 64 * 1024;
 export class RawAnswer {
   private readonly splice = new JsonSplice();
 
-  /** A stored JSON text as a value of the answer: parsed when short, spliced in when long. */
+  /** A stored JSON text as a value of the answer: parsed when short, spliced in when long (splicing pays only for long ones). */
   value(text: string | null): unknown {
-    if (text === null || text.length < RAW_JSON_MIN_CHARS) return text === null ? null : JSON.parse(text);
+    if (text === null || text.length < RAW_MEMBER_MIN_CHARS) return text === null ? null : JSON.parse(text);
     return this.splice.raw(text);
   }
 

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
-import { infiniteMessage, jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
+import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
 import { parseAroundLongMembers } from './json-off-thread.ts';
@@ -58,9 +58,6 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   return buildApp(opts) as unknown as Promise<FastifyInstance>;
 }
 
-/** A JSON body past this size gets a turn of the event loop between its parsing and its handler. */
-const LARGE_BODY_CHARS = 256 * 1024;
-
 async function buildApp(opts: ServerOptions) {
   const limits: ConnectionLimits = { ...CONNECTION_LIMITS, ...opts.limits };
   const app = Fastify({
@@ -98,7 +95,8 @@ async function buildApp(opts: ServerOptions) {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   const largeBodies = new WeakSet<object>();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    if ((body as string).length > LARGE_BODY_CHARS) largeBodies.add(req);
+    // A JSON body past LARGE_JSON_CHARS gets a turn of the event loop between its parsing and its handler.
+    if ((body as string).length > LARGE_JSON_CHARS) largeBodies.add(req);
     const shape = jsonShape(body as string);
     if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
     if (shape.values > MAX_JSON_VALUES)

@@ -5,8 +5,18 @@
  * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
  * the execution, and another process delivers it again with the same Idempotency-Key.
  */
-import { infiniteMessage, jsonShape, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
-import { createHmac } from 'node:crypto';
+import {
+  infiniteMessage,
+  jsonShape,
+  LARGE_JSON_CHARS,
+  largeMembers,
+  MAX_JSON_VALUES,
+  RAW_MEMBER_MIN_CHARS,
+  RawJson,
+  tooDeepMessage,
+  tooManyValuesMessage,
+} from '../domain/json.ts';
+import { createHmac, randomUUID } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import type { BatonErrorCode } from '../domain/error-codes.ts';
@@ -15,6 +25,7 @@ import { isCompletionStatus } from '../domain/states.ts';
 import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
+import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 import { reportLoopError } from '../engine/loop.ts';
 import { mayBeCutShort } from '../engine/transitions/admit.ts';
 import { redactSecrets } from '../domain/redact.ts';
@@ -217,9 +228,9 @@ export class Dispatcher {
           headers['x-baton-signature'] =
             `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
         const res = await this.post(agent.push_url, body, headers, signal);
-        out = interpret(res);
-        // A large answer was parsed in this turn: the completion serialises it in the next.
-        if (res.text.length > 256 * 1024) await new Promise((r) => setImmediate(r));
+        out = await interpretAnswer(res);
+        // A large answer was read in this turn: the completion stores it in the next.
+        if (res.text.length > LARGE_JSON_CHARS) await new Promise((r) => setImmediate(r));
       } catch (err) {
         out = this.failure(err, why(), started, row, agent.push_url);
       }
@@ -340,43 +351,81 @@ const snippet = (text: string) => {
   return t.length > 500 ? t.slice(0, 500) + '…' : t;
 };
 
+/** The members of a push answer `interpret` reads besides `result`; any other is ignored. */
+const ANSWER_MEMBERS = ['status', 'error', 'usage'];
+
+/**
+ * `interpret`, without parsing a large answer's long members on the event loop: a long `result`
+ * is checked and serialised on the JSON thread (src/engine/json-thread.ts) and handed on as
+ * RawJson, a long member nobody reads is skipped unparsed. `status`, `error` and `usage` are
+ * parsed here as before (the values bound holds them).
+ */
+export async function interpretAnswer(res: { status: number; text: string }): Promise<Outcome> {
+  const s = res.status;
+  if (s < 200 || s >= 300 || res.text.length <= LARGE_JSON_CHARS) return interpret(res);
+  const refused = shapeRefusal(res.text, s);
+  if (refused) return refused;
+  const spans = largeMembers(res.text, RAW_MEMBER_MIN_CHARS).filter((m) => !ANSWER_MEMBERS.includes(m.key));
+  if (spans.length === 0) return interpret(res);
+  // A placeholder no agent can have sent: a later duplicate key overrides it, as JSON.parse would.
+  const mark = `baton-raw-${randomUUID()}`;
+  let rest = '';
+  let at = 0;
+  for (const m of spans) {
+    rest += res.text.slice(at, m.start) + JSON.stringify(mark);
+    at = m.end;
+  }
+  rest += res.text.slice(at);
+  const result = spans.find((m) => m.key === 'result');
+  let text: string | undefined;
+  if (result) {
+    try {
+      text = await canonicalJsonOffThread(res.text.slice(result.start, result.end));
+    } catch (err) {
+      if (!(err instanceof OffThreadJsonError)) throw err;
+      return invalidAnswer(`HTTP ${s} but the body's result is not JSON: ${snippet(err.message)}`);
+    }
+  }
+  const out = interpret({ status: s, text: rest });
+  if (text !== undefined && out.result === mark) out.result = new RawJson(text);
+  return out;
+}
+
+const invalidAnswer = (message: string): Outcome => ({
+  status: 'failed',
+  error: { code: 'push_invalid_response' satisfies BatonErrorCode, message },
+});
+
+/** A 2xx answer's body refused by its shape before parsing (too deep, too many values, an overflowing number). */
+function shapeRefusal(text: string, s: number): Outcome | undefined {
+  const shape = jsonShape(text);
+  if (!(shape.tooDeep || shape.values > MAX_JSON_VALUES || shape.infinite)) return undefined;
+  const why = shape.tooDeep
+    ? tooDeepMessage('the body')
+    : shape.infinite
+      ? infiniteMessage('the body')
+      : tooManyValuesMessage('the body', shape.values);
+  return invalidAnswer(`HTTP ${s} but ${why}`);
+}
+
 /** The agent's answer → the execution's outcome. */
 export function interpret(res: { status: number; text: string }): Outcome {
   const s = res.status;
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
-    const shape = jsonShape(res.text);
-    if (shape.tooDeep || shape.values > MAX_JSON_VALUES || shape.infinite)
-      return {
-        status: 'failed',
-        error: {
-          code: 'push_invalid_response' satisfies BatonErrorCode,
-          message: `HTTP ${s} but ${shape.tooDeep ? tooDeepMessage('the body') : shape.infinite ? infiniteMessage('the body') : tooManyValuesMessage('the body', shape.values)}`,
-        },
-      };
+    const refused = shapeRefusal(res.text, s);
+    if (refused) return refused;
     let b: any;
     try {
       b = JSON.parse(res.text);
     } catch {
-      return {
-        status: 'failed',
-        error: {
-          code: 'push_invalid_response' satisfies BatonErrorCode,
-          message: `HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}`,
-        },
-      };
+      return invalidAnswer(`HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}`);
     }
     // Results and usage are redacted where every outcome is, in Engine.complete.
     if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: b };
     const status = b.status ?? 'succeeded';
     if (!isCompletionStatus(status)) {
-      return {
-        status: 'failed',
-        error: {
-          code: 'push_invalid_response' satisfies BatonErrorCode,
-          message: `HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)`,
-        },
-      };
+      return invalidAnswer(`HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)`);
     }
     const usage = typeof b.usage === 'object' && b.usage !== null && !Array.isArray(b.usage) ? b.usage : undefined;
     let error: Outcome['error'] = null;

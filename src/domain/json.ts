@@ -102,6 +102,16 @@ export const tooManyValuesMessage = (where: string, values: number) =>
 export const infiniteMessage = (where: string) =>
   `${where}: a number too large for a double (above 1.8e308, such as 1e400): it would be stored as null`;
 
+/** A JSON text longer than this (a request body, a push answer) is handled in turns of its own. */
+export const LARGE_JSON_CHARS = 256 * 1024;
+
+/**
+ * A member of a large JSON text at least this long, that is only stored, is checked and
+ * serialised off the event loop (src/engine/json-thread.ts) rather than parsed on it. Answers
+ * start splicing stored texts at the same length (src/api/raw-json.ts).
+ */
+export const RAW_MEMBER_MIN_CHARS = 64 * 1024;
+
 /** Where one top-level member of a JSON object text has its value: `text.slice(start, end)`. */
 export interface MemberSpan {
   key: string;
@@ -162,8 +172,8 @@ function decodeKey(quoted: string): string {
 }
 
 /**
- * A JSON value kept as its text: a large member of a request body that was checked and
- * serialised off the event loop (src/api/json-off-thread.ts) instead of parsed on it. Whoever
+ * A JSON value kept as its text: a large member of a request body or push answer that was checked
+ * and serialised off the event loop (src/engine/json-thread.ts) instead of parsed on it. Whoever
  * stores it stores `text`.
  */
 export class RawJson {

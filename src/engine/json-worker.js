@@ -1,5 +1,5 @@
 // A worker thread that checks and serialises large JSON texts off the event loop
-// (src/api/json-off-thread.ts): parse, refuse a `__proto__` key or a `constructor.prototype` as
+// (src/engine/json-thread.ts): parse, refuse a `__proto__` key or a `constructor.prototype` as
 // the body parser does, and answer the value as JSON.stringify writes it. Plain JavaScript, so it
 // loads in any worker (no TypeScript loader is inherited by worker threads under every runner).
 import { parentPort } from 'node:worker_threads';
