@@ -117,25 +117,86 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
     expect((await t.complete(JSON.stringify({ lease_token: t.token, status: 'succeeded', result: JSON.parse(big) }))).status).toBe(200);
   });
 
-  it('leaves the rest of the body to the route: a long member it does not store is refused by name', async () => {
+  it('leaves the rest of the body to the route, and bounds it: many values anywhere else are refused (413)', async () => {
     const t = await claimed();
-    const big = JSON.stringify(distinctKeys(5_000));
-    const usage = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","usage":{"input_tokens":1,"rows":${big}}}`);
-    expect(usage.status).toBe(400);
-    expect(usage.body).toMatchObject({
-      error: 'validation_error',
-      message: expect.stringMatching(/^body\.usage: [\d,]+ characters of JSON/),
-    });
-    const unknown = await t.complete(`{"lease_token":"${t.token}","status":"succeeded","extra":${big}}`);
-    expect(unknown.status).toBe(400);
-    expect(unknown.body.message).toMatch(/^body\.extra: /);
+    const big = JSON.stringify(distinctKeys(5_000)); // 85,000 values
+    for (const body of [
+      `{"lease_token":"${t.token}","status":"succeeded","usage":{"input_tokens":1,"rows":${big}}}`,
+      `{"lease_token":"${t.token}","status":"succeeded","result":1,"extra":${big}}`,
+    ]) {
+      const r = await t.complete(body);
+      expect(r.status).toBe(413);
+      expect(r.body).toMatchObject({
+        error: 'payload_too_large',
+        message: expect.stringMatching(/^body: about [\d,]+ JSON values besides body\.result, more than the 50,000/),
+      });
+    }
     // The short members are still validated as usual.
     const status = await t.complete(`{"lease_token":"${t.token}","status":"finished","result":${big}}`);
     expect(status.status).toBe(400);
     expect(status.body.message).toMatch(/^body\.status/);
+    expect((await api.getExecution(t.id)).status).toBe('running');
     // A later duplicate of the key wins, as JSON.parse has it.
     expect((await t.complete(`{"lease_token":"${t.token}","status":"succeeded","result":${big},"result":"last"}`)).status).toBe(200);
     expect((await api.getExecution(t.id)).result).toBe('last');
+  });
+});
+
+describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
+  const post = async (path: string, body: string, headers: Record<string, string> = {}) => {
+    const r = await fetch(node.url + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+      body,
+    });
+    return { status: r.status, body: (await r.json()) as Record<string, any> };
+  };
+
+  it('are checked and serialised off the event loop, stored as JSON.stringify writes them, and key like a single submit', async () => {
+    await api.createAgent({ name: 'many', max_backlog: 10_000 });
+    const payloads: unknown[] = Array.from({ length: 1_000 }, () => distinctKeys(12));
+    payloads[7] = { replayed: 'its stored answer is read back, parsed: no "key0" in it' };
+    // A key first used by a single submit (a small body, its payload parsed here) replays into the batch item.
+    const single = await api.submit('many', { message: 'm', payload: payloads[7] }, { idempotencyKey: 'same-7' });
+    const items = payloads.map((payload, i) => ({ message: 'm', payload, ...(i === 7 ? { idempotency_key: 'same-7' } : {}) }));
+    const body = JSON.stringify({ items }, null, 1);
+    expect(body.length).toBeGreaterThan(1024 * 1024);
+    const parse = JSON.parse;
+    let parsedPayloads = 0;
+    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof text === 'string' && text.includes('"key0"')) parsedPayloads++;
+      return parse(text, reviver);
+    }) as typeof JSON.parse;
+    let r: Awaited<ReturnType<typeof post>>;
+    try {
+      r = await post('/v1/agents/many/executions/batch', body);
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(parsedPayloads).toBe(0);
+    expect(r.status).toBe(200);
+    expect(r.body).toMatchObject({ created: 999, replayed: 1 });
+    expect(r.body.items[7]).toMatchObject({ execution_id: single.execution_id, replayed: true });
+    const third = r.body.items[3].execution_id as string;
+    expect((await api.getExecution(third)).payload).toEqual(payloads[3]);
+
+    const members = payloads.slice(0, 500).map((payload) => ({ agent: 'many', message: 'g', payload }));
+    const group = await post('/v1/groups', JSON.stringify({ members }), { 'idempotency-key': 'g-1' });
+    expect(group.status).toBe(201);
+    // The same group again, spaced differently: the same body, replayed.
+    const again = await post('/v1/groups', JSON.stringify({ members }, null, 2), { 'idempotency-key': 'g-1' });
+    expect(again.status).toBe(201);
+    expect(again.body.id).toBe(group.body.id);
+  });
+
+  it('name the item whose payload is not JSON, and create nothing', async () => {
+    await api.createAgent({ name: 'broken', max_backlog: 10_000 });
+    const ok = JSON.stringify(distinctKeys(12));
+    const items = Array.from({ length: 1_000 }, (_, i) => `{"message":"m","payload":${i === 42 ? '{"a":1,}' : ok}}`);
+    const r = await post('/v1/agents/broken/executions/batch', `{"items":[${items.join(',')}]}`);
+    expect(r.status).toBe(400);
+    expect(r.body).toMatchObject({ error: 'invalid_json', message: expect.stringMatching(/^body\.items\.42\.payload: /) });
+    expect((await api.listExecutions({ agent: 'broken' })).executions).toHaveLength(0);
   });
 });
 

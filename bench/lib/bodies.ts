@@ -109,6 +109,17 @@ export async function runBodiesBench(store: StoreKind, pgUrl: string, reps = 3):
     await probe(`batch: ${items} items, wide payloads (${MAX_JSON_VALUES / 1000}k values)`, fixed('/v1/agents/big/executions/batch'), () =>
       JSON.stringify({ items: Array.from({ length: items }, () => ({ message: 'm', payload: perItem })) }),
     );
+    // The same values as payloads of small objects whose keys all differ (the costliest to parse).
+    let batchKey = 0;
+    const distinctPayload = () =>
+      Array.from({ length: Math.floor((budget / items - 12) / 17) }, () => {
+        const o: Record<string, number> = {};
+        for (let k = 0; k < 8; k++) o[`k${batchKey++}`] = k;
+        return o;
+      });
+    await probe(`batch: ${items} items, payloads of small objects, every key distinct`, fixed('/v1/agents/big/executions/batch'), () =>
+      JSON.stringify({ items: Array.from({ length: items }, () => ({ message: 'm', payload: distinctPayload() })) }),
+    );
     const perPayload = Math.floor(DEFAULTS.payloadLimitBytes * 0.95);
     const stringItems = Math.floor(BATCH.bodyLimitBytes / (perPayload + 64));
     await probe(

@@ -1,69 +1,67 @@
 /**
- * The API's half of src/engine/json-thread.ts: a route opts in (`config.rawJsonMembers`) and its
- * body's long members of those names are checked and serialised on the JSON thread, never parsed
- * on the event loop (src/api/server.ts's JSON parser calls parseAroundLongMembers).
+ * The API's half of src/engine/json-thread.ts. A route names the body values it only stores
+ * (`config.rawJsonPaths`: a completion's `result`, each batch item's `payload`); in a body over
+ * LARGE_JSON_CHARS those are checked and serialised on the JSON thread and handed to the route as
+ * RawJson, never parsed on the event loop. What is left is parsed here, and may hold at most
+ * RAW_REST_MAX_VALUES values: all else such a body carries is short fields.
  */
 import { randomUUID } from 'node:crypto';
 import { BatonError } from '../domain/errors.ts';
-import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson } from '../domain/json.ts';
+import { jsonShape, RAW_REST_MAX_VALUES, RawJson, spansAt, type PathSpan } from '../domain/json.ts';
 import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /**
-     * Top-level body members this route only stores (a completion's `result`): when long, checked
-     * and serialised off the event loop and handed to the route as RawJson. Any other long member
-     * of such a route's body is refused: nothing else it takes is that long.
-     */
-    rawJsonMembers?: readonly string[];
+    /** Paths of body values this route only stores (`result`, `items.*.payload`): see parseAroundRawPaths. */
+    rawJsonPaths?: readonly string[];
   }
 }
 
+const where = (s: PathSpan) => ['body', ...s.path].join('.');
+
 /**
- * Parse `text` on this thread except its long members: those named in `members` come back as
- * RawJson from the worker thread; any other long one is refused (400 naming it). `parse` is the
- * body parser for what is left (short: each long member is replaced by a placeholder).
+ * Parse `text` with the values at `paths` replaced by RawJson from the JSON thread; `parse` is the
+ * body parser for the rest (each of those values replaced by a placeholder). 400 invalid_json
+ * naming the first value that is not JSON; 413 when the rest holds more than RAW_REST_MAX_VALUES.
  */
-export async function parseAroundLongMembers(
+export async function parseAroundRawPaths(
   text: string,
-  members: readonly string[],
+  paths: readonly string[],
   parse: (text: string) => Promise<unknown>,
 ): Promise<unknown> {
-  const spans = largeMembers(text, RAW_MEMBER_MIN_CHARS);
-  if (spans.length === 0) return parse(text);
-  const other = spans.find((s) => !members.includes(s.key));
-  if (other) {
-    const n = (other.end - other.start).toLocaleString('en-US');
-    throw new BatonError(
-      'validation_error',
-      `body.${other.key}: ${n} characters of JSON; this route takes that much only in ${members.join(', ')}`,
-    );
-  }
-  // A placeholder no client can have sent: a later duplicate key overrides it, as JSON.parse would.
-  const mark = `baton-raw-${randomUUID()}`;
+  const spans = paths.flatMap((p) => spansAt(text, p.split('.'))).sort((a, b) => a.start - b.start);
+  // Placeholders no client can have sent: a later duplicate key overrides one, as JSON.parse would.
+  const mark = `baton-raw-${randomUUID()}-`;
   let rest = '';
   let at = 0;
-  for (const s of spans) {
-    rest += text.slice(at, s.start) + JSON.stringify(mark);
+  spans.forEach((s, i) => {
+    rest += text.slice(at, s.start) + JSON.stringify(mark + i);
     at = s.end;
-  }
+  });
   rest += text.slice(at);
+  const left = jsonShape(rest).values;
+  if (left > RAW_REST_MAX_VALUES) {
+    throw new BatonError(
+      'payload_too_large',
+      `body: about ${left.toLocaleString('en-US')} JSON values besides ${paths.map((p) => `body.${p}`).join(', ')}, more than the ${RAW_REST_MAX_VALUES.toLocaleString('en-US')} such a body may hold there`,
+    );
+  }
+  if (spans.length === 0) return parse(text);
   const [body, texts] = await Promise.all([
     parse(rest),
-    Promise.all(
-      spans.map((s) =>
-        canonicalJsonOffThread(text.slice(s.start, s.end)).catch((err: unknown) => {
-          if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `body.${s.key}: ${err.message}`);
-          throw err;
-        }),
-      ),
-    ),
+    canonicalJsonOffThread(spans.map((s) => text.slice(s.start, s.end))).catch((err: unknown) => {
+      if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `${where(spans[err.index]!)}: ${err.message}`);
+      throw err;
+    }),
   ]);
-  if (body !== null && typeof body === 'object') {
-    const b = body as Record<string, unknown>;
-    spans.forEach((s, i) => {
-      if (b[s.key] === mark) b[s.key] = new RawJson(texts[i]!);
-    });
-  }
+  spans.forEach((s, i) => {
+    let holder: unknown = body;
+    for (const key of s.path.slice(0, -1))
+      holder = holder !== null && typeof holder === 'object' ? (holder as Record<string, unknown>)[key] : undefined;
+    const last = s.path.at(-1)!;
+    if (holder !== null && typeof holder === 'object' && (holder as Record<string, unknown>)[last] === mark + i) {
+      (holder as Record<string, unknown>)[last] = new RawJson(texts[i]!);
+    }
+  });
   return body;
 }

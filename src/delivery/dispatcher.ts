@@ -380,7 +380,7 @@ export async function interpretAnswer(res: { status: number; text: string }): Pr
   let text: string | undefined;
   if (result) {
     try {
-      text = await canonicalJsonOffThread(res.text.slice(result.start, result.end));
+      [text] = await canonicalJsonOffThread([res.text.slice(result.start, result.end)]);
     } catch (err) {
       if (!(err instanceof OffThreadJsonError)) throw err;
       return invalidAnswer(`HTTP ${s} but the body's result is not JSON: ${snippet(err.message)}`);

@@ -112,8 +112,16 @@ export const LARGE_JSON_CHARS = 256 * 1024;
  */
 export const RAW_MEMBER_MIN_CHARS = 64 * 1024;
 
-/** Where one top-level member of a JSON object text has its value: `text.slice(start, end)`. */
+/**
+ * In a large body whose long values go to the JSON thread (src/api/json-off-thread.ts), the most
+ * values the rest may hold: it is parsed on the event loop, and a legitimate rest is short fields
+ * (a batch of 1,000 items holds ~25 values an item besides its payload).
+ */
+export const RAW_REST_MAX_VALUES = 50_000;
+
+/** Where one child of a JSON object or array has its value: `text.slice(start, end)`. */
 export interface MemberSpan {
+  /** A member's key, or an element's index as a string. */
   key: string;
   start: number;
   end: number;
@@ -121,29 +129,37 @@ export interface MemberSpan {
 
 const isSpace = (c: number) => c === 32 || c === 10 || c === 13 || c === 9;
 
-/**
- * The members of the object `text` holds whose values' texts are at least `minChars` long, found
- * in one pass without parsing (strings skipped as in jsonShape). [] when the text is not an
- * object. Malformed text gives spans the parser then refuses.
- */
-export function largeMembers(text: string, minChars: number): MemberSpan[] {
+const firstNonSpace = (text: string) => {
   let i = 0;
   while (isSpace(text.charCodeAt(i))) i++;
-  if (text.charCodeAt(i) !== 123 /* { */) return [];
+  return i;
+};
+
+/**
+ * The members of the object, or the elements of the array, whose `{` or `[` is at `open`, found in
+ * one pass without parsing (strings skipped as in jsonShape); [] for any other value. Malformed
+ * text gives spans the parser then refuses.
+ */
+export function childSpans(text: string, open: number): MemberSpan[] {
+  const first = text.charCodeAt(open);
+  if (first !== 123 /* { */ && first !== 91 /* [ */) return [];
+  const isObject = first === 123;
   const spans: MemberSpan[] = [];
   let depth = 0;
   let key = '';
-  let inValue = false;
+  let index = 0;
+  let inValue = !isObject;
   let valueStart = -1;
   const close = (at: number) => {
     let end = at;
     while (end > valueStart && isSpace(text.charCodeAt(end - 1))) end--;
-    if (inValue && valueStart >= 0 && end - valueStart >= minChars) spans.push({ key, start: valueStart, end });
-    inValue = false;
+    if (inValue && valueStart >= 0) spans.push({ key: isObject ? key : String(index++), start: valueStart, end });
+    inValue = !isObject;
+    valueStart = -1;
   };
-  for (; i < text.length; i++) {
+  for (let i = open; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (depth === 1 && inValue && valueStart < 0 && !isSpace(c)) valueStart = i;
+    if (depth === 1 && inValue && valueStart < 0 && !isSpace(c) && c !== 44 /* , */ && c !== 93 && c !== 125) valueStart = i;
     if (c === 34 /* " */) {
       const end = stringEnd(text, i);
       if (depth === 1 && !inValue) key = text.slice(i, end + 1);
@@ -159,8 +175,45 @@ export function largeMembers(text: string, minChars: number): MemberSpan[] {
       valueStart = -1;
     } else if (depth === 1 && c === 44 /* , */ && inValue) close(i);
   }
-  // Keys are JSON strings: decoded here (short, or refused later with the rest of the body).
-  return spans.map((s) => ({ ...s, key: decodeKey(s.key) }));
+  // Keys are JSON strings: decoded here (short, or refused later with the rest of the text).
+  return isObject ? spans.map((m) => ({ ...m, key: decodeKey(m.key) })) : spans;
+}
+
+/**
+ * The members of the object `text` holds whose values' texts are at least `minChars` long. []
+ * when the text is not an object.
+ */
+export function largeMembers(text: string, minChars: number): MemberSpan[] {
+  const open = firstNonSpace(text);
+  if (text.charCodeAt(open) !== 123 /* { */) return [];
+  return childSpans(text, open).filter((m) => m.end - m.start >= minChars);
+}
+
+/** A value found by `spansAt`: where it is in the text, and its path from the top (keys and indexes). */
+export interface PathSpan {
+  path: string[];
+  start: number;
+  end: number;
+}
+
+/**
+ * The values at `path` in `text` without parsing it: each segment a member's key, or `*` for
+ * every element of an array (`items.*.payload`: each item's payload). What is not there, or not
+ * of that shape, gives nothing.
+ */
+export function spansAt(text: string, path: readonly string[]): PathSpan[] {
+  let found: PathSpan[] = [{ path: [], start: firstNonSpace(text), end: text.length }];
+  for (const segment of path) {
+    const next: PathSpan[] = [];
+    for (const at of found) {
+      const isArray = text.charCodeAt(at.start) === 91; /* [ */
+      if ((segment === '*') !== isArray) continue;
+      for (const child of childSpans(text, at.start))
+        if (segment === '*' || child.key === segment) next.push({ path: [...at.path, child.key], start: child.start, end: child.end });
+    }
+    found = next;
+  }
+  return found;
 }
 
 function decodeKey(quoted: string): string {

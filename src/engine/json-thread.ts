@@ -10,10 +10,17 @@
  */
 import { Worker } from 'node:worker_threads';
 
-type Reply = { id: number; text: string } | { id: number; error: string };
+type Reply = { id: number; texts: string[] } | { id: number; index: number; error: string };
 
-/** What the worker thread found wrong with a text: its parser's message. */
-export class OffThreadJsonError extends Error {}
+/** What the worker thread found wrong with the text at `index`: its parser's message. */
+export class OffThreadJsonError extends Error {
+  constructor(
+    message: string,
+    readonly index: number,
+  ) {
+    super(message);
+  }
+}
 
 class JsonThread {
   private worker: Worker | undefined;
@@ -41,21 +48,24 @@ class JsonThread {
     return worker;
   }
 
-  /** `text` as JSON.stringify(JSON.parse(text)) writes it; OffThreadJsonError when it is not JSON. */
-  async canonical(text: string): Promise<string> {
+  /** Each text as JSON.stringify(JSON.parse(text)) writes it; OffThreadJsonError at the first that is not JSON. */
+  async canonical(texts: readonly string[]): Promise<string[]> {
     const worker = (this.worker ??= this.start());
     const id = this.nextId++;
     const reply = await new Promise<Reply>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       worker.ref();
-      worker.postMessage({ id, text });
+      worker.postMessage({ id, texts });
     });
-    if ('error' in reply) throw new OffThreadJsonError(reply.error);
-    return reply.text;
+    if ('error' in reply) throw new OffThreadJsonError(reply.error, reply.index);
+    return reply.texts;
   }
 }
 
 const thread = new JsonThread();
 
-/** `text` checked and serialised off the event loop (one thread per process, started on first use). */
-export const canonicalJsonOffThread = (text: string): Promise<string> => thread.canonical(text);
+/**
+ * Texts checked and serialised off the event loop, in one message (one thread per process,
+ * started on first use): a batch's thousand payloads cost one round trip, not a thousand.
+ */
+export const canonicalJsonOffThread = (texts: readonly string[]): Promise<string[]> => thread.canonical(texts);

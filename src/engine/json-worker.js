@@ -1,5 +1,5 @@
-// A worker thread that checks and serialises large JSON texts off the event loop
-// (src/engine/json-thread.ts): parse, refuse a `__proto__` key or a `constructor.prototype` as
+// A worker thread that checks and serialises JSON texts off the event loop, a batch of them per
+// message (src/engine/json-thread.ts): parse, refuse a `__proto__` key or a `constructor.prototype` as
 // the body parser does, and answer the value as JSON.stringify writes it. Plain JavaScript, so it
 // loads in any worker (no TypeScript loader is inherited by worker threads under every runner).
 import { parentPort } from 'node:worker_threads';
@@ -20,16 +20,22 @@ function poisoned(value) {
   return false;
 }
 
-parentPort.on('message', ({ id, text }) => {
-  try {
-    const value = JSON.parse(text);
-    // Only a text naming one can hold one (escaped or not): most are not walked.
-    if ((text.includes('proto') || text.includes('constructor') || text.includes('\\u')) && poisoned(value)) {
-      parentPort.postMessage({ id, error: 'Object contains forbidden prototype property' });
+parentPort.on('message', ({ id, texts }) => {
+  const out = [];
+  for (let index = 0; index < texts.length; index++) {
+    const text = texts[index];
+    try {
+      const value = JSON.parse(text);
+      // Only a text naming one can hold one (escaped or not): most are not walked.
+      if ((text.includes('proto') || text.includes('constructor') || text.includes('\\u')) && poisoned(value)) {
+        parentPort.postMessage({ id, index, error: 'Object contains forbidden prototype property' });
+        return;
+      }
+      out.push(JSON.stringify(value));
+    } catch (err) {
+      parentPort.postMessage({ id, index, error: err instanceof Error ? err.message : String(err) });
       return;
     }
-    parentPort.postMessage({ id, text: JSON.stringify(value) });
-  } catch (err) {
-    parentPort.postMessage({ id, error: err instanceof Error ? err.message : String(err) });
   }
+  parentPort.postMessage({ id, texts: out });
 });

@@ -83,8 +83,8 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     '/v1/executions/:id/complete',
     {
       bodyLimit: 4 * 1024 * 1024,
-      // A long result is stored, never read here: checked and serialised off the event loop.
-      config: { rawJsonMembers: ['result'] },
+      // A result is stored, never read here: in a large body, checked and serialised off the event loop.
+      config: { rawJsonPaths: ['result'] },
       schema: {
         tags: ['worker protocol'],
         summary: 'Report the outcome (fenced by the lease token); with `claim`, the answer also carries the next tasks',
