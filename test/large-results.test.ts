@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpretAnswer } from '../src/delivery/dispatcher.ts';
-import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson } from '../src/domain/json.ts';
+import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../src/domain/json.ts';
 import type { Outcome } from '../src/domain/outcomes.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
@@ -222,6 +222,33 @@ describe("a push answer's long result", () => {
     expect((out.result as RawJson).text).toBe(JSON.stringify({ rows }));
     // A short answer is interpreted as before.
     expect(await interpretAnswer({ status: 200, text: '{"result":{"a":1}}' })).toMatchObject({ status: 'succeeded', result: { a: 1 } });
+  });
+});
+
+describe('spansAt', () => {
+  it('finds the values at a path of keys and array wildcards, keys written escaped included, without parsing', () => {
+    const text = ' {"items" : [ {"payload":1} , {"p\\u0061yload": [2, "]"] }, {"x":3}, 5 ], "payload": 4 } ';
+    expect(spansAt(text, ['items', '*', 'payload']).map((s) => [s.path.join('.'), text.slice(s.start, s.end)])).toEqual([
+      ['items.0.payload', '1'],
+      ['items.1.payload', '[2, "]"]'],
+    ]);
+    expect(spansAt(text, ['payload']).map((s) => text.slice(s.start, s.end))).toEqual(['4']);
+    expect(spansAt(text, ['items', 'payload'])).toEqual([]);
+    expect(spansAt('[1]', ['payload'])).toEqual([]);
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ message: fc.string(), payload: fc.jsonValue({ maxDepth: 3 }) }, { requiredKeys: ['message'] })),
+        fc.constantFrom(undefined, 1, '\t'),
+        (items, indent) => {
+          const text = JSON.stringify({ items }, null, indent);
+          const found = spansAt(text, ['items', '*', 'payload']);
+          const expected = items.flatMap((item, i) =>
+            'payload' in item ? [[`items.${i}.payload`, JSON.parse(JSON.stringify(item.payload))]] : [],
+          );
+          expect(found.map((s) => [s.path.join('.'), JSON.parse(text.slice(s.start, s.end))])).toEqual(expected);
+        },
+      ),
+    );
   });
 });
 
