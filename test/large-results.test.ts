@@ -189,6 +189,42 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     expect(again.body.id).toBe(group.body.id);
   });
 
+  it("a single submit's payload too, keyed alike however the body is spaced", async () => {
+    await api.createAgent({ name: 'single' });
+    const payload = distinctKeys(2_000); // 34,000 values, ~200 KiB
+    const body = (indent?: number) => JSON.stringify({ message: 'x'.repeat(90_000), payload }, null, indent);
+    expect(body().length).toBeGreaterThan(256 * 1024);
+    const parse = JSON.parse;
+    let parsedPayloads = 0;
+    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+      if (typeof text === 'string' && text.includes('"key0"')) parsedPayloads++;
+      return parse(text, reviver);
+    }) as typeof JSON.parse;
+    let answer: Response;
+    let answerText: string;
+    try {
+      answer = await fetch(`${node.url}/v1/agents/single/executions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: body(),
+      });
+      answerText = await answer.text();
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(answer.status).toBe(201);
+    expect(parsedPayloads).toBe(0);
+    const created = JSON.parse(answerText) as { execution_id: string; execution: { payload: unknown } };
+    expect(created.execution.payload).toEqual(payload);
+    expect((await api.getExecution(created.execution_id)).payload).toEqual(payload);
+    // With an Idempotency-Key, sent again spaced otherwise: the same body, replayed.
+    const first = await post('/v1/agents/single/executions', body(), { 'idempotency-key': 'one' });
+    const again = await post('/v1/agents/single/executions', body(1), { 'idempotency-key': 'one' });
+    expect(first.status).toBe(201);
+    expect(again.status).toBe(201);
+    expect(again.body.execution_id).toBe(first.body.execution_id);
+  });
+
   it('name the item whose payload is not JSON, and create nothing', async () => {
     await api.createAgent({ name: 'broken', max_backlog: 10_000 });
     const ok = JSON.stringify(distinctKeys(12));

@@ -19,7 +19,7 @@ import {
 } from '../schemas.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
-import { payloadText } from '../payload.ts';
+import { bodyText, payloadText } from '../payload.ts';
 import { RawAnswer } from '../raw-json.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
@@ -30,6 +30,8 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
     '/v1/agents/:agent/executions',
     {
       bodyLimit: DEFAULTS.payloadLimitBytes + 128 * 1024,
+      // The payload is stored, never read here: in a large body, checked and serialised off the event loop.
+      config: { rawJsonPaths: ['payload'] },
       schema: {
         tags: ['executions'],
         summary: 'Submit a task: 201 with the real execution id, or a precise refusal',
@@ -56,7 +58,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       // Idempotency-Key (scope: the agent): the first answer is stored with the row and replayed.
       const key = readIdempotencyKey(req.headers['idempotency-key']);
       const idem = key
-        ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, JSON.stringify(body)) }
+        ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, bodyText(body)) }
         : undefined;
       // As the submit found the agent (told before the answer is stored with an idempotency key).
       let paused = false;
