@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { BatonError } from '../domain/errors.ts';
-import { jsonShape, RAW_REST_MAX_VALUES, RawJson, spansAt, type PathSpan } from '../domain/json.ts';
+import { jsonShape, RAW_REST_MAX_VALUES, RawJson, spansAt, withPlaceholders, type PathSpan } from '../domain/json.ts';
 import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
 declare module 'fastify' {
@@ -30,15 +30,8 @@ export async function parseAroundRawPaths(
   parse: (text: string) => Promise<unknown>,
 ): Promise<unknown> {
   const spans = paths.flatMap((p) => spansAt(text, p.split('.'))).sort((a, b) => a.start - b.start);
-  // Placeholders no client can have sent: a later duplicate key overrides one, as JSON.parse would.
   const mark = `baton-raw-${randomUUID()}-`;
-  let rest = '';
-  let at = 0;
-  spans.forEach((s, i) => {
-    rest += text.slice(at, s.start) + JSON.stringify(mark + i);
-    at = s.end;
-  });
-  rest += text.slice(at);
+  const rest = withPlaceholders(text, spans, mark);
   const left = jsonShape(rest).values;
   if (left > RAW_REST_MAX_VALUES) {
     throw new BatonError(

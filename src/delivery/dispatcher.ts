@@ -15,6 +15,7 @@ import {
   RawJson,
   tooDeepMessage,
   tooManyValuesMessage,
+  withPlaceholders,
 } from '../domain/json.ts';
 import { createHmac, randomUUID } from 'node:crypto';
 import http from 'node:http';
@@ -367,27 +368,20 @@ export async function interpretAnswer(res: { status: number; text: string }): Pr
   if (refused) return refused;
   const spans = largeMembers(res.text, RAW_MEMBER_MIN_CHARS).filter((m) => !ANSWER_MEMBERS.includes(m.key));
   if (spans.length === 0) return interpret(res);
-  // A placeholder no agent can have sent: a later duplicate key overrides it, as JSON.parse would.
-  const mark = `baton-raw-${randomUUID()}`;
-  let rest = '';
-  let at = 0;
-  for (const m of spans) {
-    rest += res.text.slice(at, m.start) + JSON.stringify(mark);
-    at = m.end;
-  }
-  rest += res.text.slice(at);
-  const result = spans.find((m) => m.key === 'result');
+  const mark = `baton-raw-${randomUUID()}-`;
+  const rest = withPlaceholders(res.text, spans, mark);
+  const result = spans.findIndex((m) => m.key === 'result');
   let text: string | undefined;
-  if (result) {
+  if (result !== -1) {
     try {
-      [text] = await canonicalJsonOffThread([res.text.slice(result.start, result.end)]);
+      [text] = await canonicalJsonOffThread([res.text.slice(spans[result]!.start, spans[result]!.end)]);
     } catch (err) {
       if (!(err instanceof OffThreadJsonError)) throw err;
       return invalidAnswer(`HTTP ${s} but the body's result is not JSON: ${snippet(err.message)}`);
     }
   }
   const out = interpret({ status: s, text: rest });
-  if (text !== undefined && out.result === mark) out.result = new RawJson(text);
+  if (text !== undefined && out.result === mark + result) out.result = new RawJson(text);
   return out;
 }
 

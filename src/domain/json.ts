@@ -236,6 +236,22 @@ export function spansAt(text: string, path: readonly string[]): PathSpan[] {
   return found;
 }
 
+/**
+ * `text` with each span (in order, none inside another) replaced by the JSON string `mark` + its
+ * index: what is left to parse once those values are handled elsewhere. `mark` should be one no
+ * sender can have written (a random one per call): a later duplicate key then overrides its
+ * placeholder, as JSON.parse would.
+ */
+export function withPlaceholders(text: string, spans: readonly { start: number; end: number }[], mark: string): string {
+  let rest = '';
+  let at = 0;
+  spans.forEach((s, i) => {
+    rest += text.slice(at, s.start) + JSON.stringify(mark + i);
+    at = s.end;
+  });
+  return rest + text.slice(at);
+}
+
 function decodeKey(quoted: string): string {
   try {
     return JSON.parse(quoted) as string;
