@@ -95,8 +95,9 @@ describe('push delivery', () => {
 
     // The agent may also report failure in a 2xx body.
     const b = await agentServer((_s, res) => json(res, 200, { status: 'failed', error: { code: 'model_refused', message: 'no can do' } }));
-    await api.updateAgent('push-ok', { push_url: b.url });
-    const second = await api.submit('push-ok', { message: 'again' });
+    // An agent of its own: a push_url changed just before a submit may still be the old one in a pass under way.
+    await api.createAgent({ name: 'push-ok-failing', delivery: 'push', push_url: b.url });
+    const second = await api.submit('push-ok-failing', { message: 'again' });
     const e2 = await terminal(second.execution_id);
     expect(e2.status).toBe('failed');
     expect(e2.error).toEqual({ code: 'model_refused', message: 'no can do' });
