@@ -19,10 +19,19 @@ export function payloadText(payload: unknown, field: string): string | undefined
 }
 
 /**
- * `JSON.stringify(value)` of a body that may hold RawJson (what an idempotency fingerprint
- * hashes): each in place as its text, so a body reads the same whether it came large or small.
+ * `JSON.stringify(body)` of a body that may hold RawJson at `paths` (the route's rawJsonPaths),
+ * each in place as its text: what an idempotency fingerprint hashes, the same whether the body came
+ * large or small. Only the way down to those paths is copied; nothing else is walked.
  */
-export function bodyText(value: unknown): string {
+export function bodyText(body: unknown, paths: readonly string[]): string {
   const splice = new JsonSplice();
-  return splice.stringify(value, (_key, v: unknown) => (v instanceof RawJson ? splice.raw(v.text) : v));
+  const swap = (v: unknown, path: readonly string[]): unknown => {
+    if (path.length === 0) return v instanceof RawJson ? splice.raw(v.text) : v;
+    const [head, ...rest] = path;
+    if (head === '*') return Array.isArray(v) ? v.map((x) => swap(x, rest)) : v;
+    if (v === null || typeof v !== 'object' || Array.isArray(v) || !Object.hasOwn(v, head!)) return v;
+    // Spread keeps the key where it was: the text reads as the body was sent.
+    return { ...(v as Record<string, unknown>), [head!]: swap((v as Record<string, unknown>)[head!], rest) };
+  };
+  return splice.stringify(paths.reduce((v, p) => swap(v, p.split('.')), body));
 }

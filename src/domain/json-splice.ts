@@ -30,9 +30,8 @@ export class JsonSplice {
     return this.texts.length > 0;
   }
 
-  /** `value` serialised (through `replacer`, as JSON.stringify takes one) with each placed text where its stand-in stood. */
-  stringify(value: unknown, replacer?: (key: string, value: unknown) => unknown): string {
-    const out = JSON.stringify(value, replacer);
+  stringify(value: unknown): string {
+    const out = JSON.stringify(value);
     return this.texts.length === 0 ? out : out.replace(MARKS, (_, i: string) => this.texts[Number(i)]!);
   }
 }

@@ -63,7 +63,7 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
           retry: body.retry,
           idempotency_key: idempotency_key ?? null,
           // The same fingerprint as a single submit of this body: a key works across the two routes.
-          idem: idempotency_key ? { key: idempotency_key, hash: fingerprint('submit', agent, bodyText(body)) } : undefined,
+          idem: idempotency_key ? { key: idempotency_key, hash: fingerprint('submit', agent, bodyText(body, ['payload'])) } : undefined,
         };
       });
       const paused = (await engine.agentPause(agent)) !== null;

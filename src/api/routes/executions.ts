@@ -58,7 +58,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       // Idempotency-Key (scope: the agent): the first answer is stored with the row and replayed.
       const key = readIdempotencyKey(req.headers['idempotency-key']);
       const idem = key
-        ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, bodyText(body)) }
+        ? { scope: `agent:${req.params.agent}`, key, hash: fingerprint('submit', req.params.agent, bodyText(body, ['payload'])) }
         : undefined;
       // As the submit found the agent (told before the answer is stored with an idempotency key).
       let paused = false;

@@ -40,7 +40,7 @@ export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
       }));
       // Idempotency-Key (scope: groups): the first answer is stored with the group and replayed.
       const key = readIdempotencyKey(req.headers['idempotency-key']);
-      const idem = key ? { scope: 'groups', key, hash: fingerprint('group', bodyText(body)) } : undefined;
+      const idem = key ? { scope: 'groups', key, hash: fingerprint('group', bodyText(body, ['members.*.payload'])) } : undefined;
       const answerFor = (created: GroupCreatedView) => ({ status: 201, body: created });
       return idempotent<GroupCreatedView>(
         { engine, idempotency },
