@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpretAnswer } from '../src/delivery/dispatcher.ts';
 import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../src/domain/json.ts';
-import type { Outcome } from '../src/domain/outcomes.ts';
+import { jsonShapesOffThread, OffThreadJsonError } from '../src/engine/json-thread.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -45,6 +45,26 @@ async function claimed() {
   return { id: task!.execution_id, token: task!.lease_token, complete };
 }
 
+/**
+ * `fn()`, and how many times JSON.parse was called meanwhile on this thread (where the server
+ * runs) with a text that `match`es: what the server's event loop parsed while it answered.
+ */
+async function parsedHere<T>(match: (text: string) => boolean, fn: () => Promise<T>): Promise<{ value: T; parsed: number[] }> {
+  const parse = JSON.parse;
+  const parsed: number[] = [];
+  JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+    if (typeof text === 'string' && match(text)) parsed.push(text.length);
+    return parse(text, reviver);
+  }) as typeof JSON.parse;
+  try {
+    return { value: await fn(), parsed };
+  } finally {
+    JSON.parse = parse;
+  }
+}
+const isLong = (text: string) => text.length >= RAW_MEMBER_MIN_CHARS;
+const holdsKey0 = (text: string) => text.includes('"key0"');
+
 /** Small objects whose keys all differ (the shape V8 parses slowest), `n` of them. */
 function distinctKeys(n: number): Array<Record<string, number>> {
   let k = 0;
@@ -59,27 +79,17 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
     const body = JSON.stringify({ lease_token: t.token, status: 'succeeded', result }, null, 1);
     expect(body.length).toBeGreaterThan(1024 * 1024);
     // The server runs in this process: nothing long is parsed on its thread while it completes.
-    const parse = JSON.parse;
-    const parsedHere: number[] = [];
-    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
-      if (typeof text === 'string' && text.length >= RAW_MEMBER_MIN_CHARS) parsedHere.push(text.length);
-      return parse(text, reviver);
-    }) as typeof JSON.parse;
-    let answer: Response;
-    let answerText: string;
-    try {
-      answer = await fetch(`${node.url}/v1/executions/${t.id}/complete`, {
+    const { value: answer, parsed } = await parsedHere(isLong, async () => {
+      const r = await fetch(`${node.url}/v1/executions/${t.id}/complete`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
         body,
       });
-      answerText = await answer.text();
-    } finally {
-      JSON.parse = parse;
-    }
-    expect(parsedHere).toEqual([]);
+      return { status: r.status, text: await r.text() };
+    });
+    expect(parsed).toEqual([]);
     expect(answer.status).toBe(200);
-    expect(JSON.parse(answerText).result).toEqual(result);
+    expect(JSON.parse(answer.text).result).toEqual(result);
     const read = await fetch(`${node.url}/v1/executions/${t.id}`, { headers: { authorization: `Bearer ${key}` } });
     const text = await read.text();
     expect(text).toContain(`"result":${JSON.stringify(result)}`);
@@ -161,19 +171,8 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     const items = payloads.map((payload, i) => ({ message: 'm', payload, ...(i === 7 ? { idempotency_key: 'same-7' } : {}) }));
     const body = JSON.stringify({ items }, null, 1);
     expect(body.length).toBeGreaterThan(1024 * 1024);
-    const parse = JSON.parse;
-    let parsedPayloads = 0;
-    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
-      if (typeof text === 'string' && text.includes('"key0"')) parsedPayloads++;
-      return parse(text, reviver);
-    }) as typeof JSON.parse;
-    let r: Awaited<ReturnType<typeof post>>;
-    try {
-      r = await post('/v1/agents/many/executions/batch', body);
-    } finally {
-      JSON.parse = parse;
-    }
-    expect(parsedPayloads).toBe(0);
+    const { value: r, parsed } = await parsedHere(holdsKey0, () => post('/v1/agents/many/executions/batch', body));
+    expect(parsed).toEqual([]);
     expect(r.status).toBe(200);
     expect(r.body).toMatchObject({ created: 999, replayed: 1 });
     expect(r.body.items[7]).toMatchObject({ execution_id: single.execution_id, replayed: true });
@@ -194,27 +193,17 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     const payload = distinctKeys(2_000); // 34,000 values, ~200 KiB
     const body = (indent?: number) => JSON.stringify({ message: 'x'.repeat(90_000), payload }, null, indent);
     expect(body().length).toBeGreaterThan(256 * 1024);
-    const parse = JSON.parse;
-    let parsedPayloads = 0;
-    JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
-      if (typeof text === 'string' && text.includes('"key0"')) parsedPayloads++;
-      return parse(text, reviver);
-    }) as typeof JSON.parse;
-    let answer: Response;
-    let answerText: string;
-    try {
-      answer = await fetch(`${node.url}/v1/agents/single/executions`, {
+    const { value: answer, parsed } = await parsedHere(holdsKey0, async () => {
+      const r = await fetch(`${node.url}/v1/agents/single/executions`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
         body: body(),
       });
-      answerText = await answer.text();
-    } finally {
-      JSON.parse = parse;
-    }
+      return { status: r.status, text: await r.text() };
+    });
     expect(answer.status).toBe(201);
-    expect(parsedPayloads).toBe(0);
-    const created = JSON.parse(answerText) as { execution_id: string; execution: { payload: unknown } };
+    expect(parsed).toEqual([]);
+    const created = JSON.parse(answer.text) as { execution_id: string; execution: { payload: unknown } };
     expect(created.execution.payload).toEqual(payload);
     expect((await api.getExecution(created.execution_id)).payload).toEqual(payload);
     // With an Idempotency-Key, sent again spaced otherwise: the same body, replayed.
@@ -236,26 +225,135 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
   });
 });
 
+describe(`a large body a route reads whole (${STORE_KIND})`, () => {
+  const post = async (path: string, body: string, headers: Record<string, string> = {}) => {
+    const r = await fetch(node.url + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+      body,
+    });
+    return { status: r.status, body: (await r.json()) as Record<string, any> };
+  };
+  const tooManyShapes = (where: string) => ({
+    error: 'payload_too_large',
+    message: expect.stringMatching(new RegExp(`^${where}: [\\d,]+ distinct object shapes \\(orders of keys\\), more than the 10,000`)),
+  });
+
+  it('is measured off the event loop first: past 10,000 object shapes it is refused, never parsed here', async () => {
+    // Costly to parse (12,000 objects whose keys differ), yet few values: only the shape bound sees it.
+    const costly = JSON.stringify(distinctKeys(1_500));
+    const agent = `{"name":"shapes","description":"${'d'.repeat(150_000)}","extra":${costly}}`;
+    expect(agent.length).toBeGreaterThan(256 * 1024);
+    const { value: refused, parsed } = await parsedHere(holdsKey0, () => post('/v1/agents', agent));
+    expect(parsed).toEqual([]);
+    expect(refused.status).toBe(413);
+    expect(refused.body).toMatchObject(tooManyShapes('body'));
+    // The MCP endpoint reads its body whole too.
+    const call = {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'tools/call',
+      params: { name: 'run_task', arguments: { agent: 'big', message: 'm'.repeat(150_000), payload: JSON.parse(costly) } },
+    };
+    const mcp = await parsedHere(holdsKey0, () => post('/mcp', JSON.stringify(call), { accept: 'application/json, text/event-stream' }));
+    expect(mcp.parsed).toEqual([]);
+    expect(mcp.value.status).toBe(413);
+    expect(mcp.value.body).toMatchObject(tooManyShapes('body'));
+    // Not JSON: 400, found there too.
+    const broken = await parsedHere(holdsKey0, () => post('/v1/agents', agent.slice(0, -1) + ',}'));
+    expect(broken.parsed).toEqual([]);
+    expect(broken.value.status).toBe(400);
+    expect(broken.value.body).toMatchObject({ error: 'invalid_json', message: expect.stringMatching(/^body: /) });
+    await expect(api.getAgent('shapes')).rejects.toMatchObject({ status: 404 });
+  });
+
+  it('is parsed as before when its objects are alike, however large', async () => {
+    const t = await (async () => {
+      await api.submit('big', { message: 'logs' });
+      const [task] = await api.claim('big', { worker_id: 'w', wait_seconds: 1 });
+      return task!;
+    })();
+    const lines = Array.from({ length: 1_000 }, (_, i) => ({ stream: i % 2 ? 'stderr' : 'stdout', line: `line ${i} `.padEnd(300, '.') }));
+    const body = JSON.stringify({ lease_token: t.lease_token, lines });
+    expect(body.length).toBeGreaterThan(256 * 1024);
+    const r = await post(`/v1/executions/${t.execution_id}/logs`, body);
+    expect(r.status).toBe(200);
+    const page = await api.getLogs(t.execution_id, { limit: 10 });
+    expect(page.lines[0]).toMatchObject({ line: lines[0]!.line });
+  });
+
+  it('bounds the rest of a body whose long values go to the JSON thread alike', async () => {
+    await api.createAgent({ name: 'rest-shapes', max_backlog: 10_000 });
+    // Each item's unknown keys differ: 12,000 shapes outside the payloads, under the 50,000 values bound.
+    const items = Array.from({ length: 1_000 }, (_, i) =>
+      Object.fromEntries([
+        ['message', 'm'],
+        ['payload', { a: i }],
+        ...Array.from({ length: 12 }, (_, j) => [`unknown_member_${i}_${j}`, j]),
+      ]),
+    );
+    const body = JSON.stringify({ items });
+    expect(body.length).toBeGreaterThan(256 * 1024);
+    const r = await post('/v1/agents/rest-shapes/executions/batch', body);
+    expect(r.status).toBe(413);
+    expect(r.body).toMatchObject(tooManyShapes('body besides body\\.items\\.\\*\\.payload'));
+    expect((await api.listExecutions({ agent: 'rest-shapes' })).executions).toHaveLength(0);
+  });
+});
+
+describe('jsonShapesOffThread', () => {
+  it('counts the distinct orders of named keys, as hidden classes: alike objects once, array indexes never', async () => {
+    expect(await jsonShapesOffThread('[1,"a",null]')).toBe(0);
+    expect(await jsonShapesOffThread('{"a":1,"b":2}')).toBe(2);
+    expect(await jsonShapesOffThread('[{"a":1,"b":2},{"a":3,"b":4},{"a":5}]')).toBe(2);
+    expect(await jsonShapesOffThread('[{"a":1,"b":2},{"b":1,"a":2}]')).toBe(4);
+    expect(await jsonShapesOffThread('{"0":1,"17":{"x":{"a":1}},"a":[{"x":2}]}')).toBe(2);
+    await expect(jsonShapesOffThread('{"a":1,}')).rejects.toBeInstanceOf(OffThreadJsonError);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.dictionary(
+          fc.string().filter((k) => !/^(0|[1-9]\d*)$/.test(k)),
+          fc.integer(),
+        ),
+        fc.nat({ max: 50 }),
+        async (o, n) => {
+          // Any number of copies of one object cost its keys once.
+          expect(await jsonShapesOffThread(JSON.stringify(Array.from({ length: n + 1 }, () => o)))).toBe(Object.keys(o).length);
+        },
+      ),
+      { numRuns: 50 },
+    );
+  });
+});
+
 describe("a push answer's long result", () => {
   it('is checked and serialised off this thread, handed on as RawJson; long members nobody reads are never parsed', async () => {
     const rows = distinctKeys(10_000);
     const text = JSON.stringify({ status: 'failed', error: { code: 'x', message: 'm' }, result: { rows }, debug: rows.slice(0, 3_000) });
-    const parse = JSON.parse;
-    const parsedHere: number[] = [];
-    JSON.parse = ((t: string, reviver?: Parameters<typeof parse>[1]) => {
-      if (typeof t === 'string' && t.length >= RAW_MEMBER_MIN_CHARS) parsedHere.push(t.length);
-      return parse(t, reviver);
-    }) as typeof JSON.parse;
-    let out: Outcome;
-    try {
-      out = await interpretAnswer({ status: 200, text });
-    } finally {
-      JSON.parse = parse;
-    }
-    expect(parsedHere).toEqual([]);
+    const { value: out, parsed } = await parsedHere(isLong, () => interpretAnswer({ status: 200, text }));
+    expect(parsed).toEqual([]);
     expect(out).toMatchObject({ status: 'failed', error: { code: 'x', message: 'm' } });
     expect(out.result).toBeInstanceOf(RawJson);
     expect((out.result as RawJson).text).toBe(JSON.stringify({ rows }));
+    // An answer that is not an object is the result, whole: off this thread too.
+    const list = JSON.stringify(distinctKeys(3_000));
+    const whole = await parsedHere(isLong, () => interpretAnswer({ status: 200, text: list }));
+    expect(whole.parsed).toEqual([]);
+    expect(whole.value).toMatchObject({ status: 'succeeded', result: new RawJson(list) });
+    expect(await interpretAnswer({ status: 200, text: list.slice(0, -1) })).toMatchObject({
+      status: 'failed',
+      error: { code: 'push_invalid_response', message: expect.stringMatching(/^HTTP 200 but the body is not JSON: /) },
+    });
+    // Short members, many shapes among them: counted there, refused unparsed.
+    const members = distinctKeys(3_000).map((o, i) => `"m${i}":${JSON.stringify(o)}`);
+    const costly = `{"status":"succeeded",${members.join(',')}}`;
+    expect(costly.length).toBeGreaterThan(256 * 1024);
+    const refused = await parsedHere(holdsKey0, () => interpretAnswer({ status: 200, text: costly }));
+    expect(refused.parsed).toEqual([]);
+    expect(refused.value).toMatchObject({
+      status: 'failed',
+      error: { code: 'push_invalid_response', message: expect.stringMatching(/^HTTP 200 but the body: 27,001 distinct object shapes/) },
+    });
     // A short answer is interpreted as before.
     expect(await interpretAnswer({ status: 200, text: '{"result":{"a":1}}' })).toMatchObject({ status: 'succeeded', result: { a: 1 } });
   });

@@ -50,7 +50,8 @@ export function wideObject(bytes: number): Record<string, number> {
 export async function runBodiesBench(store: StoreKind, pgUrl: string, reps = 3): Promise<BodiesResult> {
   const db = freshDb(store, pgUrl, 'bodies');
   const server = await startServer(db, 'spawn');
-  const H = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
+  // The accept header is the MCP endpoint's; the API ignores it.
+  const H = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
   const call = async (method: string, path: string, body?: string) => {
     const r = await fetch(server.url + path, { method, headers: H, body });
     const text = await r.text();
@@ -157,6 +158,40 @@ export async function runBodiesBench(store: StoreKind, pgUrl: string, reps = 3):
     const overCap = wideObject(4 * 1024 * 1024 - 64 * 1024);
     await probe('complete: ~4 MiB wide result (over the values bound: 413)', claimed, () =>
       JSON.stringify({ lease_token: token, status: 'succeeded', result: overCap }),
+    );
+    // Routes that read the whole body (no values handed to the JSON thread): about 1 MiB of small
+    // objects whose keys all differ, new names each repetition (the server's parser would reuse the
+    // hidden classes of names it has seen). Counted on the JSON thread first: refused, 413.
+    const distinctMiB = (rep: number, bytes: number) => {
+      const out: Array<Record<string, number>> = [];
+      for (let size = 0, n = 0; size < bytes; n++) {
+        const o: Record<string, number> = {};
+        for (let k = 0; k < 8; k++) o[`r${rep}_${n}_${k}`] = k;
+        out.push(o);
+        size += 8 * (String(n).length + String(rep).length + 10) + 2;
+      }
+      return out;
+    };
+    await probe('agent create: ~1 MiB of small objects, every key distinct (413 past 10,000 shapes)', fixed('/v1/agents'), (i) =>
+      JSON.stringify({ name: `shapes-${i}`, description: 'd', extra: distinctMiB(i, 1000 * 1024) }),
+    );
+    await probe('MCP run_task: ~1 MiB payload of small objects, every key distinct (413 past 10,000 shapes)', fixed('/mcp'), (i) =>
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'run_task', arguments: { agent: 'big', message: 'm', payload: distinctMiB(i + 10, 1000 * 1024) } },
+      }),
+    );
+    // A route that reads it all, with a large body of alike objects: measured there, then parsed here.
+    await probe(
+      'logs: 1,000 lines of ~4 KiB (alike objects, accepted)',
+      async () => (await claimed()).replace(/complete$/, 'logs'),
+      () =>
+        JSON.stringify({
+          lease_token: token,
+          lines: Array.from({ length: 1_000 }, (_, i) => ({ stream: 'stdout', line: `${i} `.padEnd(4000, 'l') })),
+        }),
     );
     // The largest answer: a claim of max 100 with 100 queued tasks whose payloads are at the limit
     // (small keys); the answer stops at DEFAULTS.claimAnswerBytes (8 of them).

@@ -3,12 +3,24 @@
  * (`config.rawJsonPaths`: a completion's `result`, each batch item's `payload`); in a body over
  * LARGE_JSON_CHARS those are checked and serialised on the JSON thread and handed to the route as
  * RawJson, never parsed on the event loop. What is left is parsed here, and may hold at most
- * RAW_REST_MAX_VALUES values: all else such a body carries is short fields.
+ * RAW_REST_MAX_VALUES values: all else such a body carries is short fields. Any text over
+ * LARGE_JSON_CHARS that is parsed here (a body of a route that reads it all, or such a rest) is
+ * first measured on the JSON thread, and refused if it holds more than MAX_JSON_SHAPES shapes.
  */
 import { randomUUID } from 'node:crypto';
 import { BatonError } from '../domain/errors.ts';
-import { jsonShape, RAW_REST_MAX_VALUES, RawJson, spansAt, withPlaceholders, type PathSpan } from '../domain/json.ts';
-import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
+import {
+  jsonShape,
+  LARGE_JSON_CHARS,
+  MAX_JSON_SHAPES,
+  RAW_REST_MAX_VALUES,
+  RawJson,
+  spansAt,
+  tooManyShapesMessage,
+  withPlaceholders,
+  type PathSpan,
+} from '../domain/json.ts';
+import { canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -18,6 +30,22 @@ declare module 'fastify' {
 }
 
 const where = (s: PathSpan) => ['body', ...s.path].join('.');
+
+/**
+ * `parse(text)`, but a text over LARGE_JSON_CHARS only once the JSON thread has counted its
+ * object shapes: 413 past MAX_JSON_SHAPES (`where` names it), 400 invalid_json if it is not JSON;
+ * the event loop never parses either.
+ */
+export async function parseMeasured(text: string, where: string, parse: (text: string) => Promise<unknown>): Promise<unknown> {
+  if (text.length > LARGE_JSON_CHARS) {
+    const shapes = await jsonShapesOffThread(text).catch((err: unknown) => {
+      if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `body: ${err.message}`);
+      throw err;
+    });
+    if (shapes > MAX_JSON_SHAPES) throw new BatonError('payload_too_large', tooManyShapesMessage(where, shapes));
+  }
+  return parse(text);
+}
 
 /**
  * Parse `text` with the values at `paths` replaced by RawJson from the JSON thread; `parse` is the
@@ -39,9 +67,9 @@ export async function parseAroundRawPaths(
       `body: about ${left.toLocaleString('en-US')} JSON values besides ${paths.map((p) => `body.${p}`).join(', ')}, more than the ${RAW_REST_MAX_VALUES.toLocaleString('en-US')} such a body may hold there`,
     );
   }
-  if (spans.length === 0) return parse(text);
+  if (spans.length === 0) return parseMeasured(text, 'body', parse);
   const [body, texts] = await Promise.all([
-    parse(rest),
+    parseMeasured(rest, `body besides ${paths.map((p) => `body.${p}`).join(', ')}`, parse),
     canonicalJsonOffThread(spans.map((s) => text.slice(s.start, s.end))).catch((err: unknown) => {
       if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `${where(spans[err.index]!)}: ${err.message}`);
       throw err;

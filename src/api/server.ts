@@ -8,7 +8,7 @@ import { BatonError } from '../domain/errors.ts';
 import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
-import { parseAroundRawPaths } from './json-off-thread.ts';
+import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { declareCommonAnswers } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
@@ -103,11 +103,12 @@ async function buildApp(opts: ServerOptions) {
       return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
     if (shape.infinite) return done(new BatonError('validation_error', infiniteMessage('body')), undefined);
     // A large body's values that its route only stores are parsed on a worker thread.
-    const raw = largeBodies.has(req) ? req.routeOptions.config.rawJsonPaths : undefined;
-    if (raw) {
+    // Any other large body is measured there first (parseMeasured), never parsed here if costly.
+    if (largeBodies.has(req)) {
+      const raw = req.routeOptions.config.rawJsonPaths;
       const parse = (text: string) =>
         new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
-      parseAroundRawPaths(body as string, raw, parse).then(
+      (raw ? parseAroundRawPaths(body as string, raw, parse) : parseMeasured(body as string, 'body', parse)).then(
         (value) => done(null, value),
         (err: Error) => done(err, undefined),
       );

@@ -10,10 +10,12 @@ import {
   jsonShape,
   LARGE_JSON_CHARS,
   largeMembers,
+  MAX_JSON_SHAPES,
   MAX_JSON_VALUES,
   RAW_MEMBER_MIN_CHARS,
   RawJson,
   tooDeepMessage,
+  tooManyShapesMessage,
   tooManyValuesMessage,
   withPlaceholders,
 } from '../domain/json.ts';
@@ -26,7 +28,7 @@ import { isCompletionStatus } from '../domain/states.ts';
 import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
-import { canonicalJsonOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
+import { canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 import { reportLoopError } from '../engine/loop.ts';
 import { mayBeCutShort } from '../engine/transitions/admit.ts';
 import { redactSecrets } from '../domain/redact.ts';
@@ -356,28 +358,48 @@ const snippet = (text: string) => {
 const ANSWER_MEMBERS = ['status', 'error', 'usage'];
 
 /**
- * `interpret`, without parsing a large answer's long members on the event loop: a long `result`
- * is checked and serialised on the JSON thread (src/engine/json-thread.ts) and handed on as
- * RawJson, a long member nobody reads is skipped unparsed. `status`, `error` and `usage` are
- * parsed here as before (the values bound holds them).
+ * `interpret`, without parsing a large answer's costly parts on the event loop: a long `result`
+ * (or an answer that is not an object, the result whole) is checked and serialised on the JSON
+ * thread (src/engine/json-thread.ts) and handed on as RawJson, a long member nobody reads is
+ * skipped unparsed. What is left is parsed here as before, once the JSON thread has counted its
+ * object shapes when it is itself large (MAX_JSON_SHAPES, as for a request body).
  */
 export async function interpretAnswer(res: { status: number; text: string }): Promise<Outcome> {
   const s = res.status;
   if (s < 200 || s >= 300 || res.text.length <= LARGE_JSON_CHARS) return interpret(res);
   const refused = shapeRefusal(res.text, s);
   if (refused) return refused;
+  const notJson = (err: unknown, what: string) => {
+    if (!(err instanceof OffThreadJsonError)) throw err;
+    return invalidAnswer(`HTTP ${s} but ${what} is not JSON: ${snippet(err.message)}`);
+  };
+  if (!/^\s*\{/.test(res.text)) {
+    try {
+      const [text] = await canonicalJsonOffThread([res.text]);
+      return { status: 'succeeded', result: new RawJson(text!) };
+    } catch (err) {
+      return notJson(err, 'the body');
+    }
+  }
   const spans = largeMembers(res.text, RAW_MEMBER_MIN_CHARS).filter((m) => !ANSWER_MEMBERS.includes(m.key));
-  if (spans.length === 0) return interpret(res);
   const mark = `baton-raw-${randomUUID()}-`;
-  const rest = withPlaceholders(res.text, spans, mark);
+  const rest = spans.length === 0 ? res.text : withPlaceholders(res.text, spans, mark);
+  if (rest.length > LARGE_JSON_CHARS) {
+    let shapes: number;
+    try {
+      shapes = await jsonShapesOffThread(rest);
+    } catch (err) {
+      return notJson(err, 'the body');
+    }
+    if (shapes > MAX_JSON_SHAPES) return invalidAnswer(`HTTP ${s} but ${tooManyShapesMessage('the body', shapes)}`);
+  }
   const result = spans.findIndex((m) => m.key === 'result');
   let text: string | undefined;
   if (result !== -1) {
     try {
       [text] = await canonicalJsonOffThread([res.text.slice(spans[result]!.start, spans[result]!.end)]);
     } catch (err) {
-      if (!(err instanceof OffThreadJsonError)) throw err;
-      return invalidAnswer(`HTTP ${s} but the body's result is not JSON: ${snippet(err.message)}`);
+      return notJson(err, "the body's result");
     }
   }
   const out = interpret({ status: s, text: rest });

@@ -119,6 +119,18 @@ export const RAW_MEMBER_MIN_CHARS = 64 * 1024;
  */
 export const RAW_REST_MAX_VALUES = 50_000;
 
+/**
+ * Most object shapes (distinct sequences of named keys: the hidden classes a parser creates) a body
+ * over LARGE_JSON_CHARS may hold in what is parsed on the event loop. Objects alike cost little, but
+ * each new shape costs 1–3 µs: measured here, 1 MiB of alike objects parsed in 8–10 ms, with 10,000
+ * shapes in it 12–26 ms, 20,000 18–46 ms, 40,000 41–77 ms (docs/benchmarks.md). Counted on the JSON
+ * thread before the event loop parses the body (src/api/json-off-thread.ts).
+ */
+export const MAX_JSON_SHAPES = 10_000;
+
+export const tooManyShapesMessage = (where: string, shapes: number) =>
+  `${where}: ${shapes.toLocaleString('en-US')} distinct object shapes (orders of keys), more than the ${MAX_JSON_SHAPES.toLocaleString('en-US')} a body over ${LARGE_JSON_CHARS / 1024} KiB may hold; send it in parts or with fewer distinct keys`;
+
 /** Where one member of a JSON object has its value: `text.slice(start, end)`. */
 export interface MemberSpan {
   key: string;
