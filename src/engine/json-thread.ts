@@ -11,6 +11,7 @@
  * refused before anything parses it there (src/api/json-off-thread.ts).
  */
 import { Worker } from 'node:worker_threads';
+import { ThreadCalls } from '../store/thread-calls.ts';
 
 type Request = { texts: readonly string[] } | { shapes: string };
 type Reply = { id: number; texts: string[] } | { id: number; shapes: number } | { id: number; index: number; error: string };
@@ -26,39 +27,10 @@ export class OffThreadJsonError extends Error {
 }
 
 class JsonThread {
-  private worker: Worker | undefined;
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
-
-  private start(): Worker {
-    const worker = new Worker(new URL('./json-worker.js', import.meta.url));
-    worker.on('message', (reply: Reply) => {
-      const p = this.pending.get(reply.id);
-      if (!p) return;
-      this.pending.delete(reply.id);
-      if (this.pending.size === 0) worker.unref();
-      p.resolve(reply);
-    });
-    const fail = (err: Error) => {
-      if (this.worker === worker) this.worker = undefined;
-      for (const p of this.pending.values()) p.reject(err);
-      this.pending.clear();
-    };
-    worker.on('error', fail);
-    worker.on('exit', (code) => fail(new Error(`the JSON worker thread exited (${code})`)));
-    // An idle thread must not keep a finished process alive; a text in flight must.
-    worker.unref();
-    return worker;
-  }
+  private readonly calls = new ThreadCalls<Reply>(() => new Worker(new URL('./json-worker.js', import.meta.url)), 'the JSON worker thread');
 
   private async request(message: Request): Promise<Reply> {
-    const worker = (this.worker ??= this.start());
-    const id = this.nextId++;
-    const reply = await new Promise<Reply>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      worker.ref();
-      worker.postMessage({ id, ...message });
-    });
+    const reply = await this.calls.call(message);
     if ('error' in reply) throw new OffThreadJsonError(reply.error, reply.index);
     return reply;
   }

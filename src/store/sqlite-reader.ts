@@ -11,6 +11,7 @@ import {
 } from 'kysely';
 import type { DB } from './schema.ts';
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
+import { ThreadCalls } from './thread-calls.ts';
 
 /**
  * A read-only SQLite connection in a worker thread, as a Kysely handle. better-sqlite3 is
@@ -89,17 +90,15 @@ const queryResult = <R>(r: Result): QueryResult<R> => ({
 });
 
 class WorkerSqliteDriver implements Driver {
-  private worker: Worker | undefined;
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
+  private readonly calls: ThreadCalls<Reply>;
   private lock: Promise<void> = Promise.resolve();
   private readonly connection: DatabaseConnection;
 
-  constructor(
-    private readonly file: string,
-    private readonly readonly: boolean,
-    private readonly busyTimeoutMs: number,
-  ) {
+  constructor(file: string, readonly: boolean, busyTimeoutMs: number) {
+    this.calls = new ThreadCalls<Reply>(
+      () => new Worker(new URL('./sqlite-reader-worker.js', import.meta.url), { workerData: { file, readonly, busyTimeoutMs } }),
+      `SQLite ${readonly ? 'reader' : 'writer'} thread`,
+    );
     this.connection = {
       executeQuery: <R>(q: CompiledQuery) => this.execute<R>(q),
       streamQuery: () => {
@@ -108,29 +107,8 @@ class WorkerSqliteDriver implements Driver {
     };
   }
 
-  async init(): Promise<void> {
-    const worker = new Worker(new URL('./sqlite-reader-worker.js', import.meta.url), {
-      workerData: { file: this.file, readonly: this.readonly, busyTimeoutMs: this.busyTimeoutMs },
-    });
-    worker.on('message', (reply: Reply) => {
-      const p = this.pending.get(reply.id);
-      if (!p) return;
-      this.pending.delete(reply.id);
-      if (this.pending.size === 0) worker.unref();
-      p.resolve(reply);
-    });
-    const fail = (err: Error) => {
-      for (const p of this.pending.values()) p.reject(err);
-      this.pending.clear();
-      this.worker = undefined;
-    };
-    worker.on('error', fail);
-    worker.on('exit', (code) => fail(new Error(`SQLite ${this.readonly ? 'reader' : 'writer'} thread exited (${code})`)));
-    // An idle thread must not keep a finished process alive; a query in flight must (a promise
-    // alone does not): the thread is ref'd while anything is pending.
-    worker.unref();
-    this.worker = worker;
-  }
+  /** The thread starts on the first query. */
+  async init(): Promise<void> {}
 
   private async execute<R>(q: CompiledQuery): Promise<QueryResult<R>> {
     return queryResult<R>(await this.send({ sql: q.sql, parameters: q.parameters }));
@@ -142,14 +120,7 @@ class WorkerSqliteDriver implements Driver {
   }
 
   private async send(message: object): Promise<Reply> {
-    if (!this.worker) await this.init();
-    const id = this.nextId++;
-    const worker = this.worker!;
-    const reply = await new Promise<Reply>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      worker.ref();
-      worker.postMessage({ id, ...message });
-    });
+    const reply = await this.calls.call(message);
     if (reply.error) throw Object.assign(new Error(reply.error.message), { code: reply.error.code });
     return reply;
   }
@@ -181,8 +152,6 @@ class WorkerSqliteDriver implements Driver {
   }
 
   async destroy(): Promise<void> {
-    const worker = this.worker;
-    this.worker = undefined;
-    if (worker) await worker.terminate();
+    await this.calls.terminate();
   }
 }
