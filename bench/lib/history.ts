@@ -18,7 +18,7 @@
  * parsed answer): submit → claim → complete on a history agent; agents list; executions list
  * (first page; agent + status=failed over 10 agents given 50 failures each first; a cursor page
  * 30 days deep, or on a younger store past its 50th newest rows: full pages in every state); one execution with its
- * timeline; the dashboard overview (what web/src/pages/Overview.tsx loads: agents, the 8
+ * timeline (at N, 100 spread over the history; and the probe's own, as on the empty store); the dashboard overview (what web/src/pages/Overview.tsx loads: agents, the 8
  * latest failures, canary status — in parallel, as the page does); a metrics scrape; a canary
  * cycle (POST /v1/canary/run); 1,000 schedules due at one instant (fire lag, measured by
  * bench/lib/triggers-fire-lag.ts, own `baton up`). During the canary cycles and the metrics
@@ -99,6 +99,7 @@ export const PROBES = [
   'executions_agent_status',
   'executions_deep_cursor',
   'execution_detail',
+  'execution_detail_recent',
   'dashboard_overview',
   'metrics_scrape',
   'canary_cycle',
@@ -113,6 +114,7 @@ export const PROBE_LABEL: Record<ProbeName, string> = {
   executions_agent_status: 'executions list, agent + status=failed',
   executions_deep_cursor: 'executions list, cursor page 30 days deep',
   execution_detail: 'one execution with its timeline',
+  execution_detail_recent: 'one execution with its timeline, made by the probe',
   dashboard_overview: 'dashboard overview (agents, 8 failures, canary)',
   metrics_scrape: 'GET /metrics',
   canary_cycle: 'canary cycle (POST /v1/canary/run)',
@@ -661,6 +663,9 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
     await measure('executions_deep_cursor', reps, (i) => http.call('GET', `/v1/executions?limit=50&cursor=${deepCursors.at(i)}`));
     const ids = detailIds.length ? detailIds : made;
     await measure('execution_detail', reps, (i) => http.call('GET', `/v1/executions/${enc(ids[i % ids.length]!)}`));
+    // The same read of executions the probe itself made just before (at N as on the empty store):
+    // what reading one costs apart from where in the history it lies.
+    await measure('execution_detail_recent', reps, (i) => http.call('GET', `/v1/executions/${enc(made[i % made.length]!)}`));
     await measure('dashboard_overview', reps, () =>
       Promise.all([
         http.call('GET', '/v1/agents'),
