@@ -188,6 +188,28 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     expect(again.body.id).toBe(group.body.id);
   });
 
+  it('with a key on every item: answers stored and replayed as text, no payload parsed here either time', async () => {
+    await api.createAgent({ name: 'keyed', max_backlog: 10_000 });
+    const items = Array.from({ length: 1_000 }, (_, i) => ({ message: 'm', payload: distinctKeys(12), idempotency_key: `k-${i}` }));
+    const body = JSON.stringify({ items });
+    const first = await parsedHere(holdsKey0, () => post('/v1/agents/keyed/executions/batch', body));
+    expect(first.parsed).toEqual([]);
+    expect(first.value.body).toMatchObject({ created: 1_000, replayed: 0 });
+    const again = await parsedHere(holdsKey0, () => post('/v1/agents/keyed/executions/batch', body));
+    expect(again.parsed).toEqual([]);
+    expect(again.value.body).toMatchObject({ created: 0, replayed: 1_000 });
+    expect(again.value.body.items.map((i: { execution_id: string }) => i.execution_id)).toEqual(
+      first.value.body.items.map((i: { execution_id: string }) => i.execution_id),
+    );
+    // An item's key replays through a single submit as the answer a single submit would have given.
+    const single = await post('/v1/agents/keyed/executions', JSON.stringify({ message: 'm', payload: items[5]!.payload }), {
+      'idempotency-key': 'k-5',
+    });
+    expect(single.status).toBe(201);
+    expect(single.body).toMatchObject({ execution_id: first.value.body.items[5].execution_id, agent: 'keyed', status: 'queued' });
+    expect(single.body.execution.payload).toEqual(items[5]!.payload);
+  });
+
   it("a single submit's payload too, keyed alike however the body is spaced", async () => {
     await api.createAgent({ name: 'single' });
     const payload = distinctKeys(2_000); // 34,000 values, ~200 KiB
@@ -207,11 +229,23 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     expect(created.execution.payload).toEqual(payload);
     expect((await api.getExecution(created.execution_id)).payload).toEqual(payload);
     // With an Idempotency-Key, sent again spaced otherwise: the same body, replayed.
-    const first = await post('/v1/agents/single/executions', body(), { 'idempotency-key': 'one' });
-    const again = await post('/v1/agents/single/executions', body(1), { 'idempotency-key': 'one' });
-    expect(first.status).toBe(201);
-    expect(again.status).toBe(201);
-    expect(again.body.execution_id).toBe(first.body.execution_id);
+    // Read as text here: parsing the answers in this process would count as the server's parsing.
+    const send = (text: string) => async () => {
+      const r = await fetch(`${node.url}/v1/agents/single/executions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': 'one' },
+        body: text,
+      });
+      return { status: r.status, text: await r.text() };
+    };
+    const first = await parsedHere(holdsKey0, send(body()));
+    const again = await parsedHere(holdsKey0, send(body(1)));
+    expect([first.parsed, again.parsed]).toEqual([[], []]);
+    expect(first.value.status).toBe(201);
+    expect(again.value.status).toBe(201);
+    // The replay is the first answer, as sent.
+    expect(again.value.text).toBe(first.value.text);
+    expect(JSON.parse(first.value.text).execution.payload).toEqual(payload);
   });
 
   it('name the item whose payload is not JSON, and create nothing', async () => {

@@ -1,5 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import { BatonError } from '../domain/errors.ts';
+import { memberOf, RawJson } from '../domain/json.ts';
 import type { IdempotencySettings } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
 import type { IdemRequest, StoredAnswer } from '../engine/triggers/idempotency.ts';
@@ -29,6 +30,19 @@ function storable(err: unknown): err is BatonError {
   );
 }
 
+/** An answer sent: a RawJson body (a replay's, or one built around stored texts) as its text. */
+function send(reply: FastifyReply, answer: StoredAnswer): FastifyReply {
+  reply.code(answer.status);
+  if (!(answer.body instanceof RawJson)) return reply.send(answer.body);
+  return reply.type('application/json; charset=utf-8').send(answer.body.text);
+}
+
+/** The `execution_id` an answer names, if any (a RawJson body's read without parsing the rest). */
+function executionIdIn(body: unknown): string | null {
+  const id = body instanceof RawJson ? memberOf(body.text, 'execution_id') : (body as { execution_id?: unknown } | null)?.execution_id;
+  return typeof id === 'string' ? id : null;
+}
+
 /**
  * Run a trigger under an optional idempotency key. `run` receives the hook to call inside the
  * transaction that creates the execution (it stores `answerFor(row)` with the row) and returns
@@ -45,13 +59,12 @@ export async function idempotent<T extends { id: string } = ExecutionRow>(
   executionIdOf: (row: T) => string | null = (row) => row.id,
 ): Promise<FastifyReply> {
   if (!r) {
-    const answer = await run(undefined);
-    return reply.code(answer.status).send(answer.body);
+    return send(reply, await run(undefined));
   }
   const keys = engine.idempotency;
   const claim = await keys.claim(r, { ttlMs: idempotency?.ttlMs, waitMs: idempotency?.waitMs });
   if (claim.kind === 'replay') {
-    return reply.code(claim.answer.status).header('idempotent-replay', 'true').send(claim.answer.body);
+    return send(reply.header('idempotent-replay', 'true'), claim.answer);
   }
   let stored = false;
   try {
@@ -60,10 +73,9 @@ export async function idempotent<T extends { id: string } = ExecutionRow>(
       stored = true;
     });
     if (!stored) {
-      const id = (answer.body as { execution_id?: string })?.execution_id ?? null;
-      await keys.completeAlone(r, answer, id);
+      await keys.completeAlone(r, answer, executionIdIn(answer.body));
     }
-    return reply.code(answer.status).send(answer.body);
+    return send(reply, answer);
   } catch (err) {
     if (storable(err)) {
       const body = { error: err.code, message: err.message, ...err.details };

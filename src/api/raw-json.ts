@@ -1,5 +1,5 @@
 import type { FastifyReply } from 'fastify';
-import { RAW_MEMBER_MIN_CHARS } from '../domain/json.ts';
+import { RAW_MEMBER_MIN_CHARS, RawJson } from '../domain/json.ts';
 import { JsonSplice } from '../domain/json-splice.ts';
 import { executionView, taskView, type ExecutionView, type TaskView } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
@@ -36,4 +36,19 @@ export class RawAnswer {
   task(row: ExecutionRow): TaskView {
     return Object.assign(taskView({ ...row, payload: 'null' }), { payload: this.value(row.payload) });
   }
+}
+
+/**
+ * An answer that carries `row` as an execution view, as JSON text with the row's payload and result
+ * spliced in as stored, whatever their length: nothing of them is parsed. What a submit answers and
+ * stores with its idempotency key (a batch's thousand items included), and what a replay sends back
+ * unparsed (src/engine/triggers/idempotency.ts).
+ */
+export function answerWithExecution(row: ExecutionRow, body: (execution: ExecutionView) => object): RawJson {
+  const splice = new JsonSplice();
+  const execution = Object.assign(executionView({ ...row, payload: 'null', result: null }), {
+    payload: splice.raw(row.payload),
+    result: row.result === null ? null : splice.raw(row.result),
+  });
+  return new RawJson(splice.stringify(body(execution)));
 }

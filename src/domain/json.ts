@@ -219,6 +219,15 @@ export function largeMembers(text: string, minChars: number): MemberSpan[] {
   return spans;
 }
 
+/**
+ * The value of the top-level member `key` of the JSON object `text`, parsing only that member
+ * (undefined when there is none): a stored answer's `execution_id` without its execution.
+ */
+export function memberOf(text: string, key: string): unknown {
+  const span = spansAt(text, [key]).at(-1);
+  return span === undefined ? undefined : JSON.parse(text.slice(span.start, span.end));
+}
+
 /** A value found by `spansAt`: where it is in the text, and its path from the top (keys and indexes). */
 export interface PathSpan {
   path: string[];

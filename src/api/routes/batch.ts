@@ -1,16 +1,17 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { BATCH } from '../../domain/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
+import { memberOf, RawJson } from '../../domain/json.ts';
 import type { ExecutionStatus } from '../../domain/states.ts';
 import type { SubmitManyItem } from '../../engine/engine.ts';
 import { fingerprint, IDEMPOTENCY } from '../../engine/triggers/idempotency.ts';
-import { executionView } from '../../engine/views.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
 import { SubmitBatchBody, SubmitBatchAnswer, type BatchItemAnswer } from '../schemas/batch.ts';
 import type { ApiDeps } from '../deps.ts';
 import { bodyText, payloadText } from '../payload.ts';
+import { answerWithExecution } from '../raw-json.ts';
 
 /**
  * POST /v1/agents/{agent}/executions/batch: many submits in one request and one transaction
@@ -68,9 +69,16 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
       });
       const paused = (await engine.agentPause(agent)) !== null;
       // Stored with each keyed item: the answer a single submit would have given, so either route replays it.
+      // Built around the stored payload, never parsing it (a thousand items' payloads would hold the event loop).
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
-        body: { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution: executionView(row) },
+        body: answerWithExecution(row, (execution) => ({
+          execution_id: row.id,
+          status: row.status,
+          agent: row.agent,
+          agent_paused: paused,
+          execution,
+        })),
       });
       const outcomes = await engine.submitMany(agent, items, actorOf(req), {
         ttlMs: idempotency?.ttlMs ?? IDEMPOTENCY.ttlMs,
@@ -85,11 +93,14 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
         }
         if (o.kind === 'refused') return { index: o.index, error: o.error.code, message: o.error.message };
         replayed++;
-        const body = o.answer.body as { execution_id?: string; status?: ExecutionStatus; error?: string; message?: string };
-        if (o.answer.status < 300 && body.execution_id) {
-          return { index: o.index, execution_id: body.execution_id, status: body.status ?? 'queued', replayed: true };
+        // A stored answer is read for the members an item's answer repeats, not parsed whole.
+        const text = o.answer.body instanceof RawJson ? o.answer.body.text : JSON.stringify(o.answer.body);
+        const member = (key: string) => memberOf(text, key) as string | undefined;
+        const executionId = member('execution_id');
+        if (o.answer.status < 300 && executionId) {
+          return { index: o.index, execution_id: executionId, status: (member('status') as ExecutionStatus) ?? 'queued', replayed: true };
         }
-        return { index: o.index, error: body.error ?? 'internal', message: body.message ?? '', replayed: true };
+        return { index: o.index, error: member('error') ?? 'internal', message: member('message') ?? '', replayed: true };
       });
       return { agent, agent_paused: paused, created, replayed, refused: answers.length - created - replayed, items: answers };
     },

@@ -20,7 +20,7 @@ import {
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { bodyText, payloadText } from '../payload.ts';
-import { RawAnswer } from '../raw-json.ts';
+import { answerWithExecution, RawAnswer } from '../raw-json.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
@@ -69,7 +69,8 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         agent_paused: paused,
         execution,
       });
-      const answerFor = (row: ExecutionRow) => ({ status: 201, body: created(row, executionView(row)) });
+      // The answer (stored with a key, and replayed as stored) carries the payload as it was stored: not parsed here.
+      const answerFor = (row: ExecutionRow) => ({ status: 201, body: answerWithExecution(row, (execution) => created(row, execution)) });
       return idempotent({ engine, idempotency }, reply, idem, answerFor, async (onCreated) => {
         const row = await engine.submit(
           req.params.agent,
@@ -87,10 +88,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
           onCreated,
           (agent) => (paused = agent.paused),
         );
-        // Stored with an idempotency key: as values. Otherwise a long payload goes back as stored (RawAnswer).
-        if (onCreated) return answerFor(row);
-        const raw = new RawAnswer();
-        return { status: 201, body: raw.answer(reply, created(row, raw.execution(row))) };
+        return answerFor(row);
       });
     },
   );

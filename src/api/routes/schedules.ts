@@ -3,7 +3,6 @@ import { DEFAULTS } from '../../config.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
-import { executionView } from '../../engine/views.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { idempotent } from '../idempotent.ts';
@@ -22,6 +21,7 @@ import {
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { payloadText } from '../payload.ts';
+import { answerWithExecution } from '../raw-json.ts';
 
 export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
   const { schedules } = engine;
@@ -167,14 +167,14 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       const paused = (await engine.agentPause(s.agent)) !== null;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
-        body: {
+        body: answerWithExecution(row, (execution) => ({
           execution_id: row.id,
           status: row.status,
           schedule_id: s.id,
           agent: row.agent,
           agent_paused: paused,
-          execution: executionView(row),
-        },
+          execution,
+        })),
       });
       return idempotent(
         { engine, idempotency },

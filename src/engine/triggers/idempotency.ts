@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { DEFAULTS } from '../../config.ts';
 import { IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
+import { RawJson } from '../../domain/json.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { EngineContext } from '../context.ts';
 
@@ -34,10 +35,24 @@ export interface IdemRequest {
   hash: string;
 }
 
+/**
+ * An answer as stored with its key and replayed. `body` is the value to send, or RawJson: its JSON
+ * text already (an answer built around a stored payload without parsing it), which is stored and
+ * replayed as it is. A replay's body is always RawJson: the stored text, never parsed here.
+ */
 export interface StoredAnswer {
   status: number;
   body: unknown;
 }
+
+/** The text stored for `answer`. */
+const answerText = (answer: StoredAnswer) => (answer.body instanceof RawJson ? answer.body.text : JSON.stringify(answer.body));
+
+/** A stored answer read back: its text, unparsed. */
+const storedAnswer = (row: { status_code: number | null; response: string | null }): StoredAnswer => ({
+  status: row.status_code!,
+  body: new RawJson(row.response!),
+});
 
 /** The header's value, validated; undefined when absent. */
 export function readIdempotencyKey(header: string | string[] | undefined, name = 'Idempotency-Key'): string | undefined {
@@ -93,7 +108,7 @@ async function claimOnce(store: StoreAdapter, r: IdemRequest, now: number, ttlMs
         `header Idempotency-Key: '${r.key}' was already used for a different request (within ${Math.round(ttlMs / 3_600_000)} h)`,
       );
     }
-    if (row.state === 'completed') return { kind: 'completed', answer: { status: row.status_code!, body: JSON.parse(row.response!) } };
+    if (row.state === 'completed') return { kind: 'completed', answer: storedAnswer(row) };
     if (row.locked_until < now) {
       await tx
         .updateTable('idempotency_keys')
@@ -132,7 +147,7 @@ export async function claimKey(
 export async function completeKey(tx: Tx, r: IdemRequest, answer: StoredAnswer, executionId: string | null): Promise<void> {
   await tx
     .updateTable('idempotency_keys')
-    .set({ state: 'completed', status_code: answer.status, response: JSON.stringify(answer.body), execution_id: executionId })
+    .set({ state: 'completed', status_code: answer.status, response: answerText(answer), execution_id: executionId })
     .where('scope', '=', r.scope)
     .where('idem_key', '=', r.key)
     .execute();
@@ -254,7 +269,7 @@ export async function readKeyStates(tx: Tx, requests: readonly IdemRequest[], no
       let state: KeyState;
       if (!row || row.expires_at <= now) state = { kind: 'free', exists: !!row };
       else if (row.request_hash !== r.hash) state = { kind: 'reused' };
-      else if (row.state === 'completed') state = { kind: 'replay', answer: { status: row.status_code!, body: JSON.parse(row.response!) } };
+      else if (row.state === 'completed') state = { kind: 'replay', answer: storedAnswer(row) };
       else if (row.locked_until < now) state = { kind: 'free', exists: true };
       else state = { kind: 'in_flight' };
       out.set(r.key, state);
@@ -288,7 +303,7 @@ export async function storeKeyAnswers(tx: Tx, answers: readonly KeyAnswer[], now
     state: 'completed' as const,
     locked_until: now,
     status_code: a.answer.status,
-    response: JSON.stringify(a.answer.body),
+    response: answerText(a.answer),
     execution_id: a.executionId,
     created_at: now,
     expires_at: now + ttlMs,
