@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../src/client.ts';
 import { interpretAnswer } from '../src/delivery/dispatcher.ts';
-import { largeMembers, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../src/domain/json.ts';
+import { largeMembers, membersOf, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../src/domain/json.ts';
 import { jsonShapesOffThread, OffThreadJsonError } from '../src/engine/json-thread.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
@@ -416,6 +416,20 @@ describe('spansAt', () => {
           expect(found.map((s) => [s.path.join('.'), JSON.parse(text.slice(s.start, s.end))])).toEqual(expected);
         },
       ),
+    );
+  });
+});
+
+describe('membersOf', () => {
+  it('reads the named top-level members as JSON.parse would, and only those', () => {
+    fc.assert(
+      fc.property(fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })), fc.constantFrom(undefined, 2), (object, indent) => {
+        const text = JSON.stringify(object, null, indent);
+        const parsed = JSON.parse(text) as Record<string, unknown>;
+        const keys = Object.keys(parsed).filter((_, i) => i % 2 === 0);
+        const expected = Object.fromEntries(keys.map((k) => [k, parsed[k]]));
+        expect(membersOf(text, [...keys, 'not there'.repeat(3)])).toEqual(expected);
+      }),
     );
   });
 });

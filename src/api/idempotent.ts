@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import { BatonError } from '../domain/errors.ts';
-import { memberOf, RawJson } from '../domain/json.ts';
+import { membersOf, RawJson } from '../domain/json.ts';
 import type { IdempotencySettings } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
 import type { IdemRequest, StoredAnswer } from '../engine/triggers/idempotency.ts';
@@ -39,7 +39,10 @@ function send(reply: FastifyReply, answer: StoredAnswer): FastifyReply {
 
 /** The `execution_id` an answer names, if any (a RawJson body's read without parsing the rest). */
 function executionIdIn(body: unknown): string | null {
-  const id = body instanceof RawJson ? memberOf(body.text, 'execution_id') : (body as { execution_id?: unknown } | null)?.execution_id;
+  const id =
+    body instanceof RawJson
+      ? membersOf(body.text, ['execution_id']).execution_id
+      : (body as { execution_id?: unknown } | null)?.execution_id;
   return typeof id === 'string' ? id : null;
 }
 

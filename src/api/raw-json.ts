@@ -26,10 +26,7 @@ export class RawAnswer {
 
   /** An execution's view, its payload and result placed by `value`. */
   execution(row: ExecutionRow): ExecutionView {
-    return Object.assign(executionView({ ...row, payload: 'null', result: null }), {
-      payload: this.value(row.payload),
-      result: this.value(row.result),
-    });
+    return viewPlacing(row, (text) => this.value(text));
   }
 
   /** A claimed task's view, its payload placed by `value`. */
@@ -46,9 +43,14 @@ export class RawAnswer {
  */
 export function answerWithExecution(row: ExecutionRow, body: (execution: ExecutionView) => object): RawJson {
   const splice = new JsonSplice();
-  const execution = Object.assign(executionView({ ...row, payload: 'null', result: null }), {
-    payload: splice.raw(row.payload),
-    result: row.result === null ? null : splice.raw(row.result),
-  });
+  const execution = viewPlacing(row, (text) => (text === null ? null : splice.raw(text)));
   return new RawJson(splice.stringify(body(execution)));
+}
+
+/** An execution's view with its stored payload and result placed by `place` (never parsed by the view). */
+function viewPlacing(row: ExecutionRow, place: (text: string | null) => unknown): ExecutionView {
+  return Object.assign(executionView({ ...row, payload: 'null', result: null }), {
+    payload: place(row.payload),
+    result: place(row.result),
+  });
 }

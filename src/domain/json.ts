@@ -220,12 +220,16 @@ export function largeMembers(text: string, minChars: number): MemberSpan[] {
 }
 
 /**
- * The value of the top-level member `key` of the JSON object `text`, parsing only that member
- * (undefined when there is none): a stored answer's `execution_id` without its execution.
+ * The values of the top-level members `keys` of the JSON object `text`, parsing only those (one
+ * scan; a key not there is absent): a stored answer's `execution_id` without its execution.
  */
-export function memberOf(text: string, key: string): unknown {
-  const span = spansAt(text, [key]).at(-1);
-  return span === undefined ? undefined : JSON.parse(text.slice(span.start, span.end));
+export function membersOf(text: string, keys: readonly string[]): Record<string, unknown> {
+  // fromEntries defines each key as its own (a `__proto__` key too), the later of two alike winning as in JSON.parse.
+  return Object.fromEntries(
+    largeMembers(text, 0)
+      .filter((m) => keys.includes(m.key))
+      .map((m) => [m.key, JSON.parse(text.slice(m.start, m.end))]),
+  );
 }
 
 /** A value found by `spansAt`: where it is in the text, and its path from the top (keys and indexes). */

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { BATCH } from '../../domain/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
-import { memberOf, RawJson } from '../../domain/json.ts';
+import { membersOf, RawJson } from '../../domain/json.ts';
 import type { ExecutionStatus } from '../../domain/states.ts';
 import type { SubmitManyItem } from '../../engine/engine.ts';
 import { fingerprint, IDEMPOTENCY } from '../../engine/triggers/idempotency.ts';
@@ -95,12 +95,16 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
         replayed++;
         // A stored answer is read for the members an item's answer repeats, not parsed whole.
         const text = o.answer.body instanceof RawJson ? o.answer.body.text : JSON.stringify(o.answer.body);
-        const member = (key: string) => memberOf(text, key) as string | undefined;
-        const executionId = member('execution_id');
-        if (o.answer.status < 300 && executionId) {
-          return { index: o.index, execution_id: executionId, status: (member('status') as ExecutionStatus) ?? 'queued', replayed: true };
+        const m = membersOf(text, ['execution_id', 'status', 'error', 'message']) as {
+          execution_id?: string;
+          status?: ExecutionStatus;
+          error?: string;
+          message?: string;
+        };
+        if (o.answer.status < 300 && m.execution_id) {
+          return { index: o.index, execution_id: m.execution_id, status: m.status ?? 'queued', replayed: true };
         }
-        return { index: o.index, error: member('error') ?? 'internal', message: member('message') ?? '', replayed: true };
+        return { index: o.index, error: m.error ?? 'internal', message: m.message ?? '', replayed: true };
       });
       return { agent, agent_paused: paused, created, replayed, refused: answers.length - created - replayed, items: answers };
     },
