@@ -335,6 +335,32 @@ describe(`a large body a route reads whole (${STORE_KIND})`, () => {
   });
 });
 
+describe(`a schedule's and a subscription's long payload (${STORE_KIND})`, () => {
+  it('goes back as stored, not parsed on the server thread to be answered', async () => {
+    await api.createAgent({ name: 'cron-big' });
+    // ~120 KiB of the costly shape: over the length an answer splices in unparsed (64 KiB).
+    const big = { rows: distinctKeys(500), more: distinctKeys(500) };
+    const text = async (path: string) => {
+      const r = await fetch(node.url + path, { headers: { authorization: `Bearer ${key}` } });
+      return r.text();
+    };
+    const s = await api.createSchedule('cron-big', { name: 'big', cron: '0 0 1 1 *', message: 'm', payload: big });
+    const read = await parsedHere(holdsKey0, () => text(`/v1/schedules/${s.id}`));
+    expect(read.parsed).toEqual([]);
+    expect(JSON.parse(read.value).payload).toEqual(big);
+    const sub = await api.createSubscription({
+      source_agent: 'big',
+      target_agent: 'cron-big',
+      on: 'succeeded',
+      message: 'm',
+      payload: big,
+    });
+    const subRead = await parsedHere(holdsKey0, () => text(`/v1/subscriptions/${sub.id}`));
+    expect(subRead.parsed).toEqual([]);
+    expect(JSON.parse(subRead.value).payload).toEqual(big);
+  });
+});
+
 describe('jsonShapesOffThread', () => {
   it('counts the distinct orders of named keys, as hidden classes: alike objects once, array indexes never', async () => {
     expect(await jsonShapesOffThread('[1,"a",null]')).toBe(0);

@@ -36,6 +36,16 @@ export class RawAnswer {
 }
 
 /**
+ * A view whose `payload` is a stored JSON text (a schedule's, a subscription's template), as the
+ * handler returns it: `view` built without parsing it (given `null` for it), the stored text
+ * then placed as RawAnswer places it (a long one spliced in unparsed).
+ */
+export function withStoredPayload<T extends { payload: unknown }>(reply: FastifyReply, view: T, stored: string | null): T {
+  const raw = new RawAnswer();
+  return raw.answer(reply, { ...view, payload: raw.value(stored) });
+}
+
+/**
  * An answer that carries `row` as an execution view, as JSON text with the row's payload and result
  * spliced in as stored, whatever their length: nothing of them is parsed. What a submit answers and
  * stores with its idempotency key (a batch's thousand items included), and what a replay sends back

@@ -1,9 +1,10 @@
+import type { FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
-import type { ExecutionRow } from '../../store/schema.ts';
+import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
 import { actorOf, requireAdmin } from '../auth.ts';
 import { idempotent } from '../idempotent.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
@@ -21,7 +22,11 @@ import {
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { payloadText } from '../payload.ts';
-import { answerWithExecution } from '../raw-json.ts';
+import { answerWithExecution, withStoredPayload } from '../raw-json.ts';
+
+/** A schedule as answered: its payload as stored (a long one never parsed here: up to 256 KiB). */
+const scheduleAnswer = (reply: FastifyReply, row: ScheduleRow) =>
+  withStoredPayload(reply, scheduleView({ ...row, payload: 'null' }), row.payload);
 
 export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
   const { schedules } = engine;
@@ -42,7 +47,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
       const row = await schedules.create(req.params.agent, req.body, actorOf(req));
-      return reply.code(201).send(scheduleView(row));
+      return reply.code(201).send(scheduleAnswer(reply, row));
     },
   );
 
@@ -101,9 +106,9 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
         response: { 200: Schedule, 404: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       requireAdmin(req);
-      return scheduleView(await schedules.get(req.params.id));
+      return scheduleAnswer(reply, await schedules.get(req.params.id));
     },
   );
 
@@ -119,10 +124,10 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
         response: { 200: Schedule, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
-      return scheduleView(await schedules.update(req.params.id, req.body, actorOf(req)));
+      return scheduleAnswer(reply, await schedules.update(req.params.id, req.body, actorOf(req)));
     },
   );
 

@@ -1,3 +1,4 @@
+import type { FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { DEFAULTS } from '../../config.ts';
 import { subscriptionListView, subscriptionView } from '../../engine/composition/subscription-views.ts';
@@ -16,6 +17,12 @@ import {
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { payloadText } from '../payload.ts';
+import { withStoredPayload } from '../raw-json.ts';
+import type { SubscriptionRow } from '../../store/schema.ts';
+
+/** A subscription as answered: its payload template as stored (a long one never parsed here). */
+const subscriptionAnswer = (reply: FastifyReply, row: SubscriptionRow) =>
+  withStoredPayload(reply, subscriptionView({ ...row, payload: null }), row.payload);
 
 /** Subscriptions (chains): admin-scoped, like schedules. */
 export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
@@ -36,7 +43,7 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
       requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
       const row = await subscriptions.create(req.body, actorOf(req));
-      return reply.code(201).send(subscriptionView(row));
+      return reply.code(201).send(subscriptionAnswer(reply, row));
     },
   );
 
@@ -70,9 +77,9 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
         response: { 200: Subscription, 404: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       requireAdmin(req);
-      return subscriptionView(await subscriptions.get(req.params.id));
+      return subscriptionAnswer(reply, await subscriptions.get(req.params.id));
     },
   );
 
@@ -88,10 +95,10 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
         response: { 200: Subscription, 400: ErrorBody, 404: ErrorBody, 413: ErrorBody },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
-      return subscriptionView(await subscriptions.update(req.params.id, req.body, actorOf(req)));
+      return subscriptionAnswer(reply, await subscriptions.update(req.params.id, req.body, actorOf(req)));
     },
   );
 
