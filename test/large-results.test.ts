@@ -30,6 +30,16 @@ afterAll(async () => {
   await ts?.cleanup();
 });
 
+/** A raw POST of `body` with the admin key; the answer parsed. */
+async function post(path: string, body: string, headers: Record<string, string> = {}) {
+  const r = await fetch(node.url + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body,
+  });
+  return { status: r.status, body: (await r.json()) as Record<string, any> };
+}
+
 /** A claimed task of its own, and a raw POST of `body` to its completion. */
 async function claimed() {
   await api.submit('big', { message: 'm' });
@@ -153,15 +163,6 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
 });
 
 describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
-  const post = async (path: string, body: string, headers: Record<string, string> = {}) => {
-    const r = await fetch(node.url + path, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
-      body,
-    });
-    return { status: r.status, body: (await r.json()) as Record<string, any> };
-  };
-
   it('are checked and serialised off the event loop, stored as JSON.stringify writes them, and key like a single submit', async () => {
     await api.createAgent({ name: 'many', max_backlog: 10_000 });
     const payloads: unknown[] = Array.from({ length: 1_000 }, () => distinctKeys(12));
@@ -260,14 +261,6 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
 });
 
 describe(`a large body a route reads whole (${STORE_KIND})`, () => {
-  const post = async (path: string, body: string, headers: Record<string, string> = {}) => {
-    const r = await fetch(node.url + path, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
-      body,
-    });
-    return { status: r.status, body: (await r.json()) as Record<string, any> };
-  };
   const tooManyShapes = (where: string) => ({
     error: 'payload_too_large',
     message: expect.stringMatching(new RegExp(`^${where}: [\\d,]+ distinct object shapes \\(orders of keys\\), more than the 10,000`)),
