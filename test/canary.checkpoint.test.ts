@@ -148,6 +148,28 @@ describe('checkpoints', () => {
     await timer.releaseLease();
   });
 
+  it('a stopping process ends the catch-up after the cycle in hand; the next leader goes on from its checkpoint', async () => {
+    const agent = await newAgent();
+    const row = await writeRow(ts.store, clock(), { agent });
+    await cycle();
+    const from = await headEvent();
+    await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${2 * EVENTS_PER_CYCLE + 10})
+      INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
+      SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
+    const leaving = new Canary({ store: ts.store, nodeId: 'node-leaving', clock, intervalMs: 60_000 });
+    expect(await leaving.acquireLease()).toBe(true);
+    const stopping = new AbortController();
+    stopping.abort();
+    const report = await leaving.cycleOnce(stopping.signal);
+    expect(report.events).toMatchObject({ read: EVENTS_PER_CYCLE, caught_up: false });
+    expect((await checkpoints()).get('E-02')!.event_id).toBe(from + EVENTS_PER_CYCLE);
+    await leaving.releaseLease();
+    const next = new Canary({ store: ts.store, nodeId: 'node-next', clock, intervalMs: 60_000 });
+    expect((await next.tick())!.events).toMatchObject({ caught_up: true });
+    expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
+    await next.releaseLease();
+  });
+
   it('more new findings than a cycle keeps: the checkpoint waits until every subject is open', async () => {
     const agent = await newAgent();
     await cycle();

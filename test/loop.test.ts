@@ -67,6 +67,30 @@ describe('the loop helper', () => {
     expect(at! - started).toBeLessThan(1_000);
   });
 
+  it('stopping aborts the signal a pass in hand was given, and waits for that pass to end', async () => {
+    let seen: AbortSignal | undefined;
+    let ended = false;
+    const loop = startLoop(
+      {
+        name: 'long',
+        intervalMs: 60_000,
+        immediate: true,
+        // A pass of many steps (as the canary's catch-up): it ends at the first step after the abort.
+        once: async (stopping) => {
+          seen = stopping;
+          while (!stopping.aborted) await new Promise((r) => setTimeout(r, 5));
+          ended = true;
+        },
+      },
+      engine.events,
+    );
+    await until(() => seen !== undefined);
+    expect(seen!.aborted).toBe(false);
+    await loop.stop();
+    expect(seen!.aborted).toBe(true);
+    expect(ended).toBe(true);
+  });
+
   it('leader-only: one process runs the pass while it holds the lease; stopping hands it on', async () => {
     const ran = { a: 0, b: 0 };
     const leaseA = new LeaderLease(ts.store, 'loop-test', 'node-a', 60_000);

@@ -133,12 +133,13 @@ export class Canary {
   /**
    * The cycle pass (leader-only: its loop holds `lease`). A cycle that stopped at its per-cycle
    * cap of events (after downtime, or a burst) is followed by more cycles at once, each bounded,
-   * for up to CATCH_UP_SHARE of the interval.
+   * for up to CATCH_UP_SHARE of the interval — or until `stopping` is aborted (the process is
+   * shutting down: the checkpoint keeps what was read, and the next leader goes on from it).
    */
-  async cycleOnce(): Promise<CycleReport> {
+  async cycleOnce(stopping?: AbortSignal): Promise<CycleReport> {
     const until = Date.now() + CATCH_UP_SHARE * this.intervalMs;
     let report = await this.runOnce();
-    while (report.ok && report.events && !report.events.caught_up && Date.now() < until) {
+    while (report.ok && report.events && !report.events.caught_up && Date.now() < until && !stopping?.aborted) {
       // Renew between cycles, so catching up does not hand the timer to another process.
       if (!(await this.acquireLease())) return report;
       report = await this.runOnce();

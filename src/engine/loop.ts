@@ -20,8 +20,12 @@ export interface Lease {
 export interface LoopSpec {
   /** Names the loop in `loop:error`, logs and `baton_loop_errors_total{loop}`. */
   name: string;
-  /** The pass. Resolving to `{ nextInMs }` runs it again that soon when sooner than the interval. */
-  once: () => Promise<unknown>;
+  /**
+   * The pass. Resolving to `{ nextInMs }` runs it again that soon when sooner than the interval.
+   * `stopping` is aborted when the loop is stopped: a pass that runs several steps (the canary
+   * catching up) ends after the step in hand rather than holding shutdown until its budget is spent.
+   */
+  once: (stopping: AbortSignal) => Promise<unknown>;
   intervalMs: number;
   /** ± this share of the interval, so processes sharing a database spread out. Default 0.2. */
   jitter?: number;
@@ -53,6 +57,7 @@ export function startLoop(spec: LoopSpec, events: EngineEvents): LoopHandle {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let stopped = false;
+  const stopping = new AbortController();
   const schedule = (soonerMs = Infinity) => {
     if (stopped) return;
     const jittered = spec.intervalMs * (1 - jitter + Math.random() * 2 * jitter);
@@ -64,7 +69,7 @@ export function startLoop(spec: LoopSpec, events: EngineEvents): LoopHandle {
     const startedAt = Date.now();
     const t0 = performance.now();
     try {
-      const out = await spec.once();
+      const out = await spec.once(stopping.signal);
       events.emit('loop:pass', { loop: spec.name, startedAt, durationMs: performance.now() - t0 });
       return out;
     } catch (error) {
@@ -90,6 +95,7 @@ export function startLoop(spec: LoopSpec, events: EngineEvents): LoopHandle {
     name: spec.name,
     async stop() {
       stopped = true;
+      stopping.abort();
       clearTimeout(timer);
       await running;
       await spec.leader?.release().catch(() => undefined);

@@ -203,7 +203,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
       intervalMs: canary.intervalMs,
       leader: canary.lease,
       immediate: true,
-      once: () => canary.cycleOnce(),
+      once: (stopping) => canary.cycleOnce(stopping),
     },
     {
       name: 'canary-alerts',
