@@ -7,7 +7,7 @@ import { EVENTS_PER_CYCLE, Frontier, GAP_SETTLE_MS } from '../src/canary/events.
 import { replaySeats, seatsState } from '../src/canary/invariants/history.ts';
 import { runCanaryOnce, type CycleReport } from '../src/canary/run.ts';
 import { Canary } from '../src/canary/service.ts';
-import { MAX_FINDINGS, type EventRow } from '../src/canary/types.ts';
+import { MAX_FINDINGS, RecentlySeen, SEEN_GENERATION, type EventRow } from '../src/canary/types.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { manualClock } from './helpers/clock.ts';
 import { historyWalks, observed, writeRow } from './helpers/canary.ts';
@@ -146,6 +146,18 @@ describe('checkpoints', () => {
     expect(report!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
     await timer.releaseLease();
+  });
+
+  it('RecentlySeen: each id once while it is among the last generations, never a Set that grows with history', () => {
+    const seen = new RecentlySeen();
+    expect(seen.fresh(['a', 'a', 'b'])).toEqual(['a', 'b']);
+    expect(seen.fresh(['b', 'c'])).toEqual(['c']);
+    const others = Array.from({ length: SEEN_GENERATION }, (_, i) => `x${i}`);
+    expect(seen.fresh(others)).toHaveLength(SEEN_GENERATION);
+    expect(seen.has('a')).toBe(true); // in the older generation
+    expect(seen.fresh(others.map((x) => `y${x}`))).toHaveLength(SEEN_GENERATION);
+    // Two generations later 'a' is judged again: a read more, no finding lost.
+    expect(seen.fresh(['a', 'x0', 'yx0'])).toEqual(['a', 'x0']);
   });
 
   it('a stopping process ends the catch-up after the cycle in hand; the next leader goes on from its checkpoint', async () => {

@@ -240,6 +240,21 @@ describe('C-01 a group is decided once its members are final, with exactly one j
     await expectFires('C-01', short, 'members_missing', /group creation/);
   });
 
+  it('a break behind the checkpoint: missed by a normal cycle, found by the full check walking the executions', async () => {
+    const a = await newAgent();
+    const g = await plantGroup({ status: 'succeeded', join: a });
+    await member(g, 0, a, ended(clock(), 'succeeded'));
+    const first = await joinRow(g, a);
+    await ts.store.db.updateTable('execution_groups').set({ join_execution_id: first.id }).where('id', '=', g).execute();
+    expect(await findings('C-01', g)).toEqual([]);
+    // A writer bypassing the engine unnames the join: no event, so nothing after the checkpoint touches the group.
+    await ts.store.db.updateTable('execution_groups').set({ join_execution_id: null }).where('id', '=', g).execute();
+    expect(await findings('C-01', g)).toEqual([]);
+    const full = await runCanaryOnce({ store: ts.store, clock, full: true });
+    expect(reasons(full, 'C-01', g)).toEqual(['join_mismatch']);
+    await ts.store.db.updateTable('execution_groups').set({ join_execution_id: first.id }).where('id', '=', g).execute();
+  });
+
   it('fires on a decided group with a join spec and neither a join nor a refusal, a join it does not name, and a join without a spec', async () => {
     const a = await newAgent();
     const missing = await plantGroup({ status: 'failed', join: a });

@@ -1,7 +1,15 @@
 import type { StoreKind, Tx } from '../store/adapter.ts';
 import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, FULL_ROWS_PER_CHUNK, Frontier, readEvents } from './events.ts';
 import type { CanaryTiming } from './graces.ts';
-import { yieldToLoop, type ActivityInvariant, type CheckContext, type EventRow, type Finding, type OpenViolation } from './types.ts';
+import {
+  RecentlySeen,
+  yieldToLoop,
+  type ActivityInvariant,
+  type CheckContext,
+  type EventRow,
+  type Finding,
+  type OpenViolation,
+} from './types.ts';
 
 export interface Checkpoint {
   event_id: number;
@@ -47,7 +55,7 @@ interface Run {
   state: unknown;
   saved?: string | null;
   findings: Finding[];
-  judged: Set<string>;
+  judged: RecentlySeen;
 }
 
 const touched = (events: readonly EventRow[]) => new Set(events.map((e) => e.execution_id));
@@ -75,7 +83,7 @@ export async function judgeActivity(
       from: cp?.event_id ?? 0,
       state,
       findings: [],
-      judged: new Set<string>(),
+      judged: new RecentlySeen(),
       ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
     };
   });
@@ -83,9 +91,8 @@ export async function judgeActivity(
 
   const judgeRows = async (r: Run, ids: Iterable<string>) => {
     if (!r.inv.rows || (o.full && r.inv.fullWalksRows)) return;
-    const fresh = [...ids].filter((id) => !r.judged.has(id));
+    const fresh = r.judged.fresh(ids);
     if (fresh.length === 0) return;
-    for (const id of fresh) r.judged.add(id);
     r.findings.push(...(await r.inv.rows(tx, { ids: fresh }, r.ctx)));
   };
   const process = async (r: Run, events: readonly EventRow[]) => {

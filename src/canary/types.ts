@@ -141,3 +141,41 @@ export function idChunks<T>(xs: readonly T[], size = IDS_PER_QUERY): T[][] {
 
 /** Give the event loop a turn: between chunks, so no single step holds it long. */
 export const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** Ids in one generation of a RecentlySeen (why this bound: RecentlySeen). */
+export const SEEN_GENERATION = 20_000;
+
+/**
+ * The subjects a cycle has judged, to judge each once: the last one or two generations of at most
+ * SEEN_GENERATION ids each. A Set that only grows would hold every execution in a full check
+ * over all history, and a Set rehashes on the event loop as it doubles: one add at a million ids
+ * took ~140 ms here. One judged before the older generation was dropped is judged again, which
+ * costs a read and changes nothing (findings are kept one per subject). A normal cycle reads at
+ * most EVENTS_PER_CYCLE events, so it never drops a generation.
+ */
+export class RecentlySeen {
+  private older = new Set<string>();
+  private newer = new Set<string>();
+
+  has(id: string): boolean {
+    return this.newer.has(id) || this.older.has(id);
+  }
+
+  add(id: string): void {
+    this.newer.add(id);
+    if (this.newer.size < SEEN_GENERATION) return;
+    this.older = this.newer;
+    this.newer = new Set();
+  }
+
+  /** The ids of `ids` not seen lately (each once), now marked seen. */
+  fresh(ids: Iterable<string>): string[] {
+    const out: string[] = [];
+    for (const id of ids) {
+      if (this.has(id)) continue;
+      this.add(id);
+      out.push(id);
+    }
+    return out;
+  }
+}

@@ -1,7 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
 import { forScope, inScope, statuses } from '../sql.ts';
-import { idChunks, type ActivityInvariant, type CheckContext, type Finding } from '../types.ts';
+import { idChunks, RecentlySeen, type ActivityInvariant, type CheckContext, type Finding } from '../types.ts';
 
 const zero = () => 0;
 
@@ -19,7 +19,7 @@ interface GroupRow {
  * chunks, and its running groups are judged again by the live part. Keyed by the check's
  * context, which lives for one cycle.
  */
-const judgedThisCycle = new WeakMap<CheckContext, Set<string>>();
+const judgedThisCycle = new WeakMap<CheckContext, RecentlySeen>();
 
 const RUNNING = sql.lit('running') as RawBuilder<'running'>;
 const LIVE = ['queued', 'running'] as const;
@@ -32,9 +32,8 @@ const LIVE = ['queued', 'running'] as const;
  */
 async function judgeGroups(tx: Tx, ids: Iterable<string>, ctx: CheckContext): Promise<Finding[]> {
   let seen = judgedThisCycle.get(ctx);
-  if (!seen) judgedThisCycle.set(ctx, (seen = new Set()));
-  const fresh = [...new Set(ids)].filter((id) => !seen.has(id));
-  for (const id of fresh) seen.add(id);
+  if (!seen) judgedThisCycle.set(ctx, (seen = new RecentlySeen()));
+  const fresh = seen.fresh(ids);
   const out: Finding[] = [];
   for (const part of idChunks(fresh)) {
     const groups: GroupRow[] = (
@@ -128,6 +127,8 @@ export const C01: ActivityInvariant = {
     join_without_spec: 'a group without a join spec has a join task: something created a join it was never asked for',
   },
   grace: zero,
+  // A full check walks the executions by id range rather than judging each one an event names.
+  fullWalksRows: true,
   rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
       // Every row in scope comes back: a condition on group_id could make PostgreSQL walk the
