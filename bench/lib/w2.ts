@@ -4,6 +4,10 @@
  * completed the previous task and re-issued its claim, lets it settle (`settleMs`, so the claim
  * is really parked in the server), then takes t0 just before the submit call. Latency is t0 →
  * the moment the claim call returns that task. The first `warmup` iterations are not counted.
+ *
+ * Then the same number of submits back to back to a second agent nobody claims from: the call's
+ * round trip when the server and the client are busy rather than woken from idle (an idle
+ * machine runs the same submit 2–4× slower; docs/benchmarks.md, "Where issue #12's targets stand").
  */
 import type { Driver } from './drivers.ts';
 import { sleep, summarize, type LatencySummary } from './stats.ts';
@@ -21,6 +25,8 @@ export interface W2Result {
   wake: LatencySummary;
   /** Submit call round trip alone, ms (for reference). */
   submit_call: LatencySummary;
+  /** Submit call round trip, submits back to back (no pause, no claim waiting), ms. */
+  submit_back_to_back: LatencySummary;
 }
 
 export async function runW2(driver: Driver, cfg: W2Config): Promise<W2Result> {
@@ -86,5 +92,14 @@ export async function runW2(driver: Driver, cfg: W2Config): Promise<W2Result> {
     await worker;
   }
   if (failure) throw failure;
-  return { submits: cfg.submits, wake: summarize(wake), submit_call: summarize(submitCall) };
+
+  const burstAgent = `${cfg.agent}-b2b`;
+  await driver.createAgent(burstAgent, 1, cfg.warmup + cfg.submits);
+  const backToBack: number[] = [];
+  for (let i = 0; i < cfg.warmup + cfg.submits; i++) {
+    const t0 = performance.now();
+    await driver.submit(burstAgent, i);
+    if (i >= cfg.warmup) backToBack.push(performance.now() - t0);
+  }
+  return { submits: cfg.submits, wake: summarize(wake), submit_call: summarize(submitCall), submit_back_to_back: summarize(backToBack) };
 }
