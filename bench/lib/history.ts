@@ -20,9 +20,10 @@
  * 30 days deep, or on a younger store past its 50th newest rows: full pages in every state); one execution with its
  * timeline (at N, 100 spread over the history; and the probe's own, as on the empty store); the dashboard overview (what web/src/pages/Overview.tsx loads: agents, the 8
  * latest failures, canary status — in parallel, as the page does); a metrics scrape; a canary
- * cycle (POST /v1/canary/run); 1,000 schedules due at one instant (fire lag, measured by
- * bench/lib/triggers-fire-lag.ts, own `baton up`). During the canary cycles and the metrics
- * scrapes a concurrent loop pings /healthz every ~10 ms and keeps the worst latency.
+ * cycle (POST /v1/canary/run); one full check over all history (POST /v1/canary/run with
+ * {full: true}); 1,000 schedules due at one instant (fire lag, measured by
+ * bench/lib/triggers-fire-lag.ts, own `baton up`). During the canary cycles, the full check and
+ * the metrics scrapes a concurrent loop pings /healthz every ~10 ms and keeps the worst latency.
  *
  * Targets: every probe at N within 1.5× of its empty-store figure (p50); a canary cycle ≤ 1 s
  * at N; worst /healthz ≤ 100 ms throughout; pruning ≥ 20,000 executions/s.
