@@ -443,6 +443,24 @@ describe('schedules', () => {
     expect(at[2]! - at[0]!).toBeLessThan(800);
   });
 
+  it('a stopping process ends the pass after the round of batches in hand; what is still due stays due', async () => {
+    clock.set(Date.UTC(2026, 8, 1, 0, 0, 20));
+    const roomy = `${agent}-roomy`;
+    await engine.createAgent({ name: roomy, max_backlog: 100 }, 'test');
+    const made: Array<{ id: string }> = [];
+    for (let i = 0; i < 10; i++)
+      made.push(await t().schedules.create(roomy, { name: `due-${i}`, cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test'));
+    clock.set(Date.UTC(2026, 8, 1, 0, 1, 0, 5));
+    const stopping = new AbortController();
+    stopping.abort();
+    expect(await tickSchedulesOnce(engine, { batch: 2, concurrency: 1, stopping: stopping.signal })).toHaveLength(2);
+    const fired = async () => (await Promise.all(made.map((s) => rowsOf(s.id)))).filter((r) => r.length > 0).length;
+    expect(await fired()).toBe(2);
+    // The next pass (this process's next start, or another process) fires the rest, once each.
+    expect(await tickSchedulesOnce(engine, { batch: 2, concurrency: 1 })).toHaveLength(8);
+    expect(await fired()).toBe(10);
+  });
+
   it('compiled expressions and next due times are reused, with the same answers as croner', () => {
     expect(compileCron('*/5 * * * *', 'Europe/Berlin')).toBe(compileCron('*/5 * * * *', 'Europe/Berlin'));
     const exprs = ['* * * * *', '*/7 * * * *', '0 9 * * 1-5', '30 2 * * *', '0 0 1 1 *', '*/10 * * * * *'];

@@ -187,7 +187,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
       name: 'scheduler',
       on: opts.scheduler !== false,
       intervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS,
-      once: () => schedulerPass(engine),
+      once: (stopping) => schedulerPass(engine, stopping),
     },
     { name: 'dispatcher', on: dispatcher !== undefined, intervalMs: DISPATCH_POLL_MS, once: () => dispatcher!.dispatchOnce() },
     {

@@ -25,6 +25,8 @@ export interface TickOptions {
   batch?: number;
   /** Transactions in flight at once. Default 2. */
   concurrency?: number;
+  /** Aborted when the process is stopping: the pass ends after the round of batches in hand; what is still due stays due. */
+  stopping?: AbortSignal;
 }
 
 /**
@@ -63,7 +65,7 @@ export async function tickSchedulesOnce(engine: Engine, opts: TickOptions = {}):
         fired.push(...out.fired);
       }),
     );
-    if (handled === 0 || emptyBatches > 0) break;
+    if (handled === 0 || emptyBatches > 0 || opts.stopping?.aborted) break;
   }
   return fired;
 }
@@ -74,8 +76,8 @@ export async function tickSchedulesOnce(engine: Engine, opts: TickOptions = {}):
  * than up to one interval late; the interval still bounds how long a schedule created or
  * changed by another process waits to be seen.
  */
-export async function schedulerPass(engine: Engine): Promise<{ nextInMs?: number }> {
-  await tickSchedulesOnce(engine);
+export async function schedulerPass(engine: Engine, stopping?: AbortSignal): Promise<{ nextInMs?: number }> {
+  await tickSchedulesOnce(engine, { stopping });
   const next = await nextDueAt(engine);
   if (next === undefined) return {};
   // Still due after the pass: other processes hold those schedules (or a timer woke a hair
