@@ -7,7 +7,7 @@ import { EVENTS_PER_CYCLE, Frontier, GAP_SETTLE_MS } from '../src/canary/events.
 import { replaySeats, seatsState } from '../src/canary/invariants/history.ts';
 import { runCanaryOnce, type CycleReport } from '../src/canary/run.ts';
 import { Canary } from '../src/canary/service.ts';
-import { MAX_FINDINGS, RecentlySeen, SEEN_GENERATION, type EventRow } from '../src/canary/types.ts';
+import { Findings, MAX_FINDINGS, RecentlySeen, SEEN_GENERATION, type EventRow, type Finding } from '../src/canary/types.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { manualClock } from './helpers/clock.ts';
 import { historyWalks, observed, writeRow } from './helpers/canary.ts';
@@ -158,6 +158,44 @@ describe('checkpoints', () => {
     expect(seen.fresh(others.map((x) => `y${x}`))).toHaveLength(SEEN_GENERATION);
     // Two generations later 'a' is judged again: a read more, no finding lost.
     expect(seen.fresh(['a', 'x0', 'yx0'])).toEqual(['a', 'x0']);
+  });
+
+  it('Findings keeps in bounded memory what the plain definition keeps from the whole list', () => {
+    // The plain definition: the first finding per subject, subjects not open first, MAX_FINDINGS kept.
+    const plain = (all: Finding[], open: ReadonlySet<string>) => {
+      const seen = new Set<string>();
+      const unique = all.filter((f) => !seen.has(f.subject) && (seen.add(f.subject), true));
+      const fresh = unique.filter((f) => !open.has(f.subject));
+      return {
+        findings: [...fresh, ...unique.filter((f) => open.has(f.subject))].slice(0, MAX_FINDINGS),
+        truncated: unique.length > MAX_FINDINGS,
+        cutNew: fresh.length > MAX_FINDINGS,
+      };
+    };
+    // Subjects from a small pool (many repeats) or a large one (past the cap); some open.
+    const finding = (pool: number) => fc.record({ subject: fc.nat(pool).map((i) => `s${i}`), reason: fc.constantFrom('a', 'b', 'c') });
+    const pool = fc.constantFrom(5, MAX_FINDINGS - 2, MAX_FINDINGS + 3, 3 * MAX_FINDINGS);
+    fc.assert(
+      fc.property(
+        pool.chain((p) =>
+          fc.tuple(
+            fc.array(fc.array(finding(p), { size: 'max', maxLength: 2 * MAX_FINDINGS }), { maxLength: 4 }),
+            fc.uniqueArray(
+              fc.nat(p).map((i) => `s${i}`),
+              { size: 'max', maxLength: 2 * MAX_FINDINGS },
+            ),
+          ),
+        ),
+        ([batches, openList]) => {
+          const open = new Set(openList);
+          const found = new Findings(open);
+          for (const b of batches) found.add(b);
+          return JSON.stringify(found.result()) === JSON.stringify(plain(batches.flat(), open));
+        },
+      ),
+      // Large inputs: report the first counterexample as found (shrinking them takes minutes).
+      { numRuns: 200, endOnFailure: true },
+    );
   });
 
   it('a stopping process ends the catch-up after the cycle in hand; the next leader goes on from its checkpoint', async () => {

@@ -2,12 +2,12 @@ import type { StoreKind, Tx } from '../store/adapter.ts';
 import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, FULL_ROWS_PER_CHUNK, Frontier, readEvents } from './events.ts';
 import type { CanaryTiming } from './graces.ts';
 import {
+  Findings,
   RecentlySeen,
   yieldToLoop,
   type ActivityInvariant,
   type CheckContext,
   type EventRow,
-  type Finding,
   type OpenViolation,
 } from './types.ts';
 
@@ -29,7 +29,7 @@ export interface EventsRead {
 
 export interface ActivityResult {
   id: string;
-  findings: Finding[];
+  findings: Findings;
   notes: string[];
   checked_at: number;
   /** The checkpoint this invariant started from. */
@@ -54,7 +54,7 @@ interface Run {
   from: number;
   state: unknown;
   saved?: string | null;
-  findings: Finding[];
+  findings: Findings;
   judged: RecentlySeen;
 }
 
@@ -82,7 +82,7 @@ export async function judgeActivity(
       notes,
       from: cp?.event_id ?? 0,
       state,
-      findings: [],
+      findings: new Findings(new Set((o.open.get(inv.id) ?? []).map((v) => v.subject))),
       judged: new RecentlySeen(),
       ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
     };
@@ -93,12 +93,12 @@ export async function judgeActivity(
     if (!r.inv.rows || (o.full && r.inv.fullWalksRows)) return;
     const fresh = r.judged.fresh(ids);
     if (fresh.length === 0) return;
-    r.findings.push(...(await r.inv.rows(tx, { ids: fresh }, r.ctx)));
+    r.findings.add(await r.inv.rows(tx, { ids: fresh }, r.ctx));
   };
   const process = async (r: Run, events: readonly EventRow[]) => {
     if (events.length === 0) return;
     const out = r.inv.events?.(events, r.state, r.ctx);
-    if (out) r.findings.push(...out.findings);
+    if (out) r.findings.add(out.findings);
     await judgeRows(r, out?.judge ?? touched(events));
   };
 
@@ -152,20 +152,20 @@ export async function judgeActivity(
         .execute();
       if (ids.length === 0) break;
       const through: string = ids[ids.length - 1]!.id;
-      for (const r of walkers) r.findings.push(...(await r.inv.rows!(tx, { after, through }, r.ctx)));
+      for (const r of walkers) r.findings.add(await r.inv.rows!(tx, { after, through }, r.ctx));
       after = through;
       if (ids.length < FULL_ROWS_PER_CHUNK) break;
       await yieldToLoop();
     }
   }
 
-  for (const r of runs) if (r.inv.live) r.findings.push(...(await r.inv.live(tx, r.ctx)));
+  for (const r of runs) if (r.inv.live) r.findings.add(await r.inv.live(tx, r.ctx));
 
   for (const r of runs) {
     const open = o.open.get(r.inv.id) ?? [];
     if (open.length === 0) continue;
-    if (r.inv.recheck) r.findings.push(...(await r.inv.recheck(tx, open, r.ctx)));
-    else if (r.inv.rows) r.findings.push(...(await r.inv.rows(tx, { ids: open.map((v) => v.subject) }, r.ctx)));
+    if (r.inv.recheck) r.findings.add(await r.inv.recheck(tx, open, r.ctx));
+    else if (r.inv.rows) r.findings.add(await r.inv.rows(tx, { ids: open.map((v) => v.subject) }, r.ctx));
   }
 
   const events: EventsRead = { after: start, through: cursor, read, caught_up: caughtUp };

@@ -6,7 +6,7 @@ import { H01_CHECKPOINT, judgeH01, readEvidence, type Evidence } from './evidenc
 import { DEFAULT_TIMING, type CanaryTiming } from './graces.ts';
 import { record, type CheckpointMove, type Recorded } from './record.ts';
 import {
-  MAX_FINDINGS,
+  Findings,
   yieldToLoop,
   type CheckContext,
   type CheckResult,
@@ -46,31 +46,18 @@ export interface CycleReport extends Recorded {
   checks: Array<Omit<CheckResult, 'findings' | 'checked_at'> & { findings: Array<Pick<Finding, 'subject' | 'reason'>> }>;
 }
 
-/**
- * One finding per subject (the first reason wins); subjects not already open first, so a cycle
- * with more findings than it keeps still opens new ones; at most MAX_FINDINGS kept. `cutNew`:
- * subjects not open yet were cut (an activity invariant then keeps its checkpoint).
- */
-function finish(
-  id: string,
-  all: Finding[],
-  checkedAt: number,
-  openSubjects: ReadonlySet<string>,
-  notes: string[] = [],
-): CheckResult & { cutNew: boolean } {
-  const seen = new Set<string>();
-  const unique = all.filter((f) => !seen.has(f.subject) && (seen.add(f.subject), true));
-  const fresh = unique.filter((f) => !openSubjects.has(f.subject));
-  const findings = [...fresh, ...unique.filter((f) => openSubjects.has(f.subject))].slice(0, MAX_FINDINGS);
-  const result: CheckResult = {
+/** A check's result from its findings. `cutNew`: see Findings. */
+function finish(id: string, found: Findings, checkedAt: number, notes: string[] = []): CheckResult & { cutNew: boolean } {
+  const { findings, truncated, cutNew } = found.result();
+  return {
     id,
     status: findings.length ? 'violated' : 'ok',
     findings,
-    truncated: unique.length > MAX_FINDINGS,
+    truncated,
     checked_at: checkedAt,
     ...(notes.length ? { notes } : {}),
+    cutNew,
   };
-  return { ...result, cutNew: fresh.length > MAX_FINDINGS };
 }
 
 async function judgeState(
@@ -84,7 +71,9 @@ async function judgeState(
   const notes: string[] = [];
   const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, kind, note: (t) => notes.push(t) };
   const population = await inv.population(tx, ctx);
-  return finish(inv.id, inv.evaluate(population, ctx), now, open, notes);
+  const found = new Findings(open);
+  found.add(inv.evaluate(population, ctx));
+  return finish(inv.id, found, now, notes);
 }
 
 /**
@@ -154,7 +143,7 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
       });
       const moves: CheckpointMove[] = [];
       for (const a of activity.results) {
-        const { cutNew, ...r } = finish(a.id, a.findings, a.checked_at, openSubjects(a.id), a.notes);
+        const { cutNew, ...r } = finish(a.id, a.findings, a.checked_at, a.notes);
         byId.set(a.id, r);
         // New subjects were cut: read the same events again next cycle (new subjects go first,
         // so each such cycle opens up to MAX_FINDINGS more of them).

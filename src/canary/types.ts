@@ -130,6 +130,47 @@ export interface CheckResult {
 /** At most this many findings per invariant per cycle are stored (the rest are counted). */
 export const MAX_FINDINGS = 500;
 
+/**
+ * One check's findings as they come, in bounded memory: one per subject (the first reason wins),
+ * subjects not already open first, so a check with more findings than it keeps still opens new
+ * ones; at most MAX_FINDINGS kept. It holds at most MAX_FINDINGS new subjects and the open ones
+ * it met, however many findings a full check over a broken history adds. `cutNew`: subjects not
+ * open yet were cut (an activity invariant then keeps its checkpoint).
+ */
+export class Findings {
+  private readonly fresh: Finding[] = [];
+  private readonly freshSubjects = new Set<string>();
+  private freshCut = false;
+  private readonly reopened: Finding[] = [];
+  private readonly reopenedSubjects = new Set<string>();
+
+  constructor(private readonly open: ReadonlySet<string>) {}
+
+  add(findings: Iterable<Finding>): void {
+    for (const f of findings) {
+      if (this.open.has(f.subject)) {
+        if (this.reopenedSubjects.has(f.subject)) continue;
+        this.reopenedSubjects.add(f.subject);
+        if (this.reopened.length < MAX_FINDINGS) this.reopened.push(f);
+      } else if (!this.freshCut && !this.freshSubjects.has(f.subject)) {
+        if (this.fresh.length === MAX_FINDINGS) this.freshCut = true;
+        else {
+          this.freshSubjects.add(f.subject);
+          this.fresh.push(f);
+        }
+      }
+    }
+  }
+
+  result(): { findings: Finding[]; truncated: boolean; cutNew: boolean } {
+    return {
+      findings: [...this.fresh, ...this.reopened].slice(0, MAX_FINDINGS),
+      truncated: this.freshCut || this.fresh.length + this.reopenedSubjects.size > MAX_FINDINGS,
+      cutNew: this.freshCut,
+    };
+  }
+}
+
 /** Executions per IN list (well under SQLite's and PostgreSQL's bound-parameter limits). */
 export const IDS_PER_QUERY = 500;
 
