@@ -5,6 +5,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNode, type BatonNode } from '../src/server/up.ts';
@@ -411,5 +412,49 @@ describe('MCP over HTTP: pacing and bounds', () => {
     // Small answers stay indented for a reader.
     expect(text(await call(await httpClient(admin), 'list_agents'))).toContain('\n  ');
     await node.engine.deleteAgent(agent, 'test');
+  });
+
+  it('a call that took effect is never refused past the bound: its answer is cut to its short fields', async () => {
+    const tag = Math.random().toString(36).slice(2, 8);
+    const big = `mcp-big-${tag}`;
+    const worker = `mcp-cut-${tag}`;
+    await node.engine.createAgent({ name: big }, 'test');
+    await node.engine.createAgent({ name: worker }, 'test');
+    const created = await node.engine.submit(big, { message: 'big' }, 'test');
+    const [row] = await node.engine.claim(big, { owner: 'big-writer' });
+    await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { text: 'x'.repeat(1_500_000) } }, 'test');
+
+    // A batch: the large read answers first (~3 MB); run_task waits for a run that ends with a
+    // large result too, so its whole answer would take the batch past 4 MiB.
+    const answering = post([
+      toolCall(1, 'get_execution', { execution_id: created.id }),
+      toolCall(2, 'run_task', { agent: worker, message: 'only once', wait_seconds: 30 }),
+    ]);
+    let task: Awaited<ReturnType<typeof node.engine.claim>>[number] | undefined;
+    for (let i = 0; i < 300 && !task; i++) {
+      [task] = await node.engine.claim(worker, { owner: 'cut-worker' });
+      if (!task) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(task).toBeDefined();
+    await node.engine.complete(task!.id, task!.lease_token!, { status: 'succeeded', result: { text: 'y'.repeat(1_500_000) } }, 'test');
+    const answers = await answering;
+
+    expect(answers.find((a: any) => a.id === 1).result.structuredContent.execution.result.text).toHaveLength(1_500_000);
+    const cutAnswer = answers.find((a: any) => a.id === 2);
+    expect(cutAnswer.error).toBeUndefined();
+    const sc = cutAnswer.result.structuredContent;
+    expect(sc).toMatchObject({ outcome: 'started', execution_id: task!.id, status: 'succeeded', finished: true });
+    expect(sc.execution).toBeUndefined();
+    expect(sc.message).toMatch(/run_task took effect, .*left out: execution; .*Do not send this call again/);
+    expect(JSON.parse(cutAnswer.result.content[0].text)).toEqual(sc);
+    // Still what the tool's outputSchema promises (what an SDK client checks).
+    const { tools } = await (await httpClient(admin)).listTools();
+    const schema = tools.find((t) => t.name === 'run_task')!.outputSchema!;
+    expect(new AjvJsonSchemaValidator().getValidator(schema as never)(sc)).toMatchObject({ valid: true });
+    // One run, as the answer says: nothing to send again.
+    const runs = await node.engine.listExecutions({ agent: worker });
+    expect(runs.map((r) => r.id)).toEqual([task!.id]);
+    await node.engine.deleteAgent(big, 'test');
+    await node.engine.deleteAgent(worker, 'test');
   });
 });

@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply } from 'fastify'
 import type { KeyStore } from '../auth/keys.ts';
 import { BatonClient, type Transport } from '../client.ts';
 import { ownTurn, paceMessages } from './pacing.ts';
-import { createMcpServer } from './tools.ts';
+import { createMcpServer, readOnlyTools } from './tools.ts';
 
 /** An API answer this large is handed to the tool (which parses it) a turn after Fastify serialised it. */
 const LARGE_ANSWER_CHARS = 64 * 1024;
@@ -51,7 +51,7 @@ export const mcpRoutes: FastifyPluginAsync<{ keys: KeyStore; root: () => Fastify
     });
     try {
       await server.connect(transport);
-      paceMessages(transport);
+      paceMessages(transport, readOnlyTools(server));
       await transport.handleRequest(req.raw, reply.raw, req.body);
     } catch (err) {
       req.log.error({ err }, 'mcp request failed');

@@ -103,8 +103,23 @@ const WAIT_POLL_MS = 250;
 const waitUntilDone = (client: BatonClient, id: string, seconds: number) =>
   client.waitFor(id, { timeoutMs: seconds * 1000, intervalMs: WAIT_POLL_MS });
 
+/** Each server's tools that change nothing (`readOnlyHint`), noted as they are registered. */
+const readOnly = new WeakMap<McpServer, Set<string>>();
+/**
+ * The names of a server's read-only tools: what the batch bound may refuse outright (pacing.ts).
+ * Any other tool's call may have taken effect by the time its answer is measured.
+ */
+export const readOnlyTools = (server: McpServer): ReadonlySet<string> => readOnly.get(server) ?? new Set();
+
 export function createMcpServer(client: BatonClient): McpServer {
   const server = new McpServer({ name: 'baton', version: VERSION }, { capabilities: { tools: {} } });
+  const names = new Set<string>();
+  readOnly.set(server, names);
+  const register = server.registerTool.bind(server);
+  server.registerTool = ((name: string, config: { annotations?: { readOnlyHint?: boolean } }, cb: unknown) => {
+    if (config.annotations?.readOnlyHint) names.add(name);
+    return (register as (...a: unknown[]) => unknown)(name, config, cb);
+  }) as typeof server.registerTool;
 
   server.registerTool(
     'list_agents',
