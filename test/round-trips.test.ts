@@ -112,6 +112,38 @@ describe(`batch submit (${STORE_KIND})`, () => {
     expect(claim.body.tasks.map((t: any) => t.execution_id)).toEqual([ids[1], ids[0]]); // priority first; the delayed one waits
   });
 
+  it('a batch of 1,000 lets the event loop turn while it writes, and nobody sees part of it', async () => {
+    const agent = await newAgent();
+    // Turns of the event loop (setImmediate) and reads of the agent's rows, for as long as the batch runs.
+    let running = true;
+    let turns = 0;
+    const turn = () => {
+      turns++;
+      if (running) setImmediate(turn);
+    };
+    const seen: number[] = [];
+    const reading = (async () => {
+      while (running) {
+        seen.push((await rowsOf(agent)).length);
+        await new Promise((r) => setImmediate(r)); // a read per turn, never a loop of microtasks
+      }
+    })();
+    setImmediate(turn);
+    const out = await engine.submitMany(
+      agent,
+      Array.from({ length: BATCH.maxItems }, (_, i) => ({ message: `m${i}` })),
+      'test',
+    );
+    running = false;
+    await reading;
+    expect(out.filter((o) => o.kind === 'created')).toHaveLength(BATCH.maxItems);
+    // SQLite writes on the event loop: it must give the loop a turn between its chunks of rows.
+    expect(turns).toBeGreaterThanOrEqual(4);
+    // Inside the open transaction the connection is the batch's: a read waits for the commit (SQLite) or sees none of it (PostgreSQL).
+    expect(seen.length).toBeGreaterThan(0);
+    for (const n of seen) expect([0, BATCH.maxItems]).toContain(n);
+  });
+
   it('admits a batch in item order: its items share queued_at, and their ids keep the order they were made in', async () => {
     const agent = await newAgent({ max_parallel: 40 });
     const r = await batch(
