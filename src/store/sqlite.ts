@@ -247,7 +247,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
         ? holdOne(tx, { name: names[0]! })
         : tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').execute(),
     async insertMany(tx, table, rows) {
-      for (let i = 0; i < rows.length; ) {
+      for (let i = 0; i < rows.length;) {
         // A turn of the event loop between chunks: 1,000 rows took 20-50 ms on this kind of machine
         // (the first time in a process more, with its statement's preparation), and 33 payloads of
         // 243 KiB about as long, all of it holding the loop. The transaction stays open meanwhile
