@@ -439,6 +439,33 @@ describe('spansAt', () => {
   });
 });
 
+describe('spansAt on text that is not JSON', () => {
+  it('ends, and gives spans in order inside the text that never overlap', () => {
+    const valid = fc
+      .array(fc.record({ message: fc.string(), payload: fc.jsonValue({ maxDepth: 3 }) }, { requiredKeys: ['message'] }))
+      .map((items) => JSON.stringify({ items }));
+    const noise = fc.stringMatching(/^[\s{}[\]",:\\a-z0-9]*$/);
+    const text = fc.oneof(
+      noise,
+      fc.tuple(valid, fc.nat()).map(([t, n]) => t.slice(0, n % (t.length + 1))), // cut short
+      fc.tuple(valid, fc.nat(), noise).map(([t, n, x]) => t.slice(0, n % (t.length + 1)) + x + t.slice(n % (t.length + 1))),
+    );
+    fc.assert(
+      fc.property(text, fc.constantFrom(['items', '*', 'payload'], ['payload'], ['*'], ['items', '*']), (t, path) => {
+        let at = 0;
+        for (const s of spansAt(t, path)) {
+          expect(s.start).toBeGreaterThanOrEqual(at);
+          expect(s.end).toBeGreaterThan(s.start);
+          expect(s.end).toBeLessThanOrEqual(t.length);
+          expect(s.path).toHaveLength(path.length);
+          at = s.end;
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
 describe('membersOf', () => {
   it('reads the named top-level members as JSON.parse would, and only those', () => {
     fc.assert(
