@@ -255,8 +255,7 @@ export function spansAt(text: string, path: readonly string[]): PathSpan[] {
 }
 
 /** Whether the value at `at` is the container a path segment descends into: an array for `*`, an object for a key. */
-const isContainerFor = (text: string, at: number, segment: string) =>
-  text.charCodeAt(at) === (segment === '*' ? 91 /* [ */ : 123) /* { */;
+const isContainerFor = (text: string, at: number, segment: string) => text.charCodeAt(at) === (segment === '*' ? 91 /* [ */ : 123); /* { */
 
 const skipSpace = (text: string, i: number) => {
   while (isSpace(text.charCodeAt(i))) i++;
