@@ -6,10 +6,12 @@ import type { DB } from './schema.ts';
 
 /**
  * Bounds on one group. Every statement of a group runs synchronously inside better-sqlite3 with
- * only microtask hops between them, so a group holds the event loop from BEGIN to COMMIT: 64
- * submits or claims take ~3-10 ms on this kind of machine, and the work bound stops a group that
- * runs slower (a loaded machine, a big scheduler batch) well inside the ~50 ms budget. A
- * transaction that is long on its own (the pruner, migrations) never comes through here.
+ * only microtask hops between them, so a group holds the event loop from BEGIN to COMMIT, except
+ * where a member gives it a turn (a bulk insert between its chunks: sqlite.ts `insertMany`; the
+ * connection stays held, so no other statement runs meanwhile): 64 submits or claims take ~3-10 ms
+ * on this kind of machine, and the work bound stops a group that runs slower (a loaded machine, a
+ * big scheduler batch) well inside the ~50 ms budget. A transaction that is long on its own (the
+ * pruner, migrations) never comes through here.
  */
 export interface GroupLimits {
   /** Transactions per group (default 64). */
