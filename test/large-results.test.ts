@@ -137,6 +137,32 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
     expect((await t.complete(JSON.stringify({ lease_token: t.token, status: 'succeeded', result: JSON.parse(big) }))).status).toBe(200);
   });
 
+  it('is written off the event loop: the loop keeps turning while its transaction runs, and what follows still commits', async () => {
+    const t = await claimed();
+    let turns = 0;
+    let turning = true;
+    const turn = () => {
+      turns++;
+      if (turning) setImmediate(turn);
+    };
+    setImmediate(turn);
+    const text = 'z'.repeat(2 * 1024 * 1024);
+    try {
+      await node.engine.complete(t.id, t.token, { status: 'succeeded', result: { text } }, 'test');
+    } finally {
+      turning = false;
+    }
+    // SQLite runs it on its writer thread, a round trip per statement; PostgreSQL waits on its socket.
+    expect(turns).toBeGreaterThanOrEqual(5);
+    const done = await api.getExecution(t.id);
+    expect(done.status).toBe('succeeded');
+    expect((done.result as { text: string }).text).toBe(text);
+    expect(done.events!.map((e) => e.to)).toEqual(['queued', 'running', 'succeeded']);
+    // The main connection and its group commits go on as before.
+    const next = await claimed();
+    expect((await next.complete(`{"lease_token":"${next.token}","status":"succeeded","result":1}`)).status).toBe(200);
+  });
+
   it('leaves the rest of the body to the route, and bounds it: many values anywhere else are refused (413)', async () => {
     const t = await claimed();
     const big = JSON.stringify(distinctKeys(5_000)); // 85,000 values

@@ -23,7 +23,7 @@ import { retryFailedExecution } from './manual-retry.ts';
 import type { ActivityWindow } from '../domain/activity.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { Logs } from './logs.ts';
-import { RawJson } from '../domain/json.ts';
+import { LARGE_JSON_CHARS, RawJson } from '../domain/json.ts';
 import { redactJsonText, redactSecrets, redactToJson } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
@@ -802,7 +802,10 @@ export class Engine {
     // The completion commits with what it causes: its budget spending, its breaker count, the
     // retry its policy asks for (a crash loses neither the failure nor its retry), and the work
     // its final outcome starts. One read of the agent tells which of those need more statements.
-    const { row, retry, followed } = await this.store.transaction(async (tx) => {
+    // A long result is written off the event loop where the store can (SQLite's writer thread).
+    const large = (outcome.result?.length ?? 0) > LARGE_JSON_CHARS && this.store.offLoopTransaction;
+    const write = large ? this.store.offLoopTransaction!.bind(this.store) : this.store.transaction.bind(this.store);
+    const { row, retry, followed } = await write(async (tx) => {
       const done = await completeWithLease(tx, id, token, outcome, now, actor);
       const agent = await readCompletionProfile(tx, done.agent);
       await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);

@@ -163,14 +163,17 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   const checkpoints: CheckpointStats = { runs: 0, lastFrames: 0 };
   let checkpointing: Promise<void> | undefined;
   let committedAtLastCheckpoint = 0;
+  /** Transactions committed on the writer thread by offLoopTransaction (for the checkpoint timer). */
+  let offLoopCommits = 0;
   const checkpointEveryMs = opts.checkpointEveryMs ?? BACKGROUND_CHECKPOINT_MS;
   const background = writerThread !== undefined && checkpointEveryMs > 0;
   const checkpointTimer = background
     ? setInterval(() => {
         // A prune sweep checkpoints in its own pauses (sweepCheckpoints): one here would make its
         // next batch, which holds the main connection's turn, wait for the thread.
-        if (checkpointing || savedAutoCheckpoint !== undefined || groups.stats.commits === committedAtLastCheckpoint) return;
-        committedAtLastCheckpoint = groups.stats.commits;
+        const commits = groups.stats.commits + offLoopCommits;
+        if (checkpointing || savedAutoCheckpoint !== undefined || commits === committedAtLastCheckpoint) return;
+        committedAtLastCheckpoint = commits;
         checkpointing = adapter
           .checkpoint()
           .then((frames) => {
@@ -190,6 +193,15 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
     db,
     // Write transactions that arrive in one event-loop turn share one COMMIT (sqlite-group-commit.ts).
     transaction: (fn) => groups.run(fn),
+    // On the writer thread while this holds the main connection's turn, as a prune batch.
+    offLoopTransaction: writerThread
+      ? (fn) =>
+          db.connection().execute(async () => {
+            const out = await inTransaction(writerThread.db, 'BEGIN IMMEDIATE', fn);
+            offLoopCommits++;
+            return out;
+          })
+      : undefined,
     snapshot: (fn) => inTransaction(reader, 'BEGIN', fn),
     reader,
     pruneTransaction: (fn) => {
