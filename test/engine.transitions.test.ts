@@ -6,6 +6,7 @@ import { BatonError } from '../src/domain/errors.ts';
 import { newExecutionId } from '../src/domain/ids.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { countTurns } from './helpers/turns.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -274,20 +275,14 @@ describe(`transitions (${STORE_KIND})`, () => {
     );
     for (let i = 0; i < plain; i++) await engine.submit(deep, { message: `m${i}` }, 't');
     const queued = plain + 2 * members;
-    let turns = 0;
-    let turning = true;
-    const turn = () => {
-      turns++;
-      if (turning) setImmediate(turn);
-    };
-    setImmediate(turn);
+    const counter = countTurns();
     const transactions: number[] = [];
     const transaction = ts.store.transaction.bind(ts.store);
-    ts.store.transaction = (fn) => (transactions.push(turns), transaction(fn));
+    ts.store.transaction = (fn) => (transactions.push(counter.turns), transaction(fn));
     try {
       expect(await engine.deleteAgent(deep, 'u')).toEqual({ cancelled: queued, cancel_requested: 0 });
     } finally {
-      turning = false;
+      counter.stop();
       ts.store.transaction = transaction;
     }
     // Three chunks (the last one short) and the final transaction, with the event loop free between them.

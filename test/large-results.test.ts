@@ -14,6 +14,7 @@ import { jsonShapesOffThread, OffThreadJsonError } from '../src/engine/json-thre
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { countTurns } from './helpers/turns.ts';
 
 let ts: TestStore;
 let node: BatonNode;
@@ -139,21 +140,15 @@ describe(`a completion's long result (${STORE_KIND})`, () => {
 
   it('is written off the event loop: the loop keeps turning while its transaction runs, and what follows still commits', async () => {
     const t = await claimed();
-    let turns = 0;
-    let turning = true;
-    const turn = () => {
-      turns++;
-      if (turning) setImmediate(turn);
-    };
-    setImmediate(turn);
+    const counter = countTurns();
     const text = 'z'.repeat(2 * 1024 * 1024);
     try {
       await node.engine.complete(t.id, t.token, { status: 'succeeded', result: { text } }, 'test');
     } finally {
-      turning = false;
+      counter.stop();
     }
     // SQLite runs it on its writer thread, a round trip per statement; PostgreSQL waits on its socket.
-    expect(turns).toBeGreaterThanOrEqual(5);
+    expect(counter.turns).toBeGreaterThanOrEqual(5);
     const done = await api.getExecution(t.id);
     expect(done.status).toBe('succeeded');
     expect((done.result as { text: string }).text).toBe(text);

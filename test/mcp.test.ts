@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNode, type BatonNode } from '../src/server/up.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
+import { countTurns } from './helpers/turns.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const TOOLS = [
@@ -354,17 +355,6 @@ describe('MCP over HTTP: pacing and bounds', () => {
     method: 'tools/call',
     params: { name, arguments: args },
   });
-  /** Counts turns of the event loop (setImmediate) until stopped. */
-  function countTurns() {
-    const counter = { turns: 0, turning: true };
-    const turn = () => {
-      counter.turns++;
-      if (counter.turning) setImmediate(turn);
-    };
-    setImmediate(turn);
-    return counter;
-  }
-
   it("a batch's calls are handled a turn of the event loop apart, not back to back", async () => {
     const counter = countTurns();
     const seen: number[] = [];
@@ -378,7 +368,7 @@ describe('MCP over HTTP: pacing and bounds', () => {
       expect(answers.map((a: any) => a.id).sort()).toEqual([1, 2, 3, 4]);
       for (const a of answers) expect(a.result.isError).toBeFalsy();
     } finally {
-      counter.turning = false;
+      counter.stop();
       node.engine.listAgents = listAgents;
     }
     expect(seen).toHaveLength(4);

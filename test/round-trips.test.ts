@@ -16,6 +16,7 @@ import type { BatonNode } from '../src/server/up.ts';
 import { createWorker } from '../src/worker/sdk.ts';
 import { startTestNode, until } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { countTurns } from './helpers/turns.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -114,13 +115,8 @@ describe(`batch submit (${STORE_KIND})`, () => {
 
   it('a batch of 1,000 lets the event loop turn while it writes, and nobody sees part of it', async () => {
     const agent = await newAgent();
-    // Turns of the event loop (setImmediate) and reads of the agent's rows, for as long as the batch runs.
+    // Turns of the event loop and reads of the agent's rows, for as long as the batch runs.
     let running = true;
-    let turns = 0;
-    const turn = () => {
-      turns++;
-      if (running) setImmediate(turn);
-    };
     const seen: number[] = [];
     const reading = (async () => {
       while (running) {
@@ -128,17 +124,18 @@ describe(`batch submit (${STORE_KIND})`, () => {
         await new Promise((r) => setImmediate(r)); // a read per turn, never a loop of microtasks
       }
     })();
-    setImmediate(turn);
+    const counter = countTurns();
     const out = await engine.submitMany(
       agent,
       Array.from({ length: BATCH.maxItems }, (_, i) => ({ message: `m${i}` })),
       'test',
     );
     running = false;
+    counter.stop();
     await reading;
     expect(out.filter((o) => o.kind === 'created')).toHaveLength(BATCH.maxItems);
     // SQLite writes on the event loop: it must give the loop a turn between its chunks of rows.
-    expect(turns).toBeGreaterThanOrEqual(4);
+    expect(counter.turns).toBeGreaterThanOrEqual(4);
     // Inside the open transaction the connection is the batch's: a read waits for the commit (SQLite) or sees none of it (PostgreSQL).
     expect(seen.length).toBeGreaterThan(0);
     for (const n of seen) expect([0, BATCH.maxItems]).toContain(n);
