@@ -803,9 +803,7 @@ export class Engine {
     // retry its policy asks for (a crash loses neither the failure nor its retry), and the work
     // its final outcome starts. One read of the agent tells which of those need more statements.
     // A long result is written off the event loop where the store can (SQLite's writer thread).
-    const large = (outcome.result?.length ?? 0) > LARGE_JSON_CHARS && this.store.offLoopTransaction;
-    const write = large ? this.store.offLoopTransaction!.bind(this.store) : this.store.transaction.bind(this.store);
-    const { row, retry, followed } = await write(async (tx) => {
+    const commit = async (tx: Tx) => {
       const done = await completeWithLease(tx, id, token, outcome, now, actor);
       const agent = await readCompletionProfile(tx, done.agent);
       await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
@@ -814,7 +812,11 @@ export class Engine {
       // With a retry to come the failure is not final: the retry's outcome is followed instead.
       const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
       return { row: done, retry, followed: await this.follow(tx, now, actor, retry ? [] : [done], unsubscribed) };
-    });
+    };
+    const large = (outcome.result?.length ?? 0) > LARGE_JSON_CHARS;
+    const { row, retry, followed } = await (large && this.store.offLoopTransaction
+      ? this.store.offLoopTransaction(commit)
+      : this.store.transaction(commit));
     announce(this.store, [row, ...(retry ? [retry] : []), ...followed.created, ...followed.ended]);
     this.events.emit('execution:completed', row);
     return row;
