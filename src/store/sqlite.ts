@@ -95,6 +95,10 @@ const textChars = (row: Record<string, unknown>) => {
 export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
   if (file !== ':memory:') createPrivately(file);
   const raw = new Database(file);
+  // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
+  // It can only be switched on in a new file, before anything is written to it (switching to WAL
+  // writes its header), or later by a VACUUM: see migrate().
+  if (!raw.prepare('SELECT 1 FROM sqlite_master LIMIT 1').get()) raw.pragma('auto_vacuum = INCREMENTAL');
   raw.pragma('journal_mode = WAL');
   // NORMAL in WAL mode survives a process crash (SIGKILL); only an OS crash can lose the
   // last transactions. FULL would fsync every commit and cost most of the throughput.
@@ -102,9 +106,12 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   // Another process (the CLI running `migrate`, a second `baton up`) may hold the write lock.
   raw.pragma('busy_timeout = 5000');
   raw.pragma('foreign_keys = ON');
-  // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
-  // It can only be switched on before the first table exists, or by a VACUUM: see migrate().
-  if (!raw.prepare('SELECT 1 FROM sqlite_master LIMIT 1').get()) raw.pragma('auto_vacuum = INCREMENTAL');
+  // The scratch b-trees a statement makes (RETURNING's rows, an IN (subquery), a sort) in memory.
+  // In a file (SQLite's default here), each such statement allocated and freed a temporary pager's
+  // memory, and where that block sat at the top of the heap glibc gave it back to the system at
+  // every free and faulted it in again at the next statement: in-process W1 spent ~110 µs per claim
+  // on it (docs/benchmarks.md, "temp_store"). Large reads run on the reader thread, not here.
+  raw.pragma('temp_store = MEMORY');
   forgetValueSamples(raw);
   // Kysely prepares every statement anew; better-sqlite3 statements are reusable, and the
   // engine issues the same few dozen SQL strings, so keep them prepared. (A micro-benchmark of
@@ -305,7 +312,13 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
           // (it rewrites the file: seconds per 100 MiB, at start, before anything is served).
           if (file !== ':memory:' && raw.pragma('auto_vacuum', { simple: true }) !== 2) {
             raw.pragma('auto_vacuum = INCREMENTAL');
-            raw.exec('VACUUM');
+            // VACUUM copies the whole database into a temporary one first: a file, not memory.
+            raw.pragma('temp_store = FILE');
+            try {
+              raw.exec('VACUUM');
+            } finally {
+              raw.pragma('temp_store = MEMORY');
+            }
           }
           return applied;
         } catch (err) {
