@@ -20,23 +20,17 @@ afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-/** 0 none, 1 full, 2 incremental. */
-async function autoVacuum(store: StoreAdapter): Promise<number> {
-  const { rows } = await sql<{ auto_vacuum: number }>`PRAGMA auto_vacuum`.execute(store.db);
-  return Number(rows[0]!.auto_vacuum);
-}
-
-/** 0 default (a file here), 1 file, 2 memory. */
-async function tempStore(store: StoreAdapter): Promise<number> {
-  const { rows } = await sql<{ temp_store: number }>`PRAGMA temp_store`.execute(store.db);
-  return Number(rows[0]!.temp_store);
+/** A numeric setting of the store's main connection: auto_vacuum (2 incremental), temp_store (2 memory, 1 file). */
+async function setting(store: StoreAdapter, name: 'auto_vacuum' | 'temp_store'): Promise<number> {
+  const { rows } = await sql.raw<Record<string, number>>(`PRAGMA ${name}`).execute(store.db);
+  return Number(rows[0]![name]);
 }
 
 describe.runIf(STORE_KIND === 'sqlite')('SQLite scratch b-trees', () => {
   it('are kept in memory on the main connection', async () => {
     const ts = await openTestStore();
     try {
-      expect(await tempStore(ts.store)).toBe(2);
+      expect(await setting(ts.store, 'temp_store')).toBe(2);
     } finally {
       await ts.cleanup();
     }
@@ -48,10 +42,10 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite scratch b-trees', () => {
     const store = openSqlite(join(dir, 'baton.sqlite'));
     try {
       // Before any migration: set before the switch to WAL wrote the file's header.
-      expect(await autoVacuum(store)).toBe(2);
+      expect(await setting(store, 'auto_vacuum')).toBe(2);
       await store.migrate();
-      expect(await autoVacuum(store)).toBe(2);
-      expect(await tempStore(store)).toBe(2);
+      expect(await setting(store, 'auto_vacuum')).toBe(2);
+      expect(await setting(store, 'temp_store')).toBe(2);
     } finally {
       await store.close();
     }
@@ -71,8 +65,8 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite scratch b-trees', () => {
     const store = openSqlite(file);
     try {
       expect((await store.migrate()).length).toBeGreaterThan(0);
-      expect(await autoVacuum(store)).toBe(2); // the VACUUM ran
-      expect(await tempStore(store)).toBe(2);
+      expect(await setting(store, 'auto_vacuum')).toBe(2); // the VACUUM ran
+      expect(await setting(store, 'temp_store')).toBe(2);
       const kept = await sql<{ x: string }>`SELECT x FROM kept`.execute(store.db);
       expect(kept.rows).toEqual([{ x: 'still here' }]);
     } finally {
