@@ -720,6 +720,10 @@ export class Engine {
    */
   async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
     const max = opts.max ?? 1;
+    const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' };
+    // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
+    // claimer that does wait (wake() wakes one), and no abort plumbing is built.
+    if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, admitOpts);
     const deadline = Date.now() + (opts.waitMs ?? 0);
     const local = new AbortController();
     const signal = local.signal;
@@ -728,27 +732,31 @@ export class Engine {
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     this.activeClaims.add(local);
     try {
-      return await this.claimLoop(agent, { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' }, deadline, signal);
+      return await this.claimLoop(agent, admitOpts, deadline, signal);
     } finally {
       this.activeClaims.delete(local);
       opts.signal?.removeEventListener('abort', onAbort);
     }
   }
 
+  /** One admission for `agent`, announced: the rows it leased (none when nothing was admissible). */
+  private async admitOnce(agent: string, admitOpts: AdmitOptions): Promise<ExecutionRow[]> {
+    const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks };
+    const rows =
+      (await this.plainClaims?.run({ id: agent, ...opts })) ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+    if (rows.length > 0) {
+      announce(this.store, rows);
+      this.events.emit('execution:admitted', rows);
+    }
+    return rows;
+  }
+
   private async claimLoop(agent: string, admitOpts: AdmitOptions, deadline: number, signal: AbortSignal): Promise<ExecutionRow[]> {
     for (;;) {
       const waiter = this.waiters.arm(agent, signal);
       try {
-        const now = this.now();
-        const opts = { ...admitOpts, now, alertSinks: this.alertSinks };
-        const rows =
-          (await this.plainClaims?.run({ id: agent, ...opts })) ??
-          (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
-        if (rows.length > 0) {
-          announce(this.store, rows);
-          this.events.emit('execution:admitted', rows);
-          return rows;
-        }
+        const rows = await this.admitOnce(agent, admitOpts);
+        if (rows.length > 0) return rows;
         const remaining = deadline - Date.now();
         if (remaining <= 0 || signal.aborted) return [];
         await waiter.wait(Math.min(remaining, this.claimPollMs));

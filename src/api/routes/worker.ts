@@ -22,6 +22,11 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     defaultWaitMs: number,
     raw: RawAnswer,
   ) {
+    const owner = workerId(req, body.worker_id);
+    const max = body.max ?? 1;
+    const waitMs = body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs;
+    // A claim that does not wait answers within this request's turn: nothing to stop.
+    if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0 })).map((r) => raw.task(r));
     // Stop waiting when the client goes away, so no task is leased to a closed connection.
     const abort = new AbortController();
     const onClose = () => {
@@ -29,12 +34,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     };
     reply.raw.once('close', onClose);
     try {
-      const rows = await engine.claim(agent, {
-        owner: workerId(req, body.worker_id),
-        max: body.max ?? 1,
-        waitMs: body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs,
-        signal: abort.signal,
-      });
+      const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal });
       return rows.map((r) => raw.task(r));
     } finally {
       reply.raw.off('close', onClose);
