@@ -15,7 +15,7 @@ import type { Kysely } from 'kysely';
 import { commitStats } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openPostgres } from '../src/store/postgres.ts';
-import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { openTestStore, PG_URL, STORE_KIND, untilHearing, type TestStore } from './helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -266,7 +266,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const there: string[] = [];
     const offThere = twin?.subscribe('execution', (m) => void there.push(m));
     try {
-      await new Promise((r) => setTimeout(r, pg ? 500 : 0)); // LISTEN in place
+      if (twin) await untilHearing(twin, ts.store);
       const row = await engine.submit(agent, { message: 'heard' }, 'test');
       const [claimed] = await engine.claim(agent, { owner: 'w', max: 1 });
       const done = await counted(() => engine.complete(claimed!.id, claimed!.lease_token!, { status: 'succeeded' }, 'w'));

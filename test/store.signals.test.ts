@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { channelName, openPostgres } from '../src/store/postgres.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
-import { describeMultiProcess, openTestStore, PG_URL, type TestStore } from './helpers/store.ts';
+import { describeMultiProcess, openTestStore, PG_URL, untilHearing, type TestStore } from './helpers/store.ts';
 
 describeMultiProcess('signals on PostgreSQL', () => {
   let mine: TestStore;
@@ -28,8 +28,8 @@ describeMultiProcess('signals on PostgreSQL', () => {
   it("hears its own deployment's processes, never another schema's", async () => {
     const heard: string[] = [];
     const off = mine.store.subscribe('agent', (message) => void heard.push(message));
-    // LISTEN is issued when the first listener subscribes; give it a moment to be in place.
-    await new Promise((r) => setTimeout(r, 500));
+    // LISTEN is issued when the first listener subscribes: wait until it hears its twin.
+    await untilHearing(mine.store, twin);
     other.store.publish('agent', 'from-another-deployment');
     twin.publish('agent', 'from-my-twin');
     await expect.poll(() => heard, { timeout: 10_000 }).toContain('from-my-twin');

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +13,28 @@ export const PG_URL = process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgre
 
 /** Capability-named skip: tests that need several processes sharing one database. */
 export const describeMultiProcess = STORE_KIND === 'postgres' ? describe : describe.skip;
+
+/**
+ * Resolves once `listener` hears what `sender` publishes, i.e. its LISTEN is in place (issued on a
+ * connection of its own when its first subscription starts). A fixed pause instead lost the
+ * NOTIFYs a test sent next when a loaded machine took longer to connect.
+ */
+export async function untilHearing(listener: StoreAdapter, sender: StoreAdapter, timeoutMs = 15_000): Promise<void> {
+  const probe = `listening-probe-${randomUUID()}`;
+  let heard = false;
+  const off = listener.subscribe('agent', (message) => {
+    if (message === probe) heard = true;
+  });
+  try {
+    for (const deadline = Date.now() + timeoutMs; !heard;) {
+      if (Date.now() > deadline) throw new Error(`the listener heard nothing within ${timeoutMs} ms`);
+      sender.publish('agent', probe);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    off();
+  }
+}
 
 let failed = false;
 afterEach((ctx) => {
