@@ -9,6 +9,7 @@
  * (the traceparent header) all share; a retry links to the run it retries; HTTP requests and
  * background passes have spans.
  */
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -158,6 +159,18 @@ async function runThroughWorker(api: BatonClient, node: BatonNode, key: string, 
     await worker.stop();
   }
 }
+
+describe('execution trace ids', () => {
+  it('are the first 16 and next 8 bytes of SHA-256("baton-trace:" + id), computed alike in every process', () => {
+    // Other processes (older versions in a rolling deployment, a worker) must derive the same ids.
+    for (const id of ['exe_0123456789abcdefghij', 'x', '']) {
+      const hex = createHash('sha256').update(`baton-trace:${id}`).digest('hex');
+      const traceId = hex.slice(0, 32);
+      const spanId = hex.slice(32, 48);
+      expect(executionTrace(id)).toEqual({ traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` });
+    }
+  });
+});
 
 describe('tracing off (no OTLP endpoint)', () => {
   let ts: TestStore;

@@ -1,4 +1,13 @@
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
+
+/**
+ * SHA-256 of a string as hex. Node's one-shot `crypto.hash` (20.12 and later) is several times
+ * faster than a Hash object for a short input, and this runs for every execution a view shows.
+ */
+const oneShot = (crypto as { hash?: (algorithm: string, data: string) => string }).hash;
+const sha256Hex = oneShot
+  ? (data: string) => oneShot('sha256', data)
+  : (data: string) => crypto.createHash('sha256').update(data).digest('hex');
 
 /**
  * An execution's W3C trace context, derived from its id alone: the trace id is the first 16
@@ -17,14 +26,15 @@ export interface ExecutionTrace {
 }
 
 export function executionTrace(executionId: string): ExecutionTrace {
-  const digest = createHash('sha256').update(`baton-trace:${executionId}`).digest();
-  // An all-zero id is invalid in W3C trace context; a hash gives one with odds 2^-64, but it costs nothing to rule out.
-  if (digest.subarray(0, 16).every((b) => b === 0)) digest[15] = 1;
-  if (digest.subarray(16, 24).every((b) => b === 0)) digest[23] = 1;
-  const traceId = digest.toString('hex', 0, 16);
-  const spanId = digest.toString('hex', 16, 24);
+  const hex = sha256Hex(`baton-trace:${executionId}`);
+  // An all-zero id is invalid in W3C trace context; a hash gives one with odds 2^-64, but it costs
+  // nothing to rule out: the id's last byte becomes 01.
+  const traceId = nonZero(hex.slice(0, 32));
+  const spanId = nonZero(hex.slice(32, 48));
   return { traceId, spanId, traceparent: `00-${traceId}-${spanId}-01` };
 }
+
+const nonZero = (id: string) => (/^0+$/.test(id) ? `${id.slice(0, -2)}01` : id);
 
 /** The trace and parent span of a `traceparent` header, or undefined when it is not a valid version-00 value. */
 export function parseTraceparent(header: string | undefined): { traceId: string; spanId: string; sampled: boolean } | undefined {
