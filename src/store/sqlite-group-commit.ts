@@ -63,7 +63,7 @@ export class GroupCommit {
    * The group's own statements, prepared once on the connection's handle and run straight on it
    * while the group holds the connection. Through Kysely each went through its query pipeline and
    * a few promise turns: W1 in-process on SQLite ran 5-6 % faster without that (docs/benchmarks.md,
-   * "Group commit's own statements").
+   * "Claims that do not wait, and group commit's own statements").
    */
   private readonly control: Record<'begin' | 'commit' | 'rollback' | 'savepoint' | 'release' | 'rollbackTo', Database.Statement>;
 
