@@ -499,8 +499,13 @@ async function timed<T>(fn: () => Promise<T>): Promise<[number, T]> {
 const QUIET: Record<string, string> = { BATON_CANARY_INTERVAL_MS: '0', BATON_RETENTION_DAYS: '0' };
 /** After the first canary cycle, more only while the probe's canary time stays under this. */
 const CANARY_BUDGET_MS = 120_000;
-/** The canary's catch-up over the filled event log, at most this long. */
-const CATCH_UP_BUDGET_MS = 400_000;
+/**
+ * The canary's catch-up over the filled event log, at most this long: 400 s, or 80 s per million
+ * executions when more. At 10M (30M events, ~3,000 cycles of ~140 ms) 400 s was not enough, and the
+ * probes after it (the fire lag among them) ran beside the servers' own canary cycles still reading
+ * the filled log in back-to-back chunks, which a deployment that grew one event at a time never does.
+ */
+const catchUpBudgetMs = (n: number) => Math.max(400_000, (n / 1_000_000) * 80_000);
 /** Any other probe: more repetitions only while it has taken less than this. */
 const PROBE_BUDGET_MS = 60_000;
 
@@ -712,7 +717,7 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
               let read = Number(r.body.events.read ?? 0);
               let worstCycle = ms;
               let caught = false;
-              while (performance.now() - k0 < CATCH_UP_BUDGET_MS) {
+              while (performance.now() - k0 < catchUpBudgetMs(cfg.n)) {
                 const [m2, r2] = await timed(() => http.call('POST', '/v1/canary/run', undefined, 900_000));
                 cycles++;
                 worstCycle = Math.max(worstCycle, m2);
