@@ -501,9 +501,9 @@ const QUIET: Record<string, string> = { BATON_CANARY_INTERVAL_MS: '0', BATON_RET
 const CANARY_BUDGET_MS = 120_000;
 /**
  * The canary's catch-up over the filled event log, at most this long: 400 s, or 80 s per million
- * executions when more. At 10M (30M events, ~3,000 cycles of ~140 ms) 400 s was not enough, and the
- * probes after it (the fire lag among them) ran beside the servers' own canary cycles still reading
- * the filled log in back-to-back chunks, which a deployment that grew one event at a time never does.
+ * executions when more. At 10M (30M events, ~3,000 cycles of ~140 ms) 400 s was not enough: the
+ * measured cycles after it were still reading the filled log in chunks, which a deployment that grew
+ * one event at a time never does.
  */
 const catchUpBudgetMs = (n: number) => Math.max(400_000, (n / 1_000_000) * 80_000);
 /** Any other probe: more repetitions only while it has taken less than this. */
