@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
-import type { ExecutionStatus } from '../domain/states.ts';
+import { EXECUTION_STATES, type ExecutionStatus } from '../domain/states.ts';
 import type { DB } from '../store/schema.ts';
 import { statusIs } from './status-sql.ts';
 
@@ -25,18 +25,23 @@ export const previewHead = (column: string) => sql<string>`substr(${sql.ref(colu
 const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= ${sql.lit(USAGE_LIST_CHARS)} then ${sql.ref('usage')} end`;
 
 /**
- * Newest first. Each filter shape seeks an index made for it (migrations 0001, 0006, 0007):
- * agent → executions_agent_recent; status → executions_status_recent; agent and status →
- * executions_agent_status_recent; schedule → executions_schedule_recent, with status →
- * executions_schedule_status_recent; none → executions_recent. The cursor and since/until are a
- * range on created_at inside that index. Several statuses are one seek per status, each
- * limited, merged by the database (UNION ALL, then the page's order): `status IN (…)` would read
- * every row of those statuses and sort them, and the database's collation, not JavaScript's,
- * must order ids that share a created_at, or cursors would skip rows.
+ * Newest first. Each filter shape seeks an index made for it (migrations 0006, 0007): status →
+ * executions_status_recent; agent and status → executions_agent_status_recent; schedule →
+ * executions_schedule_recent, with status → executions_schedule_status_recent. The cursor and
+ * since/until are a range on created_at inside that index. Several statuses are one seek per
+ * status, each limited, merged by the database (UNION ALL, then the page's order): `status IN
+ * (…)` would read every row of those statuses and sort them, and the database's collation, not
+ * JavaScript's, must order ids that share a created_at, or cursors would skip rows. No status
+ * (all executions, or one agent's) is every status so: one seek per status into the same two
+ * indexes. The indexes that served those pages alone went in migration 0024 (SQLite) / 0032
+ * (PostgreSQL): each cost every insert and every pruned row an index entry.
  */
 export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter) {
   const limit = Math.min(Math.max(1, Math.trunc(f.limit ?? EXECUTION_PAGE.default)), EXECUTION_PAGE.max);
-  const statuses = [...new Set(f.status ?? [])];
+  // No status asked for: every status, one seek each (no index orders all rows by created_at), but
+  // under a schedule, whose own index does.
+  const wanted = f.status?.length || f.schedule_id ? (f.status ?? []) : EXECUTION_STATES;
+  const statuses = [...new Set(wanted)];
   const seek = (status: ExecutionStatus | undefined) => {
     let q = db
       .selectFrom('executions')

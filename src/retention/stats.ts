@@ -7,7 +7,9 @@
  */
 import { sql } from 'kysely';
 import type { RetentionEnv } from '../config.ts';
+import { EXECUTION_STATES } from '../domain/states.ts';
 import type { EngineContext } from '../engine/context.ts';
+import { statusIs } from '../engine/status-sql.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 
 export const HISTORY_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log'] as const;
@@ -89,13 +91,20 @@ export async function readHistoryStats(store: StoreAdapter, settings: HistorySet
     .orderBy('completed_at')
     .limit(1)
     .executeTakeFirst();
-  const oldestCreated = await db
-    .selectFrom('executions')
-    .select('created_at')
-    .orderBy('created_at')
-    .orderBy('id')
-    .limit(1)
-    .executeTakeFirst();
+  // The oldest of each status's oldest: one seek per status into executions_status_recent (no
+  // index orders all rows by created_at alone since migration 0024 / 0032).
+  let oldestCreated: number | null = null;
+  for (const status of EXECUTION_STATES) {
+    const r = await db
+      .selectFrom('executions')
+      .select('created_at')
+      .where('status', '=', statusIs(status))
+      .orderBy('created_at')
+      .limit(1)
+      .executeTakeFirst();
+    const at = num(r?.created_at);
+    if (at !== null && (oldestCreated === null || at < oldestCreated)) oldestCreated = at;
+  }
   const oldestAudit = await db.selectFrom('audit_log').select('at').orderBy('id').limit(1).executeTakeFirst();
   const state = await db.selectFrom('retention_state').selectAll().where('id', '=', 'retention').executeTakeFirst();
   return {
@@ -105,7 +114,7 @@ export async function readHistoryStats(store: StoreAdapter, settings: HistorySet
     bytes,
     free_bytes: free,
     oldest_completed_at: num(oldestDone?.completed_at),
-    oldest_created_at: num(oldestCreated?.created_at),
+    oldest_created_at: oldestCreated,
     oldest_audit_at: num(oldestAudit?.at),
     retention: { days: settings.retentionDays, audit_days: settings.auditRetentionDays, archive_dir: settings.archiveDir ?? null },
     last_prune: {
