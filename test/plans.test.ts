@@ -48,7 +48,7 @@ const LIVE_INDEXES = new Set([
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */
 const HISTORY_INDEXES =
-  /^(executions_(status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_execution)$/;
+  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_execution)$/;
 /** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
 const MANY_ROWS = 1_000;
 

@@ -913,7 +913,7 @@ export class Engine {
    * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
-    return listExecutions(this.store.reader, f);
+    return listExecutions(this.store.reader, f, this.store.kind);
   }
 
   /**

@@ -91,19 +91,24 @@ export async function readHistoryStats(store: StoreAdapter, settings: HistorySet
     .orderBy('completed_at')
     .limit(1)
     .executeTakeFirst();
-  // The oldest of each status's oldest: one seek per status into executions_status_recent (no
-  // index orders all rows by created_at alone since migration 0024 / 0032).
+  // PostgreSQL: the end of executions_recent. SQLite: the oldest of each status's oldest, one seek
+  // per status into executions_status_recent (its migration 0024 dropped executions_recent).
   let oldestCreated: number | null = null;
-  for (const status of EXECUTION_STATES) {
-    const r = await db
-      .selectFrom('executions')
-      .select('created_at')
-      .where('status', '=', statusIs(status))
-      .orderBy('created_at')
-      .limit(1)
-      .executeTakeFirst();
-    const at = num(r?.created_at);
-    if (at !== null && (oldestCreated === null || at < oldestCreated)) oldestCreated = at;
+  if (store.kind === 'postgres') {
+    const r = await db.selectFrom('executions').select('created_at').orderBy('created_at').orderBy('id').limit(1).executeTakeFirst();
+    oldestCreated = num(r?.created_at);
+  } else {
+    for (const status of EXECUTION_STATES) {
+      const r = await db
+        .selectFrom('executions')
+        .select('created_at')
+        .where('status', '=', statusIs(status))
+        .orderBy('created_at')
+        .limit(1)
+        .executeTakeFirst();
+      const at = num(r?.created_at);
+      if (at !== null && (oldestCreated === null || at < oldestCreated)) oldestCreated = at;
+    }
   }
   const oldestAudit = await db.selectFrom('audit_log').select('at').orderBy('id').limit(1).executeTakeFirst();
   const state = await db.selectFrom('retention_state').selectAll().where('id', '=', 'retention').executeTakeFirst();
