@@ -34,6 +34,10 @@ const ONLY_POSTGRES = [
   // through in a transaction that ran SET LOCAL baton.pruning = 'on'.
   'trigger audit_log_append_only on audit_log',
   'trigger execution_events_append_only on execution_events',
+  // SQLite's migration 0024 dropped these: there a page with no status filter seeks the status
+  // indexes once per status (src/engine/list-executions.ts); PostgreSQL keeps one seek.
+  'index executions_agent_recent on executions (agent, created_at desc, id desc)',
+  'index executions_recent on executions (created_at desc, id desc)',
 ];
 
 // Needs both stores at once, so it runs in one project only: the postgres one (the sqlite
