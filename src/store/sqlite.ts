@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import Database from 'better-sqlite3';
-import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder } from 'kysely';
+import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder, type SqliteStatement } from 'kysely';
 import { BULK_CHUNK, bulkColumns, inOrderOn, type InOrder, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
@@ -11,6 +11,7 @@ import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } fr
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 import { preparedQuery } from './prepared-query.ts';
 import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
+import { rowsAsObjects } from './sqlite-rows.ts';
 
 /**
  * The writer's automatic checkpoint while the pruner sweeps (adapter.ts, sweepCheckpoints): a
@@ -116,13 +117,13 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   // Kysely prepares every statement anew; better-sqlite3 statements are reusable, and the
   // engine issues the same few dozen SQL strings, so keep them prepared. (A micro-benchmark of
   // Kysely insert+select pairs ran about twice as fast with the cache on this machine.)
-  const prepared = new Map<string, Database.Statement>();
+  const prepared = new Map<string, SqliteStatement>();
   const database = {
     prepare(text: string) {
       let stmt = prepared.get(text);
       if (!stmt) {
         if (prepared.size >= 1000) prepared.clear();
-        stmt = raw.prepare(text);
+        stmt = rowsAsObjects(raw.prepare(text));
         prepared.set(text, stmt);
       }
       return stmt;
