@@ -1,34 +1,61 @@
 import type Database from 'better-sqlite3';
 import type { SqliteStatement } from 'kysely';
 
+type MakeRow = (r: unknown[]) => Record<string, unknown>;
+
 /**
  * A statement whose rows better-sqlite3 returns as arrays, made into objects by a function
  * compiled for its columns. better-sqlite3 builds each row object by setting its properties one
- * by one, ~0.3 µs a column: a claim's or a completion's `RETURNING *` (46 columns) cost ~15 µs of
- * which ~9 µs is that. An object literal of fixed keys is built in one go, and every row of the
- * statement shares one hidden class. The objects are the same as better-sqlite3's (own
- * properties in column order; a repeated name keeps the last value).
+ * by one: in W1 in-process a claim's, a completion's or a submit's `RETURNING *` (46 columns)
+ * took 58–68 µs, 30–36 µs as arrays (docs/benchmarks.md, "Rows as arrays on SQLite"). An object
+ * literal of fixed keys is built in one go, and every row of the statement shares one hidden
+ * class. The objects are the same as better-sqlite3's (own properties in column order; a repeated
+ * name keeps the last value).
+ *
+ * SQLite prepares a statement again by itself when the schema changed (another process ran
+ * `baton migrate`), and its columns may then differ: after each run the connection's schema
+ * cookie (`schemaVersion`, 0.07 µs inside a transaction, where every hot statement runs) is
+ * compared with the one the function was made for, and a change makes it again from the columns
+ * of the program that just ran.
  */
-export function rowsAsObjects(stmt: Database.Statement): SqliteStatement {
+export function rowsAsObjects(stmt: Database.Statement, schemaVersion: () => number): SqliteStatement {
   if (!stmt.reader) return stmt;
-  const names = stmt.columns().map((c) => c.name);
-  // `__proto__` in an object literal would set the prototype: such a statement keeps
-  // better-sqlite3's own objects.
-  if (names.includes('__proto__')) return stmt;
-  const body = names.map((n, i) => `${JSON.stringify(n)}: r[${i}]`).join(', ');
-  const make = new Function('r', `return { ${body} };`) as (r: unknown[]) => Record<string, unknown>;
+  const columnNames = () => stmt.columns().map((c) => c.name);
+  let made = -1;
+  let make: MakeRow | undefined;
+  const remake = (version: number): MakeRow | undefined => {
+    made = version;
+    const names = columnNames();
+    // `__proto__` in an object literal sets the prototype, as assigning it does, but only when its
+    // value is an object: such rows are made one property at a time, as better-sqlite3 makes them.
+    if (names.includes('__proto__')) return undefined;
+    const body = names.map((n, i) => `${JSON.stringify(n)}: r[${i}]`).join(', ');
+    return new Function('r', `return { ${body} };`) as MakeRow;
+  };
+  make = remake(schemaVersion());
   const rows = stmt.raw(true);
+  const toObjects = (arrays: unknown[][]): Record<string, unknown>[] => {
+    const version = schemaVersion();
+    if (version !== made) make = remake(version);
+    const out = new Array<Record<string, unknown>>(arrays.length);
+    if (make) for (let i = 0; i < arrays.length; i++) out[i] = make(arrays[i]!);
+    else {
+      const keys = columnNames();
+      for (let i = 0; i < arrays.length; i++) {
+        // Assigned one by one, as better-sqlite3 does (so `__proto__` behaves as it does there).
+        const o: Record<string, unknown> = {};
+        for (let j = 0; j < keys.length; j++) o[keys[j]!] = arrays[i]![j];
+        out[i] = o;
+      }
+    }
+    return out;
+  };
   return {
     reader: true,
-    all(parameters) {
-      const arrays = rows.all(parameters) as unknown[][];
-      const out = new Array<Record<string, unknown>>(arrays.length);
-      for (let i = 0; i < arrays.length; i++) out[i] = make(arrays[i]!);
-      return out;
-    },
+    all: (parameters) => toObjects(rows.all(parameters) as unknown[][]),
     run: (parameters) => rows.run(parameters),
     *iterate(parameters) {
-      for (const r of rows.iterate(parameters) as IterableIterator<unknown[]>) yield make(r);
+      for (const r of rows.iterate(parameters) as IterableIterator<unknown[]>) yield toObjects([r])[0];
     },
   };
 }

@@ -118,12 +118,14 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   // engine issues the same few dozen SQL strings, so keep them prepared. (A micro-benchmark of
   // Kysely insert+select pairs ran about twice as fast with the cache on this machine.)
   const prepared = new Map<string, SqliteStatement>();
+  const schemaCookie = raw.prepare('PRAGMA schema_version').pluck();
+  const schemaVersion = () => schemaCookie.get() as number;
   const database = {
     prepare(text: string) {
       let stmt = prepared.get(text);
       if (!stmt) {
         if (prepared.size >= 1000) prepared.clear();
-        stmt = rowsAsObjects(raw.prepare(text));
+        stmt = rowsAsObjects(raw.prepare(text), schemaVersion);
         prepared.set(text, stmt);
       }
       return stmt;
