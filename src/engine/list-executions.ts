@@ -26,7 +26,8 @@ export const previewHead = (column: string) => sql<string>`substr(${sql.ref(colu
 const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= ${sql.lit(USAGE_LIST_CHARS)} then ${sql.ref('usage')} end`;
 
 /**
- * Newest first. Each filter shape seeks an index made for it (migrations 0006, 0007): status →
+ * Newest first. Each filter shape seeks an index made for it (migrations 0001, 0006, 0007; the
+ * status indexes made again by SQLite's 0021 and PostgreSQL's 0022): status →
  * executions_status_recent; agent and status → executions_agent_status_recent; schedule →
  * executions_schedule_recent, with status → executions_schedule_status_recent. The cursor and
  * since/until are a range on created_at inside that index. Several statuses are one seek per
