@@ -4,7 +4,7 @@ import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
 import { BULK_CHUNK, bulkColumns, inOrderOn, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
 import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
-import { LocalSignals, TOPICS, type Topic } from './signals.ts';
+import { LocalSignals, packMessages, TOPICS, type Topic } from './signals.ts';
 
 /**
  * The LISTEN/NOTIFY channel of a topic. Channels belong to the database, not to a schema, so a
@@ -29,6 +29,8 @@ export function channelName(schema: string | undefined, topic: Topic): string {
 }
 /** NOTIFYs queued in one event-loop turn go out in one query (at most this many per query). */
 const NOTIFY_BATCH = 100;
+/** Bytes of one notification's payload: PostgreSQL refuses 8,000 or more. */
+const NOTIFY_PAYLOAD_BYTES = 7_900;
 /** Arbitrary constant key for the migration advisory lock ("baton" in ASCII). */
 const MIGRATION_LOCK_KEY = 0x626174_6f6e;
 
@@ -106,7 +108,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   });
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const signals = new LocalSignals();
-  let outbox: Array<[string, string]> = [];
+  let outbox: Array<[Topic, string]> = [];
   let listener: pg.Client | undefined;
   let listening: Promise<void> | undefined;
   let closed = false;
@@ -139,8 +141,17 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   }
 
   function flush() {
-    const batch = outbox;
+    const byTopic = new Map<Topic, string[]>();
+    for (const [topic, message] of outbox) {
+      const list = byTopic.get(topic);
+      if (list) list.push(message);
+      else byTopic.set(topic, [message]);
+    }
     outbox = [];
+    // Each topic's messages of this turn packed into as few notifications as hold them.
+    const batch: Array<[string, string]> = [];
+    for (const [topic, messages] of byTopic)
+      for (const payload of packMessages(messages, `${signals.origin}|`, NOTIFY_PAYLOAD_BYTES)) batch.push([channel(topic), payload]);
     for (let i = 0; i < batch.length && !closed; i += NOTIFY_BATCH) {
       const part = batch.slice(i, i + NOTIFY_BATCH);
       const calls = part.map((_, j) => `pg_notify($${2 * j + 1}, $${2 * j + 2})`).join(', ');
@@ -232,7 +243,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     jsonElements: (json) => sql`json_array_elements(${json}::json)`,
     publish(topic, message) {
       signals.deliver(topic, message);
-      if (outbox.push([channel(topic), `${signals.origin}|${message}`]) === 1) setImmediate(flush);
+      if (outbox.push([topic, message]) === 1) setImmediate(flush);
     },
     subscribe(topic, fn) {
       void startListening();

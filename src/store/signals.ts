@@ -2,8 +2,8 @@ import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
 
 /**
- * Topics processes tell each other about. Messages are small (ids and codes, never payloads);
- * PostgreSQL carries them over LISTEN/NOTIFY, SQLite (one process) in memory.
+ * Topics processes tell each other about. Messages are small (ids and codes, never payloads) and
+ * never hold a newline; PostgreSQL carries them over LISTEN/NOTIFY, SQLite (one process) in memory.
  *   execution — `<agent>\t<execution ids, comma-separated>\t<status>` after status changes (see engine/announce.ts)
  *   log       — `<execution id>` after log lines were appended
  *   agent     — `<agent>` after an agent's settings changed (a raised cap may admit work)
@@ -25,11 +25,11 @@ export class LocalSignals {
   deliver(topic: Topic, message: string): void {
     queueMicrotask(() => this.emitter.emit(topic, message, true));
   }
-  /** A message from the database: `<origin>|<message>`. */
+  /** A notification from the database: `<origin>|<message>`, or several messages a line each (packMessages). */
   deliverRemote(topic: Topic, payload: string): void {
     const bar = payload.indexOf('|');
     if (bar < 0 || payload.slice(0, bar) === this.origin) return;
-    this.emitter.emit(topic, payload.slice(bar + 1), false);
+    for (const message of payload.slice(bar + 1).split('\n')) this.emitter.emit(topic, message, false);
   }
   /** `local`: this process published the message (a listener that must act once across processes acts on these only). */
   on(topic: Topic, fn: (message: string, local: boolean) => void): () => void {
@@ -42,4 +42,29 @@ export class LocalSignals {
   clear(): void {
     this.emitter.removeAllListeners();
   }
+}
+
+/**
+ * One topic's messages, in order, as few notification payloads as hold them: `<prefix>` then the
+ * messages a line each, each payload at most `maxBytes` bytes (a message too long for a payload of
+ * its own goes alone). Every notification costs PostgreSQL a queue entry, and costs each listening
+ * process a message to read and parse, whatever its size: W1 in-process announced ~2.4 messages
+ * per task, ~16 per event-loop turn (docs/benchmarks.md, "Notifications packed").
+ */
+export function packMessages(messages: readonly string[], prefix: string, maxBytes: number): string[] {
+  const payloads: string[] = [];
+  let lines: string[] = [];
+  let bytes = 0;
+  for (const m of messages) {
+    const size = Buffer.byteLength(m) + 1; // the line and its newline
+    if (lines.length > 0 && Buffer.byteLength(prefix) + bytes + size > maxBytes) {
+      payloads.push(prefix + lines.join('\n'));
+      lines = [];
+      bytes = 0;
+    }
+    lines.push(m);
+    bytes += size;
+  }
+  if (lines.length > 0) payloads.push(prefix + lines.join('\n'));
+  return payloads;
 }
