@@ -51,6 +51,17 @@ describeMultiProcess('signals on PostgreSQL', () => {
     off();
   });
 
+  it('sends what a process announced last before it closes', async () => {
+    const heard: string[] = [];
+    const off = mine.store.subscribe('agent', (message) => void heard.push(message));
+    const leaving = openPostgres({ url: PG_URL, schema: mine.location.schema, poolMax: 1 });
+    await untilHearing(mine.store, leaving);
+    leaving.publish('agent', 'last-words');
+    await leaving.close();
+    await expect.poll(() => heard, { timeout: 10_000 }).toContain('last-words');
+    off();
+  });
+
   it('names channels per schema, within PostgreSQL’s 63-byte identifiers', () => {
     expect(channelName(undefined, 'execution')).toBe('baton_execution');
     expect(channelName('tenant_a', 'execution')).toBe('baton_tenant_a_execution');

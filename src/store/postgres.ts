@@ -140,7 +140,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     }
   }
 
-  function flush() {
+  function flush(): Promise<unknown> {
     const byTopic = new Map<Topic, string[]>();
     for (const [topic, message] of outbox) {
       const list = byTopic.get(topic);
@@ -152,11 +152,13 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     const batch: Array<[string, string]> = [];
     for (const [topic, messages] of byTopic)
       for (const payload of packMessages(messages, `${signals.origin}|`, NOTIFY_PAYLOAD_BYTES)) batch.push([channel(topic), payload]);
+    const sent: Promise<unknown>[] = [];
     for (let i = 0; i < batch.length && !closed; i += NOTIFY_BATCH) {
       const part = batch.slice(i, i + NOTIFY_BATCH);
       const calls = part.map((_, j) => `pg_notify($${2 * j + 1}, $${2 * j + 2})`).join(', ');
-      pool.query(`SELECT ${calls}`, part.flat()).catch(() => {});
+      sent.push(pool.query(`SELECT ${calls}`, part.flat()).catch(() => {}));
     }
+    return Promise.all(sent);
   }
 
   function startListening(): Promise<void> {
@@ -246,7 +248,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       // Out a turn after this process's own listeners acted on it: a claim it woke here goes to
       // PostgreSQL first, not behind the NOTIFY (W2 in-process p50 −0.4 ms; docs/benchmarks.md,
       // "Notifications packed"). Other processes hear it that one turn later.
-      if (outbox.push([topic, message]) === 1) setImmediate(() => setImmediate(flush));
+      if (outbox.push([topic, message]) === 1) setImmediate(() => setImmediate(() => void flush()));
     },
     subscribe(topic, fn) {
       void startListening();
@@ -291,6 +293,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       return { applied, known };
     },
     async close() {
+      // What this process announced last still reaches the others (the flush waits a turn).
+      await flush();
       closed = true;
       signals.clear();
       if (listener) {
