@@ -293,8 +293,9 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       return { applied, known };
     },
     async close() {
-      // What this process announced last still reaches the others (the flush waits a turn).
-      await flush();
+      // What this process announced last still reaches the others (the flush waits a turn), unless
+      // PostgreSQL does not answer within a second: a shutdown never hangs on a notification.
+      await Promise.race([flush(), new Promise((r) => setTimeout(r, 1_000).unref())]);
       closed = true;
       signals.clear();
       if (listener) {
