@@ -108,7 +108,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   });
   const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   const signals = new LocalSignals();
-  let outbox: Array<[Topic, string]> = [];
+  /** Messages not yet sent to other processes, per topic, in order. */
+  let outbox = new Map<Topic, string[]>();
   let listener: pg.Client | undefined;
   let listening: Promise<void> | undefined;
   let closed = false;
@@ -141,16 +142,11 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   }
 
   function flush(): Promise<unknown> {
-    const byTopic = new Map<Topic, string[]>();
-    for (const [topic, message] of outbox) {
-      const list = byTopic.get(topic);
-      if (list) list.push(message);
-      else byTopic.set(topic, [message]);
-    }
-    outbox = [];
+    const pending = outbox;
+    outbox = new Map();
     // Each topic's messages of this turn packed into as few notifications as hold them.
     const batch: Array<[string, string]> = [];
-    for (const [topic, messages] of byTopic)
+    for (const [topic, messages] of pending)
       for (const payload of packMessages(messages, `${signals.origin}|`, NOTIFY_PAYLOAD_BYTES)) batch.push([channel(topic), payload]);
     const sent: Promise<unknown>[] = [];
     for (let i = 0; i < batch.length && !closed; i += NOTIFY_BATCH) {
@@ -248,7 +244,10 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       // Out a turn after this process's own listeners acted on it: a claim it woke here goes to
       // PostgreSQL first, not behind the NOTIFY (W2 in-process p50 −0.4 ms; docs/benchmarks.md,
       // "Notifications packed"). Other processes hear it that one turn later.
-      if (outbox.push([topic, message]) === 1) setImmediate(() => setImmediate(() => void flush()));
+      if (outbox.size === 0) setImmediate(() => setImmediate(() => void flush()));
+      const list = outbox.get(topic);
+      if (list) list.push(message);
+      else outbox.set(topic, [message]);
     },
     subscribe(topic, fn) {
       void startListening();
