@@ -780,8 +780,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         for (const read of agentReads) expect(read).toMatch(/\(name = /);
         expect(plans).not.toMatch(/Join Filter: .*(a\.name|s\.source_agent)/);
       }
-      // Plain submits (baton_submit_many, migration 0031): each backlog read from the agent's
-      // counters by primary key, no executions read at all. Made again (then rolled back) under
+      // Plain submits (baton_submit_many, migrations 0031 and 0032): each backlog read from the
+      // agent's counters by primary key, no executions read at all. Made again (then rolled back) under
       // new ids: the first call's rows exist.
       const again = (parameters: unknown[]) => [(parameters[0] as string[]).map((id) => `${id}-again`), ...parameters.slice(1)];
       for (const plans of await functionPlans('baton_submit_many', again)) {

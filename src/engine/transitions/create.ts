@@ -205,8 +205,9 @@ export interface PlainSubmit {
 
 /**
  * Many plain submits in one call, one round trip and one commit (PostgreSQL:
- * `baton_submit_many`, migration 0024): the new-work turn of every agent of the call, in name
- * order, then each submit as submitInOneStatement makes it. Returns the submits made, by id, each
+ * `baton_submit_many`, migration 0024; since 0032 the call's rows go in one INSERT): the new-work
+ * turn of every agent of the call, in name order, then the submits in the order given, each as
+ * submitInOneStatement makes it. Returns the submits made, by id, each
  * with whether its agent was paused; a submit missing from the map was refused (no such agent, or
  * its backlog full) and wrote nothing: submitInOneStatement says why. Ids must be distinct.
  */
