@@ -788,6 +788,17 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
         expect(plans).toMatch(/using agent_backlog_pkey/);
         expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
+        // Since 0032 one statement writes the call's rows: each submit's agent is read by its name,
+        // a lookup per submit, never a join of the submits with every agent (which a plan made while
+        // the table was young chose: a scan of all agents on every call, however many there became).
+        const from = plans.indexOf('INSERT INTO executions');
+        const next = plans.indexOf('Query Text:', from);
+        const insert = plans.slice(from, next === -1 ? undefined : next);
+        const lines = insert.split('\n');
+        const agentReads = lines.flatMap((l, k) => (/ on agents a(_\d+)?\b/.test(l) ? [lines.slice(k + 1, k + 3).join(' ')] : []));
+        expect(agentReads.length).toBeGreaterThan(0);
+        for (const read of agentReads) expect(read).toMatch(/\(name = /);
+        expect(insert).not.toMatch(/Hash Cond: .*name/);
       }
     }
   });
