@@ -53,11 +53,12 @@ export class LocalSignals {
  */
 export function packMessages(messages: readonly string[], prefix: string, maxBytes: number): string[] {
   const payloads: string[] = [];
+  const room = maxBytes - Buffer.byteLength(prefix);
   let lines: string[] = [];
   let bytes = 0;
   for (const m of messages) {
     const size = Buffer.byteLength(m) + 1; // the line and its newline
-    if (lines.length > 0 && Buffer.byteLength(prefix) + bytes + size > maxBytes) {
+    if (lines.length > 0 && bytes + size > room) {
       payloads.push(prefix + lines.join('\n'));
       lines = [];
       bytes = 0;

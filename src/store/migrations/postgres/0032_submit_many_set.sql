@@ -4,7 +4,7 @@
 -- backlog counters, and an INSERT with its audit row, whose statement-level trigger wrote one event
 -- and updated agent_backlog. Each of those is an executor start-up in PostgreSQL (every index of
 -- executions opened, its partial predicates prepared) for one row: alternated with the loop, W1
--- in-process on PostgreSQL used 0.49-0.54 ms of PostgreSQL CPU per task against 0.65-0.74 ms.
+-- in-process on PostgreSQL used 0.47-0.52 ms of PostgreSQL CPU per task against 0.63-0.79 ms.
 --
 -- The protocol is unchanged: the new-work turn of every agent of the call first, in name order;
 -- then the submits, in the order given. A submit is refused (left out of the result, nothing
