@@ -20,6 +20,8 @@
  *   --complete-claim                 W1 completions also claim the next task, one request (default off; HTTP only)
  *   --warmup-tasks N                 W1 warm-up tasks on separate agents, not measured (default tasks/10, 200..2000)
  *   --w2-submits N                   W2 measured submits (default 500), --w2-warmup N (default 20)
+ *   --w2-agents N                    W2 is run twice: one agent, then submits spread over N agents, each with its own
+ *                                    parked claim (default 100; 1 runs only the first)
  *   --server spawn|inproc            HTTP server as its own process (default) or startNode in this one
  *   --pg-url URL                     default $BATON_BENCH_DATABASE_URL or postgres://postgres@127.0.0.1:5432/test
  *   --anatomy-reps N                 statements/op probe repetitions (default 200; 0 skips it)
@@ -81,6 +83,7 @@ const { values: a } = parseArgs({
     'w2-submits': { type: 'string', default: '500' },
     'w2-warmup': { type: 'string', default: '20' },
     'w2-settle-ms': { type: 'string', default: '10' },
+    'w2-agents': { type: 'string', default: '100' },
     server: { type: 'string', default: 'spawn' },
     'pg-url': { type: 'string', default: process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' },
     'anatomy-reps': { type: 'string', default: '200' },
@@ -151,6 +154,7 @@ const w2cfg = {
   submits: int('w2-submits', a['w2-submits'], 1),
   warmup: int('w2-warmup', a['w2-warmup']),
   settleMs: int('w2-settle-ms', a['w2-settle-ms']),
+  spread: int('w2-agents', a['w2-agents'], 1),
 };
 const anatomyReps = int('anatomy-reps', a['anatomy-reps']);
 const quietPct = int('quiet-pct', a['quiet-pct']);
@@ -211,6 +215,8 @@ interface Row {
   store: StoreKind;
   workload: 'w1' | 'w2';
   mode: 'http' | 'inproc';
+  /** W2: the agents its submits were spread over, each with its own parked claim. */
+  agents?: number;
   /** Machine busy % (all cores) in the second before the phase started. */
   busy_before_pct?: number | null;
   /** CPU used during the measured part of the phase. */
@@ -338,11 +344,11 @@ async function phaseW1(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> 
   return row;
 }
 
-async function phaseW2(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> {
-  const row: Row = { store, workload: 'w2', mode };
+async function phaseW2(store: StoreKind, mode: 'http' | 'inproc', agents: number): Promise<Row> {
+  const row: Row = { store, workload: 'w2', mode, agents };
   row.w2 = await withDriver(store, mode, `w2_${mode}`, async ({ driver, serverPid }) => {
     const meter = await meterFor(store, serverPid);
-    const r = await runW2(driver, { ...w2cfg, agent: 'w2' });
+    const r = await runW2(driver, { ...w2cfg, agent: 'w2', agents });
     row.cpu = await meter.stop();
     return r;
   });
@@ -358,7 +364,7 @@ const VIA = { http: 'HTTP', inproc: 'in-process' };
 function tableRows(): string[][] {
   const out: string[][] = [];
   for (const r of rows) {
-    const base = [r.store, r.workload.toUpperCase(), VIA[r.mode]];
+    const base = [r.store, workloadLabel(r), VIA[r.mode]];
     const c = r.cpu;
     const opt = (x: number | null | undefined, none: string) => (x === null || x === undefined ? none : fmt(x, 1));
     const cpu = c
@@ -392,11 +398,15 @@ function tableRows(): string[][] {
         fmt(r.w2.wake.p99, 2),
         cpu,
         `p50 ≤ ${t} ms ${r.w2.wake.p50 <= t ? 'met' : 'MISSED'}`,
-        `${r.w2.submits} submits; submit call p50 ${fmt(r.w2.submit_call.p50, 2)} ms (back to back ${fmt(r.w2.submit_back_to_back.p50, 2)} ms); wake max ${fmt(r.w2.wake.max, 2)} ms`,
+        `${r.w2.submits} submits${r.w2.agents > 1 ? ` over ${r.w2.agents} agents, each with its own parked claim` : ''}; submit call p50 ${fmt(r.w2.submit_call.p50, 2)} ms${r.w2.submit_back_to_back ? ` (back to back ${fmt(r.w2.submit_back_to_back.p50, 2)} ms)` : ''}; wake max ${fmt(r.w2.wake.max, 2)} ms`,
       ]);
     }
   }
   return out;
+}
+/** W1, W2 (one agent) or W2×N (spread over N agents). */
+function workloadLabel(r: Row): string {
+  return r.workload === 'w2' && (r.agents ?? 1) > 1 ? `W2×${r.agents}` : r.workload.toUpperCase();
 }
 /** Statements and transactions per task (W1 in-process, PostgreSQL), with the kinds that make them. */
 function statementsPerTask(r: Row): string {
@@ -468,6 +478,11 @@ function describeSetup(): string[] {
     lines.push(
       `W2: idle system, ${w2cfg.submits} sequential submits (+${w2cfg.warmup} warm-up) to one agent; one claim loop long-polls it (wait 30 s); each submit ${w2cfg.settleMs} ms after the claim was re-issued.`,
       `    Latency = just before the submit call → the claim call returns the task.`,
+      ...(w2cfg.spread > 1
+        ? [
+            `W2×${w2cfg.spread}: the same, the submits round robin over ${w2cfg.spread} agents, each long-polled by its own claim loop: ${w2cfg.spread - 1} claims stay parked while each submit wakes its own agent's.`,
+          ]
+        : []),
     );
   }
   if (modes.includes('http')) {
@@ -613,17 +628,20 @@ async function main(): Promise<void> {
     }
   }
   for (const store of stores) {
-    for (const w of workloads) {
+    const phases = workloads.flatMap((w): { w: 'w1' | 'w2'; agents?: number }[] =>
+      w === 'w1' ? [{ w }] : [1, w2cfg.spread].filter((n, i) => i === 0 || n > 1).map((agents) => ({ w, agents })),
+    );
+    for (const { w, agents } of phases) {
       for (const mode of modes) {
         if (interrupted) return;
-        log(`▶ ${store} ${w.toUpperCase()} ${VIA[mode]} …`);
+        log(`▶ ${store} ${workloadLabel({ store, workload: w, mode, agents })} ${VIA[mode]} …`);
         const busyBefore = await waitForQuiet(quietPct, quietMaxMs, (b) =>
           log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`),
         );
         const started = Date.now();
         try {
           if (store === 'postgres' && !env.postgres) throw new Error(`PostgreSQL not reachable at ${pgUrl}`);
-          const row = w === 'w1' ? await phaseW1(store, mode) : await phaseW2(store, mode);
+          const row = w === 'w1' ? await phaseW1(store, mode) : await phaseW2(store, mode, agents ?? 1);
           row.busy_before_pct = busyBefore;
           rows.push(row);
           if (row.w1)
@@ -636,7 +654,7 @@ async function main(): Promise<void> {
             );
         } catch (err: any) {
           log(`  failed: ${err?.stack ?? err}`);
-          rows.push({ store, workload: w, mode, error: String(err?.message ?? err) });
+          rows.push({ store, workload: w, mode, agents, error: String(err?.message ?? err) });
         }
       }
     }
