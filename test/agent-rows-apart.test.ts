@@ -25,10 +25,16 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
+/** A connection of its own to the test's schema. */
+async function connect(): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
+  await client.connect();
+  return client;
+}
+
 describe.skipIf(STORE_KIND !== 'postgres')('agent rows under an old snapshot (PostgreSQL)', () => {
   it('an agent row is read in a few buffers after many counter changes that no snapshot lets PostgreSQL prune', async () => {
-    const reader = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
-    await reader.connect();
+    const reader = await connect();
     try {
       // An old snapshot, held through the work below.
       await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
@@ -41,8 +47,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('agent rows under an old snapshot (Po
           await engine.complete(task!.id, task!.lease_token!, { status: 'succeeded' }, 'w');
         }
       }
-      const probe = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
-      await probe.connect();
+      const probe = await connect();
       try {
         for (const agent of [AGENTS[0]!, AGENTS[11]!]) {
           const { rows } = await probe.query(
