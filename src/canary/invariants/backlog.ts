@@ -1,4 +1,5 @@
 import { sql } from 'kysely';
+import { waitingSince } from '../../engine/backlog.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
@@ -100,9 +101,7 @@ export const B05: StateInvariant<StaleQueued> = {
     const rows = await tx
       .selectFrom('executions')
       .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
-      .where('status', '=', status('queued'))
-      .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', cutoff))
-      .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', cutoff)]))
+      .where((eb) => waitingSince(eb, cutoff))
       .orderBy('id')
       .limit(MAX_FINDINGS + 1)
       .execute();

@@ -4,11 +4,12 @@ import type { ReapKind, Reaped } from '../../domain/outcomes.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
+import { waitingSince } from '../backlog.ts';
 import { countTowardBreakers } from '../breaker.ts';
 import { accrueBudget } from '../budget.ts';
 import { setLapseHold } from './lapse.ts';
 import { insertRetry } from './retry.ts';
-import { QUEUED, RUNNING, stamp } from './stamp.ts';
+import { RUNNING, stamp } from './stamp.ts';
 
 export type { ReapKind, Reaped };
 
@@ -123,16 +124,12 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
   // Timed out, poisoned or force-cancelled runs used their run time: it counts toward a budget.
   for (const row of ended) if (row.completed_at !== null) await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
 
-  // Waiting since it was queued, or since its last start if a lapsed lease put it back, or
-  // since its run_after: a delayed task is not stale before it was allowed to start.
   const stale = await store
     .lockRows(
       tx
         .selectFrom('executions')
         .selectAll()
-        .where('status', '=', QUEUED)
-        .where((eb) => eb(eb.fn.coalesce('started_at', 'queued_at'), '<', o.now - o.backlogExpiryMs))
-        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<', o.now - o.backlogExpiryMs)]))
+        .where((eb) => waitingSince(eb, o.now - o.backlogExpiryMs))
         .limit(o.batch),
       'skip',
     )
