@@ -250,7 +250,9 @@ export interface PlainClaim extends AdmitOptions {
  * name order, its candidates locked SKIP LOCKED and limited by its free seats, each update
  * re-checking `queued`, and the event trigger adds each seat under the same lock.
  * test/plans.test.ts reads the function's own plans, custom and generic: candidates through
- * executions_admission, each taken row by position.
+ * executions_admission, each taken row by position. The function plans without sorting (0034), so a
+ * connection that made its plans while the store was young cannot have kept one that reads every
+ * queued row, sorted, for each agent (test/claim-plan-young.test.ts).
  */
 export async function claimManyInOneStatement(db: Kysely<DB>, items: readonly PlainClaim[]): Promise<Map<string, ExecutionRow[]>> {
   const tokens: string[] = [];
