@@ -113,6 +113,30 @@ describe('baton doctor', () => {
     }
   });
 
+  it("reports PostgreSQL's autovacuum for Baton's tables (none on SQLite)", async () => {
+    const doctor = async () => JSON.parse((await baton(['doctor', '--json']).done).stdout) as Checks;
+    const row = (r: Checks) => r.checks.find((c) => c.check === 'autovacuum');
+    if (STORE_KIND === 'sqlite') {
+      expect(row(await doctor())).toBeUndefined();
+      return;
+    }
+    const { sql } = await import('kysely');
+    const server = (await sql<{ autovacuum: string }>`SHOW autovacuum`.execute(ts.store.db)).rows[0]!.autovacuum;
+    const before = row(await doctor())!;
+    // (This machine's PostgreSQL may run with autovacuum off: then the doctor warns, and says why.)
+    if (server === 'on') expect(before).toMatchObject({ status: 'ok' });
+    else expect(before).toMatchObject({ status: 'warn', detail: expect.stringMatching(/^autovacuum = off/) });
+    await sql`ALTER TABLE execution_logs SET (autovacuum_enabled = off)`.execute(ts.store.db);
+    try {
+      const after = row(await doctor())!;
+      expect(after.status).toBe('warn');
+      expect(after.detail).toContain('autovacuum_enabled = false on execution_logs');
+      expect(after.detail).toContain('docs/operations.md');
+    } finally {
+      await sql`ALTER TABLE execution_logs RESET (autovacuum_enabled)`.execute(ts.store.db);
+    }
+  });
+
   it('fails on a refused key', async () => {
     const r = await baton(['doctor', '--json'], { BATON_API_KEY: 'bt_0000000000000000_' + 'x'.repeat(43) }).done;
     expect(r.code).toBe(EXIT.error);
