@@ -16,7 +16,7 @@
  *   --loops N                        W1 claim loops (default 50), --claim-max N (default 3)
  *   --submit-concurrency N           W1 submits in flight (default 32)
  *   --idle-wait-ms N                 W1 long-poll when a loop's agents were all empty (default 200)
- *   --submit-batch N                 W1 tasks per submit request, the batch route (default 1: single submits; HTTP only)
+ *   --submit-batch N                 W1 tasks per submit, the batch route or engine.submitMany (default 1: single submits)
  *   --complete-claim                 W1 completions also claim the next task, one request (default off; HTTP only)
  *   --warmup-tasks N                 W1 warm-up tasks on separate agents, not measured (default tasks/10, 200..2000)
  *   --w2-submits N                   W2 measured submits (default 500), --w2-warmup N (default 20)

@@ -104,6 +104,15 @@ export function engineDriver(store: StoreAdapter, engineOpts: { claimPollMs?: nu
     async complete(id, token) {
       await engine.complete(id, token, { status: 'succeeded' }, 'bench');
     },
+    async submitMany(agent, is) {
+      const out = await engine.submitMany(
+        agent,
+        is.map((i) => ({ message: 'noop', payload: { i } })),
+        'bench',
+      );
+      const bad = out.find((o) => o.kind !== 'created');
+      if (bad) throw new Error(`batch submit: ${JSON.stringify(bad)}`);
+    },
     async close() {
       engine.close();
     },
