@@ -12,7 +12,8 @@
  *
  * Fewer round trips (issue #12), both off by default so figures stay comparable with earlier runs:
  * - submitBatch B > 1: the submitters send batches of up to B tasks of one agent (the batch
- *   route), the batches taken round robin over the agents, so arrival stays spread;
+ *   route over HTTP, engine.submitMany in-process), the batches taken round robin over the
+ *   agents, so arrival stays spread;
  * - completeClaim: each completion also claims one task of its agent (the slot it frees), and
  *   the loop runs that task next; the loop claims on its own only when a completion brought none.
  */
