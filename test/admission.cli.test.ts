@@ -54,13 +54,18 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
     ]);
     expect(paused).toMatch(new RegExp(`agent ${agent} paused since .* by key:\\S+: key rotation`));
 
-    const [list, get, why, whyJson, noReason] = await Promise.all([
+    const second = await node.engine.submit(agent, { message: 'waits behind it' }, 'test');
+    const [list, get, why, whyJson, noReason, whySecond] = await Promise.all([
       ok(['agents', 'list']),
       ok(['agents', 'get', agent, '--json']),
       ok(['why', ex.id]),
       ok(['why', ex.id, '--json']),
       baton(['agents', 'pause', agent]),
+      ok(['why', second.id]),
     ]);
+    // How many are ahead is said once, in the summary.
+    expect(whySecond).toContain('(1 ahead of it in the queue)');
+    expect(whySecond).not.toContain('Ahead of it');
     expect(list).toMatch(/paused/);
     expect(list).toContain('key rotation');
     expect(JSON.parse(get).paused).toMatchObject({ reason: 'key rotation' });
@@ -71,7 +76,7 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
     expect(noReason.code).not.toBe(0);
     expect(noReason.stderr).toMatch(/--reason/);
 
-    expect(await ok(['agents', 'resume', agent])).toContain(`agent ${agent} resumed (1 queued)`);
+    expect(await ok(['agents', 'resume', agent])).toContain(`agent ${agent} resumed (2 queued)`);
     const [row] = await node.engine.claim(agent, { owner: 'w' });
     expect(row!.id).toBe(ex.id);
     expect(await ok(['why', ex.id])).toContain(`${ex.id} is running: it is not waiting.`);

@@ -4,6 +4,7 @@
  * redacted paths stay redacted in both formats. Real `baton up` processes on this project's store.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
@@ -106,7 +107,7 @@ describe(`baton up's log format (${STORE_KIND})`, () => {
     expect(second.stderr()).not.toContain('bt_');
   });
 
-  it('json: every line of stdout is a JSON object, no banner, and "baton is up" carries url, store, node, data_dir', async () => {
+  it('json: every line of stdout is a JSON object, no banner, and "baton is up" carries url, store, node, data_dir; "baton stopped" last', async () => {
     const ts = await freshStore();
     const node = await up(ts, 'json', '"msg":"baton is up"');
     expect(await node.stop()).toBe(0);
@@ -115,7 +116,30 @@ describe(`baton up's log format (${STORE_KIND})`, () => {
     for (const line of out) expect(parses(line), line).toBe(true);
     const isUp = out.map((l) => JSON.parse(l)).find((l) => l.msg === 'baton is up');
     expect(isUp).toMatchObject({ store: STORE_KIND, data_dir: ts.location.dataDir, url: expect.stringMatching(/^http:\/\//) });
+    expect(JSON.parse(out.at(-1)!)).toMatchObject({ msg: 'baton stopped' });
     expect(node.stdout()).not.toContain('Admin key:');
+  });
+
+  it("a first start never overwrites another store's admin.key in the same data dir: it keeps it beside the new one", async () => {
+    const ts = await freshStore();
+    // What a first start on the other store left in this directory (SQLite, then PostgreSQL, both in ./.baton).
+    const other = `bt_${'0'.repeat(15)}9_${'A'.repeat(43)}`;
+    mkdirSync(ts.location.dataDir, { recursive: true });
+    writeFileSync(join(ts.location.dataDir, 'admin.key'), other + '\n', { mode: 0o600 });
+    const node = await up(ts, 'json', '"msg":"baton is up"');
+    expect(await node.stop()).toBe(0);
+    const key = /^\s+(bt_\S+)$/m.exec(node.stderr())?.[1];
+    expect(key, node.stderr()).toBeDefined();
+    expect(readFileSync(join(ts.location.dataDir, 'admin.key'), 'utf8').trim()).toBe(key);
+    const kept = readdirSync(ts.location.dataDir).filter((f) => f.startsWith('admin.key.replaced-'));
+    expect(kept).toHaveLength(1);
+    const keptPath = join(ts.location.dataDir, kept[0]!);
+    expect(readFileSync(keptPath, 'utf8').trim()).toBe(other);
+    expect(statSync(keptPath).mode & 0o777).toBe(0o600);
+    expect(node.stderr()).toContain(`kept as ${keptPath}`);
+    // Neither key reaches the logs.
+    expect(node.stdout()).not.toContain(other);
+    expect(node.stdout()).not.toContain(key!);
   });
 
   it('unset with stdout a pipe: JSON lines', async () => {

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NotFound, Unauthorized, BatonError } from '../domain/errors.ts';
 import { appendAudit } from '../engine/audit.ts';
@@ -129,7 +129,7 @@ export class KeyStore {
    * On first start, create the admin key, save it to `<dataDir>/admin.key` (0600) and return it
    * so the caller can print it once. Returns null when an admin key already exists.
    */
-  async ensureBootstrapKey(dataDir: string): Promise<string | null> {
+  async ensureBootstrapKey(dataDir: string): Promise<BootstrapKey | null> {
     const { secret, key } = mint(BOOTSTRAP_KEY_ID);
     const now = Date.now();
     const inserted = await this.store.transaction(async (tx) => {
@@ -159,16 +159,38 @@ export class KeyStore {
       return created;
     });
     if (!inserted) return null;
-    writeKeyFile(dataDir, key);
-    return key;
+    return { key, previousKeptAs: writeKeyFile(dataDir, key) };
   }
 }
 
-export function writeKeyFile(dataDir: string, key: string): void {
+/** The admin key a first start created, and where the key file it replaced was kept (if any). */
+export interface BootstrapKey {
+  key: string;
+  previousKeptAs?: string;
+}
+
+/**
+ * Save `key` as `<dataDir>/admin.key` (0600). A key file already there that holds another key
+ * (another store's first start in the same directory: SQLite, then PostgreSQL) is never
+ * overwritten: it is renamed to `admin.key.replaced-<time>` first, and that path is returned.
+ */
+export function writeKeyFile(dataDir: string, key: string): string | undefined {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = join(dataDir, ADMIN_KEY_FILE);
+  let keptAs: string | undefined;
+  const previous = readKeyFile(dataDir);
+  if (previous !== undefined && previous !== key) {
+    const stamp = new Date()
+      .toISOString()
+      .replace(/[-:]/g, '')
+      .replace(/\.\d+Z$/, 'Z');
+    keptAs = `${file}.replaced-${stamp}`;
+    for (let n = 2; existsSync(keptAs); n++) keptAs = `${file}.replaced-${stamp}-${n}`;
+    renameSync(file, keptAs);
+  }
   writeFileSync(file, key + '\n', { mode: 0o600 });
   chmodSync(file, 0o600);
+  return keptAs;
 }
 
 export function readKeyFile(dataDir: string): string | undefined {

@@ -39,7 +39,7 @@ const agentRow = (a: Agent) => ({
   queued: `${a.queued}/${a.max_backlog}`,
   timeout: `${a.timeout_seconds}s`,
   lease: `${a.lease_ttl_seconds}s`,
-  paused: a.paused ? `since ${relativeTime(a.paused.since)} by ${a.paused.by}: ${a.paused.reason}` : '',
+  paused: a.paused ? `since ${relativeTime(a.paused.since)} by ${a.paused.by}: ${a.paused.reason}` : 'no',
 });
 
 /** `agents show`: the circuit breaker in one line. */
@@ -62,7 +62,8 @@ export function showWaiting(id: string, status: string, w: Waiting | null): stri
       lines.push(
         `  seat: ${h.execution_id} held by ${h.lease_owner ?? '?'} for ${h.running_seconds ?? '?'} s (lease until ${h.lease_expires_at ?? '?'})`,
       );
-  if (w.reason !== 'run_after' && w.ahead > 0) lines.push(`Ahead of it: ${w.ahead}${w.ahead_capped ? '+' : ''}.`);
+  // The summary says how many are ahead, except for serial_busy (describeWaiting); for run_after the queue is not why it waits.
+  if (w.reason === 'serial_busy' && w.ahead > 0) lines.push(`Ahead of it: ${w.ahead}${w.ahead_capped ? '+' : ''}.`);
   if (w.backlog_expires_at) lines.push(`Fails as backlog_expired at ${w.backlog_expires_at} if still queued.`);
   return lines.join('\n');
 }
@@ -169,7 +170,12 @@ export function buildProgram(): Command {
       });
       if (node.createdAdminKey) {
         process.stderr.write(
-          `\nAdmin API key (shown once; also saved to ${o.dataDir ?? readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n\n`,
+          `\nAdmin API key (shown once; also saved to ${o.dataDir ?? readEnv().dataDir}/admin.key, mode 0600):\n  ${node.createdAdminKey}\n` +
+            (node.replacedKeyFile
+              ? `The admin.key there held another key (another store's, started in the same directory): kept as ${node.replacedKeyFile}.\n` +
+                'Give each store its own BATON_DATA_DIR to keep their keys apart.\n'
+              : '') +
+            '\n',
         );
       }
       // For a person at a terminal; in JSON the 'baton is up' line already carries the same facts.

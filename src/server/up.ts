@@ -25,6 +25,8 @@ export interface BatonNode {
   url: string;
   /** The admin key, when this start created it (printed once). */
   createdAdminKey: string | null;
+  /** Where the admin.key file this start replaced was kept (it held another store's key). */
+  replacedKeyFile: string | null;
   dataDir: string;
   /** The store for a person (src/server/banner.ts): credentials redacted. */
   storeLabel: string;
@@ -86,7 +88,8 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     chainDepthLimit: config.chainDepthLimit,
   });
   const keys = new KeyStore(store);
-  const createdAdminKey = await keys.ensureBootstrapKey(env.dataDir);
+  const bootstrap = await keys.ensureBootstrapKey(env.dataDir);
+  const createdAdminKey = bootstrap?.key ?? null;
   const reaperIntervalMs = opts.reaperIntervalMs ?? DEFAULTS.reaperIntervalMs;
   const canary = new Canary({
     store,
@@ -234,6 +237,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     store,
     url: address,
     createdAdminKey,
+    replacedKeyFile: bootstrap?.previousKeptAs ?? null,
     dataDir: env.dataDir,
     storeLabel: describeStore(location),
     logFormat,
@@ -252,6 +256,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
         clearTimeout(cut);
         await tracing?.shutdown(); // before the store closes: the last terminal spans read their row
         await store.close();
+        if (logger) logger.info({ node: nodeId }, 'baton stopped');
       })();
       return stopping;
     },
