@@ -233,18 +233,18 @@ describeGroupCommit('group commit (sqlite)', () => {
     for (let i = 0; i < 5; i++) expect(log.indexOf(`quick${i}:end`)).toBe(log.indexOf(`quick${i}:start`) + 1);
   });
 
-  it('bounds a group to 64 transactions', async () => {
+  it('bounds a group to 256 transactions', async () => {
     const before = { ...stats(t) };
     const groupOf: number[] = [];
     await Promise.all(
-      Array.from({ length: 150 }, (_, i) =>
+      Array.from({ length: 600 }, (_, i) =>
         t.store.transaction(async (tx) => {
           groupOf.push(stats(t).groups);
           await insertAgent(tx, `gc-many-${i}`);
         }),
       ),
     );
-    expect([...countBy(groupOf).values()]).toEqual([64, 64, 22]);
+    expect([...countBy(groupOf).values()]).toEqual([256, 256, 88]);
     expect(stats(t).commits - before.commits).toBe(3);
   });
 

@@ -8,18 +8,20 @@ import type { DB } from './schema.ts';
  * Bounds on one group. Every statement of a group runs synchronously inside better-sqlite3 with
  * only microtask hops between them, so a group holds the event loop from BEGIN to COMMIT, except
  * where a member gives it a turn (a bulk insert between its chunks: sqlite.ts `insertMany`; the
- * connection stays held, so no other statement runs meanwhile): 64 submits or claims take ~3-10 ms
- * on this kind of machine, and the work bound stops a group that runs slower (a loaded machine, a
- * big scheduler batch) well inside the ~50 ms budget. A transaction that is long on its own (the
- * pruner, migrations) never comes through here.
+ * connection stays held, so no other statement runs meanwhile). The work bound is what keeps a
+ * group well inside the ~50 ms budget: a group stops taking members once it has worked 10 ms
+ * (64 submits or claims take ~3-10 ms on this kind of machine). The count only caps a burst
+ * larger than that: W1 in the batched protocol made groups of ~90 and ran 4-5 % faster with 256
+ * than with 64 (docs/benchmarks.md, 2026-12-05 late morning). A transaction that is long on its
+ * own (the pruner, migrations) never comes through here.
  */
 export interface GroupLimits {
-  /** Transactions per group (default 64). */
+  /** Transactions per group (default 256). */
   maxTransactions: number;
   /** Stop adding members once the group has worked this long (default 10 ms). */
   maxWorkMs: number;
 }
-export const GROUP_LIMITS: GroupLimits = { maxTransactions: 64, maxWorkMs: 10 };
+export const GROUP_LIMITS: GroupLimits = { maxTransactions: 256, maxWorkMs: 10 };
 
 /** What group commit has done since the store opened (tests and the benchmark read it). */
 export interface GroupCommitStats {

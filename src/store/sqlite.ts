@@ -73,7 +73,7 @@ export function checkpointStats(store: StoreAdapter): Readonly<CheckpointStats> 
  * transaction runs on a read-write connection in a worker thread while this one waits its turn.
  */
 export interface SqliteOptions {
-  /** Bounds on one group commit (default GROUP_LIMITS: 64 transactions or ~10 ms of work). */
+  /** Bounds on one group commit (default GROUP_LIMITS: 256 transactions or ~10 ms of work). */
   groupLimits?: Partial<GroupLimits>;
   /**
    * How often the worker thread checkpoints the WAL (default BACKGROUND_CHECKPOINT_MS); 0 turns
