@@ -159,14 +159,14 @@ export class KeyStore {
       return created;
     });
     if (!inserted) return null;
-    return { key, previousKeptAs: writeKeyFile(dataDir, key) };
+    return { key, replacedKeyFile: writeKeyFile(dataDir, key) };
   }
 }
 
 /** The admin key a first start created, and where the key file it replaced was kept (if any). */
 export interface BootstrapKey {
   key: string;
-  previousKeptAs?: string;
+  replacedKeyFile?: string;
 }
 
 /**

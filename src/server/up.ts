@@ -237,7 +237,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     store,
     url: address,
     createdAdminKey,
-    replacedKeyFile: bootstrap?.previousKeptAs ?? null,
+    replacedKeyFile: bootstrap?.replacedKeyFile ?? null,
     dataDir: env.dataDir,
     storeLabel: describeStore(location),
     logFormat,
