@@ -5,12 +5,15 @@
  * No store is used: the file runs the same in both projects.
  */
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, readConfig, readConnectionEnv, readEnv, readTelemetryEnv, type Config } from '../src/config.ts';
 import { BATON_BIN, freePort } from './helpers/process.ts';
+import { openTestStore, STORE_KIND } from './helpers/store.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -180,6 +183,23 @@ describe('a bad value stops `baton up`', () => {
     }
     // And the port it was given is still free.
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
+  });
+
+  it(`a port already taken: exits 1 naming BATON_HOST and BATON_PORT, its store closed (${STORE_KIND})`, async () => {
+    const ts = await openTestStore();
+    const taken = createServer();
+    await new Promise<void>((done) => taken.listen(0, '127.0.0.1', done));
+    try {
+      const port = (taken.address() as AddressInfo).port;
+      // Killed after 20 s if it hangs (a store left open kept it alive on PostgreSQL): then code is null.
+      const r = await up({ ...ts.env, BATON_PORT: String(port) });
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toContain(`error: cannot listen on 127.0.0.1:${port} (BATON_HOST, BATON_PORT): the address is in use\n`);
+      expect(r.stdout).not.toMatch(/baton is up/);
+    } finally {
+      taken.close();
+      await ts.cleanup();
+    }
   });
 });
 

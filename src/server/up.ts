@@ -224,7 +224,19 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     },
   ];
 
-  const address = await app.listen({ port: env.port, host: env.host });
+  let address: string;
+  try {
+    address = await app.listen({ port: env.port, host: env.host });
+  } catch (err) {
+    // Nothing was started yet but the store and the server object: close them, or the store's
+    // pool would keep the process alive after the error was printed.
+    engine.close();
+    await app.close().catch(() => {});
+    await tracing?.shutdown().catch(() => {});
+    await store.close();
+    const why = (err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? 'the address is in use' : (err as Error).message;
+    throw new Error(`cannot listen on ${env.host}:${env.port} (BATON_HOST, BATON_PORT): ${why}`, { cause: err });
+  }
   ready = true;
   const loops = passes.filter((p) => p.on).map((p) => startLoop(p, engine.events));
   if (logger) logger.info({ url: address, store: store.kind, node: nodeId, data_dir: env.dataDir }, 'baton is up');
