@@ -123,6 +123,37 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       refused(await call('DELETE', '/v1/keys/not!an!id'), 400, 'validation_error');
     });
 
+    it('never revokes the last active admin key (409 last_admin_key); two admins revoking each other at once leave one', async () => {
+      const own = await openTestStore();
+      const ownEngine = new Engine({ store: own.store, nodeId: 'api-test-keys' });
+      const ownKeys = new KeyStore(own.store);
+      const ownApp = await buildServer({ engine: ownEngine, keys: ownKeys, logger: false });
+      const del = (id: string, key: string) =>
+        ownApp.inject({ method: 'DELETE', url: `/v1/keys/${id}`, headers: { authorization: `Bearer ${key}` } });
+      try {
+        const a = await ownKeys.create({ name: 'a', scope: 'admin' }, 'test');
+        const b = await ownKeys.create({ name: 'b', scope: 'admin' }, 'test');
+        await ownEngine.createAgent({ name: 'w' }, 'test');
+        await ownKeys.create({ name: 'worker', scope: 'agent', agent: 'w' }, 'test'); // not an admin: does not count
+        const [ra, rb] = await Promise.all([del(b.row.id, a.key), del(a.row.id, b.key)]);
+        expect([ra.statusCode, rb.statusCode].sort()).toEqual([200, 409]);
+        const refusal = JSON.parse((ra.statusCode === 409 ? ra : rb).body);
+        expect(refusal).toMatchObject({ error: 'last_admin_key' });
+        expect(refusal.message).toMatch(/last active admin key/);
+        const survivor = ra.statusCode === 200 ? a : b;
+        expect(JSON.parse((await del(survivor.row.id, survivor.key)).body)).toMatchObject({ error: 'last_admin_key' });
+        const still = await ownApp.inject({ method: 'GET', url: '/v1/agents', headers: { authorization: `Bearer ${survivor.key}` } });
+        expect(still.statusCode).toBe(200);
+        // With another admin key, it goes.
+        const c = await ownKeys.create({ name: 'c', scope: 'admin' }, 'test');
+        expect((await del(survivor.row.id, c.key)).statusCode).toBe(200);
+      } finally {
+        await ownApp.close();
+        ownEngine.close();
+        await own.cleanup();
+      }
+    });
+
     it('serves /healthz, /readyz and /openapi.json without a key', async () => {
       const health = await get('/healthz', null);
       expect(health.status).toBe(200);
@@ -870,6 +901,9 @@ describe(`HTTP API (${STORE_KIND})`, () => {
 
     it('are refused without an agent, or for an unknown agent', async () => {
       expect(refused(await post('/v1/keys', { name: 'w', scope: 'agent' }), 400, 'validation_error').message).toContain('body.agent');
+      expect(refused(await post('/v1/keys', { name: 'w', scope: 'admin', agent: 'x' }), 400, 'validation_error').message).toContain(
+        'body.agent',
+      );
       refused(await post('/v1/keys', { name: 'w', scope: 'agent', agent: 'no-such-agent' }), 404, 'not_found');
       expect(refused(await post('/v1/keys', { name: 'w', scope: 'root' }), 400, 'validation_error').message).toContain('body.scope');
       expect(refused(await post('/v1/keys', { name: '', scope: 'admin' }), 400, 'validation_error').message).toContain('body.name');

@@ -288,5 +288,8 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     expect(list.stdout).not.toContain(admin.slice(-43));
     expect(exits(revoked, EXIT.ok).stdout.trim()).toBe(`revoked key ${created.id}`);
     exits(await baton(['agents', 'list'], { BATON_API_KEY: created.key }), EXIT.auth);
+    // A scope is required, and said when missing (the action's refusal was once swallowed).
+    const [none, both] = await Promise.all([baton(['keys', 'create', 'k']), baton(['keys', 'create', 'k', '--admin', '--agent', a])]);
+    for (const r of [none, both]) expect(exits(r, EXIT.usage).stderr).toBe('error: give exactly one of --agent <name> or --admin\n');
   });
 });

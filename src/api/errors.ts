@@ -26,6 +26,7 @@ const STATUS: Record<ErrorCode, number> = {
   // Some items of a group cannot be created now (details.items says which and why); nothing was written.
   group_refused: 409,
   too_many_streams: 429,
+  last_admin_key: 409,
 };
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */

@@ -52,6 +52,9 @@ export class KeyStore {
     if (input.scope === 'agent' && !input.agent) {
       throw new BatonError('validation_error', "body.agent: required when scope is 'agent'");
     }
+    if (input.scope === 'admin' && input.agent) {
+      throw new BatonError('validation_error', "body.agent: only for scope 'agent' (an admin key is not scoped to an agent)");
+    }
     const { id, secret, key } = mint();
     const now = Date.now();
     const row = await this.store.transaction(async (tx) => {
@@ -91,6 +94,11 @@ export class KeyStore {
   async revoke(id: string, actor: string): Promise<ApiKeyRow> {
     const now = Date.now();
     const row = await this.store.transaction(async (tx) => {
+      // The active admin keys, locked: two revokes at once cannot each leave the other's key as
+      // "another admin key" and so revoke both (on SQLite the transaction is the lock).
+      const admins = await this.store
+        .lockRows(tx.selectFrom('api_keys').select('id').where('scope', '=', 'admin').where('revoked_at', 'is', null), 'wait')
+        .execute();
       const updated = await tx
         .updateTable('api_keys')
         .set({ revoked_at: now })
@@ -100,6 +108,13 @@ export class KeyStore {
         .executeTakeFirst();
       const current = updated ?? (await tx.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst());
       if (!current) throw new NotFound('key', id);
+      if (updated?.scope === 'admin' && admins.every((a) => a.id === id)) {
+        // Nothing could be done with the server afterwards, and no key comes back on restart.
+        throw new BatonError(
+          'last_admin_key',
+          `key '${id}' is the last active admin key; create another first (baton keys create NAME --admin), then revoke this one`,
+        );
+      }
       if (updated) await appendAudit(tx, { at: now, actor, action: 'key.revoke', subject: id });
       return current;
     });

@@ -41,6 +41,7 @@ export function describeError(err: unknown): { code: number; line: string } {
       case 'idempotency_key_reused':
       case 'idempotency_in_flight':
       case 'group_refused':
+      case 'last_admin_key':
         return { code: EXIT.conflict, line };
       default:
         return { code: EXIT.error, line };

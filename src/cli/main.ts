@@ -481,12 +481,14 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
   } catch (err: any) {
-    if (err?.code?.startsWith?.('commander.')) {
-      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
-      return EXIT.usage;
-    }
+    // Thrown by an action (commander printed nothing): say it. One thrown while parsing reaches
+    // here as a plain CommanderError, already printed.
     if (err instanceof InvalidArgumentError) {
       process.stderr.write(`error: ${err.message}\n`);
+      return EXIT.usage;
+    }
+    if (err?.code?.startsWith?.('commander.')) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
       return EXIT.usage;
     }
     const { code, line } = describeError(err);

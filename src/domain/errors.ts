@@ -21,7 +21,8 @@ export type ErrorCode =
   | 'invalid_signature'
   | 'invalid_json'
   | 'group_refused'
-  | 'too_many_streams';
+  | 'too_many_streams'
+  | 'last_admin_key';
 
 /** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
 export type EdgeErrorCode =

@@ -47,7 +47,12 @@ export const keyRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { keys }) =
   app.delete(
     '/v1/keys/:id',
     {
-      schema: { tags: ['keys'], summary: 'Revoke an API key', params: KeyParams, response: { 200: ApiKey, 404: ErrorBody } },
+      schema: {
+        tags: ['keys'],
+        summary: 'Revoke an API key (409 last_admin_key: the last active admin key stays)',
+        params: KeyParams,
+        response: { 200: ApiKey, 404: ErrorBody, 409: ErrorBody },
+      },
     },
     async (req) => {
       requireAdmin(req);
