@@ -3,10 +3,11 @@
  * comes after the deadline, a hang, signatures, cancellation aborting the request, a refused
  * connection, and the push secret never leaving the server in plain text.
  */
-import { createHmac } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, type BatonClient } from '../src/client.ts';
+import { secretBoxFromKey } from '../src/delivery/secrets.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode, until } from './helpers/delivery.ts';
 import { freePort } from './helpers/process.ts';
@@ -216,6 +217,32 @@ describe('push delivery', () => {
     const e = await terminal(bad.execution_id);
     expect(e.status).toBe('failed');
     expect(e.error?.message).toContain('HTTP 401');
+  });
+
+  it('a secret sealed with another BATON_SECRET_KEY fails as push_secret_unreadable, logged, without a request', async () => {
+    const agentSide = await agentServer((_s, res) => json(res, 200, { status: 'succeeded' }));
+    await api.createAgent({
+      name: 'push-other-key',
+      delivery: 'push',
+      push_url: agentSide.url,
+      push_secret: 'sealed-elsewhere-0123456789',
+    });
+    // What another process, with its own secret.key, would have stored.
+    const elsewhere = secretBoxFromKey(randomBytes(32)).seal('sealed-elsewhere-0123456789');
+    await ts.store.db.updateTable('agents').set({ push_secret: elsewhere }).where('name', '=', 'push-other-key').execute();
+    const logged: unknown[] = [];
+    const onError = ({ loop, error }: { loop: string; error: unknown }) => loop === 'dispatcher' && logged.push(error);
+    node.engine.events.on('loop:error', onError);
+    try {
+      const e = await terminal((await api.submit('push-other-key', { message: 'x' })).execution_id);
+      expect(e.status).toBe('failed');
+      expect(e.error?.code).toBe('push_secret_unreadable');
+      expect(e.error?.message).toMatch(/BATON_SECRET_KEY/);
+      expect(agentSide.seen).toHaveLength(0);
+      expect(String(logged[0])).toMatch(/cannot decrypt a stored secret/);
+    } finally {
+      node.engine.events.off('loop:error', onError);
+    }
   });
 
   it('cancellation aborts the request in flight', async () => {

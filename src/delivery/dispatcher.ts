@@ -226,16 +226,34 @@ export class Dispatcher {
         traceparent: executionTrace(row.id).traceparent,
       };
       if (row.deadline_at) headers['x-baton-deadline'] = iso(row.deadline_at)!;
+      let secret: string | undefined;
+      let unreadable: Outcome | undefined;
       try {
-        if (agent.push_secret)
-          headers['x-baton-signature'] =
-            `sha256=${createHmac('sha256', this.engine.secrets.open(agent.push_secret)).update(body).digest('hex')}`;
-        const res = await this.post(agent.push_url, body, headers, signal);
-        out = await interpretAnswer(res);
-        // A large answer was read in this turn: the completion stores it in the next.
-        if (res.text.length > LARGE_JSON_CHARS) await new Promise((r) => setImmediate(r));
+        secret = agent.push_secret ? this.engine.secrets.open(agent.push_secret) : undefined;
       } catch (err) {
-        out = this.failure(err, why(), started, row, agent.push_url);
+        // Not the agent's fault and not the network's: this process's secret key is not the one
+        // the secret was sealed with (processes sharing a database must share BATON_SECRET_KEY).
+        // Logged, so the operator sees it, and failed with a code that says so.
+        reportLoopError(this.engine.events, 'dispatcher', err);
+        unreadable = {
+          status: 'failed',
+          error: {
+            code: 'push_secret_unreadable' satisfies BatonErrorCode,
+            message: `agent '${agent.name}': its push signing secret cannot be opened by this process: ${(err as Error).message}`,
+          },
+        };
+      }
+      if (unreadable) out = unreadable;
+      else {
+        try {
+          if (secret !== undefined) headers['x-baton-signature'] = `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
+          const res = await this.post(agent.push_url, body, headers, signal);
+          out = await interpretAnswer(res);
+          // A large answer was read in this turn: the completion stores it in the next.
+          if (res.text.length > LARGE_JSON_CHARS) await new Promise((r) => setImmediate(r));
+        } catch (err) {
+          out = this.failure(err, why(), started, row, agent.push_url);
+        }
       }
     }
     const w = why();

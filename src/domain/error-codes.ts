@@ -21,6 +21,7 @@ export const BATON_ERROR_CODES = Object.freeze([
   'failed', // failed: a worker reported failure without a code
   // Written by the push dispatcher for a push agent.
   'push_url_missing', // failed: the agent uses push delivery but has no push_url
+  'push_secret_unreadable', // failed: the agent's signing secret was sealed with another BATON_SECRET_KEY than this process's
   'push_aborted', // failed: the push request was aborted (lease lost or shutdown) before an answer
   'push_unreachable', // failed: the POST did not get an HTTP answer (connection refused, reset, DNS…)
   'push_invalid_response', // failed: a 2xx whose body is too large, too deep, not JSON or has an unknown status
