@@ -6,6 +6,7 @@ import { DEFAULT_TIMING, graces } from '../src/canary/graces.ts';
 import { runCanaryOnce, type CycleReport } from '../src/canary/run.ts';
 import { DISPATCH_POLL_MS } from '../src/delivery/dispatcher.ts';
 import { Engine } from '../src/engine/engine.ts';
+import { BREAKER_DEFAULTS } from '../src/domain/breaker.ts';
 import { SCHEDULER_INTERVAL_MS } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { runningRow, withoutLeaseCheck, withTableRenamed, writeRow } from './helpers/canary.ts';
@@ -450,6 +451,29 @@ describe('B-02 push agents: no admissible work waits while seats are free', () =
     await writeRow(ts.store, clock(), { agent: pull, changed_at: old, queued_at: old });
     const r = await cycle();
     for (const a of [full, fresh, pull]) expect(await findings('B-02', a, r)).toEqual([]);
+  });
+
+  it('is silent for a push agent whose admission is held (paused, breaker open): it admits nothing by design', async () => {
+    const paused = await newAgent({ delivery: 'push', push_url: 'http://127.0.0.1:9/none' });
+    const broken = await newAgent({ delivery: 'push', push_url: 'http://127.0.0.1:9/none' });
+    const old = clock() - sla - 1_000;
+    for (const agent of [paused, broken]) await writeRow(ts.store, clock(), { agent, changed_at: old, queued_at: old });
+    await engine.pauseAgent(paused, 'maintenance', 'test');
+    await ts.store.db
+      .updateTable('agents')
+      .set({
+        breaker_config: JSON.stringify(BREAKER_DEFAULTS),
+        breaker_state: 'open',
+        breaker_opened_at: old,
+        breaker_until: clock() + 60_000,
+      })
+      .where('name', '=', broken)
+      .execute();
+    const r = await cycle();
+    for (const a of [paused, broken]) expect(await findings('B-02', a, r)).toEqual([]);
+    // Once the hold ends, the same queue is a finding again.
+    await engine.resumeAgent(paused, 'test');
+    await expectFires('B-02', paused, 'queued_with_free_seats', /dispatcher/);
   });
 });
 

@@ -1,16 +1,7 @@
 import type { Kysely } from 'kysely';
-import {
-  admissionHold,
-  AHEAD_COUNT_CAP,
-  describeWaiting,
-  NO_WORKER_AFTER_MS,
-  SEAT_HOLDERS_SHOWN,
-  type WaitingView,
-} from '../domain/admission.ts';
-import { firstSpent, parseBudget } from '../domain/budget.ts';
-import { breakerAdmission } from '../domain/breaker.ts';
+import { AHEAD_COUNT_CAP, describeWaiting, NO_WORKER_AFTER_MS, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
-import { readCurrentWindows } from './budget.ts';
+import { admissionNow } from './holds.ts';
 import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
@@ -74,16 +65,8 @@ export async function waitingFor(
 
   if (row.run_after !== null && Number(row.run_after) > now) return done({ ...base, reason: 'run_after' });
 
-  // The same ledger read admission makes (a primary-key seek), for agents with a budget only.
-  const budget = parseBudget(agent.budget);
-  const budget_spent = budget && firstSpent(budget, await readCurrentWindows(db, agent.name, budget, now), now);
-  // The breaker as admission decides it: the probe's status is a primary-key seek, half-open only.
-  const probeRunning =
-    agent.breaker_state === 'half_open' &&
-    agent.breaker_probe_id !== null &&
-    (await db.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
-  const breaker_hold = breakerAdmission(agent, now, probeRunning).hold;
-  const hold = admissionHold({ ...agent, budget_spent, breaker_hold });
+  // The holds as admission decides them (primary-key seeks: the budget's ledger, a half-open probe).
+  const { hold } = await admissionNow(db, agent, now);
   if (hold?.reason === 'agent_paused')
     return done({ ...base, reason: hold.reason, paused: { by: hold.by, reason: hold.why, since: iso(hold.since)! } });
   if (hold?.reason === 'breaker_open')

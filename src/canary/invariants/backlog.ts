@@ -1,5 +1,7 @@
 import { sql } from 'kysely';
 import { waitingSince } from '../../engine/backlog.ts';
+import { BREAKER_COLUMNS } from '../../engine/breaker.ts';
+import { admissionNow } from '../../engine/holds.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
@@ -19,7 +21,9 @@ interface PushAgent {
  * seats are free is Baton's fault. A pull agent's queue waits for workers Baton cannot see (none
  * connected, or fewer than the seats) — an operations matter the metrics show, not a bug here.
  * A queued row became admissible at max(changed_at, run_after): changed_at is when it last
- * entered `queued` (created, re-queued or released).
+ * entered `queued` (created, re-queued or released). An agent whose admission is held (paused,
+ * breaker open, budget spent, lapse hold: decided as admission decides it) admits nothing by
+ * design: its queue waiting is no finding.
  */
 export const B02: StateInvariant<PushAgent> = {
   kind: 'state',
@@ -36,7 +40,8 @@ export const B02: StateInvariant<PushAgent> = {
     const cutoff = now - graceMs;
     const agents = await tx
       .selectFrom('agents')
-      .select(['name', 'max_parallel'])
+      .select(['name', 'max_parallel', 'budget', 'paused_at', 'paused_by', 'paused_reason', 'lapse_hold_at', 'lapse_hold_count'])
+      .select(BREAKER_COLUMNS)
       .where('delivery', '=', 'push')
       .where('max_parallel', '>', 0)
       .execute();
@@ -60,12 +65,14 @@ export const B02: StateInvariant<PushAgent> = {
       .execute();
     const r = new Map(running.map((x) => [x.agent, Number(x.n)]));
     const w = new Map(waiting.map((x) => [x.agent, n(x.oldest)]));
-    return agents.map((a) => ({
-      agent: a.name,
-      max_parallel: a.max_parallel,
-      running: r.get(a.name) ?? 0,
-      oldest_admissible: w.get(a.name) ?? null,
-    }));
+    const out: PushAgent[] = [];
+    for (const a of agents) {
+      let oldest = w.get(a.name) ?? null;
+      // Only an agent that would be a finding is asked about its holds (seeks on its own rows).
+      if (oldest !== null && (r.get(a.name) ?? 0) < a.max_parallel && (await admissionNow(tx, a, now)).hold !== null) oldest = null;
+      out.push({ agent: a.name, max_parallel: a.max_parallel, running: r.get(a.name) ?? 0, oldest_admissible: oldest });
+    }
+    return out;
   },
   evaluate(rows, { now, graceMs }) {
     return rows

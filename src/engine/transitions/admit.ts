@@ -1,7 +1,5 @@
 import { sql, type Kysely } from 'kysely';
-import { admissionHold, CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
-import { firstSpent, parseBudget } from '../../domain/budget.ts';
-import { breakerAdmission } from '../../domain/breaker.ts';
+import { CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
 import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
@@ -11,7 +9,7 @@ import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import type { AgentRow, DB, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
-import { readCurrentWindows } from '../budget.ts';
+import { admissionNow } from '../holds.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -155,20 +153,14 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     await clearLapseHold(tx, agentName, opts.now, opts.owner, opts.delivery === 'pull' ? 'claim' : 'timeout');
     agent = { ...agent, lapse_hold_at: null, lapse_hold_count: null };
   }
-  // A budget is decided from its current windows' ledger rows, read here under the agent lock:
-  // every admission of this agent waits for the previous one, so none admits past a spent limit
-  // that another has seen (spending still grows by what the running tasks cost when they finish).
-  const budget = parseBudget(agent.budget);
-  const budget_spent = budget && firstSpent(budget, await readCurrentWindows(tx, agentName, budget, opts.now), opts.now);
-  // The breaker (src/domain/breaker.ts) is decided on this locked row too: half-open admits one
+  // Holds are decided on this locked row. A budget from its current windows' ledger rows, read
+  // under the agent lock: every admission of this agent waits for the previous one, so none
+  // admits past a spent limit that another has seen (spending still grows by what the running
+  // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const probeRunning =
-    agent.breaker_state === 'half_open' &&
-    agent.breaker_probe_id !== null &&
-    (await tx.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
-  const breaker = breakerAdmission(agent, opts.now, probeRunning);
-  if (admissionHold({ ...agent, budget_spent, breaker_hold: breaker.hold }) !== null) return [];
+  const breaker = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
+  if (breaker.hold !== null) return [];
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const free = agent.max_parallel - agent.running_count;

@@ -1,0 +1,27 @@
+import { admissionHold, type AdmissionState, type Hold } from '../domain/admission.ts';
+import { firstSpent, parseBudget } from '../domain/budget.ts';
+import { breakerAdmission, type BreakerColumns } from '../domain/breaker.ts';
+import { readCurrentWindows } from './budget.ts';
+import type { Executor } from './transitions/stamp.ts';
+
+/** The agent columns a hold is decided from. */
+export type HoldColumns = { name: string; budget: string | null } & Omit<AdmissionState, 'budget_spent' | 'breaker_hold'> & BreakerColumns;
+
+/**
+ * Whether `agent` may admit at `now`, decided as admission decides it (src/domain/admission.ts):
+ * paused, held after a shared-cause lapse, a budget spent (its current windows' ledger rows, a
+ * primary-key seek, agents with a budget only), or the breaker open (half-open: whether its probe
+ * still runs, a primary-key seek). `hold` null: nothing holds it; `probe`: the next admission is
+ * the half-open breaker's one probe. Admission calls it on the agent row it locked; `baton why`
+ * and the canary on a row they read.
+ */
+export async function admissionNow(db: Executor, agent: HoldColumns, now: number): Promise<{ hold: Hold | null; probe: boolean }> {
+  const budget = parseBudget(agent.budget);
+  const budget_spent = budget && firstSpent(budget, await readCurrentWindows(db, agent.name, budget, now), now);
+  const probeRunning =
+    agent.breaker_state === 'half_open' &&
+    agent.breaker_probe_id !== null &&
+    (await db.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
+  const breaker = breakerAdmission(agent, now, probeRunning);
+  return { hold: admissionHold({ ...agent, budget_spent, breaker_hold: breaker.hold }), probe: breaker.probe };
+}
