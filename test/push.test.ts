@@ -7,6 +7,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, type BatonClient } from '../src/client.ts';
+import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { secretBoxFromKey } from '../src/delivery/secrets.ts';
 import type { BatonNode } from '../src/server/up.ts';
 import { startTestNode, until } from './helpers/delivery.ts';
@@ -242,6 +243,21 @@ describe('push delivery', () => {
       expect(String(logged[0])).toMatch(/cannot decrypt a stored secret/);
     } finally {
       node.engine.events.off('loop:error', onError);
+    }
+  });
+
+  it('an agent deleted between a pass reading the push agents and claiming for it is skipped, not a dispatcher failure', async () => {
+    await api.createAgent({ name: 'push-gone', delivery: 'push', push_url: 'http://127.0.0.1:9/none' });
+    const stale = await node.engine.deliverySettings();
+    expect(stale.some((a) => a.name === 'push-gone')).toBe(true);
+    await api.deleteAgent('push-gone');
+    // A second dispatcher whose pass reads the list from before the delete.
+    const engine = Object.create(node.engine, { deliverySettings: { value: async () => stale } });
+    const late = new Dispatcher(engine, {});
+    try {
+      await expect(late.dispatchOnce()).resolves.toBe(0);
+    } finally {
+      await late.stop();
     }
   });
 

@@ -146,7 +146,14 @@ export class Dispatcher {
       for (;;) {
         const free = this.concurrency - this.inflight.size;
         if (free <= 0) return started;
-        const rows = await this.engine.claim(agent.name, { owner: this.engine.nodeId, max: free, waitMs: 0, delivery: 'push' });
+        let rows: ExecutionRow[];
+        try {
+          rows = await this.engine.claim(agent.name, { owner: this.engine.nodeId, max: free, waitMs: 0, delivery: 'push' });
+        } catch (err) {
+          // Deleted, or switched to pull, since this pass read the list: nothing to deliver, no fault.
+          if (err instanceof BatonError && (err.code === 'not_found' || err.code === 'wrong_delivery')) break;
+          throw err;
+        }
         for (const row of rows) {
           this.start(row, agent);
           started++;
