@@ -6,13 +6,15 @@
  * Real sockets against a real `baton up` on each store.
  */
 import net from 'node:net';
+import { Writable } from 'node:stream';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { BatonClient } from '../src/client.ts';
+import { BatonClient } from '../src/client.ts';
 import { interpret } from '../src/delivery/dispatcher.ts';
 import { jsonShape, jsonTooDeep, MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../src/domain/json.ts';
 import { appendLogs, LOG_LIMITS } from '../src/engine/logs.ts';
-import type { BatonNode } from '../src/server/up.ts';
+import { createLogger } from '../src/server/logger.ts';
+import { startNode, type BatonNode } from '../src/server/up.ts';
 import { startTestNode } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
@@ -526,5 +528,39 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
     expect(read.result).toEqual(result);
     expect(read.payload).toEqual(payload(0));
     expect(read.events.map((e) => e.to)).toEqual(['queued', 'running', 'succeeded']);
+  });
+});
+
+describe(`a client that goes away mid-body (${STORE_KIND})`, () => {
+  it('is logged as the client closing the request, not as the database being unavailable', async () => {
+    const own = await openTestStore();
+    const lines: string[] = [];
+    const destination = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(...String(chunk).split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const logged = await startNode({ env: own.nodeEnv, logger: createLogger({ level: 'debug', format: 'json', destination }) });
+    try {
+      const ownKey = logged.createdAdminKey!;
+      await new BatonClient({ server: logged.url, key: ownKey }).createAgent({ name: 'gone' });
+      const socket = net.connect(Number(new URL(logged.url).port), '127.0.0.1');
+      socket.on('error', () => undefined);
+      await new Promise<void>((r) => socket.once('connect', () => r()));
+      socket.write(
+        `POST /v1/agents/gone/executions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ownKey}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"message":"x`,
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      socket.destroy();
+      const until = Date.now() + 5_000;
+      while (!lines.some((l) => l.includes('client closed the request')) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      expect(lines.filter((l) => l.includes('client closed the request'))).toHaveLength(1);
+      expect(lines.filter((l) => l.includes('database unavailable'))).toEqual([]);
+      expect((await fetch(logged.url + '/healthz')).status).toBe(200);
+    } finally {
+      await logged.stop();
+      await own.cleanup();
+    }
   });
 });

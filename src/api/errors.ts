@@ -46,6 +46,12 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
     if (err.code === 'unavailable') reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
     return reply.code(STATUS[err.code]).send({ error: err.code, message: err.message, ...err.details });
   }
+  if (req.raw.readableAborted) {
+    // The client closed the connection before its body arrived (its socket's ECONNRESET is not
+    // the database's): nobody reads this answer, and nothing was written.
+    req.log.debug({ code: (err as { code?: string }).code }, 'client closed the request before its body arrived');
+    return reply.code(400).send({ error: 'bad_request', message: 'the client closed the request before its body arrived' });
+  }
   if (isStoreUnavailable(err)) {
     // Weather, not a fault: nothing was written (the transaction rolled back); try again shortly.
     req.log.warn({ code: (err as { code?: string }).code }, 'database unavailable');
