@@ -253,6 +253,9 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       [{ delivery: 'carrier-pigeon' }, 'body.delivery'],
       [{ push_url: 'not a url' }, 'body.push_url'],
       [{ push_url: 'http://example.com/\u0000' }, 'body.push_url'],
+      [{ push_url: 'file:///etc/passwd' }, 'body.push_url'],
+      [{ push_url: 'ftp://example.com/task' }, 'body.push_url'],
+      [{ delivery: 'push' }, 'body.push_url'],
       [{ description: 'x'.repeat(1001) }, 'body.description'],
       [{ colour: 'blue' }, 'colour'],
     ])('refuses bad settings %j with a message naming %s', async (settings, field) => {

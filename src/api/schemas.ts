@@ -54,7 +54,12 @@ const agentSettings = {
     .optional()
     .describe(`re-deliveries after a lapsed lease before 'poisoned' (default ${DEFAULTS.maxRedeliveries})`),
   delivery: z.enum(DELIVERY_MODES).optional().describe('pull: workers claim tasks (default); push: Baton POSTs tasks'),
-  push_url: z.url().regex(TEXT_CHARS, TEXT_CHARS_MESSAGE).nullable().optional(),
+  push_url: z
+    .url({ protocol: /^https?$/, message: 'an http:// or https:// URL' })
+    .regex(TEXT_CHARS, TEXT_CHARS_MESSAGE)
+    .nullable()
+    .optional()
+    .describe("where Baton POSTs tasks (http or https), required when delivery is 'push'"),
   push_secret: Text.min(16)
     .max(1000)
     .nullable()

@@ -317,6 +317,9 @@ export class Engine {
         .returningAll()
         .executeTakeFirst();
       if (!updated) throw new NotFound('agent', name);
+      // As on creation: a push agent needs somewhere to push (the transaction undoes the patch).
+      if (updated.delivery === 'push' && !updated.push_url)
+        throw new BatonError('validation_error', "body.push_url: required when delivery is 'push'");
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
       return updated;
     });
