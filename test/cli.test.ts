@@ -287,7 +287,12 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     expect(list.stdout).not.toContain(created.key.slice(-43));
     expect(list.stdout).not.toContain(admin.slice(-43));
     expect(exits(revoked, EXIT.ok).stdout.trim()).toBe(`revoked key ${created.id}`);
-    exits(await baton(['agents', 'list'], { BATON_API_KEY: created.key }), EXIT.auth);
+    // A revoked key is refused without a hint; no key at all says where the CLI looked.
+    expect(exits(await baton(['agents', 'list'], { BATON_API_KEY: created.key }), EXIT.auth).stderr).not.toContain('hint:');
+    const elsewhere = `${ts.location.dataDir}/elsewhere`;
+    const noKey = exits(await baton(['agents', 'list'], { BATON_API_KEY: undefined, BATON_DATA_DIR: elsewhere }), EXIT.auth);
+    expect(noKey.stderr).toContain(`hint: no API key was given: pass --key, set BATON_API_KEY, or run where`);
+    expect(noKey.stderr).toContain(`(none in ${elsewhere};`);
     // A scope is required, and said when missing (the action's refusal was once swallowed).
     const [none, both] = await Promise.all([baton(['keys', 'create', 'k']), baton(['keys', 'create', 'k', '--admin', '--agent', a])]);
     for (const r of [none, both]) expect(exits(r, EXIT.usage).stderr).toBe('error: give exactly one of --agent <name> or --admin\n');

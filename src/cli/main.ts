@@ -4,7 +4,7 @@ import { readEnv } from '../config.ts';
 import { EXECUTION_PAGE } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
 import { int, json, num } from './args.ts';
-import { connect } from './connection.ts';
+import { connect, missingKeyHint } from './connection.ts';
 import { describeError, EXIT } from './exit.ts';
 import { formatUsage, registerDeliveryCommands } from './delivery.ts';
 import { registerMcpCommands } from './mcp.ts';
@@ -493,6 +493,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     const { code, line } = describeError(err);
     process.stderr.write(`error: ${line}\n`);
+    const hint = code === EXIT.auth ? missingKeyHint() : undefined;
+    if (hint) process.stderr.write(`hint: ${hint}\n`);
     return code;
   }
 }
