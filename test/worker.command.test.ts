@@ -180,6 +180,16 @@ describe('baton worker', () => {
     await api.cancel(execution_id);
   });
 
+  it('stops on its own when a claim gets a final answer (its agent deleted), exiting as a refusal at start would', async () => {
+    await api.createAgent({ name: 'doomed' });
+    const w = worker('doomed', ['true']);
+    await until('the worker to serve', () => w.output().includes("serving agent 'doomed'"));
+    await api.deleteAgent('doomed');
+    expect(await w.exited, w.output()).toBe(3); // EXIT.notFound
+    expect(w.output()).toMatch(/claim failed: .*doomed.*; the worker stops/);
+    expect(w.output()).not.toContain('retrying with backoff');
+  });
+
   it('a second signal exits at once, killing running commands', async () => {
     await api.createAgent({ name: 'impatient' });
     const w = worker(

@@ -2,7 +2,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { commandRunner, resolveCommand } from '../worker/command.ts';
 import { createWorker, type WorkerEvent } from '../worker/sdk.ts';
 import { connect, resolveConnection, type ConnectionFlags } from './connection.ts';
-import { EXIT } from './exit.ts';
+import { describeError, EXIT } from './exit.ts';
 
 const positive = (name: string, integer: boolean) => (v: string) => {
   const n = Number(v);
@@ -121,6 +121,8 @@ export function registerDeliveryCommands(program: Command): void {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       say('stopped');
+      // Stopped on its own by a final answer (a revoked key, a deleted agent): exit as a refusal at start would.
+      if (worker.failure !== undefined) process.exitCode = describeError(worker.failure).code;
     });
 
   program

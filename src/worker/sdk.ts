@@ -99,6 +99,12 @@ export interface Worker {
   readonly active: number;
   /** Resolves when the worker has stopped and every task was reported. */
   readonly done: Promise<void>;
+  /**
+   * Why the worker stopped on its own, if it did: a claim got a final answer (the key revoked
+   * or scoped to another agent, the agent deleted or switched to push delivery), so claiming
+   * again could never succeed. Running tasks were finished or released as on stop().
+   */
+  readonly failure: unknown;
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -154,6 +160,7 @@ class WorkerImpl implements Worker {
   private stopping: Promise<void> | undefined;
   private resolveDone!: () => void;
   readonly done: Promise<void>;
+  failure: unknown = undefined;
 
   constructor(private readonly opts: WorkerOptions) {
     this.client = new BatonClient({ server: opts.server, key: opts.key, transport: nodeHttpTransport });
@@ -261,6 +268,13 @@ class WorkerImpl implements Worker {
         failures = 0;
       } catch (err) {
         if (signal.aborted) break;
+        if (!isTransient(err)) {
+          // A final answer (401, 403, 404, 409): no retry can succeed. Stop as stop() would.
+          this.failure = err;
+          this.emit({ type: 'error', op: 'claim', error: `${(err as Error)?.message ?? String(err)}; the worker stops` });
+          void this.stop();
+          break;
+        }
         const wait = backoffMs(failures++);
         this.emit({ type: 'transport:error', op: 'claim', error: (err as Error)?.message ?? String(err), retryInMs: wait });
         await sleep(wait, signal);
