@@ -295,6 +295,16 @@ describe(`bodies (${STORE_KIND})`, () => {
     }
     const edge = await fetch(`${node.url}/v1/executions/${execution_id}/logs?after=2147483647`, { headers: auth() });
     expect(edge.status).toBe(200);
+    // Out of range says so (not "decimal digits", which they are), once.
+    for (const [query, said] of [
+      ['after=2147483648', 'querystring.after: must be at most 2147483647'],
+      ['after=99999999999999999999', 'querystring.after: must be at most 2147483647'],
+    ]) {
+      const r = await fetch(`${node.url}/v1/executions/${execution_id}/logs?${query}`, { headers: auth() });
+      expect((await r.json()).message, query).toBe(said);
+    }
+    const zero = await fetch(`${node.url}/v1/executions?limit=0`, { headers: auth() });
+    expect((await zero.json()).message).toBe('querystring.limit: must be at least 1');
     // Page sizes too: decimal digits only.
     for (const path of ['/v1/executions', '/v1/agents/hard/schedules', '/v1/canary/violations']) {
       const hex = await fetch(`${node.url}${path}?limit=0x10`, { headers: auth() });

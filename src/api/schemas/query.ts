@@ -7,5 +7,10 @@ import { z } from 'zod';
 export const queryInt = (min: number, max: number) =>
   z.preprocess(
     (v) => (typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v),
-    z.number({ error: 'must be a whole number in decimal digits' }).int().min(min).max(max),
+    z
+      .number({ error: 'must be a whole number in decimal digits' })
+      // Digits that fail .int() are beyond a double's whole numbers: too large.
+      .int({ error: `must be at most ${max}`, abort: true })
+      .min(min, { error: `must be at least ${min}` })
+      .max(max, { error: `must be at most ${max}` }),
   );
