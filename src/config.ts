@@ -6,6 +6,7 @@
  * Each timing constant says which failure its value trades away.
  */
 import { existsSync, statSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { CONTRACT_DEFAULTS } from './domain/defaults.ts';
@@ -171,8 +172,17 @@ export function readEnv(env: Vars = process.env): Env {
       integer: true,
       accepts: 'a TCP port from 0 to 65535 (0: any free port)',
     }),
-    host: text(env, 'BATON_HOST') ?? DEFAULTS.host,
+    host: listenHost(text(env, 'BATON_HOST')),
   };
+}
+
+/** BATON_HOST: an IP address, or a host name of letters, digits, hyphens and dots. */
+function listenHost(raw: string | undefined): string {
+  if (raw === undefined) return DEFAULTS.host;
+  const name = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+  if (isIP(raw) === 0 && !name.test(raw))
+    throw new ConfigError('BATON_HOST', `BATON_HOST must be an IP address or a host name to listen on; got ${shown(raw)}`);
+  return raw;
 }
 
 /** Where the CLI and `baton mcp` connect, and as whom (flags win over these). */

@@ -42,7 +42,7 @@ const VARIABLES: Variable[] = [
   },
   { name: 'BATON_PG_SCHEMA', at: (c) => c.pgSchema, default: undefined, good: ['tenant_1', 'tenant_1'], bad: 'public; DROP TABLE x' },
   { name: 'BATON_PORT', at: (c) => c.port, default: 7070, good: ['0', 0], bad: '70000' },
-  { name: 'BATON_HOST', at: (c) => c.host, default: '127.0.0.1', good: ['0.0.0.0', '0.0.0.0'] },
+  { name: 'BATON_HOST', at: (c) => c.host, default: '127.0.0.1', good: ['0.0.0.0', '0.0.0.0'], bad: 'bad host' },
   {
     name: 'BATON_URL',
     at: (c) => c.serverUrl,
