@@ -49,7 +49,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
         summary: 'Claim tasks (long-poll). 200 with tasks and their leases, or 204 when nothing came in time',
         params: AgentParams,
         body: ClaimBody.nullish(), // a bare POST arrives as null
-        response: { 200: ClaimResponse, 204: z.null(), 404: ErrorBody, 403: ErrorBody },
+        response: { 200: ClaimResponse, 204: z.null(), 404: ErrorBody, 403: ErrorBody, 409: ErrorBody },
       },
     },
     async (req, reply) => {
