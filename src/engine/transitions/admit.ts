@@ -159,13 +159,13 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const breaker = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
-  if (breaker.hold !== null) return [];
+  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
+  if (hold !== null) return [];
   if (opts.max <= 0 || agent.max_parallel <= 0) return [];
 
   const free = agent.max_parallel - agent.running_count;
   if (free <= 0) return [];
-  const candidates = await candidatesFor(store)(tx, { agent: agentName, now: opts.now }, Math.min(breaker.probe ? 1 : opts.max, free));
+  const candidates = await candidatesFor(store)(tx, { agent: agentName, now: opts.now }, Math.min(probe ? 1 : opts.max, free));
   if (candidates.length === 0) return [];
 
   const admitted: ExecutionRow[] = [];
@@ -192,9 +192,13 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       bytes += Number(c.bytes);
     }
   }
-  if (breaker.probe && admitted.length > 0) {
-    const probe = admitted[0]!;
-    await tx.updateTable('agents').set({ breaker_state: 'half_open', breaker_probe_id: probe.id }).where('name', '=', agentName).execute();
+  if (probe && admitted.length > 0) {
+    const theProbe = admitted[0]!;
+    await tx
+      .updateTable('agents')
+      .set({ breaker_state: 'half_open', breaker_probe_id: theProbe.id })
+      .where('name', '=', agentName)
+      .execute();
     if (agent.breaker_state === 'open') {
       const change = {
         from: 'open',
@@ -203,7 +207,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
         until: null,
         cooldown_ms: Number(agent.breaker_cooldown_ms),
       } as const;
-      await recordBreakerChange(tx, agentName, change, opts.owner, opts.now, opts.alertSinks ?? [], probe.id);
+      await recordBreakerChange(tx, agentName, change, opts.owner, opts.now, opts.alertSinks ?? [], theProbe.id);
     }
   }
   return admitted;
