@@ -421,6 +421,7 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       [{ message: 'm', priority: 1.5 }, 'body.priority'],
       [{ message: 'm', priority: 1001 }, 'body.priority'],
       [{ message: 'm', run_after: 'tomorrow' }, 'body.run_after'],
+      [{ message: 'm', run_after: '9999-12-31T23:59:59Z' }, 'body.run_after: at most a year ahead'],
       [{ message: 'm', delay_seconds: -1 }, 'body.delay_seconds'],
       [{ message: 'm', idempotency: 'k' }, 'idempotency'],
       [{ message: 'a\u0000b' }, 'body.message'],

@@ -541,17 +541,30 @@ describe(`secrets are never stored (${STORE_KIND})`, () => {
   });
 });
 
-describe(`a client that goes away mid-body (${STORE_KIND})`, () => {
-  it('is logged as the client closing the request, not as the database being unavailable', async () => {
-    const own = await openTestStore();
-    const lines: string[] = [];
-    const destination = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(...String(chunk).split('\n').filter(Boolean));
-        done();
-      },
-    });
-    const logged = await startNode({ env: own.nodeEnv, logger: createLogger({ level: 'debug', format: 'json', destination }) });
+/** A `baton up` of its own, on a store of its own, whose log lines (JSON) are kept. */
+async function loggedNode(): Promise<{ node: BatonNode; lines: string[]; stop(): Promise<void> }> {
+  const own = await openTestStore();
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk, _enc, done) {
+      lines.push(...String(chunk).split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const logged = await startNode({ env: own.nodeEnv, logger: createLogger({ level: 'debug', format: 'json', destination }) });
+  return {
+    node: logged,
+    lines,
+    async stop() {
+      await logged.stop();
+      await own.cleanup();
+    },
+  };
+}
+
+describe(`what the log says (${STORE_KIND})`, () => {
+  it('a client that goes away mid-body is the client closing the request, not the database being unavailable', async () => {
+    const { node: logged, lines, stop } = await loggedNode();
     try {
       const ownKey = logged.createdAdminKey!;
       await new BatonClient({ server: logged.url, key: ownKey }).createAgent({ name: 'gone' });
@@ -569,8 +582,29 @@ describe(`a client that goes away mid-body (${STORE_KIND})`, () => {
       expect(lines.filter((l) => l.includes('database unavailable'))).toEqual([]);
       expect((await fetch(logged.url + '/healthz')).status).toBe(200);
     } finally {
-      await logged.stop();
-      await own.cleanup();
+      await stop();
+    }
+  });
+
+  it('a database outage is said once per loop per 30 s, without a stack; any other failure every time, whole', async () => {
+    const { node: logged, lines, stop } = await loggedNode();
+    try {
+      const away = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+      for (let i = 0; i < 5; i++) logged.engine.events.emit('loop:error', { loop: 'reaper', error: away });
+      for (let i = 0; i < 3; i++) logged.engine.events.emit('loop:error', { loop: 'scheduler', error: away });
+      logged.engine.events.emit('loop:error', { loop: 'reaper', error: new Error('a bug') });
+      const parsed = lines.map((l) => JSON.parse(l));
+      const outage = parsed.filter((l) => /the database is unavailable/.test(l.msg));
+      expect(outage.map((l) => [l.loop, l.level, l.code])).toEqual([
+        ['reaper', 40, 'ECONNREFUSED'],
+        ['scheduler', 40, 'ECONNREFUSED'],
+      ]);
+      expect(outage.every((l) => l.err === undefined)).toBe(true);
+      const bug = parsed.filter((l) => l.msg === 'reaper failed; retrying on the next interval');
+      expect(bug).toHaveLength(1);
+      expect(bug[0].err.stack).toContain('a bug');
+    } finally {
+      await stop();
     }
   });
 });

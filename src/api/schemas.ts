@@ -177,6 +177,9 @@ export type ExecutionDetail = z.infer<typeof ExecutionDetail>;
 /** Only the status: what a caller waiting for the end polls (the full read parses the payload and result). */
 export const ExecutionStatusAnswer = z.object({ id: z.string(), status: ExecutionStatus });
 
+/** The furthest ahead a task may be put off: a year. */
+const MAX_DELAY_S = 365 * 86_400;
+
 export const SubmitBody = z.strictObject({
   message: Text.min(1).max(100_000).describe('the task, as text (a worker command reads it on stdin)'),
   payload: z
@@ -184,13 +187,12 @@ export const SubmitBody = z.strictObject({
     .optional()
     .describe(`any JSON (at most ${DEFAULTS.payloadLimitBytes / 1024} KiB serialised)`),
   priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
-  run_after: z.iso.datetime({ offset: true }).optional().describe('do not start before this time'),
-  delay_seconds: z
-    .number()
-    .min(0)
-    .max(365 * 86_400)
+  run_after: z.iso
+    .datetime({ offset: true })
+    .refine((v) => Date.parse(v) <= Date.now() + MAX_DELAY_S * 1000, { error: 'at most a year ahead (as delay_seconds)' })
     .optional()
-    .describe('do not start for this many seconds'),
+    .describe('do not start before this time (at most a year ahead)'),
+  delay_seconds: z.number().min(0).max(MAX_DELAY_S).optional().describe('do not start for this many seconds'),
   retry: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy for this task"),
 });
 export type SubmitBody = z.infer<typeof SubmitBody>;

@@ -62,7 +62,7 @@ export function registerCanaryCommands(program: Command): void {
       print(o, s, () =>
         [
           `status      ${s.status}`,
-          `last cycle  ${s.last_completed_at ? relativeTime(s.last_completed_at) : 'never'} (every ${s.interval_ms / 1000}s${s.lease_owner ? `, run by ${s.lease_owner}` : ''})`,
+          `last cycle  ${s.last_completed_at ? relativeTime(s.last_completed_at) : 'never'} (${s.interval_ms > 0 ? `every ${s.interval_ms / 1000}s` : 'its timer off in the server asked'}${s.lease_owner ? `, run by ${s.lease_owner}` : ''})`,
           `checkpoint  ${s.checkpoint.event_id === null ? 'none (no cycle yet)' : `event ${s.checkpoint.event_id} of ${s.checkpoint.latest_event_id ?? 0}`}`,
           `alerts      ${s.alerts.pending} pending, ${s.alerts.delivered} delivered, ${s.alerts.failed} undeliverable`,
           '',

@@ -13,9 +13,13 @@ import { PURGE_INTERVAL_MS, purgeIdempotencyOnce } from '../engine/triggers/idem
 import { SCHEDULER_INTERVAL_MS, schedulerPass } from '../engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
+import { isStoreUnavailable } from '../store/unavailable.ts';
 import { PRUNE_INTERVAL_MS, Pruner } from '../retention/pruner.ts';
 import { describeStore } from './banner.ts';
 import { createLogger, resolveLogFormat } from './logger.ts';
+
+/** A database outage is logged once per loop per this long (with the count of failures in between). */
+const OUTAGE_LOG_EVERY_MS = 30_000;
 
 export interface BatonNode {
   engine: Engine;
@@ -125,10 +129,25 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     logger.info({ endpoint: `${to.origin}${to.pathname}` }, 'tracing on: spans go to the OTLP endpoint');
   }
 
-  engine.events.on(
-    'loop:error',
-    ({ loop, error }) => logger && logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`),
-  );
+  // A database away (a restart, a network cut) fails every pass of every loop until it is back:
+  // said once per loop per 30 s as what it is, with how many more failed meanwhile, not as a
+  // stack per pass. Any other failure is logged whole, every time.
+  const quietUntil = new Map<string, { until: number; more: number }>();
+  engine.events.on('loop:error', ({ loop, error }) => {
+    if (!logger) return;
+    if (!isStoreUnavailable(error)) return logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`);
+    const now = Date.now();
+    const quiet = quietUntil.get(loop);
+    if (quiet && quiet.until > now) {
+      quiet.more++;
+      return;
+    }
+    quietUntil.set(loop, { until: now + OUTAGE_LOG_EVERY_MS, more: 0 });
+    logger.warn(
+      { loop, code: (error as { code?: unknown })?.code, message: (error as Error)?.message, failed_since_last: quiet?.more ?? 0 },
+      `${loop}: the database is unavailable; retrying on the next interval`,
+    );
+  });
   engine.events.on(
     'reaper:reaped',
     (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'),
