@@ -284,6 +284,9 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       );
       // The name in the path is validated too.
       expect(refused(await get('/v1/agents/Not_Valid'), 400, 'validation_error').message).toContain('params.agent');
+      // Past the router's bound: a 400 like any bad parameter, without the URL quoted back.
+      const long = refused(await get(`/v1/executions/ex_${'a'.repeat(200)}`), 400, 'validation_error');
+      expect(long.message).toBe('params: a path parameter is longer than 100 characters');
     });
 
     it('never stores a NUL character (PostgreSQL text cannot hold one)', async () => {

@@ -72,6 +72,10 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
       .join('; ');
     return reply.code(400).send({ error: 'validation_error', message });
   }
+  if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    // The router's own refusal (a 414 that quoted the whole URL back): every id and name here is short.
+    return reply.code(400).send({ error: 'validation_error', message: 'params: a path parameter is longer than 100 characters' });
+  }
   const known = err.code ? FASTIFY_CODES[err.code] : undefined;
   if (known) return reply.code(known.status).send({ error: known.error, message: err.message });
   if (err instanceof SyntaxError) return reply.code(400).send({ error: 'invalid_json', message: `body: ${err.message}` });
