@@ -1,14 +1,16 @@
 /**
  * WAL checkpoints off the event loop (SQLite): the writer connection's automatic checkpoint is a
  * far backstop, and the worker thread checkpoints what was committed, every
- * BACKGROUND_CHECKPOINT_MS. PostgreSQL has its own checkpointer: nothing of this exists there.
+ * BACKGROUND_CHECKPOINT_MS, and lets the WAL start over past WAL_RESTART_FRAMES. PostgreSQL has its
+ * own checkpointer: nothing of this exists there.
  */
-import { statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.ts';
-import { checkpointStats, WRITER_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
+import { checkpointStats, openSqlite, WRITER_AUTOCHECKPOINT_PAGES } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
@@ -65,6 +67,47 @@ describe(`WAL checkpoints (${STORE_KIND})`, () => {
       clearInterval(sampler);
     }
     expect(most).toBeGreaterThan(0);
+  });
+
+  it.runIf(STORE_KIND === 'sqlite')('let the WAL start over under steady writes, without the writer’s own checkpoint', async () => {
+    // Steady writes never leave the thread's checkpoint with every frame copied, and SQLite starts
+    // the WAL over only then: without the pass that holds the main connection's turn the WAL file
+    // grew by every frame written (the writer's backstop, WRITER_AUTOCHECKPOINT_PAGES, is far off).
+    const dir = mkdtempSync(join(tmpdir(), 'baton-test-wal-'));
+    const file = join(dir, 'baton.sqlite');
+    const store = openSqlite(file, { walRestartFrames: 300, checkpointEveryMs: 20 });
+    try {
+      await store.migrate();
+      const steady = new Engine({ store, clock: manualClock(), nodeId: 'wal-restart' });
+      await steady.createAgent({ name: 'steady', max_parallel: 1, max_backlog: 100_000 }, 'test');
+      const stats = checkpointStats(store)!;
+      const filler = 'x'.repeat(3_000);
+      const frame = 4096 + 24;
+      let largestWal = 0;
+      const wal = () => statSync(`${file}-wal`, { throwIfNoEntry: false })?.size ?? 0;
+      // Eight submitters, each submitting again as soon as its last submit returns, for about 19,000
+      // frames (each submit's payload is a page of its own): groups follow each other with no pause
+      // for the thread's checkpoint to catch up in.
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (next < 5_000) {
+            await steady.submit('steady', { message: `${next++}`, payload: { filler } }, 'test');
+            largestWal = Math.max(largestWal, wal());
+          }
+        }),
+      );
+      steady.close();
+      // Started over, the file is reused from its start: it stays near the restart bound (without
+      // the held pass it grew to every frame written, past 18,000 here).
+      expect(largestWal).toBeLessThan(6_000 * frame);
+      expect(stats.held).toBeGreaterThan(0);
+      const { rows } = await sql<{ wal_autocheckpoint: number }>`PRAGMA wal_autocheckpoint`.execute(store.db);
+      expect(Number(rows[0]!.wal_autocheckpoint)).toBe(WRITER_AUTOCHECKPOINT_PAGES);
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.runIf(STORE_KIND === 'postgres')('are PostgreSQL’s own: the store runs none', () => {

@@ -31,12 +31,24 @@ export const SWEEP_AUTOCHECKPOINT_PAGES = 100_000;
  * pruner's worker thread instead (BACKGROUND_CHECKPOINT_MS), where copying pages back into the
  * database file and syncing it holds nothing but that thread. SQLite's default, 1,000, runs the
  * checkpoint inside the commit that takes the WAL past it, on the event loop: 40–55 % of the time
- * W1 spent in COMMIT (docs/benchmarks.md). Reached only if those checkpoints fall behind, or while a
- * long read holds the WAL open.
+ * W1 spent in COMMIT (docs/benchmarks.md). Reached only if the background checkpoints stop, or while
+ * a long read holds the WAL open (then there is little left for it to copy: the thread copied up to
+ * the reader's snapshot already).
  */
-export const WRITER_AUTOCHECKPOINT_PAGES = 4_000;
+export const WRITER_AUTOCHECKPOINT_PAGES = 40_000;
 /** How often the worker thread checkpoints the WAL, when something was committed since the last time. */
 export const BACKGROUND_CHECKPOINT_MS = 100;
+/**
+ * The WAL length (frames) at which a background checkpoint also lets the WAL start over. SQLite
+ * starts it over only when a writer begins with every frame copied, and under steady writes the
+ * thread's checkpoint never gets there: the main connection commits new frames while it copies. So
+ * past this length a second checkpoint copies the rest while it holds the main connection's turn
+ * (groups wait asynchronously; the event loop goes on), and the next group's first write starts the
+ * WAL over. Without it the WAL grew to the writer's backstop, whose checkpoint then ran inside a
+ * commit on the event loop, with its two fsyncs (docs/benchmarks.md, "The WAL started over off the
+ * event loop").
+ */
+export const WAL_RESTART_FRAMES = 16_000;
 
 /** holdForNewWork of one agent (a submit's), built once: BEGIN IMMEDIATE already holds every writer off. */
 const holdOne = preparedQuery((tx: Tx, p: { name: string }) => tx.selectFrom('agents').selectAll().where('name', '=', p.name));
@@ -58,6 +70,8 @@ export interface CheckpointStats {
   runs: number;
   /** The WAL's length in frames at the last of them. */
   lastFrames: number;
+  /** Of those, the ones that held the main connection's turn to copy the rest (WAL_RESTART_FRAMES). */
+  held: number;
 }
 
 /** Background checkpoints of this store; undefined for a store without them (in-memory, PostgreSQL). */
@@ -80,6 +94,8 @@ export interface SqliteOptions {
    * background checkpoints off and leaves SQLite's automatic checkpoint at its default.
    */
   checkpointEveryMs?: number;
+  /** The WAL length at which a background checkpoint lets the WAL start over (default WAL_RESTART_FRAMES). */
+  walRestartFrames?: number;
 }
 
 /** A SQLite bulk insert's chunk ends at BULK_CHUNK rows, or after the row that brings its text values to this many characters. */
@@ -170,7 +186,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   let savedAutoCheckpoint: number | undefined;
   // Checkpoints off the event loop (WRITER_AUTOCHECKPOINT_PAGES): each pass, if anything was
   // committed since the last, runs one PASSIVE checkpoint on the worker thread.
-  const checkpoints: CheckpointStats = { runs: 0, lastFrames: 0 };
+  const checkpoints: CheckpointStats = { runs: 0, lastFrames: 0, held: 0 };
   let checkpointing: Promise<void> | undefined;
   let committedAtLastCheckpoint = 0;
   /** Transactions committed on the writer thread by offLoopTransaction (for the checkpoint timer). */
@@ -184,8 +200,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
         const commits = groups.stats.commits + offLoopCommits;
         if (checkpointing || savedAutoCheckpoint !== undefined || commits === committedAtLastCheckpoint) return;
         committedAtLastCheckpoint = commits;
-        checkpointing = adapter
-          .checkpoint()
+        checkpointing = backgroundCheckpoint()
           .then((frames) => {
             checkpoints.runs++;
             checkpoints.lastFrames = frames;
@@ -196,6 +211,25 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       }, checkpointEveryMs).unref()
     : undefined;
   if (background) raw.pragma(`wal_autocheckpoint = ${WRITER_AUTOCHECKPOINT_PAGES}`);
+  const walRestartFrames = opts.walRestartFrames ?? WAL_RESTART_FRAMES;
+  /**
+   * One pass of the timer; returns the WAL's length in frames. Past walRestartFrames the WAL should
+   * start over, which needs every frame copied when a writer begins: catch up first without holding
+   * anything (each pass copies what the writer committed during the one before), then copy the rest
+   * holding the main connection's turn (WAL_RESTART_FRAMES).
+   */
+  async function backgroundCheckpoint(): Promise<number> {
+    let log = await adapter.checkpoint();
+    if (log < walRestartFrames) return log;
+    for (let pass = 0; pass < 3; pass++) {
+      const next = await adapter.checkpoint();
+      const added = next - log;
+      log = next;
+      if (added < 256) break;
+    }
+    checkpoints.held++;
+    return db.connection().execute(() => adapter.checkpoint());
+  }
 
   const adapter: StoreAdapter = {
     kind: 'sqlite',
