@@ -13,6 +13,7 @@
  * (an idle machine runs the same submit 2–4× slower; docs/benchmarks.md, "Where issue #12's
  * targets stand").
  */
+import { setMaxListeners } from 'node:events';
 import type { Driver } from './drivers.ts';
 import { sleep, summarize, type LatencySummary } from './stats.ts';
 
@@ -53,6 +54,8 @@ export async function runW2(driver: Driver, cfg: W2Config): Promise<W2Result> {
   const names = n === 1 ? [cfg.agent] : Array.from({ length: n }, (_, k) => `${cfg.agent}-${k}`);
   for (const name of names) await driver.createAgent(name, 1, 1000);
   const stop = new AbortController();
+  // Every claim loop listens on it (W2×100: 100 listeners, each removed when its claim returns).
+  setMaxListeners(0, stop.signal);
   let failure: unknown;
   const fail = (err: unknown) => {
     failure ??= err;
