@@ -4,7 +4,7 @@
  * reads the environment; and a bad value stops a real `baton up` before it opens the store.
  * No store is used: the file runs the same in both projects.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, readConfig, readConnectionEnv, readEnv, readTelemetryEnv, type Config } from '../src/config.ts';
-import { BATON_BIN, freePort } from './helpers/process.ts';
+import { BATON_BIN, freePort, spawnChild, startBatonUp } from './helpers/process.ts';
 import { openTestStore, STORE_KIND } from './helpers/store.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -198,6 +198,40 @@ describe('a bad value stops `baton up`', () => {
       expect(r.stdout).not.toMatch(/baton is up/);
     } finally {
       taken.close();
+      await ts.cleanup();
+    }
+  });
+});
+
+describe('one server per SQLite store', () => {
+  it(`a second baton up on a SQLite store exits 1 saying so, and starts once the first is killed; PostgreSQL takes several (${STORE_KIND})`, async () => {
+    const ts = await openTestStore();
+    const env = { ...ts.env, BATON_CANARY_INTERVAL_MS: '0' };
+    const first = await startBatonUp(env, await freePort());
+    const later: Array<{ proc: ChildProcess }> = [first];
+    try {
+      if (STORE_KIND === 'sqlite') {
+        const second = spawnChild([BATON_BIN, 'up'], { ...env, BATON_PORT: String(await freePort()) });
+        later.push(second);
+        const killer = setTimeout(() => second.proc.kill('SIGKILL'), 20_000);
+        const code = await second.exited;
+        clearTimeout(killer);
+        expect(code, second.output()).toBe(1);
+        expect(second.output()).toContain(
+          `error: another baton up is serving this SQLite store (${join(ts.location.dataDir, 'baton.sqlite')})`,
+        );
+        expect(second.output()).not.toMatch(/baton is up/);
+        // The first is untouched.
+        expect((await fetch(`${first.url}/readyz`)).status).toBe(200);
+        // Killed, it holds nothing: the operating system dropped its lock.
+        first.proc.kill('SIGKILL');
+        await first.exited;
+      }
+      const next = await startBatonUp(env, await freePort());
+      later.push(next);
+      expect((await fetch(`${next.url}/readyz`)).status).toBe(200);
+    } finally {
+      for (const c of later) c.proc.kill('SIGKILL');
       await ts.cleanup();
     }
   });

@@ -78,7 +78,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   const logFormat = opts.logger === undefined ? resolveLogFormat(config.logFormat) : null;
   const logger = logFormat ? createLogger({ level: config.logLevel, format: logFormat }) : (opts.logger ?? false);
   const location = { databaseUrl: env.databaseUrl, dataDir: env.dataDir, schema: opts.env?.pgSchema ?? config.pgSchema };
-  const store = openStore(location);
+  const store = openStore({ ...location, serve: true });
   let ready = false;
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');

@@ -10,6 +10,11 @@ export interface OpenStoreOptions {
   /** PostgreSQL schema (tests). */
   schema?: string;
   poolMax?: number;
+  /**
+   * SQLite: this process serves the store (`baton up`): it takes the one-server lock, held until the
+   * store closes, and fails if another process holds it (sqlite-lock.ts). PostgreSQL: no effect.
+   */
+  serve?: boolean;
 }
 
 export function openStore(opts: OpenStoreOptions): StoreAdapter {
@@ -19,7 +24,7 @@ export function openStore(opts: OpenStoreOptions): StoreAdapter {
   }
   if (url && !url.startsWith('sqlite:'))
     throw new Error(`BATON_DATABASE_URL must start with postgres:// or sqlite: (got '${url.split(':')[0]}:…')`);
-  return openSqlite(sqliteFile(opts)!);
+  return openSqlite(sqliteFile(opts)!, { serve: opts.serve });
 }
 
 /** The SQLite file these options open (sqlite:FILE, or baton.sqlite in the data dir); undefined for PostgreSQL. */

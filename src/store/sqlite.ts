@@ -11,6 +11,7 @@ import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } fr
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 import { preparedQuery } from './prepared-query.ts';
 import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
+import { lockSqliteStore } from './sqlite-lock.ts';
 import { rowsAsObjects } from './sqlite-rows.ts';
 
 /**
@@ -96,6 +97,8 @@ export interface SqliteOptions {
   checkpointEveryMs?: number;
   /** The WAL length at which a background checkpoint lets the WAL start over (default WAL_RESTART_FRAMES). */
   walRestartFrames?: number;
+  /** Take the one-server lock until close (`baton up`: sqlite-lock.ts); fails if another process holds it. */
+  serve?: boolean;
 }
 
 /** A SQLite bulk insert's chunk ends at BULK_CHUNK rows, or after the row that brings its text values to this many characters. */
@@ -111,6 +114,7 @@ const textChars = (row: Record<string, unknown>) => {
 
 export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
   if (file !== ':memory:') createPrivately(file);
+  const lock = opts.serve && file !== ':memory:' ? lockSqliteStore(file) : undefined;
   const raw = new Database(file);
   // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
   // It can only be switched on in a new file, before anything is written to it (switching to WAL
@@ -383,6 +387,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
       if (reader !== db) await reader.destroy();
       await pruneWriter?.destroy();
       await db.destroy();
+      lock?.release();
     },
   };
   groupCommits.set(adapter, groups);
