@@ -408,11 +408,15 @@ describe(`HTTP API (${STORE_KIND})`, () => {
         'payload_too_large',
       );
       expect(over.message).toContain('body.payload');
-      // Far past the route's body limit: Fastify refuses before parsing, in the same vocabulary.
-      refused(
-        await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: 'x'.repeat(DEFAULTS.payloadLimitBytes * 2) }),
+      // Far past the route's body limit: Fastify refuses before parsing, in the same vocabulary,
+      // naming the limit.
+      const far = refused(
+        await post(`/v1/agents/${agent}/executions`, { message: 'm', payload: 'x'.repeat(DEFAULTS.payloadLimitBytes * 5) }),
         413,
         'payload_too_large',
+      );
+      expect(far.message).toBe(
+        `body: larger than ${(DEFAULTS.payloadLimitBytes + 128 * 1024).toLocaleString('en-US')} bytes, this route's limit`,
       );
       expect((await get(`/v1/executions?agent=${agent}`)).body.executions).toHaveLength(1);
     });

@@ -280,7 +280,10 @@ describe(`bodies (${STORE_KIND})`, () => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
       const r = await post('/v1/agents/hard/executions', 'message=hi', { authorization: `Bearer ${key}`, 'content-type': type });
       expect(r.status, type).toBe(415);
-      expect((await r.json()).error).toBe('unsupported_media_type');
+      expect(await r.json()).toEqual({
+        error: 'unsupported_media_type',
+        message: `body: send application/json (Content-Type was "${type}")`,
+      });
     }
   });
 

@@ -31,8 +31,6 @@ const STATUS: Record<ErrorCode, number> = {
 
 /** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */
 const FASTIFY_CODES: Record<string, { status: number; error: ApiErrorCode }> = {
-  FST_ERR_CTP_BODY_TOO_LARGE: { status: 413, error: 'payload_too_large' },
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: { status: 415, error: 'unsupported_media_type' },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, error: 'invalid_body' },
   FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, error: 'invalid_body' },
   FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, error: 'invalid_json' },
@@ -75,6 +73,16 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
   if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
     // The router's own refusal (a 414 that quoted the whole URL back): every id and name here is short.
     return reply.code(400).send({ error: 'validation_error', message: 'params: a path parameter is longer than 100 characters' });
+  }
+  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    const limit = req.routeOptions.bodyLimit;
+    const message = `body: larger than ${limit === undefined ? 'the limit' : `${limit.toLocaleString('en-US')} bytes, this route's limit`}`;
+    return reply.code(413).send({ error: 'payload_too_large', message });
+  }
+  if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    const given = req.headers['content-type']?.split(';')[0]?.trim();
+    const message = `body: send application/json${given ? ` (Content-Type was ${JSON.stringify(given.slice(0, 100))})` : ''}`;
+    return reply.code(415).send({ error: 'unsupported_media_type', message });
   }
   const known = err.code ? FASTIFY_CODES[err.code] : undefined;
   if (known) return reply.code(known.status).send({ error: known.error, message: err.message });
