@@ -189,7 +189,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   /** The automatic checkpoint found when a prune sweep set it aside (undefined: no sweep holds it). */
   let savedAutoCheckpoint: number | undefined;
   // Checkpoints off the event loop (WRITER_AUTOCHECKPOINT_PAGES): each pass, if anything was
-  // committed since the last, runs one PASSIVE checkpoint on the worker thread.
+  // committed since the last, runs a PASSIVE checkpoint on the worker thread (backgroundCheckpoint).
   const checkpoints: CheckpointStats = { runs: 0, lastFrames: 0, held: 0 };
   let checkpointing: Promise<void> | undefined;
   let committedAtLastCheckpoint = 0;
@@ -225,6 +225,7 @@ export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter
   async function backgroundCheckpoint(): Promise<number> {
     let log = await adapter.checkpoint();
     if (log < walRestartFrames) return log;
+    // At most three more passes, while each finds a fair amount (256 frames, 1 MiB) added meanwhile.
     for (let pass = 0; pass < 3; pass++) {
       const next = await adapter.checkpoint();
       const added = next - log;
