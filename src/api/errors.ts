@@ -29,8 +29,27 @@ const STATUS: Record<ErrorCode, number> = {
   last_admin_key: 409,
 };
 
-/** Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary. */
-const FASTIFY_CODES: Record<string, { status: number; error: ApiErrorCode }> = {
+/**
+ * Fastify's own 4xx errors (body parsing, content type, size) in our vocabulary; `message` says it
+ * in ours where Fastify's would not name the limit or the field (else Fastify's message is kept).
+ */
+const FASTIFY_CODES: Record<string, { status: number; error: ApiErrorCode; message?: (req: FastifyRequest) => string }> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: {
+    status: 413,
+    error: 'payload_too_large',
+    message: (req) => {
+      const limit = req.routeOptions.bodyLimit;
+      return `body: larger than ${limit === undefined ? 'the limit' : `${limit.toLocaleString('en-US')} bytes, this route's limit`}`;
+    },
+  },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: {
+    status: 415,
+    error: 'unsupported_media_type',
+    message: (req) => {
+      const given = req.headers['content-type']?.split(';')[0]?.trim();
+      return `body: send application/json${given ? ` (Content-Type was ${JSON.stringify(given.slice(0, 100))})` : ''}`;
+    },
+  },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { status: 400, error: 'invalid_body' },
   FST_ERR_CTP_EMPTY_JSON_BODY: { status: 400, error: 'invalid_body' },
   FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, error: 'invalid_json' },
@@ -74,18 +93,8 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
     // The router's own refusal (a 414 that quoted the whole URL back): every id and name here is short.
     return reply.code(400).send({ error: 'validation_error', message: 'params: a path parameter is longer than 100 characters' });
   }
-  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    const limit = req.routeOptions.bodyLimit;
-    const message = `body: larger than ${limit === undefined ? 'the limit' : `${limit.toLocaleString('en-US')} bytes, this route's limit`}`;
-    return reply.code(413).send({ error: 'payload_too_large', message });
-  }
-  if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-    const given = req.headers['content-type']?.split(';')[0]?.trim();
-    const message = `body: send application/json${given ? ` (Content-Type was ${JSON.stringify(given.slice(0, 100))})` : ''}`;
-    return reply.code(415).send({ error: 'unsupported_media_type', message });
-  }
   const known = err.code ? FASTIFY_CODES[err.code] : undefined;
-  if (known) return reply.code(known.status).send({ error: known.error, message: err.message });
+  if (known) return reply.code(known.status).send({ error: known.error, message: known.message?.(req) ?? err.message });
   if (err instanceof SyntaxError) return reply.code(400).send({ error: 'invalid_json', message: `body: ${err.message}` });
   if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
     return reply.code(err.statusCode).send({ error: 'bad_request', message: err.message });
