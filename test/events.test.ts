@@ -127,9 +127,12 @@ describe('GET /v1/events', () => {
     await node.engine.cancel(b.id, 'test');
   });
 
-  it('an agent-scoped key sees only its own agent, whatever filter it asks for', async () => {
+  it("an agent-scoped key sees only its own agent, and is refused another agent's changes", async () => {
     const { key } = await node.keys.create({ name: 'scoped-ev', scope: 'agent', agent: 'ev-a' }, 'test');
-    const s = await open('?agent=ev-b', { authorization: `Bearer ${key}` });
+    const refused = await fetch(`${node.url}/v1/events?agent=ev-b`, { headers: { authorization: `Bearer ${key}` } });
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toMatchObject({ error: 'forbidden' });
+    const s = await open('', { authorization: `Bearer ${key}` });
     expect(s.res.status).toBe(200);
     const b = await node.engine.submit('ev-b', { message: 'b' }, 'test');
     const a = await node.engine.submit('ev-a', { message: 'a' }, 'test');

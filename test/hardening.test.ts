@@ -354,6 +354,68 @@ describe(`rights (${STORE_KIND})`, () => {
     }
   }
 
+  /** What an agent-scoped key may call (the worker protocol, reads of its own agent); every other route is admin-only. */
+  const AGENT_KEY_ROUTES = [
+    'GET /v1/agents',
+    'GET /v1/agents/{agent}',
+    'GET /v1/agents/{agent}/budget',
+    'GET /v1/agents/{agent}/seats',
+    'GET /v1/agents/{agent}/series',
+    'POST /v1/agents/{agent}/claim',
+    'POST /v1/executions/{id}/complete',
+    'POST /v1/executions/{id}/heartbeat',
+    'POST /v1/executions/{id}/release',
+    'GET /v1/executions/{id}/logs',
+    'POST /v1/executions/{id}/logs',
+    'GET /v1/events',
+  ];
+
+  it('refuses an agent-scoped key on every other route with 403, before its body or query is checked', async () => {
+    await api.createAgent({ name: 'scoped' });
+    const { key: agentKey } = await api.createKey({ name: 'scoped-w', scope: 'agent', agent: 'scoped' });
+    const spec = (await (await fetch(node.url + '/openapi.json')).json()) as { paths: Record<string, Record<string, unknown>> };
+    const routes = Object.entries(spec.paths)
+      .filter(([path]) => path.startsWith('/v1/'))
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`));
+    expect(routes.length).toBeGreaterThan(40);
+    const open: string[] = [];
+    for (const route of routes) {
+      const [method, template] = route.split(' ') as [string, string];
+      // The key's own agent and an execution that does not exist; a body and a query no route accepts.
+      const path = template.replace('{agent}', 'scoped').replace(/\{[a-z_]+\}/g, 'ex_nonexistent');
+      // HEAD stands in for GET on the event stream: the same route and rights, no stream left open.
+      const res = await fetch(`${node.url}${path}?bogus=1`, {
+        method: route === 'GET /v1/events' ? 'HEAD' : method,
+        headers: { authorization: `Bearer ${agentKey}`, 'content-type': 'application/json' },
+        body: method === 'GET' || method === 'DELETE' ? undefined : '{"bogus": 1}',
+      });
+      const text = await res.text();
+      if (res.status === 403) expect(JSON.parse(text)).toMatchObject({ error: 'forbidden', message: expect.stringContaining('admin key') });
+      else open.push(route);
+    }
+    expect(open.sort()).toEqual([...AGENT_KEY_ROUTES].sort());
+    // The same requests with an admin key get past the check (here: to the query's own 400).
+    const res = await fetch(`${node.url}/v1/keys?bogus=1`, { headers: { authorization: `Bearer ${key}` } });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ error: 'validation_error', message: expect.stringContaining('bogus') });
+  });
+
+  it("refuses an event stream of another agent's changes to an agent-scoped key (403), and of an unknown agent to anyone (404)", async () => {
+    await api.createAgent({ name: 'ev-own' });
+    await api.createAgent({ name: 'ev-other' });
+    const { key: agentKey } = await api.createKey({ name: 'ev-w', scope: 'agent', agent: 'ev-own' });
+    const events = (query: string, k: string, method = 'GET') =>
+      fetch(`${node.url}/v1/events${query}`, { method, headers: { authorization: `Bearer ${k}` } });
+    const other = await events('?agent=ev-other', agentKey);
+    expect(other.status).toBe(403);
+    expect(await other.json()).toMatchObject({ error: 'forbidden', message: expect.stringContaining("'ev-own', not 'ev-other'") });
+    const unknown = await events('?agent=ev-nobody', key);
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toMatchObject({ error: 'not_found', message: expect.stringContaining('ev-nobody') });
+    expect((await events('?agent=ev-own', agentKey, 'HEAD')).status).toBe(200);
+    expect((await events('?agent=ev-other', key, 'HEAD')).status).toBe(200);
+  });
+
   it('deleting an agent revokes its keys: a re-created agent of the same name is not served to them', async () => {
     await api.createAgent({ name: 'gone' });
     const { key: agentKey } = await api.createKey({ name: 'w', scope: 'agent', agent: 'gone' });

@@ -7,6 +7,13 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal: Principal;
   }
+  interface FastifyContextConfig {
+    /**
+     * Agent-scoped keys may call this route (the worker protocol and reads of their own agent); the
+     * handler then limits them to their agent. Every other /v1 route is for admin keys only.
+     */
+    agentKeys?: boolean;
+  }
 }
 
 /**
@@ -21,7 +28,12 @@ function allowsQueryKey(req: FastifyRequest, query: Record<string, unknown>): bo
   return req.method === 'GET' && !!QUERY_KEY_ROUTES[req.routeOptions.url ?? '']?.(query);
 }
 
-/** preHandler for every /v1 route: `Authorization: Bearer <key>` (or `?key=` on SSE routes). */
+/**
+ * onRequest for every /v1 route: `Authorization: Bearer <key>` (or `?key=` on SSE routes). An
+ * agent-scoped key is refused here, before its body is read or checked, on every route not marked
+ * `agentKeys`: a route is admin-only unless it says otherwise, and such a key learns nothing of a
+ * route's body rules.
+ */
 export function authenticate(keys: KeyStore) {
   return async (req: FastifyRequest, _reply: FastifyReply) => {
     const header = req.headers.authorization;
@@ -32,12 +44,9 @@ export function authenticate(keys: KeyStore) {
       delete query.key; // not part of the route's own query schema
     }
     req.principal = await keys.verify(token);
+    if (req.principal.scope !== 'admin' && !req.is404 && req.routeOptions.config.agentKeys !== true)
+      throw new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent');
   };
-}
-
-export function requireAdmin(req: FastifyRequest): void {
-  if (req.principal.scope !== 'admin')
-    throw new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent');
 }
 
 /** Agent-scoped keys act only for their own agent. */

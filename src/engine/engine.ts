@@ -57,6 +57,7 @@ import { Webhooks } from './triggers/webhooks.ts';
 import { deleteAgentSubscriptions, Subscriptions } from './composition/subscriptions.ts';
 import { Waiters } from './waiters.ts';
 import { Groups } from './composition/group-service.ts';
+import { requireAgents } from './require-agents.ts';
 
 /**
  * Glossary
@@ -505,6 +506,11 @@ export class Engine {
     if (!agent) throw new NotFound('agent', name);
     const counts = await liveCountsByAgent(this.store.db, [name]);
     return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
+  }
+
+  /** NotFound unless the agent exists: a stream or filter that names an unknown agent is refused, not left empty. */
+  async requireAgent(name: string): Promise<void> {
+    await requireAgents(this.store.db, [name]);
   }
 
   /**

@@ -10,6 +10,7 @@ export const activityRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
   app.get(
     '/v1/agents/:agent/series',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['agents'],
         summary: 'Completions, failures, duration p50/p95, queue depth and seats in use over a window, in 60 buckets',
@@ -38,6 +39,7 @@ export const activityRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
   app.get(
     '/v1/agents/:agent/seats',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['agents'],
         summary: 'Seat timeline: which execution held which seat when over a window, and what waits now',

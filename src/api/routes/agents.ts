@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { redactUrl } from '../../domain/urls.ts';
 import { agentView, iso } from '../../engine/views.ts';
 import type { FastifyRequest } from 'fastify';
-import { actorOf, requireAdmin, requireAgentAccess } from '../auth.ts';
+import { actorOf, requireAgentAccess } from '../auth.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
@@ -27,7 +27,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       const row = await engine.createAgent(req.body, actorOf(req));
       return reply.code(201).send(agentView(row, { running: 0, queued: 0 }));
     },
@@ -36,6 +35,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   app.get(
     '/v1/agents',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['agents'],
         summary: 'List agents with live running and queued counts, a page at a time in name order',
@@ -60,6 +60,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   app.get(
     '/v1/agents/:agent',
     {
+      config: { agentKeys: true },
       schema: { tags: ['agents'], summary: 'Read one agent', params: AgentParams, response: { 200: Agent, 404: ErrorBody } },
     },
     async (req) => {
@@ -81,7 +82,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      requireAdmin(req);
       await engine.updateAgent(req.params.agent, req.body, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
       return agentView(a.agent, a);
@@ -100,7 +100,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      requireAdmin(req);
       // Pausing a paused agent answers 200 with the first pause's who, why and since.
       await engine.pauseAgent(req.params.agent, req.body.reason, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
@@ -119,7 +118,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      requireAdmin(req);
       await engine.resumeAgent(req.params.agent, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
       return agentView(a.agent, a);
@@ -137,7 +135,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      requireAdmin(req);
       await engine.closeAgentBreaker(req.params.agent, actorOf(req));
       const a = await engine.getAgent(req.params.agent);
       return agentView(a.agent, a);
@@ -147,6 +144,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   app.get(
     '/v1/agents/:agent/budget',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['agents'],
         summary: "An agent's budget: per limit, the current window's spending, what remains and when it resets",
@@ -186,7 +184,6 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      requireAdmin(req);
       const out = await engine.deleteAgent(req.params.agent, actorOf(req));
       return { deleted: req.params.agent, ...out };
     },

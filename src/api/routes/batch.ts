@@ -6,7 +6,7 @@ import type { ExecutionStatus } from '../../domain/states.ts';
 import type { SubmitManyItem } from '../../engine/engine.ts';
 import { fingerprint, IDEMPOTENCY } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
-import { actorOf, requireAdmin } from '../auth.ts';
+import { actorOf } from '../auth.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
 import { SubmitBatchBody, SubmitBatchAnswer, type BatchItemAnswer } from '../schemas/batch.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -35,7 +35,6 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
       },
     },
     async (req) => {
-      requireAdmin(req);
       if (req.headers['idempotency-key'] !== undefined) {
         throw new BatonError('validation_error', 'header Idempotency-Key: a batch takes one key per item (body.items[].idempotency_key)');
       }

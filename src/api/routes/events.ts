@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
+import { requireAgentAccess } from '../auth.ts';
 import { closeOnRevoke } from '../revocation.ts';
 import { AgentName } from '../schemas.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -107,6 +108,7 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   app.get(
     '/v1/events',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['events'],
         summary:
@@ -115,8 +117,14 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req, reply) => {
-      // An agent-scoped key sees only its own agent's changes.
-      const agent = req.principal.scope === 'agent' ? req.principal.agent! : req.query.agent;
+      // An agent-scoped key sees only its own agent's changes (another agent named: 403); a filter
+      // naming an unknown agent is a 404, not a stream that stays silent.
+      const named = req.query.agent;
+      if (named !== undefined) {
+        requireAgentAccess(req, named);
+        await engine.requireAgent(named);
+      }
+      const agent = named ?? (req.principal.scope === 'agent' ? req.principal.agent! : undefined);
       reply.hijack();
       if (!openSse(reply.raw, req.method)) return;
       const client: Client = { res: reply.raw, agent };

@@ -31,6 +31,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
   app.post(
     '/v1/executions/:id/logs',
     {
+      config: { agentKeys: true },
       bodyLimit: 4 * 1024 * 1024,
       schema: {
         tags: ['worker protocol'],
@@ -50,6 +51,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
   app.get(
     '/v1/executions/:id/logs',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['executions'],
         summary: "Read an execution's log lines; follow=true streams them (SSE: event log, then event end when the execution ends)",

@@ -5,7 +5,7 @@ import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempoten
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
-import { actorOf, requireAdmin } from '../auth.ts';
+import { actorOf } from '../auth.ts';
 import { idempotent } from '../idempotent.ts';
 import { AgentParams, ErrorBody } from '../schemas.ts';
 import {
@@ -44,7 +44,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
       const row = await schedules.create(req.params.agent, req.body, actorOf(req));
       return reply.code(201).send(scheduleAnswer(reply, row));
@@ -75,7 +74,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req) => {
-      requireAdmin(req);
       return page(req.params.agent, req.query);
     },
   );
@@ -91,7 +89,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req) => {
-      requireAdmin(req);
       return page(undefined, req.query);
     },
   );
@@ -107,7 +104,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       return scheduleAnswer(reply, await schedules.get(req.params.id));
     },
   );
@@ -125,7 +121,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       payloadText(req.body.payload, 'body.payload');
       return scheduleAnswer(reply, await schedules.update(req.params.id, req.body, actorOf(req)));
     },
@@ -142,7 +137,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req) => {
-      requireAdmin(req);
       const out = await schedules.delete(req.params.id, actorOf(req));
       return { deleted: req.params.id, ...out };
     },
@@ -162,7 +156,6 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       const key = readIdempotencyKey(req.headers['idempotency-key']);
       const payload = req.body?.payload;
       payloadText(payload, 'body.payload');

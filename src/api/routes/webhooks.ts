@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { webhookListView, webhookView } from '../../engine/triggers/views.ts';
-import { actorOf, requireAdmin } from '../auth.ts';
+import { actorOf } from '../auth.ts';
 import { ErrorBody } from '../schemas.ts';
 import {
   Webhook,
@@ -36,7 +36,6 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
       },
     },
     async (req, reply) => {
-      requireAdmin(req);
       const { row, token, secret } = await webhooks.create(req.body, actorOf(req));
       const [view] = await views([row]);
       return reply.code(201).send({ ...view!, token, path: `/hooks/${token}`, secret });
@@ -54,7 +53,6 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
       },
     },
     async (req) => {
-      requireAdmin(req);
       const { agent, limit = CONFIG_PAGE.default, cursor } = req.query;
       const after = cursor ? decodeNameCursor(cursor, 3) : undefined;
       const rows = await webhooks.list(agent, { limit, after: after && { agent: after[0]!, name: after[1]!, id: after[2]! } });
@@ -78,7 +76,6 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
       },
     },
     async (req) => {
-      requireAdmin(req);
       const [view] = await views([await webhooks.get(req.params.id)]);
       return view!;
     },
@@ -96,7 +93,6 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
       },
     },
     async (req) => {
-      requireAdmin(req);
       const { row, token, secret } = await webhooks.rotate(req.params.id, req.body?.secret, actorOf(req));
       const [view] = await views([row]);
       return { ...view!, token, path: `/hooks/${token}`, secret };
@@ -114,7 +110,6 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
       },
     },
     async (req) => {
-      requireAdmin(req);
       await webhooks.delete(req.params.id, actorOf(req));
       return { deleted: req.params.id };
     },

@@ -44,6 +44,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
   app.post(
     '/v1/agents/:agent/claim',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['worker protocol'],
         summary: 'Claim tasks (long-poll). 200 with tasks and their leases, or 204 when nothing came in time',
@@ -64,6 +65,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
   app.post(
     '/v1/executions/:id/heartbeat',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['worker protocol'],
         summary: 'Renew the lease; says whether cancellation was requested. 409 lease_lost: stop the task',
@@ -84,7 +86,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     {
       bodyLimit: 4 * 1024 * 1024,
       // A result is stored, never read here: in a large body, checked and serialised off the event loop.
-      config: { rawJsonPaths: ['result'] },
+      config: { agentKeys: true, rawJsonPaths: ['result'] },
       schema: {
         tags: ['worker protocol'],
         summary: 'Report the outcome (fenced by the lease token); with `claim`, the answer also carries the next tasks',
@@ -129,6 +131,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
   app.post(
     '/v1/executions/:id/release',
     {
+      config: { agentKeys: true },
       schema: {
         tags: ['worker protocol'],
         summary: 'Hand the task back to the queue without spending an attempt (graceful shutdown)',
