@@ -7,11 +7,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, readConfig, readConnectionEnv, readEnv, readTelemetryEnv, type Config } from '../src/config.ts';
+import { openSqlite } from '../src/store/sqlite.ts';
+import { lockSqliteStore } from '../src/store/sqlite-lock.ts';
 import { BATON_BIN, freePort, spawnChild, startBatonUp } from './helpers/process.ts';
 import { openTestStore, STORE_KIND } from './helpers/store.ts';
 
@@ -233,6 +235,19 @@ describe('one server per SQLite store', () => {
     } finally {
       for (const c of later) c.proc.kill('SIGKILL');
       await ts.cleanup();
+    }
+  });
+
+  it('an open that fails after taking the lock gives it back', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'baton-test-lock-'));
+    try {
+      const file = join(dir, 'baton.sqlite');
+      writeFileSync(file, 'not a database. '.repeat(512));
+      expect(() => openSqlite(file, { serve: true })).toThrow(/not a database/);
+      // Held still, this would throw "another baton up is serving this SQLite store".
+      lockSqliteStore(file).release();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

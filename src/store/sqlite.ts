@@ -11,7 +11,7 @@ import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } fr
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 import { preparedQuery } from './prepared-query.ts';
 import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
-import { lockSqliteStore } from './sqlite-lock.ts';
+import { lockSqliteStore, type StoreLock } from './sqlite-lock.ts';
 import { rowsAsObjects } from './sqlite-rows.ts';
 
 /**
@@ -115,6 +115,16 @@ const textChars = (row: Record<string, unknown>) => {
 export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
   if (file !== ':memory:') createPrivately(file);
   const lock = opts.serve && file !== ':memory:' ? lockSqliteStore(file) : undefined;
+  try {
+    return openLocked(file, opts, lock);
+  } catch (err) {
+    // Not a database, a read-only directory…: the next open in this process may take the lock.
+    lock?.release();
+    throw err;
+  }
+}
+
+function openLocked(file: string, opts: SqliteOptions, lock: StoreLock | undefined): StoreAdapter {
   const raw = new Database(file);
   // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
   // It can only be switched on in a new file, before anything is written to it (switching to WAL
