@@ -92,6 +92,17 @@ describe('GET /v1/events', () => {
     await s.close();
   });
 
+  it('documents both streams as 200 text/event-stream in /openapi.json (the logs page stays JSON)', async () => {
+    const spec = await (await fetch(`${node.url}/openapi.json`)).json();
+    const events = spec.paths['/v1/events'].get.responses['200'];
+    expect(Object.keys(events.content)).toEqual(['text/event-stream']);
+    expect(events.description).toContain('event: execution');
+    const logs = spec.paths['/v1/executions/{id}/logs'].get.responses['200'];
+    expect(Object.keys(logs.content)).toEqual(['application/json', 'text/event-stream']);
+    expect(logs.content['application/json'].schema.properties).toHaveProperty('lines');
+    expect(logs.description).toContain('follow=true');
+  });
+
   it('answers HEAD with the headers and ends it, on the events and the log-follow streams', async () => {
     // (Fastify serves HEAD with the GET handler: it used to hold the connection open like a stream.)
     const row = await node.engine.submit('ev-a', { message: 'head' }, 'test');

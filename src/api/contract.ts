@@ -1,5 +1,17 @@
+import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifyInstance, RouteOptions } from 'fastify';
+import { jsonSchemaTransform } from 'fastify-type-provider-zod';
 import { ErrorBody } from './schemas.ts';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * The route answers 200 with a Server-Sent Events stream (a hijacked reply, which no response
+     * schema describes): what the stream carries, for /openapi.json (openApiTransform).
+     */
+    sse?: string;
+  }
+}
 
 /**
  * The statuses every route of a kind can answer, declared on the route so /openapi.json says
@@ -35,3 +47,21 @@ export function declareCommonAnswers(app: FastifyInstance): void {
     route.schema = { ...schema, response };
   });
 }
+
+/**
+ * Route schemas → OpenAPI (the zod schemas made JSON Schema), plus what no response schema can
+ * say: a route marked `sse` answers 200 as `text/event-stream` — beside its JSON 200 where it has
+ * one (the logs route: a page, or with follow=true a stream).
+ */
+export const openApiTransform: SwaggerTransform = (input) => {
+  const out = jsonSchemaTransform(input);
+  const sse = input.route.config?.sse;
+  if (sse === undefined) return out;
+  const schema = out.schema as Record<string, any>;
+  const json = schema.response?.[200];
+  const content: Record<string, unknown> = {};
+  if (json !== undefined) content['application/json'] = { schema: json };
+  content['text/event-stream'] = { schema: { type: 'string', description: sse } };
+  const description = json === undefined ? sse : `${json.description ?? 'JSON'}, or ${sse}`;
+  return { ...out, schema: { ...schema, response: { ...schema.response, 200: { description, content } } } };
+};

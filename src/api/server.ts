@@ -1,6 +1,6 @@
 import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
@@ -9,7 +9,7 @@ import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepM
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
 import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
-import { declareCommonAnswers } from './contract.ts';
+import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
 import { canaryRoutes } from './routes/canary.ts';
@@ -131,7 +131,7 @@ async function buildApp(opts: ServerOptions) {
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
-    transform: jsonSchemaTransform,
+    transform: openApiTransform,
   });
 
   declareCommonAnswers(app as unknown as FastifyInstance);

@@ -108,7 +108,10 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   app.get(
     '/v1/events',
     {
-      config: { agentKeys: true },
+      config: {
+        agentKeys: true,
+        sse: 'a stream of `event: execution` messages, each `data:` {id, agent, status, at}; a `: ping` comment every 15 s',
+      },
       schema: {
         tags: ['events'],
         summary:

@@ -51,7 +51,10 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
   app.get(
     '/v1/executions/:id/logs',
     {
-      config: { agentKeys: true },
+      config: {
+        agentKeys: true,
+        sse: 'with follow=true: `event: log` per line (`id:` its seq, `data:` the line as in a page), then one `event: end` {execution_id, status, next_after} once the execution has ended and every line was sent',
+      },
       schema: {
         tags: ['executions'],
         summary: "Read an execution's log lines; follow=true streams them (SSE: event log, then event end when the execution ends)",
