@@ -664,6 +664,22 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       const r = refused(await post(`/v1/executions/${id}/cancel`), 409, 'invalid_transition');
       expect(r).toMatchObject({ execution_id: id, status: 'succeeded' });
     });
+
+    it('takes no body: `{}` is nothing, a field is a 400 naming it and changes nothing', async () => {
+      const agent = await newAgent();
+      const id = await submit(agent);
+      const r = refused(await post(`/v1/executions/${id}/cancel`, { reason: 'late' }), 400, 'validation_error');
+      expect(r.message).toContain('reason');
+      expect((await get(`/v1/executions/${id}`)).body.status).toBe('queued');
+      // The same on a DELETE and on the other bodiless routes.
+      expect(refused(await call('DELETE', `/v1/agents/${agent}`, { body: { force: true } }), 400, 'validation_error').message).toContain(
+        'force',
+      );
+      expect((await get(`/v1/agents/${agent}`)).status).toBe(200);
+      const ok = await post(`/v1/executions/${id}/cancel`, {});
+      expect(ok.status).toBe(200);
+      expect(ok.body.status).toBe('cancelled');
+    });
   });
 
   describe('reading executions', () => {

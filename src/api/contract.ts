@@ -1,7 +1,7 @@
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { jsonSchemaTransform } from 'fastify-type-provider-zod';
-import { ErrorBody } from './schemas.ts';
+import { ErrorBody, NoBody } from './schemas.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -49,12 +49,18 @@ export function declareCommonAnswers(app: FastifyInstance): void {
 }
 
 /**
- * Route schemas → OpenAPI (the zod schemas made JSON Schema), plus what no response schema can
- * say: a route marked `sse` answers 200 as `text/event-stream` — beside its JSON 200 where it has
- * one (the logs route: a page, or with follow=true a stream).
+ * Route schemas → OpenAPI (the zod schemas made JSON Schema), but a route taking no body (NoBody)
+ * shows none, and what no response schema can say: a route marked `sse` answers 200 as
+ * `text/event-stream` — beside its JSON 200 where it has one (the logs route: a page, or with
+ * follow=true a stream).
  */
 export const openApiTransform: SwaggerTransform = (input) => {
   const out = jsonSchemaTransform(input);
+  // A route that takes no body documents none (its schema only refuses fields sent anyway).
+  if ((input.schema as { body?: unknown }).body === NoBody) {
+    const { body: _none, ...rest } = out.schema as Record<string, unknown>;
+    out.schema = rest;
+  }
   const sse = input.route.config?.sse;
   if (sse === undefined) return out;
   const schema = out.schema as Record<string, any>;

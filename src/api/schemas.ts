@@ -25,6 +25,13 @@ const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
 const NullableTimestamp = Timestamp.nullable();
 export { Text, TEXT_CHARS, TEXT_CHARS_MESSAGE };
 
+/**
+ * The body of a request that takes none (cancel, retry, resume, DELETE …): nothing (Fastify's
+ * `null`), or `{}`. A field sent is a 400 naming it, as on every other route, rather than dropped
+ * unread.
+ */
+export const NoBody = z.strictObject({}).nullish().describe('none: this request takes no fields');
+
 export const ErrorBody = z
   .object({
     error: z.string().describe('machine-readable code'),

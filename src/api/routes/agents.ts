@@ -6,7 +6,7 @@ import type { FastifyRequest } from 'fastify';
 import { actorOf, requireAgentAccess } from '../auth.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
-import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody } from '../schemas.ts';
+import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody, NoBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
 import { BudgetAnswer } from '../schemas/budget.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -114,6 +114,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
         tags: ['agents'],
         summary: 'Resume a paused agent: admission goes on at once (idempotent)',
         params: AgentParams,
+        body: NoBody,
         response: { 200: Agent, 404: ErrorBody },
       },
     },
@@ -131,6 +132,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
         tags: ['agents'],
         summary: "Close an agent's circuit breaker by hand: admission resumes at once and its failure counts start afresh (idempotent)",
         params: AgentParams,
+        body: NoBody,
         response: { 200: Agent, 404: ErrorBody },
       },
     },
@@ -180,6 +182,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
         tags: ['agents'],
         summary: 'Delete an agent: cancels its queued work, asks running work to stop; history stays',
         params: AgentParams,
+        body: NoBody,
         response: { 200: z.object({ deleted: z.string(), cancelled: z.number(), cancel_requested: z.number() }), 404: ErrorBody },
       },
     },

@@ -9,13 +9,14 @@ import {
   AgentParams,
   Created,
   ErrorBody,
+  Execution,
   ExecutionDetail,
   ExecutionPage,
   ExecutionParams,
   ExecutionStatusAnswer,
   ListExecutionsQuery,
+  NoBody,
   SubmitBody,
-  Execution,
 } from '../schemas.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -164,6 +165,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         tags: ['executions'],
         summary: 'Cancel: queued ends at once; running is asked to stop (forced after the grace period)',
         params: ExecutionParams,
+        body: NoBody,
         response: { 200: Execution, 404: ErrorBody, 409: ErrorBody },
       },
     },
@@ -180,6 +182,7 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
         summary:
           'Retry a failed execution: a new queued run with retry_of set (409 invalid_transition if not failed, 409 already_exists naming the retry if it has one)',
         params: ExecutionParams,
+        body: NoBody,
         response: { 201: Execution, 404: ErrorBody, 409: ErrorBody, 429: ErrorBody },
       },
     },

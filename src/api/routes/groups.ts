@@ -7,7 +7,7 @@ import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
 import type { ApiDeps } from '../deps.ts';
 import { bodyText, payloadText } from '../payload.ts';
 import { idempotent } from '../idempotent.ts';
-import { ErrorBody } from '../schemas.ts';
+import { ErrorBody, NoBody } from '../schemas.ts';
 import { Group, GroupCancelled, GroupCreate, GroupCreated, GroupListQuery, GroupPage, GroupParams } from '../schemas/composition.ts';
 
 /**
@@ -108,6 +108,7 @@ export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
         tags: ['groups'],
         summary: 'Cancel a group: a running group becomes cancelled (no join); members not ended and the join are cancelled',
         params: GroupParams,
+        body: NoBody,
         response: { 200: GroupCancelled, 404: ErrorBody },
       },
     },

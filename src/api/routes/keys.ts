@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { iso } from '../../engine/views.ts';
 import type { ApiKeyRow } from '../../store/schema.ts';
 import { actorOf } from '../auth.ts';
-import { ApiKey, ApiKeyCreated, ErrorBody, KeyCreate, KeyParams } from '../schemas.ts';
+import { ApiKey, ApiKeyCreated, ErrorBody, KeyCreate, KeyParams, NoBody } from '../schemas.ts';
 import type { ApiDeps } from '../deps.ts';
 
 const keyView = (k: ApiKeyRow) => ({
@@ -55,6 +55,7 @@ export const keyRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { keys }) =
         tags: ['keys'],
         summary: 'Revoke an API key (409 last_admin_key: the last active admin key stays)',
         params: KeyParams,
+        body: NoBody,
         response: { 200: ApiKey, 404: ErrorBody, 409: ErrorBody },
       },
     },

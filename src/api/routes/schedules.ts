@@ -7,7 +7,7 @@ import { scheduleListView, scheduleView } from '../../engine/triggers/views.ts';
 import type { ExecutionRow, ScheduleRow } from '../../store/schema.ts';
 import { actorOf } from '../auth.ts';
 import { idempotent } from '../idempotent.ts';
-import { AgentParams, ErrorBody } from '../schemas.ts';
+import { AgentParams, ErrorBody, NoBody } from '../schemas.ts';
 import {
   Schedule,
   ScheduleCreate,
@@ -133,6 +133,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
         tags: ['schedules'],
         summary: 'Delete a schedule: queued runs cancelled, running ones asked to stop; history stays',
         params: ScheduleParams,
+        body: NoBody,
         response: { 200: ScheduleDeleted, 404: ErrorBody },
       },
     },

@@ -4,7 +4,7 @@ import { DEFAULTS } from '../../config.ts';
 import { subscriptionListView, subscriptionView } from '../../engine/composition/subscription-views.ts';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { actorOf } from '../auth.ts';
-import { ErrorBody } from '../schemas.ts';
+import { ErrorBody, NoBody } from '../schemas.ts';
 import {
   Subscription,
   SubscriptionCreate,
@@ -105,6 +105,7 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { 
         tags: ['subscriptions'],
         summary: 'Delete a subscription: tasks it started stay',
         params: SubscriptionParams,
+        body: NoBody,
         response: { 200: SubscriptionDeleted, 404: ErrorBody },
       },
     },

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { CONFIG_PAGE } from '../../domain/lists.ts';
 import { webhookListView, webhookView } from '../../engine/triggers/views.ts';
 import { actorOf } from '../auth.ts';
-import { ErrorBody } from '../schemas.ts';
+import { ErrorBody, NoBody } from '../schemas.ts';
 import {
   Webhook,
   WebhookCreate,
@@ -106,6 +106,7 @@ export const webhookRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engin
         tags: ['webhooks'],
         summary: 'Delete a webhook (its token stops at once)',
         params: WebhookParams,
+        body: NoBody,
         response: { 200: z.object({ deleted: z.string() }), 404: ErrorBody },
       },
     },
