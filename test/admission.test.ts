@@ -3,6 +3,7 @@ import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildServer } from '../src/api/server.ts';
 import { KeyStore } from '../src/auth/keys.ts';
+import { Canary } from '../src/canary/service.ts';
 import { Dispatcher } from '../src/delivery/dispatcher.ts';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../src/domain/admission.ts';
 import { CONTRACT_DEFAULTS } from '../src/domain/defaults.ts';
@@ -145,6 +146,40 @@ describe(`pause and resume (${STORE_KIND})`, () => {
     const w = await waitingOf(next.id);
     expect(w).toMatchObject({ reason: 'push_failing', push_error: { execution_id: first.id, code: 'push_unreachable' } });
     expect(w!.summary).toMatch(/push target is failing/);
+  });
+});
+
+describe(`a name used again (${STORE_KIND})`, () => {
+  it("an agent created with a deleted agent's name counts that agent's work still running against its cap until it ends", async () => {
+    const name = `${agent}-again`;
+    await engine.createAgent({ name, max_parallel: 1 }, 'test');
+    const old = await engine.submit(name, { message: 'old' }, 'test');
+    const [held] = await engine.claim(name, { owner: 'w-old' });
+    expect(held!.id).toBe(old.id);
+    expect(await engine.deleteAgent(name, 'test')).toMatchObject({ cancel_requested: 1 });
+
+    // The same name again: the old run still holds the one seat.
+    const again = await engine.createAgent({ name, max_parallel: 1 }, 'test');
+    expect(again.running_count).toBe(1);
+    expect(await engine.getAgent(name)).toMatchObject({ running: 1, queued: 0 });
+    for (let i = 0; i < 3; i++) await engine.submit(name, { message: `new ${i}` }, 'test');
+    expect(await engine.claim(name, { owner: 'w-new', max: 3 })).toEqual([]);
+
+    // It ends (cancelled, as its deletion asked): the seat is the new agent's, and only one.
+    await engine.complete(old.id, held!.lease_token!, { status: 'cancelled' }, 'w-old');
+    expect(await engine.getAgent(name)).toMatchObject({ running: 0, queued: 3 });
+    expect(await engine.claim(name, { owner: 'w-new', max: 3 })).toHaveLength(1);
+    expect(await engine.getAgent(name)).toMatchObject({ running: 1, queued: 2 });
+
+    // The canary finds the seat and backlog counters equal to the rows.
+    await new Canary({ store: ts.store, nodeId: 'admission-test', clock, intervalMs: 60_000 }).runOnce({ full: true });
+    const open = await ts.store.db
+      .selectFrom('canary_violations')
+      .select(['invariant', 'detail'])
+      .where('agent', '=', name)
+      .where('resolved_at', 'is', null)
+      .execute();
+    expect(open).toEqual([]);
   });
 });
 

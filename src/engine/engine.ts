@@ -293,9 +293,31 @@ export class Engine {
         })
         .returningAll()
         .executeTakeFirstOrThrow();
+      const running = await this.countInheritedWork(tx, input.name);
       await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
-      return row;
+      return { ...row, running_count: running };
     });
+  }
+
+  /**
+   * A name may have been an agent's before: its work still running (asked to stop when it was
+   * deleted), or handed back to the queue since, carries the name and counts against the new agent
+   * (its cap and backlog) until it ends. The counters start from those rows, not from zero, or the
+   * new agent would run past its cap and its counter end below zero when they finish (the canary's
+   * S-04 and S-05). The rows are locked (PostgreSQL): a change racing this either commits first and
+   * is not counted (its trigger found no agent row to change), or waits and then changes the new row.
+   * Returns the seats in use it set.
+   */
+  private async countInheritedWork(tx: Tx, name: string): Promise<number> {
+    const live = (status: 'running' | 'queued') =>
+      this.store
+        .lockRows(tx.selectFrom('executions').select('id').where('agent', '=', name).where('status', '=', statusIs(status)), 'wait')
+        .execute();
+    const running = (await live('running')).length;
+    const queued = (await live('queued')).length;
+    if (queued > 0) await tx.updateTable('agent_backlog').set({ queued_in: queued }).where('agent', '=', name).execute();
+    if (running > 0) await tx.updateTable('agents').set({ running_count: running }).where('name', '=', name).execute();
+    return running;
   }
 
   /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */

@@ -27,8 +27,10 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req, reply) => {
-      const row = await engine.createAgent(req.body, actorOf(req));
-      return reply.code(201).send(agentView(row, { running: 0, queued: 0 }));
+      await engine.createAgent(req.body, actorOf(req));
+      // Its counts as read back: a name that was an agent's before carries that agent's work still running.
+      const a = await engine.getAgent(req.body.name);
+      return reply.code(201).send(agentView(a.agent, a));
     },
   );
 
