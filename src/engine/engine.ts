@@ -206,18 +206,25 @@ export class Engine {
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
     if (this.store.loneStatements) {
       const db = this.store.db;
-      const submitAlone = (i: PlainSubmit) => submitInOneStatement(db, i.f, i.now, i.actor, i.audit);
+      // Each call is one statement, run again if the database ended it on a deadlock (a claim
+      // meeting an agent's deletion): store.lone.
+      const lone = <T>(statement: () => Promise<T>) => this.store.lone(statement);
+      const submitAlone = (i: PlainSubmit) => lone(() => submitInOneStatement(db, i.f, i.now, i.actor, i.audit));
       // A submit the call refused is made alone, which says why.
-      this.plainSubmits = new Gathered({ many: (items) => submitManyInOneStatement(db, items), one: submitAlone, absent: submitAlone });
+      this.plainSubmits = new Gathered({
+        many: (items) => lone(() => submitManyInOneStatement(db, items)),
+        one: submitAlone,
+        absent: submitAlone,
+      });
       this.loneCompletions = new Gathered({
-        many: (items) => completeAloneMany(db, items),
-        one: (i) => completeAlone(db, i.id, i.token, i.outcome, i.now, i.actor),
+        many: (items) => lone(() => completeAloneMany(db, items)),
+        one: (i) => lone(() => completeAlone(db, i.id, i.token, i.outcome, i.now, i.actor)),
         // Not completed alone: its transaction does what it causes, or explains the refusal.
         absent: async () => undefined,
       });
       this.plainClaims = new Gathered({
-        many: (items) => claimManyInOneStatement(db, items),
-        one: async (i) => (await claimManyInOneStatement(db, [i])).get(i.id),
+        many: (items) => lone(() => claimManyInOneStatement(db, items)),
+        one: async (i) => (await lone(() => claimManyInOneStatement(db, [i]))).get(i.id),
         // Not decided by the call (a hold, a serial key, an unknown agent): its transaction decides.
         absent: async () => undefined,
       });

@@ -37,6 +37,12 @@ export interface StoreAdapter {
    * group-committed (sqlite-group-commit.ts), so a transaction costs it no more.
    */
   readonly loneStatements: boolean;
+  /**
+   * Run one of those lone statements; PostgreSQL runs it again when the database ended it on a
+   * conflict (a deadlock with another transaction, a serialization failure, a lock not available:
+   * its writes were all undone, as a transaction's are), as `transaction` does. SQLite: once.
+   */
+  lone<T>(statement: () => Promise<T>): Promise<T>;
   /** Shared handle for reads outside a transaction. Never use it inside `transaction()`. */
   readonly db: Kysely<DB>;
 

@@ -42,6 +42,22 @@ const MIGRATION_LOCK_KEY = 0x626174_6f6e;
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(['40001', '40P01', '55P03']);
 const MAX_TX_ATTEMPTS = 5;
 
+/**
+ * Run `attempt` (a transaction, or one statement outside any) again after a retryable SQLSTATE:
+ * PostgreSQL undid all of its writes. Up to MAX_TX_ATTEMPTS, with jittered backoff.
+ */
+async function retryConflicts<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (err: any) {
+      if (!RETRYABLE_SQLSTATES.has(err?.code) || n >= MAX_TX_ATTEMPTS) throw err;
+      const backoff = Math.min(200, 5 * 2 ** n);
+      await new Promise((r) => setTimeout(r, backoff / 2 + Math.random() * backoff));
+    }
+  }
+}
+
 export interface PostgresOptions {
   url: string;
   /** Schema to use (created if missing). Tests give each file its own. Default: public. */
@@ -131,18 +147,12 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     return schemaReady;
   }
 
-  async function withRetry<T>(isolation: 'read committed' | 'repeatable read', readOnly: boolean, fn: (tx: Tx) => Promise<T>): Promise<T> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        let builder = db.transaction().setIsolationLevel(isolation);
-        if (readOnly) builder = builder.setAccessMode('read only');
-        return await builder.execute((trx) => fn(trx as unknown as Tx));
-      } catch (err: any) {
-        if (!RETRYABLE_SQLSTATES.has(err?.code) || attempt >= MAX_TX_ATTEMPTS) throw err;
-        const backoff = Math.min(200, 5 * 2 ** attempt);
-        await new Promise((r) => setTimeout(r, backoff / 2 + Math.random() * backoff));
-      }
-    }
+  function withRetry<T>(isolation: 'read committed' | 'repeatable read', readOnly: boolean, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    return retryConflicts(() => {
+      let builder = db.transaction().setIsolationLevel(isolation);
+      if (readOnly) builder = builder.setAccessMode('read only');
+      return builder.execute((trx) => fn(trx as unknown as Tx));
+    });
   }
 
   function flush(): Promise<unknown> {
@@ -194,6 +204,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
   const adapter: StoreAdapter = {
     kind: 'postgres',
     loneStatements: true,
+    lone: retryConflicts,
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
     snapshot: (fn) => withRetry('repeatable read', true, fn),
