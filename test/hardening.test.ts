@@ -400,6 +400,26 @@ describe(`rights (${STORE_KIND})`, () => {
     expect(await res.json()).toMatchObject({ error: 'validation_error', message: expect.stringContaining('bogus') });
   });
 
+  it('refuses a query parameter a route does not take, on every /v1 route that reads (400 naming it)', async () => {
+    await api.createAgent({ name: 'q-agent' });
+    const spec = (await (await fetch(node.url + '/openapi.json')).json()) as { paths: Record<string, Record<string, unknown>> };
+    const reads = Object.entries(spec.paths)
+      .filter(([path]) => path.startsWith('/v1/'))
+      .flatMap(([path, ops]) => (['get', 'delete'] as const).filter((m) => m in ops).map((m) => [m.toUpperCase(), path] as const));
+    expect(reads.length).toBeGreaterThan(20);
+    for (const [method, template] of reads) {
+      const path = template.replace('{agent}', 'q-agent').replace(/\{[a-z_]+\}/g, 'nonexistent');
+      const res = await fetch(`${node.url}${path}?bogus=1`, { method, headers: { authorization: `Bearer ${key}` } });
+      const body = await res.json();
+      expect({ route: `${method} ${template}`, status: res.status, error: body.error }).toEqual({
+        route: `${method} ${template}`,
+        status: 400,
+        error: 'validation_error',
+      });
+      expect(body.message).toContain('bogus');
+    }
+  });
+
   it("refuses an event stream of another agent's changes to an agent-scoped key (403), and of an unknown agent to anyone (404)", async () => {
     await api.createAgent({ name: 'ev-own' });
     await api.createAgent({ name: 'ev-other' });

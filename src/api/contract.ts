@@ -1,7 +1,7 @@
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { jsonSchemaTransform } from 'fastify-type-provider-zod';
-import { ErrorBody, NoBody } from './schemas.ts';
+import { ErrorBody, NoBody, NoQuery } from './schemas.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -20,6 +20,7 @@ declare module 'fastify' {
  * - a route under /v1: 401 (no, a bad or a revoked key), 403 (a key of the wrong scope), 404
  *   (what it names does not exist, or is not this key's to see);
  * - a route that takes a body (POST, PUT, PATCH, DELETE): 413 (too large), 415 (not JSON).
+ * A /v1 route that declares no query parameters gets NoQuery, so that one sent is a 400.
  * A route's own declarations (its 409s, 422s, 429s) stay as written. Routes outside /v1 that
  * are public (the webhook receiver) declare their own statuses and `security: []`.
  */
@@ -44,7 +45,10 @@ export function declareCommonAnswers(app: FastifyInstance): void {
       declare(415, 'unsupported_media_type: send application/json');
     }
     declare(503, 'unavailable: the database is away; retry after Retry-After seconds (nothing was changed)');
-    route.schema = { ...schema, response };
+    // A /v1 route without query parameters refuses one (400 naming it), as the routes with some
+    // refuse an unknown one: a misspelt `?limit=` is never silently ignored.
+    const querystring = schema.querystring ?? (authenticated ? NoQuery : undefined);
+    route.schema = { ...schema, ...(querystring && { querystring }), response };
   });
 }
 

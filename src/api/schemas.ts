@@ -32,6 +32,9 @@ export { Text, TEXT_CHARS, TEXT_CHARS_MESSAGE };
  */
 export const NoBody = z.strictObject({}).nullish().describe('none: this request takes no fields');
 
+/** The query of a /v1 route that takes no parameters (contract.ts gives it to every such route). */
+export const NoQuery = z.strictObject({});
+
 export const ErrorBody = z
   .object({
     error: z.string().describe('machine-readable code'),
