@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../src/client.ts';
 import { interpret } from '../src/delivery/dispatcher.ts';
 import { jsonShape, jsonTooDeep, MAX_JSON_DEPTH, MAX_JSON_VALUES } from '../src/domain/json.ts';
+import { redactUrl } from '../src/domain/urls.ts';
 import { appendLogs, LOG_LIMITS } from '../src/engine/logs.ts';
 import { createLogger } from '../src/server/logger.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
@@ -519,6 +520,20 @@ describe(`rights (${STORE_KIND})`, () => {
     const listed = await (await fetch(`${node.url}/v1/agents`, { headers: { authorization: `Bearer ${agentKey}` } })).json();
     expect(JSON.stringify(listed)).not.toContain('hunter2');
     expect((await api.getAgent('pushy')).push_url).toBe(url);
+  });
+
+  it('takes out of a URL every part that may carry a credential, and keeps the rest', () => {
+    const cases: Array<[string, string]> = [
+      ['https://x/hook#access_token=SECRET2', 'https://x/hook#redacted'],
+      ['https://x/hook?SECRET3', 'https://x/hook?redacted'],
+      ['https://x/hook;jsessionid=SECRET5', 'https://x/hook;redacted'],
+      ['https://discord.invalid/api/webhooks/123/Abc1defghijklmnopqrstuvwxyz0', 'https://discord.invalid/api/webhooks/123/redacted'],
+      ['https://hooks.slack.invalid/services/T0/B0/XXXXXXXXXXXXXXXXXXXXXXX1', 'https://hooks.slack.invalid/services/T0/B0/redacted'],
+      ['http://user:hunter2@127.0.0.1:9/hook?token=abc123&x=1', 'http://redacted:redacted@127.0.0.1:9/hook?token=redacted&x=redacted'],
+      ['https://agent.example/v1/run-task', 'https://agent.example/v1/run-task'],
+      ['not a url', '[redacted]'],
+    ];
+    for (const [url, seen] of cases) expect(redactUrl(url), url).toBe(seen);
   });
 });
 
