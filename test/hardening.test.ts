@@ -288,6 +288,24 @@ describe(`bodies (${STORE_KIND})`, () => {
     }
   });
 
+  it('answers 415 for a compressed body, on the API and the webhook receiver, and reads none of it', async () => {
+    const before = (await api.listAgents()).length;
+    for (const encoding of ['gzip', 'br', 'GZIP ']) {
+      const r = await post('/v1/agents', JSON.stringify({ name: 'zipped' }), { ...auth(), 'content-encoding': encoding });
+      expect(r.status, encoding).toBe(415);
+      expect(await r.json()).toEqual({
+        error: 'unsupported_media_type',
+        message: `body: send it uncompressed (Content-Encoding was "${encoding.trim().toLowerCase()}")`,
+      });
+    }
+    const hook = await post('/hooks/whk_nonexistent', '{}', { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+    expect(hook.status).toBe(415);
+    expect((await api.listAgents()).length).toBe(before);
+    // identity is no encoding at all.
+    const plain = await post('/v1/agents', JSON.stringify({ name: 'unzipped' }), { ...auth(), 'content-encoding': 'identity' });
+    expect(plain.status).toBe(201);
+  });
+
   it('bounds numeric query parameters by their columns (400, never a database error)', async () => {
     const { execution_id } = await api.submit('hard', { message: 'logs' });
     for (const after of ['2147483648', '99999999999999999999', '-1', '1.5', '0x10', '1e1', '%205', '']) {

@@ -118,6 +118,19 @@ async function buildApp(opts: ServerOptions) {
     void parseJson(req, body as string, done);
   });
   app.removeContentTypeParser('text/plain');
+  // Bodies come as they are sent: a Content-Encoding (gzip, br) is not undone here, so such a body
+  // would be read as its compressed bytes (or, mislabelled, as text it does not say it is). Refused
+  // before it is read, on every route that takes one.
+  app.addHook('onRequest', async (req, reply) => {
+    const encoding = req.headers['content-encoding']?.trim().toLowerCase();
+    if (!encoding || encoding === 'identity') return;
+    const length = req.headers['content-length'];
+    if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return;
+    return reply.code(415).send({
+      error: 'unsupported_media_type',
+      message: `body: send it uncompressed (Content-Encoding was ${JSON.stringify(encoding.slice(0, 50))})`,
+    });
+  });
   // A large body was parsed and validated in one turn of the event loop; its handler (which
   // serialises, redacts and writes it) runs in the next, so other requests are served between.
   app.addHook('preHandler', (req, _reply, done) => {
