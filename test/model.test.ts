@@ -10,7 +10,8 @@ import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 // Model-based test: random command sequences run against the engine and against a small
-// in-memory model of §3 of the design. After every command the rows must equal the model and
+// in-memory model of the execution state machine (docs/concepts.md: states, seats, leases and
+// their transitions). After every command the rows must equal the model and
 // the invariants must hold on the rows and on the event log.
 
 const LEASE_MS = 10_000;

@@ -20,7 +20,8 @@ import type { DB, NewExecution } from '../src/store/schema.ts';
 import { openSqliteReader } from '../src/store/sqlite-reader.ts';
 import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-// Cost independent of history (DESIGN.md §9): every query the hot paths make is served by an
+// Cost independent of history: a store is meant to run for years without its hot paths slowing
+// as executions pile up, so every query the hot paths make is served by an
 // index made for its shape. The store is seeded with enough terminal history for the planners
 // to care (skewed like real history, and analysed, so they see it); then the real functions run
 // against a recording store (a Kysely plugin keeps every statement they send), and the plan of
