@@ -31,7 +31,7 @@
  *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
  *
- * The history scenario (issue #10) runs only when asked, because at its default size it takes
+ * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
  *   npm run bench -- --only history --store sqlite --history-n 100000   # a short run
  *   npm run bench -- --only history                                     # both stores at 1,000,000
@@ -160,7 +160,7 @@ const anatomyReps = int('anatomy-reps', a['anatomy-reps']);
 const quietPct = int('quiet-pct', a['quiet-pct']);
 const quietMaxMs = int('quiet-max-s', a['quiet-max-s']) * 1000;
 type Mode = 'http' | 'inproc';
-/** Issue #12's targets, per store and way in: W1 tasks/s at least, W2 p50 ms at most. */
+/** The targets, per store and way in: W1 tasks/s at least, W2 p50 ms at most. */
 const TARGETS = {
   w1: { sqlite: { inproc: 10_000, http: 3_000 }, postgres: { inproc: 3_000, http: 1_600 } } as Record<StoreKind, Record<Mode, number>>,
   w2: { sqlite: { inproc: 1, http: 2 }, postgres: { inproc: 3, http: 4 } } as Record<StoreKind, Record<Mode, number>>,
@@ -313,8 +313,8 @@ async function phaseW1(store: StoreKind, mode: 'http' | 'inproc'): Promise<Row> 
         await runW1(driver, { ...cfg, tasks: warmupTasks, agentPrefix: 'warm-' }, warmAgents);
       }
       const meter = await meterFor(store, serverPid);
-      // In-process on PostgreSQL the statements the engine sends are counted here (issue #12's
-      // "statements per task"); a spawned server's are not visible to this process.
+      // In-process on PostgreSQL the statements the engine sends are counted here (statements
+      // per task); a spawned server's are not visible to this process.
       const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
       counter?.take();
       counter?.takeTransactions();

@@ -1,5 +1,5 @@
 /**
- * The chaos run's composition (issue #14): every outcome of one traffic agent starts a task on
+ * The chaos run's composition: every outcome of one traffic agent starts a task on
  * another through a subscription, and groups fan out over the traffic agents with a join, while
  * servers and workers are SIGKILLed. Afterwards every final outcome of the source must have started
  * exactly one task (or recorded why not), no chained task may exist whose source has not ended,

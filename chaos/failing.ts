@@ -1,5 +1,5 @@
 /**
- * The chaos run's failing-agent phase (issue #13, circuit breaker): one agent's every task fails
+ * The chaos run's failing-agent phase (the circuit breaker): one agent's every task fails
  * (its command exits 1, as when an API key has expired). Its breaker must open after K failures
  * in a row and its backlog must survive, still queued, instead of being burnt through; the tasks
  * it holds back are then cancelled by deleting the agent, so the run ends with nothing queued.

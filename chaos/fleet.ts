@@ -1,5 +1,5 @@
 /**
- * The chaos run's fleet-kill phase (issue #13, shared-cause lapses): every worker of one agent is
+ * The chaos run's fleet-kill phase (shared-cause lapses): every worker of one agent is
  * SIGKILLed at once while each holds tasks. Their leases lapse together, so the reaper must
  * re-queue them without charging an attempt (`requeued_shared`) and hold the agent until a worker
  * is seen again; a fresh fleet then finishes them on the attempt they were first charged.

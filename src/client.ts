@@ -346,8 +346,8 @@ export class BatonClient {
   /**
    * Poll until the execution is terminal (or `timeoutMs` passes), then read it whole once;
    * `onTick` sees each status read. The polls read only the status: polling the whole execution
-   * parsed its payload and result each time (50 MCP calls waiting on a payload of 80,000 values
-   * held the server's event loop for 0.8-2 s at a time). A server without the status route (its
+   * parsed its payload and result each time, and many MCP calls waiting on a large payload held the
+   * server's event loop for seconds at a time. A server without the status route (its
    * router answers 404 `no route`) is polled whole, as before.
    */
   async waitFor(

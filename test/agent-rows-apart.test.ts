@@ -5,11 +5,11 @@ import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/sto
 
 // PostgreSQL keeps every version of an agent row (its seat and backlog counters change twice per
 // task) until no open snapshot can see it. While an old snapshot is open (the canary's cycle, a
-// report, a dump), the versions pile up. Migration 0033 gives each agent row a page of its own
+// report, a dump), the versions pile up. The schema gives each agent row a page of its own
 // (fillfactor 10), so they stay one chain on that page, read in one buffer; packed many agents to
 // a page, the page filled, each later version went to another page with an index entry of its own,
-// and every read of the agent walked them all (docs/benchmarks.md, "A slow mode of W1 on
-// PostgreSQL"). SQLite keeps no row versions.
+// and every read of the agent walked them all (docs/benchmarks.md, "Deep backlogs and busy
+// agents"). SQLite keeps no row versions.
 
 let ts: TestStore;
 let engine: Engine;

@@ -8,8 +8,8 @@ import { tickSchedulesOnce } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-// An agent's backlog is kept by counters (agent_backlog.queued_in - agents.queued_out, migrations
-// 0023 SQLite / 0031 PostgreSQL), which creation, the agents list and /metrics read instead of
+// An agent's backlog is kept by counters (agent_backlog.queued_in - agents.queued_out), which
+// creation, the agents list and /metrics read instead of
 // counting queued rows. On both stores, on the manual clock.
 
 let ts: TestStore;

@@ -7,8 +7,8 @@ import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 // The reaper's backlog-expiry sweep runs every reaper interval (2 s). Its conditions (waiting
 // since before the cutoff, counting from the last start and from run_after) are expressions no
-// index holds, so alone they filtered every queued row: at 200,000 queued a pass took 69 ms on
-// SQLite's event loop and 34 ms of PostgreSQL (docs/benchmarks.md). A row is created no later than it begins to wait, so
+// index holds, so alone they filtered every queued row, and a deep backlog held SQLite's event
+// loop past the 50 ms a step may take (docs/benchmarks.md). A row is created no later than it begins to wait, so
 // the sweep also asks for rows created before the cutoff: a range of executions_status_recent.
 
 const DAY = 86_400_000;

@@ -256,7 +256,7 @@ describe(`circuit breaker (${STORE_KIND})`, () => {
     expect(JSON.parse((await breaker(fresh)).breaker_config!)).toEqual(BREAKER_DEFAULTS);
     expect(BREAKER_DEFAULTS).toMatchObject({ consecutive: 5, ratio: 0.5, window: 20, cooldown_ms: 30_000, max_cooldown_ms: 600_000 });
 
-    // An agent row as it stood before 0011: the migration's column default leaves it off.
+    // An agent row as it stood before the breaker existed: the column's default leaves it off.
     const old = `brk-${++n}`;
     await ts.store.db
       .insertInto('agents')

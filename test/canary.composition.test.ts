@@ -10,7 +10,7 @@ import { manualClock } from './helpers/clock.ts';
 import { historyWalks, observed, runningRow, writeRow } from './helpers/canary.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
 
-// Composition's invariants (issue #14), each twice: a violating state planted directly in the
+// Composition's invariants, each twice: a violating state planted directly in the
 // database fires with the right reason and diagnosis, and the same situation produced by the
 // engine (subscriptions, groups) stays silent. Each test uses its own agents and subjects.
 

@@ -11,7 +11,7 @@ import type { ExecutionRow } from '../src/store/schema.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-// Chains (issue #14): subscriptions start tasks in the transaction that ends their source. On the
+// Chains: subscriptions start tasks in the transaction that ends their source. On the
 // manual clock, on both stores.
 
 let ts: TestStore;

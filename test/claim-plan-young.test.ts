@@ -8,7 +8,7 @@ import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/sto
 // and kept until the table is analysed. Made on a store without statistics while its queued rows
 // had split executions_admission's first page but not executions_status_recent's, that plan read
 // every queued row of every agent once per agent claimed, sorted, for the rest of the connection's
-// life: the W1 slow mode of docs/benchmarks.md. Migration 0034 leaves the planner no sorting plan
+// life: docs/benchmarks.md, "A claim plan made young". A setting on the function leaves the planner no sorting plan
 // inside the function. A connection here plans its claims in that window, then claims from a
 // deeper backlog; another plans them in the same window with the setting taken back (rolled
 // back), which shows the window still traps the planner (so this test can fail).
@@ -98,7 +98,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('claim plans made on a young store (P
     const trapped = await session();
     try {
       await planYoung(kept.client);
-      // The same window without migration 0034's setting (ALTER FUNCTION is transactional: rolled
+      // The same window without the function's setting (ALTER FUNCTION is transactional: rolled
       // back, it never reaches another session) plans the walk of every queued row. Read at once,
       // while the store is still young: another session's DDL (a test file migrating its schema)
       // can make this one plan again, and a plan made again later would not be this one.

@@ -14,10 +14,10 @@ const ONLY_SQLITE = [
   // PostgreSQL drops foreign keys that could not fail (their only writers make them hold), as they
   // cost every status change and every retention delete a check per row. SQLite keeps them:
   // dropping one there means rebuilding the table.
-  'foreign-key execution_events (execution_id) -> executions (id) on-delete no action', // dropped by 0005
-  'foreign-key execution_log_heads (execution_id) -> executions (id) on-delete no action', // dropped by 0008
-  'foreign-key execution_logs (execution_id) -> executions (id) on-delete no action', // dropped by 0008
-  'foreign-key executions (retry_of) -> executions (id) on-delete no action', // dropped by 0008
+  'foreign-key execution_events (execution_id) -> executions (id) on-delete no action',
+  'foreign-key execution_log_heads (execution_id) -> executions (id) on-delete no action',
+  'foreign-key execution_logs (execution_id) -> executions (id) on-delete no action',
+  'foreign-key executions (retry_of) -> executions (id) on-delete no action',
   // History is append-only. SQLite: one trigger per operation, letting the pruner's deletes
   // through while retention_state.pruning is 1 (the column exists on both; PostgreSQL leaves it 0).
   'trigger audit_log_no_delete on audit_log',
@@ -34,7 +34,7 @@ const ONLY_POSTGRES = [
   // through in a transaction that ran SET LOCAL baton.pruning = 'on'.
   'trigger audit_log_append_only on audit_log',
   'trigger execution_events_append_only on execution_events',
-  // SQLite's migration 0024 dropped these: there a page with no status filter seeks the status
+  // SQLite has not these: there a page with no status filter seeks the status
   // indexes once per status (src/engine/list-executions.ts); PostgreSQL keeps one seek.
   'index executions_agent_recent on executions (agent, created_at desc, id desc)',
   'index executions_recent on executions (created_at desc, id desc)',

@@ -255,7 +255,7 @@ describe(`transitions (${STORE_KIND})`, () => {
   });
 
   it('deleting an agent with a deep backlog cancels it in chunks, each its own transaction, the event loop turning between', async () => {
-    // On SQLite one transaction cancelling 20,000 queued rows held the server for 1.9 s. Group
+    // On SQLite one transaction cancelling a deep backlog would hold the server for its length. Group
     // members are chunked too: a backlog of groups' members was cancelled in the final transaction.
     const deep = `deep-${++n}`;
     const joins = `deep-joins-${n}`;

@@ -11,7 +11,7 @@ import { pruneAll } from '../src/retention/prune.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 
-// Groups (issue #14, fan-out with a join): on the manual clock, on both stores.
+// Groups (fan-out with a join): on the manual clock, on both stores.
 
 let ts: TestStore;
 let engine: Engine;

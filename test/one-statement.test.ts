@@ -1,5 +1,5 @@
 /**
- * The common claim and completion in one statement on PostgreSQL (issue #12), and the seat counter
+ * The common claim and completion in one statement on PostgreSQL, and the seat counter
  * they decide from. Counted on the statements the engine really sends (a recording Kysely plugin),
  * on both stores: SQLite keeps its group-committed transactions, so its counts only show the
  * fallbacks taken there are the same code.
@@ -150,7 +150,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
         .execute();
     const made = await counted(() => engine.submit(agent, { message: 'a' }, 'key:one'));
     expect(made.out.status).toBe('queued');
-    if (pg) expect(made.statements).toBe(1); // baton_submit (migration 0020)
+    if (pg) expect(made.statements).toBe(1); // the submit function's one call
     expect(await audits('execution.create')).toEqual([{ execution_id: made.out.id, actor: 'key:one' }]);
     // The backlog is full: the insert inserts nothing, so its audit row is not written either.
     await expect(engine.submit(agent, { message: 'b' }, 'key:one')).rejects.toMatchObject({ code: 'backlog_full' });

@@ -1,5 +1,5 @@
 /**
- * The two packages as a user gets them (issue #15): `npm pack` both, install the tarballs into a
+ * The two packages as a user gets them: `npm pack` both, install the tarballs into a
  * fresh project with no workspace links, then use them from there only — the SDK from plain
  * JavaScript and from TypeScript, `baton up` and the CLI from the installed server, and one task
  * run by a worker written against the installed SDK. Nothing here loads the checkout's src/.

@@ -749,7 +749,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         for (const generic of [false, true]) plans.push(await nestedPlans(call!.sql, again([...call!.parameters]), generic));
         return plans;
       };
-      // Claims (baton_claim_many, migration 0025).
+      // Claims (baton_claim_many).
       for (const plans of await functionPlans('baton_claim_many')) {
         expect(plans, "auto_explain reported the function's statements").toMatch(/UPDATE executions x SET/);
         // Candidates by a seek into the agent's queued rows, never a walk of the live index
@@ -763,7 +763,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         // Each taken row found again by its position.
         expect(plans).toMatch(/Tid Scan on executions/);
       }
-      // Completions (baton_complete_many, migration 0023): each row by primary key, never through a
+      // Completions (baton_complete_many): each row by primary key, never through a
       // status or agent index (one statement over the batch was planned that way while few rows
       // were live, and then walked every live row of a 20,000-task backlog once per call).
       for (const plans of await functionPlans('baton_complete_many')) {
@@ -772,7 +772,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans).not.toMatch(
           /Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|admission|running)/,
         );
-        // The guards read the agent row by its name (migration 0027): the name is a condition of
+        // The guards read the agent row by its name: the name is a condition of
         // the scan itself, not a join filter above a scan of every agent through the breaker's
         // filter, which parses JSON once per agent row.
         const lines = plans.split('\n');
@@ -781,7 +781,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         for (const read of agentReads) expect(read).toMatch(/\(name = /);
         expect(plans).not.toMatch(/Join Filter: .*(a\.name|s\.source_agent)/);
       }
-      // Plain submits (baton_submit_many, migrations 0031 and 0032): each backlog read from the
+      // Plain submits (baton_submit_many): each backlog read from the
       // agent's counters by primary key, no executions read at all. Made again (then rolled back) under
       // new ids: the first call's rows exist.
       const again = (parameters: unknown[]) => [(parameters[0] as string[]).map((id) => `${id}-again`), ...parameters.slice(1)];
@@ -789,7 +789,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
         expect(plans).toMatch(/using agent_backlog_pkey/);
         expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
-        // Since 0032 one statement writes the call's rows: each submit's agent is read by its name,
+        // One statement writes the call's rows: each submit's agent is read by its name,
         // a lookup per submit, never a join of the submits with every agent (which a plan made while
         // the table was young chose: a scan of all agents on every call, however many there became).
         const from = plans.indexOf('INSERT INTO executions');
@@ -961,8 +961,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       const { problems, plan } = await planOf(c.sql, c.parameters);
       expect(problems, `${c.sql}\n${plan}`).not.toEqual([]);
     }
-    // GET /v1/agents before 0006 and this change: live counts bound `status IN (?, ?)`, which kept
-    // SQLite off the partial indexes, so it read every execution of every agent. Without 0006's
+    // GET /v1/agents once counted live rows with a bound `status IN (?, ?)`, which kept SQLite off
+    // the partial indexes, so it read every execution of every agent. Without those partial
     // indexes (dropped in a transaction that is rolled back) the check must catch it.
     const countsByAgent = sql`select agent, status, count(*) as n from executions where status in (${'running'}, ${'queued'}) and agent in (${AGENTS[0]!}, ${AGENTS[1]!}) group by agent, status`;
     const rollback = new Error('rollback');

@@ -1,5 +1,5 @@
 /**
- * Fewer round trips over HTTP (issue #12): the batch submit (per-item answers, backlog partial,
+ * Fewer round trips over HTTP: the batch submit (per-item answers, backlog partial,
  * per-item idempotency keys shared with the Idempotency-Key header, refusals naming the item and
  * field, limits) and the completion that claims the next tasks (fencing, the cap, a drain of N
  * tasks exactly once), and the SDK worker using both.

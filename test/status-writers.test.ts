@@ -9,10 +9,10 @@ import { describe, expect, it } from 'vitest';
 // the lists below; an unguarded UPDATE fails outright. New executions are inserted by one
 // function only, createExecutions in src/engine/transitions/create.ts: every path that creates
 // work goes through its admission rules (backlog, audit). On PostgreSQL a plain submit is the
-// same creation as one function call (baton_submit, migration 0020; many at once: baton_submit_many,
-// migration 0024), called from create.ts only.
-// Likewise completions that cause nothing else are one call of baton_complete_many (migration
-// 0023), completeAlone's guarded UPDATE per row, called from complete.ts only.
+// same creation as one function call (baton_submit; many at once: baton_submit_many), called from
+// create.ts only.
+// Likewise completions that cause nothing else are one call of baton_complete_many,
+// completeAlone's guarded UPDATE per row, called from complete.ts only.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRC = join(ROOT, 'src');
@@ -250,9 +250,9 @@ describe('the writers of execution status', () => {
   });
 
   it('in SQL, only the submit functions insert executions, called from create.ts only', () => {
-    // PostgreSQL runs plain submits as one function call (baton_submit, migration 0020; since
-    // migration 0024 a call of baton_submit_many with one element; 0031 replaces it to read the
-    // backlog counters, 0032 to write a call's rows in one INSERT): the same turn, backlog rule, row and audit as createExecutions, held
+    // PostgreSQL runs plain submits as one function call (baton_submit: a call of
+    // baton_submit_many with one element, which reads the backlog counters and writes the call's
+    // rows in one INSERT): the same turn, backlog rule, row and audit as createExecutions, held
     // equal to it by test/one-statement.test.ts.
     const dir = join(SRC, 'store', 'migrations');
     const inserting = readdirSync(dir)

@@ -1,7 +1,7 @@
 /**
  * The database itself refuses values outside the domain of the hot tables' columns, whoever
  * writes them, on both stores: a new row and a changed one alike. On PostgreSQL these rules live
- * in domains (migration 0026), which cost a statement nothing unless it sets the column; a table
+ * in domains, which cost a statement nothing unless it sets the column; a table
  * CHECK is re-read at the start of every statement on its table, which is why the hot tables keep
  * only the one that spans several columns.
  */

@@ -1,8 +1,8 @@
 /**
  * Deep backlogs: what a submit, one agent's view and the agents list cost while one agent has
  * 0, 10,000, 100,000 and 300,000 executions queued (max_backlog allows 1,000,000), in process on
- * a fresh database. Before the backlog counters (migrations 0023 SQLite / 0031 PostgreSQL) each
- * of these counted the queued rows. The standard is history's (issue #10): the same cost at any
+ * a fresh database. Without the backlog counters each of these
+ * would count the queued rows. The standard is history's: the same cost at any
  * depth, within 1.5× of the empty queue.
  */
 import { Engine } from '../../src/engine/engine.ts';

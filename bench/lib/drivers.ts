@@ -22,9 +22,9 @@ export interface Driver {
   submit(agent: string, i: number): Promise<string>;
   claim(agent: string, o: { owner: string; max: number; waitMs: number; signal?: AbortSignal }): Promise<Claimed[]>;
   complete(id: string, token: string): Promise<void>;
-  /** Batch submit (issue #12): tasks `is` to one agent in one call. Absent: the driver has none. */
+  /** Batch submit: tasks `is` to one agent in one call. Absent: the driver has none. */
   submitMany?(agent: string, is: number[]): Promise<void>;
-  /** Complete and claim the agent's next tasks in one call (issue #12). Absent: the driver has none. */
+  /** Complete and claim the agent's next tasks in one call. Absent: the driver has none. */
   completeAndClaim?(id: string, token: string, o: { owner: string; max: number }): Promise<Claimed[]>;
   close(): Promise<void>;
 }

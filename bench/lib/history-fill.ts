@@ -37,8 +37,8 @@
  * checkpoints and truncates its WAL.
  *
  * Caveat: a trigger that maintains something besides events (a counter, say) would be
- * bypassed too. Migrations up to 0006 have none on these tables besides the event triggers and
- * the append-only guards (which do not fire on INSERT).
+ * bypassed too. The seat and backlog counters count only running and queued rows, and the fill
+ * writes finished ones; the append-only guards do not fire on INSERT.
  *
  * The store must already be migrated by the project's own migrate() (the caller opens it that
  * way), so the fill always writes into the current schema.

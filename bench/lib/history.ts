@@ -1,5 +1,5 @@
 /**
- * The `history` scenario (issue #10): does Baton stay fast as its history grows?
+ * The `history` scenario: does Baton stay fast as its history grows?
  *
  * One database per store (SQLite file under /tmp/bench-history-*, or a PostgreSQL schema
  * bench_history_*), 100 agents `hist-000`…`hist-099` created through the engine. Then:
@@ -430,7 +430,7 @@ function stallWatch() {
   };
 }
 
-/** A /healthz ping slower than this is listed with when it happened (the issue's "about 50 ms" for one synchronous step). */
+/** A /healthz ping slower than this is listed with when it happened (about the 50 ms one synchronous step may take). */
 const SLOW_PING_MS = 50;
 
 /** The server's longest event-loop delay since the previous scrape (prom-client resets it on each collect), ms. */
@@ -501,8 +501,8 @@ const QUIET: Record<string, string> = { BATON_CANARY_INTERVAL_MS: '0', BATON_RET
 const CANARY_BUDGET_MS = 120_000;
 /**
  * The canary's catch-up over the filled event log, at most this long: 400 s, or 80 s per million
- * executions when more. At 10M (30M events, ~3,000 cycles of ~140 ms) 400 s was not enough: the
- * measured cycles after it were still reading the filled log in chunks, which a deployment that grew
+ * executions when more. At 10M the catch-up takes longer than 400 s, and
+ * cycles measured before it ends would still be reading the filled log in chunks, which a deployment that grew
  * one event at a time never does.
  */
 const catchUpBudgetMs = (n: number) => Math.max(400_000, (n / 1_000_000) * 80_000);
@@ -928,8 +928,8 @@ async function runPrune(cfg: HistoryConfig, db: HistoryDb, port: number): Promis
       return st;
     };
     // Rows removed so far, from the pruner's running total (updated in each batch's transaction):
-    // a one-row read. Counting the old rows instead took ~100 ms of this process's event loop
-    // on SQLite at 1M (better-sqlite3 is synchronous) and showed up as /healthz latency.
+    // a one-row read. Counting the old rows instead would hold this process's event loop on SQLite
+    // at 1M (better-sqlite3 is synchronous) and show up as /healthz latency.
     const totalBefore = Number(before.total_executions ?? 0);
     for (;;) {
       await sleep(1000);
@@ -1355,8 +1355,8 @@ export function historyRows(r: HistoryResult): string[][] {
           p.held_lease.claimed && p.held_lease.lost === 0 && p.held_lease.reaper_lapses === 0 ? 'met' : 'MISSED',
         ]);
       // The whole phase (sweep and, on SQLite, its vacuum steps) against the same loop on the same
-      // store with retention off just before: issue #10's "W2 latency at most doubles while the
-      // pruner works". (The empty store's probe is another loop — sequential, no pings, no held
+      // store with retention off just before: the target is that W2's latency at most doubles
+      // while the pruner works. (The empty store's probe is another loop — sequential, no pings, no held
       // lease — so it is no baseline for this one.)
       if (p.submit_to_claim) {
         const base = p.idle_submit_to_claim;

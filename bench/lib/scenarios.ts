@@ -3,8 +3,8 @@
  * - worker: W1 through `baton worker -- true` (a process spawn per task included);
  * - push: push delivery to a local no-op HTTP agent;
  * - triggers: 10,000 schedules due in the same minute (fire lag), and webhook requests/s with
- *   idempotency keys (PostgreSQL only, as the issue asks);
- * - cli: start-up of HTTP-only `baton` commands from the installed package (issue #15);
+ *   idempotency keys (PostgreSQL only: a deployment with many senders runs on it);
+ * - cli: start-up of HTTP-only `baton` commands from the installed package;
  * - bodies: the largest bodies each route takes, in their costliest shape, and how long each holds
  *   everybody else's requests (worst /healthz latency while it is handled; bench/lib/bodies.ts);
  * - backlog: a submit, one agent and the agents list with 0 to 300,000 queued for one agent

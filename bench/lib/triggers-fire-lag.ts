@@ -2,7 +2,7 @@
  * Scheduler benchmark: N schedules due at the same instant on one PostgreSQL database, fired by
  * `processes` real `baton up` processes (scheduler, reaper, dispatcher and canary loops all
  * running, as in production). Fire lag = due time → the execution row is visible to another
- * connection. Target (issue 3): p99 ≤ 1 s for 10,000 schedules on PostgreSQL.
+ * connection. Target: p99 ≤ 1 s for 10,000 schedules on PostgreSQL.
  */
 import { sql } from 'kysely';
 import { Engine } from '../../src/engine/engine.ts';

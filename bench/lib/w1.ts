@@ -10,7 +10,7 @@
  * agents came back empty does it long-poll the next one (idleWaitMs), so an idle loop does not
  * spin. When the last task completes, waiting claims are aborted.
  *
- * Fewer round trips (issue #12), both off by default so figures stay comparable with earlier runs:
+ * Fewer round trips, both off by default so figures stay comparable with earlier runs:
  * - submitBatch B > 1: the submitters send batches of up to B tasks of one agent (the batch
  *   route over HTTP, engine.submitMany in-process), the batches taken round robin over the
  *   agents, so arrival stays spread;

@@ -5,13 +5,13 @@
  * its previous task and re-issued its claim, lets it settle (`settleMs`, so the claim is really
  * parked in the server), then takes t0 just before the submit call. Latency is t0 → the moment
  * the claim call returns that task. The first `warmup` iterations are not counted. With one agent
- * only one claim is parked; with 100 (issue #12: "measure W2 both ways"), the other 99 stay parked
+ * only one claim is parked; with 100 (a deployment's shape), the other 99 stay parked
  * while each submit must wake exactly its own agent's claim.
  *
  * With one agent, then the same number of submits back to back to a second agent nobody claims
  * from: the call's round trip when the server and the client are busy rather than woken from idle
- * (an idle machine runs the same submit 2–4× slower; docs/benchmarks.md, "Where issue #12's
- * targets stand").
+ * (an idle machine runs the same submit several times slower: waking an idle process costs
+ * more than the submit's own work; docs/benchmarks.md).
  */
 import { setMaxListeners } from 'node:events';
 import type { Driver } from './drivers.ts';

@@ -6,9 +6,8 @@ export const EVENTS_PER_CHUNK = 2_000;
 /**
  * Events one cycle reads at most; the next cycle continues from its checkpoint. It bounds a
  * cycle after long downtime (or the first cycle on a database that predates checkpoints) to
- * under a second (measured at 1M executions of history on a loaded 2-core machine: 20,000
- * events took 1.0 s on SQLite and 2.0 s on PostgreSQL, 10,000 took 0.7 s and 0.9 s; a steady
- * cycle of 500 events about 0.1 s on either). The timer runs further cycles at once
+ * about a second on a loaded small machine with a long history, on either store; twice as many
+ * events a cycle passed that on PostgreSQL. The timer runs further cycles at once
  * while one stops behind (Canary.tick), so the canary keeps up with more events per interval.
  */
 export const EVENTS_PER_CYCLE = 10_000;

@@ -155,8 +155,8 @@ export class Canary {
       if (!(await this.acquireLease())) return report;
       // Only the event log is behind: the state invariants were judged a moment ago, over every
       // live row. Judged again in each of these cycles, they held a snapshot over the whole
-      // backlog back to back for half the interval (a 150,000-task backlog: ~2 s a cycle), and
-      // PostgreSQL could prune no row version changed meanwhile (docs/benchmarks.md).
+      // backlog back to back for half the interval (seconds a cycle with a deep backlog), and
+      // PostgreSQL could prune no row version changed meanwhile.
       report = await this.runOnce({ invariants: ACTIVITY });
     }
     // Renew again after the cycle, so a slow cycle does not hand the timer to another process.

@@ -190,7 +190,7 @@ export const SEEN_GENERATION = 20_000;
  * The subjects a cycle has judged, to judge each once: the last one or two generations of at most
  * SEEN_GENERATION ids each. A Set that only grows would hold every execution in a full check
  * over all history, and a Set rehashes on the event loop as it doubles: one add at a million ids
- * took ~140 ms here. One judged before the older generation was dropped is judged again, which
+ * holds the event loop far past the 50 ms a step may take. One judged before the older generation was dropped is judged again, which
  * costs a read and changes nothing (findings are kept one per subject). A normal cycle reads at
  * most EVENTS_PER_CYCLE events, so it never drops a generation.
  */

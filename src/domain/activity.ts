@@ -16,9 +16,9 @@ export const ACTIVITY_WINDOW_NAMES = Object.keys(ACTIVITY_WINDOWS) as [ActivityW
 /** Buckets per series: one a minute over an hour, one every 24 minutes over a day. */
 export const SERIES_BUCKETS = 60;
 /**
- * Finished runs one series reads row by row at most (and queued rows, separately). Turning rows
- * into buckets costs about 10 µs a row (read, copied from the reader thread, swept), so 5,000 is
- * tens of milliseconds on a loaded machine. An agent finishing more in the window still gets
+ * Finished runs one series reads row by row at most (and queued rows, separately). Each row is read,
+ * copied from the reader thread and swept into its bucket, so the bound keeps a series to tens of
+ * milliseconds on a loaded machine. An agent finishing more in the window still gets
  * exact counts (one counting seek per bucket, no rows returned); its durations, queue depth and
  * seats cover the newest 5,000 runs, and `complete_from` says where those start.
  */

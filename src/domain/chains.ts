@@ -1,5 +1,5 @@
 /**
- * Chains (issue #14): a subscription starts a task on one agent when an execution of another
+ * Chains: a subscription starts a task on one agent when an execution of another
  * reaches a final status. The lists here are the one definition the engine, API, CLI and MCP use.
  */
 

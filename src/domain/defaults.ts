@@ -24,8 +24,8 @@ export const CONTRACT_DEFAULTS = Object.freeze({
   /**
    * A claim stops taking tasks once those it took carry this many bytes of message and payload
    * (it always takes one when it can): an answer of 100 tasks at the payload limit is 25 MiB, and
-   * reading and writing it held the server's event loop 0.28–0.39 s (docs/benchmarks.md, "Bounded
-   * claim answers"). The worker claims again for the rest.
+   * reading and writing it holds the server's event loop for its size, far past the 50 ms a step
+   * may take. The worker claims again for the rest.
    */
   claimAnswerBytes: 2 * 1024 * 1024,
 });

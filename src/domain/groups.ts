@@ -1,5 +1,5 @@
 /**
- * Fan-out with a join (issue #14): the vocabularies of a group, defined once for the engine, the
+ * Fan-out with a join: the vocabularies of a group, defined once for the engine, the
  * API, the CLI, MCP and the dashboard, and the policy decision as a pure function.
  *
  * A group is N member executions created in one transaction, plus an optional join task created

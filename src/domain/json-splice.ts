@@ -12,7 +12,7 @@ const MARKS = new RegExp(
 
 /**
  * JSON text built around stored JSON texts (results, payloads) without parsing them: parsing a
- * stored value of 250,000 keys and serialising it again costs ~60 ms of the event loop, a splice
+ * large stored value and serialising it again costs the event loop a walk of every key, a splice
  * a copy of the text. `raw` places a stored text in the value to be serialised; `stringify`
  * serialises it with each text where its stand-in stood.
  */

@@ -9,7 +9,7 @@ export const MAX_JSON_DEPTH = 100;
 
 /**
  * Most values one JSON body sent to the API may hold, keys included. Parsing costs by the value,
- * not by the byte (4 MiB of one string parses in about 3 ms, 4 MiB of small keys in about 80), and so does
+ * not by the byte (megabytes of one string parse far faster than the same bytes of small keys), and so does
  * every later walk (validation, redaction, serialising): at this bound each of those steps stays
  * within ~50 ms, so one client's body cannot hold the event loop for everybody else.
  */
@@ -52,8 +52,7 @@ function largeExponent(text: string, at: number): boolean {
 
 /** Where the string opened at `open` (a quote) ends: its closing quote, or the text's length. */
 function stringEnd(text: string, open: number): number {
-  // indexOf finds the next quote natively (a 250 KiB string in well under a millisecond, where a
-  // loop over its characters took ~1.5 ms); a quote after an odd run of backslashes is escaped.
+  // indexOf finds the next quote natively, many times faster than a loop over the characters; a quote after an odd run of backslashes is escaped.
   for (let q = text.indexOf('"', open + 1); q !== -1; q = text.indexOf('"', q + 1)) {
     let backslashes = 0;
     while (text.charCodeAt(q - 1 - backslashes) === 92 /* \ */) backslashes++;
@@ -122,8 +121,8 @@ export const RAW_REST_MAX_VALUES = 50_000;
 /**
  * Most object shapes (distinct sequences of named keys: the hidden classes a parser creates) a body
  * over LARGE_JSON_CHARS may hold in what is parsed on the event loop. Objects alike cost little, but
- * each new shape costs 1–3 µs: measured here, 1 MiB of alike objects parsed in 8–10 ms, with 10,000
- * shapes in it 12–26 ms, 20,000 18–46 ms, 40,000 41–77 ms (docs/benchmarks.md). Counted on the JSON
+ * each new shape costs the parser a hidden class, so a body of many distinct shapes takes several
+ * times as long to parse as the same bytes of alike objects. Counted on the JSON
  * thread before the event loop parses the body (src/api/json-off-thread.ts).
  */
 export const MAX_JSON_SHAPES = 10_000;
@@ -243,8 +242,7 @@ export interface PathSpan {
  * The values at `path` in `text` without parsing it: each segment a member's key, or `*` for
  * every element of an array (`items.*.payload`: each item's payload). What is not there, or not
  * of that shape, gives nothing. One pass over the text: a container on the path is walked into,
- * any other value skipped (a 1 MiB batch of 1,000 wide payloads was scanned three times over
- * before, once per segment: 46 ms on its first call in a process, 11 ms warm).
+ * any other value skipped, so a large batch is scanned once whatever the path's length.
  */
 export function spansAt(text: string, path: readonly string[]): PathSpan[] {
   const root = firstNonSpace(text);

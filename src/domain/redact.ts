@@ -62,8 +62,8 @@ const TEXT_PATTERNS = SECRET_PATTERNS.map(({ re }) => {
  * `value` as the JSON text Baton stores, every recognisable secret redacted. When no secret's
  * head appears anywhere in its text (nearly always) that text is the answer: one JSON.stringify
  * and one search. Otherwise the patterns run over the text itself (no match can leave the string
- * it starts in: none takes `"` or `\`), which parses to what redactJson gives: 120,000 keys each
- * with a head took 280 ms walked, 6 ms as text.
+ * it starts in: none takes `"` or `\`), which parses to what redactJson gives, and costs a fraction of
+ * walking a value of many keys that each hold a head.
  */
 export function redactToJson(value: unknown): string {
   return redactJsonText(JSON.stringify(value));

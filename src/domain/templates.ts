@@ -1,7 +1,7 @@
 import { BatonError } from './errors.ts';
 
 /**
- * Templates for work that composition creates (issue #14): a subscription's message and payload,
+ * Templates for work that composition creates: a subscription's message and payload,
  * a group join's message. A placeholder is `{{path}}` with a dotted path into the context
  * (`source.id`, `source.error.message`), optionally followed by a JSON pointer (RFC 6901) into
  * the value found there: `{{source.result#/summary/title}}`.

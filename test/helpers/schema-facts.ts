@@ -153,7 +153,7 @@ async function postgresFacts(store: StoreAdapter): Promise<string[]> {
     if (k.type === 'c') facts.push(`check ${k.table} ${normaliseCheck(k.def.replace(/^CHECK\s*/, '').replace(/\s+NOT VALID$/, ''))}`);
   }
 
-  // A check on a column's domain (migration 0026) binds the column as a table check would: it
+  // A check on a column's domain binds the column as a table check would: it
   // reads as one, VALUE spelled as the column.
   const domainChecks = await rows<{ table: string; column: string; def: string }>(
     store,

@@ -27,7 +27,7 @@ const LIVE = ['queued', 'running'] as const;
 /**
  * Judge groups as they are now. Each read is a seek: the group rows by primary key, their joins
  * (`group_index IS NULL`) through executions_group, their live members through the partial index
- * executions_group_open (0017: queued and running rows only). Only a running group with no live
+ * executions_group_open (queued and running rows only). Only a running group with no live
  * member — a broken group — has its members' positions counted.
  */
 async function judgeGroups(tx: Tx, ids: Iterable<string>, ctx: CheckContext): Promise<Finding[]> {

@@ -99,7 +99,7 @@ export const E04: StateInvariant<QueuedRow> = {
         .selectFrom('executions as e')
         .leftJoin('agents as a', 'a.name', 'e.agent')
         .select(['e.id', 'e.agent', 'a.name as agent_exists', 'e.attempt', 'e.max_redeliveries'])
-        // SQLite's json_valid, or the function of that name migration 0029 gives PostgreSQL.
+        // SQLite's json_valid, or the function of that name the PostgreSQL schema defines.
         .select([sql<number>`json_valid(e.payload)`.as('payload_ok'), sql<number>`json_valid(e.origin)`.as('origin_ok')])
         .where('e.status', '=', status('queued'))
         .execute()

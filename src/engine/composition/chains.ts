@@ -63,8 +63,8 @@ const SUMMARY_WITH_RESULT = { source: { ...SUMMARY.source, result: '{{source.res
  * Renders tasks from one source's context: the message and payload JSON of a subscription, or
  * undefined when either is over the limits (src/domain/limits.ts, payloadLimitBytes). Made once per
  * source and used for each of its subscriptions, so the context's values are measured once and a
- * payload template shared by several (the summary, most often) is rendered once: a 2 MB result
- * serialised once per subscription held SQLite's event loop 1.5 s with 50 subscriptions.
+ * payload template shared by several (the summary, most often) is rendered once: a large result
+ * serialised once per subscription would hold SQLite's event loop for each of them.
  */
 function taskRenderer(context: Record<string, unknown>): (sub: SubscriptionRow) => { message: string; payload: string } | undefined {
   const sizes: RenderSizes = new Map();
@@ -87,8 +87,8 @@ function taskRenderer(context: Record<string, unknown>): (sub: SubscriptionRow) 
 }
 
 /**
- * The tasks `row`'s final outcome starts through the enabled subscriptions on its agent (issue
- * #14: chains), in the transaction that ended it. Each matching subscription gets one
+ * The tasks `row`'s final outcome starts through the enabled subscriptions on its agent, in
+ * the transaction that ended it. Each matching subscription gets one
  * chain_links row — what it started, or why nothing — whose primary key (source, subscription)
  * makes the link exactly-once: the task is created only when the link row is new, so following
  * the same outcome twice creates nothing more. A refusal (depth limit, full backlog, missing

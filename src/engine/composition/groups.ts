@@ -81,7 +81,7 @@ export function groupRow(
 
 /**
  * A group member reached its final state: count it on the group, decide the group, create its
- * join (issue #14: groups). Runs inside the transaction that ended the member (followFinals).
+ * join. Runs inside the transaction that ended the member (followFinals).
  *
  * The count is one UPDATE of the group row: on PostgreSQL it takes the row lock, so members
  * ending at once in several processes count one after another and each sees the counts with

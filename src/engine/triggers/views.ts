@@ -16,8 +16,8 @@ export function scheduleView(s: ScheduleRow) {
 /**
  * The next due times: the stored next one, then the ones croner finds after it. Only for a single
  * schedule: compiling a rare expression (the fifth Monday of February) and looking ahead costs
- * 2-3 ms when it is not cached, and reading 2,600 such schedules 500 a page held the event loop
- * 1.1-1.5 s a page when every item carried them.
+ * milliseconds when it is not cached, so a list page of such schedules, each carrying them, would
+ * hold the event loop for a second or more.
  */
 function upcoming(s: ScheduleRow): number[] {
   if (s.enabled === 1 && s.next_run_at !== null) {

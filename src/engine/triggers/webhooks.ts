@@ -241,7 +241,7 @@ export class Webhooks {
 
   /**
    * A page of webhooks (every agent's, or one agent's) in (agent, name, id) order, through
-   * webhooks_agent_name (migration 0022/0028), starting after `after`. The message is cut to its
+   * webhooks_agent_name, starting after `after`. The message is cut to its
    * head in SQL: it may hold 100,000 characters, and a list answers with previews (webhookListView).
    */
   async list(
