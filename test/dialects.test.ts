@@ -20,20 +20,20 @@ const ONLY_SQLITE = [
   'foreign-key executions (retry_of) -> executions (id) on-delete no action',
   // History is append-only. SQLite: one trigger per operation, letting the pruner's deletes
   // through while retention_state.pruning is 1 (the column exists on both; PostgreSQL leaves it 0).
-  'trigger audit_log_no_delete on audit_log',
-  'trigger audit_log_no_update on audit_log',
-  'trigger execution_events_no_delete on execution_events',
-  'trigger execution_events_no_update on execution_events',
+  'trigger audit_log_no_delete on audit_log before delete',
+  'trigger audit_log_no_update on audit_log before update',
+  'trigger execution_events_no_delete on execution_events before delete',
+  'trigger execution_events_no_update on execution_events before update',
   // A new row's share of its agent's backlog: SQLite per row; PostgreSQL adds a statement's rows
   // per agent in its statement trigger executions_event_insert (one row updated many times in a
   // transaction costs PostgreSQL more each time).
-  'trigger executions_backlog_insert on executions',
+  'trigger executions_backlog_insert on executions after insert',
 ];
 const ONLY_POSTGRES = [
   // PostgreSQL: one statement trigger per table for UPDATE, DELETE and TRUNCATE, letting deletes
   // through in a transaction that ran SET LOCAL baton.pruning = 'on'.
-  'trigger audit_log_append_only on audit_log',
-  'trigger execution_events_append_only on execution_events',
+  'trigger audit_log_append_only on audit_log before delete or truncate or update',
+  'trigger execution_events_append_only on execution_events before delete or truncate or update',
   // SQLite has not these: there a page with no status filter seeks the status
   // indexes once per status (src/engine/list-executions.ts); PostgreSQL keeps one seek.
   'index executions_agent_recent on executions (agent, created_at desc, id desc)',

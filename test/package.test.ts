@@ -61,8 +61,10 @@ describe('the tarballs', () => {
       'dist/index.d.ts',
       'dist/store/sqlite-reader-worker.js',
       'dist/engine/json-worker.js',
-      'dist/store/migrations/sqlite/0001_init.sql',
-      'dist/store/migrations/postgres/0001_init.sql',
+      'dist/store/migrations/sqlite/0100_baseline.sql',
+      'dist/store/migrations/postgres/0100_baseline.sql',
+      'dist/store/migrations/sqlite/legacy/0001_init.sql',
+      'dist/store/migrations/postgres/legacy/0001_init.sql',
       'web/dist/index.html',
     ])
       expect(files, f).toContain(f);
@@ -72,8 +74,8 @@ describe('the tarballs', () => {
     // The server does not re-export the SDK: that is the other package.
     expect(files).not.toContain('dist/sdk.js');
     // Every migration of the checkout is in the tarball (the code finds them by URL, not by import).
-    for (const kind of ['sqlite', 'postgres'])
-      for (const sql of readdirSql(kind)) expect(files).toContain(`dist/store/migrations/${kind}/${sql}`);
+    for (const folder of ['sqlite', 'postgres', 'sqlite/legacy', 'postgres/legacy'])
+      for (const sql of readdirSql(folder)) expect(files).toContain(`dist/store/migrations/${folder}/${sql}`);
   });
 
   it('the SDK ships its dist, README and LICENSE, and depends on zod alone', () => {

@@ -170,7 +170,7 @@ export interface StoreAdapter {
   /** `local` is true when this process published the message, false when it came from another one. */
   subscribe(topic: Topic, listener: (message: string, local: boolean) => void): () => void;
 
-  /** Apply pending migrations under a cross-process lock. Returns versions applied. */
+  /** Apply pending migrations under a cross-process lock. Returns the versions recorded (src/store/migrations.ts). */
   migrate(): Promise<number[]>;
   /** Versions applied and the newest version this code knows. */
   migrationStatus(): Promise<{ applied: number[]; known: number[] }>;

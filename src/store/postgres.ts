@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
 import { BULK_CHUNK, bulkColumns, inOrderOn, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
-import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
+import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, packMessages, TOPICS, type Topic } from './signals.ts';
 
@@ -278,9 +278,8 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
         await client.query(MIGRATIONS_TABLE_SQL);
         const done = new Set((await client.query('SELECT version FROM baton_migrations')).rows.map((r) => Number(r.version)));
         const applied: number[] = [];
-        for (const m of loadMigrations('postgres')) {
-          if (done.has(m.version)) continue;
-          await client.query(m.sql);
+        for (const { migration: m, run } of migrationPlan('postgres', done)) {
+          if (run) await client.query(m.sql);
           await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
             m.version,
             m.name,
@@ -299,12 +298,11 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
     },
     async migrationStatus() {
       // Read-only: with a schema that does not exist yet, to_regclass finds nothing.
-      const known = loadMigrations('postgres').map((m) => m.version);
       const exists = await pool.query("SELECT to_regclass('baton_migrations') AS t");
-      const applied = exists.rows[0].t
+      const recorded = exists.rows[0].t
         ? (await pool.query('SELECT version FROM baton_migrations ORDER BY version')).rows.map((r) => Number(r.version))
         : [];
-      return { applied, known };
+      return migrationStatusOf('postgres', recorded);
     },
     async close() {
       // What this process announced last still reaches the others (the flush waits a turn), unless

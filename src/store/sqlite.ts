@@ -4,7 +4,6 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { Kysely, SqliteDialect, sql, type Driver, type SelectQueryBuilder, type SqliteStatement } from 'kysely';
 import { BULK_CHUNK, bulkColumns, inOrderOn, type InOrder, type StoreAdapter, type Tx } from './adapter.ts';
-import { loadMigrations, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals } from './signals.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
@@ -12,6 +11,7 @@ import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 import { preparedQuery } from './prepared-query.ts';
 import { openSqliteReader, openSqliteWriterThread } from './sqlite-reader.ts';
 import { lockSqliteStore, type StoreLock } from './sqlite-lock.ts';
+import { migrateSqlite, sqliteMigrationStatus } from './sqlite-migrate.ts';
 import { rowsAsObjects } from './sqlite-rows.ts';
 
 /**
@@ -128,7 +128,7 @@ function openLocked(file: string, opts: SqliteOptions, lock: StoreLock | undefin
   const raw = new Database(file);
   // Pages freed by the pruner go back to the file in small steps (PRAGMA incremental_vacuum).
   // It can only be switched on in a new file, before anything is written to it (switching to WAL
-  // writes its header), or later by a VACUUM: see migrate().
+  // writes its header), or later by a VACUUM: see migrateSqlite().
   if (!raw.prepare('SELECT 1 FROM sqlite_master LIMIT 1').get()) raw.pragma('auto_vacuum = INCREMENTAL');
   raw.pragma('journal_mode = WAL');
   // NORMAL in WAL mode survives a process crash (SIGKILL); only an OS crash can lose the
@@ -343,53 +343,10 @@ function openLocked(file: string, opts: SqliteOptions, lock: StoreLock | undefin
     publish: (topic, message) => signals.deliver(topic, message),
     subscribe: (topic, listener) => signals.on(topic, listener),
     async migrate() {
-      return db.connection().execute(async () => {
-        raw.exec('BEGIN IMMEDIATE');
-        try {
-          raw.exec(MIGRATIONS_TABLE_SQL);
-          const done = new Set(
-            raw
-              .prepare('SELECT version FROM baton_migrations')
-              .all()
-              .map((r: any) => r.version),
-          );
-          const applied: number[] = [];
-          for (const m of loadMigrations('sqlite')) {
-            if (done.has(m.version)) continue;
-            applyMigration(raw, m.sql);
-            raw.prepare('INSERT INTO baton_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
-            applied.push(m.version);
-          }
-          raw.exec('COMMIT');
-          // A database made before incremental auto-vacuum existed gets it once, by a VACUUM
-          // (it rewrites the file: seconds per 100 MiB, at start, before anything is served).
-          if (file !== ':memory:' && raw.pragma('auto_vacuum', { simple: true }) !== 2) {
-            raw.pragma('auto_vacuum = INCREMENTAL');
-            // VACUUM copies the whole database into a temporary one first: a file, not memory.
-            raw.pragma('temp_store = FILE');
-            try {
-              raw.exec('VACUUM');
-            } finally {
-              raw.pragma('temp_store = MEMORY');
-            }
-          }
-          return applied;
-        } catch (err) {
-          if (raw.inTransaction) raw.exec('ROLLBACK');
-          throw err;
-        }
-      });
+      return db.connection().execute(async () => migrateSqlite(raw, file));
     },
     async migrationStatus() {
-      const known = loadMigrations('sqlite').map((m) => m.version);
-      const exists = raw.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baton_migrations'").get();
-      const applied = exists
-        ? raw
-            .prepare('SELECT version FROM baton_migrations ORDER BY version')
-            .all()
-            .map((r: any) => r.version as number)
-        : [];
-      return { applied, known };
+      return sqliteMigrationStatus(raw);
     },
     async close() {
       clearInterval(checkpointTimer);
@@ -465,26 +422,4 @@ function createPrivately(file: string): void {
   const dir = dirname(file);
   if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
   if (!existsSync(file)) closeSync(openSync(file, 'a', 0o600));
-}
-
-/**
- * Run one migration's SQL. A migration that widens a CHECK constraint edits the table's stored
- * definition (PRAGMA writable_schema, the procedure SQLite documents for constraint changes that
- * leave stored rows valid): that needs better-sqlite3's unsafe mode for the step, and a new
- * schema_version so every other connection re-reads the schema.
- */
-function applyMigration(raw: Database.Database, sqlText: string): void {
-  if (!/PRAGMA\s+writable_schema\s*=\s*ON/i.test(sqlText)) {
-    raw.exec(sqlText);
-    return;
-  }
-  const version = raw.pragma('schema_version', { simple: true }) as number;
-  raw.unsafeMode(true);
-  try {
-    raw.exec(sqlText);
-    raw.pragma(`schema_version = ${version + 1}`);
-  } finally {
-    raw.pragma('writable_schema = OFF');
-    raw.unsafeMode(false);
-  }
 }

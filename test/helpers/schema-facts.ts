@@ -11,11 +11,14 @@ import type { StoreAdapter } from '../../src/store/adapter.ts';
  *   primary-key executions (id)
  *   foreign-key execution_logs (execution_id) -> executions (id) on-delete no action
  *   check executions status in ('cancelled', 'failed', …)
- *   trigger executions_event_insert on executions
+ *   columns executions (id, agent, schedule_id, …)
+ *   trigger executions_event_insert on executions after insert
  *
  * Normalised away: type spelling (BIGINT and INTEGER are both `integer`), cast and parenthesis
  * noise in PostgreSQL's deparsed predicates, constraint names the database generated, and
- * trigger bodies (plpgsql functions against SQLite trigger programs differ by nature).
+ * trigger bodies and whether a trigger fires per row or per statement (plpgsql functions against
+ * SQLite trigger programs differ by nature). Each dialect's bodies are held, whole, in its schema
+ * file (src/store/schema.<dialect>.sql, checked by test/schema-file.test.ts).
  */
 export async function schemaFacts(store: StoreAdapter): Promise<string[]> {
   const facts = store.kind === 'sqlite' ? await sqliteFacts(store) : await postgresFacts(store);
@@ -45,6 +48,7 @@ async function sqliteFacts(store: StoreAdapter): Promise<string[]> {
       const serial = c.pk === 1 && key.length === 1 && /\bAUTOINCREMENT\b/i.test(table.sql);
       facts.push(column(table.name, c.name, c.type, c.notnull === 1 || c.pk > 0, c.dflt_value !== null || serial));
     }
+    facts.push(`columns ${table.name} (${columns.map((c) => c.name).join(', ')})`);
     if (key.length) facts.push(`primary-key ${table.name} (${key.map((c) => c.name).join(', ')})`);
 
     const indexes = await rows<{ name: string; unique: number; origin: string }>(
@@ -94,11 +98,14 @@ async function sqliteFacts(store: StoreAdapter): Promise<string[]> {
     facts.push(index(ix.name, ix.tbl_name, unique, keys, where ?? null));
   }
 
-  const triggers = await rows<{ name: string; tbl_name: string }>(
+  const triggers = await rows<{ name: string; tbl_name: string; sql: string }>(
     store,
-    sql`SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'`,
+    sql`SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'`,
   );
-  for (const t of triggers) facts.push(`trigger ${t.name} on ${t.tbl_name}`);
+  for (const t of triggers) {
+    const [, timing, event] = /^\s*CREATE\s+TRIGGER\s+\S+\s+(BEFORE|AFTER|INSTEAD\s+OF)\s+(INSERT|UPDATE|DELETE)\b/i.exec(t.sql) ?? [];
+    facts.push(trigger(t.name, t.tbl_name, timing ?? '?', [event ?? '?']));
+  }
   return facts;
 }
 
@@ -120,9 +127,17 @@ async function postgresFacts(store: StoreAdapter): Promise<string[]> {
   }>(
     store,
     sql`SELECT table_name, column_name, data_type, is_nullable, column_default
-        FROM information_schema.columns WHERE table_schema = current_schema()`,
+        FROM information_schema.columns WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`,
   );
   for (const c of columns) facts.push(column(c.table_name, c.column_name, c.data_type, c.is_nullable === 'NO', c.column_default !== null));
+  // Column order (ordinal_position), one line per table.
+  for (const table of new Set(columns.map((c) => c.table_name)))
+    facts.push(
+      `columns ${table} (${columns
+        .filter((c) => c.table_name === table)
+        .map((c) => c.column_name)
+        .join(', ')})`,
+    );
 
   const constraints = await rows<{
     table: string;
@@ -183,17 +198,38 @@ async function postgresFacts(store: StoreAdapter): Promise<string[]> {
     facts.push(index(ix.name, ix.table, ix.unique, keys, ix.predicate));
   }
 
-  const triggers = await rows<{ name: string; table: string }>(
+  const triggers = await rows<{ name: string; table: string; type: number }>(
     store,
-    sql`SELECT g.tgname AS name, c.relname AS table FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
+    sql`SELECT g.tgname AS name, c.relname AS table, g.tgtype AS type FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
         WHERE NOT g.tgisinternal AND c.relnamespace = current_schema()::regnamespace`,
   );
-  for (const t of triggers) facts.push(`trigger ${t.name} on ${t.table}`);
+  // tgtype bits (pg_trigger.h): 2 BEFORE, 64 INSTEAD, 4 INSERT, 8 DELETE, 16 UPDATE, 32 TRUNCATE.
+  for (const t of triggers) {
+    const timing = t.type & 2 ? 'before' : t.type & 64 ? 'instead of' : 'after';
+    const events = (
+      [
+        [4, 'insert'],
+        [8, 'delete'],
+        [16, 'update'],
+        [32, 'truncate'],
+      ] as const
+    )
+      .filter(([bit]) => t.type & bit)
+      .map(([, e]) => e);
+    facts.push(trigger(t.name, t.table, timing, events));
+  }
   return facts;
 }
 
 function column(table: string, name: string, type: string, notNull: boolean, hasDefault: boolean): string {
   return `column ${table}.${name} ${typeFamily(type)} ${notNull ? 'not-null' : 'nullable'} ${hasDefault ? 'default' : 'no-default'}`;
+}
+
+function trigger(name: string, table: string, timing: string, events: string[]): string {
+  return `trigger ${name} on ${table} ${timing.toLowerCase().replace(/\s+/g, ' ')} ${events
+    .map((e) => e.toLowerCase())
+    .sort()
+    .join(' or ')}`;
 }
 
 function foreignKey(table: string, from: string[], refTable: string, to: string[], onDelete: string): string {
