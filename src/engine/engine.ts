@@ -948,7 +948,7 @@ export class Engine {
    * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
-    return listExecutions(this.store.reader, f, this.store.kind);
+    return listExecutions(this.store.reader, f, this.store.recentIndexes);
   }
 
   /**

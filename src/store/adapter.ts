@@ -44,6 +44,12 @@ export interface StoreAdapter {
    */
   readonly cteWrites: boolean;
   /**
+   * Whether an index orders all executions, and one agent's, newest first (executions_recent,
+   * executions_agent_recent): PostgreSQL yes; SQLite no (each cost every insert and every pruned
+   * row an entry there), so a page with no status seeks each status index instead.
+   */
+  readonly recentIndexes: boolean;
+  /**
    * Run one statement alone, outside a transaction (fastPaths' operations do); PostgreSQL runs it
    * again when the database ended it on a conflict (a deadlock with another transaction, a serialization failure, a lock not available:
    * its writes were all undone, as a transaction's are), as `transaction` does. SQLite: once.

@@ -216,6 +216,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
       return opts.fastPaths === false ? undefined : postgresFastPaths(this.db, retryConflicts);
     },
     cteWrites: true,
+    recentIndexes: true,
     lone: retryConflicts,
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
