@@ -4,6 +4,8 @@
  * PostgreSQL with its fast paths, PostgreSQL with them forced off, and SQLite; and where the facts
  * allow, the store's fast path is what decides.
  */
+import { readFileSync } from 'node:fs';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addHoldRule } from '../src/domain/admission.ts';
 import { Engine } from '../src/engine/engine.ts';
@@ -242,5 +244,40 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
     } finally {
       spied.close();
     }
+  });
+});
+
+describe(`the migration's backfill (${STORE_KIND})`, () => {
+  it('computes the facts the engine keeps, for agents in every state a rule reads', async () => {
+    const agents = [
+      await newAgent(),
+      await newAgent({ breaker: undefined }),
+      await newAgent({ budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }),
+    ];
+    const paused = await newAgent();
+    await engine.pauseAgent(paused, 'why', 'test');
+    const lapsed = await newAgent();
+    await ts.store.transaction((tx) => setLapseHold(tx, lapsed, ['x1', 'x2'], clock(), 'reaper'));
+    const source = await newAgent();
+    await engine.subscriptions.create({ source_agent: source, target_agent: agents[0]!, on: 'succeeded', message: 'next' }, 'test');
+    const clean = await newAgent({
+      breaker: { consecutive: 2, ratio: 1, window: 2, cooldown_ms: 60_000, max_cooldown_ms: 60_000, count: ['agent_error'] },
+    });
+    for (let i = 0; i < 2; i++) {
+      await engine.submit(clean, { message: 'ok' }, 'test');
+      const [row] = await engine.claim(clean, { owner: 'w' });
+      await engine.complete(row!.id, row!.lease_token!, { status: 'succeeded' }, 'w');
+    }
+    const names = [...agents, paused, lapsed, source, clean];
+    const kept = await Promise.all(names.map(facts));
+    expect(kept.map((f) => f.complete)).toContain(1);
+    expect(kept.map((f) => f.claim)).toContain(0);
+    // The migration's UPDATE of agents, run again over what the engine wrote (its WHERE-less form).
+    const file = STORE_KIND === 'postgres' ? 'postgres/0035_fast_path_facts.sql' : 'sqlite/0025_fast_path_facts.sql';
+    const text = readFileSync(new URL(`../src/store/migrations/${file}`, import.meta.url), 'utf8');
+    const update = text.slice(text.indexOf('UPDATE agents'), text.indexOf(';', text.indexOf('UPDATE agents')));
+    await ts.store.db.updateTable('agents').set({ fast_claim: 0, fast_complete: 0 }).where('name', 'in', names).execute();
+    await sql.raw(update).execute(ts.store.db);
+    expect(await Promise.all(names.map(facts))).toEqual(kept);
   });
 });
