@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addHoldRule } from '../src/domain/admission.ts';
+import { addHoldRule, ADMISSION_HOLDS, holdRules } from '../src/domain/admission.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { clearLapseHold, setLapseHold } from '../src/engine/transitions/lapse.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
@@ -50,6 +50,10 @@ const facts = async (agent: string) => {
 };
 
 describe(`fast-path facts (${STORE_KIND})`, () => {
+  it('the holds decided are the holds listed, in order', () => {
+    expect(holdRules().map((h) => h.reason)).toEqual([...ADMISSION_HOLDS]);
+  });
+
   it('an agent with no hold and no side effect may take both fast paths; the default breaker waits for a clean window', async () => {
     expect(await facts(await newAgent())).toEqual({ claim: 1, complete: 1 });
     const withBreaker = await newAgent({ breaker: undefined });

@@ -103,7 +103,11 @@ export async function createExecutions(
       if (!held.has(r.agent)) throw new Error(`agent '${r.agent}' is not held for new work (execution ${r.id})`);
     }
     if (rows.length === 0) return;
-    await store.insertMany(tx, 'executions', (rows as NewExecution[]).map(withFacts));
+    await store.insertMany(
+      tx,
+      'executions',
+      (rows as NewExecution[]).map((r) => withFacts(r, true)),
+    );
     await audit(tx, store, req.audit as CreateAudit<NewExecution>, rows);
     return;
   }
@@ -161,12 +165,13 @@ export type { SubmitFields };
 
 /**
  * A new row with its fast-path fact (src/domain/fast-paths.ts): whether its completion may skip the
- * engine's transaction. Written only where it is not the column's default (1), so most rows keep
- * their statement's shape.
+ * engine's transaction. A lone row gets it only where it is not the column's default (1), so most
+ * keep their statement's shape; rows inserted together all get it (a key some rows lack would be
+ * NULL in theirs: StoreAdapter.insertMany).
  */
-function withFacts<R extends NewExecution>(row: R): R {
+function withFacts<R extends NewExecution>(row: R, always = false): R {
   const fast = executionFastComplete({ group_id: row.group_id ?? null });
-  return fast === 1 ? row : Object.assign({}, row, { fast_complete: fast });
+  return fast === 1 && !always ? row : Object.assign({}, row, { fast_complete: fast });
 }
 
 async function audit<R>(tx: Tx, store: StoreAdapter, how: CreateAudit<R>, rows: readonly R[]): Promise<void> {
