@@ -33,7 +33,7 @@ async function session(): Promise<{ client: pg.Client; notices: string[] }> {
 }
 
 let token = 0;
-/** One claim of every agent, as claimManyInOneStatement calls it (src/engine/transitions/admit.ts). */
+/** One claim of every agent, as the store's claimMany calls it (src/store/postgres-fast-paths.ts). */
 function claimAll(client: pg.Client) {
   const from: number[] = [];
   const tokens: string[] = [];

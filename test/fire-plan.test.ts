@@ -72,6 +72,8 @@ function agent(name: string, maxBacklog: number): AgentRow {
     lapse_hold_at: null,
     lapse_hold_count: null,
     budget: null,
+    fast_claim: 1,
+    fast_complete: 1,
     running_count: 0,
     queued_out: 0,
   };

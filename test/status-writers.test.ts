@@ -9,10 +9,10 @@ import { describe, expect, it } from 'vitest';
 // the lists below; an unguarded UPDATE fails outright. New executions are inserted by one
 // function only, createExecutions in src/engine/transitions/create.ts: every path that creates
 // work goes through its admission rules (backlog, audit). On PostgreSQL a plain submit is the
-// same creation as one function call (baton_submit; many at once: baton_submit_many), called from
-// create.ts only.
+// same creation as one function call (baton_submit; many at once: baton_submit_many), called
+// from the store's fast paths only (src/store/postgres-fast-paths.ts).
 // Likewise completions that cause nothing else are one call of baton_complete_many,
-// completeAlone's guarded UPDATE per row, called from complete.ts only.
+// completeWithLease's guarded UPDATE per row, called from the store's fast paths only.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRC = join(ROOT, 'src');
@@ -35,6 +35,8 @@ const EXPECTED_WRITERS = [
  * preparedQuery, so it lives outside the creator's body): used by the creator only.
  */
 const CREATOR = { file: 'src/engine/transitions/create.ts', fn: 'createExecutions', statement: 'oneRowInsert' };
+/** PostgreSQL's fast paths (StoreAdapter.fastPaths): the one caller of the submit functions. */
+const FAST_SUBMIT = 'src/store/postgres-fast-paths.ts';
 
 /**
  * The one exception to "history is never deleted": the retention pruner removes finished
@@ -249,7 +251,7 @@ describe('the writers of execution status', () => {
     expect(findWrites(creator!.code).map((w) => w.kind)).toEqual(['insertMany', 'insertInto']);
   });
 
-  it('in SQL, only the submit functions insert executions, called from create.ts only', () => {
+  it('in SQL, only the submit functions insert executions, called from the store fast paths only', () => {
     // PostgreSQL runs plain submits as one function call (baton_submit: a call of
     // baton_submit_many with one element, which reads the backlog counters and writes the call's
     // rows in one INSERT): the same turn, backlog rule, row and audit as createExecutions, held
@@ -270,7 +272,7 @@ describe('the writers of execution status', () => {
     ]);
     for (const fn of ['baton_submit', 'baton_submit_many']) {
       const callers = sources.filter((s) => new RegExp(`\\b${fn}\\(`).test(stripComments(s.code))).map((s) => s.file);
-      expect(callers, fn).toEqual([CREATOR.file]);
+      expect(callers, fn).toEqual([FAST_SUBMIT]);
     }
   });
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
 
 // The common claim, submit and completion run on PostgreSQL as one statement outside a
-// transaction (store.loneStatements). A deadlock with another transaction — a claim meeting an
+// transaction (store.fastPaths). A deadlock with another transaction — a claim meeting an
 // agent's deletion — ends such a statement as it ends a transaction, with every write undone:
 // store.lone runs it again, as store.transaction does. Before, the claim answered 500.
 

@@ -4,13 +4,16 @@
  *
  * Glossary
  * - hold: an agent-level reason the admission transaction refuses to admit anything for that
- *   agent (today: paused). `admissionHold` is the one place that decides it; admit.ts calls it on
- *   the agent row it holds locked, and the `waiting` answer calls it on the same columns, so the
- *   two never disagree. Later holds (circuit breaker, budget, shared-cause lapse) join the list
- *   and that function, nothing else.
+ *   agent (paused, a shared-cause lapse hold, a spent budget, an open breaker). Each is one entry
+ *   of HOLD_RULES below, and `admissionHold` decides from that list: admit.ts calls it on the agent
+ *   row it holds locked, and the `waiting` answer calls it on the same columns, so the two never
+ *   disagree. An entry also says whether it can apply to an agent at all (`mayApply`), which is
+ *   what lets a claim skip the transaction (src/domain/fast-paths.ts): a new hold is one entry
+ *   here, and touches no SQL.
  * - waiting: the first reason a queued execution is not running, with the facts behind it.
  */
 
+import type { BreakerState } from './breaker.ts';
 import type { LimitStatus } from './budget.ts';
 
 /** Agent-level holds, in the order admission checks them. */
@@ -92,6 +95,8 @@ export const SEAT_HOLDERS_SHOWN = 20;
 
 /** The columns of an agent row a hold is decided from. */
 export interface AdmissionState {
+  /** Absent where only the hold columns are at hand (the waiting answer's callers give it). */
+  name?: string;
   paused_at: number | null;
   paused_by: string | null;
   paused_reason: string | null;
@@ -118,13 +123,90 @@ export type Hold =
   | { reason: 'budget_spent'; spent: LimitStatus }
   | { reason: 'breaker_open'; until: number | null; probe_id: string | null };
 
+/**
+ * The agent-row columns that say whether a hold or a completion side effect can apply to an agent
+ * at all (src/domain/fast-paths.ts turns them into the agent's fast-path facts).
+ */
+export interface AgentFactInputs {
+  name: string;
+  paused_at: number | null;
+  lapse_hold_at: number | null;
+  budget: string | null;
+  breaker_config: string | null;
+  breaker_state: BreakerState;
+  breaker_consecutive: number;
+  breaker_recent: string;
+  /** Whether an enabled subscription has this agent as its source. */
+  subscribed: boolean;
+}
+
+/**
+ * One hold: `decide` says whether it holds the agent now (on the row admission locked, with the
+ * facts it read); `mayApply` says whether it can hold this agent at all, from the agent row alone.
+ * Where `mayApply` is false for every hold, a claim may take the fast path (the store's claimMany,
+ * one statement on PostgreSQL) without running `decide`; so `mayApply` must be true whenever
+ * `decide` could answer a hold.
+ */
+export interface HoldRule {
+  readonly reason: string;
+  decide(a: AdmissionState): Hold | null;
+  mayApply(a: AgentFactInputs): boolean;
+}
+
+/** The holds, in the order admission checks them (ADMISSION_HOLDS names them). A new hold goes here. */
+const HOLD_RULES: HoldRule[] = [
+  {
+    reason: 'agent_paused',
+    decide: (a) =>
+      a.paused_at === null
+        ? null
+        : { reason: 'agent_paused', by: a.paused_by ?? 'unknown', why: a.paused_reason ?? '', since: Number(a.paused_at) },
+    mayApply: (a) => a.paused_at !== null,
+  },
+  {
+    reason: 'lapse_hold',
+    decide: (a) =>
+      a.lapse_hold_at === null ? null : { reason: 'lapse_hold', since: Number(a.lapse_hold_at), lapsed: Number(a.lapse_hold_count ?? 0) },
+    mayApply: (a) => a.lapse_hold_at !== null,
+  },
+  {
+    reason: 'budget_spent',
+    decide: (a) => (a.budget_spent ? { reason: 'budget_spent', spent: a.budget_spent } : null),
+    mayApply: (a) => a.budget !== null,
+  },
+  {
+    reason: 'breaker_open',
+    decide: (a) => (a.breaker_hold ? { reason: 'breaker_open', until: a.breaker_hold.until, probe_id: a.breaker_hold.probe_id } : null),
+    // Open, or half-open: admission may turn it half-open and admit one probe, which only the
+    // transaction records. Off, or closed: nothing to decide.
+    mayApply: (a) => a.breaker_config !== null && a.breaker_state !== 'closed',
+  },
+];
+
+/** The holds in force, in order (the list above, plus any a test added with addHoldRule). */
+export function holdRules(): readonly HoldRule[] {
+  return HOLD_RULES;
+}
+
+/**
+ * Add a hold at the end of the list, for tests: it shows that a hold written only here holds on
+ * every store (the fast-path facts follow `mayApply`). Returns its removal. Agents' facts are
+ * computed when an agent changes, so add it before creating the agents it should hold.
+ */
+export function addHoldRule(rule: HoldRule): () => void {
+  HOLD_RULES.push(rule);
+  return () => {
+    const at = HOLD_RULES.indexOf(rule);
+    if (at >= 0) HOLD_RULES.splice(at, 1);
+  };
+}
+
 /** May this agent admit now? null: yes; otherwise the first hold, with its facts. */
 export function admissionHold(a: AdmissionState): Hold | null {
-  if (a.paused_at !== null)
-    return { reason: 'agent_paused', by: a.paused_by ?? 'unknown', why: a.paused_reason ?? '', since: Number(a.paused_at) };
-  if (a.lapse_hold_at !== null) return { reason: 'lapse_hold', since: Number(a.lapse_hold_at), lapsed: Number(a.lapse_hold_count ?? 0) };
-  if (a.budget_spent) return { reason: 'budget_spent', spent: a.budget_spent };
-  if (a.breaker_hold) return { reason: 'breaker_open', until: a.breaker_hold.until, probe_id: a.breaker_hold.probe_id };
+  for (const rule of HOLD_RULES) {
+    const hold = rule.decide(a);
+    if (hold) return hold;
+  }
   return null;
 }
 

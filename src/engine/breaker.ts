@@ -13,6 +13,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
+import { factsMayChange, refreshFastPathFacts } from './fast-path-facts.ts';
 import { ENABLED } from './status-sql.ts';
 
 /** The breaker columns (migration 0011), as read with the agent row locked. */
@@ -75,7 +76,9 @@ export async function countTowardBreakers(
       state = { ...state, ...step.patch };
       if (step.change) await recordBreakerChange(tx, agent, step.change, actor, now, sinks, e.id);
     }
-    if (Object.keys(patch).length > 0) await tx.updateTable('agents').set(patch).where('name', '=', agent).execute();
+    // The facts change with the breaker only where it closes, opens, or its window turns clean or not.
+    if (factsMayChange(row, patch)) await refreshFastPathFacts(tx, agent, { pending: patch });
+    else if (Object.keys(patch).length > 0) await tx.updateTable('agents').set(patch).where('name', '=', agent).execute();
   }
 }
 
@@ -131,7 +134,7 @@ export async function closeBreaker(
     .executeTakeFirst();
   if (!row) return false;
   // Reset the counters even when closed: an operator who fixed the cause wants a fresh count.
-  await tx.updateTable('agents').set(BREAKER_CLOSED).where('name', '=', agent).execute();
+  await refreshFastPathFacts(tx, agent, { pending: BREAKER_CLOSED });
   if (row.breaker_state === 'closed') return false;
   await recordBreakerChange(
     tx,

@@ -27,19 +27,14 @@ import { LARGE_JSON_CHARS, RawJson } from '../domain/json.ts';
 import { redactJsonText, redactSecrets, redactToJson } from '../domain/redact.ts';
 import { statusIs } from './status-sql.ts';
 import { EngineEvents } from './events.ts';
-import { admit, claimManyInOneStatement, type AdmitOptions, type PlainClaim } from './transitions/admit.ts';
+import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
-import { completeAlone, completeAloneMany, completeWithLease, type LoneCompletion } from './transitions/complete.ts';
+import { completeWithLease, completionRequest } from './transitions/complete.ts';
 import { Gathered } from './gather.ts';
-import {
-  createExecutions,
-  queuedValues,
-  submitInOneStatement,
-  submitManyInOneStatement,
-  type NewQueued,
-  type PlainSubmit,
-  type SubmitFields,
-} from './transitions/create.ts';
+import { createExecutions, queuedValues, type NewQueued, type SubmitFields } from './transitions/create.ts';
+import type { ClaimRequest, CompletionRequest, SubmitRequest, Submitted } from '../store/fast-paths.ts';
+import { outcomeMayCompleteFast } from '../domain/fast-paths.ts';
+import { refreshFastPathFacts } from './fast-path-facts.ts';
 import { expireOnce } from './transitions/expire.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
@@ -183,11 +178,11 @@ export class Engine {
   /** Groups: fan-out with a join (composition/group-service.ts; the decision: composition/groups.ts). */
   readonly groups: Groups;
   private readonly waiters = new Waiters();
-  /** Plain submits and completions that cause nothing else, many to a call (PostgreSQL; gather.ts). */
-  private readonly plainSubmits: Gathered<PlainSubmit, { row: ExecutionRow; agentPaused: boolean }> | undefined;
-  private readonly loneCompletions: Gathered<LoneCompletion, ExecutionRow | undefined> | undefined;
-  /** Claims, many agents to a call (PostgreSQL; gather.ts); each answers with its rows, or undefined: admit in a transaction. */
-  private readonly plainClaims: Gathered<PlainClaim, ExecutionRow[] | undefined> | undefined;
+  /** Plain submits and completions that cause nothing else, many to a call (store.fastPaths; gather.ts). */
+  private readonly plainSubmits: Gathered<SubmitRequest, Submitted> | undefined;
+  private readonly loneCompletions: Gathered<CompletionRequest, ExecutionRow | undefined> | undefined;
+  /** Claims, many agents to a call (store.fastPaths; gather.ts); each answers with its rows, or undefined: admit in a transaction. */
+  private readonly plainClaims: Gathered<ClaimRequest, ExecutionRow[] | undefined> | undefined;
   private readonly unsubscribe: () => void;
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
@@ -204,28 +199,21 @@ export class Engine {
     this.alertSinks = opts.alertSinks ?? [];
     this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
-    if (this.store.loneStatements) {
-      const db = this.store.db;
-      // Each call is one statement, run again if the database ended it on a deadlock (a claim
-      // meeting an agent's deletion): store.lone.
-      const lone = <T>(statement: () => Promise<T>) => this.store.lone(statement);
-      const submitAlone = (i: PlainSubmit) => lone(() => submitInOneStatement(db, i.f, i.now, i.actor, i.audit));
+    const fast = this.store.fastPaths;
+    if (fast) {
       // A submit the call refused is made alone, which says why.
-      this.plainSubmits = new Gathered({
-        many: (items) => lone(() => submitManyInOneStatement(db, items)),
-        one: submitAlone,
-        absent: submitAlone,
-      });
+      const submitOne = (i: SubmitRequest) => fast.submitOne(i);
+      this.plainSubmits = new Gathered({ many: (items) => fast.submitGathered(items), one: submitOne, absent: submitOne });
       this.loneCompletions = new Gathered({
-        many: (items) => lone(() => completeAloneMany(db, items)),
-        one: (i) => lone(() => completeAlone(db, i.id, i.token, i.outcome, i.now, i.actor)),
+        many: (items) => fast.completeMany(items),
+        one: async (i) => (await fast.completeMany([i])).get(i.id),
         // Not completed alone: its transaction does what it causes, or explains the refusal.
         absent: async () => undefined,
       });
       this.plainClaims = new Gathered({
-        many: (items) => lone(() => claimManyInOneStatement(db, items)),
-        one: async (i) => (await lone(() => claimManyInOneStatement(db, [i]))).get(i.id),
-        // Not decided by the call (a hold, a serial key, an unknown agent): its transaction decides.
+        many: (items) => fast.claimMany(items),
+        one: async (i) => (await fast.claimMany([i])).get(i.id),
+        // Not decided by the call (a hold may apply, a serial key, an unknown agent): its transaction decides.
         absent: async () => undefined,
       });
     }
@@ -301,8 +289,9 @@ export class Engine {
         .returningAll()
         .executeTakeFirstOrThrow();
       const running = await this.countInheritedWork(tx, input.name);
+      const facts = await refreshFastPathFacts(tx, input.name);
       await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
-      return { ...row, running_count: running };
+      return { ...row, running_count: running, ...facts };
     });
   }
 
@@ -350,8 +339,9 @@ export class Engine {
       // As on creation: a push agent needs somewhere to push (the transaction undoes the patch).
       if (updated.delivery === 'push' && !updated.push_url)
         throw new BatonError('validation_error', "body.push_url: required when delivery is 'push'");
+      const facts = await refreshFastPathFacts(tx, name);
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
-      return updated;
+      return { ...updated, ...facts };
     });
     this.store.publish('agent', name); // a raised cap may admit waiting work
     return row;
@@ -373,7 +363,7 @@ export class Engine {
       const chunk = await this.store.transaction(async (tx) => {
         const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
         if (!agent) throw new NotFound('agent', name);
-        if (early === 0) unsubscribed += await deleteAgentSubscriptions(tx, name);
+        if (early === 0) unsubscribed += await deleteAgentSubscriptions(tx, this.store, name);
         const queued = await this.store
           .lockRows(
             tx
@@ -410,7 +400,7 @@ export class Engine {
       // Its subscriptions and its row go before what the cancellations cause: nothing chains from,
       // or onto, an agent being deleted, and a group its cancelled members decide finds no agent
       // for a join on it (join_refused agent_missing), instead of a task for an agent about to vanish.
-      const subscriptions = unsubscribed + (await deleteAgentSubscriptions(tx, name));
+      const subscriptions = unsubscribed + (await deleteAgentSubscriptions(tx, this.store, name));
       await tx.deleteFrom('agents').where('name', '=', name).execute();
       const followed = await this.follow(tx, now, actor, cancelled);
       // Its spending goes with it: an agent created later under the same name starts at 0.
@@ -463,8 +453,9 @@ export class Engine {
         .returningAll()
         .executeTakeFirst();
       if (paused) {
+        const facts = await refreshFastPathFacts(tx, name);
         await appendAudit(tx, { at: now, actor, action: 'agent.pause', subject: name, detail: { reason } });
-        return { agent: paused, changed: true };
+        return { agent: { ...paused, ...facts }, changed: true };
       }
       const agent = await tx.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirst();
       if (!agent) throw new NotFound('agent', name);
@@ -488,7 +479,8 @@ export class Engine {
         .set({ paused_at: null, paused_by: null, paused_reason: null })
         .where('name', '=', name)
         .returningAll()
-        .executeTakeFirstOrThrow();
+        .executeTakeFirstOrThrow()
+        .then(async (row) => ({ ...row, ...(await refreshFastPathFacts(tx, name)) }));
       await appendAudit(tx, {
         at: now,
         actor,
@@ -607,7 +599,8 @@ export class Engine {
       // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts).
       const f = this.submitFields(agentName, input);
       try {
-        const { row, agentPaused } = await this.plainSubmits.run({ id: f.id, f, now, actor, audit: audit(f.id, f.trigger_kind) });
+        const auditDetail = auditRow(audit(f.id, f.trigger_kind)).detail;
+        const { row, agentPaused } = await this.plainSubmits.run({ id: f.id, f, now, actor, auditDetail });
         announce(this.store, [row]);
         seen?.({ paused: agentPaused });
         return row;
@@ -807,10 +800,11 @@ export class Engine {
   /** Renew a lease. Says whether cancellation was requested. */
   async heartbeat(id: string, token: string): Promise<Renewed> {
     const now = this.now();
-    // One statement: alone where that is one round trip (store.loneStatements), else in a
+    // One statement: alone where the store has fast paths (one round trip), else in a
     // transaction, which SQLite commits together with the writes around it (group commit).
-    const { agent, lapse_held, ...renewed } = this.store.loneStatements
-      ? await renewLease(this.store.db, id, token, now)
+    const fast = this.store.fastPaths;
+    const { agent, lapse_held, ...renewed } = fast
+      ? await fast.alone((db) => renewLease(db, id, token, now))
       : await this.store.transaction((tx) => renewLease(tx, id, token, now));
     // A heartbeat is a worker of the agent seen again: it ends a shared-cause lapse hold (pull
     // agents only; a push agent's heartbeats come from Baton's dispatcher, its hold times out).
@@ -838,8 +832,10 @@ export class Engine {
       usage: given.usage === undefined ? null : redactToJson(given.usage),
     };
     // A completion that causes nothing else is one statement, shared with the others of its turn
-    // (store.loneStatements).
-    const alone = outcome.status === 'failed' ? undefined : await this.loneCompletions?.run({ id, token, outcome, now, actor });
+    // (store.fastPaths; which outcomes may: src/domain/fast-paths.ts).
+    const alone = outcomeMayCompleteFast(outcome)
+      ? await this.loneCompletions?.run(completionRequest(id, token, outcome, now, actor))
+      : undefined;
     if (alone) {
       announce(this.store, [alone]);
       this.events.emit('execution:completed', alone);
@@ -870,7 +866,8 @@ export class Engine {
 
   async release(id: string, token: string, actor: string): Promise<ExecutionRow> {
     const now = this.now();
-    const alone = this.store.loneStatements ? await releaseAlone(this.store.db, id, token, now, actor) : undefined;
+    const fast = this.store.fastPaths;
+    const alone = fast ? await fast.alone((db) => releaseAlone(db, id, token, now, actor)) : undefined;
     if (alone) {
       announce(this.store, [alone]);
       return alone;
@@ -951,7 +948,7 @@ export class Engine {
    * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
-    return listExecutions(this.store.reader, f, this.store.kind);
+    return listExecutions(this.store.reader, f, this.store.recentIndexes);
   }
 
   /**

@@ -18,11 +18,11 @@ export interface GatherOptions<I, O> {
 }
 
 /**
- * Calls to the database that can go together, gathered (PostgreSQL): those asked for in one turn
- * of the event loop, and those asked for while a call is out, go as one call — one round trip
- * and one commit instead of one each. Used for plain submits (baton_submit_many), completions
- * that cause nothing else (baton_complete_many) and claims (baton_claim_many, one per agent: the
- * id is the agent's name). Each caller still gets its own answer, the one it would get alone: an
+ * Calls to the database that can go together, gathered (the store's fast paths: StoreAdapter.fastPaths):
+ * those asked for in one turn of the event loop, and those asked for while a call is out, go as one
+ * call — one round trip and one commit instead of one each. Used for plain submits
+ * (fastPaths.submitGathered), completions that cause nothing else (completeMany) and claims
+ * (claimMany, one per agent: the id is the agent's name). Each caller still gets its own answer, the one it would get alone: an
  * item the call left out gets `absent` (a refused submit is made alone, which says why; a
  * completion, or a claim the call could not decide, goes to its transaction), and if the call
  * fails each item is made alone, so one cause of failure reaches only the callers it concerns.

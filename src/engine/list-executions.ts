@@ -1,7 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import { EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 import { EXECUTION_STATES, type ExecutionStatus } from '../domain/states.ts';
-import type { StoreKind } from '../store/adapter.ts';
 import type { DB } from '../store/schema.ts';
 import { statusIs } from './status-sql.ts';
 
@@ -40,11 +39,11 @@ const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= $
  * each. (On PostgreSQL the six seeks cost 1–2 ms more per page, planning included, at 1M:
  * docs/benchmarks.md, "Two full-history indexes fewer".)
  */
-export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, kind: StoreKind) {
+export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, recentIndexes: boolean) {
   const limit = Math.min(Math.max(1, Math.trunc(f.limit ?? EXECUTION_PAGE.default)), EXECUTION_PAGE.max);
-  // SQLite, no status asked for: every status, one seek each (no index orders all its rows by
-  // created_at), but under a schedule, whose own index does.
-  const wanted = kind === 'postgres' || f.status?.length || f.schedule_id ? (f.status ?? []) : EXECUTION_STATES;
+  // No status asked for, on a store without the two indexes (SQLite): every status, one seek
+  // each (no index orders all its rows by created_at), but under a schedule, whose own index does.
+  const wanted = recentIndexes || f.status?.length || f.schedule_id ? (f.status ?? []) : EXECUTION_STATES;
   const statuses = [...new Set(wanted)];
   const seek = (status: ExecutionStatus | undefined) => {
     let q = db

@@ -1,4 +1,5 @@
 import type { CompiledQuery, Insertable, Kysely, QueryResult, RawBuilder, SelectQueryBuilder } from 'kysely';
+import type { FastPaths } from './fast-paths.ts';
 import type { AgentRow, DB } from './schema.ts';
 import type { Topic } from './signals.ts';
 
@@ -30,16 +31,27 @@ export type LockMode = 'wait' | 'skip' | 'admission';
 export interface StoreAdapter {
   readonly kind: StoreKind;
   /**
-   * Whether the common claim and completion run as one guarded statement outside a transaction
-   * (transitions/admit.ts claimManyInOneStatement, transitions/complete.ts completeAlone,
-   * transitions/create.ts submitInOneStatement): PostgreSQL, where that is one round trip instead
-   * of BEGIN, statements, COMMIT, and whose row locks and SQL functions those statements use. SQLite: no — its write transactions are
-   * group-committed (sqlite-group-commit.ts), so a transaction costs it no more.
+   * The hot transitions as single operations outside a transaction (fast-paths.ts says which and
+   * when): PostgreSQL, where that saves the BEGIN and COMMIT round trips, unless opened with
+   * `fastPaths: false`. Undefined on SQLite (its write transactions are group-committed, so the
+   * engine's transaction is its implementation) and then the engine runs every transition in one.
    */
-  readonly loneStatements: boolean;
+  readonly fastPaths?: FastPaths;
   /**
-   * Run one of those lone statements; PostgreSQL runs it again when the database ended it on a
-   * conflict (a deadlock with another transaction, a serialization failure, a lock not available:
+   * Whether a statement's WITH may hold an INSERT or UPDATE whose rows the statement goes on to
+   * read (a data-modifying CTE): PostgreSQL yes, SQLite no. Lets a write and its audit row share
+   * one statement.
+   */
+  readonly cteWrites: boolean;
+  /**
+   * Whether an index orders all executions, and one agent's, newest first (executions_recent,
+   * executions_agent_recent): PostgreSQL yes; SQLite no (each cost every insert and every pruned
+   * row an entry there), so a page with no status seeks each status index instead.
+   */
+  readonly recentIndexes: boolean;
+  /**
+   * Run one statement alone, outside a transaction (fastPaths' operations do); PostgreSQL runs it
+   * again when the database ended it on a conflict (a deadlock with another transaction, a serialization failure, a lock not available:
    * its writes were all undone, as a transaction's are), as `transaction` does. SQLite: once.
    */
   lone<T>(statement: () => Promise<T>): Promise<T>;

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect, sql, type SelectQueryBuilder } from 'kysely';
 import { BULK_CHUNK, bulkColumns, inOrderOn, type LockMode, type StoreAdapter, type Tx } from './adapter.ts';
+import { postgresFastPaths } from './postgres-fast-paths.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import type { DB } from './schema.ts';
 import { LocalSignals, packMessages, TOPICS, type Topic } from './signals.ts';
@@ -66,6 +67,12 @@ export interface PostgresOptions {
   poolMax?: number;
   /** Send repeated parameterised statements as named prepared statements (see nameStatements). Default true. */
   namedStatements?: boolean;
+  /**
+   * Run the hot transitions as their SQL functions where the facts allow (StoreAdapter.fastPaths).
+   * Default true; false runs every transition in the engine's transaction, as on SQLite (a test
+   * compares the two).
+   */
+  fastPaths?: boolean;
 }
 
 /** Longest statement text worth preparing by name; longer ones (bulk inserts) are rarely repeated. */
@@ -203,7 +210,13 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
 
   const adapter: StoreAdapter = {
     kind: 'postgres',
-    loneStatements: true,
+    // Read through `this`, so a store made from this one with another `db` (a test's counting
+    // wrapper) runs its fast paths on that handle too.
+    get fastPaths() {
+      return opts.fastPaths === false ? undefined : postgresFastPaths(this.db, retryConflicts);
+    },
+    cteWrites: true,
+    recentIndexes: true,
     lone: retryConflicts,
     db,
     transaction: (fn) => withRetry('read committed', false, fn),

@@ -85,7 +85,9 @@ CREATE TABLE agents (
   lapse_hold_at bigint,
   lapse_hold_count integer,
   running_count integer NOT NULL DEFAULT 0,
-  queued_out bigint NOT NULL DEFAULT 0
+  queued_out bigint NOT NULL DEFAULT 0,
+  fast_claim integer NOT NULL DEFAULT 0,
+  fast_complete integer NOT NULL DEFAULT 0
 ) WITH (fillfactor=10);
 
 CREATE TABLE api_keys (
@@ -257,7 +259,8 @@ CREATE TABLE executions (
   subscription_id text,
   chain_depth integer NOT NULL DEFAULT 0,
   group_id text,
-  group_index integer
+  group_index integer,
+  fast_complete integer NOT NULL DEFAULT 1
 );
 
 CREATE TABLE idempotency_keys (
@@ -394,8 +397,7 @@ BEGIN
     claimed := NULL;
     SELECT a.max_parallel, a.running_count, a.last_claim_at INTO cap, seated, stamped
       FROM agents a
-      WHERE a.name = p_agent[i] AND a.delivery = p_delivery[i] AND a.paused_at IS NULL AND a.lapse_hold_at IS NULL
-        AND a.budget IS NULL AND (a.breaker_config IS NULL OR a.breaker_state = 'closed')
+      WHERE a.name = p_agent[i] AND a.delivery = p_delivery[i] AND a.fast_claim = 1
       FOR NO KEY UPDATE;
     IF NOT FOUND THEN
       claim_state := 'undecided';
@@ -472,19 +474,13 @@ BEGIN
   FOR i IN
     SELECT u.ord FROM unnest(agent_of, p_id) WITH ORDINALITY AS u(agent, id, ord) WHERE u.agent IS NOT NULL ORDER BY u.agent, u.id
   LOOP
-    CONTINUE WHEN p_status[i] = 'failed';
     one := agent_of[i];
     UPDATE executions e SET
       status = p_status[i], completed_at = p_at[i], duration_ms = p_at[i] - e.started_at, lease_expires_at = NULL,
       result = p_result[i], error_code = p_error_code[i], error_message = p_error_message[i], usage = p_usage[i],
       changed_at = p_at[i], changed_by = p_actor[i], change_reason = p_reason[i]
-    WHERE e.id = p_id[i] AND e.lease_token = p_token[i] AND e.status IN ('running', 'queued') AND e.group_id IS NULL
-      AND EXISTS (
-        SELECT 1 FROM agents a
-        WHERE a.name = one AND a.budget IS NULL
-          AND (a.breaker_config IS NULL OR (a.breaker_state = 'closed' AND a.breaker_consecutive = 0
-               AND a.breaker_recent = repeat('0', (a.breaker_config::json ->> 'window')::int))))
-      AND NOT EXISTS (SELECT 1 FROM subscriptions s WHERE s.source_agent = one AND s.enabled = 1)
+    WHERE e.id = p_id[i] AND e.lease_token = p_token[i] AND e.status IN ('running', 'queued') AND e.fast_complete = 1
+      AND EXISTS (SELECT 1 FROM agents a WHERE a.name = one AND a.fast_complete = 1)
     RETURNING e.* INTO r;
     IF FOUND THEN
       RETURN NEXT r;
@@ -652,6 +648,8 @@ ALTER TABLE agent_backlog ADD CONSTRAINT agent_backlog_pkey PRIMARY KEY (agent);
 ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_pkey PRIMARY KEY (agent, window_kind, window_start);
 ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['hour'::text, 'day'::text, 'month'::text])));
 ALTER TABLE agents ADD CONSTRAINT agents_pkey PRIMARY KEY (name);
+ALTER TABLE agents ADD CONSTRAINT agents_fast_claim_check CHECK ((fast_claim = ANY (ARRAY[0, 1])));
+ALTER TABLE agents ADD CONSTRAINT agents_fast_complete_check CHECK ((fast_complete = ANY (ARRAY[0, 1])));
 ALTER TABLE api_keys ADD CONSTRAINT api_keys_pkey PRIMARY KEY (id);
 ALTER TABLE api_keys ADD CONSTRAINT agent_scope_names_agent CHECK (((scope <> 'agent'::text) OR (agent IS NOT NULL)));
 ALTER TABLE api_keys ADD CONSTRAINT api_keys_scope_check CHECK ((scope = ANY (ARRAY['admin'::text, 'agent'::text])));
@@ -677,6 +675,7 @@ ALTER TABLE execution_log_heads ADD CONSTRAINT execution_log_heads_pkey PRIMARY 
 ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_pkey PRIMARY KEY (execution_id, seq);
 ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_stream_check CHECK ((stream = ANY (ARRAY['stdout'::text, 'stderr'::text, 'system'::text])));
 ALTER TABLE executions ADD CONSTRAINT executions_pkey PRIMARY KEY (id);
+ALTER TABLE executions ADD CONSTRAINT executions_fast_complete_check CHECK ((fast_complete = ANY (ARRAY[0, 1])));
 ALTER TABLE executions ADD CONSTRAINT running_has_lease CHECK ((((status)::text <> 'running'::text) OR ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))));
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, idem_key);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_flight'::text, 'completed'::text])));

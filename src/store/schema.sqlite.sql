@@ -32,7 +32,7 @@ CREATE TABLE agents (
   description        TEXT,
   created_at         BIGINT NOT NULL,
   updated_at         BIGINT NOT NULL
-, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0);
+, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0, fast_claim INTEGER NOT NULL DEFAULT 0 CHECK (fast_claim IN (0, 1)), fast_complete INTEGER NOT NULL DEFAULT 0 CHECK (fast_complete IN (0, 1)));
 
 CREATE TABLE api_keys (
   id            TEXT PRIMARY KEY,
@@ -205,7 +205,7 @@ CREATE TABLE executions (
   -- The last status change: when, by whom, why. The event trigger copies them into execution_events.
   changed_at         BIGINT NOT NULL,
   changed_by         TEXT NOT NULL,
-  change_reason      TEXT, retry_policy TEXT, retry_number INTEGER NOT NULL DEFAULT 0, retry_root TEXT, webhook_id TEXT, serial_key TEXT, lapses_forgiven INTEGER NOT NULL DEFAULT 0, caused_by TEXT, subscription_id TEXT, chain_depth INTEGER NOT NULL DEFAULT 0, group_id TEXT, group_index INTEGER,
+  change_reason      TEXT, retry_policy TEXT, retry_number INTEGER NOT NULL DEFAULT 0, retry_root TEXT, webhook_id TEXT, serial_key TEXT, lapses_forgiven INTEGER NOT NULL DEFAULT 0, caused_by TEXT, subscription_id TEXT, chain_depth INTEGER NOT NULL DEFAULT 0, group_id TEXT, group_index INTEGER, fast_complete INTEGER NOT NULL DEFAULT 1 CHECK (fast_complete IN (0, 1)),
   CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 

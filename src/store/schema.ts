@@ -56,6 +56,13 @@ export interface AgentsTable {
    * agent_backlog.queued_in - queued_out (engine/backlog.ts); the canary checks it (S-04).
    */
   queued_out: Generated<number>;
+  /**
+   * The fast paths' facts (src/domain/fast-paths.ts), kept by the engine (engine/fast-path-facts.ts):
+   * 1 when no hold can apply (a claim may take the store's claimMany), and when no completion side
+   * effect of the agent can apply (a completion may take its completeMany).
+   */
+  fast_claim: Generated<number>;
+  fast_complete: Generated<number>;
 }
 
 /** An agent's executions created queued (0023 / 0031): written only by creators, under their new-work turn. */
@@ -134,6 +141,8 @@ export interface ExecutionsTable {
   /** The group it belongs to: a member (with group_index, kept by its retries) or the join (no index). */
   group_id: Generated<string | null>;
   group_index: Generated<number | null>;
+  /** 1 when no side effect of this execution's own can follow its completion (src/domain/fast-paths.ts); set at creation. */
+  fast_complete: Generated<number>;
   /** The last status change (copied into execution_events by a database trigger). */
   changed_at: number;
   changed_by: string;

@@ -248,7 +248,8 @@ function openLocked(file: string, opts: SqliteOptions, lock: StoreLock | undefin
 
   const adapter: StoreAdapter = {
     kind: 'sqlite',
-    loneStatements: false,
+    cteWrites: false,
+    recentIndexes: false,
     lone: (statement) => statement(),
     db,
     // Write transactions that arrive in one event-loop turn share one COMMIT (sqlite-group-commit.ts).

@@ -3,9 +3,10 @@ import { BatonError, NotFound } from '../../domain/errors.ts';
 import { newId } from '../../domain/ids.ts';
 import type { TriggerKind } from '../../domain/states.ts';
 import { validateTemplate, type TemplateShape } from '../../domain/templates.ts';
-import type { Tx } from '../../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { SubscriptionRow } from '../../store/schema.ts';
 import { appendAudit } from '../audit.ts';
+import { refreshFastPathFacts } from '../fast-path-facts.ts';
 import { previewHead } from '../list-executions.ts';
 import { requireAgents } from '../require-agents.ts';
 import type { EngineContext } from '../context.ts';
@@ -83,6 +84,7 @@ export class Subscriptions {
         })
         .returningAll()
         .executeTakeFirstOrThrow();
+      await refreshFastPathFacts(tx, row.source_agent, { lock: this.store });
       await appendAudit(tx, {
         at: now,
         actor,
@@ -116,6 +118,7 @@ export class Subscriptions {
         .where('id', '=', id)
         .returningAll()
         .executeTakeFirstOrThrow();
+      if (row.enabled !== before.enabled) await refreshFastPathFacts(tx, row.source_agent, { lock: this.store });
       await appendAudit(tx, { at: now, actor, action: 'subscription.update', subject: id, detail: { fields: Object.keys(patch) } });
       return row;
     });
@@ -181,6 +184,7 @@ export class Subscriptions {
     await this.store.transaction(async (tx) => {
       const gone = await tx.deleteFrom('subscriptions').where('id', '=', id).returningAll().executeTakeFirst();
       if (!gone) throw new NotFound('subscription', id);
+      await refreshFastPathFacts(tx, gone.source_agent, { lock: this.store });
       await appendAudit(tx, {
         at: now,
         actor,
@@ -197,12 +201,15 @@ export class Subscriptions {
  * deletes the agent (before its cancelled work is followed: nothing chains from or onto an agent
  * being deleted). Returns how many went.
  */
-export async function deleteAgentSubscriptions(tx: Tx, agent: string): Promise<number> {
+export async function deleteAgentSubscriptions(tx: Tx, store: StoreAdapter, agent: string): Promise<number> {
   const gone = await tx
     .deleteFrom('subscriptions')
     .where((eb) => eb.or([eb('source_agent', '=', agent), eb('target_agent', '=', agent)]))
-    .returning('id')
+    .returning(['id', 'source_agent'])
     .execute();
+  // Its sources may have lost their last subscription (in name order, as locks are taken).
+  const sources = [...new Set(gone.map((g) => g.source_agent))].filter((s) => s !== agent).sort();
+  for (const source of sources) await refreshFastPathFacts(tx, source, { lock: store });
   return gone.length;
 }
 

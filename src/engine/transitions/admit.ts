@@ -1,4 +1,4 @@
-import { sql, type Kysely } from 'kysely';
+import { sql } from 'kysely';
 import { CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
 import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
@@ -7,8 +7,9 @@ import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
-import type { AgentRow, DB, ExecutionRow } from '../../store/schema.ts';
+import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
+import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { admissionNow } from '../holds.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
@@ -194,11 +195,9 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   }
   if (probe && admitted.length > 0) {
     const theProbe = admitted[0]!;
-    await tx
-      .updateTable('agents')
-      .set({ breaker_state: 'half_open', breaker_probe_id: theProbe.id })
-      .where('name', '=', agentName)
-      .execute();
+    const halfOpen = { breaker_state: 'half_open', breaker_probe_id: theProbe.id } as const;
+    if (factsMayChange(agent, halfOpen)) await refreshFastPathFacts(tx, agentName, { pending: halfOpen });
+    else await tx.updateTable('agents').set(halfOpen).where('name', '=', agentName).execute();
     if (agent.breaker_state === 'open') {
       const change = {
         from: 'open',
@@ -225,52 +224,4 @@ export function mayBeCutShort(
   let bytes = 0;
   for (const r of rows) bytes += Buffer.byteLength(r.message) + Buffer.byteLength(r.payload);
   return bytes > maxBytes / 2;
-}
-
-/** One claim of claimManyInOneStatement: the agent (as `id`: one claim per agent per call) and how it admits. */
-export interface PlainClaim extends AdmitOptions {
-  id: string;
-}
-
-/**
- * The common claim, many agents in one call (PostgreSQL: the function baton_claim_many, migrations
- * 0025 and 0030; a lone claim is the same call with one element). Each agent with no hold (not paused, no
- * lapse hold, no budget, breaker off or closed) of the claimer's delivery admits FIFO up to its
- * free seats and its answer's bytes, exactly as `admit` would, and its claim stamp is written when due
- * (CLAIM_STAMP_EVERY_MS). Returns the rows each agent admitted (perhaps none), by agent; an agent
- * missing from the map was not decided here — unknown, other delivery, a hold, or a queued row with
- * a serial key among its next candidates — and nothing was written for it: run `admit` in a
- * transaction instead, which knows every rule and every refusal. Agents must be distinct.
- *
- * Exactness is the transaction path's (see the migration): each agent row is locked first, in
- * name order, its candidates locked SKIP LOCKED and limited by its free seats, each update
- * re-checking `queued`, and the event trigger adds each seat under the same lock.
- * test/plans.test.ts reads the function's own plans, custom and generic: candidates through
- * executions_admission, each taken row by position. The function plans without sorting (0034), so a
- * connection that made its plans while the store was young cannot have kept one that reads every
- * queued row, sorted, for each agent (test/claim-plan-young.test.ts).
- */
-export async function claimManyInOneStatement(db: Kysely<DB>, items: readonly PlainClaim[]): Promise<Map<string, ExecutionRow[]>> {
-  const tokens: string[] = [];
-  const from: number[] = [];
-  for (const item of items) {
-    from.push(tokens.length + 1);
-    for (let k = 0; k < item.max; k++) tokens.push(newLeaseToken());
-  }
-  const column = <K extends keyof PlainClaim>(k: K) => items.map((i) => i[k]);
-  const { rows } = await sql<ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' }>`
-    SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
-      ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
-      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint,
-      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[]) f`.execute(db);
-  const out = new Map<string, ExecutionRow[]>();
-  const taken = new Map<string, ExecutionRow[]>();
-  for (const { claim_agent, claim_state, ...row } of rows) {
-    if (claim_state === 'row') {
-      const list = taken.get(claim_agent) ?? [];
-      list.push(row as ExecutionRow);
-      taken.set(claim_agent, list);
-    } else if (claim_state === 'decided') out.set(claim_agent, taken.get(claim_agent) ?? []);
-  }
-  return out;
 }

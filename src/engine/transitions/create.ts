@@ -1,9 +1,9 @@
 import type { SkipReason } from '../../domain/error-codes.ts';
-import { sql, type Kysely } from 'kysely';
-import { BacklogFull, NotFound } from '../../domain/errors.ts';
+import { executionFastComplete } from '../../domain/fast-paths.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import { preparedQuery } from '../../store/prepared-query.ts';
-import type { DB, ExecutionRow, NewExecution } from '../../store/schema.ts';
+import type { SubmitFields } from '../../store/fast-paths.ts';
+import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
 import { backlogOf } from '../backlog.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
@@ -103,11 +103,15 @@ export async function createExecutions(
       if (!held.has(r.agent)) throw new Error(`agent '${r.agent}' is not held for new work (execution ${r.id})`);
     }
     if (rows.length === 0) return;
-    await store.insertMany(tx, 'executions', rows as NewExecution[]);
+    await store.insertMany(
+      tx,
+      'executions',
+      (rows as NewExecution[]).map((r) => withFacts(r, true)),
+    );
     await audit(tx, store, req.audit as CreateAudit<NewExecution>, rows);
     return;
   }
-  const { row: values } = req as CreateOne;
+  const values = withFacts((req as CreateOne).row);
   if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
   const check = req.backlog === 'check' ? req.agent : undefined;
   if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);
@@ -117,7 +121,7 @@ export async function createExecutions(
   const how = req.audit as CreateAudit<NewExecution>;
   const entry = 'batch' in how ? how.batch : how.each(values, 0);
   let row: ExecutionRow | undefined;
-  if (store.loneStatements && entry) {
+  if (store.cteWrites && entry) {
     // PostgreSQL: the audit row rides the insert's statement (a data-modifying CTE over the row
     // inserted, so a refusal writes neither): one round trip fewer per submit.
     const audited = auditRow(entry);
@@ -157,73 +161,17 @@ function oneRowInsert(tx: Tx, p: NewExecution & { $agent: string; $max_backlog: 
 }
 const insertOne = preparedQuery(oneRowInsert);
 
-/** A plain submit's own fields: NewQueued without what the agent row gives (its contract defaults). */
-export type SubmitFields = Omit<NewQueued, 'max_redeliveries' | 'timeout_seconds' | 'lease_ttl_seconds' | 'retry_policy'> & {
-  /** The submit's own retry policy (JSON), or null for the agent's. */
-  retry_policy: string | null;
-};
+export type { SubmitFields };
 
 /**
- * A plain submit as one statement, one round trip (PostgreSQL: `baton_submit`, migration 0020):
- * the same new-work turn, backlog check, row and creation audit as `createExecutions` with
- * `check` under lockAgentsForNewWork, which the transaction path runs in four round trips. The
- * agent's contract defaults (redeliveries, timeout, lease TTL, retry policy) come from the agent
- * row it locks. Throws NotFound or BacklogFull having written nothing; a refusal's audit is the
- * caller's. test/one-statement.test.ts holds its rows equal to the transaction path's.
+ * A new row with its fast-path fact (src/domain/fast-paths.ts): whether its completion may skip the
+ * engine's transaction. A lone row gets it only where it is not the column's default (1), so most
+ * keep their statement's shape; rows inserted together all get it (a key some rows lack would be
+ * NULL in theirs: StoreAdapter.insertMany).
  */
-export async function submitInOneStatement(
-  db: Kysely<DB>,
-  f: SubmitFields,
-  now: number,
-  actor: string,
-  audit: AuditEntry,
-): Promise<{ row: ExecutionRow; agentPaused: boolean }> {
-  try {
-    // Whether the agent is paused rides along (the submit's answer says so): read at the
-    // statement's start, as a read just before the submit would.
-    const call = sql`baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int,
-      ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${auditRow(audit).detail})`;
-    const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
-      FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
-    const { _agent_paused, ...row } = rows[0]!;
-    return { row, agentPaused: _agent_paused === true };
-  } catch (err: any) {
-    if (err?.code === 'BTNOA') throw new NotFound('agent', f.agent);
-    if (err?.code === 'BTFUL') throw new BacklogFull(f.agent, Number(err.detail));
-    throw err;
-  }
-}
-
-/** One plain submit of submitManyInOneStatement: submitInOneStatement's arguments. */
-export interface PlainSubmit {
-  id: string;
-  f: SubmitFields;
-  now: number;
-  actor: string;
-  audit: AuditEntry;
-}
-
-/**
- * Many plain submits in one call, one round trip and one commit (PostgreSQL:
- * `baton_submit_many`, migration 0024; since 0032 the call's rows go in one INSERT): the new-work
- * turn of every agent of the call, in name order, then the submits in the order given, each as
- * submitInOneStatement makes it. Returns the submits made, by id, each
- * with whether its agent was paused; a submit missing from the map was refused (no such agent, or
- * its backlog full) and wrote nothing: submitInOneStatement says why. Ids must be distinct.
- */
-export async function submitManyInOneStatement(
-  db: Kysely<DB>,
-  items: PlainSubmit[],
-): Promise<Map<string, { row: ExecutionRow; agentPaused: boolean }>> {
-  const column = <T>(get: (i: PlainSubmit) => T) => items.map(get);
-  const call = sql`baton_submit_many(${column((i) => i.f.id)}::text[], ${column((i) => i.f.agent)}::text[],
-    ${column((i) => i.f.trigger_kind)}::text[], ${column((i) => i.f.origin)}::text[], ${column((i) => i.f.message)}::text[],
-    ${column((i) => i.f.payload)}::text[], ${column((i) => i.f.priority)}::int[], ${column((i) => i.f.run_after ?? null)}::bigint[],
-    ${column((i) => i.f.idempotency_key ?? null)}::text[], ${column((i) => i.f.retry_policy)}::text[], ${column((i) => i.now)}::bigint[],
-    ${column((i) => i.actor)}::text[], ${column((i) => auditRow(i.audit).detail)}::text[])`;
-  const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
-    FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
-  return new Map(rows.map(({ _agent_paused, ...row }) => [row.id, { row, agentPaused: _agent_paused === true }]));
+function withFacts<R extends NewExecution>(row: R, always = false): R {
+  const fast = executionFastComplete({ group_id: row.group_id ?? null });
+  return fast === 1 && !always ? row : Object.assign({}, row, { fast_complete: fast });
 }
 
 async function audit<R>(tx: Tx, store: StoreAdapter, how: CreateAudit<R>, rows: readonly R[]): Promise<void> {

@@ -1,5 +1,6 @@
 import type { Tx } from '../../store/adapter.ts';
 import { appendAudit } from '../audit.ts';
+import { refreshFastPathFacts } from '../fast-path-facts.ts';
 
 /** What ended a lapse hold: a worker claimed, a worker heartbeat, or a push agent's hold timed out. */
 export type LapseHoldEnd = 'claim' | 'heartbeat' | 'timeout';
@@ -16,6 +17,7 @@ export async function setLapseHold(tx: Tx, agent: string, ids: string[], now: nu
     .set({ lapse_hold_at: before.lapse_hold_at ?? now, lapse_hold_count: Number(before.lapse_hold_count ?? 0) + ids.length })
     .where('name', '=', agent)
     .execute();
+  await refreshFastPathFacts(tx, agent);
   await appendAudit(tx, { at: now, actor, action: 'agent.lapse_hold', subject: agent, detail: { lapsed: ids.length, execution_ids: ids } });
 }
 
@@ -39,6 +41,7 @@ export async function clearLapseHold(tx: Tx, agent: string, now: number, actor: 
     .where('lapse_hold_at', '=', before.lapse_hold_at)
     .executeTakeFirst();
   if (Number(done.numUpdatedRows) !== 1) return false; // another process ended it first
+  await refreshFastPathFacts(tx, agent);
   await appendAudit(tx, {
     at: now,
     actor,

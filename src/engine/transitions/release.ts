@@ -23,8 +23,8 @@ const releaseRow = preparedQuery((db: Executor, p: { id: string; token: string; 
 );
 
 /**
- * releaseLease's common case in one guarded statement, where that is one round trip
- * (store.loneStatements): a running row, this token, no cancellation asked for, goes back to the
+ * releaseLease's common case in one guarded statement, run alone where the store has fast paths
+ * (store.fastPaths.alone: one round trip): a running row, this token, no cancellation asked for, goes back to the
  * queue; its event and the seat counter's decrement come from the database's trigger in the same
  * statement. Undefined when the guards did not hold: nothing was written, and releaseLease in a
  * transaction decides (a cancellation asked for ends the row, with what that causes) or explains.

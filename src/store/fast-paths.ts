@@ -1,0 +1,105 @@
+import type { Kysely } from 'kysely';
+import type { DeliveryMode } from '../domain/delivery.ts';
+import type { DB, ExecutionRow, NewExecution } from './schema.ts';
+
+/** A plain submit's own fields: the new row without what its agent gives (the contract defaults). */
+export type SubmitFields = Omit<
+  NewExecution,
+  | 'status'
+  | 'attempt'
+  | 'queued_at'
+  | 'created_at'
+  | 'changed_at'
+  | 'changed_by'
+  | 'change_reason'
+  | 'max_redeliveries'
+  | 'timeout_seconds'
+  | 'lease_ttl_seconds'
+  | 'retry_policy'
+> & {
+  /** The submit's own retry policy (JSON), or null for the agent's. */
+  retry_policy: string | null;
+};
+
+/** One plain submit: the row's fields, when and by whom, and its creation audit's detail (JSON). */
+export interface SubmitRequest {
+  id: string;
+  f: SubmitFields;
+  now: number;
+  actor: string;
+  auditDetail: string | null;
+}
+
+/** A submit made: its row, and whether its agent was paused as the submit found it. */
+export interface Submitted {
+  row: ExecutionRow;
+  agentPaused: boolean;
+}
+
+/** One claim: the agent (as `id`: one claim per agent per call), and how it admits (transitions/admit.ts AdmitOptions). */
+export interface ClaimRequest {
+  id: string;
+  delivery: DeliveryMode;
+  owner: string;
+  max: number;
+  now: number;
+  /** Stop once the rows taken carry this many bytes (at least one row is taken when any can be). */
+  maxBytes?: number;
+}
+
+/** One completion: the execution, its lease token, and the values it writes (transitions/complete.ts). */
+export interface CompletionRequest {
+  id: string;
+  token: string;
+  status: string;
+  now: number;
+  actor: string;
+  result: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  usage: string | null;
+  reason: string;
+}
+
+/**
+ * The hot transitions as single store operations, each one round trip and one commit outside a
+ * transaction, for the common case only: a claim with no hold, a completion with no side effect,
+ * a plain submit. Whether the common case applies is read from the facts the engine keeps on the
+ * rows (agents.fast_claim, fast_complete; executions.fast_complete: src/domain/fast-paths.ts);
+ * the rules themselves are the engine's. Each operation leaves out, and writes nothing for, what
+ * it does not decide: the engine then runs its transaction, which knows every rule.
+ * PostgreSQL implements them (postgres-fast-paths.ts), where a transaction costs BEGIN and COMMIT
+ * round trips. SQLite has none: its write transactions are group-committed
+ * (sqlite-group-commit.ts), so the engine's transaction is already its cheapest path.
+ * Each operation is run again when the database ended it on a conflict (a deadlock, a
+ * serialization failure: its writes were all undone), as a transaction is.
+ */
+export interface FastPaths {
+  /**
+   * Run one guarded statement of the engine's alone, outside a transaction (a heartbeat's lease
+   * renewal, a release's common case). Use for a transition that is one statement either way.
+   */
+  alone<T>(statement: (db: Kysely<DB>) => Promise<T>): Promise<T>;
+  /** One plain submit. Throws NotFound or BacklogFull having written nothing. */
+  submitOne(s: SubmitRequest): Promise<Submitted>;
+  /**
+   * Plain submits gathered from one turn (engine/gather.ts), in one call: the new-work turn of
+   * each agent in name order, then each submit in the order given. A submit missing from the map
+   * was refused and wrote nothing (submitOne says why). Ids distinct.
+   */
+  submitGathered(s: readonly SubmitRequest[]): Promise<Map<string, Submitted>>;
+  /**
+   * Claims of several agents in one call: each agent whose delivery matches and whose fact allows
+   * admits FIFO up to its free seats and its answer's bytes, as transitions/admit.ts would. Returns
+   * the rows each agent admitted (perhaps none), by agent; an agent missing from the map was not
+   * decided (unknown, other delivery, a hold may apply, a serial key among its candidates) and
+   * nothing was written for it. Agents distinct.
+   */
+  claimMany(c: readonly ClaimRequest[]): Promise<Map<string, ExecutionRow[]>>;
+  /**
+   * Completions in one call: each execution whose own fact and whose agent's allow is completed by
+   * its lease token (as transitions/complete.ts completeWithLease). Returns the rows completed, by
+   * id; one missing was not completed and nothing was written for it. Ids distinct.
+   */
+  completeMany(c: readonly CompletionRequest[]): Promise<Map<string, ExecutionRow>>;
+}

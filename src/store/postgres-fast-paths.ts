@@ -1,0 +1,116 @@
+import { sql, type Kysely } from 'kysely';
+import { CLAIM_STAMP_EVERY_MS } from '../domain/admission.ts';
+import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
+import { BacklogFull, NotFound } from '../domain/errors.ts';
+import { newLeaseToken } from '../domain/ids.ts';
+import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitted } from './fast-paths.ts';
+import type { DB, ExecutionRow } from './schema.ts';
+
+const made = new WeakMap<Kysely<DB>, FastPaths>();
+
+/**
+ * PostgreSQL's fast paths on `db`: each hot transition one call of its SQL function (migrations;
+ * the newest definition of each is the live one), run alone and run again on a conflict (`lone`).
+ * One object per handle.
+ */
+export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Promise<T>) => Promise<T>): FastPaths {
+  let fast = made.get(db);
+  if (!fast) {
+    fast = {
+      alone: (statement) => lone(() => statement(db)),
+      submitOne: (s) => lone(() => submitOne(db, s)),
+      submitGathered: (s) => lone(() => submitGathered(db, s)),
+      claimMany: (c) => lone(() => claimMany(db, c)),
+      completeMany: (c) => lone(() => completeMany(db, c)),
+    };
+    made.set(db, fast);
+  }
+  return fast;
+}
+
+/**
+ * A plain submit as one statement (`baton_submit`): the new-work turn, backlog check, row and
+ * creation audit that transitions/create.ts createExecutions makes with `check` under
+ * lockAgentsForNewWork in four round trips. The agent's contract defaults come from the agent row
+ * it locks. test/one-statement.test.ts holds its rows equal to the transaction path's.
+ */
+async function submitOne(db: Kysely<DB>, s: SubmitRequest): Promise<Submitted> {
+  const { f, now, actor } = s;
+  try {
+    // Whether the agent is paused rides along (the submit's answer says so): read at the
+    // statement's start, as a read just before the submit would.
+    const call = sql`baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int,
+      ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${s.auditDetail})`;
+    const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
+      FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
+    const { _agent_paused, ...row } = rows[0]!;
+    return { row, agentPaused: _agent_paused === true };
+  } catch (err: any) {
+    if (err?.code === 'BTNOA') throw new NotFound('agent', f.agent);
+    if (err?.code === 'BTFUL') throw new BacklogFull(f.agent, Number(err.detail));
+    throw err;
+  }
+}
+
+/** Plain submits in one call (`baton_submit_many`): the call's rows in one INSERT (FastPaths.submitGathered). */
+async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): Promise<Map<string, Submitted>> {
+  const column = <T>(get: (i: SubmitRequest) => T) => items.map(get);
+  const call = sql`baton_submit_many(${column((i) => i.f.id)}::text[], ${column((i) => i.f.agent)}::text[],
+    ${column((i) => i.f.trigger_kind)}::text[], ${column((i) => i.f.origin)}::text[], ${column((i) => i.f.message)}::text[],
+    ${column((i) => i.f.payload)}::text[], ${column((i) => i.f.priority)}::int[], ${column((i) => i.f.run_after ?? null)}::bigint[],
+    ${column((i) => i.f.idempotency_key ?? null)}::text[], ${column((i) => i.f.retry_policy)}::text[], ${column((i) => i.now)}::bigint[],
+    ${column((i) => i.actor)}::text[], ${column((i) => i.auditDetail)}::text[])`;
+  const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
+    FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
+  return new Map(rows.map(({ _agent_paused, ...row }) => [row.id, { row, agentPaused: _agent_paused === true }]));
+}
+
+/**
+ * Claims of many agents in one call (`baton_claim_many`; a lone claim is a call of one). Exactness
+ * is the transaction path's: each agent row is locked first, in name order, its candidates locked
+ * SKIP LOCKED and limited by its free seats, each update re-checking `queued`, and the event
+ * trigger adds each seat under the same lock. test/plans.test.ts reads the function's own plans,
+ * custom and generic: candidates through executions_admission, each taken row by position. The
+ * function plans without sorting, so a connection that made its plans while the store was young
+ * cannot have kept one that reads every queued row, sorted, for each agent
+ * (test/claim-plan-young.test.ts).
+ */
+async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promise<Map<string, ExecutionRow[]>> {
+  const tokens: string[] = [];
+  const from: number[] = [];
+  for (const item of items) {
+    from.push(tokens.length + 1);
+    for (let k = 0; k < item.max; k++) tokens.push(newLeaseToken());
+  }
+  const column = <K extends keyof ClaimRequest>(k: K) => items.map((i) => i[k]);
+  const { rows } = await sql<ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' }>`
+    SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
+      ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
+      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint,
+      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[]) f`.execute(db);
+  const out = new Map<string, ExecutionRow[]>();
+  const taken = new Map<string, ExecutionRow[]>();
+  for (const { claim_agent, claim_state, ...row } of rows) {
+    if (claim_state === 'row') {
+      const list = taken.get(claim_agent) ?? [];
+      list.push(row as ExecutionRow);
+      taken.set(claim_agent, list);
+    } else if (claim_state === 'decided') out.set(claim_agent, taken.get(claim_agent) ?? []);
+  }
+  return out;
+}
+
+/**
+ * Completions in one call (`baton_complete_many`), which locks the execution rows first, then
+ * updates each by primary key with the lease guards and the facts, in agent name order.
+ */
+async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[]): Promise<Map<string, ExecutionRow>> {
+  if (items.length === 0) return new Map();
+  const column = <K extends keyof CompletionRequest>(k: K) => items.map((v) => v[k]);
+  const { rows } = await sql<ExecutionRow>`SELECT * FROM baton_complete_many(${column('id')}::text[], ${column('token')}::text[],
+    ${column('status')}::text[], ${column('now')}::bigint[], ${column('actor')}::text[], ${column('result')}::text[],
+    ${column('error_code')}::text[], ${column('error_message')}::text[], ${column('usage')}::text[], ${column('reason')}::text[])`.execute(
+    db,
+  );
+  return new Map(rows.map((r) => [r.id, r]));
+}
