@@ -16,6 +16,11 @@ const positive = (name: string, integer: boolean) => (v: string) => {
  * on the SDK (src/worker/sdk.ts). `baton logs <id> [-f]`: print or follow an execution's log.
  */
 export function registerDeliveryCommands(program: Command): void {
+  registerWorkerCommand(program);
+  registerLogsCommand(program);
+}
+
+function registerWorkerCommand(program: Command): void {
   program
     .command('worker')
     .description('claim tasks of an agent and run <command> once per task (message on stdin, result on stdout)')
@@ -41,90 +46,95 @@ export function registerDeliveryCommands(program: Command): void {
       'after',
       '\nConnection: the global --server URL and --key KEY (or BATON_URL, BATON_API_KEY).\nExample: baton worker --agent demo --concurrency 2 -- examples/echo-agent.sh',
     )
-    .action(async (command: string[], _o, cmd: Command) => {
-      const o = cmd.optsWithGlobals() as ConnectionFlags & Record<string, any>;
-      // Usage errors are printed here: commander stays silent about errors thrown from actions.
-      const usage = (message: string) => {
-        process.stderr.write(`error: ${message}\n`);
-        process.exitCode = EXIT.usage;
-      };
-      if (!command || command.length === 0) return usage('missing command: baton worker --agent <name> -- <command> [args…]');
-      try {
-        resolveCommand(command[0]!);
-      } catch (err) {
-        return usage((err as Error).message);
-      }
-      const { server, key } = resolveConnection(o);
-      const runner = commandRunner({
-        command: command[0]!,
-        args: command.slice(1),
-        killGraceMs: o.killGrace * 1000,
-        resultLimitBytes: o.resultLimit,
-      });
-      const say = (line: string) => process.stderr.write(`baton worker: ${line}\n`);
-      const outage = new Set<string>();
-      const worker = createWorker({
-        server,
-        key,
-        agent: o.agent,
-        concurrency: o.concurrency,
-        workerId: o.workerId,
-        shutdownGraceMs: o.shutdownGrace * 1000,
-        // The command gets its SIGTERM→SIGKILL grace; the report waits a little longer than that.
-        abortWaitMs: o.killGrace * 1000 + 5_000,
-        handler: runner.handler,
-        onEvent: (e: WorkerEvent) => {
-          if (e.type === 'task:start') say(`${e.executionId} started (attempt ${e.attempt})`);
-          else if (e.type === 'task:end')
-            say(
-              `${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`,
-            );
-          else if (e.type === 'transport:error') {
-            // Said once per outage, not once per retry: a restart can take minutes.
-            if (!outage.has(e.op)) say(`${e.op}: ${e.error}; retrying with backoff until the server answers`);
-            outage.add(e.op);
-          } else if (e.type === 'transport:recovered') {
-            outage.delete(e.op);
-            say(`${e.op}: the server answers again (after ${e.failures} failed attempt${e.failures === 1 ? '' : 's'})`);
-          } else say(`${e.op} failed: ${e.error}`);
-        },
-      });
-      let signals = 0;
-      let started = false;
-      const onSignal = (sig: NodeJS.Signals) => {
-        if (++signals > 1) {
-          // Second signal: no more grace. Kill every task's process group, then exit.
-          runner.killAll();
-          say(`${sig} again: killed running commands, exiting now`);
-          process.exit(130);
-        }
-        say(
-          started
-            ? `${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)`
-            : `${sig}: stopping before the first task`,
-        );
-        worker.stop().catch((err: unknown) => say(`stopping failed: ${err instanceof Error ? err.message : String(err)}`));
-      };
-      // Handlers first: a worker waiting at start for its server (or database) stops cleanly too.
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      try {
-        // A final answer (unknown agent, refused key) surfaces here; an unreachable or unavailable
-        // server is waited for (said once, above), so a worker may start before its server.
-        await worker.start();
-        started = true;
-      } catch (err) {
-        if (!signals) throw err;
-      }
-      if (started) say(`serving agent '${o.agent}' at ${server}, up to ${o.concurrency} at a time: ${command.join(' ')}`);
-      await worker.done;
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
-      say('stopped');
-      // Stopped on its own by a final answer (a revoked key, a deleted agent): exit as a refusal at start would.
-      if (worker.failure !== undefined) process.exitCode = describeError(worker.failure).code;
-    });
+    .action(runWorkerCommand);
+}
 
+/** `baton worker`: claim the agent's tasks and run the command once per task until a signal or a final answer. */
+async function runWorkerCommand(command: string[], _o: unknown, cmd: Command): Promise<void> {
+  const o = cmd.optsWithGlobals() as ConnectionFlags & Record<string, any>;
+  // Usage errors are printed here: commander stays silent about errors thrown from actions.
+  const usage = (message: string) => {
+    process.stderr.write(`error: ${message}\n`);
+    process.exitCode = EXIT.usage;
+  };
+  if (!command || command.length === 0) return usage('missing command: baton worker --agent <name> -- <command> [args…]');
+  try {
+    resolveCommand(command[0]!);
+  } catch (err) {
+    return usage((err as Error).message);
+  }
+  const { server, key } = resolveConnection(o);
+  const runner = commandRunner({
+    command: command[0]!,
+    args: command.slice(1),
+    killGraceMs: o.killGrace * 1000,
+    resultLimitBytes: o.resultLimit,
+  });
+  const say = (line: string) => process.stderr.write(`baton worker: ${line}\n`);
+  const outage = new Set<string>();
+  const worker = createWorker({
+    server,
+    key,
+    agent: o.agent,
+    concurrency: o.concurrency,
+    workerId: o.workerId,
+    shutdownGraceMs: o.shutdownGrace * 1000,
+    // The command gets its SIGTERM→SIGKILL grace; the report waits a little longer than that.
+    abortWaitMs: o.killGrace * 1000 + 5_000,
+    handler: runner.handler,
+    onEvent: (e: WorkerEvent) => {
+      if (e.type === 'task:start') say(`${e.executionId} started (attempt ${e.attempt})`);
+      else if (e.type === 'task:end')
+        say(
+          `${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`,
+        );
+      else if (e.type === 'transport:error') {
+        // Said once per outage, not once per retry: a restart can take minutes.
+        if (!outage.has(e.op)) say(`${e.op}: ${e.error}; retrying with backoff until the server answers`);
+        outage.add(e.op);
+      } else if (e.type === 'transport:recovered') {
+        outage.delete(e.op);
+        say(`${e.op}: the server answers again (after ${e.failures} failed attempt${e.failures === 1 ? '' : 's'})`);
+      } else say(`${e.op} failed: ${e.error}`);
+    },
+  });
+  let signals = 0;
+  let started = false;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (++signals > 1) {
+      // Second signal: no more grace. Kill every task's process group, then exit.
+      runner.killAll();
+      say(`${sig} again: killed running commands, exiting now`);
+      process.exit(130);
+    }
+    say(
+      started
+        ? `${sig}: no new tasks; waiting up to ${o.shutdownGrace} s for ${worker.active} running (signal again to exit at once)`
+        : `${sig}: stopping before the first task`,
+    );
+    worker.stop().catch((err: unknown) => say(`stopping failed: ${err instanceof Error ? err.message : String(err)}`));
+  };
+  // Handlers first: a worker waiting at start for its server (or database) stops cleanly too.
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    // A final answer (unknown agent, refused key) surfaces here; an unreachable or unavailable
+    // server is waited for (said once, above), so a worker may start before its server.
+    await worker.start();
+    started = true;
+  } catch (err) {
+    if (!signals) throw err;
+  }
+  if (started) say(`serving agent '${o.agent}' at ${server}, up to ${o.concurrency} at a time: ${command.join(' ')}`);
+  await worker.done;
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  say('stopped');
+  // Stopped on its own by a final answer (a revoked key, a deleted agent): exit as a refusal at start would.
+  if (worker.failure !== undefined) process.exitCode = describeError(worker.failure).code;
+}
+
+function registerLogsCommand(program: Command): void {
   program
     .command('logs <id>')
     .description("print an execution's log lines; -f follows them until the execution ends")

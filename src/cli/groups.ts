@@ -4,7 +4,7 @@ import { ApiError, groupSettled, type Group, type GroupCreate } from '../client.
 import { int } from './args.ts';
 import { EXIT } from './exit.ts';
 import { keyValues, table } from './output.ts';
-import type { CliHelpers } from './triggers.ts';
+import type { CliHelpers } from './globals.ts';
 
 const groupSummary = (g: Group) => ({
   id: g.id,

@@ -4,7 +4,7 @@ import { SUBSCRIPTION_ON } from '../domain/chains.ts';
 import { TRIGGER_KINDS } from '../domain/states.ts';
 import { json } from './args.ts';
 import { keyValues, table } from './output.ts';
-import type { CliHelpers } from './triggers.ts';
+import type { CliHelpers } from './globals.ts';
 
 const filterText = (s: Omit<Subscription, 'payload'>) =>
   [s.filter.schedule_id && `schedule=${s.filter.schedule_id}`, s.filter.trigger && `trigger=${s.filter.trigger}`]

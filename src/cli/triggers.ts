@@ -1,13 +1,8 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import type { BatonClient, Schedule, ScheduleCreate, Webhook } from '../client.ts';
+import type { Schedule, ScheduleCreate, Webhook } from '../client.ts';
 import { int, json } from './args.ts';
+import type { CliHelpers } from './globals.ts';
 import { keyValues, relativeTime, table } from './output.ts';
-
-export interface CliHelpers {
-  client(o: Record<string, any>): BatonClient;
-  print(o: Record<string, any>, data: unknown, human: () => string): void;
-  opts(cmd: Command): Record<string, any>;
-}
 
 const scheduleRow = (s: Omit<Schedule, 'payload' | 'next_runs'>) => ({
   id: s.id,
@@ -61,6 +56,12 @@ const scheduleOptions = (c: Command) =>
 
 /** `baton schedules …`, `baton webhooks …` and `baton trigger <schedule>`. */
 export function registerTriggerCommands(program: Command, h: CliHelpers): void {
+  registerScheduleCommands(program, h);
+  registerWebhookCommands(program, h);
+}
+
+/** `baton schedules …` and `baton trigger <schedule>`. */
+function registerScheduleCommands(program: Command, h: CliHelpers): void {
   const schedules = program.command('schedules').alias('sc').description('cron schedules (docs/triggers.md)');
 
   scheduleOptions(
@@ -123,7 +124,9 @@ export function registerTriggerCommands(program: Command, h: CliHelpers): void {
       .option('--idempotency-key <key>', 'the same key again returns the first answer');
   triggerOptions(schedules.command('trigger <id>')).action(trigger);
   triggerOptions(program.command('trigger <schedule>')).action(trigger);
+}
 
+function registerWebhookCommands(program: Command, h: CliHelpers): void {
   const webhooks = program.command('webhooks').alias('wh').description('webhooks: POST /hooks/<token> starts a run');
   webhooks
     .command('create <name>')

@@ -5,35 +5,23 @@
  * answer as the outcome. If this process dies mid-request the lease lapses, the reaper re-queues
  * the execution, and another process delivers it again with the same Idempotency-Key.
  */
-import {
-  infiniteMessage,
-  jsonShape,
-  LARGE_JSON_CHARS,
-  largeMembers,
-  MAX_JSON_SHAPES,
-  MAX_JSON_VALUES,
-  RAW_MEMBER_MIN_CHARS,
-  RawJson,
-  tooDeepMessage,
-  tooManyShapesMessage,
-  tooManyValuesMessage,
-  withPlaceholders,
-} from '../domain/json.ts';
-import { createHmac, randomUUID } from 'node:crypto';
+import { LARGE_JSON_CHARS } from '../domain/json.ts';
+import { createHmac } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import type { BatonErrorCode } from '../domain/error-codes.ts';
 import { BatonError } from '../domain/errors.ts';
-import { isCompletionStatus } from '../domain/states.ts';
+import { LeaseKeeper, type AbortReason } from '../domain/lease.ts';
 import { executionTrace } from '../domain/trace.ts';
 import type { Outcome } from '../domain/outcomes.ts';
 import type { Engine } from '../engine/engine.ts';
-import { canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 import { reportLoopError } from '../engine/loop.ts';
 import { mayBeCutShort } from '../engine/transitions/admit.ts';
-import { redactSecrets } from '../domain/redact.ts';
 import { iso } from '../engine/views.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { interpretAnswer } from './answer.ts';
+
+export { interpret, interpretAnswer } from './answer.ts';
 
 export interface DispatcherOptions {
   /** Push requests in flight per process, over all agents (default 64). Each agent's cap still applies. */
@@ -47,11 +35,12 @@ export interface DispatcherOptions {
 /** Fallback poll of push agents' queues. Signals make dispatch immediate; this bounds a lost one. */
 export const DISPATCH_POLL_MS = 1_000;
 
-type Why = 'cancelled' | 'timeout' | 'lost' | 'shutdown';
+/** The engine no longer knows this lease: another owner may hold the execution now. */
+const isLeaseLost = (err: unknown) => err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found');
 
 interface Flight {
   id: string;
-  abort(why: Why): void;
+  abort(reason: AbortReason): void;
   done: Promise<void>;
 }
 
@@ -167,43 +156,25 @@ export class Dispatcher {
   }
 
   private start(row: ExecutionRow, agent: PushAgent): void {
-    const ctrl = new AbortController();
-    let why: Why | undefined;
-    const abort = (w: Why) => {
-      if (why) return;
-      why = w;
-      ctrl.abort();
-    };
+    // Renew while the request is in flight; the answer to a renewal also carries cancellation.
+    // Anything but a lost lease (the store briefly unavailable) is retried by the next renewal.
+    const lease = new LeaseKeeper({
+      leaseTtlSeconds: row.lease_ttl_seconds,
+      deadlineAt: row.deadline_at,
+      now: () => this.engine.now(),
+      renew: () => this.engine.heartbeat(row.id, row.lease_token!),
+      isLeaseLost,
+    });
     // A throw outside deliver's own handling (a corrupt stored payload, say) leaves the row running
     // until its lease lapses and the reaper re-queues it; it is reported, never left unhandled.
-    const done = this.deliver(row, agent, ctrl.signal, () => why)
+    const done = this.deliver(row, agent, lease)
       .catch((err) => reportLoopError(this.engine.events, 'dispatcher', err))
       .finally(() => this.inflight.delete(row.id));
-    this.inflight.set(row.id, { id: row.id, abort, done });
-    // Renew while the request is in flight; the answer to a renewal also carries cancellation.
-    const ttlMs = row.lease_ttl_seconds * 1000;
-    const renewOnce = async () => {
-      try {
-        const r = await this.engine.heartbeat(row.id, row.lease_token!);
-        if (r.cancel_requested) abort('cancelled');
-      } catch (err) {
-        if (err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found')) abort('lost');
-        // Anything else (the store briefly unavailable) is retried by the next renewal, a third of
-        // a lease later; the lease itself is the backstop.
-      }
-    };
-    const renew = setInterval(() => void renewOnce(), Math.max(200, ttlMs / 3));
-    const deadline = setTimeout(
-      () => abort('timeout'),
-      Math.min(2 ** 31 - 1, Math.max(0, (row.deadline_at ?? Infinity) - this.engine.now())),
-    );
-    void done.finally(() => {
-      clearInterval(renew);
-      clearTimeout(deadline);
-    });
+    this.inflight.set(row.id, { id: row.id, abort: (reason) => lease.abort(reason), done });
+    void done.finally(() => lease.stop());
   }
 
-  private async deliver(row: ExecutionRow, agent: PushAgent, signal: AbortSignal, why: () => Why | undefined): Promise<void> {
+  private async deliver(row: ExecutionRow, agent: PushAgent, lease: LeaseKeeper): Promise<void> {
     const started = Date.now();
     let out: Outcome;
     if (!agent.push_url) {
@@ -254,30 +225,28 @@ export class Dispatcher {
       else {
         try {
           if (secret !== undefined) headers['x-baton-signature'] = `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
-          const res = await this.post(agent.push_url, body, headers, signal);
+          const res = await this.post(agent.push_url, body, headers, lease.signal);
           out = await interpretAnswer(res);
           // A large answer was read in this turn: the completion stores it in the next.
           if (res.text.length > LARGE_JSON_CHARS) await new Promise((r) => setImmediate(r));
         } catch (err) {
-          out = this.failure(err, why(), started, row, agent.push_url);
+          out = this.failure(err, lease.reason, started, row, agent.push_url);
         }
       }
     }
-    const w = why();
-    if (w === 'lost') return; // another owner has it now: report nothing
+    const reason = lease.reason;
+    if (reason === 'lease_lost') return; // another owner has it now: report nothing
     try {
-      if (w === 'shutdown') await this.engine.release(row.id, row.lease_token!, this.actor);
+      if (reason === 'shutdown') await this.engine.release(row.id, row.lease_token!, this.actor);
       else await this.engine.complete(row.id, row.lease_token!, out, this.actor);
     } catch (err) {
-      if (!(err instanceof BatonError && (err.code === 'lease_lost' || err.code === 'not_found'))) {
-        reportLoopError(this.engine.events, 'dispatcher', err);
-      }
+      if (!isLeaseLost(err)) reportLoopError(this.engine.events, 'dispatcher', err);
     }
   }
 
-  private failure(err: unknown, why: Why | undefined, started: number, row: ExecutionRow, url: string): Outcome {
+  private failure(err: unknown, why: AbortReason | undefined, started: number, row: ExecutionRow, url: string): Outcome {
     const secs = ((Date.now() - started) / 1000).toFixed(1);
-    if (why === 'timeout') {
+    if (why === 'deadline') {
       return {
         status: 'failed',
         error: {
@@ -372,137 +341,4 @@ function where(url: string): string {
   } catch {
     return 'the push URL';
   }
-}
-
-const snippet = (text: string) => {
-  const t = redactSecrets(text.replace(/\u0000/g, '\uFFFD').trim());
-  return t.length > 500 ? t.slice(0, 500) + '…' : t;
-};
-
-/** The members of a push answer `interpret` reads besides `result`; any other is ignored. */
-const ANSWER_MEMBERS = ['status', 'error', 'usage'];
-
-/**
- * `interpret`, without parsing a large answer's costly parts on the event loop: a long `result`
- * (or an answer that is not an object, the result whole) is checked and serialised on the JSON
- * thread (src/engine/json-thread.ts) and handed on as RawJson, a long member nobody reads is
- * skipped unparsed. What is left is parsed here as before, once the JSON thread has counted its
- * object shapes when it is itself large (MAX_JSON_SHAPES, as for a request body).
- */
-export async function interpretAnswer(res: { status: number; text: string }): Promise<Outcome> {
-  const s = res.status;
-  if (s < 200 || s >= 300 || res.text.length <= LARGE_JSON_CHARS) return interpret(res);
-  const refused = shapeRefusal(res.text, s);
-  if (refused) return refused;
-  const notJson = (err: unknown, what: string) => {
-    if (!(err instanceof OffThreadJsonError)) throw err;
-    return invalidAnswer(`HTTP ${s} but ${what} is not JSON: ${snippet(err.message)}`);
-  };
-  if (!/^\s*\{/.test(res.text)) {
-    try {
-      const [text] = await canonicalJsonOffThread([res.text]);
-      return { status: 'succeeded', result: new RawJson(text!) };
-    } catch (err) {
-      return notJson(err, 'the body');
-    }
-  }
-  const spans = largeMembers(res.text, RAW_MEMBER_MIN_CHARS).filter((m) => !ANSWER_MEMBERS.includes(m.key));
-  const mark = `baton-raw-${randomUUID()}-`;
-  const rest = spans.length === 0 ? res.text : withPlaceholders(res.text, spans, mark);
-  if (rest.length > LARGE_JSON_CHARS) {
-    let shapes: number;
-    try {
-      shapes = await jsonShapesOffThread(rest);
-    } catch (err) {
-      return notJson(err, 'the body');
-    }
-    if (shapes > MAX_JSON_SHAPES) return invalidAnswer(`HTTP ${s} but ${tooManyShapesMessage('the body', shapes)}`);
-  }
-  const result = spans.findIndex((m) => m.key === 'result');
-  let text: string | undefined;
-  if (result !== -1) {
-    try {
-      [text] = await canonicalJsonOffThread([res.text.slice(spans[result]!.start, spans[result]!.end)]);
-    } catch (err) {
-      return notJson(err, "the body's result");
-    }
-  }
-  const out = interpret({ status: s, text: rest });
-  if (text !== undefined && out.result === mark + result) out.result = new RawJson(text);
-  return out;
-}
-
-const invalidAnswer = (message: string): Outcome => ({
-  status: 'failed',
-  error: { code: 'push_invalid_response' satisfies BatonErrorCode, message },
-});
-
-/** A 2xx answer's body refused by its shape before parsing (too deep, too many values, an overflowing number). */
-function shapeRefusal(text: string, s: number): Outcome | undefined {
-  const shape = jsonShape(text);
-  if (!(shape.tooDeep || shape.values > MAX_JSON_VALUES || shape.infinite)) return undefined;
-  const why = shape.tooDeep
-    ? tooDeepMessage('the body')
-    : shape.infinite
-      ? infiniteMessage('the body')
-      : tooManyValuesMessage('the body', shape.values);
-  return invalidAnswer(`HTTP ${s} but ${why}`);
-}
-
-/** The agent's answer → the execution's outcome. */
-export function interpret(res: { status: number; text: string }): Outcome {
-  const s = res.status;
-  if (s >= 200 && s < 300) {
-    if (res.text.trim() === '') return { status: 'succeeded', result: null };
-    const refused = shapeRefusal(res.text, s);
-    if (refused) return refused;
-    let b: any;
-    try {
-      b = JSON.parse(res.text);
-    } catch {
-      return invalidAnswer(`HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}`);
-    }
-    // Results and usage are redacted where every outcome is, in Engine.complete.
-    if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: b };
-    const status = b.status ?? 'succeeded';
-    if (!isCompletionStatus(status)) {
-      return invalidAnswer(`HTTP ${s} with an unknown status '${String(status).slice(0, 50)}' (expected succeeded, failed or cancelled)`);
-    }
-    const usage = typeof b.usage === 'object' && b.usage !== null && !Array.isArray(b.usage) ? b.usage : undefined;
-    let error: Outcome['error'] = null;
-    if (status !== 'succeeded') {
-      const e = b.error;
-      const message = typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : '';
-      const code =
-        typeof e?.code === 'string' && e.code
-          ? e.code.slice(0, 100)
-          : status === 'failed'
-            ? ('agent_failed' satisfies BatonErrorCode)
-            : ('cancelled' satisfies BatonErrorCode);
-      error = { code, message: snippet(message) || `the agent reported ${status} without a message` };
-    }
-    return { status, result: b.result, error, usage };
-  }
-  if (s >= 400 && s < 500) {
-    return {
-      status: 'failed',
-      error: {
-        code: 'push_rejected' satisfies BatonErrorCode,
-        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'} (a 4xx is not re-delivered)`,
-      },
-    };
-  }
-  if (s >= 500) {
-    return {
-      status: 'failed',
-      error: {
-        code: 'push_server_error' satisfies BatonErrorCode,
-        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'}`,
-      },
-    };
-  }
-  return {
-    status: 'failed',
-    error: { code: 'push_unexpected_status' satisfies BatonErrorCode, message: `the agent answered HTTP ${s}; expected 2xx` },
-  };
 }

@@ -134,165 +134,211 @@ function killGroup(pgid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
+/** The process groups of the tasks running now, and the guardian that kills them if the worker dies. */
+class ProcessGroups {
+  readonly live = new Set<number>();
+  private guardian: ReturnType<typeof startGuardian> | undefined;
+
+  constructor(private readonly orphanWatch: boolean) {}
+
+  add(pgid: number): void {
+    this.live.add(pgid);
+    if (this.orphanWatch) (this.guardian ??= startGuardian()).add(pgid);
+  }
+
+  remove(pgid: number): void {
+    this.live.delete(pgid);
+    this.guardian?.remove(pgid);
+  }
+}
+
+interface RunSettings {
+  command: string;
+  args: string[];
+  cwd: string | undefined;
+  env: NodeJS.ProcessEnv;
+  resultLimit: number;
+  grace: number;
+  payloadLimit: number;
+}
+
 export function commandRunner(opts: CommandOptions): CommandRunner {
-  const groups = new Set<number>();
-  let guardian: ReturnType<typeof startGuardian> | undefined;
-  const resultLimit = opts.resultLimitBytes ?? RESULT_LIMIT_BYTES;
-  const grace = opts.killGraceMs ?? 5_000;
-  const payloadLimit = opts.payloadEnvLimitBytes ?? 64 * 1024;
-
-  const handler = (task: Task): Promise<TaskOutcome> =>
-    new Promise<TaskOutcome>((resolve) => {
-      const env: NodeJS.ProcessEnv = {
-        ...(opts.env ?? process.env),
-        BATON_EXECUTION_ID: task.executionId,
-        BATON_ATTEMPT: String(task.attempt),
-        BATON_AGENT: task.agent,
-        BATON_DEADLINE: task.deadline.toISOString(),
-        // The standard variable OpenTelemetry SDKs read (where they support it) to continue a trace.
-        TRACEPARENT: task.traceparent,
-      };
-      delete env.BATON_PAYLOAD;
-      delete env.BATON_PAYLOAD_FILE;
-      const payload = JSON.stringify(task.payload ?? null);
-      let payloadFile: string | undefined;
-      if (Buffer.byteLength(payload) > payloadLimit) {
-        payloadFile = join(tmpdir(), `baton-payload-${task.executionId}-${task.attempt}-${process.pid}.json`);
-        writeFileSync(payloadFile, payload, { mode: 0o600 });
-        env.BATON_PAYLOAD_FILE = payloadFile;
-      } else {
-        env.BATON_PAYLOAD = payload;
-      }
-
-      const child = spawn(opts.command, opts.args ?? [], { cwd: opts.cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
-      const pgid = child.pid;
-      const stdoutChunks: Buffer[] = [];
-      let stdoutBytes = 0;
-      let stdoutCut = false;
-      const stderrTail: string[] = [];
-      let signalled: NodeJS.Signals | undefined;
-      let killTimer: NodeJS.Timeout | undefined;
-      let closeTimer: NodeJS.Timeout | undefined;
-      let settled = false;
-
-      const outLines = lineSplitter((l) => task.log(l, 'stdout'));
-      const errLines = lineSplitter((l) => {
-        task.log(l, 'stderr');
-        stderrTail.push(l.length > 500 ? l.slice(0, 500) + '…' : l);
-        if (stderrTail.length > STDERR_TAIL_LINES) stderrTail.shift();
-      });
-
-      const finish = (o: TaskOutcome) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(killTimer);
-        clearTimeout(closeTimer);
-        task.signal.removeEventListener('abort', onAbort);
-        if (pgid !== undefined) {
-          groups.delete(pgid);
-          guardian?.remove(pgid);
-        }
-        if (payloadFile) {
-          try {
-            unlinkSync(payloadFile);
-          } catch {
-            /* already gone */
-          }
-        }
-        resolve(o);
-      };
-
-      const onAbort = () => {
-        if (pgid === undefined) return;
-        signalled = 'SIGTERM';
-        killGroup(pgid, 'SIGTERM');
-        killTimer = setTimeout(() => {
-          signalled = 'SIGKILL';
-          killGroup(pgid, 'SIGKILL');
-        }, grace);
-      };
-
-      child.on('error', (err: NodeJS.ErrnoException) => {
-        // spawn failed (ENOENT, EACCES): there is no process to wait for.
-        finish(
-          outcome({
-            status: 'failed',
-            error: { code: 'spawn_failed' satisfies BatonErrorCode, message: `could not start '${opts.command}': ${err.message}` },
-          }),
-        );
-      });
-      if (pgid === undefined) return;
-      groups.add(pgid);
-      if (opts.orphanWatch !== false) (guardian ??= startGuardian()).add(pgid);
-      if (task.signal.aborted) onAbort();
-      else task.signal.addEventListener('abort', onAbort, { once: true });
-
-      child.stdin.on('error', () => {}); // the command may not read stdin at all (EPIPE)
-      child.stdin.end(task.message);
-      child.stdout.on('data', (chunk: Buffer) => {
-        outLines.write(chunk);
-        if (stdoutBytes < resultLimit) {
-          const room = resultLimit - stdoutBytes;
-          stdoutChunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
-          if (chunk.length > room) stdoutCut = true;
-          stdoutBytes += Math.min(chunk.length, room);
-        } else stdoutCut = true;
-      });
-      child.stderr.on('data', (chunk: Buffer) => errLines.write(chunk));
-
-      let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-      child.on('exit', (code, signal) => {
-        exit = { code, signal };
-        // The leader is gone; anything it left running in its group goes too.
-        killGroup(pgid, 'SIGKILL');
-        // A descendant that left the group (setsid) may hold the pipes open: stop waiting for them.
-        closeTimer = setTimeout(() => {
-          child.stdout.destroy();
-          child.stderr.destroy();
-          done();
-        }, 2_000);
-      });
-      child.on('close', () => done());
-
-      function done() {
-        if (settled || !exit) return;
-        outLines.end();
-        errLines.end();
-        let result = Buffer.concat(stdoutChunks).toString('utf8');
-        if (stdoutCut) result += `\n[baton: stdout truncated at ${resultLimit} bytes]`;
-        const tail = stderrTail.length ? `; last stderr lines:\n${stderrTail.join('\n')}` : '';
-        const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
-        if (task.signal.aborted) {
-          const sent = signalled === 'SIGKILL' ? `SIGTERM, then SIGKILL after ${grace / 1000} s` : 'SIGTERM';
-          finish(
-            outcome({
-              status: 'failed',
-              result: result || undefined,
-              error: { code: 'stopped' satisfies BatonErrorCode, message: `the process group got ${sent}; the command ${how}${tail}` },
-            }),
-          );
-        } else if (exit.code === 0) {
-          finish(outcome({ status: 'succeeded', result }));
-        } else {
-          finish(
-            outcome({
-              status: 'failed',
-              result: result || undefined,
-              error: {
-                code: exit.signal ? ('killed_by_signal' satisfies BatonErrorCode) : ('exit_code' satisfies BatonErrorCode),
-                message: `the command ${how}${tail}`,
-              },
-            }),
-          );
-        }
-      }
-    });
-
+  const groups = new ProcessGroups(opts.orphanWatch !== false);
+  const settings: RunSettings = {
+    command: opts.command,
+    args: opts.args ?? [],
+    cwd: opts.cwd,
+    env: opts.env ?? process.env,
+    resultLimit: opts.resultLimitBytes ?? RESULT_LIMIT_BYTES,
+    grace: opts.killGraceMs ?? 5_000,
+    payloadLimit: opts.payloadEnvLimitBytes ?? 64 * 1024,
+  };
   return {
-    handler,
-    live: () => [...groups],
+    handler: (task: Task) => runCommand(task, settings, groups),
+    live: () => [...groups.live],
     killAll() {
-      for (const g of groups) killGroup(g, 'SIGKILL');
+      for (const g of groups.live) killGroup(g, 'SIGKILL');
     },
   };
+}
+
+/** The command's environment for a task; a large payload goes to a 0600 file it names instead. */
+function commandEnv(task: Task, s: RunSettings): { env: NodeJS.ProcessEnv; payloadFile: string | undefined } {
+  const env: NodeJS.ProcessEnv = {
+    ...s.env,
+    BATON_EXECUTION_ID: task.executionId,
+    BATON_ATTEMPT: String(task.attempt),
+    BATON_AGENT: task.agent,
+    BATON_DEADLINE: task.deadline.toISOString(),
+    // The standard variable OpenTelemetry SDKs read (where they support it) to continue a trace.
+    TRACEPARENT: task.traceparent,
+  };
+  delete env.BATON_PAYLOAD;
+  delete env.BATON_PAYLOAD_FILE;
+  const payload = JSON.stringify(task.payload ?? null);
+  let payloadFile: string | undefined;
+  if (Buffer.byteLength(payload) > s.payloadLimit) {
+    payloadFile = join(tmpdir(), `baton-payload-${task.executionId}-${task.attempt}-${process.pid}.json`);
+    writeFileSync(payloadFile, payload, { mode: 0o600 });
+    env.BATON_PAYLOAD_FILE = payloadFile;
+  } else {
+    env.BATON_PAYLOAD = payload;
+  }
+  return { env, payloadFile };
+}
+
+interface CommandEnd {
+  exit: { code: number | null; signal: NodeJS.Signals | null };
+  /** stdout as kept (up to the result limit), and whether more was dropped. */
+  stdout: string;
+  stdoutCut: boolean;
+  stderrTail: string[];
+  /** Set when the task's signal fired: the last signal sent to the group. */
+  signalled: NodeJS.Signals | undefined;
+}
+
+/** The task's outcome from how its command ended. */
+function commandOutcome(task: Task, s: RunSettings, end: CommandEnd): TaskOutcome {
+  const { exit } = end;
+  let result = end.stdout;
+  if (end.stdoutCut) result += `\n[baton: stdout truncated at ${s.resultLimit} bytes]`;
+  const tail = end.stderrTail.length ? `; last stderr lines:\n${end.stderrTail.join('\n')}` : '';
+  const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
+  if (task.signal.aborted) {
+    const sent = end.signalled === 'SIGKILL' ? `SIGTERM, then SIGKILL after ${s.grace / 1000} s` : 'SIGTERM';
+    return outcome({
+      status: 'failed',
+      result: result || undefined,
+      error: { code: 'stopped' satisfies BatonErrorCode, message: `the process group got ${sent}; the command ${how}${tail}` },
+    });
+  }
+  if (exit.code === 0) return outcome({ status: 'succeeded', result });
+  return outcome({
+    status: 'failed',
+    result: result || undefined,
+    error: {
+      code: exit.signal ? ('killed_by_signal' satisfies BatonErrorCode) : ('exit_code' satisfies BatonErrorCode),
+      message: `the command ${how}${tail}`,
+    },
+  });
+}
+
+/** Run the command for one task; resolves once it has exited (and its group is gone). */
+function runCommand(task: Task, s: RunSettings, groups: ProcessGroups): Promise<TaskOutcome> {
+  return new Promise<TaskOutcome>((resolve) => {
+    const { env, payloadFile } = commandEnv(task, s);
+    const child = spawn(s.command, s.args, { cwd: s.cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    const pgid = child.pid;
+    const stdoutChunks: Buffer[] = [];
+    let stdoutBytes = 0;
+    let stdoutCut = false;
+    const stderrTail: string[] = [];
+    let signalled: NodeJS.Signals | undefined;
+    let killTimer: NodeJS.Timeout | undefined;
+    let closeTimer: NodeJS.Timeout | undefined;
+    let settled = false;
+
+    const outLines = lineSplitter((l) => task.log(l, 'stdout'));
+    const errLines = lineSplitter((l) => {
+      task.log(l, 'stderr');
+      stderrTail.push(l.length > 500 ? l.slice(0, 500) + '…' : l);
+      if (stderrTail.length > STDERR_TAIL_LINES) stderrTail.shift();
+    });
+
+    const finish = (o: TaskOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(killTimer);
+      clearTimeout(closeTimer);
+      task.signal.removeEventListener('abort', onAbort);
+      if (pgid !== undefined) groups.remove(pgid);
+      if (payloadFile) {
+        try {
+          unlinkSync(payloadFile);
+        } catch {
+          /* already gone */
+        }
+      }
+      resolve(o);
+    };
+
+    const onAbort = () => {
+      if (pgid === undefined) return;
+      signalled = 'SIGTERM';
+      killGroup(pgid, 'SIGTERM');
+      killTimer = setTimeout(() => {
+        signalled = 'SIGKILL';
+        killGroup(pgid, 'SIGKILL');
+      }, s.grace);
+    };
+
+    child.on('error', (err: NodeJS.ErrnoException) => {
+      // spawn failed (ENOENT, EACCES): there is no process to wait for.
+      finish(
+        outcome({
+          status: 'failed',
+          error: { code: 'spawn_failed' satisfies BatonErrorCode, message: `could not start '${s.command}': ${err.message}` },
+        }),
+      );
+    });
+    if (pgid === undefined) return;
+    groups.add(pgid);
+    if (task.signal.aborted) onAbort();
+    else task.signal.addEventListener('abort', onAbort, { once: true });
+
+    child.stdin.on('error', () => {}); // the command may not read stdin at all (EPIPE)
+    child.stdin.end(task.message);
+    child.stdout.on('data', (chunk: Buffer) => {
+      outLines.write(chunk);
+      if (stdoutBytes < s.resultLimit) {
+        const room = s.resultLimit - stdoutBytes;
+        stdoutChunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
+        if (chunk.length > room) stdoutCut = true;
+        stdoutBytes += Math.min(chunk.length, room);
+      } else stdoutCut = true;
+    });
+    child.stderr.on('data', (chunk: Buffer) => errLines.write(chunk));
+
+    let exit: CommandEnd['exit'] | undefined;
+    child.on('exit', (code, signal) => {
+      exit = { code, signal };
+      // The leader is gone; anything it left running in its group goes too.
+      killGroup(pgid, 'SIGKILL');
+      // A descendant that left the group (setsid) may hold the pipes open: stop waiting for them.
+      closeTimer = setTimeout(() => {
+        child.stdout.destroy();
+        child.stderr.destroy();
+        done();
+      }, 2_000);
+    });
+    child.on('close', () => done());
+
+    function done() {
+      if (settled || !exit) return;
+      outLines.end();
+      errLines.end();
+      const stdout = Buffer.concat(stdoutChunks).toString('utf8');
+      finish(commandOutcome(task, s, { exit, stdout, stdoutCut, stderrTail, signalled }));
+    }
+  });
 }

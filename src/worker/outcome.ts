@@ -4,10 +4,8 @@
  * gathers the facts once the handler is done, asks `decideReport`, and sends what comes back;
  * test/worker-outcome.test.ts walks every case.
  */
+import type { AbortReason } from '../domain/lease.ts';
 import { redactSecrets } from '../domain/redact.ts';
-
-/** Why a task's signal fired. */
-export type AbortReason = 'cancelled' | 'deadline' | 'lease_lost' | 'shutdown';
 
 export interface Usage {
   input_tokens?: number;

@@ -8,34 +8,26 @@
  *   await worker.start();                      // throws on unknown agent, bad key, unreachable server
  *   process.on('SIGTERM', () => worker.stop()); // stop claiming, let tasks finish, release the rest
  *
- * What it does for every task: heartbeats every third of the lease TTL; aborts `task.signal`
- * when cancellation is requested, the deadline passes or the lease is lost; ships `task.log()`
+ * What it does for every task: heartbeats every third of the lease TTL and aborts `task.signal`
+ * when cancellation is requested, the deadline passes or the lease is lost (the lease keeper,
+ * src/domain/lease.ts, shared with the push dispatcher); ships `task.log()`
  * lines in order; reports the outcome (retrying transport errors with jittered backoff). A lost
  * lease (`409 lease_lost`) ends that task silently: another worker owns it now.
  */
 import { hostname } from 'node:os';
-import { ApiError, BatonClient, Unreachable, type Task as TaskView } from '../client.ts';
-import { nodeHttpTransport } from './http.ts';
+import { ApiError, BatonClient, type Task as TaskView } from '../client.ts';
+import { LeaseKeeper, type AbortReason } from '../domain/lease.ts';
 import { redactJson } from '../domain/redact.ts';
-import { decideReport, refusedOutcome, type AbortReason, type Settled, type TaskOutcome } from './outcome.ts';
+import type { WorkerEvent } from './events.ts';
+import { nodeHttpTransport } from './http.ts';
+import { LogShipper } from './logs.ts';
+import { decideReport, refusedOutcome, type Settled, type TaskOutcome } from './outcome.ts';
+import { backoffMs, isLeaseLost, isTransient, sleep } from './retry.ts';
 
-export { outcome, type AbortReason, type TaskOutcome, type Usage } from './outcome.ts';
-
-/** `task.signal.reason` once aborted: says why. */
-export class TaskAborted extends Error {
-  constructor(readonly reason: AbortReason) {
-    super(
-      reason === 'cancelled'
-        ? 'cancellation was requested'
-        : reason === 'deadline'
-          ? 'the task deadline passed'
-          : reason === 'lease_lost'
-            ? 'the lease was lost (another worker may own the task now)'
-            : 'the worker is shutting down',
-    );
-    this.name = 'TaskAborted';
-  }
-}
+export { outcome, type TaskOutcome, type Usage } from './outcome.ts';
+export { TaskAborted, type AbortReason } from '../domain/lease.ts';
+export type { WorkerEvent } from './events.ts';
+export { backoffMs, isTransient } from './retry.ts';
 
 export interface Task {
   executionId: string;
@@ -60,14 +52,6 @@ export interface Task {
 
 /** A handler returns the result (→ succeeded), throws (→ failed), or returns `outcome({...})`. */
 export type Handler = (task: Task) => Promise<unknown> | unknown;
-
-export type WorkerEvent =
-  | { type: 'task:start'; executionId: string; attempt: number }
-  | { type: 'task:end'; executionId: string; status: string; reported: 'completed' | 'released' | 'lost' }
-  | { type: 'transport:error'; op: string; error: string; retryInMs: number }
-  /** The server answered again after transport errors on `op`. */
-  | { type: 'transport:recovered'; op: string; failures: number }
-  | { type: 'error'; op: string; error: string };
 
 export interface WorkerOptions {
   server: string;
@@ -107,31 +91,8 @@ export interface Worker {
   readonly failure: unknown;
 }
 
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (signal?.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-
-/** Full jitter: a random wait up to the exponential step, so many workers do not retry in lockstep. */
-export function backoffMs(attempt: number, baseMs = 250, maxMs = 10_000): number {
-  return Math.round(Math.random() * Math.min(maxMs, baseMs * 2 ** attempt)) + 50;
-}
-
-/** Errors worth retrying: the server was unreachable, or answered 5xx/429. */
-export function isTransient(err: unknown): boolean {
-  if (err instanceof Unreachable) return true;
-  return err instanceof ApiError && (err.status >= 500 || err.status === 429);
-}
 /** Most tasks one claim asks for (the API's bound on `max`). */
 const CLAIM_MAX = 100;
-const isLeaseLost = (err: unknown) => err instanceof ApiError && (err.code === 'lease_lost' || err.status === 404);
 
 export function createWorker(opts: WorkerOptions): Worker {
   return new WorkerImpl(opts);
@@ -313,15 +274,19 @@ class WorkerImpl implements Worker {
   }
 
   private startTask(t: TaskView): void {
-    const ctrl = new AbortController();
-    const abort = (reason: AbortReason) => {
-      if (!ctrl.signal.aborted) ctrl.abort(new TaskAborted(reason));
-    };
-    const finished = this.runTask(t, ctrl, abort).then(
+    const lease = new LeaseKeeper({
+      leaseTtlSeconds: t.lease_ttl_seconds,
+      deadlineAt: Date.parse(t.deadline_at),
+      renew: () => this.client.heartbeat(t.execution_id, t.lease_token),
+      isLeaseLost,
+      onRenewError: (err, retryInMs) =>
+        this.emit({ type: 'transport:error', op: 'heartbeat', error: (err as Error)?.message ?? String(err), retryInMs }),
+    });
+    const finished = this.runTask(t, lease).then(
       (handedOver) => this.finish(t.execution_id, handedOver),
       () => this.finish(t.execution_id, false),
     );
-    this.running.set(t.execution_id, { abort, finished });
+    this.running.set(t.execution_id, { abort: (reason) => lease.abort(reason), finished });
   }
 
   private finish(id: string, handedOver: boolean): void {
@@ -332,58 +297,35 @@ class WorkerImpl implements Worker {
   }
 
   /** Runs the task and reports it; true when its completion's claim took over its slot (see complete). */
-  private async runTask(t: TaskView, ctrl: AbortController, abort: (r: AbortReason) => void): Promise<boolean> {
+  private async runTask(t: TaskView, lease: LeaseKeeper): Promise<boolean> {
     const id = t.execution_id;
     const token = t.lease_token;
-    let lost = false;
-    const markLost = () => {
-      lost = true;
-      abort('lease_lost');
-    };
     this.emit({ type: 'task:start', executionId: id, attempt: t.attempt });
-    const logs = new LogShipper(this.client, id, token, markLost, (e) => this.emit(e));
-
-    // Heartbeats every third of the TTL: two can fail in a row before the lease lapses.
-    const ttlMs = t.lease_ttl_seconds * 1000;
-    let beating = false;
-    // Catches every failure itself, so the timer can drop its promise.
-    const beat = async () => {
-      if (beating || lost) return;
-      beating = true;
-      try {
-        const r = await this.client.heartbeat(id, token);
-        if (r.cancel_requested) abort('cancelled');
-      } catch (err) {
-        if (isLeaseLost(err)) markLost();
-        else this.emit({ type: 'transport:error', op: 'heartbeat', error: (err as Error)?.message ?? String(err), retryInMs: ttlMs / 3 });
-      } finally {
-        beating = false;
-      }
-    };
-    const heartbeat = setInterval(() => void beat(), Math.max(200, ttlMs / 3));
-    const deadline = Date.parse(t.deadline_at);
-    const deadlineTimer = setTimeout(() => abort('deadline'), Math.min(2 ** 31 - 1, Math.max(0, deadline - Date.now())));
-
+    const logs = new LogShipper(
+      this.client,
+      id,
+      token,
+      () => lease.markLost(),
+      (e) => this.emit(e),
+    );
     const task: Task = {
       executionId: id,
       attempt: t.attempt,
       agent: t.agent,
       message: t.message,
       payload: t.payload,
-      deadline: new Date(deadline),
+      deadline: new Date(Date.parse(t.deadline_at)),
       leaseTtlSeconds: t.lease_ttl_seconds,
       traceparent: t.traceparent,
-      signal: ctrl.signal,
+      signal: lease.signal,
       log: (line, stream = 'stdout') => logs.push(stream, line),
     };
 
-    const settled = await this.settle(task, ctrl.signal);
-    clearInterval(heartbeat);
-    clearTimeout(deadlineTimer);
-    const reason = ctrl.signal.aborted ? (ctrl.signal.reason as TaskAborted).reason : undefined;
-    if (!lost) await logs.close();
+    const settled = await this.settle(task, lease.signal);
+    lease.stop();
+    if (!lease.lost) await logs.close();
 
-    const report = decideReport({ settled, reason, leaseLost: lost, deadlineAt: t.deadline_at });
+    const report = decideReport({ settled, reason: lease.reason, leaseLost: lease.lost, deadlineAt: t.deadline_at });
     if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
     else if (report.kind === 'release') await this.handBack(id, token);
     else return this.complete(id, token, report.outcome);
@@ -471,112 +413,5 @@ class WorkerImpl implements Worker {
       this.outstanding -= max;
     }
     return claiming;
-  }
-}
-
-/**
- * Ships log lines in order: one request in flight at a time, batched by count and size, flushed
- * within ~100 ms. Transport errors keep the lines and retry; a lost lease drops them.
- */
-class LogShipper {
-  private buf: Array<{ stream: 'stdout' | 'stderr'; line: string }> = [];
-  private bufBytes = 0;
-  private dropped = 0;
-  private timer: NodeJS.Timeout | undefined;
-  private inflight: Promise<void> | undefined;
-  private dead = false;
-  private closing = false;
-  private failures = 0;
-  /** Lines held while the server is unreachable; beyond this the oldest are counted and dropped. */
-  private static readonly MAX_BUFFERED = 20_000;
-
-  constructor(
-    private readonly client: BatonClient,
-    private readonly id: string,
-    private readonly token: string,
-    private readonly onLost: () => void,
-    private readonly emit: (e: WorkerEvent) => void,
-  ) {}
-
-  push(stream: 'stdout' | 'stderr', text: string): void {
-    if (this.dead) return;
-    for (const line of String(text).split('\n')) {
-      if (this.buf.length >= LogShipper.MAX_BUFFERED) {
-        this.buf.shift();
-        this.dropped++;
-      }
-      const cut = line.length > 60_000 ? line.slice(0, 60_000) : line;
-      this.buf.push({ stream, line: cut });
-      this.bufBytes += cut.length;
-    }
-    if (this.buf.length >= 500 || this.bufBytes >= 512 * 1024) this.kick(0);
-    else this.kick(100);
-  }
-
-  private kick(delay: number) {
-    if (this.timer || this.inflight || this.closing) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.inflight = this.send().finally(() => {
-        this.inflight = undefined;
-        if (this.buf.length > 0 && !this.dead) this.kick(this.failures ? backoffMs(this.failures) : 0);
-      });
-    }, delay);
-  }
-
-  private async send(): Promise<void> {
-    if (this.buf.length === 0 || this.dead) return;
-    const batch: typeof this.buf = [];
-    let bytes = 0;
-    if (this.dropped > 0) {
-      batch.push({ stream: 'stderr', line: `[baton worker] ${this.dropped} log lines dropped while the server was unreachable` });
-      this.dropped = 0;
-    }
-    while (this.buf.length > 0 && batch.length < 500 && bytes < 512 * 1024) {
-      const l = this.buf.shift()!;
-      bytes += l.line.length;
-      this.bufBytes -= l.line.length;
-      batch.push(l);
-    }
-    try {
-      await this.client.appendLogs(this.id, this.token, batch);
-      this.failures = 0;
-    } catch (err) {
-      if (isLeaseLost(err)) {
-        this.dead = true;
-        this.buf = [];
-        this.onLost();
-      } else if (isTransient(err)) {
-        this.buf.unshift(...batch);
-        this.bufBytes += bytes;
-        this.failures++;
-        this.emit({
-          type: 'transport:error',
-          op: 'logs',
-          error: (err as Error)?.message ?? String(err),
-          retryInMs: backoffMs(this.failures),
-        });
-      } else {
-        this.emit({ type: 'error', op: 'logs', error: (err as Error)?.message ?? String(err) });
-      }
-    }
-  }
-
-  /** Send what is buffered (bounded: gives up after ~10 s of transport errors). */
-  async close(): Promise<void> {
-    this.closing = true;
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    await this.inflight;
-    const until = Date.now() + 10_000;
-    while (!this.dead) {
-      if (this.buf.length === 0) break;
-      if (Date.now() > until) break;
-      if (this.failures) await sleep(Math.min(backoffMs(this.failures), 1000));
-      this.inflight = this.send();
-      await this.inflight;
-      this.inflight = undefined;
-    }
-    this.dead = true;
   }
 }
