@@ -30,7 +30,6 @@ import { ArchiveWriter } from './archive.ts';
 import {
   addCounts,
   pruneOnce,
-  PRUNE_BATCH,
   recordSweep,
   startCursor,
   zeroCounts,
@@ -142,7 +141,7 @@ export class Pruner {
     this.clock = o.clock ?? Date.now;
     this.demandPacing = o.demandPacing ?? true;
     this.checkpointFrames = o.checkpointFrames ?? PRUNE_CHECKPOINT_FRAMES;
-    const leader = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
+    const leader = o.store.sharedByProcesses ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
     this.lease = leader && {
       acquire: async () => {
         const held = await leader.acquire();
@@ -230,7 +229,7 @@ export class Pruner {
         cursor: s.cursor,
         selected: s.selected,
         archive: this.archive,
-        batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
+        batchSize: this.o.batchSize ?? this.o.store.pruneBatch,
       });
       s.counts = addCounts(s.counts, batch);
       s.batches++;
@@ -242,7 +241,7 @@ export class Pruner {
       // checkpointFrames frames, during the pause that follows — or, after a batch that gave the
       // store up to a waiting caller, once things are quiet again, before the next batch, so the
       // copy and its sync do not compete with what came.
-      if (batch.txMs > 0 && this.o.store.kind === 'sqlite')
+      if (batch.txMs > 0 && this.o.store.pruneUpkeep)
         s.uncheckpointed += Math.max(1, batch.executions + batch.audit + batch.violations + batch.alerts);
       const checkpointMs = batch.yielded ? 0 : await this.checkpoint(s);
       // The next batch was read during this one's transaction: the pause is the store's to others.
@@ -266,7 +265,7 @@ export class Pruner {
     // SQLite: the freed pages go back to the file system in vacuum steps, and the writer's automatic
     // checkpoint stays set aside until the last of them (each is checkpointed as a batch is); the
     // last batch's pages are checkpointed first when it gave the store up before its own checkpoint.
-    const vacuum = removed > 0 && this.o.store.kind === 'sqlite';
+    const vacuum = removed > 0 && this.o.store.pruneUpkeep;
     if (vacuum) await this.checkpoint(s, true);
     else await this.o.store.sweepCheckpoints(false);
     this.stage = vacuum ? { kind: 'vacuum' } : { kind: 'idle' };
