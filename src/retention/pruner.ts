@@ -18,9 +18,11 @@
  * pruner's thread and followed by a checkpoint there; the setting comes back after the last step,
  * or when the sweep or a step fails.
  *
- * On PostgreSQL only the holder of the `pruner` leader lease prunes (the loop is leader-only under
- * `lease`); another process takes over when it lapses (PRUNE_LEASE_MS after the holder died). On
- * SQLite there is one process, so no lease.
+ * On a store several processes share (`store.sharedByProcesses`: PostgreSQL) only the holder of the
+ * `pruner` leader lease prunes (the loop is leader-only under `lease`); another process takes over
+ * when it lapses (PRUNE_LEASE_MS after the holder died). On SQLite there is one process, so no
+ * lease. The checkpoints and vacuum steps run where the store leaves that upkeep to the pruner
+ * (`store.pruneUpkeep`: SQLite).
  */
 import type { RetentionEnv } from '../config.ts';
 import { LeaderLease } from '../engine/leader.ts';
@@ -127,7 +129,7 @@ type Sweep = Extract<Stage, { kind: 'sweep' }>;
 
 export class Pruner {
   private stage: Stage = { kind: 'idle' };
-  /** PostgreSQL: the `pruner` leader lease (renewed before every batch); losing it drops the sweep in progress. */
+  /** A store shared by processes: the `pruner` leader lease (renewed before every batch); losing it drops the sweep in progress. */
   readonly lease: Lease | undefined;
   private readonly archive: ArchiveWriter | undefined;
   private readonly clock: () => number;
