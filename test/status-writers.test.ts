@@ -41,10 +41,12 @@ const FAST_SUBMIT = 'src/store/postgres-fast-paths.ts';
 /**
  * The one exception to "history is never deleted": the retention pruner removes finished
  * executions past the operator's window with their events, only inside the transaction the
- * database lets delete history (store.pruneTransaction).
+ * database lets delete history (store.pruneTransaction). The pruner runs that transaction; the
+ * store's deletes (store.deleteExecutionChains, one per dialect) remove the rows.
  */
 const PRUNER = 'src/retention/prune.ts';
-/** What the pruner may write: deletes, through the query builder or (PostgreSQL's one-statement batch) raw SQL. */
+const PRUNE_DELETES = 'src/store/prune-deletes.ts';
+/** What the prune deletes may write: deletes, through the query builder or (PostgreSQL's one-statement batch) raw SQL. */
 const PRUNER_WRITES = ['deleteFrom', 'sql DELETE FROM'];
 
 const q = `(['"\`])`; // any quote, captured so the closing one matches
@@ -213,12 +215,12 @@ describe('the writers of execution status', () => {
   });
 
   it('only src/engine/transitions/ writes executions rows, and the writers are exactly the known list', () => {
-    const writers = sources.filter((s) => s.file !== PRUNER && findWrites(s.code).length > 0).map((s) => s.file);
+    const writers = sources.filter((s) => s.file !== PRUNE_DELETES && findWrites(s.code).length > 0).map((s) => s.file);
     const outside = sources
       .filter((s) => !s.file.startsWith(TRANSITIONS))
       .flatMap((s) =>
         findWrites(s.code)
-          .filter((w) => !(s.file === PRUNER && PRUNER_WRITES.includes(w.kind)))
+          .filter((w) => !(s.file === PRUNE_DELETES && PRUNER_WRITES.includes(w.kind)))
           .map((w) => `${s.file}:${w.line} ${w.kind}`),
       );
     console.log(`executions writers:\n  ${writers.join('\n  ')}`);
@@ -308,17 +310,21 @@ describe('the writers of execution status', () => {
     // needs no TypeScript writer at all); never by the API, CLI or server.
     const writers = sources.filter((s) => [...stripComments(s.code).matchAll(EVENT_WRITE)].length > 0).map((s) => s.file);
     console.log(`execution_events writers: ${writers.join(', ') || '(none in TypeScript)'}`);
-    expect(writers.filter((f) => !f.startsWith(TRANSITIONS) && f !== PRUNER)).toEqual([]);
+    expect(writers.filter((f) => !f.startsWith(TRANSITIONS) && f !== PRUNE_DELETES)).toEqual([]);
   });
 
   it('the pruner only deletes, and only inside the pruning transaction', () => {
-    const pruner = sources.find((s) => s.file === PRUNER);
-    expect(pruner, `${PRUNER} exists`).toBeDefined();
-    const code = stripComments(pruner!.code);
-    expect(findWrites(code).map((w) => w.kind)).toEqual(expect.arrayContaining(['deleteFrom']));
+    const deletes = sources.find((s) => s.file === PRUNE_DELETES);
+    expect(deletes, `${PRUNE_DELETES} exists`).toBeDefined();
+    const code = stripComments(deletes!.code);
+    expect(findWrites(code).map((w) => w.kind)).toEqual(expect.arrayContaining(['deleteFrom', 'sql DELETE FROM']));
     expect(findWrites(code).filter((w) => !PRUNER_WRITES.includes(w.kind))).toEqual([]);
     expect([...code.matchAll(EVENT_WRITE)].every((m) => m[1] === 'deleteFrom' || /^DELETE\s+FROM/i.test(m[0]))).toBe(true);
-    expect(code).toMatch(/\.pruneTransaction\(/);
+    // The deletes are called from the pruner only, inside its transaction.
+    const pruner = stripComments(sources.find((s) => s.file === PRUNER)!.code);
+    expect(pruner).toMatch(/\.pruneTransaction\([^]*\.deleteExecutionChains\(/);
+    const callers = sources.filter((s) => !s.file.startsWith('src/store/') && /\.deleteExecutionChains\(/.test(stripComments(s.code)));
+    expect(callers.map((s) => s.file)).toEqual([PRUNER]);
   });
 
   it('the scanner itself catches what it must (and ignores prose)', () => {

@@ -155,10 +155,10 @@ async function buildApp(opts: ServerOptions) {
     if (opts.isReady && !opts.isReady())
       return reply.code(503).send({ status: 'starting', error: 'unavailable', message: 'migrations have not finished' });
     try {
-      const store = await opts.engine.storeStatus();
-      if (!store.migrated)
+      const status = await opts.engine.storeStatus();
+      if (!status.migrated)
         return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
-      return { status: 'ready', store: store.kind };
+      return { status: 'ready', store: status.kind };
     } catch {
       return reply.code(503).send({ status: 'store_unreachable', error: 'unavailable', message: 'the store did not answer' });
     }

@@ -1,4 +1,4 @@
-import type { StoreKind, Tx } from '../store/adapter.ts';
+import type { Tx } from '../store/adapter.ts';
 import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, FULL_ROWS_PER_CHUNK, Frontier, readEvents } from './events.ts';
 import type { CanaryTiming } from './graces.ts';
 import {
@@ -42,7 +42,6 @@ export interface ActivityOptions {
   full: boolean;
   now: number;
   timing: CanaryTiming;
-  kind: StoreKind;
   checkpoints: ReadonlyMap<string, Checkpoint>;
   open: ReadonlyMap<string, readonly OpenViolation[]>;
 }
@@ -84,7 +83,7 @@ export async function judgeActivity(
       state,
       findings: new Findings(new Set((o.open.get(inv.id) ?? []).map((v) => v.subject))),
       judged: new RecentlySeen(),
-      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
+      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, note: (t) => notes.push(t) },
     };
   });
   for (const r of runs) if (r.inv.state?.prune) await r.inv.state.prune(tx, r.state);

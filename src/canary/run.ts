@@ -60,16 +60,9 @@ function finish(id: string, found: Findings, checkedAt: number, notes: string[] 
   };
 }
 
-async function judgeState(
-  tx: Tx,
-  inv: StateInvariant,
-  now: number,
-  timing: CanaryTiming,
-  kind: StoreAdapter['kind'],
-  open: ReadonlySet<string>,
-) {
+async function judgeState(tx: Tx, inv: StateInvariant, now: number, timing: CanaryTiming, open: ReadonlySet<string>) {
   const notes: string[] = [];
-  const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, kind, note: (t) => notes.push(t) };
+  const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, note: (t) => notes.push(t) };
   const population = await inv.population(tx, ctx);
   const found = new Findings(open);
   found.add(inv.evaluate(population, ctx));
@@ -129,7 +122,7 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
 
       const byId = new Map<string, CheckResult>();
       for (const inv of invariants.filter(isState)) {
-        const { cutNew: _c, ...r } = await judgeState(tx, inv, clock(), timing, store.kind, openSubjects(inv.id));
+        const { cutNew: _c, ...r } = await judgeState(tx, inv, clock(), timing, openSubjects(inv.id));
         byId.set(inv.id, r);
         await yieldToLoop();
       }
@@ -137,7 +130,6 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
         full,
         now: clock(),
         timing,
-        kind: store.kind,
         checkpoints,
         open,
       });

@@ -10,7 +10,7 @@
  * - **full check** — an activity invariant over all history in keyset chunks (on demand).
  */
 import type { CheckStatus, Severity, Tier } from '../domain/canary.ts';
-import type { StoreKind, Tx } from '../store/adapter.ts';
+import type { Tx } from '../store/adapter.ts';
 import type { CanaryTiming } from './graces.ts';
 
 export type { Severity, Tier };
@@ -31,7 +31,6 @@ export interface CheckContext {
   /** This check's grace in ms (0 for tier A). */
   graceMs: number;
   timing: CanaryTiming;
-  kind: StoreKind;
   /** Say something about a partial check. */
   note(text: string): void;
 }

@@ -256,7 +256,7 @@ export class Engine {
   /** The store's kind and whether every known migration is applied (GET /readyz). Rejects when the store does not answer. */
   async storeStatus(): Promise<{ kind: StoreKind; migrated: boolean }> {
     const { applied, known } = await this.store.migrationStatus();
-    return { kind: this.store.kind, migrated: known.every((v) => applied.includes(v)) };
+    return { kind: this.store.describe().kind, migrated: known.every((v) => applied.includes(v)) };
   }
 
   // ── agents ────────────────────────────────────────────────────────────────
@@ -948,7 +948,7 @@ export class Engine {
    * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
-    return listExecutions(this.store.reader, f, this.store.recentIndexes);
+    return listExecutions(this.store.reader, f, this.store.createdOrderIndexes);
   }
 
   /**

@@ -33,17 +33,17 @@ const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= $
  * status, each limited, merged by the database (UNION ALL, then the page's order): `status IN
  * (…)` would read every row of those statuses and sort them, and the database's collation, not
  * JavaScript's, must order ids that share a created_at, or cursors would skip rows. No status
- * (all executions, or one agent's): on PostgreSQL executions_recent / executions_agent_recent; on
- * SQLite every status so, one seek per status into the same two status indexes: SQLite's
- * migration 0024 dropped those two, which cost every insert and every pruned row an index entry
- * each. (On PostgreSQL the six seeks cost 1–2 ms more per page, planning included, at 1M:
- * docs/benchmarks.md, "Two full-history indexes fewer".)
+ * (all executions, or one agent's): where the store has them (`createdOrderIndexes`, PostgreSQL)
+ * executions_recent / executions_agent_recent; elsewhere (SQLite) every status so, one seek per
+ * status into the same two status indexes: SQLite has no such indexes, which cost every insert and
+ * every pruned row an index entry each. (On PostgreSQL the six seeks cost 1–2 ms more per page,
+ * planning included, at 1M: docs/benchmarks.md, "Two full-history indexes fewer".)
  */
-export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, recentIndexes: boolean) {
+export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, createdOrderIndexes: boolean) {
   const limit = Math.min(Math.max(1, Math.trunc(f.limit ?? EXECUTION_PAGE.default)), EXECUTION_PAGE.max);
-  // No status asked for, on a store without the two indexes (SQLite): every status, one seek
-  // each (no index orders all its rows by created_at), but under a schedule, whose own index does.
-  const wanted = recentIndexes || f.status?.length || f.schedule_id ? (f.status ?? []) : EXECUTION_STATES;
+  // No index orders all rows by created_at, no status asked for: every status, one seek each, but
+  // under a schedule, whose own index does.
+  const wanted = createdOrderIndexes || f.status?.length || f.schedule_id ? (f.status ?? []) : EXECUTION_STATES;
   const statuses = [...new Set(wanted)];
   const seek = (status: ExecutionStatus | undefined) => {
     let q = db

@@ -18,9 +18,11 @@
  * pruner's thread and followed by a checkpoint there; the setting comes back after the last step,
  * or when the sweep or a step fails.
  *
- * On PostgreSQL only the holder of the `pruner` leader lease prunes (the loop is leader-only under
- * `lease`); another process takes over when it lapses (PRUNE_LEASE_MS after the holder died). On
- * SQLite there is one process, so no lease.
+ * On a store several processes share (`store.sharedByProcesses`: PostgreSQL) only the holder of the
+ * `pruner` leader lease prunes (the loop is leader-only under `lease`); another process takes over
+ * when it lapses (PRUNE_LEASE_MS after the holder died). On SQLite there is one process, so no
+ * lease. The checkpoints and vacuum steps run where the store leaves that upkeep to the pruner
+ * (`store.pruneUpkeep`: SQLite).
  */
 import type { RetentionEnv } from '../config.ts';
 import { LeaderLease } from '../engine/leader.ts';
@@ -30,7 +32,6 @@ import { ArchiveWriter } from './archive.ts';
 import {
   addCounts,
   pruneOnce,
-  PRUNE_BATCH,
   recordSweep,
   startCursor,
   zeroCounts,
@@ -128,7 +129,7 @@ type Sweep = Extract<Stage, { kind: 'sweep' }>;
 
 export class Pruner {
   private stage: Stage = { kind: 'idle' };
-  /** PostgreSQL: the `pruner` leader lease (renewed before every batch); losing it drops the sweep in progress. */
+  /** A store shared by processes: the `pruner` leader lease (renewed before every batch); losing it drops the sweep in progress. */
   readonly lease: Lease | undefined;
   private readonly archive: ArchiveWriter | undefined;
   private readonly clock: () => number;
@@ -142,7 +143,7 @@ export class Pruner {
     this.clock = o.clock ?? Date.now;
     this.demandPacing = o.demandPacing ?? true;
     this.checkpointFrames = o.checkpointFrames ?? PRUNE_CHECKPOINT_FRAMES;
-    const leader = o.store.kind === 'postgres' ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
+    const leader = o.store.sharedByProcesses ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;
     this.lease = leader && {
       acquire: async () => {
         const held = await leader.acquire();
@@ -230,7 +231,7 @@ export class Pruner {
         cursor: s.cursor,
         selected: s.selected,
         archive: this.archive,
-        batchSize: this.o.batchSize ?? PRUNE_BATCH[this.o.store.kind],
+        batchSize: this.o.batchSize ?? this.o.store.pruneBatch,
       });
       s.counts = addCounts(s.counts, batch);
       s.batches++;
@@ -242,7 +243,7 @@ export class Pruner {
       // checkpointFrames frames, during the pause that follows — or, after a batch that gave the
       // store up to a waiting caller, once things are quiet again, before the next batch, so the
       // copy and its sync do not compete with what came.
-      if (batch.txMs > 0 && this.o.store.kind === 'sqlite')
+      if (batch.txMs > 0 && this.o.store.pruneUpkeep)
         s.uncheckpointed += Math.max(1, batch.executions + batch.audit + batch.violations + batch.alerts);
       const checkpointMs = batch.yielded ? 0 : await this.checkpoint(s);
       // The next batch was read during this one's transaction: the pause is the store's to others.
@@ -266,7 +267,7 @@ export class Pruner {
     // SQLite: the freed pages go back to the file system in vacuum steps, and the writer's automatic
     // checkpoint stays set aside until the last of them (each is checkpointed as a batch is); the
     // last batch's pages are checkpointed first when it gave the store up before its own checkpoint.
-    const vacuum = removed > 0 && this.o.store.kind === 'sqlite';
+    const vacuum = removed > 0 && this.o.store.pruneUpkeep;
     if (vacuum) await this.checkpoint(s, true);
     else await this.o.store.sweepCheckpoints(false);
     this.stage = vacuum ? { kind: 'vacuum' } : { kind: 'idle' };

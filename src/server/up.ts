@@ -258,7 +258,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   }
   ready = true;
   const loops = passes.filter((p) => p.on).map((p) => startLoop(p, engine.events));
-  if (logger) logger.info({ url: address, store: store.kind, node: nodeId, data_dir: env.dataDir }, 'baton is up');
+  if (logger) logger.info({ url: address, store: store.describe().kind, node: nodeId, data_dir: env.dataDir }, 'baton is up');
 
   let stopping: Promise<void> | undefined;
   return {

@@ -1,5 +1,6 @@
 import type { CompiledQuery, Insertable, Kysely, QueryResult, RawBuilder, SelectQueryBuilder } from 'kysely';
 import type { FastPaths } from './fast-paths.ts';
+import type { HistorySize } from './history-size.ts';
 import type { AgentRow, DB } from './schema.ts';
 import type { Topic } from './signals.ts';
 
@@ -24,12 +25,44 @@ export type StoreKind = 'sqlite' | 'postgres';
 export type BulkTable = 'executions' | 'audit_log';
 export type LockMode = 'wait' | 'skip' | 'admission';
 
+/** One member of a retry chain the pruner deletes. */
+export interface ChainMember {
+  id: string;
+  retry_number: number;
+}
+/** A retry chain, which goes whole or not at all. */
+export type ExecutionChain = readonly ChainMember[];
+
+/** Rows one delete of executions removed, per table. */
+export interface PrunedRows {
+  executions: number;
+  events: number;
+  logs: number;
+  keys: number;
+}
+
 /**
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
  * which database it is on; it calls these methods.
  */
 export interface StoreAdapter {
   readonly kind: StoreKind;
+  /** What to show of the store in logs and status answers (readyz, GET /v1/history); nothing decides by it. */
+  describe(): { kind: StoreKind };
+  /**
+   * Whether several processes serve this store at once (PostgreSQL), so a pass that must run once
+   * per deployment, such as the pruner, holds a leader lease. SQLite: false, one process serves
+   * the file (the one-server lock, sqlite-lock.ts).
+   */
+  readonly sharedByProcesses: boolean;
+  /**
+   * Whether executions have indexes in created_at order over every status (PostgreSQL:
+   * executions_recent and executions_agent_recent). SQLite has none (each cost every insert and
+   * every pruned row an index entry): a read of all executions, or of one agent's, by creation
+   * time seeks each status's own index (executions_status_recent, executions_agent_status_recent)
+   * and merges.
+   */
+  readonly createdOrderIndexes: boolean;
   /**
    * The hot transitions as single operations outside a transaction (fast-paths.ts says which and
    * when): PostgreSQL, where that saves the BEGIN and COMMIT round trips, unless opened with
@@ -43,12 +76,6 @@ export interface StoreAdapter {
    * one statement.
    */
   readonly cteWrites: boolean;
-  /**
-   * Whether an index orders all executions, and one agent's, newest first (executions_recent,
-   * executions_agent_recent): PostgreSQL yes; SQLite no (each cost every insert and every pruned
-   * row an entry there), so a page with no status seeks each status index instead.
-   */
-  readonly recentIndexes: boolean;
   /**
    * Run one statement alone, outside a transaction (fastPaths' operations do); PostgreSQL runs it
    * again when the database ended it on a conflict (a deadlock with another transaction, a serialization failure, a lock not available:
@@ -116,6 +143,38 @@ export interface StoreAdapter {
    * PostgreSQL: a no-op resolving 0 — autovacuum makes dead rows' space reusable in place.
    */
   reclaimSpace(pages: number): Promise<number>;
+
+  /**
+   * Whether a prune sweep does the database's upkeep itself: WAL checkpoints between batches
+   * (`sweepCheckpoints`, `checkpoint`) and freed pages returned after the last (`reclaimSpace`).
+   * SQLite: true. PostgreSQL: false, its checkpointer and autovacuum do both, and those methods
+   * are no-ops there.
+   */
+  readonly pruneUpkeep: boolean;
+
+  /** Executions per prune batch (one `pruneTransaction`) unless the caller says otherwise (prune-deletes.ts says why each). */
+  readonly pruneBatch: number;
+
+  /**
+   * Delete whole retry chains with everything their executions own (events, log lines and head,
+   * idempotency keys, the chain links they started) inside `pruneTransaction`, given its `tx`,
+   * `contended` and `inOrder`, and add the executions deleted to retention_state's total.
+   * PostgreSQL: every chain in one statement. SQLite: about PRUNE_DELETE_CHUNK executions at a
+   * time, and between two chunks it stops when `contended()`. Resolves with the rows deleted and
+   * how many of `chains`, from the first, went.
+   */
+  deleteExecutionChains(
+    tx: Tx,
+    chains: readonly ExecutionChain[],
+    contended: () => boolean,
+    inOrder: InOrder,
+  ): Promise<PrunedRows & { chains: number }>;
+
+  /**
+   * The size of `tables` without scanning them, through `reader` (history-size.ts): estimated
+   * rows per table, bytes the store takes, and bytes free for reuse (SQLite; null on PostgreSQL).
+   */
+  historySize<T extends string>(tables: readonly T[]): Promise<HistorySize<T>>;
 
   /**
    * WAL checkpoints while the pruner sweeps. SQLite runs its automatic checkpoint inside the
@@ -198,4 +257,19 @@ export function bulkColumns(rows: ReadonlyArray<Record<string, unknown>>): strin
   const seen = new Set<string>();
   for (const r of rows) for (const k in r) seen.add(k);
   return [...seen];
+}
+
+/**
+ * Make each method of `store`'s class an own property bound to it. A store is a plain value to its
+ * callers: one may wrap a method by spreading it (`{ ...store, snapshot: … }`), and the copy's
+ * methods must still act on the store.
+ */
+export function bindMethods(store: object): void {
+  const self = store as Record<string, unknown>;
+  for (let proto = Object.getPrototypeOf(store); proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+    for (const [name, d] of Object.entries(Object.getOwnPropertyDescriptors(proto))) {
+      if (name === 'constructor' || typeof d.value !== 'function' || Object.hasOwn(self, name)) continue;
+      self[name] = (d.value as (...args: unknown[]) => unknown).bind(store);
+    }
+  }
 }

@@ -1,0 +1,93 @@
+/**
+ * The connections of a PostgreSQL store (postgres.ts): the pool's settings, statements named
+ * per connection, and the retry of work PostgreSQL ended on a conflict.
+ */
+import pg from 'pg';
+
+/**
+ * SQLSTATEs after which a whole transaction is retried, with jittered backoff. Anything else
+ * is a real error and surfaces. 40001 serialization_failure, 40P01 deadlock_detected,
+ * 55P03 lock_not_available.
+ */
+export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(['40001', '40P01', '55P03']);
+const MAX_TX_ATTEMPTS = 5;
+
+/**
+ * Run `attempt` (a transaction, or one statement outside any) again after a retryable SQLSTATE:
+ * PostgreSQL undid all of its writes. Up to MAX_TX_ATTEMPTS, with jittered backoff.
+ */
+export async function retryConflicts<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
+    try {
+      return await attempt();
+    } catch (err: any) {
+      if (!RETRYABLE_SQLSTATES.has(err?.code) || n >= MAX_TX_ATTEMPTS) throw err;
+      const backoff = Math.min(200, 5 * 2 ** n);
+      await new Promise((r) => setTimeout(r, backoff / 2 + Math.random() * backoff));
+    }
+  }
+}
+
+/** Longest statement text worth preparing by name; longer ones (bulk inserts) are rarely repeated. */
+const MAX_NAMED_TEXT = 8_192;
+/** Distinct statements one connection prepares by name; past this, new texts go unnamed. */
+const MAX_NAMED_PER_CONNECTION = 500;
+
+/**
+ * Send each parameterised statement text as a named prepared statement on this connection: the
+ * first use parses it under a name (b0, b1, …) and every later use binds and executes it without
+ * PostgreSQL parsing and analysing the text again. Kysely sends (text, values); the text is the
+ * key. Texts vary only with the number of items in IN lists and bulk rows, so a connection meets
+ * a bounded set; past MAX_NAMED_PER_CONNECTION it stops naming new ones. A reconnect starts a new
+ * map (prepared statements live with their connection).
+ */
+function nameStatements(client: pg.PoolClient): void {
+  const names = new Map<string, string>();
+  // The class's query, looked up at each call (not bound once), so whatever wraps it later still sees every statement.
+  const proto = Object.getPrototypeOf(client) as { query: (...args: unknown[]) => unknown };
+  const query = (...args: unknown[]) => proto.query.apply(client, args);
+  (client as { query: unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+    if (typeof config === 'string' && Array.isArray(values) && values.length > 0 && config.length <= MAX_NAMED_TEXT) {
+      let name = names.get(config);
+      if (name === undefined && names.size < MAX_NAMED_PER_CONNECTION) {
+        name = `b${names.size}`;
+        names.set(config, name);
+      }
+      if (name !== undefined) return query({ name, text: config, values }, callback);
+    }
+    return query(config, values, callback);
+  };
+}
+
+// BIGINT (int8) columns hold epoch milliseconds and counts: far below 2^53, so plain numbers.
+const types = {
+  getTypeParser(oid: number, format?: any) {
+    if (oid === 20) return (v: string) => Number(v);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+/**
+ * The session options of every connection. JIT compilation off for Baton's sessions: its
+ * statements are short, and PostgreSQL's choice to compile is made from cost estimates, which a
+ * table never analyzed (autovacuum off, or a table grown since) inflates. Seen in a 200,000-task
+ * run: canary reads returning 150 rows, estimated at ~40,000, compiled with inlining and
+ * optimization on every call, 170–450 ms each.
+ */
+export function sessionOptions(schema: string | undefined): string {
+  return `-c jit=off${schema ? ` -c search_path=${schema}` : ''}`;
+}
+
+export function openPool(o: { url: string; options: string; poolMax?: number; namedStatements?: boolean }): pg.Pool {
+  const pool = new pg.Pool({ connectionString: o.url, max: o.poolMax ?? 10, options: o.options, types } as pg.PoolConfig);
+  // A client losing its connection (server restart) must not crash the process. The pool
+  // listens on idle clients only; a checked-out client (inside a transaction, between
+  // statements) would emit 'error' with no listener, which Node turns into an uncaught
+  // exception. Its queries still fail, and the pool discards it on release.
+  pool.on('error', () => {});
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+    if (o.namedStatements ?? true) nameStatements(client);
+  });
+  return pool;
+}
