@@ -22,7 +22,7 @@
  * Rewritten everywhere in the checkout: mentions of `test/<name>.test.ts` (docs, CI, comments).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, posix } from 'node:path';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -243,6 +243,7 @@ function main(): void {
   const changed = new Set<string>();
   for (const m of plan) {
     const text = readFileSync(join(ROOT, m.from), 'utf8');
+    mkdirSync(join(ROOT, posix.dirname(m.to)), { recursive: true });
     execFileSync('git', ['mv', m.from, m.to], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
     const next = rewriteMovedFile(text, posix.dirname(m.from), posix.dirname(m.to), moved);
     if (next !== text) writeFileSync(join(ROOT, m.to), next);
