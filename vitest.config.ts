@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 // One suite, every store: each test file runs once per project, and the project picks the
 // store through BATON_TEST_STORE. With no PostgreSQL reachable at BATON_TEST_DATABASE_URL the
@@ -9,6 +9,9 @@ import { defineConfig } from 'vitest/config';
 // machine): most of a test's time is spent waiting on child processes, sockets and the database,
 // and every file works in its own directories, PostgreSQL schemas and free ports; the package test
 // packs a copy of the checkout (test/helpers/packages.ts), so no file rewrites what another runs from.
+/** The cost tests' folder (scripts/layout-tests.ts places them). */
+const COST = 'test/cost/**/*.test.ts';
+
 export default defineConfig({
   test: {
     testTimeout: 60_000,
@@ -16,9 +19,25 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: Math.max(2, availableParallelism() - 1),
     projects: [
-      { extends: true, test: { name: 'sqlite', env: { BATON_TEST_STORE: 'sqlite' } } },
+      { extends: true, test: { name: 'sqlite', exclude: [...configDefaults.exclude, COST], env: { BATON_TEST_STORE: 'sqlite' } } },
       // The postgres project uses the machine's server, or starts an embedded one when none answers.
-      { extends: true, test: { name: 'postgres', env: { BATON_TEST_STORE: 'postgres' }, globalSetup: ['test/setup/postgres.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'postgres',
+          exclude: [...configDefaults.exclude, COST],
+          env: { BATON_TEST_STORE: 'postgres' },
+          globalSetup: ['test/setup/postgres.ts'],
+        },
+      },
+      // Cost tests (test/cost/: statement counts, query plans, round trips) in projects of their own,
+      // so a change in what a transition costs shows apart from a change in what it does. `vitest run`
+      // runs all four; `--project cost-sqlite --project cost-postgres` runs only these.
+      { extends: true, test: { name: 'cost-sqlite', include: [COST], env: { BATON_TEST_STORE: 'sqlite' } } },
+      {
+        extends: true,
+        test: { name: 'cost-postgres', include: [COST], env: { BATON_TEST_STORE: 'postgres' }, globalSetup: ['test/setup/postgres.ts'] },
+      },
     ],
   },
 });

@@ -5,6 +5,7 @@ import { KeyStore } from '../src/auth/keys.ts';
 import { DEFAULTS } from '../src/config.ts';
 import { Engine } from '../src/engine/engine.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMakerOverApi } from './helpers/agents.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -47,12 +48,10 @@ function refused(a: Answer, status: number, error: string): any {
   return a.body;
 }
 
-async function newAgent(settings: Record<string, unknown> = {}): Promise<string> {
-  const name = `agent-${++n}`;
-  const r = await post('/v1/agents', { name, ...settings });
-  expect(r.status).toBe(201);
-  return name;
-}
+const newAgent = agentMakerOverApi(
+  (url, body) => post(url, body),
+  () => `agent-${++n}`,
+);
 
 async function submit(agent: string, body: Record<string, unknown> = {}): Promise<string> {
   const r = await post(`/v1/agents/${agent}/executions`, { message: 'do it', ...body });

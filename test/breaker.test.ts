@@ -7,6 +7,7 @@ import { Engine } from '../src/engine/engine.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // The circuit breaker (src/domain/breaker.ts): deterministic, on the manual clock, on both stores.
 
@@ -34,14 +35,14 @@ const CONFIG: BreakerConfig = {
   count: ['agent_error', 'timeout', 'poisoned'],
 };
 
-async function newAgent(breaker: Partial<BreakerConfig> | null = {}, extra: { max_parallel?: number; timeout_seconds?: number } = {}) {
-  const name = `brk-${++n}`;
-  await engine.createAgent(
-    { name, max_parallel: 4, max_backlog: 100, ...extra, breaker: breaker === null ? null : { ...CONFIG, ...breaker } },
-    'test',
-  );
-  return name;
-}
+const makeAgent = agentMaker(
+  () => engine,
+  () => `brk-${++n}`,
+  { max_parallel: 4, max_backlog: 100 },
+);
+/** An agent with the file's breaker under `breaker`, or none when null. */
+const newAgent = (breaker: Partial<BreakerConfig> | null = {}, extra: { max_parallel?: number; timeout_seconds?: number } = {}) =>
+  makeAgent({ ...extra, breaker: breaker === null ? null : { ...CONFIG, ...breaker } });
 const submit = (agent: string, count = 1) =>
   Promise.all(Array.from({ length: count }, (_, i) => (clock.advance(1), engine.submit(agent, { message: `t${i}` }, 'key:test'))));
 

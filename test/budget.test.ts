@@ -7,6 +7,7 @@ import { Engine } from '../src/engine/engine.ts';
 import { createNodeMetrics } from '../src/metrics.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // Budgets: deterministic, on the manual clock, on both stores. The clock starts 2026-01-01T00:00Z.
 
@@ -27,9 +28,14 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
+const makeAgent = agentMaker(
+  () => engine,
+  () => `budget-${++n}`,
+  { max_backlog: 100 },
+);
+/** Makes a new agent with `budget` the one the file's helpers act on. */
 const newAgent = async (budget: Budget | null, max_parallel = 2) => {
-  agent = `budget-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel, max_backlog: 100, budget }, 'test');
+  agent = await makeAgent({ max_parallel, budget });
 };
 const submit = async (k = 1) => {
   for (let i = 0; i < k; i++) {

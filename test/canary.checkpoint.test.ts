@@ -12,6 +12,7 @@ import { Engine } from '../src/engine/engine.ts';
 import { manualClock } from './helpers/clock.ts';
 import { historyWalks, observed, writeRow } from './helpers/canary.ts';
 import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // The canary follows activity, not age: checkpoints (advancing, persisting, passing gaps only
 // when they are permanent), the full check for what lies before them, S-02's carried state, and
@@ -20,7 +21,6 @@ import { openTestStore, PG_URL, STORE_KIND, type TestStore } from './helpers/sto
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let n = 0;
 const ACTIVITY = CATALOGUE.filter(isActivity).map((i) => i.id);
 
 beforeAll(async () => {
@@ -33,8 +33,7 @@ afterAll(async () => {
 });
 
 const cycle = (o: { full?: boolean } = {}) => runCanaryOnce({ store: ts.store, clock, ...o });
-const newAgent = async (extra: Record<string, unknown> = {}) =>
-  (await engine.createAgent({ name: `cp-${++n}`, max_parallel: 1, max_backlog: 100, ...extra }, 'test')).name;
+const newAgent = agentMaker(() => engine, 'cp', { max_parallel: 1, max_backlog: 100 });
 const findings = (r: CycleReport, id: string, subject: string) =>
   r.checks
     .find((c) => c.id === id)!

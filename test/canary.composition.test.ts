@@ -9,6 +9,7 @@ import type { ExecutionRow, NewExecution } from '../src/store/schema.ts';
 import { manualClock } from './helpers/clock.ts';
 import { historyWalks, observed, runningRow, writeRow } from './helpers/canary.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // Composition's invariants, each twice: a violating state planted directly in the
 // database fires with the right reason and diagnosis, and the same situation produced by the
@@ -17,7 +18,6 @@ import { openTestStore, type TestStore } from './helpers/store.ts';
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock(Date.UTC(2026, 5, 1));
-let n = 0;
 
 beforeAll(async () => {
   ts = await openTestStore();
@@ -28,11 +28,7 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
-  const name = `comp-${++n}`;
-  await engine.createAgent({ name, max_parallel: 5, max_backlog: 50, lease_ttl_seconds: 3600, ...extra } as never, 'test');
-  return name;
-}
+const newAgent = agentMaker(() => engine, 'comp', { max_parallel: 5, max_backlog: 50, lease_ttl_seconds: 3600 });
 
 const cycle = () => runCanaryOnce({ store: ts.store, clock });
 

@@ -11,6 +11,7 @@ import { SCHEDULER_INTERVAL_MS } from '../src/engine/triggers/scheduler.ts';
 import { manualClock } from './helpers/clock.ts';
 import { runningRow, withoutLeaseCheck, withTableRenamed, writeRow } from './helpers/canary.ts';
 import { openTestStore, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // Every invariant twice: the violating state written into the database fires with the right
 // diagnosis, and a healthy control stays silent. Each test uses its own agent and subjects, so
@@ -19,7 +20,6 @@ import { openTestStore, type TestStore } from './helpers/store.ts';
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let n = 0;
 
 beforeAll(async () => {
   ts = await openTestStore();
@@ -30,11 +30,7 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
-  const name = `canary-${++n}`;
-  await engine.createAgent({ name, max_parallel: 1, max_backlog: 10, ...extra }, 'test');
-  return name;
-}
+const newAgent = agentMaker(() => engine, 'canary', { max_parallel: 1, max_backlog: 10 });
 
 const cycle = () => runCanaryOnce({ store: ts.store, clock });
 

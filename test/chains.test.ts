@@ -10,6 +10,7 @@ import type { SubscriptionInput } from '../src/engine/composition/subscriptions.
 import type { ExecutionRow } from '../src/store/schema.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // Chains: subscriptions start tasks in the transaction that ends their source. On the
 // manual clock, on both stores.
@@ -17,7 +18,6 @@ import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock(Date.UTC(2026, 2, 1));
-let n = 0;
 const DEPTH_LIMIT = 3;
 
 beforeAll(async () => {
@@ -36,14 +36,7 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-const newAgent = async (opts: { max_backlog?: number; retry_policy?: unknown; timeout_seconds?: number } = {}) => {
-  const name = `chain-${++n}`;
-  await engine.createAgent(
-    { name, max_parallel: 5, max_backlog: opts.max_backlog ?? 50, lease_ttl_seconds: 3600, ...(opts as object) } as never,
-    'test',
-  );
-  return name;
-};
+const newAgent = agentMaker(() => engine, 'chain', { max_parallel: 5, max_backlog: 50, lease_ttl_seconds: 3600 });
 const subscribe = (input: Partial<SubscriptionInput> & Pick<SubscriptionInput, 'source_agent' | 'target_agent'>) =>
   engine.subscriptions.create({ on: 'succeeded', message: 'after {{source.id}}', ...input }, 'test');
 

@@ -6,26 +6,20 @@ import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS, type CliRun } from './helpers/process.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { exits } from './helpers/expect.ts';
 
 let ts: TestStore;
 let node: BatonNode;
 let admin: string;
 let n = 0;
 
-type Run = CliRun;
-
 /** Run `baton ...args`. The server and key come from the environment unless `env` overrides them. */
 const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
 const baton = cli.run;
 
 /** Assert the exit code, showing the output when it is not the one expected. */
-function exits(r: Run, code: number): Run {
-  expect(r.code, `exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(code);
-  return r;
-}
-
 const agentName = () => `cli-${++n}`;
 
 /**

@@ -2,11 +2,11 @@ import fc from 'fast-check';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AGENT_DELETE_CHUNK, Engine } from '../src/engine/engine.ts';
-import { BatonError } from '../src/domain/errors.ts';
 import { newExecutionId } from '../src/domain/ids.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 import { countTurns } from './helpers/turns.ts';
+import { refusal } from './helpers/expect.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -26,16 +26,6 @@ beforeEach(async () => {
   agent = `agent-${++n}`;
   await engine.createAgent({ name: agent, max_parallel: 2, max_backlog: 5, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
 });
-
-async function refusal(p: Promise<unknown>): Promise<BatonError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof BatonError) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 const claimOne = async (owner = 'w1') => {
   const [row] = await engine.claim(agent, { owner });

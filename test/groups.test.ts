@@ -10,6 +10,7 @@ import type { ExecutionRow } from '../src/store/schema.ts';
 import { pruneAll } from '../src/retention/prune.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 // Groups (fan-out with a join): on the manual clock, on both stores.
 
@@ -39,11 +40,7 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-const newAgent = async (settings: { max_parallel?: number; max_backlog?: number; retry_policy?: any } = {}) => {
-  const name = `grp-${++n}`;
-  await engine.createAgent({ name, max_parallel: 10, max_backlog: 100, breaker: null, ...settings }, 'test');
-  return name;
-};
+const newAgent = agentMaker(() => engine, 'grp', { max_parallel: 10, max_backlog: 100, breaker: null });
 const create = (input: GroupInput) => engine.groups.create(input, 'key:test');
 const tasks = (agent: string, k: number) =>
   Array.from({ length: k }, (_, i) => ({ agent, message: `task ${i}`, payload: { i }, priority: i }));

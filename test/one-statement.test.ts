@@ -16,12 +16,12 @@ import { commitStats } from '../src/store/sqlite.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { openTestStore, PG_URL, STORE_KIND, untilHearing, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
 
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
 let sent = 0;
-let n = 0;
 
 /** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
 function countingStore(inner: StoreAdapter): StoreAdapter {
@@ -46,11 +46,7 @@ async function counted<T>(fn: () => Promise<T>): Promise<{ out: T; statements: n
   return { out, statements: sent };
 }
 
-async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
-  const name = `one-${++n}`;
-  await engine.createAgent({ name, max_parallel: 2, max_backlog: 100, ...extra }, 'test');
-  return name;
-}
+const newAgent = agentMaker(() => engine, 'one', { max_parallel: 2, max_backlog: 100 });
 
 const seats = async (agent: string) =>
   Number(

@@ -6,6 +6,8 @@ import { Engine } from '../src/engine/engine.ts';
 import type { ExecutionRow } from '../src/store/schema.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMaker } from './helpers/agents.ts';
+import { refusal } from './helpers/expect.ts';
 
 // Crash logic tested by writing time: leases lapse because the clock moves (or because the
 // test writes a lapsed lease into the row), and the reaper runs when the test calls it.
@@ -18,7 +20,6 @@ const BACKLOG_MS = 3_600_000;
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let n = 0;
 let agent: string;
 
 beforeAll(async () => {
@@ -34,34 +35,15 @@ beforeEach(async () => {
 });
 
 /** Defaults to one seat and the default max_redeliveries (3). */
-async function newAgent(extra: { max_parallel?: number; max_redeliveries?: number } = {}): Promise<string> {
-  const name = `agent-${++n}`;
-  await engine.createAgent(
-    // breaker: null — these races fail many runs of one agent on purpose; a breaker (on by default
-    // for new agents) would open and stop the next claim (test/breaker.test.ts covers it).
-    {
-      name,
-      max_parallel: 1,
-      max_backlog: 10,
-      lease_ttl_seconds: LEASE_MS / 1000,
-      timeout_seconds: TIMEOUT_MS / 1000,
-      breaker: null,
-      ...extra,
-    },
-    'test',
-  );
-  return name;
-}
-
-async function refusal(p: Promise<unknown>): Promise<BatonError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof BatonError) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
+// breaker: null — these races fail many runs of one agent on purpose; a breaker (on by default
+// for new agents) would open and stop the next claim (test/breaker.test.ts covers it).
+const newAgent = agentMaker(() => engine, 'agent', {
+  max_parallel: 1,
+  max_backlog: 10,
+  lease_ttl_seconds: LEASE_MS / 1000,
+  timeout_seconds: TIMEOUT_MS / 1000,
+  breaker: null,
+});
 
 const claimOne = async (owner: string, on = agent): Promise<ExecutionRow> => {
   const [row] = await engine.claim(on, { owner });

@@ -17,12 +17,12 @@ import { createWorker } from '../src/worker/sdk.ts';
 import { startTestNode, until } from './helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
 import { countTurns } from './helpers/turns.ts';
+import { agentMakerOverApi } from './helpers/agents.ts';
 
 let ts: TestStore;
 let engine: Engine;
 let app: FastifyInstance;
 let admin: string;
-let n = 0;
 
 interface Answer {
   status: number;
@@ -42,12 +42,7 @@ const post = (url: string, body?: unknown, headers?: Record<string, string>) => 
 const batch = (agent: string, items: unknown[], headers?: Record<string, string>) =>
   post(`/v1/agents/${agent}/executions/batch`, { items }, headers);
 
-async function newAgent(settings: Record<string, unknown> = {}): Promise<string> {
-  const name = `rt-${++n}`;
-  const r = await post('/v1/agents', { name, max_backlog: 1000, ...settings });
-  expect(r.status).toBe(201);
-  return name;
-}
+const newAgent = agentMakerOverApi((url, body) => post(url, body), 'rt', { max_backlog: 1000 });
 
 const rowsOf = (agent: string) => ts.store.db.selectFrom('executions').selectAll().where('agent', '=', agent).orderBy('id').execute();
 

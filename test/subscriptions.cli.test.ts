@@ -2,8 +2,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS, type CliRun } from './helpers/process.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS } from './helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { exits } from './helpers/expect.ts';
 
 let ts: TestStore;
 let node: BatonNode;
@@ -11,11 +12,6 @@ let admin: string;
 
 const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
 const baton = cli.run;
-function exits(r: CliRun, code: number): CliRun {
-  expect(r.code, `exit ${r.code}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(code);
-  return r;
-}
-
 beforeAll(async () => {
   ts = await openTestStore();
   node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, scheduler: false, nodeId: 'subscriptions-cli-test' });

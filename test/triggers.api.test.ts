@@ -9,6 +9,7 @@ import { Engine } from '../src/engine/engine.ts';
 import { fingerprint } from '../src/engine/triggers/idempotency.ts';
 import { sign, WEBHOOK_BODY_LIMIT } from '../src/engine/triggers/webhooks.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
+import { agentMakerOverApi } from './helpers/agents.ts';
 
 let ts: TestStore;
 let engine: Engine;
@@ -53,11 +54,10 @@ function refused(a: Answer, status: number, error: string): any {
   expect(a.body.message.length).toBeGreaterThan(0);
   return a.body;
 }
-async function newAgent(settings: Record<string, unknown> = {}): Promise<string> {
-  const name = `agent-${++n}`;
-  expect((await post('/v1/agents', { name, ...settings })).status).toBe(201);
-  return name;
-}
+const newAgent = agentMakerOverApi(
+  (url, body) => post(url, body),
+  () => `agent-${++n}`,
+);
 async function newSchedule(agent: string, body: Record<string, unknown> = {}): Promise<any> {
   const r = await post(`/v1/agents/${agent}/schedules`, {
     name: `s${++n}`,
