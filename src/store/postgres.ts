@@ -66,6 +66,8 @@ export interface PostgresOptions {
   poolMax?: number;
   /** Send repeated parameterised statements as named prepared statements (see nameStatements). Default true. */
   namedStatements?: boolean;
+  /** Take the fast paths (the lone claim, submit and completion statements). Default true. */
+  fastPaths?: boolean;
 }
 
 /** Longest statement text worth preparing by name; longer ones (bulk inserts) are rarely repeated. */
@@ -203,7 +205,7 @@ export function openPostgres(opts: PostgresOptions): StoreAdapter {
 
   const adapter: StoreAdapter = {
     kind: 'postgres',
-    loneStatements: true,
+    loneStatements: opts.fastPaths !== false,
     lone: retryConflicts,
     db,
     transaction: (fn) => withRetry('read committed', false, fn),
