@@ -11,14 +11,14 @@ import { describeEveryStore, openPaths, runScenario, scenarioArb, type Paths } f
 
 let paths: Paths;
 
-beforeAll(async () => {
-  paths = await openPaths();
-});
-afterAll(async () => {
-  await paths?.close();
-});
-
 describeEveryStore('differential: every path answers alike', () => {
+  beforeAll(async () => {
+    paths = await openPaths();
+  });
+  afterAll(async () => {
+    await paths?.close();
+  });
+
   it('random sequences get the same answers, events and rows on SQLite, PostgreSQL fast and PostgreSQL slow', async () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb(), (sc) => runScenario(paths, sc)),
