@@ -23,7 +23,7 @@ describeEveryStore('differential: every path answers alike', () => {
     await fc.assert(
       fc.asyncProperty(scenarioArb(), (sc) => runScenario(paths, sc)),
       {
-        numRuns: Number(process.env.BATON_DIFF_RUNS ?? 20),
+        numRuns: Number(process.env.BATON_DIFF_RUNS ?? 15),
         seed: Number(process.env.BATON_DIFF_SEED ?? 57),
         endOnFailure: process.env.BATON_DIFF_SHRINK === '0',
         interruptAfterTimeLimit: 240_000,

@@ -108,10 +108,14 @@ export interface AgentSpec {
   paused: boolean;
 }
 
-/** Which execution an operation aims at: the i-th live one (queued or running) or, with live false, of all. */
+/**
+ * Which execution an operation aims at: the i-th of the running ones (none: the operation is
+ * skipped), of the live ones (queued or running; all when none is) or of all, in order of first
+ * appearance.
+ */
 export interface Target {
   i: number;
-  live: boolean;
+  pool: 'running' | 'live' | 'any';
 }
 
 export type Op =
@@ -176,14 +180,19 @@ export const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
   max_backlog: fc.integer({ min: 2, max: 5 }),
   max_redeliveries: fc.integer({ min: 0, max: 2 }),
   timeout_seconds: fc.constantFrom(45, 150),
-  push: fc.constantFrom(false, false, false, false, true),
+  push: fc.constantFrom(false, false, false, false, false, false, false, true),
   retry_policy: maybe(retryArb, 2),
-  breaker: maybe(breakerArb, 2),
-  budget: maybe(budgetArb, 3),
-  paused: fc.constantFrom(false, false, false, true),
+  breaker: maybe(breakerArb, 3),
+  budget: maybe(budgetArb, 4),
+  paused: fc.constantFrom(false, false, false, false, false, true),
 });
 
-const target: fc.Arbitrary<Target> = fc.record({ i: fc.nat({ max: 20 }), live: fc.constantFrom(true, true, true, false) });
+const target: fc.Arbitrary<Target> = fc.record({ i: fc.nat({ max: 20 }), pool: fc.constantFrom('running', 'live', 'any') });
+/** Lease operations aim mostly at running executions. */
+const leased: fc.Arbitrary<Target> = fc.record({
+  i: fc.nat({ max: 20 }),
+  pool: fc.constantFrom<Target['pool']>('running', 'running', 'running', 'running', 'live', 'any'),
+});
 const agentIx = fc.nat({ max: 3 });
 const token = fc.nat({ max: 3 });
 const op = <K extends Op['k']>(k: K, fields: { [F in keyof Extract<Op, { k: K }>]?: fc.Arbitrary<unknown> }) =>
@@ -191,7 +200,7 @@ const op = <K extends Op['k']>(k: K, fields: { [F in keyof Extract<Op, { k: K }>
 
 export const opArb: fc.Arbitrary<Op> = fc.oneof(
   {
-    weight: 6,
+    weight: 8,
     arbitrary: op('submit', {
       agent: agentIx,
       priority: fc.nat({ max: 1 }),
@@ -201,23 +210,30 @@ export const opArb: fc.Arbitrary<Op> = fc.oneof(
   },
   { weight: 1, arbitrary: op('submitBatch', { agent: agentIx, keys: fc.array(fc.nat({ max: 3 }), { minLength: 1, maxLength: 3 }) }) },
   {
-    weight: 6,
-    arbitrary: op('claim', { agent: agentIx, max: fc.integer({ min: 1, max: 3 }), push: fc.constantFrom(false, false, false, true) }),
+    weight: 9,
+    arbitrary: op('claim', {
+      agent: agentIx,
+      max: fc.integer({ min: 1, max: 3 }),
+      push: fc.constantFrom(false, false, false, false, false, false, true),
+    }),
   },
-  { weight: 2, arbitrary: op('heartbeat', { ex: target, token }) },
+  { weight: 2, arbitrary: op('heartbeat', { ex: leased, token }) },
   {
-    weight: 6,
+    weight: 9,
     arbitrary: op('complete', {
-      ex: target,
+      ex: leased,
       token,
       status: fc.constantFrom<CompletionStatus>('succeeded', 'succeeded', 'failed', 'failed', 'cancelled'),
       cost: fc.constantFrom(null, 0.5, 1),
     }),
   },
-  { weight: 1, arbitrary: op('release', { ex: target, token }) },
+  { weight: 1, arbitrary: op('release', { ex: leased, token }) },
   { weight: 1, arbitrary: op('cancel', { ex: target }) },
-  { weight: 1, arbitrary: op('retry', { ex: fc.record({ i: fc.nat({ max: 20 }), live: fc.constant(false) }) }) },
-  { weight: 3, arbitrary: op('advance', { ms: fc.constantFrom(1_000, 6_000, 11_000, 16_000, 40_000, 95_000, 3_600_000) }) },
+  { weight: 1, arbitrary: op('retry', { ex: fc.record({ i: fc.nat({ max: 20 }), pool: fc.constant('any' as const) }) }) },
+  {
+    weight: 3,
+    arbitrary: op('advance', { ms: fc.constantFrom(1_000, 1_000, 6_000, 6_000, 11_000, 11_000, 16_000, 40_000, 95_000, 3_600_000) }),
+  },
   { weight: 3, arbitrary: fc.constant({ k: 'reap' as const }) },
   { weight: 1, arbitrary: op('pause', { agent: agentIx }) },
   { weight: 1, arbitrary: op('resume', { agent: agentIx }) },
@@ -257,7 +273,7 @@ export const opArb: fc.Arbitrary<Op> = fc.oneof(
 export const scenarioArb = (opts: { minOps?: number; maxOps?: number } = {}): fc.Arbitrary<Scenario> =>
   fc.record({
     agents: fc.array(agentArb, { minLength: 2, maxLength: 4 }),
-    ops: fc.array(opArb, { minLength: opts.minOps ?? 20, maxLength: opts.maxOps ?? 60, size: 'max' }),
+    ops: fc.array(opArb, { minLength: opts.minOps ?? 20, maxLength: opts.maxOps ?? 50, size: 'max' }),
   });
 
 // ── naming ids by first appearance ──────────────────────────────────────────
@@ -384,10 +400,31 @@ async function answer(fn: () => Promise<unknown>): Promise<unknown> {
 type Statuses = Map<string, string>;
 
 function pick(statuses: Statuses, t: Target): string | undefined {
-  const all = [...statuses.keys()];
+  const all = [...statuses.keys()].sort(byName);
   const live = all.filter((n) => statuses.get(n) === 'queued' || statuses.get(n) === 'running');
-  const pool = t.live && live.length > 0 ? live : all;
+  const running = live.filter((n) => statuses.get(n) === 'running');
+  const pool = t.pool === 'running' ? running : t.pool === 'live' && live.length > 0 ? live : all;
   return pool.length === 0 ? undefined : pool[t.i % pool.length];
+}
+
+async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string) {
+  const row = await e.createAgent(
+    {
+      name,
+      max_parallel: a.max_parallel,
+      max_backlog: a.max_backlog,
+      max_redeliveries: a.max_redeliveries,
+      timeout_seconds: a.timeout_seconds,
+      lease_ttl_seconds: LEASE_S,
+      delivery: a.push ? 'push' : 'pull',
+      push_url: a.push ? 'http://127.0.0.1:42999/push' : null,
+      retry_policy: a.retry_policy,
+      breaker: a.breaker,
+      budget: a.budget,
+    },
+    actor,
+  );
+  return a.paused ? (await e.pauseAgent(name, 'at creation', actor)).agent : row;
 }
 
 /** One operation on one path: its answer, as returned (ids not yet named). */
@@ -501,7 +538,11 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
     case 'edit':
       return answer(() => e.updateAgent(name(o.agent), o.patch, 'operator'));
     case 'delete':
-      return answer(() => e.deleteAgent(name(o.agent), 'operator'));
+      // And made again at once, as configured: the new agent inherits the old one's running work.
+      return answer(async () => [
+        await e.deleteAgent(name(o.agent), 'operator'),
+        await createAgent(e, name(o.agent), sc.agents[o.agent % sc.agents.length]!, 'operator'),
+      ]);
   }
 }
 
@@ -562,26 +603,7 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
   try {
     // The agents, as the scenario configures them.
     for (const [i, a] of sc.agents.entries()) {
-      const name = agentName(prefix, sc.agents.length, i);
-      for (const r of runs) {
-        await r.engine.createAgent(
-          {
-            name,
-            max_parallel: a.max_parallel,
-            max_backlog: a.max_backlog,
-            max_redeliveries: a.max_redeliveries,
-            timeout_seconds: a.timeout_seconds,
-            lease_ttl_seconds: LEASE_S,
-            delivery: a.push ? 'push' : 'pull',
-            push_url: a.push ? 'http://127.0.0.1:42999/push' : null,
-            retry_policy: a.retry_policy,
-            breaker: a.breaker,
-            budget: a.budget,
-          },
-          'setup',
-        );
-        if (a.paused) await r.engine.pauseAgent(name, 'at creation', 'setup');
-      }
+      for (const r of runs) await createAgent(r.engine, agentName(prefix, sc.agents.length, i), a, 'setup');
     }
     for (const [at, o] of sc.ops.entries()) {
       clock.advance(1); // distinct times, so FIFO order never falls to the ids
