@@ -64,7 +64,7 @@ interface AgentSpec {
   timeout_seconds: number;
   /** A circuit breaker (BREAKER): two counted failures in a row open it. */
   breaker: boolean;
-  /** A budget (BUDGET): one dollar per hour. */
+  /** A budget (BUDGET): half a dollar per hour. */
   budget: boolean;
 }
 
@@ -76,7 +76,7 @@ const BREAKER: BreakerConfig = {
   max_cooldown_ms: 20_000,
   count: ['agent_error', 'timeout', 'poisoned'],
 };
-const BUDGET: Budget = { limits: [{ metric: 'cost_usd', window: 'hour', limit: 1 }] };
+const BUDGET: Budget = { limits: [{ metric: 'cost_usd', window: 'hour', limit: 0.5 }] };
 const HOUR = 3_600_000;
 
 const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
@@ -295,9 +295,11 @@ async function adoptChained(model: Model, now: number): Promise<void> {
   }
 }
 
-function target(model: Model, t: Target): Modelled | undefined {
+/** `leased`: a live target is a running one where there is one (completions, so that holds come about). */
+function target(model: Model, t: Target, leased = false): Modelled | undefined {
   const live = model.rows.filter((r) => !isTerminal(r.status));
-  const pool = t.live && live.length > 0 ? live : model.rows;
+  const running = live.filter((r) => r.status === 'running');
+  const pool = t.live && leased && running.length > 0 ? running : t.live && live.length > 0 ? live : model.rows;
   return pool[t.i % pool.length];
 }
 
@@ -376,7 +378,7 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
       return;
     }
     case 'complete': {
-      const m = target(model, cmd.ex);
+      const m = target(model, cmd.ex, true);
       if (!m) return;
       const t = tokenFor(m, cmd.token);
       const error = cmd.status === 'failed' ? { code: 'boom', message: 'it broke' } : null;
