@@ -51,7 +51,7 @@ describeEveryStore('differential: a hold planted in TypeScript only', () => {
     };
     // Unplanted agents take the same sequence alike on every path.
     await runScenario(paths, sc, { prefix: 'plain-' });
-    const d = await divergenceOf(() => runScenario(paths, sc, { prefix: 'planted-' }));
+    const d = await divergenceOf(async () => void (await runScenario(paths, sc, { prefix: 'planted-' })));
     expect([d.at, d.what, d.odd]).toEqual([1, 'answer', 'pg-fast']);
     expect(d.said.sqlite).toEqual({ ok: [] });
     expect(d.said['pg-slow']).toEqual({ ok: [] });
@@ -61,7 +61,7 @@ describeEveryStore('differential: a hold planted in TypeScript only', () => {
 
   it('is caught by the random sequences too', async () => {
     const out = await fc.check(
-      fc.asyncProperty(scenarioArb(), (sc) => runScenario(paths, sc, { prefix: 'planted-' })),
+      fc.asyncProperty(scenarioArb(), async (sc) => void (await runScenario(paths, sc, { prefix: 'planted-' }))),
       { numRuns: 10, seed: 57, endOnFailure: true },
     );
     expect(out.failed).toBe(true);

@@ -339,7 +339,8 @@ export interface RunOptions {
  * Run `sc` on every path, one operation at a time on each in turn, on one clock; throws a
  * Divergence at the first answer or event that differs, or at the end for the rows.
  */
-export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions = {}): Promise<void> {
+/** Runs `sc` on every path; throws a Divergence where they differ, else resolves with the answers (as named). */
+export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions = {}): Promise<unknown[]> {
   const prefix = opts.prefix ?? 'a';
   const clock = manualClock();
   const runs: PathRun[] = [];
@@ -358,6 +359,7 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
     runs.push({ name, store, engine, naming: new Naming(), tokens: new Map(), subs: [], lastEvent: 0 });
   }
   const statuses: Statuses = new Map();
+  const answers: unknown[] = [];
   const agree = (at: number | null, what: string, said: unknown[]) => {
     if (said.every((s) => isDeepStrictEqual(s, said[0]))) return;
     throw new Divergence(at, what, Object.fromEntries(PATHS.map((p, i) => [p, said[i]])) as Said, sc);
@@ -384,6 +386,7 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
       }
       agree(at, 'answer', said);
       agree(at, 'events', events);
+      answers.push(said[0]);
       for (const e of events[0]! as Array<{ execution_id: string; to_status: string }>) statuses.set(e.execution_id, e.to_status);
     }
     // The event log was compared operation by operation.
@@ -407,6 +410,7 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
           rows.map((x) => x[i] ?? null),
         );
     }
+    return answers;
   } finally {
     for (const r of runs) r.engine.close();
   }
