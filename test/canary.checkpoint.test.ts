@@ -34,7 +34,7 @@ afterAll(async () => {
 
 const cycle = (o: { full?: boolean } = {}) => runCanaryOnce({ store: ts.store, clock, ...o });
 const newAgent = async (extra: Record<string, unknown> = {}) =>
-  (await engine.createAgent({ name: `cp-${++n}`, max_parallel: 1, max_backlog: 100, ...extra }, 'test')).name;
+  (await engine.agents.create({ name: `cp-${++n}`, max_parallel: 1, max_backlog: 100, ...extra }, 'test')).name;
 const findings = (r: CycleReport, id: string, subject: string) =>
   r.checks
     .find((c) => c.id === id)!

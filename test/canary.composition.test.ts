@@ -30,7 +30,7 @@ afterAll(async () => {
 
 async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
   const name = `comp-${++n}`;
-  await engine.createAgent({ name, max_parallel: 5, max_backlog: 50, lease_ttl_seconds: 3600, ...extra } as never, 'test');
+  await engine.agents.create({ name, max_parallel: 5, max_backlog: 50, lease_ttl_seconds: 3600, ...extra } as never, 'test');
   return name;
 }
 

@@ -38,7 +38,7 @@ afterAll(async () => {
 
 const newAgent = async (opts: { max_backlog?: number; retry_policy?: unknown; timeout_seconds?: number } = {}) => {
   const name = `chain-${++n}`;
-  await engine.createAgent(
+  await engine.agents.create(
     { name, max_parallel: 5, max_backlog: opts.max_backlog ?? 50, lease_ttl_seconds: 3600, ...(opts as object) } as never,
     'test',
   );
@@ -330,7 +330,7 @@ describe(`chains (${STORE_KIND})`, () => {
     const keep = await subscribe({ source_agent: b, target_agent: c });
     await subscribe({ source_agent: a, target_agent: a, on: 'cancelled' });
     await engine.submit(a, { message: 'queued, cancelled by the delete' }, 'test');
-    await engine.deleteAgent(a, 'test');
+    await engine.agents.delete(a, 'test');
     expect(
       await ts.store.db
         .selectFrom('subscriptions')

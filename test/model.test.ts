@@ -425,7 +425,7 @@ describe(`model (${STORE_KIND})`, () => {
           const names = specs.map((_, i) => `m${r}-${i}`);
           for (const [i, spec] of specs.entries()) {
             // The model has no circuit breaker (on by default for new agents): off here; test/breaker.test.ts covers it.
-            await engine.createAgent({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, breaker: null, ...spec }, 'model');
+            await engine.agents.create({ name: names[i]!, lease_ttl_seconds: LEASE_MS / 1000, breaker: null, ...spec }, 'model');
           }
           const model = new Model(names, specs);
           for (const cmd of cmds) {

@@ -48,7 +48,7 @@ async function counted<T>(fn: () => Promise<T>): Promise<{ out: T; statements: n
 
 async function newAgent(extra: Record<string, unknown> = {}): Promise<string> {
   const name = `one-${++n}`;
-  await engine.createAgent({ name, max_parallel: 2, max_backlog: 100, ...extra }, 'test');
+  await engine.agents.create({ name, max_parallel: 2, max_backlog: 100, ...extra }, 'test');
   return name;
 }
 
@@ -103,7 +103,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
         clock.advance(1); // FIFO is by queued_at, then id
       }
     await engine.submit(paused, { message: 'p' }, 'test');
-    await engine.pauseAgent(paused, 'test', 'test');
+    await engine.agents.pause(paused, 'test', 'test');
     const keyed = await engine.submit(serial, { message: 's' }, 'test');
     await ts.store.db.updateTable('executions').set({ serial_key: 'k1' }).where('id', '=', keyed.id).execute();
     // Agents the call decides, together: one statement (rows, an empty answer, stamps and all).
@@ -433,7 +433,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
   it('holds and serial keys take the full admission: a paused agent admits nothing, a serial key one at a time', async () => {
     const paused = await newAgent({ breaker: null });
     await engine.submit(paused, { message: 'p' }, 'test');
-    await engine.pauseAgent(paused, 'test', 'test');
+    await engine.agents.pause(paused, 'test', 'test');
     expect(await engine.claim(paused, { owner: 'w', max: 2 })).toEqual([]);
     expect(await seats(paused)).toBe(0);
 

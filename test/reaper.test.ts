@@ -36,7 +36,7 @@ beforeEach(async () => {
 /** Defaults to one seat and the default max_redeliveries (3). */
 async function newAgent(extra: { max_parallel?: number; max_redeliveries?: number } = {}): Promise<string> {
   const name = `agent-${++n}`;
-  await engine.createAgent(
+  await engine.agents.create(
     // breaker: null — these races fail many runs of one agent on purpose; a breaker (on by default
     // for new agents) would open and stop the next claim (test/breaker.test.ts covers it).
     {

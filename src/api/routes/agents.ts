@@ -27,9 +27,9 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req, reply) => {
-      await engine.createAgent(req.body, actorOf(req));
+      await engine.agents.create(req.body, actorOf(req));
       // Its counts as read back: a name that was an agent's before carries that agent's work still running.
-      const a = await engine.getAgent(req.body.name);
+      const a = await engine.agents.get(req.body.name);
       return reply.code(201).send(agentView(a.agent, a));
     },
   );
@@ -50,7 +50,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       const after = req.query.cursor ? decodeNameCursor(req.query.cursor, 1)[0] : undefined;
       // An agent-scoped key sees its own agent, on the page where its name falls.
       const only = req.principal.scope === 'agent' ? (req.principal.agent ?? '') : undefined;
-      const rows = await engine.listAgents({ limit, after, only });
+      const rows = await engine.agents.list({ limit, after, only });
       const last = rows[rows.length - 1];
       return {
         agents: rows.map((a) => forReader(req, agentView(a.agent, a))),
@@ -67,7 +67,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       requireAgentAccess(req, req.params.agent);
-      const a = await engine.getAgent(req.params.agent);
+      const a = await engine.agents.get(req.params.agent);
       return forReader(req, agentView(a.agent, a));
     },
   );
@@ -84,8 +84,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.updateAgent(req.params.agent, req.body, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.update(req.params.agent, req.body, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -103,8 +103,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       // Pausing a paused agent answers 200 with the first pause's who, why and since.
-      await engine.pauseAgent(req.params.agent, req.body.reason, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.pause(req.params.agent, req.body.reason, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -121,8 +121,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.resumeAgent(req.params.agent, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.resume(req.params.agent, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -139,8 +139,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.closeAgentBreaker(req.params.agent, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.closeBreaker(req.params.agent, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -158,7 +158,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       requireAgentAccess(req, req.params.agent);
-      const b = await engine.agentBudget(req.params.agent);
+      const b = await engine.agents.budget(req.params.agent);
       return {
         agent: req.params.agent,
         time_zone: b.time_zone,
@@ -189,7 +189,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      const out = await engine.deleteAgent(req.params.agent, actorOf(req));
+      const out = await engine.agents.delete(req.params.agent, actorOf(req));
       return { deleted: req.params.agent, ...out };
     },
   );

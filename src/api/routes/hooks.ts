@@ -185,7 +185,7 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
             : ['X-GitHub-Delivery', header(req, 'x-github-delivery')];
       const key = readIdempotencyKey(keyValue, keyHeader);
       // Whether the target agent is paused, read before the delivery so a replayed answer says the same.
-      const agentPaused = (await engine.agentPause(w.agent)) !== null;
+      const agentPaused = (await engine.agents.pauseState(w.agent)) !== null;
       const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id, agent_paused: agentPaused } });
       try {
         return await idempotent(

@@ -163,7 +163,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       // 404 comes first: an unknown schedule is not an idempotency question.
       const s = await schedules.get(req.params.id);
       const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';
-      const paused = (await engine.agentPause(s.agent)) !== null;
+      const paused = (await engine.agents.pauseState(s.agent)) !== null;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
         body: answerWithExecution(row, (execution) => ({
