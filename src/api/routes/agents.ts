@@ -9,13 +9,19 @@ import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody, NoBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
 import { BudgetAnswer } from '../schemas/budget.ts';
-import type { ApiDeps } from '../deps.ts';
+import type { ApiDeps, RouteApp } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
 const forReader = (req: FastifyRequest, view: ReturnType<typeof agentView>) =>
   req.principal.scope === 'admin' ? view : { ...view, push_url: redactUrl(view.push_url) };
 
-export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  agentRecordRoutes(app, deps);
+  agentControlRoutes(app, deps);
+};
+
+/** Register, list, read and change agents. */
+function agentRecordRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/agents',
     {
@@ -89,7 +95,10 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       return agentView(a.agent, a);
     },
   );
+}
 
+/** Pause, resume, close the breaker, read the budget, delete. */
+function agentControlRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/agents/:agent/pause',
     {
@@ -193,4 +202,4 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       return { deleted: req.params.agent, ...out };
     },
   );
-};
+}
