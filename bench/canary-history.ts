@@ -96,7 +96,7 @@ async function main() {
   const engine = new Engine({ store, nodeId: 'bench' });
   const agents = Array.from({ length: 100 }, (_, i) => ({ name: `hist-${String(i).padStart(3, '0')}`, max_parallel: 3 }));
   if (fresh) {
-    for (const ag of agents) await engine.createAgent({ name: ag.name, max_parallel: ag.max_parallel, max_backlog: 1000 }, 'bench');
+    for (const ag of agents) await engine.agents.create({ name: ag.name, max_parallel: ag.max_parallel, max_backlog: 1000 }, 'bench');
     log(`filling ${n.toLocaleString('en-US')} executions into ${kind} ${where} …`);
     const r = await fillHistory(kind === 'sqlite' ? { kind, file: where } : { kind, url: a['pg-url'], schema: where }, {
       n,

@@ -34,7 +34,7 @@ try {
   await store.migrate();
   await seedHistory(store, { count: Number(args.count), from: Date.now() - 60 * DAY, stepMs: 10 });
   const engine = new Engine({ store, nodeId: 'bench', claimPollMs: 1000 });
-  await engine.createAgent({ name: 'lat', max_parallel: 1, max_backlog: 10_000 }, 'bench');
+  await engine.agents.create({ name: 'lat', max_parallel: 1, max_backlog: 10_000 }, 'bench');
   const submitted = new Map<string, number>();
   const latencies: number[] = [];
   let stop = false;

@@ -8,7 +8,8 @@
  * - startNode: a whole `baton up` (HTTP API, background loops) in-process
  * - Dispatcher, lazySecretBox: push delivery for an embedded engine
  */
-export { Engine, type EngineOptions, type AgentInput, type SubmitInput, type ClaimOptions } from './engine/engine.ts';
+export { Engine, type EngineOptions, type SubmitInput, type ClaimOptions } from './engine/engine.ts';
+export type { AgentInput } from './engine/agents.ts';
 export { openStore, type OpenStoreOptions } from './store/open.ts';
 export type { StoreAdapter, StoreKind } from './store/adapter.ts';
 export { startNode, type BatonNode, type StartOptions } from './server/up.ts';

@@ -122,33 +122,55 @@ export interface NodeMetrics {
 /** `retention`: the settings the history gauges report (`baton up`'s, from the environment). */
 export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ...RETENTION_DEFAULTS, archiveDir: undefined }): NodeMetrics {
   const registry = new Registry();
-  const store = engine.store;
-  /**
-   * Gauges filled at scrape time from one database read, shared by all of them and cached for
-   * `ttlMs` however often Prometheus scrapes. A failed read leaves them empty (baton_store_up says so).
-   */
-  const cachedGauges = <T>(read: () => Promise<T>, ttlMs: number) => {
-    let cached: { at: number; value: Promise<T | undefined> } | undefined;
-    const current = () => {
-      const now = Date.now();
-      if (!cached || now - cached.at > ttlMs) cached = { at: now, value: read().catch(() => undefined) };
-      return cached.value;
-    };
-    const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, v: T) => void) =>
-      new Gauge<L>({
-        name,
-        help,
-        labelNames,
-        registers: [registry],
-        async collect() {
-          const v = await current();
-          this.reset();
-          if (v !== undefined) fill(this, v);
-        },
-      });
-    return { current, gauge };
+  registerDbGauges(registry, engine);
+  registerHistoryGauges(registry, engine.store, retention);
+  const events = countEngineEvents(registry, engine);
+
+  return {
+    registry,
+    observeHttp(method, route, status, seconds) {
+      events.httpDuration.observe({ method, route, status_code: String(status) }, seconds);
+    },
+    async render() {
+      const merged = Registry.merge([processRegistry, registry]);
+      return { contentType: merged.contentType, body: await merged.metrics() };
+    },
+    close() {
+      events.off();
+    },
   };
-  const { current: stats, gauge: dbGauge } = cachedGauges(() => readDbStats(store), DB_GAUGE_TTL_MS);
+}
+
+/**
+ * Gauges filled at scrape time from one database read, shared by all of them and cached for
+ * `ttlMs` however often Prometheus scrapes. A failed read leaves them empty (baton_store_up says so).
+ */
+function cachedGauges<T>(registry: Registry, read: () => Promise<T>, ttlMs: number) {
+  let cached: { at: number; value: Promise<T | undefined> } | undefined;
+  const current = () => {
+    const now = Date.now();
+    if (!cached || now - cached.at > ttlMs) cached = { at: now, value: read().catch(() => undefined) };
+    return cached.value;
+  };
+  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[], fill: (g: Gauge<L>, v: T) => void) =>
+    new Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      async collect() {
+        const v = await current();
+        this.reset();
+        if (v !== undefined) fill(this, v);
+      },
+    });
+  return { current, gauge };
+}
+
+/** Gauges of live work, agents and the canary, from one cached database read (budgets: a second). */
+function registerDbGauges(registry: Registry, engine: Engine): void {
+  const store = engine.store;
+  const { current: stats, gauge: dbGauge } = cachedGauges(registry, () => readDbStats(store), DB_GAUGE_TTL_MS);
 
   new Gauge({
     name: 'baton_store_up',
@@ -198,7 +220,7 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
     for (const a of s.agents) g.set({ agent: a.name }, BREAKER_GAUGE[a.breaker_state]);
   });
   // Budgets: a separate read (agents with a budget, one ledger seek each), cached like the above.
-  const { gauge: budgetGauge } = cachedGauges(() => readBudgetRatios(engine), DB_GAUGE_TTL_MS);
+  const { gauge: budgetGauge } = cachedGauges(registry, () => readBudgetRatios(engine), DB_GAUGE_TTL_MS);
   budgetGauge(
     'baton_agent_budget_spent_ratio',
     'Spending / limit per agent budget limit in its current window (>= 1: spent, the agent admits nothing until the window rolls)',
@@ -219,11 +241,14 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   dbGauge('baton_canary_last_cycle_timestamp_seconds', 'When the last canary cycle completed (any process)', [], (g, s) => {
     if (s.canaryCompletedAt !== null) g.set(s.canaryCompletedAt / 1000);
   });
+}
 
+/** Gauges of history and retention. */
+function registerHistoryGauges(registry: Registry, store: StoreAdapter, retention: RetentionEnv): void {
   // ── History and retention (src/retention): estimates from the catalogue and a few index reads,
   // cached for HISTORY_GAUGE_TTL_MS.
   const HISTORY_GAUGE_TTL_MS = 30_000;
-  const { gauge: historyGauge } = cachedGauges(() => readHistoryStats(store, retention), HISTORY_GAUGE_TTL_MS);
+  const { gauge: historyGauge } = cachedGauges(registry, () => readHistoryStats(store, retention), HISTORY_GAUGE_TTL_MS);
   historyGauge('baton_history_rows', 'Estimated rows of history tables (PostgreSQL reltuples; SQLite rowid span)', ['table'], (g, s) => {
     for (const [table, n] of Object.entries(s.rows)) if (n !== null) g.set({ table }, n);
   });
@@ -277,7 +302,11 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   historyGauge('baton_history_last_prune_failed', '1 when the last prune sweep stopped on an error', [], (g, s) =>
     g.set(s.last_prune.error ? 1 : 0),
   );
+}
 
+/** The engine's events this node counts (admission waits, run durations, reaper and scheduler
+ * actions, loop errors) and its HTTP answers; `off` stops listening. */
+function countEngineEvents(registry: Registry, engine: Engine) {
   const admissionWait = new Histogram({
     name: 'baton_admission_wait_seconds',
     help: 'Queued → running wait of first deliveries admitted by this process (from max(queued_at, run_after))',
@@ -351,21 +380,12 @@ export function createNodeMetrics(engine: Engine, retention: RetentionEnv = { ..
   engine.events.on('scheduler:fired', onFired);
   engine.events.on('loop:error', onLoopError);
 
-  return {
-    registry,
-    observeHttp(method, route, status, seconds) {
-      httpDuration.observe({ method, route, status_code: String(status) }, seconds);
-    },
-    async render() {
-      const merged = Registry.merge([processRegistry, registry]);
-      return { contentType: merged.contentType, body: await merged.metrics() };
-    },
-    close() {
-      engine.events.off('execution:admitted', onAdmitted);
-      engine.events.off('execution:completed', onCompleted);
-      engine.events.off('reaper:reaped', onReaped);
-      engine.events.off('scheduler:fired', onFired);
-      engine.events.off('loop:error', onLoopError);
-    },
+  const off = () => {
+    engine.events.off('execution:admitted', onAdmitted);
+    engine.events.off('execution:completed', onCompleted);
+    engine.events.off('reaper:reaped', onReaped);
+    engine.events.off('scheduler:fired', onFired);
+    engine.events.off('loop:error', onLoopError);
   };
+  return { httpDuration, off };
 }

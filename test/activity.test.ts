@@ -69,8 +69,8 @@ describe('activity math', () => {
 
 describe(`GET /v1/agents/{agent}/series and /seats over a real run (${STORE_KIND})`, () => {
   it('shows completions, failures, durations, queue depth and the seats held, within the cap', async () => {
-    await engine.createAgent({ name: 'charts', max_parallel: 2, max_backlog: 100 }, 'test');
-    await engine.createAgent({ name: 'other' }, 'test');
+    await engine.agents.create({ name: 'charts', max_parallel: 2, max_backlog: 100 }, 'test');
+    await engine.agents.create({ name: 'other' }, 'test');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await engine.submit('charts', { message: `task ${i}` }, 'test')).id);
 
@@ -150,7 +150,7 @@ describe(`POST /v1/executions/{id}/retry: the dashboard's bulk retry, one item a
   }
 
   it('retries a failed run once, says what stopped any other, and keeps the backlog', async () => {
-    await engine.createAgent({ name: 'retries', max_parallel: 2, max_backlog: 1 }, 'test');
+    await engine.agents.create({ name: 'retries', max_parallel: 2, max_backlog: 1 }, 'test');
     const a = await engine.submit('retries', { message: 'again', payload: { n: 1 }, priority: 3 }, 'test');
     const [claimed] = await engine.claim('retries', { owner: 'w' });
     await engine.complete(claimed!.id, claimed!.lease_token!, { status: 'failed', error: { code: 'boom', message: 'no' } }, 'w');
@@ -176,7 +176,7 @@ describe(`POST /v1/executions/{id}/retry: the dashboard's bulk retry, one item a
 
 describe(`an agent busier than the series' row cap (${STORE_KIND})`, () => {
   it('still counts every finished run exactly, and says from when durations and queue are drawn', async () => {
-    await engine.createAgent({ name: 'busy' }, 'test');
+    await engine.agents.create({ name: 'busy' }, 'test');
     const now = clock();
     const n = SERIES_ROW_CAP + 100;
     // One finished run every 0.6 s over the last hour, every tenth failed.

@@ -47,7 +47,7 @@ afterAll(async () => {
 describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
   it('baton agents pause / list / get / resume and baton why, in words and --json', async () => {
     const agent = 'cli-paused';
-    await node.engine.createAgent({ name: agent, max_parallel: 1 }, 'test');
+    await node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
     const [paused, ex] = await Promise.all([
       ok(['agents', 'pause', agent, '--reason', 'key rotation']),
       node.engine.submit(agent, { message: 'waits' }, 'test'),
@@ -96,7 +96,7 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
 
   it('MCP pause_agent / resume_agent, and get_execution carries waiting', async () => {
     const agent = 'mcp-paused';
-    await node.engine.createAgent({ name: agent, max_parallel: 1 }, 'test');
+    await node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
     const p = await tool('pause_agent', { agent, reason: 'budget review' });
     expect(p.isError).toBeFalsy();
     expect(p.structuredContent).toMatchObject({ agent, paused: { reason: 'budget review' } });

@@ -52,7 +52,7 @@ describeMultiProcess(`pause across processes (${STORE_KIND})`, () => {
     'no process admits after the pause commits; running work finishes; after resume they drain the queue',
     async () => {
       const agent = 'mp-paused';
-      await engine.createAgent({ name: agent, max_parallel: 3, max_backlog: EXECUTIONS, lease_ttl_seconds: 30 }, 'test');
+      await engine.agents.create({ name: agent, max_parallel: 3, max_backlog: EXECUTIONS, lease_ttl_seconds: 30 }, 'test');
       for (let i = 0; i < EXECUTIONS; i++) await engine.submit(agent, { message: `task ${i}` }, 'test');
       const children: Child[] = Array.from({ length: PROCESSES }, (_, k) =>
         spawnFixture(
@@ -70,7 +70,7 @@ describeMultiProcess(`pause across processes (${STORE_KIND})`, () => {
 
       // Pause while they are busy: some work done, most still queued.
       for (let i = 0; i < 2_000 && (await count(agent, 'succeeded')) < 20; i++) await sleep(10);
-      await engine.pauseAgent(agent, 'multi-process test', 'key:test');
+      await engine.agents.pause(agent, 'multi-process test', 'key:test');
       const atPause = await admissions(agent);
       expect(atPause).toBeLessThan(EXECUTIONS);
 
@@ -83,10 +83,10 @@ describeMultiProcess(`pause across processes (${STORE_KIND})`, () => {
       expect(await count(agent, 'queued')).toBe(EXECUTIONS - atPause);
       for (const c of children) expect(c.alive(), `${c.pid} exited while paused:\n${c.stderr()}`).toBe(true);
       // Every claimer was seen polling while paused: the claim stamp is recent.
-      const { last_claim_at } = (await engine.getAgent(agent)).agent;
+      const { last_claim_at } = (await engine.agents.get(agent)).agent;
       expect(Date.now() - Number(last_claim_at)).toBeLessThan(10_000);
 
-      await engine.resumeAgent(agent, 'key:test');
+      await engine.agents.resume(agent, 'key:test');
       const exits = await Promise.all(children.map((c) => c.exit(DEADLINE_MS + 5_000)));
       for (const [k, x] of exits.entries())
         expect(x, `pauser-${k + 1} stderr:\n${children[k]!.stderr()}`).toEqual({ code: 0, signal: null });

@@ -34,7 +34,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   agent = `agent-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel: 2, max_backlog: 4 }, 'test');
+  await engine.agents.create({ name: agent, max_parallel: 2, max_backlog: 4 }, 'test');
 });
 
 /** Submit, a millisecond apart: admission order is (priority, queued_at, id), and ids are random. */
@@ -50,7 +50,7 @@ describe(`pause and resume (${STORE_KIND})`, () => {
     const [running] = await engine.claim(agent, { owner: 'w1' });
     expect(running).toBeDefined();
 
-    const paused = await engine.pauseAgent(agent, 'rotating the API key', 'key:ops');
+    const paused = await engine.agents.pause(agent, 'rotating the API key', 'key:ops');
     expect(paused.changed).toBe(true);
     expect(paused.agent).toMatchObject({ paused_by: 'key:ops', paused_reason: 'rotating the API key', paused_at: clock() });
 
@@ -66,7 +66,7 @@ describe(`pause and resume (${STORE_KIND})`, () => {
     expect(done.status).toBe('succeeded');
     expect(await engine.claim(agent, { owner: 'w1', max: 4 })).toEqual([]);
 
-    const resumed = await engine.resumeAgent(agent, 'key:ops');
+    const resumed = await engine.agents.resume(agent, 'key:ops');
     expect(resumed.changed).toBe(true);
     expect(resumed.agent.paused_at).toBeNull();
     const admitted = await engine.claim(agent, { owner: 'w1', max: 4 });
@@ -74,13 +74,13 @@ describe(`pause and resume (${STORE_KIND})`, () => {
   });
 
   it('pausing is idempotent: the first who, why and since stay; one audit row each way', async () => {
-    const first = await engine.pauseAgent(agent, 'first reason', 'key:a');
+    const first = await engine.agents.pause(agent, 'first reason', 'key:a');
     clock.advance(5_000);
-    const second = await engine.pauseAgent(agent, 'second reason', 'key:b');
+    const second = await engine.agents.pause(agent, 'second reason', 'key:b');
     expect(second.changed).toBe(false);
     expect(second.agent).toMatchObject({ paused_by: 'key:a', paused_reason: 'first reason', paused_at: first.agent.paused_at });
-    expect((await engine.resumeAgent(agent, 'key:a')).changed).toBe(true);
-    expect((await engine.resumeAgent(agent, 'key:a')).changed).toBe(false);
+    expect((await engine.agents.resume(agent, 'key:a')).changed).toBe(true);
+    expect((await engine.agents.resume(agent, 'key:a')).changed).toBe(false);
     const audit = await ts.store.db
       .selectFrom('audit_log')
       .select(['action', 'actor', 'detail'])
@@ -98,7 +98,7 @@ describe(`pause and resume (${STORE_KIND})`, () => {
 
   it('unknown agents are not found, for pause and resume alike', async () => {
     // One at a time: a second promise made before the first is awaited would reject unhandled.
-    for (const call of [() => engine.pauseAgent('no-such-agent', 'x', 'key:a'), () => engine.resumeAgent('no-such-agent', 'key:a')]) {
+    for (const call of [() => engine.agents.pause('no-such-agent', 'x', 'key:a'), () => engine.agents.resume('no-such-agent', 'key:a')]) {
       const err = await call().catch((e) => e);
       expect(err).toBeInstanceOf(BatonError);
       expect((err as BatonError).code).toBe('not_found');
@@ -107,13 +107,13 @@ describe(`pause and resume (${STORE_KIND})`, () => {
 
   it('a pause survives a restart: a new store and engine on the same database still admit nothing', async () => {
     await submit('waits');
-    await engine.pauseAgent(agent, 'maintenance', 'key:ops');
+    await engine.agents.pause(agent, 'maintenance', 'key:ops');
     const store2 = openStore({ ...ts.location, poolMax: 2 });
     const engine2 = new Engine({ store: store2, clock, nodeId: 'restarted' });
     try {
       expect(await engine2.claim(agent, { owner: 'w2' })).toEqual([]);
-      expect((await engine2.getAgent(agent)).agent).toMatchObject({ paused_by: 'key:ops', paused_reason: 'maintenance' });
-      await engine2.resumeAgent(agent, 'key:ops');
+      expect((await engine2.agents.get(agent)).agent).toMatchObject({ paused_by: 'key:ops', paused_reason: 'maintenance' });
+      await engine2.agents.resume(agent, 'key:ops');
       expect(await engine2.claim(agent, { owner: 'w2' })).toHaveLength(1);
     } finally {
       engine2.close();
@@ -124,15 +124,15 @@ describe(`pause and resume (${STORE_KIND})`, () => {
   it('push dispatch starts nothing for a paused push agent, and delivers after resume', async () => {
     const pushAgent = `push-${n}`;
     // Port 9 (discard) refuses connections here: each delivery fails fast as push_unreachable.
-    await engine.createAgent({ name: pushAgent, max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'test');
-    await engine.pauseAgent(pushAgent, 'target down', 'key:ops');
+    await engine.agents.create({ name: pushAgent, max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'test');
+    await engine.agents.pause(pushAgent, 'target down', 'key:ops');
     const first = await engine.submit(pushAgent, { message: 'push me' }, 'key:test');
     const dispatcher = new Dispatcher(engine, { concurrency: 4 });
     try {
       expect(await dispatcher.dispatchOnce()).toBe(0);
       expect((await engine.getExecution(first.id)).execution.status).toBe('queued');
       expect((await waitingOf(first.id))?.reason).toBe('agent_paused');
-      await engine.resumeAgent(pushAgent, 'key:ops');
+      await engine.agents.resume(pushAgent, 'key:ops');
       await dispatcher.dispatchOnce();
       for (let i = 0; i < 200 && (await engine.getExecution(first.id)).execution.status !== 'failed'; i++)
         await new Promise((r) => setTimeout(r, 25));
@@ -152,24 +152,24 @@ describe(`pause and resume (${STORE_KIND})`, () => {
 describe(`a name used again (${STORE_KIND})`, () => {
   it("an agent created with a deleted agent's name counts that agent's work still running against its cap until it ends", async () => {
     const name = `${agent}-again`;
-    await engine.createAgent({ name, max_parallel: 1 }, 'test');
+    await engine.agents.create({ name, max_parallel: 1 }, 'test');
     const old = await engine.submit(name, { message: 'old' }, 'test');
     const [held] = await engine.claim(name, { owner: 'w-old' });
     expect(held!.id).toBe(old.id);
-    expect(await engine.deleteAgent(name, 'test')).toMatchObject({ cancel_requested: 1 });
+    expect(await engine.agents.delete(name, 'test')).toMatchObject({ cancel_requested: 1 });
 
     // The same name again: the old run still holds the one seat.
-    const again = await engine.createAgent({ name, max_parallel: 1 }, 'test');
+    const again = await engine.agents.create({ name, max_parallel: 1 }, 'test');
     expect(again.running_count).toBe(1);
-    expect(await engine.getAgent(name)).toMatchObject({ running: 1, queued: 0 });
+    expect(await engine.agents.get(name)).toMatchObject({ running: 1, queued: 0 });
     for (let i = 0; i < 3; i++) await engine.submit(name, { message: `new ${i}` }, 'test');
     expect(await engine.claim(name, { owner: 'w-new', max: 3 })).toEqual([]);
 
     // It ends (cancelled, as its deletion asked): the seat is the new agent's, and only one.
     await engine.complete(old.id, held!.lease_token!, { status: 'cancelled' }, 'w-old');
-    expect(await engine.getAgent(name)).toMatchObject({ running: 0, queued: 3 });
+    expect(await engine.agents.get(name)).toMatchObject({ running: 0, queued: 3 });
     expect(await engine.claim(name, { owner: 'w-new', max: 3 })).toHaveLength(1);
-    expect(await engine.getAgent(name)).toMatchObject({ running: 1, queued: 2 });
+    expect(await engine.agents.get(name)).toMatchObject({ running: 1, queued: 2 });
 
     // The canary finds the seat and backlog counters equal to the rows.
     await new Canary({ store: ts.store, nodeId: 'admission-test', clock, intervalMs: 60_000 }).runOnce({ full: true });
@@ -195,7 +195,7 @@ describe(`a claim's answer is bounded in bytes (${STORE_KIND})`, () => {
     it(`stops once the tasks taken carry CONTRACT_DEFAULTS.claimAnswerBytes; the rest come next, in order (${path})`, async () => {
       const name = `${agent}-bytes`;
       const budget = path === 'transaction' ? { limits: [{ metric: 'total_tokens' as const, window: 'day' as const, limit: 1e9 }] } : null;
-      await engine.createAgent({ name, max_parallel: 20, max_backlog: 20, budget }, 'test');
+      await engine.agents.create({ name, max_parallel: 20, max_backlog: 20, budget }, 'test');
       const ids: string[] = [];
       for (let i = 0; i < 10; i++) {
         clock.advance(1);
@@ -218,7 +218,7 @@ describe(`a claim's answer is bounded in bytes (${STORE_KIND})`, () => {
     await new Promise<void>((r) => hung.listen(0, '127.0.0.1', r));
     const name = `${agent}-push-bytes`;
     const push_url = `http://127.0.0.1:${(hung.address() as { port: number }).port}/task`;
-    await engine.createAgent({ name, max_parallel: 20, max_backlog: 20, delivery: 'push', push_url }, 'test');
+    await engine.agents.create({ name, max_parallel: 20, max_backlog: 20, delivery: 'push', push_url }, 'test');
     for (let i = 0; i < 10; i++) {
       clock.advance(1);
       await engine.submit(name, { message: `big ${i}`, payload: big }, 'key:test');
@@ -250,7 +250,7 @@ describe(`a claim's answer is bounded in bytes (${STORE_KIND})`, () => {
     }
     for (const [k, claimOf] of claimers.entries()) {
       const name = `${agent}-one-${k}`;
-      await engine.createAgent({ name, max_parallel: 5, max_backlog: 5 }, 'test');
+      await engine.agents.create({ name, max_parallel: 5, max_backlog: 5 }, 'test');
       for (const [message, payload] of [
         ['large', { blob: 'x'.repeat(2000) }],
         ['small one', {}],
@@ -277,7 +277,7 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
   });
 
   it('run_after not reached comes first, with the backlog expiry counted from run_after', async () => {
-    await engine.pauseAgent(agent, 'also paused', 'key:ops');
+    await engine.agents.pause(agent, 'also paused', 'key:ops');
     const at = clock() + 60_000;
     const ex = await submit('later', { message: '', run_after: at });
     const w = await waitingOf(ex.id);
@@ -294,7 +294,7 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
   it('agent_paused: by whom, why, since, and how many are ahead', async () => {
     const a = await submit('a');
     const b = await submit('b');
-    await engine.pauseAgent(agent, 'bill too high', 'key:ops');
+    await engine.agents.pause(agent, 'bill too high', 'key:ops');
     const w = await waitingOf(b.id);
     expect(w).toMatchObject({
       reason: 'agent_paused',
@@ -358,7 +358,7 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
   });
 
   it('counts the queue ahead up to a cap', async () => {
-    await engine.updateAgent(agent, { max_parallel: 0, max_backlog: AHEAD_COUNT_CAP + 10 }, 'test');
+    await engine.agents.update(agent, { max_parallel: 0, max_backlog: AHEAD_COUNT_CAP + 10 }, 'test');
     const base = { agent, trigger_kind: 'api' as const, origin: '{}', message: 'm', payload: 'null', priority: 0, run_after: null };
     await ts.store.transaction(async (tx) => {
       await ts.store.insertMany(
@@ -491,7 +491,7 @@ describe(`pause over HTTP, in trigger answers and in /metrics (${STORE_KIND})`, 
   });
 
   it('/metrics shows baton_agent_paused per agent', async () => {
-    await engine.pauseAgent(agent, 'metrics', 'key:ops');
+    await engine.agents.pause(agent, 'metrics', 'key:ops');
     const metrics = createNodeMetrics(engine);
     try {
       const body = (await metrics.render()).body;

@@ -18,7 +18,7 @@ const AGENTS = Array.from({ length: 12 }, (_, i) => `apart-${i}`);
 beforeAll(async () => {
   ts = await openTestStore();
   engine = new Engine({ store: ts.store, nodeId: 'apart-test' });
-  for (const name of AGENTS) await engine.createAgent({ name, max_parallel: 1, max_backlog: 100 }, 'test');
+  for (const name of AGENTS) await engine.agents.create({ name, max_parallel: 1, max_backlog: 100 }, 'test');
 });
 afterAll(async () => {
   engine.close();

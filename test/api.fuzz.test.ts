@@ -40,7 +40,7 @@ beforeAll(async () => {
   const keys = new KeyStore(ts.store);
   app = await buildServer({ engine, keys, logger: false });
   admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
-  await engine.createAgent({ name: AGENT, max_parallel: 10_000, max_backlog: 1_000_000 }, 'test');
+  await engine.agents.create({ name: AGENT, max_parallel: 10_000, max_backlog: 1_000_000 }, 'test');
   agentKey = (await keys.create({ name: 'worker', scope: 'agent', agent: AGENT }, 'test')).key;
   runningId = (await engine.submit(AGENT, { message: 'running' }, 'test')).id;
   const [claimed] = await engine.claim(AGENT, { owner: 'fixture' });
@@ -707,7 +707,7 @@ describe(`API fuzz (${STORE_KIND})`, { timeout: 60_000 * SCALE }, () => {
   });
 
   it('refuses every body with exactly one thing wrong: 400 validation_error naming it, nothing written', async () => {
-    await engine.createAgent({ name: 'fuzz-held' }, 'test');
+    await engine.agents.create({ name: 'fuzz-held' }, 'test');
     held.id = (await engine.submit('fuzz-held', { message: 'held' }, 'test')).id;
     held.token = (await engine.claim('fuzz-held', { owner: 'fixture' }))[0]!.lease_token!;
     await fc.assert(

@@ -132,7 +132,7 @@ describe(`HTTP API (${STORE_KIND})`, () => {
       try {
         const a = await ownKeys.create({ name: 'a', scope: 'admin' }, 'test');
         const b = await ownKeys.create({ name: 'b', scope: 'admin' }, 'test');
-        await ownEngine.createAgent({ name: 'w' }, 'test');
+        await ownEngine.agents.create({ name: 'w' }, 'test');
         await ownKeys.create({ name: 'worker', scope: 'agent', agent: 'w' }, 'test'); // not an admin: does not count
         // Two revokes at once, each of the other's key: exactly one can go through.
         const settled = await Promise.allSettled([ownKeys.revoke(a.row.id, 'test'), ownKeys.revoke(b.row.id, 'test')]);

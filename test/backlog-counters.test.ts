@@ -29,7 +29,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   agent = `agent-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel: 2, max_backlog: 6, lease_ttl_seconds: 30, max_redeliveries: 3 }, 'test');
+  await engine.agents.create({ name: agent, max_parallel: 2, max_backlog: 6, lease_ttl_seconds: 30, max_redeliveries: 3 }, 'test');
 });
 
 /** The agent's queued and running rows, counted. */
@@ -124,9 +124,9 @@ describe(`backlog counters (${STORE_KIND})`, () => {
     await ts.store.db.updateTable('schedules').set({ enabled: 0, next_run_at: null }).where('agent', '=', agent).execute();
 
     // Deleting the agent cancels its queue and drops its counters; a new agent of that name starts at zero.
-    await engine.deleteAgent(agent, 'test');
+    await engine.agents.delete(agent, 'test');
     expect(await backlogs(ts.store.db, [agent])).toEqual(new Map());
-    await engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 1 }, 'test');
+    await engine.agents.create({ name: agent, max_parallel: 1, max_backlog: 1 }, 'test');
     await expectCounted(agent, 0, 0);
     await engine.submit(agent, { message: 'again' }, 'test');
     await expectCounted(agent, 1, 0);

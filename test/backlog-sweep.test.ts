@@ -22,7 +22,7 @@ const old: string[] = [];
 beforeAll(async () => {
   ts = await openTestStore();
   engine = new Engine({ store: ts.store, nodeId: 'sweep-test', clock, backlogExpiryMs: EXPIRY });
-  await engine.createAgent({ name: 'deep', max_parallel: 1, max_backlog: 100_000 }, 'test');
+  await engine.agents.create({ name: 'deep', max_parallel: 1, max_backlog: 100_000 }, 'test');
   // Three tasks a day and an hour old; a fourth as old, delayed until a minute ago (not stale:
   // a delayed task waits from its run_after).
   for (let i = 0; i < 3; i++) old.push((await engine.submit('deep', { message: `old ${i}` }, 'test')).id);

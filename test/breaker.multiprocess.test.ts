@@ -37,7 +37,7 @@ describeMultiProcess(`circuit breaker across processes (${STORE_KIND})`, () => {
         max_cooldown_ms: 10_000,
         count: ['agent_error' as const],
       };
-      await engine.createAgent({ name: agent, max_parallel: 4, max_backlog: EXECUTIONS + 10, lease_ttl_seconds: 30, breaker }, 'test');
+      await engine.agents.create({ name: agent, max_parallel: 4, max_backlog: EXECUTIONS + 10, lease_ttl_seconds: 30, breaker }, 'test');
       const children: Child[] = Array.from({ length: PROCESSES }, (_, k) =>
         spawnFixture(
           'claimer',
@@ -63,7 +63,7 @@ describeMultiProcess(`circuit breaker across processes (${STORE_KIND})`, () => {
           'test',
         );
       }
-      const opened = (await engine.getAgent(agent)).agent;
+      const opened = (await engine.agents.get(agent)).agent;
       expect(opened.breaker_state).toBe('open');
       for (let i = 0; i < EXECUTIONS; i++) await engine.submit(agent, { message: `task ${i}` }, 'test');
       for (const c of children) c.proc.stdin!.end('go\n');
@@ -102,7 +102,7 @@ describeMultiProcess(`circuit breaker across processes (${STORE_KIND})`, () => {
         ['half_open', probe.execution_id],
         ['closed', probe.execution_id],
       ]);
-      expect((await engine.getAgent(agent)).agent).toMatchObject({ breaker_state: 'closed', breaker_probe_id: null });
+      expect((await engine.agents.get(agent)).agent).toMatchObject({ breaker_state: 'closed', breaker_probe_id: null });
     },
     DEADLINE_MS + 60_000,
   );

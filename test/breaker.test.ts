@@ -63,7 +63,7 @@ async function run(agent: string, how: 'ok' | 'fail' | 'cancel') {
     'w',
   );
 }
-const breaker = async (agent: string) => (await engine.getAgent(agent)).agent;
+const breaker = async (agent: string) => (await engine.agents.get(agent)).agent;
 const changes = async (agent: string) =>
   (
     await ts.store.db
@@ -243,17 +243,17 @@ describe(`circuit breaker (${STORE_KIND})`, () => {
     const agent = await newAgent();
     await submit(agent, 6);
     for (let i = 0; i < 3; i++) await run(agent, 'fail');
-    const closed = await engine.closeAgentBreaker(agent, 'key:ops');
+    const closed = await engine.agents.closeBreaker(agent, 'key:ops');
     expect(closed.changed).toBe(true);
     expect(closed.agent).toMatchObject({ breaker_state: 'closed', breaker_consecutive: 0, breaker_recent: '' });
     expect(await engine.claim(agent, { owner: 'w', max: 4 })).toHaveLength(3);
-    expect((await engine.closeAgentBreaker(agent, 'key:ops')).changed).toBe(false);
+    expect((await engine.agents.closeBreaker(agent, 'key:ops')).changed).toBe(false);
     expect((await changes(agent)).at(-1)).toMatchObject({ actor: 'key:ops', from: 'open', to: 'closed', why: 'closed_by_operator' });
   });
 
   it('is on with the documented defaults for new agents, off when null and for agents from before 0011', async () => {
     const fresh = `brk-${++n}`;
-    await engine.createAgent({ name: fresh }, 'test');
+    await engine.agents.create({ name: fresh }, 'test');
     expect(JSON.parse((await breaker(fresh)).breaker_config!)).toEqual(BREAKER_DEFAULTS);
     expect(BREAKER_DEFAULTS).toMatchObject({ consecutive: 5, ratio: 0.5, window: 20, cooldown_ms: 30_000, max_cooldown_ms: 600_000 });
 

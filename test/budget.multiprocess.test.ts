@@ -59,7 +59,7 @@ describeMultiProcess(`budget across processes (${STORE_KIND})`, () => {
       const agent = 'mp-budget';
       // A month window: the test cannot straddle a roll unless it runs across a month's end.
       const budget = (limit: number) => ({ limits: [{ metric: 'total_tokens' as const, window: 'month' as const, limit }] });
-      await engine.createAgent({ name: agent, max_parallel: MAX_PARALLEL, max_backlog: EXECUTIONS, budget: budget(LIMIT) }, 'test');
+      await engine.agents.create({ name: agent, max_parallel: MAX_PARALLEL, max_backlog: EXECUTIONS, budget: budget(LIMIT) }, 'test');
       for (let i = 0; i < EXECUTIONS; i++) await engine.submit(agent, { message: `task ${i}` }, 'test');
       const children: Child[] = Array.from({ length: PROCESSES }, (_, k) =>
         spawnFixture(
@@ -87,11 +87,11 @@ describeMultiProcess(`budget across processes (${STORE_KIND})`, () => {
       for (const c of children) c.proc.stdin!.end('go\n');
 
       // They spend until the budget holds, then keep polling (50 ms long-polls) for well over a second.
-      for (let i = 0; i < 3_000 && (await engine.agentBudget(agent)).limits[0]!.spent < LIMIT; i++) await sleep(10);
+      for (let i = 0; i < 3_000 && (await engine.agents.budget(agent)).limits[0]!.spent < LIMIT; i++) await sleep(10);
       for (let i = 0; i < 500 && (await count(agent, 'running')) > 0; i++) await sleep(10);
       await sleep(1_500);
       const admitted = await admissions(agent);
-      const [l] = (await engine.agentBudget(agent)).limits;
+      const [l] = (await engine.agents.budget(agent)).limits;
       // The ledger holds exactly what the completions reported: nothing lost under concurrency.
       expect(l!.spent).toBe(admitted * TOKENS_PER_TASK);
       expect(await count(agent, 'running')).toBe(0);
@@ -100,13 +100,13 @@ describeMultiProcess(`budget across processes (${STORE_KIND})`, () => {
       expect(admitted).toBeLessThanOrEqual(LIMIT / TOKENS_PER_TASK + MAX_PARALLEL - 1);
       for (const c of children) expect(c.alive(), `${c.pid} exited while held:\n${c.stderr()}`).toBe(true);
 
-      await engine.updateAgent(agent, { budget: budget(EXECUTIONS * TOKENS_PER_TASK * 2) }, 'key:test');
+      await engine.agents.update(agent, { budget: budget(EXECUTIONS * TOKENS_PER_TASK * 2) }, 'key:test');
       const exits = await Promise.all(children.map((c) => c.exit(DEADLINE_MS + 5_000)));
       for (const [k, x] of exits.entries())
         expect(x, `spender-${k + 1} stderr:\n${children[k]!.stderr()}`).toEqual({ code: 0, signal: null });
       for (const s of children.map((c) => JSON.parse(c.lines.at(-1)!))) expect(s.errors).toEqual([]);
       expect(await count(agent, 'succeeded')).toBe(EXECUTIONS);
-      expect((await engine.agentBudget(agent)).limits[0]!.spent).toBe(EXECUTIONS * TOKENS_PER_TASK);
+      expect((await engine.agents.budget(agent)).limits[0]!.spent).toBe(EXECUTIONS * TOKENS_PER_TASK);
     },
     DEADLINE_MS + 60_000,
   );

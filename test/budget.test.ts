@@ -50,7 +50,7 @@ const run = async (usage: unknown, ms = 1000) => {
   clock.advance(ms);
   return engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage }, 'w1');
 };
-const limitsOf = async () => (await engine.agentBudget(agent)).limits;
+const limitsOf = async () => (await engine.agents.budget(agent)).limits;
 const alertRows = () =>
   ts.store.db
     .selectFrom('canary_alerts')
@@ -149,11 +149,11 @@ describe(`budgets in the engine (${STORE_KIND})`, () => {
     await submit(3);
     await run({ total_tokens: 100 });
     expect(await engine.claim(agent, { owner: 'w1' })).toEqual([]);
-    await engine.updateAgent(agent, { budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }, 'key:ops');
+    await engine.agents.update(agent, { budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }, 'key:ops');
     await run({ total_tokens: 60 });
     expect(await engine.claim(agent, { owner: 'w1' })).toEqual([]);
     // Removing the budget lifts every limit.
-    await engine.updateAgent(agent, { budget: null }, 'key:ops');
+    await engine.agents.update(agent, { budget: null }, 'key:ops');
     expect(await engine.claim(agent, { owner: 'w1' })).toHaveLength(1);
   });
 
@@ -163,8 +163,8 @@ describe(`budgets in the engine (${STORE_KIND})`, () => {
     await submit(2);
     await run({ total_tokens: 10 });
     expect(await engine.claim(agent, { owner: 'w1' })).toEqual([]);
-    await engine.deleteAgent(agent, 'test');
-    await engine.createAgent({ name: agent, budget }, 'test');
+    await engine.agents.delete(agent, 'test');
+    await engine.agents.create({ name: agent, budget }, 'test');
     expect((await limitsOf())[0]!.spent).toBe(0);
     await submit();
     expect(await engine.claim(agent, { owner: 'w1' })).toHaveLength(1);
@@ -183,7 +183,7 @@ describe(`budgets in the engine (${STORE_KIND})`, () => {
 
   it('a run the reaper ends at its timeout counts its run time', async () => {
     agent = `budget-${++n}`;
-    await engine.createAgent(
+    await engine.agents.create(
       { name: agent, max_parallel: 1, timeout_seconds: 5, budget: { limits: [{ metric: 'run_seconds', window: 'hour', limit: 5 }] } },
       'test',
     );

@@ -454,7 +454,7 @@ describe('B-02 push agents: no admissible work waits while seats are free', () =
     const broken = await newAgent({ delivery: 'push', push_url: 'http://127.0.0.1:9/none' });
     const old = clock() - sla - 1_000;
     for (const agent of [paused, broken]) await writeRow(ts.store, clock(), { agent, changed_at: old, queued_at: old });
-    await engine.pauseAgent(paused, 'maintenance', 'test');
+    await engine.agents.pause(paused, 'maintenance', 'test');
     await ts.store.db
       .updateTable('agents')
       .set({
@@ -468,7 +468,7 @@ describe('B-02 push agents: no admissible work waits while seats are free', () =
     const r = await cycle();
     for (const a of [paused, broken]) expect(await findings('B-02', a, r)).toEqual([]);
     // Once the hold ends, the same queue is a finding again.
-    await engine.resumeAgent(paused, 'test');
+    await engine.agents.resume(paused, 'test');
     await expectFires('B-02', paused, 'queued_with_free_seats', /dispatcher/);
   });
 });
@@ -510,7 +510,7 @@ describe('B-06 queued ≤ max_backlog', () => {
     clock.advance(1);
     for (let i = 0; i < 4; i++) await engine.submit(lowered, { message: `m${i}` }, 'test');
     clock.advance(1);
-    await engine.updateAgent(lowered, { max_backlog: 1 }, 'test');
+    await engine.agents.update(lowered, { max_backlog: 1 }, 'test');
     const r = await cycle();
     expect(await findings('B-06', requeue, r)).toEqual([]);
     expect(await findings('B-06', lowered, r)).toEqual([]);

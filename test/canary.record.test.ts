@@ -80,7 +80,7 @@ describe('recording and alerting', () => {
   let leaky = '';
 
   it('a green fleet stores nothing and alerts nothing', async () => {
-    agent = (await engine.createAgent({ name: 'rec-1' }, 'test')).name;
+    agent = (await engine.agents.create({ name: 'rec-1' }, 'test')).name;
     const r = await canary.runOnce();
     expect(r.ok).toBe(true);
     expect(r.open).toBe(0);
@@ -193,7 +193,7 @@ describe('status', () => {
   });
 
   it('lists violation history with filters, newest first, and refuses bad filters', async () => {
-    const a = (await engine.createAgent({ name: 'rec-2' }, 'test')).name;
+    const a = (await engine.agents.create({ name: 'rec-2' }, 'test')).name;
     const row = await writeRow(ts.store, clock(), { agent: a, status: 'succeeded', started_at: clock(), completed_at: clock() }); // E-03 ran_without_duration
     await canary.runOnce();
     const open = await api('GET', `/v1/canary/violations?invariant=E-03&agent=${a}`);
@@ -231,7 +231,7 @@ describe('the timer runs in one process at a time', () => {
 
 describe('metrics and the CLI', () => {
   it('GET /metrics exposes executions, seats, canary, reaper, HTTP and process metrics', async () => {
-    const a = (await engine.createAgent({ name: 'rec-m', max_parallel: 2 }, 'test')).name;
+    const a = (await engine.agents.create({ name: 'rec-m', max_parallel: 2 }, 'test')).name;
     await engine.submit(a, { message: 'm' }, 'test');
     await engine.submit(a, { message: 'm' }, 'test');
     const [row] = await engine.claim(a, { owner: 'w' });

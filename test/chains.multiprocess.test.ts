@@ -28,9 +28,9 @@ describeMultiProcess(`chains across processes (${STORE_KIND})`, () => {
     'processes completing different sources at once: exactly one chained task per source and subscription, none lost',
     async () => {
       const [a, b, t1, t2, small] = ['mp-src-a', 'mp-src-b', 'mp-t1', 'mp-t2', 'mp-small'];
-      for (const name of [a, b]) await engine.createAgent({ name, max_parallel: 6, max_backlog: PER_AGENT }, 'test');
-      for (const name of [t1, t2]) await engine.createAgent({ name, max_parallel: 1, max_backlog: 10 * PER_AGENT }, 'test');
-      await engine.createAgent({ name: small, max_parallel: 1, max_backlog: SMALL_BACKLOG }, 'test');
+      for (const name of [a, b]) await engine.agents.create({ name, max_parallel: 6, max_backlog: PER_AGENT }, 'test');
+      for (const name of [t1, t2]) await engine.agents.create({ name, max_parallel: 1, max_backlog: 10 * PER_AGENT }, 'test');
+      await engine.agents.create({ name: small, max_parallel: 1, max_backlog: SMALL_BACKLOG }, 'test');
       const subs = [
         await engine.subscriptions.create({ source_agent: a, target_agent: t1, on: 'succeeded', message: 'a→1 {{source.id}}' }, 'test'),
         await engine.subscriptions.create({ source_agent: a, target_agent: t2, on: 'any', message: 'a→2 {{source.id}}' }, 'test'),

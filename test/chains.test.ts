@@ -323,7 +323,7 @@ describe(`chains (${STORE_KIND})`, () => {
     const keep = await subscribe({ source_agent: b, target_agent: c });
     await subscribe({ source_agent: a, target_agent: a, on: 'cancelled' });
     await engine.submit(a, { message: 'queued, cancelled by the delete' }, 'test');
-    await engine.deleteAgent(a, 'test');
+    await engine.agents.delete(a, 'test');
     expect(
       await ts.store.db
         .selectFrom('subscriptions')

@@ -86,7 +86,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('claim plans made on a young store (P
   beforeAll(async () => {
     ts = await openTestStore();
     engine = new Engine({ store: ts.store, nodeId: 'young-plan-test', clock });
-    for (const name of names) await engine.createAgent({ name, max_parallel: 3, max_backlog: 100_000 }, 'test');
+    for (const name of names) await engine.agents.create({ name, max_parallel: 3, max_backlog: 100_000 }, 'test');
     // Queued but not yet due (and last in line), so the young claims take nothing and every
     // claim runs its candidate scan.
     await submit(YOUNG, { priority: 9, run_after: clock() + 86_400_000 });

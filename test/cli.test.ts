@@ -111,7 +111,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     const updated = exits(await baton(['agents', 'update', a, '--max-parallel', '3', '--max-redeliveries', '0']), EXIT.ok);
     expect(updated.stdout).toContain(`updated agent ${a}`);
     expect(updated.stdout).toMatch(/running\s+0\/3/);
-    expect((await node.engine.getAgent(a)).agent).toMatchObject({ max_parallel: 3, max_redeliveries: 0 });
+    expect((await node.engine.agents.get(a)).agent).toMatchObject({ max_parallel: 3, max_redeliveries: 0 });
 
     await node.engine.submit(b, { message: 'left behind' }, 'test');
     const deleted = exits(await baton(['agents', 'delete', b]), EXIT.ok);
@@ -122,7 +122,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
 
   it('run prints the execution id; executions list, show and cancel', async () => {
     const a = agentName();
-    await node.engine.createAgent({ name: a, max_parallel: 1 }, 'test');
+    await node.engine.agents.create({ name: a, max_parallel: 1 }, 'test');
     const [plain, withPayload, asJson] = await Promise.all([
       baton(['run', a, 'first task']),
       baton(['run', a, 'second task', '--payload', '{"doc":42}', '--priority', '-3']),
@@ -199,7 +199,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
 
   it('run --wait exits 0 when the execution succeeds, 7 when it fails, 8 when it is cancelled', async () => {
     const [ok, failed, cancelled] = [agentName(), agentName(), agentName()];
-    for (const a of [ok, failed, cancelled]) await node.engine.createAgent({ name: a }, 'test');
+    for (const a of [ok, failed, cancelled]) await node.engine.agents.create({ name: a }, 'test');
     const waits = Promise.all([
       baton(['run', ok, 'will succeed', '--wait']),
       baton(['run', failed, 'will fail', '--wait', '--json']),
@@ -228,7 +228,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
 
   it('exit codes: 3 not found, 4 bad key, 6 backlog full, 9 unreachable, 2 bad usage, 10 conflict', async () => {
     const a = agentName();
-    await node.engine.createAgent({ name: a, max_backlog: 1 }, 'test');
+    await node.engine.agents.create({ name: a, max_backlog: 1 }, 'test');
     await node.engine.submit(a, { message: 'fills the backlog' }, 'test');
     const workerKey = (await node.keys.create({ name: 'cli-worker', scope: 'agent', agent: a }, 'test')).key;
     const closedPort = await new Promise<number>((resolve) => {
@@ -272,7 +272,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
 
   it('keys create, list and revoke; the list never shows a secret', async () => {
     const a = agentName();
-    await node.engine.createAgent({ name: a }, 'test');
+    await node.engine.agents.create({ name: a }, 'test');
     const created = JSON.parse(exits(await baton(['keys', 'create', 'ci-worker', '--agent', a, '--json']), EXIT.ok).stdout);
     expect(created).toMatchObject({ name: 'ci-worker', scope: 'agent', agent: a });
     expect(created.key).toMatch(/^bt_/);

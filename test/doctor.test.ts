@@ -173,7 +173,7 @@ describe('baton doctor', () => {
 
 describe('baton events', () => {
   it('prints status changes as they happen', async () => {
-    await node.engine.createAgent({ name: 'doc-ev' }, 'test');
+    await node.engine.agents.create({ name: 'doc-ev' }, 'test');
     let id = '';
     const child = baton(
       ['events', '--agent', 'doc-ev', '--json'],

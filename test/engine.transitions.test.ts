@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { AGENT_DELETE_CHUNK, Engine } from '../src/engine/engine.ts';
+import { AGENT_DELETE_CHUNK } from '../src/engine/agents.ts';
+import { Engine } from '../src/engine/engine.ts';
 import { newExecutionId } from '../src/domain/ids.ts';
 import { manualClock } from './helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from './helpers/store.ts';
@@ -24,7 +25,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   agent = `agent-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel: 2, max_backlog: 5, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
+  await engine.agents.create({ name: agent, max_parallel: 2, max_backlog: 5, lease_ttl_seconds: 30, timeout_seconds: 600 }, 'test');
 });
 
 const claimOne = async (owner = 'w1') => {
@@ -109,7 +110,7 @@ describe(`transitions (${STORE_KIND})`, () => {
   });
 
   it('a pull claim on a push agent is wrong_delivery, and the reverse too', async () => {
-    await engine.createAgent({ name: `${agent}-push`, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'test');
+    await engine.agents.create({ name: `${agent}-push`, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'test');
     await engine.submit(`${agent}-push`, { message: 'x' }, 't');
     expect((await refusal(engine.claim(`${agent}-push`, { owner: 'w' }))).code).toBe('wrong_delivery');
     expect((await refusal(engine.claim(agent, { owner: 'node', delivery: 'push' }))).code).toBe('wrong_delivery');
@@ -226,7 +227,7 @@ describe(`transitions (${STORE_KIND})`, () => {
     for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `m${i}` }, 't');
     const running = await engine.claim(agent, { owner: 'w', max: 5 });
     expect(running).toHaveLength(2);
-    await engine.updateAgent(agent, { max_parallel: 1 }, 'u');
+    await engine.agents.update(agent, { max_parallel: 1 }, 'u');
     await engine.heartbeat(running[0]!.id, running[0]!.lease_token!);
     await engine.complete(running[0]!.id, running[0]!.lease_token!, { status: 'succeeded' }, 'w');
     expect(await engine.claim(agent, { owner: 'w' })).toEqual([]); // still 1 running = cap
@@ -238,10 +239,10 @@ describe(`transitions (${STORE_KIND})`, () => {
     await engine.submit(agent, { message: 'a' }, 't');
     await engine.submit(agent, { message: 'b' }, 't');
     const row = await claimOne();
-    const out = await engine.deleteAgent(agent, 'u');
+    const out = await engine.agents.delete(agent, 'u');
     expect(out).toEqual({ cancelled: 1, cancel_requested: 1 });
     expect((await engine.heartbeat(row.id, row.lease_token!)).cancel_requested).toBe(true);
-    await expect(engine.getAgent(agent)).rejects.toThrow(/does not exist/);
+    await expect(engine.agents.get(agent)).rejects.toThrow(/does not exist/);
   });
 
   it('deleting an agent with a deep backlog cancels it in chunks, each its own transaction, the event loop turning between', async () => {
@@ -249,8 +250,8 @@ describe(`transitions (${STORE_KIND})`, () => {
     // members are chunked too: a backlog of groups' members was cancelled in the final transaction.
     const deep = `deep-${++n}`;
     const joins = `deep-joins-${n}`;
-    await engine.createAgent({ name: deep, max_parallel: 1, max_backlog: 5000 }, 'test');
-    await engine.createAgent({ name: joins }, 'test');
+    await engine.agents.create({ name: deep, max_parallel: 1, max_backlog: 5000 }, 'test');
+    await engine.agents.create({ name: joins }, 'test');
     const members = AGENT_DELETE_CHUNK - 100;
     const plain = AGENT_DELETE_CHUNK * 2 + 3 - 2 * members;
     const member = (i: number) => ({ agent: deep, message: `g${i}` });
@@ -270,7 +271,7 @@ describe(`transitions (${STORE_KIND})`, () => {
     const transaction = ts.store.transaction.bind(ts.store);
     ts.store.transaction = (fn) => (transactions.push(counter.turns), transaction(fn));
     try {
-      expect(await engine.deleteAgent(deep, 'u')).toEqual({ cancelled: queued, cancel_requested: 0 });
+      expect(await engine.agents.delete(deep, 'u')).toEqual({ cancelled: queued, cancel_requested: 0 });
     } finally {
       counter.stop();
       ts.store.transaction = transaction;

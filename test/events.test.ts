@@ -22,8 +22,8 @@ beforeAll(async () => {
     nodeId: 'events-test',
   });
   admin = node.createdAdminKey!;
-  await node.engine.createAgent({ name: 'ev-a' }, 'test');
-  await node.engine.createAgent({ name: 'ev-b' }, 'test');
+  await node.engine.agents.create({ name: 'ev-a' }, 'test');
+  await node.engine.agents.create({ name: 'ev-b' }, 'test');
 });
 afterAll(async () => {
   await node?.stop();

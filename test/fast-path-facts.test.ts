@@ -36,7 +36,7 @@ afterAll(async () => {
 
 const newAgent = async (extra: Record<string, unknown> = {}, prefix = 'facts') => {
   const name = `${prefix}-${++n}`;
-  await engine.createAgent({ name, max_parallel: 5, max_backlog: 100, breaker: null, ...extra }, 'test');
+  await engine.agents.create({ name, max_parallel: 5, max_backlog: 100, breaker: null, ...extra }, 'test');
   return name;
 };
 
@@ -62,19 +62,19 @@ describe(`fast-path facts (${STORE_KIND})`, () => {
 
   it('pause and resume flip the claim fact', async () => {
     const agent = await newAgent();
-    const paused = await engine.pauseAgent(agent, 'why', 'test');
+    const paused = await engine.agents.pause(agent, 'why', 'test');
     expect(paused.agent).toMatchObject({ fast_claim: 0, fast_complete: 1 });
     expect(await facts(agent)).toEqual({ claim: 0, complete: 1 });
-    await engine.resumeAgent(agent, 'test');
+    await engine.agents.resume(agent, 'test');
     expect(await facts(agent)).toEqual({ claim: 1, complete: 1 });
   });
 
   it('a budget flips both; removing it flips them back', async () => {
     const agent = await newAgent({ budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } });
     expect(await facts(agent)).toEqual({ claim: 0, complete: 0 });
-    await engine.updateAgent(agent, { budget: null }, 'test');
+    await engine.agents.update(agent, { budget: null }, 'test');
     expect(await facts(agent)).toEqual({ claim: 1, complete: 1 });
-    await engine.updateAgent(agent, { budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }, 'test');
+    await engine.agents.update(agent, { budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }, 'test');
     expect(await facts(agent)).toEqual({ claim: 0, complete: 0 });
   });
 
@@ -100,7 +100,7 @@ describe(`fast-path facts (${STORE_KIND})`, () => {
     expect(await facts(source)).toEqual({ claim: 1, complete: 1 });
     await engine.subscriptions.create({ source_agent: source, target_agent: target, on: 'succeeded', message: 'next' }, 'test');
     expect(await facts(source)).toEqual({ claim: 1, complete: 0 });
-    await engine.deleteAgent(target, 'test');
+    await engine.agents.delete(target, 'test');
     expect(await facts(source)).toEqual({ claim: 1, complete: 1 });
   });
 
@@ -127,7 +127,7 @@ describe(`fast-path facts (${STORE_KIND})`, () => {
     const row = await ts.store.db.selectFrom('agents').select('breaker_state').where('name', '=', agent).executeTakeFirstOrThrow();
     expect(row.breaker_state).toBe('open');
     expect(await facts(agent)).toEqual({ claim: 0, complete: 0 });
-    await engine.closeAgentBreaker(agent, 'test');
+    await engine.agents.closeBreaker(agent, 'test');
     expect(await facts(agent)).toEqual({ claim: 1, complete: 0 }); // a fresh window is not yet clean
     for (let i = 0; i < 3; i++) await run('succeeded');
     expect(await facts(agent)).toEqual({ claim: 1, complete: 1 });
@@ -179,7 +179,7 @@ describe(`a hold written only in TypeScript (${STORE_KIND})`, () => {
     }
     // Once removed, the held agents' facts follow the next change: they admit again.
     for (const { v, held } of heldAgents) {
-      await engine.updateAgent(held, { description: 'released' }, 'test');
+      await engine.agents.update(held, { description: 'released' }, 'test');
       expect(await v.engine.claim(held, { owner: 'w' }), v.label).toHaveLength(1);
     }
   });
@@ -233,7 +233,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
     try {
       const plain = await newAgent();
       const paused = await newAgent();
-      await spied.pauseAgent(paused, 'why', 'test');
+      await spied.agents.pause(paused, 'why', 'test');
       const row = await spied.submit(plain, { message: 'p' }, 'test');
       await spied.submit(paused, { message: 'p' }, 'test');
       const [claimed] = await spied.claim(plain, { owner: 'w' });
@@ -259,7 +259,7 @@ describe(`the migration's backfill (${STORE_KIND})`, () => {
       await newAgent({ budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 150 }] } }),
     ];
     const paused = await newAgent();
-    await engine.pauseAgent(paused, 'why', 'test');
+    await engine.agents.pause(paused, 'why', 'test');
     const lapsed = await newAgent();
     await ts.store.transaction((tx) => setLapseHold(tx, lapsed, ['x1', 'x2'], clock(), 'reaper'));
     const source = await newAgent();

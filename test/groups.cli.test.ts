@@ -25,8 +25,8 @@ beforeAll(async () => {
   ts = await openTestStore();
   node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, scheduler: false, nodeId: 'groups-cli-test' });
   admin = node.createdAdminKey!;
-  await node.engine.createAgent({ name: 'cli-worker', max_parallel: 10 }, 'test');
-  await node.engine.createAgent({ name: 'cli-join', max_parallel: 10 }, 'test');
+  await node.engine.agents.create({ name: 'cli-worker', max_parallel: 10 }, 'test');
+  await node.engine.agents.create({ name: 'cli-join', max_parallel: 10 }, 'test');
 });
 afterAll(async () => {
   cli.killAll();

@@ -54,7 +54,7 @@ async function snapshot(groupIds: string[], last: Map<string, string>) {
 describe(`SIGKILL of baton up while it completes groups' last members (${STORE_KIND})`, () => {
   it('each decided group has exactly one join, an undecided one none; after a restart all end with one', async () => {
     for (const name of ['crash-m', 'crash-join']) {
-      await engine.createAgent({ name, max_parallel: 1000, max_backlog: 1000, lease_ttl_seconds: 300, breaker: null }, 'test');
+      await engine.agents.create({ name, max_parallel: 1000, max_backlog: 1000, lease_ttl_seconds: 300, breaker: null }, 'test');
     }
     const ids: string[] = [];
     for (let i = 0; i < GROUPS; i++) {

@@ -18,8 +18,8 @@ beforeAll(async () => {
       requestInit: { headers: { authorization: `Bearer ${node.createdAdminKey}` } },
     }),
   );
-  for (const name of ['mcp-sub', 'mcp-lead']) await node.engine.createAgent({ name, max_parallel: 10 }, 'test');
-  await node.engine.createAgent({ name: 'mcp-full', max_backlog: 0 }, 'test');
+  for (const name of ['mcp-sub', 'mcp-lead']) await node.engine.agents.create({ name, max_parallel: 10 }, 'test');
+  await node.engine.agents.create({ name: 'mcp-full', max_backlog: 0 }, 'test');
 });
 afterAll(async () => {
   await c?.close().catch(() => {});
@@ -82,7 +82,7 @@ describe(`MCP run_group and get_group (${STORE_KIND})`, () => {
   });
 
   it('without wait_seconds returns the group id to poll; paused agents are named honestly', async () => {
-    await node.engine.pauseAgent('mcp-sub', 'maintenance', 'test');
+    await node.engine.agents.pause('mcp-sub', 'maintenance', 'test');
     try {
       const r = await call('run_group', { members: [{ agent: 'mcp-sub', message: 'later' }], policy: 'first_succeeded' });
       expect(r.structuredContent).toMatchObject({ outcome: 'started', status: 'running', settled: false, paused_agents: ['mcp-sub'] });
@@ -90,7 +90,7 @@ describe(`MCP run_group and get_group (${STORE_KIND})`, () => {
       const got = await call('get_group', { group_id: r.structuredContent.group_id });
       expect(got.structuredContent).toMatchObject({ settled: false, group: { status: 'running', policy: 'first_succeeded' } });
     } finally {
-      await node.engine.resumeAgent('mcp-sub', 'test');
+      await node.engine.agents.resume('mcp-sub', 'test');
     }
   });
 

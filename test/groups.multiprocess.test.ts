@@ -27,7 +27,7 @@ describeMultiProcess(`groups across processes (${STORE_KIND})`, () => {
     'two members of a group ending at once in two processes make exactly one join, for every group',
     async () => {
       for (const name of ['mp-left', 'mp-right', 'mp-join']) {
-        await engine.createAgent({ name, max_parallel: GROUPS, max_backlog: GROUPS * 2, breaker: null }, 'test');
+        await engine.agents.create({ name, max_parallel: GROUPS, max_backlog: GROUPS * 2, breaker: null }, 'test');
       }
       const ids: string[] = [];
       for (let i = 0; i < GROUPS; i++) {

@@ -290,7 +290,7 @@ describe(`groups in the engine (${STORE_KIND})`, () => {
     const a = await newAgent();
     const j = await newAgent();
     const g = await create({ members: tasks(a, 1), join: { agent: j, message: 'joined' } });
-    await engine.deleteAgent(j, 'test');
+    await engine.agents.delete(j, 'test');
     await finish(g.id, 0, 'succeeded');
     expect(await groupRow(g.id)).toMatchObject({ status: 'succeeded', join_refused: 'agent_missing' });
   });
@@ -300,7 +300,7 @@ describe(`groups in the engine (${STORE_KIND})`, () => {
     // being deleted: a queued task for an agent that no longer exists (canary E-04), inherited by the next agent of that name.
     const a = await newAgent();
     const g = await create({ members: tasks(a, 1), join: { agent: a, message: 'joined' } });
-    await engine.deleteAgent(a, 'test');
+    await engine.agents.delete(a, 'test');
     expect(await groupRow(g.id)).toMatchObject({ status: 'failed', join_refused: 'agent_missing', join_execution_id: null });
     const left = await ts.store.db.selectFrom('executions').select(['id', 'status']).where('agent', '=', a).execute();
     expect(left.filter((r) => r.status === 'queued' || r.status === 'running')).toEqual([]);
@@ -498,7 +498,7 @@ describe(`groups over HTTP (${STORE_KIND})`, () => {
     const lateBody = { members: [{ agent: late, message: 'x' }] };
     const no = await call('POST', '/v1/groups', lateBody, { 'idempotency-key': late });
     expect({ status: no.status, error: no.body.error }).toEqual({ status: 409, error: 'group_refused' });
-    await engine.createAgent({ name: late }, 'test');
+    await engine.agents.create({ name: late }, 'test');
     expect((await call('POST', '/v1/groups', lateBody, { 'idempotency-key': late })).status).toBe(201);
   });
 

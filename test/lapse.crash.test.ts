@@ -22,7 +22,7 @@ useStoreWithChildren((store, e) => {
 describe(`all of one agent's workers killed with SIGKILL at once (${STORE_KIND})`, () => {
   it('one reaper pass re-queues their tasks with no attempt charged and holds the agent; a new worker finishes them', async () => {
     const agent = 'lapse-sigkill';
-    await engine.createAgent(
+    await engine.agents.create(
       { name: agent, max_parallel: WORKERS, lease_ttl_seconds: 1, timeout_seconds: 600, max_redeliveries: 0 },
       'test',
     );
@@ -47,7 +47,7 @@ describe(`all of one agent's workers killed with SIGKILL at once (${STORE_KIND})
     expect(reaped.map((r) => [r.kind, r.to])).toEqual(Array(WORKERS).fill(['requeued_shared', 'queued']));
     expect(new Set(reaped.map((r) => r.id))).toEqual(ids);
     for (const id of ids) expect((await engine.getExecution(id)).execution).toMatchObject({ status: 'queued', attempt: 0 });
-    const before = (await engine.getAgent(agent)).agent;
+    const before = (await engine.agents.get(agent)).agent;
     expect(before.lapse_hold_count).toBe(WORKERS);
     expect((await engine.getExecution([...ids][0]!)).waiting?.reason).toBe('lapse_hold');
 
@@ -69,7 +69,7 @@ describe(`all of one agent's workers killed with SIGKILL at once (${STORE_KIND})
         ['running', 'succeeded', expect.anything()],
       ]);
     }
-    expect((await engine.getAgent(agent)).agent).toMatchObject({ lapse_hold_at: null, lapse_hold_count: null });
+    expect((await engine.agents.get(agent)).agent).toMatchObject({ lapse_hold_at: null, lapse_hold_count: null });
     const audit = await ts.store.db
       .selectFrom('audit_log')
       .select(['action', 'actor', 'detail'])

@@ -28,7 +28,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   agent = `lapse-${++n}`;
-  await engine.createAgent(
+  await engine.agents.create(
     { name: agent, max_parallel: 4, max_backlog: 20, lease_ttl_seconds: LEASE_MS / 1000, timeout_seconds: 600, max_redeliveries: 1 },
     'test',
   );
@@ -40,7 +40,7 @@ const claimOne = async (owner: string, on = agent): Promise<ExecutionRow> => {
   return row;
 };
 const row = async (id: string) => (await engine.getExecution(id)).execution;
-const agentRow = async (name = agent) => (await engine.getAgent(name)).agent;
+const agentRow = async (name = agent) => (await engine.agents.get(name)).agent;
 const reapMine = async () => (await engine.reapOnce()).filter((r) => r.agent === agent).map((r) => [r.id, r.kind, r.to]);
 const audits = async (action: string, subject = agent) =>
   ts.store.db.selectFrom('audit_log').selectAll().where('action', '=', action).where('subject', '=', subject).orderBy('id').execute();
@@ -176,7 +176,7 @@ describe(`shared-cause lapses (${STORE_KIND})`, () => {
   it('lapses of two different agents, one each, are not shared', async () => {
     const [a] = await runMany(1);
     const other = `${agent}-other`;
-    await engine.createAgent(
+    await engine.agents.create(
       { name: other, max_parallel: 1, max_backlog: 5, lease_ttl_seconds: LEASE_MS / 1000, timeout_seconds: 600 },
       'test',
     );
@@ -209,7 +209,7 @@ describe(`shared-cause lapses (${STORE_KIND})`, () => {
 
   it(`a push agent holds for ${PUSH_LAPSE_HOLD_MS / 1000} s, then the next dispatch ends it and delivers`, async () => {
     const push = `${agent}-push`;
-    await engine.createAgent(
+    await engine.agents.create(
       {
         name: push,
         max_parallel: 2,

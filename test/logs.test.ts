@@ -43,7 +43,7 @@ async function claimOne(agent: string) {
 describe('log appends (engine)', () => {
   it('are fenced by the lease token, ordered, redacted and bounded with a marker', async () => {
     const { engine } = node;
-    await engine.createAgent({ name: 'fenced' }, 'test');
+    await engine.agents.create({ name: 'fenced' }, 'test');
     const row = await claimOne('fenced');
     await expect(appendLogs(engine.store, row.id, 'ls_wrong', [{ stream: 'stdout', line: 'x' }], engine.now())).rejects.toMatchObject({
       code: 'lease_lost',
@@ -102,7 +102,7 @@ describe('log appends (engine)', () => {
 
   it('the HTTP route refuses a stale token with 409 lease_lost and an unknown execution with 404', async () => {
     const { engine } = node;
-    await engine.createAgent({ name: 'fenced-http' }, 'test');
+    await engine.agents.create({ name: 'fenced-http' }, 'test');
     const row = await claimOne('fenced-http');
     await expect(api.appendLogs(row.id, 'ls_stale', [{ line: 'x' }])).rejects.toMatchObject({ status: 409, code: 'lease_lost' });
     await expect(api.appendLogs('ex_doesnotexist', row.lease_token!, [{ line: 'x' }])).rejects.toMatchObject({ status: 404 });
@@ -303,7 +303,7 @@ describe('many followers of one execution', () => {
   it('share the reads of an append, and each still gets every line in order', async () => {
     // Every follower used to read every page itself: 250 followers of a 4 MB append held a SQLite server's event loop ~4.5 s.
     const { engine } = node;
-    await engine.createAgent({ name: 'crowd' }, 'test');
+    await engine.agents.create({ name: 'crowd' }, 'test');
     const row = await claimOne('crowd');
     const FOLLOWERS = 8;
     const LINES = 300; // 5 pages of 64
@@ -336,7 +336,7 @@ describe('many followers of one execution', () => {
 
   it(`answers a follower past ${MAX_FOLLOWERS} on one execution 429 too_many_streams, and takes one again once a follower left`, async () => {
     const { engine } = node;
-    await engine.createAgent({ name: 'capped' }, 'test');
+    await engine.agents.create({ name: 'capped' }, 'test');
     const row = await claimOne('capped');
     const url = `${node.url}/v1/executions/${row.id}/logs?follow=true`;
     const headers = { authorization: `Bearer ${key}` };

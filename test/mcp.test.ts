@@ -95,7 +95,7 @@ describe.each([
   beforeAll(async () => {
     c = await open(admin);
     agent = `mcp-${Math.random().toString(36).slice(2, 8)}`;
-    await node.engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 2 }, 'test');
+    await node.engine.agents.create({ name: agent, max_parallel: 1, max_backlog: 2 }, 'test');
   });
 
   it('lists every tool with an input and an output schema', async () => {
@@ -157,7 +157,7 @@ describe.each([
 
   it('a full backlog is a structured answer, not an error', async () => {
     const full = `${agent}-full`;
-    await node.engine.createAgent({ name: full, max_backlog: 0 }, 'test');
+    await node.engine.agents.create({ name: full, max_backlog: 0 }, 'test');
     const r = await call(c, 'run_task', { agent: full, message: 'x' });
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toEqual({ outcome: 'backlog_full', message: expect.stringContaining('no run was started') });
@@ -245,7 +245,7 @@ describe.each([
 
   it('subscribe, list_subscriptions, unsubscribe; get_execution lists what a source started', async () => {
     const target = `${agent}-next`;
-    await node.engine.createAgent({ name: target, max_parallel: 1, max_backlog: 5 }, 'test');
+    await node.engine.agents.create({ name: target, max_parallel: 1, max_backlog: 5 }, 'test');
     const bad = await call(c, 'subscribe', { source_agent: agent, target_agent: target, on: 'succeeded', message: '{{source.nope}}' });
     expect(bad.isError).toBe(true);
     expect(text(bad)).toMatch(/validation_error: body\.message: placeholder \{\{source\.nope\}\}/);
@@ -271,7 +271,7 @@ describe.each([
     const gone = await call(c, 'unsubscribe', { subscription_id: sub.id });
     expect(gone.structuredContent).toMatchObject({ deleted: sub.id });
     expect((await call(c, 'unsubscribe', { subscription_id: sub.id })).isError).toBe(true);
-    await node.engine.deleteAgent(target, 'test');
+    await node.engine.agents.delete(target, 'test');
   });
 
   it('an agent-scoped key sees only its scope', async () => {
@@ -312,7 +312,7 @@ describe('MCP over HTTP: authentication', () => {
 describe('MCP over HTTP: waiting', () => {
   it('run_task with wait_seconds polls the status, and reads the execution whole once', async () => {
     const agent = `mcp-wait-${Math.random().toString(36).slice(2, 8)}`;
-    await node.engine.createAgent({ name: agent }, 'test');
+    await node.engine.agents.create({ name: agent }, 'test');
     let full = 0;
     const getExecution = node.engine.getExecution.bind(node.engine);
     node.engine.getExecution = ((id: string) => (full++, getExecution(id))) as typeof getExecution;
@@ -330,7 +330,7 @@ describe('MCP over HTTP: waiting', () => {
     expect(full).toBe(1);
     const status = await fetch(`${node.url}/v1/executions/ex_doesnotexist/status`, { headers: { authorization: `Bearer ${admin}` } });
     expect(status.status).toBe(404);
-    await node.engine.deleteAgent(agent, 'test');
+    await node.engine.agents.delete(agent, 'test');
   });
 });
 
@@ -358,8 +358,8 @@ describe('MCP over HTTP: pacing and bounds', () => {
   it("a batch's calls are handled a turn of the event loop apart, not back to back", async () => {
     const counter = countTurns();
     const seen: number[] = [];
-    const listAgents = node.engine.listAgents.bind(node.engine);
-    node.engine.listAgents = ((...args: Parameters<typeof listAgents>) => (
+    const listAgents = node.engine.agents.list.bind(node.engine);
+    node.engine.agents.list = ((...args: Parameters<typeof listAgents>) => (
       seen.push(counter.turns),
       listAgents(...args)
     )) as typeof listAgents;
@@ -369,7 +369,7 @@ describe('MCP over HTTP: pacing and bounds', () => {
       for (const a of answers) expect(a.result.isError).toBeFalsy();
     } finally {
       counter.stop();
-      node.engine.listAgents = listAgents;
+      node.engine.agents.list = listAgents;
     }
     expect(seen).toHaveLength(4);
     for (let i = 1; i < seen.length; i++) expect(seen[i]!).toBeGreaterThan(seen[i - 1]!);
@@ -377,7 +377,7 @@ describe('MCP over HTTP: pacing and bounds', () => {
 
   it('answers past the bound of a batch are the documented error; a large answer alone is compact JSON', async () => {
     const agent = `mcp-big-${Math.random().toString(36).slice(2, 8)}`;
-    await node.engine.createAgent({ name: agent }, 'test');
+    await node.engine.agents.create({ name: agent }, 'test');
     const created = await node.engine.submit(agent, { message: 'big' }, 'test');
     const [row] = await node.engine.claim(agent, { owner: 'big-writer' });
     // One value of 1.5 MB: the answer carries it twice (as text and structured), about 3 MB.
@@ -401,15 +401,15 @@ describe('MCP over HTTP: pacing and bounds', () => {
     expect(text(alone)).toBe(JSON.stringify(alone.structuredContent));
     // Small answers stay indented for a reader.
     expect(text(await call(await httpClient(admin), 'list_agents'))).toContain('\n  ');
-    await node.engine.deleteAgent(agent, 'test');
+    await node.engine.agents.delete(agent, 'test');
   });
 
   it('a call that took effect is never refused past the bound: its answer is cut to its short fields', async () => {
     const tag = Math.random().toString(36).slice(2, 8);
     const big = `mcp-big-${tag}`;
     const worker = `mcp-cut-${tag}`;
-    await node.engine.createAgent({ name: big }, 'test');
-    await node.engine.createAgent({ name: worker }, 'test');
+    await node.engine.agents.create({ name: big }, 'test');
+    await node.engine.agents.create({ name: worker }, 'test');
     const created = await node.engine.submit(big, { message: 'big' }, 'test');
     const [row] = await node.engine.claim(big, { owner: 'big-writer' });
     await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { text: 'x'.repeat(1_500_000) } }, 'test');
@@ -444,7 +444,7 @@ describe('MCP over HTTP: pacing and bounds', () => {
     // One run, as the answer says: nothing to send again.
     const runs = await node.engine.listExecutions({ agent: worker });
     expect(runs.map((r) => r.id)).toEqual([task!.id]);
-    await node.engine.deleteAgent(big, 'test');
-    await node.engine.deleteAgent(worker, 'test');
+    await node.engine.agents.delete(big, 'test');
+    await node.engine.agents.delete(worker, 'test');
   });
 });

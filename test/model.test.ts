@@ -432,14 +432,14 @@ async function step(model: Model, cmd: Cmd): Promise<void> {
     case 'resume': {
       const a = model.agents[cmd.agent % model.specs.length]!;
       const name = model.names[cmd.agent % model.specs.length]!;
-      const got = cmd.kind === 'pause' ? await engine.pauseAgent(name, 'model', 'model') : await engine.resumeAgent(name, 'model');
+      const got = cmd.kind === 'pause' ? await engine.agents.pause(name, 'model', 'model') : await engine.agents.resume(name, 'model');
       expect(got.changed).toBe(a.paused !== (cmd.kind === 'pause'));
       a.paused = cmd.kind === 'pause';
       return;
     }
     case 'closeBreaker': {
       const a = model.agents[cmd.agent % model.specs.length]!;
-      const got = await engine.closeAgentBreaker(model.names[cmd.agent % model.specs.length]!, 'model');
+      const got = await engine.agents.closeBreaker(model.names[cmd.agent % model.specs.length]!, 'model');
       expect(got.changed).toBe(a.breaker.state !== 'closed');
       a.breaker = closedBreaker();
       return;
@@ -584,7 +584,7 @@ describe(`model (${STORE_KIND})`, () => {
           const r = ++run;
           const names = specs.map((_, i) => `m${r}-${i}`);
           for (const [i, { breaker, budget, ...spec }] of specs.entries()) {
-            await engine.createAgent(
+            await engine.agents.create(
               {
                 name: names[i]!,
                 lease_ttl_seconds: LEASE_MS / 1000,

@@ -101,7 +101,7 @@ async function replay(agent: string) {
 
 describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
   async function contend(agent: string, cap: number) {
-    await engine.createAgent(
+    await engine.agents.create(
       { name: agent, max_parallel: cap, max_backlog: EXECUTIONS, lease_ttl_seconds: 30, timeout_seconds: 600 },
       'test',
     );
@@ -202,7 +202,7 @@ describeMultiProcess(`several processes, one agent (${STORE_KIND})`, () => {
 describe(`a worker process killed with SIGKILL (${STORE_KIND})`, () => {
   it('its lapsed lease re-queues the same execution, which another worker finishes as attempt 2', async () => {
     const agent = 'mp-sigkill';
-    await engine.createAgent({ name: agent, max_parallel: 1, lease_ttl_seconds: 1, timeout_seconds: 600, max_redeliveries: 3 }, 'test');
+    await engine.agents.create({ name: agent, max_parallel: 1, lease_ttl_seconds: 1, timeout_seconds: 600, max_redeliveries: 3 }, 'test');
     const submitted = await engine.submit(agent, { message: 'survive a crash' }, 'test');
 
     const holder = spawnFixture('hold', ['--agent', agent, '--owner', 'holder-1'], ts.env);

@@ -99,7 +99,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
         clock.advance(1); // FIFO is by queued_at, then id
       }
     await engine.submit(paused, { message: 'p' }, 'test');
-    await engine.pauseAgent(paused, 'test', 'test');
+    await engine.agents.pause(paused, 'test', 'test');
     const keyed = await engine.submit(serial, { message: 's' }, 'test');
     await ts.store.db.updateTable('executions').set({ serial_key: 'k1' }).where('id', '=', keyed.id).execute();
     // Agents the call decides, together: one statement (rows, an empty answer, stamps and all).
@@ -429,7 +429,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
   it('holds and serial keys take the full admission: a paused agent admits nothing, a serial key one at a time', async () => {
     const paused = await newAgent({ breaker: null });
     await engine.submit(paused, { message: 'p' }, 'test');
-    await engine.pauseAgent(paused, 'test', 'test');
+    await engine.agents.pause(paused, 'test', 'test');
     expect(await engine.claim(paused, { owner: 'w', max: 2 })).toEqual([]);
     expect(await seats(paused)).toBe(0);
 

@@ -349,8 +349,8 @@ function historyRow(i: number): NewExecution {
 }
 
 async function seed(): Promise<void> {
-  for (const a of AGENTS) await engine.createAgent({ name: a, max_parallel: 2, max_backlog: 1000 }, 'seed');
-  await engine.createAgent({ name: 'hist-push', max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'seed');
+  for (const a of AGENTS) await engine.agents.create({ name: a, max_parallel: 2, max_backlog: 1000 }, 'seed');
+  await engine.agents.create({ name: 'hist-push', max_parallel: 1, delivery: 'push', push_url: 'http://127.0.0.1:9/' }, 'seed');
   const t = engine;
   for (const a of AGENTS.slice(0, 2)) {
     const s = await t.schedules.create(a, { name: `every-minute-${a}`, cron: '* * * * *', message: 'tick' }, 'seed');
@@ -418,9 +418,9 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     for (let i = 0; i < 6; i++) live.push(await engine.submit(AGENTS[i % 3]!, { message: `live ${i}`, payload: { i } }, 'test'));
     await engine.submit('hist-push', { message: 'push me' }, 'test');
 
-    await during('listAgents', () => engine.listAgents({ limit: 200 }));
-    await during('listAgents after a cursor', () => engine.listAgents({ limit: 200, after: a }));
-    await during('getAgent', () => engine.getAgent(a));
+    await during('listAgents', () => engine.agents.list({ limit: 200 }));
+    await during('listAgents after a cursor', () => engine.agents.list({ limit: 200, after: a }));
+    await during('getAgent', () => engine.agents.get(a));
     const claimed = await during('claim', () => engine.claim(a, { owner: 'w1', max: 2 }));
     expect(claimed.length).toBeGreaterThan(0);
     await during('heartbeat', () => engine.heartbeat(claimed[0]!.id, claimed[0]!.lease_token!));
@@ -457,7 +457,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     for (let i = 0; i < 4; i++) queuedC.push(await engine.submit(c, { message: `seat ${i}` }, 'test'));
     await engine.claim(c, { owner: 'w3', max: 2 });
     await during('waiting seats', () => engine.getExecution(queuedC[3]!.id));
-    await engine.pauseAgent(AGENTS[3]!, 'plans', 'test');
+    await engine.agents.pause(AGENTS[3]!, 'plans', 'test');
     const pausedRow = await engine.submit(AGENTS[3]!, { message: 'paused' }, 'test');
     await during('waiting paused', () => engine.getExecution(pausedRow.id));
 
@@ -485,8 +485,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     for (const [what, f] of filters) await during(what, () => engine.listExecutions({ limit: 50, ...f }));
     await during('getExecution', () => engine.getExecution(sampleId));
     // The dashboard's charts: the busy agent (80 % of history) over its longest window.
-    await during('agent series', () => engine.agentSeries(AGENTS[0]!, '24h'));
-    await during('agent seats', () => engine.agentSeats(AGENTS[0]!, '6h'));
+    await during('agent series', () => engine.agents.series(AGENTS[0]!, '24h'));
+    await during('agent seats', () => engine.agents.seats(AGENTS[0]!, '6h'));
     // (What a series adds for an agent busier than its row cap: exact counts per bucket.)
     await during('agent series counts', () => countFinished(engine.store.reader, AGENTS[0]!, now - 30 * 86_400_000, 12 * 3_600_000));
     await during('manual retry', () => engine.retryFailed(claimed[1]?.id ?? 'ex_none', 'test').catch(() => undefined));
@@ -526,11 +526,11 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     }
 
     await during('schedule delete', () => t.schedules.delete(scheduleIds[1]!, 'test'));
-    await during('agent delete', () => engine.deleteAgent(AGENTS[4]!, 'test'));
+    await during('agent delete', () => engine.agents.delete(AGENTS[4]!, 'test'));
 
     // Budgets: an agent with years of hourly ledger rows behind it. Admission, completion, the
     // waiting answer and GET /v1/agents/{agent}/budget each seek its current windows' rows.
-    await engine.createAgent(
+    await engine.agents.create(
       {
         name: 'hist-budget',
         max_parallel: 1,
@@ -570,11 +570,11 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     expect(
       (await during('waiting budget', () => engine.getExecution(budgetRows.find((r) => r.id !== spender!.id)!.id))).waiting?.reason,
     ).toBe('budget_spent');
-    await during('budget read', () => engine.agentBudget('hist-budget'));
+    await during('budget read', () => engine.agents.budget('hist-budget'));
 
     // Shared-cause lapse: two leases of one agent lapse in one pass (the reaper's hold lookup and
     // agent update), then the waiting answer on the held agent and the claim that ends the hold.
-    await engine.createAgent({ name: 'hist-lapse', max_parallel: 3, max_backlog: 10 }, 'test');
+    await engine.agents.create({ name: 'hist-lapse', max_parallel: 3, max_backlog: 10 }, 'test');
     for (let i = 0; i < 3; i++) await engine.submit('hist-lapse', { message: `lapse ${i}` }, 'test');
     const leased = await engine.claim('hist-lapse', { owner: 'w5', max: 2 });
     await store.db
@@ -593,7 +593,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     // Circuit breaker: a failure that opens it (counted under the agent lock), the claim that
     // takes the probe once the cool-down is over, the waiting answer that seeks the probe's row.
     const cfg = { consecutive: 1, ratio: 1, window: 5, cooldown_ms: 1_000, max_cooldown_ms: 2_000, count: ['agent_error' as const] };
-    await engine.createAgent({ name: 'hist-breaker', max_parallel: 3, max_backlog: 10, breaker: cfg }, 'test');
+    await engine.agents.create({ name: 'hist-breaker', max_parallel: 3, max_backlog: 10, breaker: cfg }, 'test');
     for (let i = 0; i < 3; i++) await engine.submit('hist-breaker', { message: `breaker ${i}` }, 'test');
     const [failing] = await engine.claim('hist-breaker', { owner: 'w7' });
     const failure = { status: 'failed' as const, error: { code: 'model_error', message: 'x' } };
@@ -610,7 +610,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     expect(half.waiting?.reason).toBe('breaker_open');
 
     // Batch submit (issue #12): the backlog count, the keys' primary-key reads and writes, the keyed rows read back.
-    await engine.createAgent({ name: 'hist-batch', max_backlog: 10 }, 'test');
+    await engine.agents.create({ name: 'hist-batch', max_backlog: 10 }, 'test');
     const batched = await during('submit many', () =>
       engine.submitMany('hist-batch', [{ message: 'b1', idem: { key: 'plan-1', hash: 'h1' } }, { message: 'b2' }], 'test'),
     );
@@ -618,8 +618,8 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
 
     // Chains (issue #14): a completion that starts a chained task (subscriptions read, link row,
     // the target's backlog count), and the source's view listing what it started.
-    await engine.createAgent({ name: 'hist-chain-src', max_backlog: 10 }, 'test');
-    await engine.createAgent({ name: 'hist-chain-dst', max_backlog: 10 }, 'test');
+    await engine.agents.create({ name: 'hist-chain-src', max_backlog: 10 }, 'test');
+    await engine.agents.create({ name: 'hist-chain-dst', max_backlog: 10 }, 'test');
     await engine.subscriptions.create(
       { source_agent: 'hist-chain-src', target_agent: 'hist-chain-dst', on: 'any', message: '{{source.id}}' },
       'test',
@@ -631,7 +631,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
 
     // Groups (issue #14): creation (backlog counts, keys), the completion that decides a group and
     // starts its join (counter update, live members, members' outcomes), the view, a cancel.
-    await engine.createAgent({ name: 'hist-group', max_parallel: 10, max_backlog: 10 }, 'test');
+    await engine.agents.create({ name: 'hist-group', max_parallel: 10, max_backlog: 10 }, 'test');
     const group = await during('group create', () =>
       engine.groups.create(
         {

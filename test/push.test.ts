@@ -248,7 +248,7 @@ describe('push delivery', () => {
 
   it('an agent deleted between a pass reading the push agents and claiming for it is skipped, not a dispatcher failure', async () => {
     await api.createAgent({ name: 'push-gone', delivery: 'push', push_url: 'http://127.0.0.1:9/none' });
-    const stale = await node.engine.deliverySettings();
+    const stale = await node.engine.agents.deliverySettings();
     expect(stale.some((a) => a.name === 'push-gone')).toBe(true);
     await api.deleteAgent('push-gone');
     // A second dispatcher whose pass reads the list from before the delete.

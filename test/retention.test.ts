@@ -561,7 +561,7 @@ describe(`retention (${STORE_KIND})`, () => {
     });
     try {
       const admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
-      await engine.createAgent({ name: 'h-agent' }, 'test');
+      await engine.agents.create({ name: 'h-agent' }, 'test');
       const worker = (await keys.create({ name: 'w', scope: 'agent', agent: 'h-agent' }, 'test')).key;
       const r = await app.inject({ method: 'GET', url: '/v1/history', headers: { authorization: `Bearer ${admin}` } });
       expect(r.statusCode).toBe(200);

@@ -54,7 +54,7 @@ describe(`WAL checkpoints (${STORE_KIND})`, () => {
     const sampler = setInterval(() => (most = Math.max(most, stats.lastFrames)), 5);
     try {
       // About 2,000 pages of 4 KiB committed: under the backstop, so only the thread checkpoints.
-      await engine.createAgent({ name: 'wal', max_parallel: 1, max_backlog: 10_000 }, 'test');
+      await engine.agents.create({ name: 'wal', max_parallel: 1, max_backlog: 10_000 }, 'test');
       const filler = 'x'.repeat(3_000);
       for (let i = 0; i < 20; i++) {
         await Promise.all(
@@ -79,7 +79,7 @@ describe(`WAL checkpoints (${STORE_KIND})`, () => {
     try {
       await store.migrate();
       const steady = new Engine({ store, clock: manualClock(), nodeId: 'wal-restart' });
-      await steady.createAgent({ name: 'steady', max_parallel: 1, max_backlog: 100_000 }, 'test');
+      await steady.agents.create({ name: 'steady', max_parallel: 1, max_backlog: 100_000 }, 'test');
       const stats = checkpointStats(store)!;
       const filler = 'x'.repeat(3_000);
       const frame = 4096 + 24;

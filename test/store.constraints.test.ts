@@ -17,7 +17,7 @@ let engine: Engine;
 beforeAll(async () => {
   ts = await openTestStore();
   engine = new Engine({ store: ts.store, clock: manualClock(), nodeId: 'constraints' });
-  await engine.createAgent({ name: 'held', max_parallel: 2 }, 'test');
+  await engine.agents.create({ name: 'held', max_parallel: 2 }, 'test');
 });
 afterAll(async () => {
   engine.close();

@@ -101,7 +101,7 @@ describeGroupCommit('group commit (sqlite)', () => {
     file = t.file;
     peek = new Database(file, { readonly: true });
     engine = new Engine({ store: t.store, clock: manualClock(), nodeId: 'gc', cancelGraceMs: 30_000, backlogExpiryMs: 86_400_000 });
-    await engine.createAgent({ name: 'burst', max_parallel: 3, max_backlog: 10_000 }, 'test');
+    await engine.agents.create({ name: 'burst', max_parallel: 3, max_backlog: 10_000 }, 'test');
   });
   afterAll(async () => {
     peek.close();

@@ -79,8 +79,8 @@ describeSqlite('SQLite statements keep their plans between runs', () => {
   });
 
   it('a submit, a claim, a chained completion and a scheduler pass bind no LIMIT or enabled flag; the serial-key check seeks its index', async () => {
-    await engine.createAgent({ name: 'src', max_parallel: 3 }, 'test');
-    await engine.createAgent({ name: 'dst', max_parallel: 3 }, 'test');
+    await engine.agents.create({ name: 'src', max_parallel: 3 }, 'test');
+    await engine.agents.create({ name: 'dst', max_parallel: 3 }, 'test');
     await engine.subscriptions.create({ source_agent: 'src', target_agent: 'dst', on: 'succeeded', message: 'after' }, 'test');
     await engine.schedules.create('src', { name: 'every-minute', cron: '* * * * *', message: 'tick' }, 'test');
     const texts = await statementsRun(async () => {
@@ -119,7 +119,7 @@ describeSqlite('SQLite statements keep their plans between runs', () => {
     const first = openSqlite(file);
     await first.migrate();
     const e = new Engine({ store: first, clock, nodeId: 'plans-kept-2' });
-    await e.createAgent({ name: 'a', max_parallel: 1 }, 'test');
+    await e.agents.create({ name: 'a', max_parallel: 1 }, 'test');
     for (let i = 0; i < 20; i++) await e.submit('a', { message: `m${i}` }, 'test');
     e.close();
     await sql`ANALYZE`.execute(first.db);

@@ -16,8 +16,8 @@ beforeAll(async () => {
   ts = await openTestStore();
   node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, scheduler: false, nodeId: 'subscriptions-cli-test' });
   admin = node.createdAdminKey!;
-  await node.engine.createAgent({ name: 'cli-coder' }, 'test');
-  await node.engine.createAgent({ name: 'cli-reviewer' }, 'test');
+  await node.engine.agents.create({ name: 'cli-coder' }, 'test');
+  await node.engine.agents.create({ name: 'cli-reviewer' }, 'test');
 });
 afterAll(async () => {
   cli.killAll();

@@ -28,7 +28,7 @@ beforeAll(async () => {
     nodeId: 'triggers-cli-test',
   });
   admin = node.createdAdminKey!;
-  await node.engine.createAgent({ name: 'cli-sched' }, 'test');
+  await node.engine.agents.create({ name: 'cli-sched' }, 'test');
 });
 afterAll(async () => {
   cli.killAll();

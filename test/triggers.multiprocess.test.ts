@@ -18,7 +18,7 @@ afterAll(async () => {
 
 describeMultiProcess('three scheduler processes on one PostgreSQL', () => {
   it('fire every due time exactly once: no duplicate, no gap, over many ticks, though one of them is SIGKILLed', async () => {
-    await engine.createAgent({ name: 'mp', max_parallel: 1, max_backlog: 10_000 }, 'test');
+    await engine.agents.create({ name: 'mp', max_parallel: 1, max_backlog: 10_000 }, 'test');
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) {
       const s = await engine.schedules.create(

@@ -21,7 +21,7 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   agent = `agent-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 10, timeout_seconds: 60, retry_policy: policy }, 'test');
+  await engine.agents.create({ name: agent, max_parallel: 1, max_backlog: 10, timeout_seconds: 60, retry_policy: policy }, 'test');
 });
 
 async function failNext(code = 'boom') {

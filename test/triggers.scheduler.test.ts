@@ -33,7 +33,7 @@ afterEach(async () => {
 });
 beforeEach(async () => {
   agent = `agent-${++n}`;
-  await engine.createAgent({ name: agent, max_parallel: 1, max_backlog: 3 }, 'test');
+  await engine.agents.create({ name: agent, max_parallel: 1, max_backlog: 3 }, 'test');
 });
 
 const rowsOf = (scheduleId: string) =>
@@ -148,7 +148,7 @@ describe('schedules', () => {
   });
 
   it('overlap queue runs one at a time (the next waits in the queue); allow may overlap when seats are free', async () => {
-    await engine.updateAgent(agent, { max_parallel: 4, max_backlog: 10 }, 'test');
+    await engine.agents.update(agent, { max_parallel: 4, max_backlog: 10 }, 'test');
     clock.set(Date.UTC(2026, 0, 2, 1, 0, 10));
     const q = await t().schedules.create(agent, { name: 'q', cron: '* * * * *', message: 'm', overlap_policy: 'queue' }, 'test');
     const a = await t().schedules.create(agent, { name: 'a', cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
@@ -232,7 +232,7 @@ describe('schedules', () => {
       { name: 'fall-hourly', cron: '0 * * * *', timezone: 'America/New_York', message: 'm', overlap_policy: 'allow' },
       'test',
     );
-    await engine.updateAgent(agent, { max_backlog: 1000 }, 'test');
+    await engine.agents.update(agent, { max_backlog: 1000 }, 'test');
     const seen: Record<string, string[]> = { [daily.id]: [], [hourly.id]: [] };
     for (let m = 0; m < 48 * 4; m++) {
       clock.set(Date.UTC(2026, 9, 31, 12) + m * 15 * 60_000 + 1000);
@@ -255,7 +255,7 @@ describe('schedules', () => {
   it('a 6-field (seconds) cron fires every second', async () => {
     clock.set(Date.UTC(2026, 0, 6, 0, 0, 0, 500));
     const s = await t().schedules.create(agent, { name: 'secs', cron: '* * * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
-    await engine.updateAgent(agent, { max_backlog: 100 }, 'test');
+    await engine.agents.update(agent, { max_backlog: 100 }, 'test');
     for (let i = 1; i <= 5; i++) {
       clock.set(Date.UTC(2026, 0, 6, 0, 0, i, 100));
       await tickSchedulesOnce(engine);
@@ -264,7 +264,7 @@ describe('schedules', () => {
   });
 
   it('deleting a schedule cancels its queued runs and asks running ones to stop; history stays', async () => {
-    await engine.updateAgent(agent, { max_parallel: 1, max_backlog: 10 }, 'test');
+    await engine.agents.update(agent, { max_parallel: 1, max_backlog: 10 }, 'test');
     clock.set(Date.UTC(2026, 0, 7, 0, 0, 10));
     const s = await t().schedules.create(agent, { name: 'del', cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test');
     clock.set(Date.UTC(2026, 0, 7, 0, 1, 0, 5));
@@ -313,14 +313,14 @@ describe('schedules', () => {
     const s = await t().schedules.create(agent, { name: 'gone', cron: '* * * * *', message: 'm' }, 'test');
     await t().webhooks.create({ name: 'h', agent }, 'test');
     await t().webhooks.create({ name: 'h2', schedule_id: s.id }, 'test');
-    await engine.deleteAgent(agent, 'test');
+    await engine.agents.delete(agent, 'test');
     expect(await ts.store.db.selectFrom('schedules').select('id').where('agent', '=', agent).execute()).toEqual([]);
     expect(await ts.store.db.selectFrom('webhooks').select('id').where('agent', '=', agent).execute()).toEqual([]);
   });
   it('a burst of due schedules fires in bulk: one row and one event per due schedule, one audit row per batch, queued and skipped rows mixed in a batch', async () => {
     const due = Date.UTC(2026, 6, 1, 9, 0);
     const roomy = `${agent}-roomy`;
-    await engine.createAgent({ name: roomy, max_backlog: 1000, max_redeliveries: 7, timeout_seconds: 99 }, 'test');
+    await engine.agents.create({ name: roomy, max_backlog: 1000, max_redeliveries: 7, timeout_seconds: 99 }, 'test');
     // More than one batch (400): 300 on an agent with room, 150 on one whose backlog holds 3.
     const schedule = (i: number, on: string) => ({
       id: newScheduleId(),
@@ -446,7 +446,7 @@ describe('schedules', () => {
   it('a stopping process ends the pass after the round of batches in hand; what is still due stays due', async () => {
     clock.set(Date.UTC(2026, 8, 1, 0, 0, 20));
     const roomy = `${agent}-roomy`;
-    await engine.createAgent({ name: roomy, max_backlog: 100 }, 'test');
+    await engine.agents.create({ name: roomy, max_backlog: 100 }, 'test');
     const made: Array<{ id: string }> = [];
     for (let i = 0; i < 10; i++)
       made.push(await t().schedules.create(roomy, { name: `due-${i}`, cron: '* * * * *', message: 'm', overlap_policy: 'allow' }, 'test'));

@@ -34,8 +34,8 @@ export async function runBacklogBench(store: StoreKind, pgUrl: string): Promise<
   const s = await db.open();
   const engine = new Engine({ store: s, nodeId: 'bench-backlog' });
   try {
-    await engine.createAgent({ name: 'deep', max_parallel: 1, max_backlog: 1_000_000 }, 'bench');
-    for (let i = 0; i < 99; i++) await engine.createAgent({ name: `other-${i}`, max_parallel: 1 }, 'bench');
+    await engine.agents.create({ name: 'deep', max_parallel: 1, max_backlog: 1_000_000 }, 'bench');
+    for (let i = 0; i < 99; i++) await engine.agents.create({ name: `other-${i}`, max_parallel: 1 }, 'bench');
     const probes: BacklogProbe[] = [];
     let queued = 0;
     let fillMs = 0;
@@ -55,8 +55,8 @@ export async function runBacklogBench(store: StoreKind, pgUrl: string): Promise<
       fillMs += performance.now() - t0;
       const submits = await timed(100, () => engine.submit('deep', { message: 'probe' }, 'bench'));
       queued += 100;
-      const gets = await timed(50, () => engine.getAgent('deep'));
-      const lists = await timed(20, () => engine.listAgents({ limit: 200 }));
+      const gets = await timed(50, () => engine.agents.get('deep'));
+      const lists = await timed(20, () => engine.agents.list({ limit: 200 }));
       probes.push({
         depth,
         submit_p50_ms: p50(submits),

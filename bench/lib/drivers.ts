@@ -92,7 +92,7 @@ export function engineDriver(store: StoreAdapter, engineOpts: { claimPollMs?: nu
     mode: 'inproc',
     engine,
     async createAgent(name, maxParallel, maxBacklog) {
-      await engine.createAgent({ name, max_parallel: maxParallel, max_backlog: maxBacklog }, 'bench');
+      await engine.agents.create({ name, max_parallel: maxParallel, max_backlog: maxBacklog }, 'bench');
     },
     async submit(agent, i) {
       return (await engine.submit(agent, { message: 'noop', payload: { i } }, 'bench')).id;

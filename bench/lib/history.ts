@@ -1124,12 +1124,12 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
       const e = new Engine({ store: s, nodeId: 'bench-history' });
       for (let i = 0; i < 100; i++) {
         const a = { name: agentName(i), max_parallel: [1, 2, 3, 4, 8][i % 5]! };
-        await e.createAgent({ ...a, max_backlog: 10_000 }, 'bench');
+        await e.agents.create({ ...a, max_backlog: 10_000 }, 'bench');
         agents.push(a);
       }
       // As triggers-fire-lag.ts would make them on its first run.
       if (cfg.schedules > 0)
-        for (let i = 0; i < FIRE_AGENTS; i++) await e.createAgent({ name: `${FIRE_PREFIX}${i}`, max_backlog: 1_000_000 }, 'bench');
+        for (let i = 0; i < FIRE_AGENTS; i++) await e.agents.create({ name: `${FIRE_PREFIX}${i}`, max_backlog: 1_000_000 }, 'bench');
       e.close();
       await s.close();
     }

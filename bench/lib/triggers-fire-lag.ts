@@ -59,7 +59,7 @@ export async function runFireLag(c: Partial<FireLagConfig> & { pgUrl: string }):
     const existing = new Set((await setup.db.selectFrom('agents').select('name').execute()).map((r) => r.name));
     for (let a = 0; a < cfg.agents; a++) {
       if (!existing.has(`${cfg.agentPrefix}${a}`))
-        await admin.createAgent({ name: `${cfg.agentPrefix}${a}`, max_backlog: 1_000_000 }, 'bench');
+        await admin.agents.create({ name: `${cfg.agentPrefix}${a}`, max_backlog: 1_000_000 }, 'bench');
     }
     admin.close();
     const startServers = async () => {

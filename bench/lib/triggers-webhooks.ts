@@ -41,7 +41,7 @@ export async function runWebhookBench(c: Partial<WebhookBenchConfig> & { pgUrl: 
     canaryIntervalMs: 0,
   });
   try {
-    await node.engine.createAgent({ name: 'hooked', max_backlog: 10_000_000 }, 'bench');
+    await node.engine.agents.create({ name: 'hooked', max_backlog: 10_000_000 }, 'bench');
     const { token } = await node.engine.webhooks.create({ name: 'bench', agent: 'hooked' }, 'bench');
     const url = `${node.url}/hooks/${token}`;
     const keys: string[] = [];

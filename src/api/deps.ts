@@ -1,3 +1,4 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { KeyStore } from '../auth/keys.ts';
 import type { IdempotencySettings } from '../config.ts';
 import type { Engine } from '../engine/engine.ts';
@@ -12,6 +13,9 @@ export interface ApiDeps {
   /** Idempotency-Key lifetime and in-flight wait (defaults: IDEMPOTENCY; `baton up`: BATON_IDEMPOTENCY_*). */
   idempotency?: Partial<IdempotencySettings>;
 }
+
+/** The Fastify instance a route plugin is given: what a helper registering part of its routes takes. */
+export type RouteApp = Parameters<FastifyPluginAsyncZod<ApiDeps>>[0];
 
 /** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts). */
 export interface ConnectionLimits {

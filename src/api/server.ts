@@ -87,56 +87,7 @@ async function buildApp(opts: ServerOptions) {
   app.setNotFoundHandler(notFoundHandler);
   guardConnections(app as unknown as FastifyInstance, limits);
 
-  // JSON bodies: refused before anything recursive sees them when nested too deep (JSON.stringify
-  // and redaction would overflow the stack: a 500, or an execution left running), or when they
-  // hold more values than one step of the event loop should parse (MAX_JSON_VALUES). Only JSON is
-  // accepted on these routes: Fastify's default text/plain parser would turn a non-JSON body into
-  // a string and the schema would answer 400 instead of 415 (/hooks has its own parser).
-  const parseJson = app.getDefaultJsonParser('error', 'error');
-  const largeBodies = new WeakSet<object>();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    // A JSON body past LARGE_JSON_CHARS gets a turn of the event loop between its parsing and its handler.
-    if ((body as string).length > LARGE_JSON_CHARS) largeBodies.add(req);
-    const shape = jsonShape(body as string);
-    if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
-    if (shape.values > MAX_JSON_VALUES)
-      return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
-    if (shape.infinite) return done(new BatonError('validation_error', infiniteMessage('body')), undefined);
-    // A large body's values that its route only stores are parsed on a worker thread.
-    // Any other large body is measured there first (parseMeasured), never parsed here if costly.
-    if (largeBodies.has(req)) {
-      const raw = req.routeOptions.config.rawJsonPaths;
-      const parse = (text: string) =>
-        new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
-      (raw ? parseAroundRawPaths(body as string, raw, parse) : parseMeasured(body as string, 'body', parse)).then(
-        (value) => done(null, value),
-        (err: Error) => done(err, undefined),
-      );
-      return;
-    }
-    // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
-    void parseJson(req, body as string, done);
-  });
-  app.removeContentTypeParser('text/plain');
-  // Bodies come as they are sent: a Content-Encoding (gzip, br) is not undone here, so such a body
-  // would be read as its compressed bytes (or, mislabelled, as text it does not say it is). Refused
-  // before it is read, on every route that takes one.
-  app.addHook('onRequest', async (req, reply) => {
-    const encoding = req.headers['content-encoding']?.trim().toLowerCase();
-    if (!encoding || encoding === 'identity') return;
-    const length = req.headers['content-length'];
-    if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return;
-    return reply.code(415).send({
-      error: 'unsupported_media_type',
-      message: `body: send it uncompressed (Content-Encoding was ${JSON.stringify(encoding.slice(0, 50))})`,
-    });
-  });
-  // A large body was parsed and validated in one turn of the event loop; its handler (which
-  // serialises, redacts and writes it) runs in the next, so other requests are served between.
-  app.addHook('preHandler', (req, _reply, done) => {
-    if (largeBodies.has(req)) setImmediate(done);
-    else done();
-  });
+  acceptBodies(app as unknown as FastifyInstance);
 
   await app.register(swagger, {
     openapi: {
@@ -195,4 +146,61 @@ async function buildApp(opts: ServerOptions) {
     await v1.register(webhookRoutes, deps);
   });
   return app;
+}
+
+/**
+ * How request bodies are read: JSON only, checked before it is parsed, large ones parsed off the
+ * event loop or between its turns, and compressed ones refused.
+ */
+function acceptBodies(app: FastifyInstance): void {
+  // JSON bodies: refused before anything recursive sees them when nested too deep (JSON.stringify
+  // and redaction would overflow the stack: a 500, or an execution left running), or when they
+  // hold more values than one step of the event loop should parse (MAX_JSON_VALUES). Only JSON is
+  // accepted on these routes: Fastify's default text/plain parser would turn a non-JSON body into
+  // a string and the schema would answer 400 instead of 415 (/hooks has its own parser).
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  const largeBodies = new WeakSet<object>();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    // A JSON body past LARGE_JSON_CHARS gets a turn of the event loop between its parsing and its handler.
+    if ((body as string).length > LARGE_JSON_CHARS) largeBodies.add(req);
+    const shape = jsonShape(body as string);
+    if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
+    if (shape.values > MAX_JSON_VALUES)
+      return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
+    if (shape.infinite) return done(new BatonError('validation_error', infiniteMessage('body')), undefined);
+    // A large body's values that its route only stores are parsed on a worker thread.
+    // Any other large body is measured there first (parseMeasured), never parsed here if costly.
+    if (largeBodies.has(req)) {
+      const raw = req.routeOptions.config.rawJsonPaths;
+      const parse = (text: string) =>
+        new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
+      (raw ? parseAroundRawPaths(body as string, raw, parse) : parseMeasured(body as string, 'body', parse)).then(
+        (value) => done(null, value),
+        (err: Error) => done(err, undefined),
+      );
+      return;
+    }
+    // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
+    void parseJson(req, body as string, done);
+  });
+  app.removeContentTypeParser('text/plain');
+  // Bodies come as they are sent: a Content-Encoding (gzip, br) is not undone here, so such a body
+  // would be read as its compressed bytes (or, mislabelled, as text it does not say it is). Refused
+  // before it is read, on every route that takes one.
+  app.addHook('onRequest', async (req, reply) => {
+    const encoding = req.headers['content-encoding']?.trim().toLowerCase();
+    if (!encoding || encoding === 'identity') return;
+    const length = req.headers['content-length'];
+    if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return;
+    return reply.code(415).send({
+      error: 'unsupported_media_type',
+      message: `body: send it uncompressed (Content-Encoding was ${JSON.stringify(encoding.slice(0, 50))})`,
+    });
+  });
+  // A large body was parsed and validated in one turn of the event loop; its handler (which
+  // serialises, redacts and writes it) runs in the next, so other requests are served between.
+  app.addHook('preHandler', (req, _reply, done) => {
+    if (largeBodies.has(req)) setImmediate(done);
+    else done();
+  });
 }

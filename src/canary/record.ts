@@ -1,6 +1,6 @@
 import type { Selectable } from 'kysely';
 import type { ViolationTransition } from '../domain/canary.ts';
-import type { StoreAdapter } from '../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { CanaryViolationsTable } from '../store/schema.ts';
 import type { Checkpoint } from './activity.ts';
 import { enqueueAlerts, type AlertSink } from './alerts.ts';
@@ -50,47 +50,9 @@ export async function record(
 
     for (const r of evaluated) {
       if (r.status === 'skipped') continue;
-      const meta = invariantMeta(r.id)!;
-      const seen = new Set<string>();
-      const stillOpen: number[] = [];
-      const fresh: Finding[] = [];
-      for (const f of r.findings) {
-        seen.add(f.subject);
-        const existing = openBefore.get(key(r.id, f.subject));
-        if (existing) stillOpen.push(Number(existing.id));
-        else fresh.push(f);
-      }
-      for (const ids of idChunks(stillOpen, ROWS_PER_STATEMENT))
-        await tx.updateTable('canary_violations').set({ last_seen: now }).where('id', 'in', ids).execute();
-      for (const part of idChunks(fresh, ROWS_PER_STATEMENT)) {
-        await tx
-          .insertInto('canary_violations')
-          .values(
-            part.map((f) => ({
-              invariant: r.id,
-              subject: f.subject,
-              agent: f.agent ?? null,
-              tier: meta.tier,
-              severity: meta.severity,
-              reason: f.reason,
-              detail: f.detail ? JSON.stringify(f.detail) : null,
-              first_seen: now,
-              last_seen: now,
-            })),
-          )
-          .execute();
-      }
-      opened += fresh.length;
-      // A truncated check did not keep every finding: what it cut is not resolved.
-      if (r.truncated) continue;
-      // Only what this cycle's snapshot could have re-judged: a row another recorder saw (or
-      // re-saw) after this cycle began may be newer than this snapshot.
-      const gone = open
-        .filter((v) => v.invariant === r.id && !seen.has(v.subject) && Number(v.last_seen) <= cycle.startedAt)
-        .map((v) => Number(v.id));
-      for (const ids of idChunks(gone, ROWS_PER_STATEMENT))
-        await tx.updateTable('canary_violations').set({ resolved_at: now }).where('id', 'in', ids).execute();
-      resolved += gone.length;
+      const n = await recordCheck(tx, r, open, openBefore, now, cycle.startedAt);
+      opened += n.opened;
+      resolved += n.resolved;
     }
 
     const after = await tx
@@ -117,33 +79,7 @@ export async function record(
       });
     }
 
-    if (cycle.ok) {
-      const stored = new Map(
-        (await tx.selectFrom('canary_checkpoints').select(['invariant', 'event_id']).execute()).map((c) => [
-          c.invariant,
-          Number(c.event_id),
-        ]),
-      );
-      const moves: Array<{ invariant: string; event_id: number; state: string | null }> = [];
-      for (const c of cycle.checkpoints) {
-        // Another cycle recorded meanwhile and moved it: its state, not ours, continues from there.
-        if ((stored.get(c.invariant) ?? 0) !== c.from) continue;
-        moves.push({ invariant: c.invariant, ...c.next });
-      }
-      if (cycle.evidence)
-        moves.push({
-          invariant: H01_CHECKPOINT,
-          event_id: cycle.evidence.maxEventId,
-          state: JSON.stringify({ pruned: cycle.evidence.pruned }),
-        });
-      for (const m of moves) {
-        await tx
-          .insertInto('canary_checkpoints')
-          .values({ ...m, updated_at: now })
-          .onConflict((oc) => oc.column('invariant').doUpdateSet({ event_id: m.event_id, state: m.state, updated_at: now }))
-          .execute();
-      }
-    }
+    if (cycle.ok) await moveCheckpoints(tx, cycle, now);
 
     await tx
       .updateTable('canary_state')
@@ -158,4 +94,85 @@ export async function record(
       .execute();
     return { opened, resolved, open: after.length, transitions };
   });
+}
+
+/**
+ * Record one check's findings: bump the violations still open, open the new ones, resolve the
+ * ones this cycle no longer finds. Returns how many it opened and resolved.
+ */
+async function recordCheck(
+  tx: Tx,
+  r: CheckResult,
+  open: Violation[],
+  openBefore: Map<string, Violation>,
+  now: number,
+  startedAt: number,
+): Promise<{ opened: number; resolved: number }> {
+  const meta = invariantMeta(r.id)!;
+  const seen = new Set<string>();
+  const stillOpen: number[] = [];
+  const fresh: Finding[] = [];
+  for (const f of r.findings) {
+    seen.add(f.subject);
+    const existing = openBefore.get(key(r.id, f.subject));
+    if (existing) stillOpen.push(Number(existing.id));
+    else fresh.push(f);
+  }
+  for (const ids of idChunks(stillOpen, ROWS_PER_STATEMENT))
+    await tx.updateTable('canary_violations').set({ last_seen: now }).where('id', 'in', ids).execute();
+  for (const part of idChunks(fresh, ROWS_PER_STATEMENT)) {
+    await tx
+      .insertInto('canary_violations')
+      .values(
+        part.map((f) => ({
+          invariant: r.id,
+          subject: f.subject,
+          agent: f.agent ?? null,
+          tier: meta.tier,
+          severity: meta.severity,
+          reason: f.reason,
+          detail: f.detail ? JSON.stringify(f.detail) : null,
+          first_seen: now,
+          last_seen: now,
+        })),
+      )
+      .execute();
+  }
+  const opened = fresh.length;
+  // A truncated check did not keep every finding: what it cut is not resolved.
+  if (r.truncated) return { opened, resolved: 0 };
+  // Only what this cycle's snapshot could have re-judged: a row another recorder saw (or
+  // re-saw) after this cycle began may be newer than this snapshot.
+  const gone = open
+    .filter((v) => v.invariant === r.id && !seen.has(v.subject) && Number(v.last_seen) <= startedAt)
+    .map((v) => Number(v.id));
+  for (const ids of idChunks(gone, ROWS_PER_STATEMENT))
+    await tx.updateTable('canary_violations').set({ resolved_at: now }).where('id', 'in', ids).execute();
+  return { opened, resolved: gone.length };
+}
+
+/** Move the checkpoints this cycle judged up to (and H-01's evidence), unless another cycle moved them meanwhile. */
+async function moveCheckpoints(tx: Tx, cycle: { evidence?: Evidence; checkpoints: CheckpointMove[] }, now: number): Promise<void> {
+  const stored = new Map(
+    (await tx.selectFrom('canary_checkpoints').select(['invariant', 'event_id']).execute()).map((c) => [c.invariant, Number(c.event_id)]),
+  );
+  const moves: Array<{ invariant: string; event_id: number; state: string | null }> = [];
+  for (const c of cycle.checkpoints) {
+    // Another cycle recorded meanwhile and moved it: its state, not ours, continues from there.
+    if ((stored.get(c.invariant) ?? 0) !== c.from) continue;
+    moves.push({ invariant: c.invariant, ...c.next });
+  }
+  if (cycle.evidence)
+    moves.push({
+      invariant: H01_CHECKPOINT,
+      event_id: cycle.evidence.maxEventId,
+      state: JSON.stringify({ pruned: cycle.evidence.pruned }),
+    });
+  for (const m of moves) {
+    await tx
+      .insertInto('canary_checkpoints')
+      .values({ ...m, updated_at: now })
+      .onConflict((oc) => oc.column('invariant').doUpdateSet({ event_id: m.event_id, state: m.state, updated_at: now }))
+      .execute();
+  }
 }

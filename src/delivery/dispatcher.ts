@@ -122,7 +122,7 @@ export class Dispatcher {
   }
 
   private async pass(): Promise<number> {
-    const all = await this.engine.deliverySettings();
+    const all = await this.engine.agents.deliverySettings();
     const agents: PushAgent[] = all.filter((a) => a.delivery === 'push');
     this.pushAgents = new Set(agents.map((a) => a.name));
     this.pullAgents = new Set(all.filter((a) => a.delivery !== 'push').map((a) => a.name));

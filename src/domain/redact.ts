@@ -5,6 +5,8 @@
  * written, so a secret a task printed or returned never reaches the database.
  */
 import { ANY_SECRET_HEAD, SECRET_PATTERNS, secretHead } from './secrets.ts';
+import { RawJson } from './json.ts';
+import type { Outcome, StoredOutcome } from './outcomes.ts';
 
 /** Replace every recognisable secret in `text` with `[redacted]` (keeping its kind visible). */
 export function redactSecrets(text: string): string {
@@ -72,4 +74,15 @@ export function redactToJson(value: unknown): string {
 /** `redactToJson` for a value already serialised as JSON.stringify writes it (RawJson's text). */
 export function redactJsonText(text: string): string {
   return ANY_SECRET_HEAD.test(text) ? untilSettled(text, TEXT_PATTERNS) : text;
+}
+
+/** An outcome as stored: its result, error and usage redacted (a result already serialised is redacted as text). */
+export function redactOutcome(given: Outcome): StoredOutcome {
+  return {
+    status: given.status,
+    result:
+      given.result === undefined ? null : given.result instanceof RawJson ? redactJsonText(given.result.text) : redactToJson(given.result),
+    error: given.error ? { code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) } : null,
+    usage: given.usage === undefined ? null : redactToJson(given.usage),
+  };
 }

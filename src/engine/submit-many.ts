@@ -1,11 +1,22 @@
 import { BatonError, NotFound } from '../domain/errors.ts';
+import { BATCH } from '../domain/batch.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
 import { backlogs } from './backlog.ts';
 import { appendAudit } from './audit.ts';
 import { createExecutions, queuedValues, type NewQueued } from './transitions/create.ts';
-import { readKeyStates, storeKeyAnswers, type IdemRequest, type KeyAnswer, type StoredAnswer } from './triggers/idempotency.ts';
+import {
+  IDEMPOTENCY,
+  readKeyStates,
+  storeKeyAnswers,
+  type IdemRequest,
+  type KeyAnswer,
+  type StoredAnswer,
+} from './triggers/idempotency.ts';
+import type { EngineContext } from './context.ts';
+import { announce } from './announce.ts';
+import { newRow, type SubmitInput } from './submit-input.ts';
 
 /**
  * Batch submit: up to BATCH.maxItems new executions for one agent in one transaction, with an
@@ -42,6 +53,75 @@ export interface BatchOptions {
 export class KeyRace extends Error {
   constructor(readonly keys: string[]) {
     super(`idempotency keys taken meanwhile: ${keys.join(', ')}`);
+  }
+}
+
+/** One item of a batch submit: the task, and its idempotency key (`hash`: the request's fingerprint) if given. */
+export interface SubmitManyItem extends SubmitInput {
+  idem?: { key: string; hash: string };
+}
+
+export interface SubmitManyOptions {
+  /** How long a first-used key remembers its answer. Default IDEMPOTENCY.ttlMs. */
+  ttlMs?: number;
+  /** The answer stored with each keyed item created (what a replay returns). Default `{ execution_id, status, agent }`. */
+  answerFor?: (row: ExecutionRow) => StoredAnswer;
+}
+
+/**
+ * Create up to BATCH.maxItems executions for one agent in one transaction, answering per item
+ * (submitBatch below): created, replayed (a key used before: its first answer) or
+ * refused (backlog_full past the room; a key reused or in flight). NotFound for an unknown
+ * agent and a validation_error for a bad batch (too many items, a key given twice) refuse it
+ * whole. Keys are scoped to the agent, as the Idempotency-Key header of a single submit is.
+ */
+export async function submitMany(
+  engine: EngineContext,
+  agentName: string,
+  items: readonly SubmitManyItem[],
+  actor: string,
+  opts: SubmitManyOptions = {},
+): Promise<BatchOutcome[]> {
+  if (items.length > BATCH.maxItems)
+    throw new BatonError('validation_error', `body.items: at most ${BATCH.maxItems} items (got ${items.length})`);
+  const seen = new Map<string, number>();
+  items.forEach((item, i) => {
+    if (!item.idem) return;
+    const first = seen.get(item.idem.key);
+    if (first !== undefined) {
+      throw new BatonError('validation_error', `body.items.${i}.idempotency_key: repeats body.items.${first}'s ('${item.idem.key}')`);
+    }
+    seen.set(item.idem.key, i);
+  });
+  if (items.length === 0) return [];
+  const scope = `agent:${agentName}`;
+  for (let attempt = 1; ; attempt++) {
+    const now = engine.now();
+    try {
+      const out = await engine.store.transaction((tx) =>
+        submitBatch(
+          tx,
+          engine.store,
+          agentName,
+          (agent) =>
+            items.map((item) => ({
+              row: newRow(agent, item.idem ? { ...item, idempotency_key: item.idem.key } : item),
+              idem: item.idem && { scope, ...item.idem },
+            })),
+          { now, actor, ttlMs: opts.ttlMs ?? IDEMPOTENCY.ttlMs, answerFor: opts.answerFor },
+        ),
+      );
+      announce(
+        engine.store,
+        out.flatMap((o) => (o.kind === 'created' ? [{ id: o.id, agent: agentName, status: o.status }] : [])),
+      );
+      return out;
+    } catch (err) {
+      // A header key claimed between this batch's read and write: read again (it now replays or waits).
+      if (!(err instanceof KeyRace)) throw err;
+      if (attempt >= 3)
+        throw new BatonError('idempotency_in_flight', `body.items: idempotency keys ${err.keys.join(', ')} are in flight; retry later`);
+    }
   }
 }
 

@@ -1,3 +1,5 @@
+import type { ExecutionRow } from '../store/schema.ts';
+
 /**
  * Long-poll wake-ups. A claimer arms a waiter *before* it looks at the queue, so a signal that
  * lands between "nothing admissible" and "start waiting" is not lost.
@@ -50,5 +52,70 @@ export class Waiters {
         signal?.addEventListener('abort', done, { once: true });
       });
     return { wait, disarm };
+  }
+}
+
+/**
+ * Claims that wait for work (long-poll): each looks again when its agent is signalled, or every
+ * `pollMs`, until it gets rows, its wait is over, its signal aborts, or close() ends them all.
+ */
+export class ClaimWaits {
+  private readonly waiters = new Waiters();
+  /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
+  private readonly activeClaims = new Set<AbortController>();
+  private closed = false;
+
+  constructor(private readonly pollMs: number) {}
+
+  /** See Waiters.wake. */
+  wake(agent: string, everyone = false): void {
+    this.waiters.wake(agent, everyone);
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const c of this.activeClaims) c.abort();
+  }
+
+  /** Run `admitOnce` until it returns rows or `waitMs` has passed (then []). */
+  async wait(
+    agent: string,
+    waitMs: number,
+    given: AbortSignal | undefined,
+    admitOnce: () => Promise<ExecutionRow[]>,
+  ): Promise<ExecutionRow[]> {
+    const deadline = Date.now() + waitMs;
+    const local = new AbortController();
+    const signal = local.signal;
+    const onAbort = () => local.abort();
+    if (given?.aborted || this.closed) local.abort();
+    given?.addEventListener('abort', onAbort, { once: true });
+    this.activeClaims.add(local);
+    try {
+      return await this.claimLoop(agent, admitOnce, deadline, signal);
+    } finally {
+      this.activeClaims.delete(local);
+      given?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  private async claimLoop(
+    agent: string,
+    admitOnce: () => Promise<ExecutionRow[]>,
+    deadline: number,
+    signal: AbortSignal,
+  ): Promise<ExecutionRow[]> {
+    for (;;) {
+      const waiter = this.waiters.arm(agent, signal);
+      try {
+        const rows = await admitOnce();
+        if (rows.length > 0) return rows;
+        const remaining = deadline - Date.now();
+        if (remaining <= 0 || signal.aborted) return [];
+        await waiter.wait(Math.min(remaining, this.pollMs));
+      } finally {
+        waiter.disarm();
+      }
+    }
   }
 }

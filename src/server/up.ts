@@ -15,6 +15,7 @@ import type { StoreAdapter } from '../store/adapter.ts';
 import { openStore } from '../store/open.ts';
 import { isStoreUnavailable } from '../store/unavailable.ts';
 import { PRUNE_INTERVAL_MS, Pruner } from '../retention/pruner.ts';
+import type { SweepReport } from '../retention/prune.ts';
 import { describeStore } from './banner.ts';
 import { createLogger, resolveLogFormat } from './logger.ts';
 
@@ -119,39 +120,9 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     hookRates: config.hookRates,
   });
 
-  // OpenTelemetry only when an OTLP endpoint is configured: imported here, lazily, so with tracing
-  // off not one OpenTelemetry module is loaded (src/telemetry/tracing.ts subscribes to the engine's events).
-  const tracing = config.telemetry.enabled
-    ? (await import('../telemetry/tracing.ts')).startTracing({ engine, app, nodeId, logger })
-    : undefined;
-  if (logger && tracing) {
-    const to = new URL(config.telemetry.endpoint!); // origin and path only: credentials may sit in the URL
-    logger.info({ endpoint: `${to.origin}${to.pathname}` }, 'tracing on: spans go to the OTLP endpoint');
-  }
+  const tracing = await startTracingIfOn(config.telemetry, engine, app, nodeId, logger);
 
-  // A database away (a restart, a network cut) fails every pass of every loop until it is back:
-  // said once per loop per 30 s as what it is, with how many more failed meanwhile, not as a
-  // stack per pass. Any other failure is logged whole, every time.
-  const quietUntil = new Map<string, { until: number; more: number }>();
-  engine.events.on('loop:error', ({ loop, error }) => {
-    if (!logger) return;
-    if (!isStoreUnavailable(error)) return logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`);
-    const now = Date.now();
-    const quiet = quietUntil.get(loop);
-    if (quiet && quiet.until > now) {
-      quiet.more++;
-      return;
-    }
-    quietUntil.set(loop, { until: now + OUTAGE_LOG_EVERY_MS, more: 0 });
-    logger.warn(
-      { loop, code: (error as { code?: unknown })?.code, message: (error as Error)?.message, failed_since_last: quiet?.more ?? 0 },
-      `${loop}: the database is unavailable; retrying on the next interval`,
-    );
-  });
-  engine.events.on(
-    'reaper:reaped',
-    (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'),
-  );
+  logLoops(engine, logger);
 
   // The dispatcher also wakes on store signals (work queued for a push agent, a seat freed).
   const dispatcher = opts.dispatcher === false ? undefined : new Dispatcher(engine, opts.dispatcher || {});
@@ -162,86 +133,10 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
           store,
           settings: retention,
           nodeId,
-          onSweep: (r) => {
-            if (!logger) return;
-            const removed = {
-              executions: r.executions,
-              events: r.events,
-              logs: r.logs,
-              keys: r.keys,
-              audit: r.audit,
-              violations: r.violations,
-              alerts: r.alerts,
-            };
-            if (Object.values(removed).some((n) => n > 0) || r.kept > 0)
-              logger.info(
-                {
-                  removed,
-                  kept: r.kept,
-                  batches: r.batches,
-                  duration_ms: Math.round(r.duration_ms),
-                  max_batch_ms: Math.round(r.max_tx_ms),
-                  batches_ms: Math.round(r.tx_ms ?? 0),
-                  ...(r.checkpoints
-                    ? {
-                        checkpoints: r.checkpoints,
-                        max_checkpoint_ms: Math.round(r.max_checkpoint_ms ?? 0),
-                        checkpoints_ms: Math.round(r.checkpoint_ms ?? 0),
-                      }
-                    : {}),
-                  archive: retention.archiveDir ?? null,
-                },
-                'pruner removed history past its window',
-              );
-          },
+          onSweep: (r) => logSweep(logger, retention, r),
         });
 
-  /**
-   * Every background pass this process runs, on the one loop helper (src/engine/loop.ts): a
-   * plain `…Once()` each, its interval (±20 % jitter), and `leader` when only the process
-   * holding that lease runs it (otherwise every process does; those passes are safe to run in
-   * several processes at once). A failed pass is logged (above) and counted
-   * (baton_loop_errors_total), and runs again on its next interval.
-   */
-  const passes: Array<LoopSpec & { on: boolean }> = [
-    { name: 'reaper', on: opts.reaper !== false, intervalMs: reaperIntervalMs, once: () => engine.reapOnce() },
-    {
-      name: 'scheduler',
-      on: opts.scheduler !== false,
-      intervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS,
-      once: (stopping) => schedulerPass(engine, stopping),
-    },
-    { name: 'dispatcher', on: dispatcher !== undefined, intervalMs: DISPATCH_POLL_MS, once: () => dispatcher!.dispatchOnce() },
-    {
-      name: 'idempotency-purge',
-      on: opts.purge !== false,
-      intervalMs: opts.purgeIntervalMs ?? PURGE_INTERVAL_MS,
-      once: () => purgeIdempotencyOnce(engine),
-    },
-    // Leader-only under its row in canary_state; the first cycle runs at start.
-    {
-      name: 'canary',
-      on: canary.enabled,
-      intervalMs: canary.intervalMs,
-      leader: canary.lease,
-      immediate: true,
-      once: (stopping) => canary.cycleOnce(stopping),
-    },
-    {
-      name: 'canary-alerts',
-      on: canary.enabled,
-      intervalMs: Math.min(ALERT_LOOP_MS, canary.intervalMs),
-      once: () => canary.deliverAlerts(),
-    },
-    // Leader-only on PostgreSQL (the `pruner` leader lease); SQLite has one process and no lease.
-    {
-      name: 'pruner',
-      on: pruner?.enabled === true,
-      intervalMs: opts.pruneIntervalMs ?? retention.pruneIntervalMs ?? PRUNE_INTERVAL_MS,
-      leader: pruner?.lease,
-      once: () => pruner!.batchOnce(),
-    },
-  ];
+  const passes = backgroundPasses({ opts, engine, dispatcher, canary, pruner, reaperIntervalMs, retention });
 
   let address: string;
   try {
@@ -292,4 +187,140 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
       return stopping;
     },
   };
+}
+
+/** Log failed passes (a database outage once per loop per OUTAGE_LOG_EVERY_MS) and what the reaper did. */
+function logLoops(engine: Engine, logger: Logger | false): void {
+  // A database away (a restart, a network cut) fails every pass of every loop until it is back:
+  // said once per loop per 30 s as what it is, with how many more failed meanwhile, not as a
+  // stack per pass. Any other failure is logged whole, every time.
+  const quietUntil = new Map<string, { until: number; more: number }>();
+  engine.events.on('loop:error', ({ loop, error }) => {
+    if (!logger) return;
+    if (!isStoreUnavailable(error)) return logger.error({ err: error, loop }, `${loop} failed; retrying on the next interval`);
+    const now = Date.now();
+    const quiet = quietUntil.get(loop);
+    if (quiet && quiet.until > now) {
+      quiet.more++;
+      return;
+    }
+    quietUntil.set(loop, { until: now + OUTAGE_LOG_EVERY_MS, more: 0 });
+    logger.warn(
+      { loop, code: (error as { code?: unknown })?.code, message: (error as Error)?.message, failed_since_last: quiet?.more ?? 0 },
+      `${loop}: the database is unavailable; retrying on the next interval`,
+    );
+  });
+  engine.events.on(
+    'reaper:reaped',
+    (rows) => logger && logger.info({ reaped: rows.map((r) => ({ id: r.id, kind: r.kind })) }, 'reaper acted'),
+  );
+}
+
+/** Log a prune sweep that removed or kept anything. */
+function logSweep(logger: Logger | false, retention: RetentionEnv, r: SweepReport): void {
+  if (!logger) return;
+  const removed = {
+    executions: r.executions,
+    events: r.events,
+    logs: r.logs,
+    keys: r.keys,
+    audit: r.audit,
+    violations: r.violations,
+    alerts: r.alerts,
+  };
+  if (Object.values(removed).some((n) => n > 0) || r.kept > 0)
+    logger.info(
+      {
+        removed,
+        kept: r.kept,
+        batches: r.batches,
+        duration_ms: Math.round(r.duration_ms),
+        max_batch_ms: Math.round(r.max_tx_ms),
+        batches_ms: Math.round(r.tx_ms ?? 0),
+        ...(r.checkpoints
+          ? {
+              checkpoints: r.checkpoints,
+              max_checkpoint_ms: Math.round(r.max_checkpoint_ms ?? 0),
+              checkpoints_ms: Math.round(r.checkpoint_ms ?? 0),
+            }
+          : {}),
+        archive: retention.archiveDir ?? null,
+      },
+      'pruner removed history past its window',
+    );
+}
+
+/**
+ * Every background pass this process runs, on the one loop helper (src/engine/loop.ts): a
+ * plain `…Once()` each, its interval (±20 % jitter), and `leader` when only the process
+ * holding that lease runs it (otherwise every process does; those passes are safe to run in
+ * several processes at once). A failed pass is logged (above) and counted
+ * (baton_loop_errors_total), and runs again on its next interval.
+ */
+function backgroundPasses(p: {
+  opts: StartOptions;
+  engine: Engine;
+  dispatcher: Dispatcher | undefined;
+  canary: Canary;
+  pruner: Pruner | undefined;
+  reaperIntervalMs: number;
+  retention: RetentionEnv;
+}): Array<LoopSpec & { on: boolean }> {
+  const { opts, engine, dispatcher, canary, pruner, reaperIntervalMs, retention } = p;
+  return [
+    { name: 'reaper', on: opts.reaper !== false, intervalMs: reaperIntervalMs, once: () => engine.reapOnce() },
+    {
+      name: 'scheduler',
+      on: opts.scheduler !== false,
+      intervalMs: opts.schedulerIntervalMs ?? SCHEDULER_INTERVAL_MS,
+      once: (stopping) => schedulerPass(engine, stopping),
+    },
+    { name: 'dispatcher', on: dispatcher !== undefined, intervalMs: DISPATCH_POLL_MS, once: () => dispatcher!.dispatchOnce() },
+    {
+      name: 'idempotency-purge',
+      on: opts.purge !== false,
+      intervalMs: opts.purgeIntervalMs ?? PURGE_INTERVAL_MS,
+      once: () => purgeIdempotencyOnce(engine),
+    },
+    // Leader-only under its row in canary_state; the first cycle runs at start.
+    {
+      name: 'canary',
+      on: canary.enabled,
+      intervalMs: canary.intervalMs,
+      leader: canary.lease,
+      immediate: true,
+      once: (stopping) => canary.cycleOnce(stopping),
+    },
+    {
+      name: 'canary-alerts',
+      on: canary.enabled,
+      intervalMs: Math.min(ALERT_LOOP_MS, canary.intervalMs),
+      once: () => canary.deliverAlerts(),
+    },
+    // Leader-only on PostgreSQL (the `pruner` leader lease); SQLite has one process and no lease.
+    {
+      name: 'pruner',
+      on: pruner?.enabled === true,
+      intervalMs: opts.pruneIntervalMs ?? retention.pruneIntervalMs ?? PRUNE_INTERVAL_MS,
+      leader: pruner?.lease,
+      once: () => pruner!.batchOnce(),
+    },
+  ];
+}
+
+async function startTracingIfOn(
+  telemetry: ReturnType<typeof readConfig>['telemetry'],
+  engine: Engine,
+  app: FastifyInstance,
+  nodeId: string,
+  logger: Logger | false,
+) {
+  // OpenTelemetry only when an OTLP endpoint is configured: imported here, lazily, so with tracing
+  // off not one OpenTelemetry module is loaded (src/telemetry/tracing.ts subscribes to the engine's events).
+  const tracing = telemetry.enabled ? (await import('../telemetry/tracing.ts')).startTracing({ engine, app, nodeId, logger }) : undefined;
+  if (logger && tracing) {
+    const to = new URL(telemetry.endpoint!); // origin and path only: credentials may sit in the URL
+    logger.info({ endpoint: `${to.origin}${to.pathname}` }, 'tracing on: spans go to the OTLP endpoint');
+  }
+  return tracing;
 }

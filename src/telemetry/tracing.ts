@@ -117,6 +117,8 @@ function linkTo(id: string, relation: string): Link {
   return { context: { traceId, spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true }, attributes: { 'baton.link': relation } };
 }
 
+const at = (ms: number) => new Date(Number(ms));
+
 export function startTracing(opts: TracingOptions): Tracing {
   const { engine, app, logger } = opts;
   if (logger) {
@@ -169,62 +171,6 @@ export function startTracing(opts: TracingOptions): Tracing {
     }
   };
 
-  const terminal = (r: TerminalRow) => {
-    const end = at(r.completed_at ?? engine.now());
-    const base: Attributes = { 'baton.execution.id': r.id, 'baton.agent': r.agent };
-    const links: Link[] = [];
-    if (r.retry_of) links.push(linkTo(r.retry_of, 'retry_of'));
-    if (r.retry_root && r.retry_root !== r.retry_of) links.push(linkTo(r.retry_root, 'retry_root'));
-    ids.fix(executionTrace(r.id));
-    let root: Span;
-    try {
-      root = tracer.startSpan(
-        'execution',
-        {
-          kind: SpanKind.INTERNAL,
-          root: true,
-          startTime: at(r.created_at),
-          links,
-          attributes: {
-            ...base,
-            'baton.status': r.status,
-            'baton.trigger': r.trigger_kind,
-            'baton.attempt': r.attempt,
-            'baton.retry_number': r.retry_number,
-            ...(r.schedule_id ? { 'baton.schedule_id': r.schedule_id } : {}),
-            ...(r.error_code ? { 'baton.error.code': r.error_code } : {}),
-          },
-        },
-        ROOT_CONTEXT,
-      );
-    } finally {
-      ids.clear();
-    }
-    const parent = trace.setSpan(ROOT_CONTEXT, root);
-    tracer
-      .startSpan(
-        'submitted',
-        { startTime: at(r.created_at), attributes: { ...base, 'baton.trigger': r.trigger_kind, 'baton.priority': r.priority } },
-        parent,
-      )
-      .end(at(r.created_at));
-    const completed = tracer.startSpan(
-      'completed',
-      {
-        // The last run, from its admission to its end; a run never admitted (cancelled while queued) is an instant.
-        startTime: at(r.started_at ?? r.completed_at ?? engine.now()),
-        attributes: { ...base, 'baton.status': r.status, ...(r.error_code ? { 'baton.error.code': r.error_code } : {}) },
-      },
-      parent,
-    );
-    if (r.status === 'failed') {
-      completed.setStatus({ code: SpanStatusCode.ERROR, message: r.error_code ?? r.status });
-      root.setStatus({ code: SpanStatusCode.ERROR, message: r.error_code ?? r.status });
-    }
-    completed.end(end);
-    root.end(end);
-  };
-
   // Only a change this process made: with several processes on one database every one of them
   // hears every change, and exactly one of them must write the terminal spans.
   const pending = new Set<Promise<void>>();
@@ -235,7 +181,7 @@ export function startTracing(opts: TracingOptions): Tracing {
       .select(TERMINAL_COLUMNS)
       .where('id', '=', id)
       .executeTakeFirst()
-      .then((row) => row && terminal(row))
+      .then((row) => row && writeTerminalSpans(tracer, ids, engine, row))
       .catch((err: unknown) => diag.warn(`execution ${id}: spans not written`, err))
       .finally(() => pending.delete(p));
     pending.add(p);
@@ -259,7 +205,83 @@ export function startTracing(opts: TracingOptions): Tracing {
   engine.events.on('execution:changed', onChanged);
   engine.events.on('loop:pass', onPass);
 
-  // ── HTTP ──
+  traceRequests(app, tracer);
+
+  let stopping: Promise<void> | undefined;
+  return {
+    flush: () => provider.forceFlush(),
+    shutdown() {
+      stopping ??= (async () => {
+        engine.events.off('execution:admitted', onAdmitted);
+        engine.events.off('execution:changed', onChanged);
+        engine.events.off('loop:pass', onPass);
+        await Promise.all(pending);
+        await provider.shutdown();
+      })();
+      return stopping;
+    },
+  };
+}
+
+/** An execution's spans once it is final: its root, `submitted`, and `completed` (its last run). */
+function writeTerminalSpans(tracer: Tracer, ids: FixableIds, engine: { now(): number }, r: TerminalRow): void {
+  const end = at(r.completed_at ?? engine.now());
+  const base: Attributes = { 'baton.execution.id': r.id, 'baton.agent': r.agent };
+  const links: Link[] = [];
+  if (r.retry_of) links.push(linkTo(r.retry_of, 'retry_of'));
+  if (r.retry_root && r.retry_root !== r.retry_of) links.push(linkTo(r.retry_root, 'retry_root'));
+  ids.fix(executionTrace(r.id));
+  let root: Span;
+  try {
+    root = tracer.startSpan(
+      'execution',
+      {
+        kind: SpanKind.INTERNAL,
+        root: true,
+        startTime: at(r.created_at),
+        links,
+        attributes: {
+          ...base,
+          'baton.status': r.status,
+          'baton.trigger': r.trigger_kind,
+          'baton.attempt': r.attempt,
+          'baton.retry_number': r.retry_number,
+          ...(r.schedule_id ? { 'baton.schedule_id': r.schedule_id } : {}),
+          ...(r.error_code ? { 'baton.error.code': r.error_code } : {}),
+        },
+      },
+      ROOT_CONTEXT,
+    );
+  } finally {
+    ids.clear();
+  }
+  const parent = trace.setSpan(ROOT_CONTEXT, root);
+  tracer
+    .startSpan(
+      'submitted',
+      { startTime: at(r.created_at), attributes: { ...base, 'baton.trigger': r.trigger_kind, 'baton.priority': r.priority } },
+      parent,
+    )
+    .end(at(r.created_at));
+  const completed = tracer.startSpan(
+    'completed',
+    {
+      // The last run, from its admission to its end; a run never admitted (cancelled while queued) is an instant.
+      startTime: at(r.started_at ?? r.completed_at ?? engine.now()),
+      attributes: { ...base, 'baton.status': r.status, ...(r.error_code ? { 'baton.error.code': r.error_code } : {}) },
+    },
+    parent,
+  );
+  if (r.status === 'failed') {
+    completed.setStatus({ code: SpanStatusCode.ERROR, message: r.error_code ?? r.status });
+    root.setStatus({ code: SpanStatusCode.ERROR, message: r.error_code ?? r.status });
+  }
+  completed.end(end);
+  root.end(end);
+}
+
+/** A server span per HTTP request, named by its route pattern, child of the caller's traceparent. */
+function traceRequests(app: FastifyInstance, tracer: Tracer): void {
   const spans = new WeakMap<FastifyRequest, Span>();
   app.addHook('onRequest', async (req) => {
     const remote = parseTraceparent(req.headers.traceparent as string | undefined);
@@ -298,19 +320,4 @@ export function startTracing(opts: TracingOptions): Tracing {
   };
   app.addHook('onResponse', async (req, reply) => endRequest(req, reply.statusCode));
   app.addHook('onRequestAbort', async (req) => endRequest(req));
-
-  let stopping: Promise<void> | undefined;
-  return {
-    flush: () => provider.forceFlush(),
-    shutdown() {
-      stopping ??= (async () => {
-        engine.events.off('execution:admitted', onAdmitted);
-        engine.events.off('execution:changed', onChanged);
-        engine.events.off('loop:pass', onPass);
-        await Promise.all(pending);
-        await provider.shutdown();
-      })();
-      return stopping;
-    },
-  };
 }

@@ -1,5 +1,6 @@
 import { expect } from 'vitest';
-import type { AgentInput, Engine } from '../../src/engine/engine.ts';
+import type { AgentInput } from '../../src/engine/agents.ts';
+import type { Engine } from '../../src/engine/engine.ts';
 
 /**
  * Settings a test passes for a new agent. Loose on purpose: tests give partial and sometimes
@@ -17,7 +18,7 @@ export function agentMaker(engine: () => Engine, naming: Naming, defaults: Agent
   const next = namer(naming);
   return async (settings: AgentSettings = {}): Promise<string> => {
     const name = next();
-    await engine().createAgent({ name, ...defaults, ...settings } as AgentInput, 'test');
+    await engine().agents.create({ name, ...defaults, ...settings } as AgentInput, 'test');
     return name;
   };
 }

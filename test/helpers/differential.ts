@@ -170,7 +170,7 @@ function pick(statuses: Statuses, t: Target): string | undefined {
 }
 
 async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string) {
-  const row = await e.createAgent(
+  const row = await e.agents.create(
     {
       name,
       max_parallel: a.max_parallel,
@@ -186,7 +186,7 @@ async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string)
     },
     actor,
   );
-  return a.paused ? (await e.pauseAgent(name, 'at creation', actor)).agent : row;
+  return a.paused ? (await e.agents.pause(name, 'at creation', actor)).agent : row;
 }
 
 /** One operation on one path: its answer, as returned (ids not yet named). */
@@ -265,11 +265,11 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
         return reaped.map((x) => r.naming.normalise(x)).sort((a, b) => show(a).localeCompare(show(b)));
       });
     case 'pause':
-      return answer(() => e.pauseAgent(name(o.agent), 'by hand', 'operator'));
+      return answer(() => e.agents.pause(name(o.agent), 'by hand', 'operator'));
     case 'resume':
-      return answer(() => e.resumeAgent(name(o.agent), 'operator'));
+      return answer(() => e.agents.resume(name(o.agent), 'operator'));
     case 'closeBreaker':
-      return answer(() => e.closeAgentBreaker(name(o.agent), 'operator'));
+      return answer(() => e.agents.closeBreaker(name(o.agent), 'operator'));
     case 'subscribe': {
       const got = await answer(() =>
         e.subscriptions.create(
@@ -298,11 +298,11 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
         ),
       );
     case 'edit':
-      return answer(() => e.updateAgent(name(o.agent), o.patch, 'operator'));
+      return answer(() => e.agents.update(name(o.agent), o.patch, 'operator'));
     case 'delete':
       // And made again at once, as configured: the new agent inherits the old one's running work.
       return answer(async () => [
-        await e.deleteAgent(name(o.agent), 'operator'),
+        await e.agents.delete(name(o.agent), 'operator'),
         await createAgent(e, name(o.agent), sc.agents[o.agent % sc.agents.length]!, 'operator'),
       ]);
   }

@@ -22,7 +22,7 @@ export const activityRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
     async (req) => {
       requireAgentAccess(req, req.params.agent);
       const { window } = req.query;
-      const s = await engine.agentSeries(req.params.agent, window);
+      const s = await engine.agents.series(req.params.agent, window);
       return {
         agent: req.params.agent,
         window,
@@ -51,7 +51,7 @@ export const activityRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
     async (req) => {
       requireAgentAccess(req, req.params.agent);
       const { window } = req.query;
-      const s = await engine.agentSeats(req.params.agent, window);
+      const s = await engine.agents.seats(req.params.agent, window);
       return {
         agent: req.params.agent,
         window,

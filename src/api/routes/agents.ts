@@ -9,13 +9,19 @@ import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody, NoBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
 import { BudgetAnswer } from '../schemas/budget.ts';
-import type { ApiDeps } from '../deps.ts';
+import type { ApiDeps, RouteApp } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
 const forReader = (req: FastifyRequest, view: ReturnType<typeof agentView>) =>
   req.principal.scope === 'admin' ? view : { ...view, push_url: redactUrl(view.push_url) };
 
-export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
+export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  agentRecordRoutes(app, deps);
+  agentControlRoutes(app, deps);
+};
+
+/** Register, list, read and change agents. */
+function agentRecordRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/agents',
     {
@@ -27,9 +33,9 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req, reply) => {
-      await engine.createAgent(req.body, actorOf(req));
+      await engine.agents.create(req.body, actorOf(req));
       // Its counts as read back: a name that was an agent's before carries that agent's work still running.
-      const a = await engine.getAgent(req.body.name);
+      const a = await engine.agents.get(req.body.name);
       return reply.code(201).send(agentView(a.agent, a));
     },
   );
@@ -50,7 +56,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       const after = req.query.cursor ? decodeNameCursor(req.query.cursor, 1)[0] : undefined;
       // An agent-scoped key sees its own agent, on the page where its name falls.
       const only = req.principal.scope === 'agent' ? (req.principal.agent ?? '') : undefined;
-      const rows = await engine.listAgents({ limit, after, only });
+      const rows = await engine.agents.list({ limit, after, only });
       const last = rows[rows.length - 1];
       return {
         agents: rows.map((a) => forReader(req, agentView(a.agent, a))),
@@ -67,7 +73,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       requireAgentAccess(req, req.params.agent);
-      const a = await engine.getAgent(req.params.agent);
+      const a = await engine.agents.get(req.params.agent);
       return forReader(req, agentView(a.agent, a));
     },
   );
@@ -84,12 +90,15 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.updateAgent(req.params.agent, req.body, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.update(req.params.agent, req.body, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
+}
 
+/** Pause, resume, close the breaker, read the budget, delete. */
+function agentControlRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/agents/:agent/pause',
     {
@@ -103,8 +112,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       // Pausing a paused agent answers 200 with the first pause's who, why and since.
-      await engine.pauseAgent(req.params.agent, req.body.reason, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.pause(req.params.agent, req.body.reason, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -121,8 +130,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.resumeAgent(req.params.agent, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.resume(req.params.agent, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -139,8 +148,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      await engine.closeAgentBreaker(req.params.agent, actorOf(req));
-      const a = await engine.getAgent(req.params.agent);
+      await engine.agents.closeBreaker(req.params.agent, actorOf(req));
+      const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
     },
   );
@@ -158,7 +167,7 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     },
     async (req) => {
       requireAgentAccess(req, req.params.agent);
-      const b = await engine.agentBudget(req.params.agent);
+      const b = await engine.agents.budget(req.params.agent);
       return {
         agent: req.params.agent,
         time_zone: b.time_zone,
@@ -189,8 +198,8 @@ export const agentRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       },
     },
     async (req) => {
-      const out = await engine.deleteAgent(req.params.agent, actorOf(req));
+      const out = await engine.agents.delete(req.params.agent, actorOf(req));
       return { deleted: req.params.agent, ...out };
     },
   );
-};
+}

@@ -66,7 +66,7 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
           idem: idempotency_key ? { key: idempotency_key, hash: fingerprint('submit', agent, bodyText(body, ['payload'])) } : undefined,
         };
       });
-      const paused = (await engine.agentPause(agent)) !== null;
+      const paused = (await engine.agents.pauseState(agent)) !== null;
       // Stored with each keyed item: the answer a single submit would have given, so either route replays it.
       // Built around the stored payload, never parsing it (a thousand items' payloads would hold the event loop).
       const answerFor = (row: ExecutionRow) => ({

@@ -125,7 +125,7 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
       const named = req.query.agent;
       if (named !== undefined) {
         requireAgentAccess(req, named);
-        await engine.requireAgent(named);
+        await engine.agents.require(named);
       }
       const agent = named ?? (req.principal.scope === 'agent' ? req.principal.agent! : undefined);
       reply.hijack();

@@ -19,14 +19,21 @@ import {
   SubmitBody,
 } from '../schemas.ts';
 import { decodeTimeCursor, encodeTimeCursor } from '../cursors.ts';
-import type { ApiDeps } from '../deps.ts';
+import type { ApiDeps, RouteApp } from '../deps.ts';
 import { bodyText, payloadText } from '../payload.ts';
 import { answerWithExecution, RawAnswer } from '../raw-json.ts';
 import { fingerprint, readIdempotencyKey } from '../../engine/triggers/idempotency.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
 import { idempotent } from '../idempotent.ts';
 
-export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
+export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  submitRoute(app, deps);
+  executionReadRoutes(app, deps);
+  executionActionRoutes(app, deps);
+};
+
+/** Submit a task (POST /v1/agents/:agent/executions). */
+function submitRoute(app: RouteApp, { engine, idempotency }: ApiDeps): void {
   app.post(
     '/v1/agents/:agent/executions',
     {
@@ -92,7 +99,10 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       });
     },
   );
+}
 
+/** List executions, read one, read its status. */
+function executionReadRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.get(
     '/v1/executions',
     {
@@ -157,7 +167,10 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       return { id: req.params.id, status: head.status };
     },
   );
+}
 
+/** Cancel an execution; retry a failed one. */
+function executionActionRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/executions/:id/cancel',
     {
@@ -190,4 +203,4 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { eng
       return reply.code(201).send(executionView(await engine.retryFailed(req.params.id, actorOf(req))));
     },
   );
-};
+}

@@ -45,6 +45,73 @@ const header = (req: FastifyRequest, name: string): string | undefined => {
   return Array.isArray(v) ? v[0] : v;
 };
 
+/** baton_webhook_requests_total{outcome} of an answer whose handler set none: by its status. */
+const FALLBACK: Record<number, string> = {
+  400: 'invalid_json',
+  401: 'bad_signature',
+  404: 'not_found',
+  409: 'idempotency_in_flight',
+  413: 'too_large',
+  422: 'idempotency_key_reused',
+  429: 'refused',
+  503: 'unavailable',
+};
+
+interface SignatureCheck {
+  secret: string;
+  raw: Buffer;
+  standard: StandardHeaders;
+  /** X-Baton-Signature, or X-Hub-Signature-256. */
+  given: string | undefined;
+  now: number;
+  webhookId: string;
+  ip: string;
+  refusals: RefusalLog;
+}
+
+/** Refuse a delivery whose signature does not match (invalid_signature), noting the refusal. */
+function checkSignature(c: SignatureCheck): void {
+  if (c.standard.signature !== undefined) {
+    // Standard Webhooks: signed id and timestamp, so a captured delivery expires.
+    const check = standardSignatureValid(c.secret, c.raw, c.standard, c.now);
+    if (check !== 'ok') {
+      c.refusals.note(c.webhookId, check === 'stale_timestamp' ? 'stale_timestamp' : 'invalid_signature', c.ip);
+      throw new BatonError(
+        'invalid_signature',
+        check === 'stale_timestamp'
+          ? `header webhook-timestamp: more than ${STANDARD_TOLERANCE_S} s from the server's clock (a replayed or delayed delivery)`
+          : 'header webhook-signature: no v1 signature matches HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" with the webhook secret',
+      );
+    }
+  } else {
+    if (!signatureValid(c.secret, c.raw, c.given)) {
+      c.refusals.note(c.webhookId, 'invalid_signature', c.ip);
+      throw new BatonError(
+        'invalid_signature',
+        'header X-Baton-Signature (or X-Hub-Signature-256, or the Standard Webhooks headers): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>',
+      );
+    }
+  }
+}
+
+/** The delivery's body as JSON (null when empty), or a refusal (invalid_json, validation_error), noted. */
+function parseBody(raw: Buffer, webhookId: string, ip: string, refusals: RefusalLog): unknown {
+  if (raw.length === 0) return null;
+  const text = raw.toString('utf8');
+  const shape = jsonShape(text);
+  if (shape.tooDeep || shape.infinite) {
+    // A refusal, not an outage: a 503 here would have the sender retry it forever.
+    refusals.note(webhookId, 'invalid_json', ip);
+    throw new BatonError('validation_error', shape.tooDeep ? tooDeepMessage('body') : infiniteMessage('body'));
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    refusals.note(webhookId, 'invalid_json', ip);
+    throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
+  }
+}
+
 /**
  * POST /hooks/<token>, outside /v1 and its API keys: the token is the credential. Checks run in
  * this order, each answering before the next costs anything: rate limit (source address, then
@@ -73,16 +140,6 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
 
   // baton_webhook_requests_total{outcome}: a short fixed code per answer.
   const outcomes = new WeakMap<FastifyRequest, string>();
-  const FALLBACK: Record<number, string> = {
-    400: 'invalid_json',
-    401: 'bad_signature',
-    404: 'not_found',
-    409: 'idempotency_in_flight',
-    413: 'too_large',
-    422: 'idempotency_key_reused',
-    429: 'refused',
-    503: 'unavailable',
-  };
   app.addHook('onResponse', async (req, reply) => {
     if (reply.getHeader('idempotent-replay')) return countWebhook('replay');
     countWebhook(outcomes.get(req) ?? FALLBACK[reply.statusCode] ?? `http_${reply.statusCode}`);
@@ -136,45 +193,10 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
         signature: header(req, 'webhook-signature'),
       };
       if (secret) {
-        if (standard.signature !== undefined) {
-          // Standard Webhooks: signed id and timestamp, so a captured delivery expires.
-          const check = standardSignatureValid(secret, raw, standard, engine.now());
-          if (check !== 'ok') {
-            refusals.note(w.id, check === 'stale_timestamp' ? 'stale_timestamp' : 'invalid_signature', req.ip);
-            throw new BatonError(
-              'invalid_signature',
-              check === 'stale_timestamp'
-                ? `header webhook-timestamp: more than ${STANDARD_TOLERANCE_S} s from the server's clock (a replayed or delayed delivery)`
-                : 'header webhook-signature: no v1 signature matches HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" with the webhook secret',
-            );
-          }
-        } else {
-          const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
-          if (!signatureValid(secret, raw, given)) {
-            refusals.note(w.id, 'invalid_signature', req.ip);
-            throw new BatonError(
-              'invalid_signature',
-              'header X-Baton-Signature (or X-Hub-Signature-256, or the Standard Webhooks headers): missing or not sha256=<HMAC-SHA256 of the raw body with the webhook secret>',
-            );
-          }
-        }
+        const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
+        checkSignature({ secret, raw, standard, given, now: engine.now(), webhookId: w.id, ip: req.ip, refusals });
       }
-      let body: unknown = null;
-      if (raw.length > 0) {
-        const text = raw.toString('utf8');
-        const shape = jsonShape(text);
-        if (shape.tooDeep || shape.infinite) {
-          // A refusal, not an outage: a 503 here would have the sender retry it forever.
-          refusals.note(w.id, 'invalid_json', req.ip);
-          throw new BatonError('validation_error', shape.tooDeep ? tooDeepMessage('body') : infiniteMessage('body'));
-        }
-        try {
-          body = JSON.parse(text);
-        } catch (err) {
-          refusals.note(w.id, 'invalid_json', req.ip);
-          throw new BatonError('invalid_json', `body: not JSON (${(err as Error).message})`);
-        }
-      }
+      const body = parseBody(raw, w.id, req.ip, refusals);
       // The sender's delivery id is the idempotency key when there is no explicit one, so a
       // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
       const [keyHeader, keyValue] =
@@ -185,7 +207,7 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
             : ['X-GitHub-Delivery', header(req, 'x-github-delivery')];
       const key = readIdempotencyKey(keyValue, keyHeader);
       // Whether the target agent is paused, read before the delivery so a replayed answer says the same.
-      const agentPaused = (await engine.agentPause(w.agent)) !== null;
+      const agentPaused = (await engine.agents.pauseState(w.agent)) !== null;
       const answer = (status: string, id: string) => ({ status: 202, body: { status, execution_id: id, agent_paused: agentPaused } });
       try {
         return await idempotent(

@@ -20,7 +20,7 @@ import {
   Triggered,
 } from '../schemas/triggers.ts';
 import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
-import type { ApiDeps } from '../deps.ts';
+import type { ApiDeps, RouteApp } from '../deps.ts';
 import { payloadText } from '../payload.ts';
 import { answerWithExecution, withStoredPayload } from '../raw-json.ts';
 
@@ -28,7 +28,13 @@ import { answerWithExecution, withStoredPayload } from '../raw-json.ts';
 const scheduleAnswer = (reply: FastifyReply, row: ScheduleRow) =>
   withStoredPayload(reply, scheduleView({ ...row, payload: 'null' }), row.payload);
 
-export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {
+export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  scheduleReadRoutes(app, deps);
+  scheduleChangeRoutes(app, deps);
+};
+
+/** Create schedules, list them, read one. */
+function scheduleReadRoutes(app: RouteApp, { engine }: ApiDeps): void {
   const { schedules } = engine;
 
   app.post(
@@ -107,6 +113,11 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       return scheduleAnswer(reply, await schedules.get(req.params.id));
     },
   );
+}
+
+/** Change, delete and trigger a schedule. */
+function scheduleChangeRoutes(app: RouteApp, { engine, idempotency }: ApiDeps): void {
+  const { schedules } = engine;
 
   app.patch(
     '/v1/schedules/:id',
@@ -163,7 +174,7 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       // 404 comes first: an unknown schedule is not an idempotency question.
       const s = await schedules.get(req.params.id);
       const via = req.headers['x-baton-client'] === 'cli' ? 'cli' : 'manual';
-      const paused = (await engine.agentPause(s.agent)) !== null;
+      const paused = (await engine.agents.pauseState(s.agent)) !== null;
       const answerFor = (row: ExecutionRow) => ({
         status: 201,
         body: answerWithExecution(row, (execution) => ({
@@ -194,4 +205,4 @@ export const scheduleRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engi
       );
     },
   );
-};
+}

@@ -7,40 +7,48 @@ import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts'
 import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
 import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
 import { BatonError } from '../../domain/errors.ts';
-import type { ApiDeps } from '../deps.ts';
+import type { ApiDeps, RouteApp } from '../deps.ts';
+import type { Engine } from '../../engine/engine.ts';
 import { RawAnswer } from '../raw-json.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
-export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine }) => {
-  /** Claim for `agent` (a claim, or the claim after a completion), leased to the caller's worker id. */
-  async function claimFor(
-    req: FastifyRequest,
-    reply: FastifyReply,
-    agent: string,
-    body: { worker_id?: string; max?: number; wait_seconds?: number },
-    defaultWaitMs: number,
-    raw: RawAnswer,
-  ) {
-    const owner = workerId(req, body.worker_id);
-    const max = body.max ?? 1;
-    const waitMs = body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs;
-    // A claim that does not wait answers within this request's turn: nothing to stop.
-    if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0 })).map((r) => raw.task(r));
-    // Stop waiting when the client goes away, so no task is leased to a closed connection.
-    const abort = new AbortController();
-    const onClose = () => {
-      if (!reply.raw.writableFinished) abort.abort();
-    };
-    reply.raw.once('close', onClose);
-    try {
-      const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal });
-      return rows.map((r) => raw.task(r));
-    } finally {
-      reply.raw.off('close', onClose);
-    }
+/** Claim for `agent` (a claim, or the claim after a completion), leased to the caller's worker id. */
+async function claimFor(
+  engine: Engine,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  agent: string,
+  body: { worker_id?: string; max?: number; wait_seconds?: number },
+  defaultWaitMs: number,
+  raw: RawAnswer,
+) {
+  const owner = workerId(req, body.worker_id);
+  const max = body.max ?? 1;
+  const waitMs = body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs;
+  // A claim that does not wait answers within this request's turn: nothing to stop.
+  if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0 })).map((r) => raw.task(r));
+  // Stop waiting when the client goes away, so no task is leased to a closed connection.
+  const abort = new AbortController();
+  const onClose = () => {
+    if (!reply.raw.writableFinished) abort.abort();
+  };
+  reply.raw.once('close', onClose);
+  try {
+    const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal });
+    return rows.map((r) => raw.task(r));
+  } finally {
+    reply.raw.off('close', onClose);
   }
+}
 
+export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
+  leaseRoutes(app, deps);
+  outcomeRoutes(app, deps);
+};
+
+/** Claim work for an agent; renew a lease (heartbeat). */
+function leaseRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/agents/:agent/claim',
     {
@@ -56,7 +64,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
     async (req, reply) => {
       requireAgentAccess(req, req.params.agent);
       const raw = new RawAnswer();
-      const tasks = await claimFor(req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs, raw);
+      const tasks = await claimFor(engine, req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs, raw);
       if (tasks.length === 0) return reply.code(204).send(null);
       return raw.answer(reply, { tasks });
     },
@@ -80,7 +88,10 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
       return { lease_expires_at: iso(r.lease_expires_at)!, cancel_requested: r.cancel_requested, deadline_at: iso(r.deadline_at) };
     },
   );
+}
 
+/** Complete an execution (and claim the next); release it back to the queue. */
+function outcomeRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.post(
     '/v1/executions/:id/complete',
     {
@@ -115,7 +126,7 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
       // The completion has committed: whatever the claim meets, the answer is 200 with the
       // completion (a worker must not report a finished task twice), and a failed claim says why.
       try {
-        const tasks = await claimFor(req, reply, row.agent, b.claim, 0, raw);
+        const tasks = await claimFor(engine, req, reply, row.agent, b.claim, 0, raw);
         return answer({ tasks });
       } catch (err) {
         if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
@@ -145,4 +156,4 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine
       return executionView(await engine.release(req.params.id, req.body.lease_token, actorOf(req)));
     },
   );
-};
+}

@@ -86,7 +86,7 @@ export const E04: StateInvariant<QueuedRow> = {
   holds: 'queued rows carry valid metadata: their agent exists, payload and origin parse, attempts are within the redelivery limit',
   diagnoses: {
     agent_missing:
-      'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Engine.deleteAgent, transitions/create.ts)',
+      'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Agents.delete in engine/agents.ts, transitions/create.ts)',
     payload_invalid: 'a queued execution carries a payload that is not JSON: a create path stored it unserialised (transitions/create.ts)',
     origin_invalid: 'a queued execution carries an origin that is not JSON: a create path stored it unserialised (transitions/create.ts)',
     attempt_out_of_range:

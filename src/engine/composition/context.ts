@@ -12,7 +12,7 @@ export interface FollowContext {
   /** Agents the caller knows have no enabled subscription (read in this transaction): their outcomes start no chain. */
   readonly unsubscribed?: ReadonlySet<string>;
   /**
-   * An agent being deleted (Engine.deleteAgent cancels its work in chunks before its row goes): a
+   * An agent being deleted (engine.agents.delete cancels its work in chunks before its row goes): a
    * group decided meanwhile refuses a join on it (agent_missing), as it would once the row is gone.
    */
   readonly deleting?: string;

@@ -3,7 +3,7 @@ import { GROUP_LIMITS, type GroupItemError, type GroupPolicy } from '../../domai
 import { newId } from '../../domain/ids.ts';
 import { validateTemplate } from '../../domain/templates.ts';
 import type { Tx } from '../../store/adapter.ts';
-import type { ExecutionGroupRow, ExecutionRow, NewExecution } from '../../store/schema.ts';
+import type { AgentRow, ExecutionGroupRow, ExecutionRow, NewExecution } from '../../store/schema.ts';
 import { lockAgentsForNewWork } from '../agent-lock.ts';
 import { backlogs } from '../backlog.ts';
 import { announce } from '../announce.ts';
@@ -127,63 +127,7 @@ export class Groups {
       const agents = new Map(
         (await lockAgentsForNewWork(tx, store, input.join ? [...names, input.join.agent] : names)).map((a) => [a.name, a]),
       );
-      const refusals: GroupItemRefusal[] = [];
-      // Room in each agent's backlog, read under the new-work turn: exact until the commit.
-      const present = [...new Set(names)].filter((n) => agents.has(n));
-      const queued = await backlogs(tx, present);
-      const room = new Map(present.map((n) => [n, agents.get(n)!.max_backlog - (queued.get(n) ?? 0)]));
-      const keysSeen = new Set<string>();
-      input.members.forEach((m, index) => {
-        const agent = agents.get(m.agent);
-        if (!agent) {
-          refusals.push({ index, error: 'agent_not_found', message: `members[${index}].agent: agent '${m.agent}' does not exist` });
-          return;
-        }
-        const left = room.get(m.agent)!;
-        room.set(m.agent, left - 1);
-        if (left <= 0) {
-          refusals.push({
-            index,
-            error: 'backlog_full',
-            message: `members[${index}]: agent '${m.agent}' has no room for it (max_backlog ${agent.max_backlog}, counting this group's earlier members)`,
-          });
-        }
-        if (m.idempotency_key) {
-          const k = `${m.agent}\n${m.idempotency_key}`;
-          if (keysSeen.has(k)) {
-            refusals.push({
-              index,
-              error: 'duplicate_idempotency_key',
-              message: `members[${index}].idempotency_key: '${m.idempotency_key}' is given twice for agent '${m.agent}' in this group`,
-            });
-          }
-          keysSeen.add(k);
-        }
-      });
-      const keyed = input.members.flatMap((m, index) => (m.idempotency_key ? [{ m, index, key: m.idempotency_key }] : []));
-      if (keyed.length > 0) {
-        // Keys already taken on their agents (a submit's Idempotency-Key or another group's member).
-        const taken = await tx
-          .selectFrom('idempotency_keys')
-          .select(['scope', 'idem_key'])
-          .where('scope', 'in', [...new Set(keyed.map((k) => `agent:${k.m.agent}`))])
-          .where('idem_key', 'in', [...new Set(keyed.map((k) => k.key))])
-          .where('expires_at', '>', now)
-          .execute();
-        const used = new Set(taken.map((t) => `${t.scope.slice('agent:'.length)}\n${t.idem_key}`));
-        for (const { m, index, key } of keyed) {
-          if (used.has(`${m.agent}\n${key}`)) {
-            refusals.push({
-              index,
-              error: 'duplicate_idempotency_key',
-              message: `members[${index}].idempotency_key: '${key}' was already used on agent '${m.agent}'`,
-            });
-          }
-        }
-      }
-      if (input.join && !agents.has(input.join.agent)) {
-        refusals.push({ index: 'join', error: 'agent_not_found', message: `join.agent: agent '${input.join.agent}' does not exist` });
-      }
+      const refusals = await checkMembers(tx, input, names, agents, now);
       if (refusals.length > 0) refuse(refusals);
       const rows: NewExecution[] = input.members.map((m, index) =>
         queuedValues(
@@ -399,4 +343,75 @@ async function claimMemberKey(
     .returning('scope')
     .executeTakeFirst();
   return !inserted;
+}
+
+/**
+ * What refuses a group's items before anything is written: unknown agents, no backlog room
+ * (read under the new-work turn: exact until the commit), member keys given twice or already used.
+ */
+async function checkMembers(
+  tx: Tx,
+  input: GroupInput,
+  names: string[],
+  agents: Map<string, AgentRow>,
+  now: number,
+): Promise<GroupItemRefusal[]> {
+  const refusals: GroupItemRefusal[] = [];
+  // Room in each agent's backlog, read under the new-work turn: exact until the commit.
+  const present = [...new Set(names)].filter((n) => agents.has(n));
+  const queued = await backlogs(tx, present);
+  const room = new Map(present.map((n) => [n, agents.get(n)!.max_backlog - (queued.get(n) ?? 0)]));
+  const keysSeen = new Set<string>();
+  input.members.forEach((m, index) => {
+    const agent = agents.get(m.agent);
+    if (!agent) {
+      refusals.push({ index, error: 'agent_not_found', message: `members[${index}].agent: agent '${m.agent}' does not exist` });
+      return;
+    }
+    const left = room.get(m.agent)!;
+    room.set(m.agent, left - 1);
+    if (left <= 0) {
+      refusals.push({
+        index,
+        error: 'backlog_full',
+        message: `members[${index}]: agent '${m.agent}' has no room for it (max_backlog ${agent.max_backlog}, counting this group's earlier members)`,
+      });
+    }
+    if (m.idempotency_key) {
+      const k = `${m.agent}\n${m.idempotency_key}`;
+      if (keysSeen.has(k)) {
+        refusals.push({
+          index,
+          error: 'duplicate_idempotency_key',
+          message: `members[${index}].idempotency_key: '${m.idempotency_key}' is given twice for agent '${m.agent}' in this group`,
+        });
+      }
+      keysSeen.add(k);
+    }
+  });
+  const keyed = input.members.flatMap((m, index) => (m.idempotency_key ? [{ m, index, key: m.idempotency_key }] : []));
+  if (keyed.length > 0) {
+    // Keys already taken on their agents (a submit's Idempotency-Key or another group's member).
+    const taken = await tx
+      .selectFrom('idempotency_keys')
+      .select(['scope', 'idem_key'])
+      .where('scope', 'in', [...new Set(keyed.map((k) => `agent:${k.m.agent}`))])
+      .where('idem_key', 'in', [...new Set(keyed.map((k) => k.key))])
+      .where('expires_at', '>', now)
+      .execute();
+    const used = new Set(taken.map((t) => `${t.scope.slice('agent:'.length)}\n${t.idem_key}`));
+    for (const { m, index, key } of keyed) {
+      if (used.has(`${m.agent}\n${key}`)) {
+        refusals.push({
+          index,
+          error: 'duplicate_idempotency_key',
+          message: `members[${index}].idempotency_key: '${key}' was already used on agent '${m.agent}'`,
+        });
+      }
+    }
+  }
+  if (input.join && !agents.has(input.join.agent)) {
+    refusals.push({ index: 'join', error: 'agent_not_found', message: `join.agent: agent '${input.join.agent}' does not exist` });
+  }
+  return refusals;
 }

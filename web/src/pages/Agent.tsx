@@ -9,6 +9,8 @@ import { ExecutionTable } from './Executions.tsx';
 import { BreakerFact, LapseHoldFact, PauseControl, PausedFact } from '../admission.tsx';
 import { SubscriptionsSection } from '../composition.tsx';
 
+type Budget = Awaited<ReturnType<ReturnType<typeof client>['agentBudget']>>;
+
 export function AgentPage({ name }: { name: string }) {
   useTick();
   const agent = useLoad(() => client().getAgent(name), [name]);
@@ -31,53 +33,7 @@ export function AgentPage({ name }: { name: string }) {
   return (
     <div className="grid">
       <Section title={`Agent ${a.name}`} actions={<PauseControl agent={a} onChanged={agent.reload} />}>
-        <dl className="facts">
-          <PausedFact agent={a} />
-          <LapseHoldFact agent={a} />
-          <BreakerFact agent={a} onChanged={agent.reload} />
-          {budget.data && budget.data.limits.length > 0 && (
-            <>
-              <dt>Budget</dt>
-              <dd data-field="budget">
-                {budget.data.spent && <strong>spent, admits nothing: </strong>}
-                {budget.data.limits.map((l) => (
-                  <span key={`${l.metric}/${l.window}`}>
-                    {l.metric} {l.spent} / {l.limit} per {l.window} (resets <Time iso={l.resets_at} />){' '}
-                  </span>
-                ))}
-              </dd>
-            </>
-          )}
-          <dt>Running / cap</dt>
-          <dd data-field="running">
-            {a.running} / {a.max_parallel}
-          </dd>
-          <dt>Queued / backlog</dt>
-          <dd data-field="queued">
-            {a.queued} / {a.max_backlog}
-          </dd>
-          <dt>Delivery</dt>
-          <dd>
-            {a.delivery}
-            {a.push_url ? ` → ${a.push_url}` : ''}
-          </dd>
-          <dt>Timeout</dt>
-          <dd>{a.timeout_seconds}s per run</dd>
-          <dt>Lease</dt>
-          <dd>
-            {a.lease_ttl_seconds}s, {a.max_redeliveries} re-deliveries
-          </dd>
-          <dt>Created</dt>
-          <dd>
-            <Time iso={a.created_at} />
-          </dd>
-          {a.description && (
-            <>
-              <dt>Description</dt>
-              <dd>{a.description}</dd>
-            </>
-          )}
-        </dl>
+        <AgentFacts agent={a} budget={budget.data} onChanged={agent.reload} />
         <RunTask agent={a.name} onStarted={executions.reload} />
         <EditSettings agent={a} onSaved={agent.reload} />
       </Section>
@@ -139,6 +95,59 @@ export function AgentPage({ name }: { name: string }) {
         )}
       </Section>
     </div>
+  );
+}
+
+/** What the agent is: its holds, budget, seats, backlog, delivery and contract. */
+function AgentFacts({ agent: a, budget, onChanged }: { agent: Agent; budget: Budget | undefined; onChanged: () => void }) {
+  return (
+    <dl className="facts">
+      <PausedFact agent={a} />
+      <LapseHoldFact agent={a} />
+      <BreakerFact agent={a} onChanged={onChanged} />
+      {budget && budget.limits.length > 0 && (
+        <>
+          <dt>Budget</dt>
+          <dd data-field="budget">
+            {budget.spent && <strong>spent, admits nothing: </strong>}
+            {budget.limits.map((l) => (
+              <span key={`${l.metric}/${l.window}`}>
+                {l.metric} {l.spent} / {l.limit} per {l.window} (resets <Time iso={l.resets_at} />){' '}
+              </span>
+            ))}
+          </dd>
+        </>
+      )}
+      <dt>Running / cap</dt>
+      <dd data-field="running">
+        {a.running} / {a.max_parallel}
+      </dd>
+      <dt>Queued / backlog</dt>
+      <dd data-field="queued">
+        {a.queued} / {a.max_backlog}
+      </dd>
+      <dt>Delivery</dt>
+      <dd>
+        {a.delivery}
+        {a.push_url ? ` → ${a.push_url}` : ''}
+      </dd>
+      <dt>Timeout</dt>
+      <dd>{a.timeout_seconds}s per run</dd>
+      <dt>Lease</dt>
+      <dd>
+        {a.lease_ttl_seconds}s, {a.max_redeliveries} re-deliveries
+      </dd>
+      <dt>Created</dt>
+      <dd>
+        <Time iso={a.created_at} />
+      </dd>
+      {a.description && (
+        <>
+          <dt>Description</dt>
+          <dd>{a.description}</dd>
+        </>
+      )}
+    </dl>
   );
 }
 

@@ -181,93 +181,10 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
       <Section
         wide
         title="Executions"
-        actions={
-          <div className="filters">
-            <SearchById />
-            <label>
-              Agent{' '}
-              <select name="agent" value={agent} onChange={(e) => setFilter('agent', e.target.value)}>
-                <option value="">all</option>
-                {agents.data?.map((a) => (
-                  <option key={a.name} value={a.name}>
-                    {a.name}
-                  </option>
-                ))}
-              </select>
-            </label>
-            <label>
-              Status{' '}
-              <select name="status" value={status} onChange={(e) => setFilter('status', e.target.value)}>
-                <option value="">all</option>
-                {EXECUTION_STATES.map((s) => (
-                  <option key={s} value={s}>
-                    {s}
-                  </option>
-                ))}
-              </select>
-            </label>
-          </div>
-        }
+        actions={<ExecutionFilters agent={agent} status={status} agents={agents.data} setFilter={setFilter} />}
       >
-        <div className="bulk" role="group" aria-label="bulk actions">
-          <span className="muted small">{chosen.length} selected</span>
-          <button
-            className="secondary"
-            disabled={busy || failed.length === 0}
-            onClick={() =>
-              void bulk(
-                'Retry',
-                failed.map((e) => e.id),
-                retryOne,
-              )
-            }
-          >
-            Retry failed ({failed.length})
-          </button>
-          <button
-            className="secondary"
-            disabled={busy || queued.length === 0}
-            onClick={() =>
-              void bulk(
-                'Cancel',
-                queued.map((e) => e.id),
-                cancelOne,
-              )
-            }
-          >
-            Cancel queued ({queued.length})
-          </button>
-          {chosen.length > failed.length + queued.length && (
-            <span className="muted small">
-              {chosen.length - failed.length - queued.length} selected neither failed nor queued: no action applies to them
-            </span>
-          )}
-        </div>
-        {results && (
-          <div className="bulk-results" role="status" aria-label="bulk results">
-            <p className="small">
-              {results.action}: {results.rows.filter((r) => r.ok).length} done, {results.rows.filter((r) => !r.ok).length} refused{' '}
-              <button className="link" onClick={() => setResults(undefined)}>
-                Dismiss
-              </button>
-            </p>
-            <ul className="list">
-              {results.rows.map((r) => (
-                <li key={r.id} data-execution={r.id} data-outcome={r.ok ? 'done' : 'refused'} className={r.ok ? 'ok' : 'err'}>
-                  <a className="mono" href={link('executions', r.id)}>
-                    {r.id}
-                  </a>
-                  : {r.text}{' '}
-                  {r.other && (
-                    <a className="mono" href={link('executions', r.other)}>
-                      {r.other}
-                    </a>
-                  )}
-                </li>
-              ))}
-            </ul>
-          </div>
-        )}
+        <BulkBar chosen={chosen.length} failed={failed} queued={queued} busy={busy} bulk={bulk} />
+        {results && <BulkResults results={results} dismiss={() => setResults(undefined)} />}
         {page.error ? (
           <Failed what="executions" error={page.error} retry={page.reload} />
         ) : !page.data ? (
@@ -293,6 +210,128 @@ export function ExecutionsPage({ query }: { query: URLSearchParams }) {
           </button>
         </nav>
       </Section>
+    </div>
+  );
+}
+
+/** Filter by agent and status, or jump to an execution by id. */
+function ExecutionFilters({
+  agent,
+  status,
+  agents,
+  setFilter,
+}: {
+  agent: string;
+  status: string;
+  agents: ReadonlyArray<{ name: string }> | undefined;
+  setFilter: (k: string, v: string) => void;
+}) {
+  return (
+    <div className="filters">
+      <SearchById />
+      <label>
+        Agent{' '}
+        <select name="agent" value={agent} onChange={(e) => setFilter('agent', e.target.value)}>
+          <option value="">all</option>
+          {agents?.map((a) => (
+            <option key={a.name} value={a.name}>
+              {a.name}
+            </option>
+          ))}
+        </select>
+      </label>
+      <label>
+        Status{' '}
+        <select name="status" value={status} onChange={(e) => setFilter('status', e.target.value)}>
+          <option value="">all</option>
+          {EXECUTION_STATES.map((s) => (
+            <option key={s} value={s}>
+              {s}
+            </option>
+          ))}
+        </select>
+      </label>
+    </div>
+  );
+}
+
+/** Retry the selected failed executions, cancel the selected queued ones. */
+function BulkBar({
+  chosen,
+  failed,
+  queued,
+  busy,
+  bulk,
+}: {
+  chosen: number;
+  failed: ReadonlyArray<{ id: string }>;
+  queued: ReadonlyArray<{ id: string }>;
+  busy: boolean;
+  bulk: (action: string, ids: string[], one: (id: string) => Promise<BulkResult>) => Promise<void>;
+}) {
+  return (
+    <div className="bulk" role="group" aria-label="bulk actions">
+      <span className="muted small">{chosen} selected</span>
+      <button
+        className="secondary"
+        disabled={busy || failed.length === 0}
+        onClick={() =>
+          void bulk(
+            'Retry',
+            failed.map((e) => e.id),
+            retryOne,
+          )
+        }
+      >
+        Retry failed ({failed.length})
+      </button>
+      <button
+        className="secondary"
+        disabled={busy || queued.length === 0}
+        onClick={() =>
+          void bulk(
+            'Cancel',
+            queued.map((e) => e.id),
+            cancelOne,
+          )
+        }
+      >
+        Cancel queued ({queued.length})
+      </button>
+      {chosen > failed.length + queued.length && (
+        <span className="muted small">
+          {chosen - failed.length - queued.length} selected neither failed nor queued: no action applies to them
+        </span>
+      )}
+    </div>
+  );
+}
+
+/** What a bulk action did, per execution. */
+function BulkResults({ results, dismiss }: { results: { action: string; rows: BulkResult[] }; dismiss: () => void }) {
+  return (
+    <div className="bulk-results" role="status" aria-label="bulk results">
+      <p className="small">
+        {results.action}: {results.rows.filter((r) => r.ok).length} done, {results.rows.filter((r) => !r.ok).length} refused{' '}
+        <button className="link" onClick={dismiss}>
+          Dismiss
+        </button>
+      </p>
+      <ul className="list">
+        {results.rows.map((r) => (
+          <li key={r.id} data-execution={r.id} data-outcome={r.ok ? 'done' : 'refused'} className={r.ok ? 'ok' : 'err'}>
+            <a className="mono" href={link('executions', r.id)}>
+              {r.id}
+            </a>
+            : {r.text}{' '}
+            {r.other && (
+              <a className="mono" href={link('executions', r.other)}>
+                {r.other}
+              </a>
+            )}
+          </li>
+        ))}
+      </ul>
     </div>
   );
 }
