@@ -142,7 +142,7 @@ module.exports = {
       name: 'sdk-stays-small',
       severity: 'error',
       comment:
-        'packages/sdk compiles everything src/sdk.ts reaches: only the agent layer, the wire contract and the domain, so an agent never installs or loads the server (issue #15; test/package.test.ts checks the compiled files too).',
+        'packages/sdk compiles everything src/sdk.ts reaches: only the agent layer, the wire contract and the domain, so an agent never installs or loads the server (issue #15; test/server/package.test.ts checks the compiled files too).',
       from: { path: '^src/sdk[.]ts$' },
       to: { reachable: true, path: '^src/', pathNot: any(['domain', 'contract', 'agent']) },
     },

@@ -1,6 +1,6 @@
 /**
  * Generates docs/api-reference.md and docs/openapi.json from the route schemas (the same zod
- * schemas that validate requests). `npm run docs:api` rewrites them; test/api-reference.test.ts
+ * schemas that validate requests). `npm run docs:api` rewrites them; test/api/api-reference.test.ts
  * fails when the committed copies are stale.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -2,7 +2,7 @@
  * Writes the live schema of a freshly migrated store, one file per dialect:
  * src/store/schema.postgres.sql and src/store/schema.sqlite.sql (tables, constraints, indexes,
  * triggers, function bodies, and the rows a new store starts with). `npm run schema` rewrites
- * them after a migration; test/schema-file.test.ts fails while a committed copy is stale.
+ * them after a migration; test/store/schema-file.test.ts fails while a committed copy is stale.
  *
  * `npm run schema -- --baseline` writes the baselines instead (src/store/migrations/<dialect>/
  * 0100_baseline.sql) from stores migrated by the legacy chain: what the fold of the legacy chains

@@ -1,7 +1,7 @@
 /**
  * CLI start-up: how long a `baton` command that only talks HTTP takes from the
  * installed package, end to end — process start, module loading, one request, exit. The package
- * is packed and installed into a fresh project exactly as test/package.test.ts does (and shares
+ * is packed and installed into a fresh project exactly as test/server/package.test.ts does (and shares
  * its cached install), so the figure is what a user of `npm install baton` sees: compiled
  * JavaScript, no tsx. Measures; never asserts. Target: ≤ 250 ms.
  */

@@ -15,7 +15,7 @@ declare module 'fastify' {
 
 /**
  * The statuses every route of a kind can answer, declared on the route so /openapi.json says
- * what the server does (test/api.fuzz.test.ts fails on an answer a route does not declare):
+ * what the server does (test/api/api.fuzz.test.ts fails on an answer a route does not declare):
  * - any route: 400 (a malformed parameter, query or body), 503 (the database is away);
  * - a route under /v1: 401 (no, a bad or a revoked key), 403 (a key of the wrong scope), 404
  *   (what it names does not exist, or is not this key's to see);

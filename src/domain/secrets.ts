@@ -35,7 +35,7 @@ export const SECRET_PATTERNS: readonly SecretPattern[] = Object.freeze([
 /**
  * Every pattern's match starts with one of these heads. JSON.stringify leaves their characters
  * as they are, so a value none of whose strings holds a secret is told by one search of its JSON
- * text for a head (test/hardening.test.ts checks each pattern against the list).
+ * text for a head (test/api/hardening.test.ts checks each pattern against the list).
  */
 const HEADS = 'sk-|github_pat_|gh[pousr]_|xox[abeprs]-|AKIA|ASIA|bt_|bwh_|whsec_';
 /** Some secret's head somewhere in the text: the text may hold a secret (no head: it holds none). */

@@ -12,7 +12,7 @@ type Queued = Pick<ExecutionRow, 'id' | 'agent' | 'priority' | 'queued_at' | 'st
  * facts. Every read is a primary-key seek or walks a partial index of live rows
  * (executions_admission, executions_running, executions_serial_running) or seeks one row of the
  * agent's history by (agent, status, created_at); none of them grows with history
- * (test/plans.test.ts checks the plans). It reads outside the admission transaction, so it is a
+ * (test/cost/plans.test.ts checks the plans). It reads outside the admission transaction, so it is a
  * report of a moment, not a promise: a claim may admit the row right after.
  */
 export async function waitingFor(

@@ -32,7 +32,7 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
  * A plain submit as one statement (`baton_submit`): the new-work turn, backlog check, row and
  * creation audit that transitions/create.ts createExecutions makes with `check` under
  * lockAgentsForNewWork in four round trips. The agent's contract defaults come from the agent row
- * it locks. test/one-statement.test.ts holds its rows equal to the transaction path's.
+ * it locks. test/cost/one-statement.test.ts holds its rows equal to the transaction path's.
  */
 async function submitOne(db: Kysely<DB>, s: SubmitRequest): Promise<Submitted> {
   const { f, now, actor } = s;
@@ -69,11 +69,11 @@ async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): 
  * Claims of many agents in one call (`baton_claim_many`; a lone claim is a call of one). Exactness
  * is the transaction path's: each agent row is locked first, in name order, its candidates locked
  * SKIP LOCKED and limited by its free seats, each update re-checking `queued`, and the event
- * trigger adds each seat under the same lock. test/plans.test.ts reads the function's own plans,
+ * trigger adds each seat under the same lock. test/cost/plans.test.ts reads the function's own plans,
  * custom and generic: candidates through executions_admission, each taken row by position. The
  * function plans without sorting, so a connection that made its plans while the store was young
  * cannot have kept one that reads every queued row, sorted, for each agent
- * (test/claim-plan-young.test.ts).
+ * (test/cost/claim-plan-young.test.ts).
  */
 async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promise<Map<string, ExecutionRow[]>> {
   const tokens: string[] = [];

@@ -43,7 +43,7 @@ export function preparedQuery<H extends Kysely<any>, P extends Record<string, un
     const parameters = query.parameters.map((v) => (v instanceof Slot ? (values[v.key] ?? null) : v));
     // The compiled statement with this run's values (its query node and id as compiled: no plugin
     // transforms it again). No value import of Kysely here: the CLI's HTTP-only commands load this
-    // module and must not load Kysely (test/package.test.ts).
+    // module and must not load Kysely (test/server/package.test.ts).
     const { rows } = await db.executeQuery<R>({ ...query, parameters });
     return rows;
   };

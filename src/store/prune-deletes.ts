@@ -100,7 +100,7 @@ export async function deleteChainsSqlite(
  * one array value, matched with `= ANY(…)`: an index scan of each table whatever the planner
  * thinks of the array's length (`IN (…)` with a thousand constants made it scan whole tables, and
  * a join with the unnested ids chose sequential scans on a 30,000-row history in
- * test/plans.test.ts). Events, three or more per execution, are found id by id through their
+ * test/cost/plans.test.ts). Events, three or more per execution, are found id by id through their
  * index (a LATERAL probe per id; OFFSET 0 keeps the planner from making it a join) and deleted by
  * row address: a batch is a sizeable share of a small events table, where the planner would
  * otherwise scan all of it.

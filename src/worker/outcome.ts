@@ -2,7 +2,7 @@
  * What a finished task reports, decided from plain facts: how its handler settled, why its
  * signal fired (if it did), whether its lease was lost. No requests here: the worker (sdk.ts)
  * gathers the facts once the handler is done, asks `decideReport`, and sends what comes back;
- * test/worker-outcome.test.ts walks every case.
+ * test/worker/worker-outcome.test.ts walks every case.
  */
 import type { AbortReason } from '../domain/lease.ts';
 import { redactSecrets } from '../domain/redact.ts';

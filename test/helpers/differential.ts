@@ -17,7 +17,7 @@ import { PG_URL, STORE_KIND } from './store.ts';
 
 export { scenarioArb, type Scenario } from './differential-scenarios.ts';
 
-// The differential harness (test/differential.test.ts): one sequence of engine operations run
+// The differential harness (test/engine/differential.test.ts): one sequence of engine operations run
 // three ways — SQLite, PostgreSQL with its fast paths (the lone claim, submit and completion
 // statements) and PostgreSQL with them off — on one manual clock. Every answer, every event and,
 // at the end, every row must be equal once ids and lease tokens are named by first appearance.

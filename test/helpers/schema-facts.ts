@@ -18,7 +18,7 @@ import type { StoreAdapter } from '../../src/store/adapter.ts';
  * noise in PostgreSQL's deparsed predicates, constraint names the database generated, and
  * trigger bodies and whether a trigger fires per row or per statement (plpgsql functions against
  * SQLite trigger programs differ by nature). Each dialect's bodies are held, whole, in its schema
- * file (src/store/schema.<dialect>.sql, checked by test/schema-file.test.ts).
+ * file (src/store/schema.<dialect>.sql, checked by test/store/schema-file.test.ts).
  */
 export async function schemaFacts(store: StoreAdapter): Promise<string[]> {
   const facts = store.kind === 'sqlite' ? await sqliteFacts(store) : await postgresFacts(store);

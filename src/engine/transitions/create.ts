@@ -71,7 +71,7 @@ export type CreateOne = { row: NewExecution; audit: CreateAudit<NewExecution> };
 export type CreateMany = { rows: readonly NewExecution[]; audit: CreateAudit<NewExecution> };
 
 /**
- * The only code that inserts into `executions` (test/status-writers.test.ts enforces it): every
+ * The only code that inserts into `executions` (test/engine/status-writers.test.ts enforces it): every
  * new execution — submitted, triggered, scheduled, retried, chained, a group's member or join —
  * is created here, queued (or, by the scheduler, skipped), with its audit in the same
  * transaction. `check` returns the row, or undefined when the backlog is full (nothing written;

@@ -3,7 +3,7 @@
  * (scheduler.ts) locks and reads the facts, asks here, and writes what comes back; so every
  * outcome of a due time — queued, or skipped as already_running, backlog_full or missed — and
  * every message and the batch's audit entry is decided in this one file and tested as a table
- * (test/fire-plan.test.ts).
+ * (test/triggers/fire-plan.test.ts).
  */
 import type { SkipReason } from '../../domain/error-codes.ts';
 import type { Fired } from '../../domain/outcomes.ts';

@@ -1,0 +1,88 @@
+/**
+ * Budgets through the real `baton` command (a child process) and the MCP tools (over Streamable
+ * HTTP), against a server started in this process.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startNode, type BatonNode } from '../../src/server/up.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+
+let ts: TestStore;
+let node: BatonNode;
+let admin: string;
+let mcp: Client;
+
+const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
+const baton = cli.run;
+const ok = async (args: string[]) => {
+  const r = await baton(args);
+  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+  return r.stdout;
+};
+
+type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
+const tool = async (name: string, args: Record<string, unknown>) => (await mcp.callTool({ name, arguments: args })) as Result;
+
+beforeAll(async () => {
+  ts = await openTestStore({ poolMax: 4 });
+  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'budget-cli-test' });
+  admin = node.createdAdminKey!;
+  mcp = new Client({ name: 'baton-test', version: '0.0.0' });
+  await mcp.connect(
+    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${admin}` } } }),
+  );
+});
+afterAll(async () => {
+  cli.killAll();
+  await mcp?.close().catch(() => {});
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+describe(`budgets: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
+  it('baton agents create --budget-json, agents budget (words and --json), a bad budget names its field; MCP get_budget', async () => {
+    const agent = 'cli-budget';
+    const budget = { limits: [{ metric: 'total_tokens', window: 'day', limit: 100 }] };
+    await ok(['agents', 'create', agent, '--budget-json', JSON.stringify(budget)]);
+    await node.engine.submit(agent, { message: 'spend' }, 'test');
+    const [row] = await node.engine.claim(agent, { owner: 'w' });
+    await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { total_tokens: 100 } }, 'w');
+    const waiting = await node.engine.submit(agent, { message: 'waits' }, 'test');
+
+    const [words, asJson, why, bad, show] = await Promise.all([
+      ok(['agents', 'budget', agent]),
+      ok(['agents', 'budget', agent, '--json']),
+      ok(['why', waiting.id]),
+      baton(['agents', 'update', agent, '--budget-json', '{"limits":[{"metric":"dollars","window":"day","limit":1}]}']),
+      ok(['agents', 'show', agent]),
+    ]);
+    expect(words).toContain('SPENT');
+    expect(words).toMatch(/total_tokens\s+day\s+100\s+100 \(100 %\)\s+0/);
+    expect(JSON.parse(asJson)).toMatchObject({
+      agent,
+      time_zone: 'UTC',
+      spent: true,
+      limits: [{ metric: 'total_tokens', spent: 100, remaining: 0 }],
+    });
+    expect(why).toContain(`${waiting.id} is queued: budget_spent`);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/metric/);
+    expect(show).toContain('total_tokens 100/day');
+
+    const m = await tool('get_budget', { agent });
+    expect(m.isError).toBeFalsy();
+    expect(m.structuredContent).toMatchObject({ agent, spent: true, limits: [{ metric: 'total_tokens', window: 'day', limit: 100 }] });
+    const g = await tool('get_execution', { execution_id: waiting.id });
+    expect(g.structuredContent.waiting).toMatchObject({
+      reason: 'budget_spent',
+      budget: { metric: 'total_tokens', limit: 100, spent: 100 },
+    });
+
+    // Raising the limit from the CLI releases it.
+    await ok(['agents', 'update', agent, '--budget-json', '{"limits":[{"metric":"total_tokens","window":"day","limit":1000}]}']);
+    expect(JSON.parse(await ok(['agents', 'budget', agent, '--json'])).spent).toBe(false);
+    expect(await node.engine.claim(agent, { owner: 'w' })).toHaveLength(1);
+  });
+});

@@ -1,0 +1,95 @@
+/**
+ * SQLite's main connection reads rows as arrays and makes them into objects with a function
+ * compiled per statement (src/store/sqlite-rows.ts). The objects must be exactly what
+ * better-sqlite3 itself would return, for every statement shape, and stay right when another
+ * connection changes the schema under a statement already prepared (SQLite prepares it again,
+ * with other columns). PostgreSQL's driver makes its own rows.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { sql } from 'kysely';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openSqlite } from '../../src/store/sqlite.ts';
+import { rowsAsObjects } from '../../src/store/sqlite-rows.ts';
+import { STORE_KIND } from '../helpers/store.ts';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+const tempFile = () => {
+  const d = mkdtempSync(join(tmpdir(), 'baton-test-'));
+  dirs.push(d);
+  return join(d, 'rows.sqlite');
+};
+
+describe.runIf(STORE_KIND === 'sqlite')('SQLite rows as arrays', () => {
+  it('makes the same objects as better-sqlite3, whatever the statement', () => {
+    const db = new Database(':memory:');
+    db.exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, body BLOB, n REAL, note TEXT);
+      INSERT INTO t VALUES (1, 'a', x'00ff', 1.5, NULL), (2, 'b', NULL, -2, 'x'), (3, '"q"', x'', 0, '')`);
+    const version = db.prepare('PRAGMA schema_version').pluck();
+    const statements = [
+      'SELECT * FROM t ORDER BY id',
+      'SELECT * FROM t WHERE id = 99',
+      'SELECT id, name AS id FROM t ORDER BY id', // a repeated name: the last value wins
+      'SELECT name AS "__proto__", id AS "constructor", n AS "a b", note AS "x""y" FROM t ORDER BY id',
+      'SELECT count(*) AS n, max(name) FROM t',
+      'UPDATE t SET n = n + 1 WHERE id < 3 RETURNING *',
+      "INSERT INTO t (name) VALUES ('new') RETURNING id, name",
+    ];
+    for (const text of statements) {
+      const write = !/^SELECT/.test(text);
+      if (write) db.exec('SAVEPOINT s');
+      const expected = db.prepare(text).all();
+      if (write) db.exec('ROLLBACK TO s; RELEASE s');
+      if (write) db.exec('SAVEPOINT s');
+      const got = rowsAsObjects(db.prepare(text), () => version.get() as number).all([]);
+      if (write) db.exec('ROLLBACK TO s; RELEASE s');
+      expect(got, text).toStrictEqual(expected);
+      for (let i = 0; i < got.length; i++) {
+        expect(Object.keys(got[i] as object), text).toEqual(Object.keys(expected[i] as object));
+        expect(Object.getPrototypeOf(got[i]), text).toBe(Object.getPrototypeOf(expected[i]));
+      }
+    }
+    const each = [...rowsAsObjects(db.prepare('SELECT * FROM t ORDER BY id'), () => version.get() as number).iterate([])];
+    expect(each).toStrictEqual(db.prepare('SELECT * FROM t ORDER BY id').all());
+    // A statement that returns no rows runs as before.
+    const run = rowsAsObjects(db.prepare("UPDATE t SET note = 'y' WHERE id = 1"), () => version.get() as number);
+    expect(run.reader).toBe(false);
+    expect(Number(run.run([]).changes)).toBe(1);
+    db.close();
+  });
+
+  it('follows a schema changed by another connection under a prepared statement', async () => {
+    const file = tempFile();
+    const store = openSqlite(file);
+    await store.migrate();
+    await sql`CREATE TABLE shapes (id INTEGER PRIMARY KEY, a TEXT, b TEXT)`.execute(store.db);
+    await sql`INSERT INTO shapes (a, b) VALUES ('A', 'B')`.execute(store.db);
+    const read = () =>
+      store.db
+        .selectFrom('shapes' as never)
+        .selectAll()
+        .execute();
+    expect(await read()).toEqual([{ id: 1, a: 'A', b: 'B' }]);
+    const other = new Database(file);
+    try {
+      // A column added: the same statement text, one more column.
+      other.exec("ALTER TABLE shapes ADD COLUMN c TEXT NOT NULL DEFAULT 'C'");
+      expect(await read()).toEqual([{ id: 1, a: 'A', b: 'B', c: 'C' }]);
+      // The table rebuilt with as many columns in another order.
+      other.exec(`CREATE TABLE shapes_new (c TEXT, b TEXT, id INTEGER PRIMARY KEY, a TEXT);
+        INSERT INTO shapes_new (c, b, id, a) SELECT c, b, id, a FROM shapes;
+        DROP TABLE shapes; ALTER TABLE shapes_new RENAME TO shapes;`);
+      const rows = await read();
+      expect(rows).toEqual([{ c: 'C', b: 'B', id: 1, a: 'A' }]);
+      expect(Object.keys(rows[0] as object)).toEqual(['c', 'b', 'id', 'a']);
+    } finally {
+      other.close();
+      await store.close();
+    }
+  });
+});
