@@ -31,6 +31,13 @@ export interface ExpireOptions {
 export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions): Promise<{ reaped: Reaped[]; finals: ExecutionRow[] }> {
   const out: Reaped[] = [];
   const finals: ExecutionRow[] = []; // ended with no retry to follow: the caller follows their outcomes
+  await expireRunning(tx, store, o, out, finals);
+  await expireStaleQueued(tx, store, o, out, finals);
+  return { reaped: out, finals };
+}
+
+/** Running rows whose lease lapsed, deadline passed or cancellation grace ran out. */
+async function expireRunning(tx: Tx, store: StoreAdapter, o: ExpireOptions, out: Reaped[], finals: ExecutionRow[]): Promise<void> {
   const running = await store
     .lockRows(
       tx
@@ -48,13 +55,36 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       'skip',
     )
     .execute();
-
-  // Shared-cause lapses: when SHARED_LAPSE_THRESHOLD or more of one agent's leases lapsed (no
-  // timeout, no cancellation: the worker just went away) in this transaction, its workers died
-  // together. Those rows go back to the queue with the attempt their claim charged given back,
-  // even one that would have been poisoned, up to MAX_FORGIVEN_LAPSES times per row, and the
-  // agent is held until a worker of it is seen again (src/domain/admission.ts).
   const decisions = new Map(running.map((row) => [row.id, decide(row, o)]));
+  await forgiveSharedLapses(tx, running, decisions);
+
+  const heldIds = new Map<string, string[]>();
+  const ended: ExecutionRow[] = []; // timeouts and poisonings count toward the agent's breaker
+  for (const row of running) {
+    const decision = decisions.get(row.id)!;
+    const done = await endRunning(tx, row, decision, o);
+    if (!done) continue;
+    if (decision.kind === 'requeued_shared') heldIds.set(row.agent, [...(heldIds.get(row.agent) ?? []), row.id]);
+    ended.push(done);
+    // A timeout or a poisoned task is a failure like any other: its retry commits with it.
+    const retry = await insertRetry(tx, store, done, o.now, o.actor);
+    if (done.completed_at !== null && !retry) finals.push(done);
+    out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
+  }
+  for (const [agent, ids] of heldIds) await setLapseHold(tx, agent, ids, o.now, o.actor);
+  await countTowardBreakers(tx, store, ended, o.now, o.actor, o.alertSinks ?? []);
+  // Timed out, poisoned or force-cancelled runs used their run time: it counts toward a budget.
+  for (const row of ended) if (row.completed_at !== null) await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
+}
+
+/**
+ * Shared-cause lapses: when SHARED_LAPSE_THRESHOLD or more of one agent's leases lapsed (no
+ * timeout, no cancellation: the worker just went away) in this transaction, its workers died
+ * together. Those rows go back to the queue with the attempt their claim charged given back,
+ * even one that would have been poisoned, up to MAX_FORGIVEN_LAPSES times per row, and the
+ * agent is held until a worker of it is seen again (src/domain/admission.ts).
+ */
+async function forgiveSharedLapses(tx: Tx, running: readonly ExecutionRow[], decisions: Map<string, Decision>): Promise<void> {
   const lapsedBy = new Map<string, ExecutionRow[]>();
   for (const row of running) {
     const kind = decisions.get(row.id)!.kind;
@@ -77,53 +107,43 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
       if (row.lapses_forgiven < MAX_FORGIVEN_LAPSES) decisions.set(row.id, { kind: 'requeued_shared', to: 'queued' });
     }
   }
+}
 
-  const heldIds = new Map<string, string[]>();
-  const ended: ExecutionRow[] = []; // timeouts and poisonings count toward the agent's breaker
-  for (const row of running) {
-    const decision = decisions.get(row.id)!;
-    const done = await tx
-      .updateTable('executions')
-      .set((eb) =>
-        decision.kind === 'requeued_shared'
-          ? {
-              status: 'queued',
+/** The guarded update of one running row to its decided end; undefined when the row moved meanwhile. */
+function endRunning(tx: Tx, row: ExecutionRow, decision: Decision, o: ExpireOptions): Promise<ExecutionRow | undefined> {
+  return tx
+    .updateTable('executions')
+    .set((eb) =>
+      decision.kind === 'requeued_shared'
+        ? {
+            status: 'queued',
+            lease_expires_at: null,
+            deadline_at: null,
+            attempt: eb('attempt', '-', 1),
+            lapses_forgiven: eb('lapses_forgiven', '+', 1),
+            ...stamp(o.now, o.actor, decision.kind),
+          }
+        : decision.to === 'queued'
+          ? { status: 'queued', lease_expires_at: null, deadline_at: null, ...stamp(o.now, o.actor, decision.kind) }
+          : {
+              status: decision.to,
+              completed_at: o.now,
+              duration_ms: o.now - (row.started_at ?? o.now),
               lease_expires_at: null,
-              deadline_at: null,
-              attempt: eb('attempt', '-', 1),
-              lapses_forgiven: eb('lapses_forgiven', '+', 1),
+              error_code: decision.code,
+              error_message: decision.message,
               ...stamp(o.now, o.actor, decision.kind),
-            }
-          : decision.to === 'queued'
-            ? { status: 'queued', lease_expires_at: null, deadline_at: null, ...stamp(o.now, o.actor, decision.kind) }
-            : {
-                status: decision.to,
-                completed_at: o.now,
-                duration_ms: o.now - (row.started_at ?? o.now),
-                lease_expires_at: null,
-                error_code: decision.code,
-                error_message: decision.message,
-                ...stamp(o.now, o.actor, decision.kind),
-              },
-      )
-      .where('id', '=', row.id)
-      .where('status', '=', 'running')
-      .where('lease_token', '=', row.lease_token)
-      .returningAll()
-      .executeTakeFirst();
-    if (!done) continue;
-    if (decision.kind === 'requeued_shared') heldIds.set(row.agent, [...(heldIds.get(row.agent) ?? []), row.id]);
-    ended.push(done);
-    // A timeout or a poisoned task is a failure like any other: its retry commits with it.
-    const retry = await insertRetry(tx, store, done, o.now, o.actor);
-    if (done.completed_at !== null && !retry) finals.push(done);
-    out.push({ id: row.id, agent: row.agent, kind: decision.kind, to: decision.to, ...(retry ? { retry_id: retry.id } : {}) });
-  }
-  for (const [agent, ids] of heldIds) await setLapseHold(tx, agent, ids, o.now, o.actor);
-  await countTowardBreakers(tx, store, ended, o.now, o.actor, o.alertSinks ?? []);
-  // Timed out, poisoned or force-cancelled runs used their run time: it counts toward a budget.
-  for (const row of ended) if (row.completed_at !== null) await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
+            },
+    )
+    .where('id', '=', row.id)
+    .where('status', '=', 'running')
+    .where('lease_token', '=', row.lease_token)
+    .returningAll()
+    .executeTakeFirst();
+}
 
+/** Queued rows past the backlog expiry fail (backlog_expired). */
+async function expireStaleQueued(tx: Tx, store: StoreAdapter, o: ExpireOptions, out: Reaped[], finals: ExecutionRow[]): Promise<void> {
   const stale = await store
     .lockRows(
       tx
@@ -153,8 +173,6 @@ export async function expireOnce(tx: Tx, store: StoreAdapter, o: ExpireOptions):
     out.push({ id: row.id, agent: row.agent, kind: 'backlog_expired', to: 'failed' });
     finals.push(done);
   }
-
-  return { reaped: out, finals };
 }
 
 type Decision =
