@@ -66,7 +66,7 @@ const PRETTY_MAX_CHARS = 64 * 1024;
 /**
  * A result: the structured answer and the same JSON as text. A turn of the event loop before
  * serialising it (the client parsed the API's answer in this one) and after, when it is large
- * (the SDK validates and serialises it next): each costs ~30–55 ms for a 1.8 MB result.
+ * (the SDK validates and serialises it next): each is a long step for a result of megabytes.
  */
 export async function ok(data: Structured, text?: string) {
   await ownTurn();
