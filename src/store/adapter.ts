@@ -45,6 +45,14 @@ export interface PrunedRows {
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
  * which database it is on; it calls these methods.
  */
+/** One finding of a read-only check, as `baton doctor` lists them. */
+export interface StoreCheck {
+  check: string;
+  /** ok · warn (worth a look, not a failure) · fail (exit non-zero) · skip (not applicable here) */
+  status: 'ok' | 'warn' | 'fail' | 'skip';
+  detail: string;
+}
+
 export interface StoreAdapter {
   readonly kind: StoreKind;
   /** What to show of the store in logs and status answers (readyz, GET /v1/history); nothing decides by it. */
@@ -245,6 +253,17 @@ export interface StoreAdapter {
   migrate(): Promise<number[]>;
   /** Versions applied and the newest version this code knows. */
   migrationStatus(): Promise<{ applied: number[]; known: number[] }>;
+  /**
+   * Why the store has nothing to read yet though its database answers, read without creating
+   * anything (`baton doctor`): PostgreSQL names a configured schema that does not exist. Undefined
+   * when it is there, and always on SQLite (the file is the store).
+   */
+  missingSetup(): Promise<string | undefined>;
+  /**
+   * `baton doctor`'s checks of the database settings Baton relies on, read only: PostgreSQL's
+   * autovacuum on for Baton's tables. SQLite: none.
+   */
+  settingChecks(): Promise<StoreCheck[]>;
 
   close(): Promise<void>;
 }

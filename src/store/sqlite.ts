@@ -10,6 +10,7 @@ import {
   type ExecutionChain,
   type InOrder,
   type StoreAdapter,
+  type StoreCheck,
   type StoreKind,
   type Tx,
 } from './adapter.ts';
@@ -326,6 +327,14 @@ class SqliteStore implements StoreAdapter {
 
   async migrationStatus(): Promise<{ applied: number[]; known: number[] }> {
     return sqliteMigrationStatus(this.raw);
+  }
+
+  async missingSetup(): Promise<string | undefined> {
+    return undefined;
+  }
+
+  async settingChecks(): Promise<StoreCheck[]> {
+    return [];
   }
 
   async close(): Promise<void> {
