@@ -59,8 +59,9 @@ export const listItem = (e: ExecutionListItem) => ({ ...summary(e), payload_prev
 
 type Structured = Record<string, unknown>;
 /**
- * Answers up to this size are indented for a reader; larger ones go compact: indenting a 1.8 MB
- * result of 120,000 keys made a 2.8 MB text, serialised again (escaped) into the JSON-RPC answer.
+ * Answers up to this size are indented for a reader; larger ones go compact: indenting a large
+ * result of many keys makes its text far larger, and it is serialised again (escaped) into the
+ * JSON-RPC answer.
  */
 const PRETTY_MAX_CHARS = 64 * 1024;
 /**
