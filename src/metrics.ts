@@ -189,7 +189,7 @@ function registerDbGauges(registry: Registry, engine: Engine): void {
     },
   );
   // Live counts by status and agent, indexed once per read: a search of the rows per agent made a
-  // scrape quadratic in agents (6,000 agents held the event loop ~350 ms).
+  // scrape quadratic in agents (thousands of agents held the event loop too long).
   const counts = new WeakMap<DbStats, Map<string, number>>();
   const countOf = (s: DbStats, agent: string, status: string) => {
     let byKey = counts.get(s);

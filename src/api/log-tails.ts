@@ -21,8 +21,8 @@ interface Shared<T> {
 
 /**
  * What the follow streams of one execution share. Every follower woke on the same append and
- * read the same pages: on SQLite through the main connection, 250 followers of a 4 MB append
- * held the event loop ~4.5 s. Here a read (the status, or a page after a seq) already under way
+ * read the same pages: on SQLite through the main connection, many followers of a large append
+ * held the event loop for seconds. Here a read (the status, or a page after a seq) already under way
  * is joined instead of repeated, and a page's text is built once and written to each follower.
  *
  * A follower may join a read only if it started after every change the follower has been told
@@ -154,7 +154,7 @@ const FOLLOW_CACHE_BYTES = 16 * 1024 * 1024;
 /**
  * Bytes the follow streams of one process write in one event-loop turn. A 4 MB append with 100
  * followers is 400 MB to copy into sockets; written as fast as followers came for it, one turn
- * held the loop ~300 ms in writev. Past this, a follower waits for the next turn (a page, at
+ * held the loop far too long in writev. Past this, a follower waits for the next turn (a page, at
  * most 1 MiB, always goes: the first write of a turn is never held).
  */
 const FOLLOW_TURN_BYTES = 1024 * 1024;

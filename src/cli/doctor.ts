@@ -4,17 +4,13 @@ import { join } from 'node:path';
 import { ApiError, Unreachable } from '../client.ts';
 import { readEnv, readRetentionEnv, type Env } from '../config.ts';
 import type { HistoryStats } from '../api/schemas/history.ts';
-import type { StoreAdapter } from '../store/adapter.ts';
+import type { StoreAdapter, StoreCheck } from '../store/adapter.ts';
 import { connect, type ConnectionFlags } from './connection.ts';
 import { EXIT } from './exit.ts';
 import { relativeTime, table } from './output.ts';
 
-export interface Check {
-  check: string;
-  /** ok · warn (worth a look, not a failure) · fail (exit non-zero) · skip (not applicable here) */
-  status: 'ok' | 'warn' | 'fail' | 'skip';
-  detail: string;
-}
+/** One line of the doctor's answer; the store's own checks (StoreAdapter.settingChecks) have the same shape. */
+export type Check = StoreCheck;
 
 /** The store this machine is configured for, read directly (never migrated or written). */
 async function checkStore(dataDir: string, env: Env): Promise<Check[]> {
@@ -30,22 +26,16 @@ async function checkStore(dataDir: string, env: Env): Promise<Check[]> {
     const [{ openStore }, { sql }] = await Promise.all([import('../store/open.ts'), import('kysely')]);
     store = openStore({ databaseUrl: url, dataDir, schema, poolMax: 1 });
     await sql`SELECT 1`.execute(store.db);
-    if (store.kind === 'postgres' && schema) {
-      // migrationStatus() would create a missing schema; the doctor only reads.
-      const found = await sql<{ n: number }>`SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name = ${schema}`.execute(
-        store.db,
-      );
-      if (Number(found.rows[0]?.n ?? 0) === 0) {
-        return [
-          { check: 'store', status: 'ok', detail: 'PostgreSQL answers' },
-          { check: 'migrations', status: 'fail', detail: `schema ${schema} does not exist (run \`baton migrate\`)` },
-        ];
-      }
-    }
+    const where = url ? 'PostgreSQL' : `SQLite ${join(dataDir, 'baton.sqlite')}`;
+    const missingSetup = await store.missingSetup();
+    if (missingSetup)
+      return [
+        { check: 'store', status: 'ok', detail: `${where} answers` },
+        { check: 'migrations', status: 'fail', detail: `${missingSetup} (run \`baton migrate\`)` },
+      ];
     const { applied, known } = await store.migrationStatus();
     const missing = known.filter((v) => !applied.includes(v));
     const unknown = applied.filter((v) => !known.includes(v));
-    const where = url ? 'PostgreSQL' : `SQLite ${join(dataDir, 'baton.sqlite')}`;
     const checks: Check[] = [{ check: 'store', status: 'ok', detail: `${where} answers` }];
     if (missing.length)
       checks.push({ check: 'migrations', status: 'fail', detail: `not applied: ${missing.join(', ')} (run \`baton migrate\`)` });
@@ -56,7 +46,7 @@ async function checkStore(dataDir: string, env: Env): Promise<Check[]> {
         detail: `the database has migrations this version does not know (${unknown.join(', ')}): a newer baton wrote it`,
       });
     else checks.push({ check: 'migrations', status: 'ok', detail: `current (version ${Math.max(0, ...applied)})` });
-    if (store.kind === 'postgres') checks.push(await checkAutovacuum(store));
+    checks.push(...(await store.settingChecks()));
     if (!missing.length) checks.push(...(await checkHistory(store)));
     return checks;
   } catch (err) {
@@ -64,33 +54,6 @@ async function checkStore(dataDir: string, env: Env): Promise<Check[]> {
   } finally {
     await store?.close().catch(() => undefined);
   }
-}
-
-/** The tables whose space prunes free and whose statistics the hot statements' plans come from. */
-const VACUUMED_TABLES = ['executions', 'execution_events', 'execution_logs', 'audit_log', 'agents', 'agent_backlog'];
-
-/**
- * PostgreSQL's autovacuum, on for the server and for Baton's tables: it reuses the space pruned
- * rows leave and analyzes the tables, and a connection keeps its statements' plans until then
- * (docs/operations.md, "PostgreSQL: autovacuum").
- */
-async function checkAutovacuum(store: StoreAdapter): Promise<Check> {
-  const { sql } = await import('kysely');
-  const { rows } = await sql<{ autovacuum: string; track_counts: string; off: string[] | null }>`
-    SELECT current_setting('autovacuum') AS autovacuum, current_setting('track_counts') AS track_counts,
-      (SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = current_schema() AND c.relname = ANY (${VACUUMED_TABLES}::text[])
-          AND EXISTS (SELECT 1 FROM unnest(c.reloptions) o WHERE lower(o) ~ '^autovacuum_enabled=(false|off|no|0|f|n)$')) AS off`.execute(
-    store.db,
-  );
-  const r = rows[0]!;
-  const off = [
-    ...(r.autovacuum === 'on' && r.track_counts === 'on' ? [] : [`autovacuum = ${r.autovacuum}, track_counts = ${r.track_counts}`]),
-    ...(r.off?.length ? [`autovacuum_enabled = false on ${r.off.join(', ')}`] : []),
-  ];
-  if (off.length === 0) return { check: 'autovacuum', status: 'ok', detail: "on for Baton's tables" };
-  const why = `PostgreSQL neither analyzes Baton's tables (a connection keeps plans it made on a young store) nor reuses the space prunes free (docs/operations.md, "PostgreSQL: autovacuum")`;
-  return { check: 'autovacuum', status: 'warn', detail: `${off.join('; ')}: ${why}` };
 }
 
 const fmt = (n: number) => n.toLocaleString('en-US');

@@ -100,17 +100,17 @@ export interface AdmissionState {
   paused_at: number | null;
   paused_by: string | null;
   paused_reason: string | null;
-  /** Shared-cause lapse hold (0013): when the reaper set it and how many leases lapsed together. */
+  /** Shared-cause lapse hold: when the reaper set it and how many leases lapsed together. */
   lapse_hold_at: number | null;
   lapse_hold_count: number | null;
   /**
-   * Budget (0012): not a column but the first spent limit, from the ledger rows of the current
+   * Budget: not a column but the first spent limit, from the ledger rows of the current
    * windows that admission read under the agent lock (`firstSpent` in src/domain/budget.ts); null
    * or absent: no limit is spent.
    */
   budget_spent?: LimitStatus | null;
   /**
-   * Circuit breaker (0011): not a column but `breakerAdmission(…).hold` (src/domain/breaker.ts),
+   * Circuit breaker: not a column but `breakerAdmission(…).hold` (src/domain/breaker.ts),
    * decided by admission from the locked row, the clock and whether the probe still runs; null or
    * absent: the breaker lets admission through.
    */

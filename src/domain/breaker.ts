@@ -1,5 +1,5 @@
 /**
- * The circuit breaker of an agent (issue #13): plain rules, no I/O. The engine applies them on
+ * The circuit breaker of an agent: plain rules, no I/O. The engine applies them on
  * the agent row inside the admission transaction (src/engine/transitions/admit.ts, which holds the
  * row locked) and inside the completion's transaction (src/engine/breaker.ts), so every process
  * sees one state.
@@ -73,7 +73,7 @@ export const BREAKER_LIMITS = Object.freeze({
   maxCooldownMs: 7 * 24 * 3_600_000,
 });
 
-/** The agent columns the breaker lives in (migration 0011). */
+/** The agent columns the breaker lives in. */
 export interface BreakerColumns {
   breaker_config: string | null;
   breaker_state: BreakerState;

@@ -1,6 +1,6 @@
 /**
- * Budgets: per-agent limits on spending per time window (issue #13). Plain data and pure
- * helpers; the ledger lives in `agent_budget_ledger` (migration 0012), the engine writes it in
+ * Budgets: per-agent limits on spending per time window. Plain data and pure
+ * helpers; the ledger lives in `agent_budget_ledger`, the engine writes it in
  * the completion's transaction (src/engine/budget.ts) and admission reads it under the agent
  * lock (src/engine/transitions/admit.ts).
  *
@@ -96,7 +96,7 @@ export const spentOn = (metric: BudgetMetric, w: Pick<WindowSpend, 'cost_usd' | 
 // ── windows on a time zone's wall clock ─────────────────────────────────────
 
 const formatters = new Map<string, Intl.DateTimeFormat>();
-/** Intl formatters are costly to build (~0.1 ms); one per zone, kept. */
+/** Intl formatters are costly to build; one per zone, kept. */
 function formatter(tz: string): Intl.DateTimeFormat {
   let f = formatters.get(tz);
   if (!f) {

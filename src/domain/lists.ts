@@ -2,8 +2,8 @@ import { BatonError } from './errors.ts';
 
 /**
  * Bounds of list answers, defined once for the server, CLI, MCP and dashboard. A list never
- * returns bodies: a stored result may be megabytes (60 of them were once a 234 MiB answer that
- * took the server from 283 to 1,371 MiB); the single-execution read returns them in full.
+ * returns bodies: a stored result may be megabytes, and a page of them would multiply the server's
+ * memory for one answer; the single-execution read returns them in full.
  */
 
 /** Page sizes of execution lists: the API refuses a larger `limit` (400 naming the field). */

@@ -88,7 +88,7 @@ export class Agents {
           push_secret: input.push_secret ? this.engine.secrets.seal(input.push_secret) : null,
           retry_policy: input.retry_policy ? JSON.stringify(input.retry_policy) : null,
           budget: input.budget ? JSON.stringify(input.budget) : null,
-          // New agents get a breaker unless they say null; agents from before 0011 stay off.
+          // New agents get a breaker unless they say null; agents made before breakers existed stay off.
           breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
           created_at: now,
           updated_at: now,
@@ -158,8 +158,8 @@ export class Agents {
   async delete(name: string, actor: string): Promise<{ cancelled: number; cancel_requested: number }> {
     const now = this.engine.now();
     // A deep backlog first, in chunks of AGENT_DELETE_CHUNK, each its own transaction with a turn
-    // of the event loop after it: on SQLite 20,000 queued rows cancelled in one transaction held the
-    // server for 1.9 s (max_backlog allows 1,000,000). Its subscriptions go in the first, so these
+    // of the event loop after it: on SQLite a deep backlog cancelled in one transaction held the
+    // server for seconds (max_backlog allows 1,000,000). Its subscriptions go in the first, so these
     // cancellations start nothing; a group its cancelled members decide refuses a join on this
     // agent (agent_missing), as it will once the row is gone. Work submitted meanwhile is cancelled
     // in the last transaction. A crash between chunks leaves the agent with part of its backlog

@@ -3,11 +3,11 @@ import type { DB } from '../store/schema.ts';
 import { statusIs } from './status-sql.ts';
 
 /**
- * Queued executions per agent, from the counters the database keeps (migrations 0023 SQLite /
- * 0031 PostgreSQL): `agent_backlog.queued_in` (rows created queued, written only by creators under
+ * Queued executions per agent, from the counters the database keeps:
+ * `agent_backlog.queued_in` (rows created queued, written only by creators under
  * their new-work turn) less `agents.queued_out` (rows that left `queued`, less those that came
  * back, kept by the event trigger beside the seats). One row per agent, however deep the backlog:
- * counting the rows cost a submit 27–29 ms (SQLite) / 64–67 ms (PostgreSQL) at 300,000 queued. Read
+ * counting the rows made a submit's cost grow with the backlog. Read
  * under the new-work turn (lockAgentsForNewWork) it is exact for creating work: no other creator
  * runs, and claims only shorten the backlog. The canary checks it against the rows (S-05).
  */
@@ -41,9 +41,7 @@ export const queuedExpr = () => sql<number>`b.queued_in - a.queued_out`;
  * the same way. A row is created no later than it begins to wait, so `created_at < cutoff` adds
  * nothing to the answer and makes the read a range of executions_status_recent (status,
  * created_at): without it the other conditions are filters over every queued row, and a sweep every
- * reaper interval (2 s) read the whole backlog. At 200,000 queued a pass took 68.8 → 0.3 ms on
- * SQLite (on the event loop) and 34.2 → 1.4 ms on PostgreSQL, 100–620 ms there in a long W1 run's
- * swollen table (docs/benchmarks.md).
+ * reaper interval (2 s) read the whole backlog, on SQLite on the event loop.
  */
 export function waitingSince(eb: ExpressionBuilder<DB, 'executions'>, cutoff: number): Expression<SqlBool> {
   return eb.and([

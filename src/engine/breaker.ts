@@ -16,7 +16,7 @@ import { queueAlerts } from './alerts.ts';
 import { factsMayChange, refreshFastPathFacts } from './fast-path-facts.ts';
 import { ENABLED } from './status-sql.ts';
 
-/** The breaker columns (migration 0011), as read with the agent row locked. */
+/** The breaker columns, as read with the agent row locked. */
 export const BREAKER_COLUMNS = [
   'breaker_config',
   'breaker_state',

@@ -17,7 +17,7 @@ import type { Executor } from './transitions/stamp.ts';
 import { queueAlerts } from './alerts.ts';
 
 /**
- * The budget ledger (src/domain/budget.ts, migration 0012): read by admission and the budget
+ * The budget ledger (src/domain/budget.ts): read by admission and the budget
  * answer, added to by completions. Every statement is a primary-key seek or upsert on
  * (agent, window_kind, window_start); none reads the history of executions.
  */

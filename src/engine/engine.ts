@@ -431,8 +431,8 @@ export class Engine {
 
   /**
    * A page of list rows, newest first: bodies cut to previews (see list-executions.ts). On the
-   * reader: cutting previews from multi-MiB results still reads them inside SQLite (60 results
-   * of 3.9 MiB: ~110 ms), which must not hold the event loop on SQLite.
+   * reader: cutting previews from multi-MiB results still reads them inside SQLite (a page of
+   * them is a long step), which must not hold the event loop on SQLite.
    */
   listExecutions(f: ExecutionFilter): Promise<ExecutionListRow[]> {
     return listExecutions(this.store.reader, f, this.store.createdOrderIndexes);

@@ -1,8 +1,7 @@
 /**
  * Large JSON values checked and serialised on a worker thread. Parsing costs by the shape, not the
- * byte: 1.8 MiB of one object with 125,000 keys, or of 15,000 small objects whose keys all
- * differ, took 75–190 ms of `JSON.parse` here (docs/benchmarks.md), and whatever thread parses it
- * is held that long. A value that is only ever stored (a completion's result, from the API or a
+ * byte: a megabyte or two of one object with many keys, or of small objects whose keys all
+ * differ, is a long `JSON.parse`, and whatever thread parses it is held that long. A value that is only ever stored (a completion's result, from the API or a
  * push agent's answer) need never be parsed on the event loop: its text goes to this thread, which
  * parses it (so it is JSON), refuses a prototype key as the API's body parser does, and answers it
  * as JSON.stringify writes it — the text Baton stores, the same as for a value parsed there.

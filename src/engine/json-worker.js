@@ -28,7 +28,7 @@ const isIndex = (key) => /^(?:0|[1-9]\d{0,9})$/.test(key) && Number(key) < 42949
  * The distinct sequences of named keys that the objects in `value` start with: one per key of a
  * trie of every object's keys in order. Each is a hidden class a parser creates on first sight, the
  * cost that makes a megabyte of objects whose keys differ (or come in different orders) take
- * 100–200 ms to parse where the same bytes of alike objects take 7 (docs/benchmarks.md).
+ * many times longer to parse than the same bytes of alike objects.
  */
 function keyOrders(value) {
   const root = new Map();

@@ -25,8 +25,7 @@ export const previewHead = (column: string) => sql<string>`substr(${sql.ref(colu
 const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= ${sql.lit(USAGE_LIST_CHARS)} then ${sql.ref('usage')} end`;
 
 /**
- * Newest first. Each filter shape seeks an index made for it (migrations 0001, 0006, 0007; the
- * status indexes made again by SQLite's 0021 and PostgreSQL's 0022): status →
+ * Newest first. Each filter shape seeks an index made for it: status →
  * executions_status_recent; agent and status → executions_agent_status_recent; schedule →
  * executions_schedule_recent, with status → executions_schedule_status_recent. The cursor and
  * since/until are a range on created_at inside that index. Several statuses are one seek per
@@ -36,8 +35,8 @@ const smallUsage = sql<string | null>`case when length(${sql.ref('usage')}) <= $
  * (all executions, or one agent's): where the store has them (`createdOrderIndexes`, PostgreSQL)
  * executions_recent / executions_agent_recent; elsewhere (SQLite) every status so, one seek per
  * status into the same two status indexes: SQLite has no such indexes, which cost every insert and
- * every pruned row an index entry each. (On PostgreSQL the six seeks cost 1–2 ms more per page,
- * planning included, at 1M: docs/benchmarks.md, "Two full-history indexes fewer".)
+ * every pruned row an index entry each. (On PostgreSQL one seek per status costs a page noticeably
+ * more, planning included, on a long history.)
  */
 export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, createdOrderIndexes: boolean) {
   const limit = Math.min(Math.max(1, Math.trunc(f.limit ?? EXECUTION_PAGE.default)), EXECUTION_PAGE.max);

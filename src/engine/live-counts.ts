@@ -9,11 +9,10 @@ export interface LiveCounts {
 
 /**
  * Running and queued executions per agent (all agents, or the ones named), from the counters the
- * database keeps in step with the rows: `running_count` (the seats, migration 0019) and the
+ * database keeps in step with the rows: `running_count` (the seats) and the
  * backlog (`agent_backlog.queued_in - agents.queued_out`, engine/backlog.ts). One row per agent:
  * the cost follows the agents, never their history or the depth of their backlogs (counting the
- * rows read every queued one: 300,000 queued cost each agents list and scrape that many index
- * entries). The canary checks the counters against the rows (S-04, S-05). Agents with neither are
+ * rows read every queued one, for each agents list and scrape). The canary checks the counters against the rows (S-04, S-05). Agents with neither are
  * absent from the map.
  */
 export async function liveCountsByAgent(db: Kysely<DB>, agents?: readonly string[]): Promise<Map<string, LiveCounts>> {

@@ -59,14 +59,15 @@ export const listItem = (e: ExecutionListItem) => ({ ...summary(e), payload_prev
 
 type Structured = Record<string, unknown>;
 /**
- * Answers up to this size are indented for a reader; larger ones go compact: indenting a 1.8 MB
- * result of 120,000 keys made a 2.8 MB text, serialised again (escaped) into the JSON-RPC answer.
+ * Answers up to this size are indented for a reader; larger ones go compact: indenting a large
+ * result of many keys makes its text far larger, and it is serialised again (escaped) into the
+ * JSON-RPC answer.
  */
 const PRETTY_MAX_CHARS = 64 * 1024;
 /**
  * A result: the structured answer and the same JSON as text. A turn of the event loop before
  * serialising it (the client parsed the API's answer in this one) and after, when it is large
- * (the SDK validates and serialises it next): each costs ~30–55 ms for a 1.8 MB result.
+ * (the SDK validates and serialises it next): each is a long step for a result of megabytes.
  */
 export async function ok(data: Structured, text?: string) {
   await ownTurn();

@@ -1,5 +1,5 @@
 /**
- * MCP tools for groups (fan-out with a join, issue #14): an orchestrating agent dispatches
+ * MCP tools for groups (fan-out with a join): an orchestrating agent dispatches
  * sub-tasks to agents with `run_group` and waits, bounded, for the join's outcome (or the group's
  * decision when there is no join), or polls `get_group`. Refusals are structured answers.
  */

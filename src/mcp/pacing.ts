@@ -1,8 +1,8 @@
 /**
  * Pacing for the MCP endpoint. The SDK hands every message of a JSON-RPC batch (up to 100, its
  * bound) to the server at once and, in JSON mode, serialises every answer in the step that
- * completes the last one: 100 × tools/list held the event loop for 300–550 ms, ten get_execution
- * of a 1.8 MB result (a 50 MB answer) for 1.4 s. Here each message is handed over in its own turn
+ * completes the last one: a full batch of tools/list, or a few get_execution of a large result,
+ * held the event loop far too long. Here each message is handed over in its own turn
  * of the event loop, each large step of a tool call (parsing the API's answer, serialising the
  * result) waits for a turn of its own, and a batch's answers are bounded in size, so the final
  * serialisation is bounded too.
@@ -18,8 +18,8 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 
 /**
- * The JSON of a batch's answers, at most (characters): the SDK serialises them in one step, ~35 ms
- * for 4 MiB (100 × tools/list make 3.9 MiB). One call's answer is bounded by the API's own limits
+ * The JSON of a batch's answers, at most (characters): the SDK serialises them in one step, and
+ * this is about a full batch of tools/list. One call's answer is bounded by the API's own limits
  * instead (a 4 MiB result makes a get_execution answer of about 10 MiB): it is never refused alone.
  */
 const BATCH_ANSWER_MAX_CHARS = 4 * 1024 * 1024;

@@ -14,9 +14,9 @@
  *
  * Each batch is one short transaction (`store.pruneTransaction`; the executions themselves go by
  * `store.deleteExecutionChains`); candidates are read before it (prune-select.ts), through
- * indexes made for these shapes (migration 0006: idempotency_keys_execution; 0007:
- * executions_retry_of for the foreign-key check on delete; 0018: executions_completed on
- * (completed_at, id), the cursor's order, so no page sorts).
+ * indexes made for these shapes (idempotency_keys_execution; executions_retry_of for the
+ * foreign-key check on delete; executions_completed on (completed_at, id), the cursor's order, so
+ * no page sorts).
  */
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { laterRetriesFirst, PRUNE_DELETE_CHUNK } from '../store/prune-deletes.ts';
@@ -228,7 +228,7 @@ async function pruneCanary(o: PruneOptions, cursor: PruneCursor): Promise<PruneB
     alertCursor = Number(a.id);
     if (a.status !== 'pending') alertIds.push(Number(a.id));
   }
-  // Groups decided before the window (execution_groups_decided, migration 0016); running ones have no decided_at.
+  // Groups decided before the window (execution_groups_decided); running ones have no decided_at.
   const groups = await reader
     .selectFrom('execution_groups')
     .select('id')

@@ -67,15 +67,14 @@ export const PRUNE_LEASE_MS = 60_000;
 /**
  * SQLite: WAL frames (pages) a sweep lets build up before its next checkpoint. A checkpoint copies
  * every page written since the last one and syncs the file; consecutive batches write the same
- * pages of the per-agent indexes, so one copy for several batches costs less per execution (at 1M,
- * back to back: 13.6 µs per execution with a checkpoint after every batch of 2,000, 6.8 with one
- * every 8,000). Counted in rows removed, at the frames per row the last checkpoint found (idle
- * ~0.7; under load more: other writers' frames, batches cut short): 4,000 frames (16 MiB) stay well
+ * pages of the per-agent indexes, so one copy for several batches costs less per execution (about
+ * half, back to back on a long history). Counted in rows removed, at the frames per row the last checkpoint found (under
+ * load more: other writers' frames, batches cut short): 4,000 frames (16 MiB) stay well
  * under the writer's own automatic checkpoint during a sweep (SWEEP_AUTOCHECKPOINT_PAGES), which
  * runs on the event loop.
  */
 export const PRUNE_CHECKPOINT_FRAMES = 4_000;
-/** Pages per SQLite incremental-vacuum step (4 KiB each): a step of 2 MiB takes a few ms. */
+/** Pages per SQLite incremental-vacuum step (4 KiB each): a step short enough to hold the store only briefly. */
 export const VACUUM_STEP_PAGES = 512;
 
 export interface PrunerOptions {
@@ -89,10 +88,9 @@ export interface PrunerOptions {
   /**
    * Pace by demand: the long pause only when another execution changed state (any process: the
    * store's `execution` and `log` signals) since the batch began; otherwise the minimum. False:
-   * always the long pause. Default true. Measured at 1M (issue #10 bench, prune phase, submit →
-   * claim p50 while sweeping / idle just before): PostgreSQL 26,040 → 32,381/s, 1.46× → 1.18×
-   * (one run each). On SQLite it was off while batches ran on the event loop (a busier pruner put
-   * more requests behind a batch: 1.45× and 2.36× → 2.08× and 2.55×); since they run on a thread
+   * always the long pause. Default true: on a long history it keeps a sweep's cost to
+   * submits and claims lower on PostgreSQL. On SQLite it was off while batches ran on the event loop
+   * (a busier pruner put more requests behind a batch); since they run on a thread
    * of their own and give the store up to a waiting caller, it is on there too.
    */
   demandPacing?: boolean;

@@ -45,6 +45,14 @@ export interface PrunedRows {
  * Everything that differs between SQLite and PostgreSQL, in one place. The engine never asks
  * which database it is on; it calls these methods.
  */
+/** One finding of a read-only check, as `baton doctor` lists them. */
+export interface StoreCheck {
+  check: string;
+  /** ok · warn (worth a look, not a failure) · fail (exit non-zero) · skip (not applicable here) */
+  status: 'ok' | 'warn' | 'fail' | 'skip';
+  detail: string;
+}
+
 export interface StoreAdapter {
   readonly kind: StoreKind;
   /** What to show of the store in logs and status answers (readyz, GET /v1/history); nothing decides by it. */
@@ -97,8 +105,8 @@ export interface StoreAdapter {
 
   /**
    * SQLite: `transaction`, but for one write too large to make on the event loop, such as a
-   * completion whose result is hundreds of KiB or more. Its UPDATE copies the value into SQLite:
-   * 40 ms for 4 MiB warm, 93 ms the first time in a process. The transaction (BEGIN IMMEDIATE, not
+   * completion whose result is hundreds of KiB or more. Its UPDATE copies the value into SQLite,
+   * a long step for megabytes. The transaction (BEGIN IMMEDIATE, not
    * group-committed) runs on the writer thread's connection while this one's turn is held, as a
    * prune batch does, so the event loop stays free and nothing on `db` runs meanwhile. The same
    * rule holds: `fn` works through `tx` only. Absent on PostgreSQL (the database does the work)
@@ -137,7 +145,7 @@ export interface StoreAdapter {
    * Return up to `pages` free pages to the file system, after the pruner deleted rows. SQLite
    * (incremental auto-vacuum): one PRAGMA incremental_vacuum(pages) on the pruner's writer thread
    * while other work on `db` waits its turn, as a prune batch — keep `pages` small, others wait for
-   * it (2,048 pages of 4 KiB took up to 34 ms at load 8-15, so the pruner steps 512); the pruner
+   * it (a larger step held other work too long under load, so the pruner steps VACUUM_STEP_PAGES); the pruner
    * checkpoints after each step, with the writer's automatic checkpoint still set aside
    * (`sweepCheckpoints`). Resolves with the free pages left.
    * PostgreSQL: a no-op resolving 0 — autovacuum makes dead rows' space reusable in place.
@@ -181,8 +189,8 @@ export interface StoreAdapter {
    * commit that takes the WAL past its bound, on the event loop (the store raises the bound to a
    * backstop, WRITER_AUTOCHECKPOINT_PAGES, and checkpoints on its worker thread every
    * BACKGROUND_CHECKPOINT_MS instead: sqlite.ts); with SQLite's default bound a prune batch's
-   * commit also copied the pages it dirtied back into the database file (about 60 % of a batch at
-   * 1M history).
+   * commit also copied the pages it dirtied back into the database file (most of a batch's time on
+   * a long history).
    * `sweepCheckpoints(true)` raises the writer connection's automatic checkpoint to a far bound
    * (SWEEP_AUTOCHECKPOINT_PAGES, a backstop) for the sweep; the pruner then runs `checkpoint()` as
    * a step of its own between batches, and `sweepCheckpoints(false)` restores the setting found.
@@ -221,7 +229,7 @@ export interface StoreAdapter {
    * Insert many rows in few statements (the scheduler's batch path). Columns are the union of
    * the rows' keys; a key a row lacks is NULL. PostgreSQL sends each chunk as one JSON value
    * expanded by json_populate_recordset rather than one bound value per column per row
-   * (measured: 10,000 execution rows in 0.37 s instead of 0.57 s); SQLite, in process, uses
+   * (markedly faster for thousands of rows); SQLite, in process, uses
    * multi-row VALUES.
    */
   insertMany<T extends BulkTable>(tx: Tx, table: T, rows: Array<Insertable<DB[T]>>): Promise<void>;
@@ -245,6 +253,17 @@ export interface StoreAdapter {
   migrate(): Promise<number[]>;
   /** Versions applied and the newest version this code knows. */
   migrationStatus(): Promise<{ applied: number[]; known: number[] }>;
+  /**
+   * Why the store has nothing to read yet though its database answers, read without creating
+   * anything (`baton doctor`): PostgreSQL names a configured schema that does not exist. Undefined
+   * when it is there, and always on SQLite (the file is the store).
+   */
+  missingSetup(): Promise<string | undefined>;
+  /**
+   * `baton doctor`'s checks of the database settings Baton relies on, read only: PostgreSQL's
+   * autovacuum on for Baton's tables. SQLite: none.
+   */
+  settingChecks(): Promise<StoreCheck[]>;
 
   close(): Promise<void>;
 }

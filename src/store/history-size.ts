@@ -44,7 +44,7 @@ export async function historySizeSqlite<T extends string>(db: Kysely<DB>, tables
   const free = (await pragma('freelist_count')) * pageSize;
   for (const t of tables) {
     // min() and max() of the rowid are one B-tree seek each, but only as separate statements:
-    // SQLite's min/max optimisation skips a query with both (it scanned the table: 163 ms at 1M rows).
+    // SQLite's min/max optimisation skips a query with both (it scanned the whole table).
     const r = await sql<{
       lo: number | null;
       hi: number | null;

@@ -70,9 +70,9 @@ const types = {
 /**
  * The session options of every connection. JIT compilation off for Baton's sessions: its
  * statements are short, and PostgreSQL's choice to compile is made from cost estimates, which a
- * table never analyzed (autovacuum off, or a table grown since) inflates. Seen in a 200,000-task
- * run: canary reads returning 150 rows, estimated at ~40,000, compiled with inlining and
- * optimization on every call, 170–450 ms each.
+ * table never analyzed (autovacuum off, or a table grown since) inflates: small canary reads, estimated
+ * at hundreds of times their rows, were compiled with inlining and optimization on every call,
+ * each costing far more than the read.
  */
 export function sessionOptions(schema: string | undefined): string {
   return `-c jit=off${schema ? ` -c search_path=${schema}` : ''}`;

@@ -43,8 +43,8 @@ export class PostgresSignals {
   publish(topic: Topic, message: string): void {
     this.local.deliver(topic, message);
     // Out a turn after this process's own listeners acted on it: a claim it woke here goes to
-    // PostgreSQL first, not behind the NOTIFY (W2 in-process p50 −0.4 ms; docs/benchmarks.md,
-    // "Notifications packed"). Other processes hear it that one turn later.
+    // PostgreSQL first, not behind the NOTIFY, which shortens a claim's wait.
+    // Other processes hear it that one turn later.
     if (this.outbox.size === 0) setImmediate(() => setImmediate(() => void this.flush()));
     const list = this.outbox.get(topic);
     if (list) list.push(message);

@@ -10,12 +10,14 @@ import {
   type InOrder,
   type LockMode,
   type StoreAdapter,
+  type StoreCheck,
   type StoreKind,
   type Tx,
 } from './adapter.ts';
 import type { FastPaths } from './fast-paths.ts';
 import { historySizePostgres, type HistorySize } from './history-size.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
+import { checkAutovacuum, missingSchema } from './postgres-checks.ts';
 import { openPool, retryConflicts, sessionOptions } from './postgres-connection.ts';
 import { postgresFastPaths } from './postgres-fast-paths.ts';
 import { PostgresSignals } from './postgres-signals.ts';
@@ -240,6 +242,14 @@ class PostgresStore implements StoreAdapter {
       ? (await this.pool.query('SELECT version FROM baton_migrations ORDER BY version')).rows.map((r) => Number(r.version))
       : [];
     return migrationStatusOf('postgres', recorded);
+  }
+
+  missingSetup(): Promise<string | undefined> {
+    return missingSchema(this.db, this.schema);
+  }
+
+  async settingChecks(): Promise<StoreCheck[]> {
+    return [await checkAutovacuum(this.db)];
   }
 
   async close(): Promise<void> {

@@ -9,8 +9,8 @@ class Slot {
 /**
  * A statement built and compiled by Kysely once per store (per dialect: SQLite and PostgreSQL
  * compile differently) and then run with each call's values: a hot statement whose text never
- * changes need not pay for Kysely's query building and compiling on every run (measured ~10-25 µs
- * a statement, about a sixth of a task's CPU on SQLite).
+ * changes need not pay for Kysely's query building and compiling on every run (a sizeable share of a
+ * task's CPU on SQLite).
  *
  * `build` receives the values as placeholders (`p.id` stands for the `id` given to each run) and
  * must not look at them: it may only pass them to Kysely as values (`where('id', '=', p.id)`,

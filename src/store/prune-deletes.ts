@@ -9,26 +9,23 @@ import type { ChainMember, ExecutionChain, InOrder, PrunedRows, Tx } from './ada
 /**
  * Executions per prune batch (one transaction), by store. On SQLite a batch runs on the pruner's own
  * connection in a worker thread, so it holds the one writer but not the event loop, and it
- * commits early, after any chunk of PRUNE_DELETE_CHUNK executions (~3-5 ms), when another caller waits
+ * commits early, after any chunk of PRUNE_DELETE_CHUNK executions (a few ms), when another caller waits
  * for the store (pruneTransaction's `contended`): a batch is as long as nobody needs the store,
- * up to this many (2,000 take ~90 ms at 1M history on the 2-core development machine; fewer,
- * longer transactions write each page of the per-agent indexes, and checkpoint it, fewer times).
+ * up to this many (fewer, longer transactions write each page of the per-agent indexes, and checkpoint it, fewer times).
  * PostgreSQL does the work in its own process and locks only the rows it deletes, but a batch's
  * statement writes WAL about the size of what it removes (over 1 KiB per execution: the first
  * change to a page after a checkpoint logs all of it), and another transaction's commit waits for the
- * flush of every WAL byte before its own: at 1M, under a submit → claim every ~100 ms, the probe's
- * p99 while sweeping was 31–62 ms in seven runs with batches of 1,000 and 17–23 ms in six of seven
- * with 500 (49.7 in the other; the rate 47–53k/s and 38–43k/s; docs/benchmarks.md, "The prune's
- * tail").
+ * flush of every WAL byte before its own: on a long history, batches of 1,000 roughly doubled the
+ * p99 of a submit → claim while sweeping against batches of 500, for a somewhat faster sweep
+ * (docs/benchmarks.md).
  */
 export const PRUNE_BATCH = Object.freeze({ sqlite: 2000, postgres: 500 });
 
 /**
  * Ids per DELETE … IN (…) statement. A SQLite executions batch deletes whole retry chains about
- * this many at a time, so a caller waiting for the store waits for one such chunk at most (~2-3
- * ms at 1M history); the pruner's canary phase deletes this many at a time on both stores.
- * (PostgreSQL plans a long IN list as a scan of the whole table — 1,000 ids scanned
- * execution_logs at 100k executions — so its executions batch matches one array instead:
+ * this many at a time, so a caller waiting for the store waits for one such chunk at most (a few
+ * ms); the pruner's canary phase deletes this many at a time on both stores.
+ * (PostgreSQL plans a long IN list as a scan of the whole table, so its executions batch matches one array instead:
  * deleteChainsPostgres.)
  */
 export const PRUNE_DELETE_CHUNK = 100;

@@ -17,23 +17,23 @@ export interface AgentsTable {
   max_redeliveries: number;
   delivery: DeliveryMode;
   push_url: string | null;
-  /** AES-256-GCM ciphertext of the push signing secret (0002); never returned by the API. */
+  /** AES-256-GCM ciphertext of the push signing secret; never returned by the API. */
   push_secret: string | null;
   description: string | null;
   created_at: number;
   updated_at: number;
   /** JSON RetryPolicy (src/domain/retry.ts), or null: no retries. */
   retry_policy: Generated<string | null>;
-  /** Pause (0009): set together when an operator paused the agent, null when it admits. */
+  /** Pause: set together when an operator paused the agent, null when it admits. */
   paused_at: Generated<number | null>;
   paused_by: Generated<string | null>;
   paused_reason: Generated<string | null>;
-  /** When a claim last ran admission for it, stamped at most every CLAIM_STAMP_EVERY_MS (0009). */
+  /** When a claim last ran admission for it, stamped at most every CLAIM_STAMP_EVERY_MS. */
   last_claim_at: Generated<number | null>;
-  /** Shared-cause lapse hold (0013): set together when the reaper held the agent, null otherwise. */
+  /** Shared-cause lapse hold: set together when the reaper held the agent, null otherwise. */
   lapse_hold_at: Generated<number | null>;
   lapse_hold_count: Generated<number | null>;
-  /** Circuit breaker (0011, src/domain/breaker.ts): JSON BreakerConfig, or null: off. */
+  /** Circuit breaker (src/domain/breaker.ts): JSON BreakerConfig, or null: off. */
   breaker_config: Generated<string | null>;
   breaker_state: Generated<BreakerState>;
   breaker_consecutive: Generated<number>;
@@ -43,15 +43,15 @@ export interface AgentsTable {
   breaker_until: Generated<number | null>;
   breaker_probe_id: Generated<string | null>;
   breaker_cooldown_ms: Generated<number | null>;
-  /** Budget (0012, src/domain/budget.ts): JSON Budget, or null: no limits. */
+  /** Budget (src/domain/budget.ts): JSON Budget, or null: no limits. */
   budget: Generated<string | null>;
   /**
-   * Seats in use (0019): the agent's running executions, kept by the event trigger on every change
+   * Seats in use: the agent's running executions, kept by the event trigger on every change
    * into or out of `running`; admission reads it from the row it locks. The canary checks it (S-04).
    */
   running_count: Generated<number>;
   /**
-   * Executions that left `queued` less those that came back to it (0023 SQLite / 0031 PostgreSQL),
+   * Executions that left `queued` less those that came back to it,
    * kept by the event trigger beside running_count. The agent's backlog is
    * agent_backlog.queued_in - queued_out (engine/backlog.ts); the canary checks it (S-04).
    */
@@ -65,13 +65,13 @@ export interface AgentsTable {
   fast_complete: Generated<number>;
 }
 
-/** An agent's executions created queued (0023 / 0031): written only by creators, under their new-work turn. */
+/** An agent's executions created queued: written only by creators, under their new-work turn. */
 export interface AgentBacklogTable {
   agent: string;
   queued_in: Generated<number>;
 }
 
-/** Budget ledger (0012): an agent's spending in one window, added to by each completion. */
+/** Budget ledger: an agent's spending in one window, added to by each completion. */
 export interface AgentBudgetLedgerTable {
   agent: string;
   window_kind: BudgetWindow;
@@ -130,9 +130,9 @@ export interface ExecutionsTable {
   webhook_id: Generated<string | null>;
   /** Rows sharing a serial key are admitted one at a time (schedule overlap policy `queue`). */
   serial_key: Generated<string | null>;
-  /** Lapses forgiven as shared-cause (0013), capped by MAX_FORGIVEN_LAPSES. */
+  /** Lapses forgiven as shared-cause, capped by MAX_FORGIVEN_LAPSES. */
   lapses_forgiven: Generated<number>;
-  /** A chained task's source execution (0014); null for work no subscription started. */
+  /** A chained task's source execution; null for work no subscription started. */
   caused_by: Generated<string | null>;
   /** The subscription that started a chained task. */
   subscription_id: Generated<string | null>;
@@ -283,7 +283,7 @@ export interface CanaryAlertsTable {
   delivered_at: number | null;
 }
 
-/** One output line of an execution (0002). */
+/** One output line of an execution. */
 export interface ExecutionLogsTable {
   execution_id: string;
   seq: number;
@@ -292,7 +292,7 @@ export interface ExecutionLogsTable {
   line: string;
 }
 
-/** Running totals of an execution's log, for the bounds (0002). `truncated`: 0 or 1. */
+/** Running totals of an execution's log, for the bounds. `truncated`: 0 or 1. */
 export interface ExecutionLogHeadsTable {
   execution_id: string;
   lines: number;
@@ -300,7 +300,7 @@ export interface ExecutionLogHeadsTable {
   truncated: number;
 }
 
-/** The pruner's record (0006); `pruning` is SQLite's in-transaction flag (always 0 once committed). */
+/** The pruner's record; `pruning` is SQLite's in-transaction flag (always 0 once committed). */
 export interface RetentionStateTable {
   id: string;
   pruning: Generated<number>;
@@ -314,14 +314,14 @@ export interface RetentionStateTable {
   total_audit: Generated<number>;
 }
 
-/** One background pass's leader (0006): the owner runs it until `expires_at`. */
+/** One background pass's leader: the owner runs it until `expires_at`. */
 export interface LeaderLeasesTable {
   name: string;
   owner: string;
   expires_at: number;
 }
 
-/** The canary's high-water mark in the event log, per invariant (0006). `state`: JSON carried forward. */
+/** The canary's high-water mark in the event log, per invariant. `state`: JSON carried forward. */
 export interface CanaryCheckpointsTable {
   invariant: string;
   event_id: number;
@@ -346,7 +346,7 @@ export interface SubscriptionsTable {
   updated_at: number;
 }
 
-/** One per (source, matching subscription): what it started, or why nothing (0014). */
+/** One per (source, matching subscription): what it started, or why nothing. */
 export interface ChainLinksTable {
   source_id: string;
   subscription_id: string;

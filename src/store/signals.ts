@@ -48,8 +48,8 @@ export class LocalSignals {
  * One topic's messages, in order, as few notification payloads as hold them: `<prefix>` then the
  * messages a line each, each payload at most `maxBytes` bytes (a message too long for a payload of
  * its own goes alone). Every notification costs PostgreSQL a queue entry, and costs each listening
- * process a message to read and parse, whatever its size: W1 in-process announced ~2.4 messages
- * per task, ~16 per event-loop turn (docs/benchmarks.md, "Notifications packed").
+ * process a message to read and parse, whatever its size, and a busy process announces several
+ * messages per task, many per event-loop turn.
  */
 export function packMessages(messages: readonly string[], prefix: string, maxBytes: number): string[] {
   const payloads: string[] = [];

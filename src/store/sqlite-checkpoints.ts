@@ -8,11 +8,10 @@
  * backstop only — it runs inside a commit on the event loop. The pruner checkpoints on its own
  * thread about every PRUNE_CHECKPOINT_FRAMES frames, and those checkpoints keep up (they copy every
  * frame), but the WAL starts over only when a writer begins while no reader still uses it, and
- * with requests reading and writing beside the batches it often does not: in a sweep of 500,000
- * executions at 1M under a submit → claim → complete every ~40 ms the WAL grew to 24,000–29,500
- * frames between two restarts. At 25,000 the backstop then ran every second or so, 100–150 ms on
- * the event loop each time (docs/benchmarks.md, "The WAL's backstop"); at 10,000 it tripped even
- * under lighter load. So the bound is 400 MiB of 4 KiB pages: reached only if the pruner's steps stop.
+ * with requests reading and writing beside the batches it often does not: in a long sweep under
+ * steady load the WAL grew to tens of thousands of frames between two restarts, and a backstop
+ * of that order then ran every second or so, each time a long step on the event loop; a lower
+ * one tripped even under lighter load. So the bound is 400 MiB of 4 KiB pages: reached only if the pruner's steps stop.
  */
 export const SWEEP_AUTOCHECKPOINT_PAGES = 100_000;
 
@@ -20,8 +19,8 @@ export const SWEEP_AUTOCHECKPOINT_PAGES = 100_000;
  * The writer connection's automatic checkpoint, a backstop (pages of 4 KiB): checkpoints run on the
  * pruner's worker thread instead (BACKGROUND_CHECKPOINT_MS), where copying pages back into the
  * database file and syncing it holds nothing but that thread. SQLite's default, 1,000, runs the
- * checkpoint inside the commit that takes the WAL past it, on the event loop: 40–55 % of the time
- * W1 spent in COMMIT (docs/benchmarks.md). Reached only if the background checkpoints stop, or while
+ * checkpoint inside the commit that takes the WAL past it, on the event loop, where it was most of
+ * the time a busy writer spent in COMMIT. Reached only if the background checkpoints stop, or while
  * a long read holds the WAL open (then there is little left for it to copy: the thread copied up to
  * the reader's snapshot already).
  */
@@ -35,8 +34,7 @@ export const BACKGROUND_CHECKPOINT_MS = 100;
  * past this length a second checkpoint copies the rest while it holds the main connection's turn
  * (groups wait asynchronously; the event loop goes on), and the next group's first write starts the
  * WAL over. Without it the WAL grew to the writer's backstop, whose checkpoint then ran inside a
- * commit on the event loop, with its two fsyncs (docs/benchmarks.md, "The WAL started over off the
- * event loop").
+ * commit on the event loop, with its two fsyncs.
  */
 export const WAL_RESTART_FRAMES = 16_000;
 

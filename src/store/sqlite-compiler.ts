@@ -6,9 +6,8 @@ import { SqliteQueryCompiler, type LimitNode, type OffsetNode, type OperationNod
  *
  * SQLite's planner reads a bound LIMIT's value (for ORDER BY … LIMIT), and a statement whose plan
  * read a bound value is prepared again every time it runs with a new binding — which with
- * better-sqlite3 is every run. Measured on this machine for the claim's candidate read (an agent's
- * 200 queued rows, 3 taken): 32–42 µs per run with `LIMIT ?`, 9.5 µs with `LIMIT 3`; a bare
- * ordered seek 21 µs against 8 µs. The values are integers from the code or from a validated
+ * better-sqlite3 is every run: the claim's candidate read cost several times as much with
+ * `LIMIT ?` as with a literal. The values are integers from the code or from a validated
  * `limit` parameter, so each statement has a handful of texts, each prepared once (the store keeps
  * them prepared). The same holds for a bound term on a column that a partial index's WHERE names
  * (see engine/status-sql.ts): those are written as literals where they are built.

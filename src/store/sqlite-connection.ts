@@ -27,8 +27,8 @@ export function openMainConnection(file: string): Database.Database {
   // The scratch b-trees a statement makes (RETURNING's rows, an IN (subquery), a sort) in memory.
   // In a file (SQLite's default here), each such statement allocated and freed a temporary pager's
   // memory, and where that block sat at the top of the heap glibc gave it back to the system at
-  // every free and faulted it in again at the next statement: in-process W1 spent ~110 µs per claim
-  // on it (docs/benchmarks.md, "temp_store"). Large reads run on the reader thread, not here.
+  // every free and faulted it in again at the next statement, a large share of a claim's cost.
+  // Large reads run on the reader thread, not here.
   raw.pragma('temp_store = MEMORY');
   forgetValueSamples(raw);
   return raw;
@@ -88,8 +88,8 @@ export class WatchedSqliteDialect extends SqliteDialect {
  * sqlite_stat4, before any connection plans with them; the per-index row counts in sqlite_stat1
  * stay. better-sqlite3 builds SQLite with STAT4, and with samples present the planner reads the
  * bound value of every indexed term (`agent = ?`, `execution_id = ?`), so each such statement is
- * prepared again on every run: measured at 1M history, one execution with its timeline took 0.20
- * ms in-process with the samples and 0.12 ms without, an admission count 10.8 µs against 2.6 µs.
+ * prepared again on every run, which made reads such as an execution with its timeline or an
+ * admission count several times as costly.
  * Baton's statements are each made for one index, so the samples buy no better plan. A read-only
  * file, or another process holding the write lock past the busy timeout, leaves them (slower, not
  * wrong).

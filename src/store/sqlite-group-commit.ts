@@ -10,9 +10,8 @@ import type { DB } from './schema.ts';
  * where a member gives it a turn (a bulk insert between its chunks: sqlite.ts `insertMany`; the
  * connection stays held, so no other statement runs meanwhile). The work bound is what keeps a
  * group well inside the ~50 ms budget: a group stops taking members once it has worked 10 ms
- * (64 submits or claims take ~3-10 ms on this kind of machine). The count only caps a burst
- * larger than that: W1 in the batched protocol made groups of ~90 and ran 4-5 % faster with 256
- * than with 64 (docs/benchmarks.md, 2026-12-05 late morning). A transaction that is long on its
+ * (dozens of submits or claims). The count only caps a burst larger than that: under batched
+ * load groups grow past a few dozen members, and a higher cap ran faster than a lower one. A transaction that is long on its
  * own (the pruner, migrations) never comes through here.
  */
 export interface GroupLimits {
@@ -64,8 +63,7 @@ export class GroupCommit {
   /**
    * The group's own statements, prepared once on the connection's handle and run straight on it
    * while the group holds the connection. Through Kysely each went through its query pipeline and
-   * a few promise turns: W1 in-process on SQLite ran 5-6 % faster without that (docs/benchmarks.md,
-   * "Claims that do not wait, and group commit's own statements").
+   * a few promise turns, a measurable share of a busy writer's time.
    */
   private readonly control: Record<'begin' | 'commit' | 'rollback' | 'savepoint' | 'release' | 'rollbackTo', Database.Statement>;
 

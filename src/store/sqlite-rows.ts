@@ -6,15 +6,15 @@ type MakeRow = (r: unknown[]) => Record<string, unknown>;
 /**
  * A statement whose rows better-sqlite3 returns as arrays, made into objects by a function
  * compiled for its columns. better-sqlite3 builds each row object by setting its properties one
- * by one: in W1 in-process a claim's, a completion's or a submit's `RETURNING *` (46 columns)
- * took 58–68 µs, 30–36 µs as arrays (docs/benchmarks.md, "Rows as arrays on SQLite"). An object
+ * by one: a claim's, a completion's or a submit's `RETURNING *` (every column) cost about twice
+ * what it costs as arrays. An object
  * literal of fixed keys is built in one go, and every row of the statement shares one hidden
  * class. The objects are the same as better-sqlite3's (own properties in column order; a repeated
  * name keeps the last value).
  *
  * SQLite prepares a statement again by itself when the schema changed (another process ran
  * `baton migrate`), and its columns may then differ: after each run the connection's schema
- * cookie (`schemaVersion`, 0.07 µs inside a transaction, where every hot statement runs) is
+ * cookie (`schemaVersion`, cheap inside a transaction, where every hot statement runs) is
  * compared with the one the function was made for, and a change makes it again from the columns
  * of the program that just ran.
  */

@@ -10,6 +10,7 @@ import {
   type ExecutionChain,
   type InOrder,
   type StoreAdapter,
+  type StoreCheck,
   type StoreKind,
   type Tx,
 } from './adapter.ts';
@@ -238,7 +239,7 @@ class SqliteStore implements StoreAdapter {
   reclaimSpace(pages: number): Promise<number> {
     // On the pruner's thread while this holds the main connection's turn, as a prune batch: the
     // step and its commit (and, with the writer's automatic checkpoint back, the checkpoint that
-    // commit would run) measured 50–110 ms on the event loop after a prune of 500,000 executions.
+    // commit would run) held the event loop too long after a large prune.
     // In-memory: on the raw handle. Either way pragma() steps the statement to the end (each
     // step frees one page).
     return this.db.connection().execute(async () => {
@@ -288,9 +289,9 @@ class SqliteStore implements StoreAdapter {
 
   async insertMany<T extends BulkTable>(tx: Tx, table: T, rows: Array<Insertable<DB[T]>>): Promise<void> {
     for (let i = 0; i < rows.length;) {
-      // A turn of the event loop between chunks: 1,000 rows took 20-50 ms on this kind of machine
-      // (the first time in a process more, with its statement's preparation), and 33 payloads of
-      // 243 KiB about as long, all of it holding the loop. The transaction stays open meanwhile
+      // A turn of the event loop between chunks: a chunk of rows, or of large payloads, is a long
+      // step on its own (longer the first time in a process, with its statement's preparation),
+      // all of it holding the loop. The transaction stays open meanwhile
       // and keeps the connection: every other statement on it waits for the commit (Kysely's
       // connection mutex), so nothing reads these rows before they are committed; requests, the
       // reader thread's and the other connections' work go on.
@@ -326,6 +327,14 @@ class SqliteStore implements StoreAdapter {
 
   async migrationStatus(): Promise<{ applied: number[]; known: number[] }> {
     return sqliteMigrationStatus(this.raw);
+  }
+
+  async missingSetup(): Promise<string | undefined> {
+    return undefined;
+  }
+
+  async settingChecks(): Promise<StoreCheck[]> {
+    return [];
   }
 
   async close(): Promise<void> {

@@ -1,9 +1,9 @@
 /**
  * Plain requests over node:http (keep-alive connections of Node's global agents), for the
- * client in Node: the CLI and the worker SDK. Two reasons, both measured (docs/benchmarks.md):
- * Node loads fetch's implementation (undici) on first use, ~130 ms of a one-request command's
- * start; and per request fetch costs the client more — one submit to a local server took
- * 1.64–1.85 ms p50 through fetch, 0.59–1.05 ms through this. Streams (`--follow`) still use
+ * client in Node: the CLI and the worker SDK. Two reasons:
+ * Node loads fetch's implementation (undici) on first use, a large share of a one-request
+ * command's start; and per request fetch costs the client more — a submit to a local server
+ * takes noticeably longer through fetch than through this. Streams (`--follow`) still use
  * fetch. Not for the browser: the dashboard's client keeps fetch, BatonClient's default.
  */
 import http from 'node:http';

@@ -366,7 +366,7 @@ class WorkerImpl implements Worker {
    * Recognisable secrets in the result are redacted before it leaves this process (G-04).
    *
    * Unless the worker is stopping, the completion also claims the agent's next tasks in the same
-   * request (issue #12): this task's slot, and any slot no other claim has asked for. The slot
+   * request: this task's slot, and any slot no other claim has asked for. The slot
    * is handed over while the request is in flight (free() does not count it), so the tasks that
    * come back start at once without overshooting the concurrency. Returns whether it was handed
    * over; the caller gives it back when the task leaves `running`.

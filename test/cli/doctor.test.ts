@@ -113,6 +113,24 @@ describe('baton doctor', () => {
     }
   });
 
+  it('names a configured PostgreSQL schema that does not exist, without creating it (SQLite has none to miss)', async () => {
+    expect(await ts.store.missingSetup()).toBeUndefined();
+    if (STORE_KIND === 'sqlite') return;
+    const schema = `cmt_missing_${process.pid}_${Date.now()}`;
+    const r = await baton(['doctor', '--json'], { BATON_PG_SCHEMA: schema }).done;
+    expect(r.code).toBe(EXIT.error);
+    const checks = (JSON.parse(r.stdout) as Checks).checks;
+    expect(checks.slice(0, 2)).toEqual([
+      { check: 'store', status: 'ok', detail: 'PostgreSQL answers' },
+      { check: 'migrations', status: 'fail', detail: `schema ${schema} does not exist (run \`baton migrate\`)` },
+    ]);
+    const { sql } = await import('kysely');
+    const found = await sql<{ n: number }>`SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name = ${schema}`.execute(
+      ts.store.db,
+    );
+    expect(Number(found.rows[0]!.n)).toBe(0);
+  });
+
   it("reports PostgreSQL's autovacuum for Baton's tables (none on SQLite)", async () => {
     const doctor = async () => JSON.parse((await baton(['doctor', '--json']).done).stdout) as Checks;
     const row = (r: Checks) => r.checks.find((c) => c.check === 'autovacuum');

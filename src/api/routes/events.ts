@@ -67,7 +67,7 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
     c.res.write(chunk);
   };
   // A batch of 1,000 submits is 1,000 changes in a few turns: one write per stream per change held
-  // the loop 400-650 ms with 250 streams. The changes of one turn go out together instead, one
+  // the loop far too long with hundreds of streams. The changes of one turn go out together instead, one
   // write per stream, and streams with the same filter share one buffer.
   let pending: Array<{ agent: string; line: string }> = [];
   const flush = () => {

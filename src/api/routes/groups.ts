@@ -11,7 +11,7 @@ import { ErrorBody, NoBody } from '../schemas.ts';
 import { Group, GroupCancelled, GroupCreate, GroupCreated, GroupListQuery, GroupPage, GroupParams } from '../schemas/composition.ts';
 
 /**
- * Groups (fan-out with a join, issue #14). Creating a group submits to every member agent, and
+ * Groups (fan-out with a join). Creating a group submits to every member agent, and
  * submitting takes an admin key (agent-scoped keys run only the worker protocol): so do these.
  */
 export const groupRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine, idempotency }) => {

@@ -87,8 +87,8 @@ export const MAX_FOLLOWERS = 100;
 const FOLLOW_PAGE_LINES = 64;
 /**
  * Bytes a follow stream may have waiting in its socket before it reads on: with the page, a
- * stream holds about 1.25 MiB at most however slowly its client reads (a 5 MiB log read by 200
- * streams that never read took a server from 200 MB to 2.6 GB).
+ * stream holds about 1.25 MiB at most however slowly its client reads (without a bound, streams
+ * that never read grow the server's memory by the log's size each).
  */
 const FOLLOW_BUFFER_BYTES = 256 * 1024;
 

@@ -1,5 +1,5 @@
 /**
- * Fewer round trips (issue #12): the batch submit, and a completion that claims the next tasks
+ * Fewer round trips: the batch submit, and a completion that claims the next tasks
  * in the same request.
  */
 import { z } from 'zod';

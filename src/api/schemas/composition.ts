@@ -1,4 +1,4 @@
-/** HTTP contract for composition (issue #14): subscriptions (chains) and groups. */
+/** HTTP contract for composition: subscriptions (chains) and groups. */
 import { z } from 'zod';
 import { SUBSCRIPTION_ON } from '../../domain/chains.ts';
 import { MESSAGE_MAX_CHARS } from '../../domain/limits.ts';

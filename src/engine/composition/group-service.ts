@@ -88,7 +88,7 @@ const groupSummary = (g: ExecutionGroupRow) => ({
 });
 
 /**
- * Groups (issue #14, fan-out with a join) as the engine's sub-service (`engine.groups`):
+ * Groups (fan-out with a join) as the engine's sub-service (`engine.groups`):
  * create all members and the group in one transaction or nothing, read, list, cancel. The
  * policy decision and the join happen in composition/groups.ts, in the transactions that end
  * members.

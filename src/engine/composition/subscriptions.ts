@@ -49,7 +49,7 @@ export type SubscriptionListRow = Awaited<ReturnType<Subscriptions['list']>>[num
 export const newSubscriptionId = () => newId('su_');
 
 /**
- * Subscriptions (issue #14, chains): when an execution of `source_agent` reaches a final status
+ * Subscriptions (chains): when an execution of `source_agent` reaches a final status
  * that `on` names (and matches the filter), a task starts on `target_agent` in the same
  * transaction (composition/chains.ts). Every change is audited.
  */
@@ -132,8 +132,8 @@ export class Subscriptions {
 
   /**
    * A page, oldest first, after `page.after` (created_at, id). An agent named in the query must
-   * exist (404 otherwise), like the schedule list. Each filter seeks an index in this order
-   * (migration 0022/0028): none → subscriptions_created; source → subscriptions_source_created;
+   * exist (404 otherwise), like the schedule list. Each filter seeks an index made for it:
+   * none → subscriptions_created; source → subscriptions_source_created;
    * target → subscriptions_target_created; both → subscriptions_pair_created. `agent` (source or
    * target) is one limited seek of each side, merged by the database. Message and payload templates are cut to their heads in SQL: a list
    * answers with previews (subscriptionListView).
