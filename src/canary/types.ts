@@ -1,13 +1,6 @@
 /**
- * Glossary:
- * - **state invariant** — judged each cycle over the current non-terminal rows (running,
- *   queued), a population small by construction and read through partial indexes.
- * - **activity invariant** — judged over what happened since its **checkpoint** (an event id
- *   high-water mark stored in canary_checkpoints): the events since then, and the executions
- *   they touched. Its cost follows activity, not the age of the database.
- * - **recheck** — each cycle an activity invariant judges the subjects of its open violations
- *   again, so a violation fixed without a new event still resolves.
- * - **full check** — an activity invariant over all history in keyset chunks (on demand).
+ * The canary's terms (state and activity invariants, checkpoint, recheck, full check) are defined
+ * in docs/concepts.md#glossary.
  */
 import type { CheckStatus, Severity, Tier } from '../domain/canary.ts';
 import type { Tx } from '../store/adapter.ts';

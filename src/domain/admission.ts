@@ -2,15 +2,9 @@
  * Why an agent may not admit, and why a queued execution is not running: the closed lists,
  * defined once for the engine, the API, the CLI, MCP and the dashboard.
  *
- * Glossary
- * - hold: an agent-level reason the admission transaction refuses to admit anything for that
- *   agent (paused, a shared-cause lapse hold, a spent budget, an open breaker). Each is one entry
- *   of HOLD_RULES below, and `admissionHold` decides from that list: admit.ts calls it on the agent
- *   row it holds locked, and the `waiting` answer calls it on the same columns, so the two never
- *   disagree. An entry also says whether it can apply to an agent at all (`mayApply`), which is
- *   what lets a claim skip the transaction (src/domain/fast-paths.ts): a new hold is one entry
- *   here, and touches no SQL.
- * - waiting: the first reason a queued execution is not running, with the facts behind it.
+ * Hold and waiting are defined in docs/concepts.md#glossary. A new hold is one entry of HOLD_RULES
+ * below and touches no SQL: `admissionHold` decides from the list, and each entry's `mayApply`
+ * feeds the fast-path facts (src/domain/fast-paths.ts).
  */
 
 import type { BreakerState } from './breaker.ts';

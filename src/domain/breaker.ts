@@ -4,15 +4,8 @@
  * row locked) and inside the completion's transaction (src/engine/breaker.ts), so every process
  * sees one state.
  *
- * Glossary
- * - counted failure: a failed execution whose class (below) the agent's config lists. A
- *   cancellation is never one, nor a task that never ran (backlog_expired).
- * - closed: admits as usual and counts outcomes.
- * - open: admits nothing until `until` (opened_at + the current cool-down).
- * - half_open: the cool-down is over; the next admission takes exactly one execution, the probe.
- *   Its success closes the breaker; its counted failure opens it again with the cool-down
- *   doubled (capped at max_cooldown_ms). If the probe ends any other way (cancelled, an uncounted
- *   class, its lease lapsed and it went back to the queue) the slot frees and another is taken.
+ * Its terms (counted failure; closed, open, half-open; the probe) are described in
+ * docs/concepts.md#circuit-breaker, and the breaker in docs/concepts.md#glossary.
  */
 
 export const BREAKER_STATES = Object.freeze(['closed', 'open', 'half_open'] as const);

@@ -4,15 +4,8 @@
  * the completion's transaction (src/engine/budget.ts) and admission reads it under the agent
  * lock (src/engine/transitions/admit.ts).
  *
- * Glossary
- * - metric: what is counted — `cost_usd` and `total_tokens` from the `usage` a completion
- *   reports, `run_seconds` from its `duration_ms`.
- * - window: `hour`, `day` or calendar `month`, starting on the wall clock of the budget's
- *   `time_zone` (an IANA name; UTC when absent). A window's spending is one ledger row keyed
- *   (agent, window kind, window start); a new window is a new row, so nothing is ever reset.
- * - spent: a limit whose window's spending reached it. Admission then holds (`budget_spent`)
- *   until the window rolls or the limit is raised; running tasks are not stopped, so spending
- *   can pass a limit by what the tasks already running cost.
+ * Its terms (metric, window, spent) are described in docs/concepts.md#budgets, and the budget in
+ * docs/concepts.md#glossary.
  */
 
 export const BUDGET_METRICS = Object.freeze(['cost_usd', 'total_tokens', 'run_seconds'] as const);

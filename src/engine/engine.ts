@@ -44,15 +44,7 @@ import { ClaimWaits } from './waiters.ts';
 import { Groups } from './composition/group-service.ts';
 import { Agents } from './agents.ts';
 
-/**
- * Glossary
- * - agent: a named target with a cap (`max_parallel` seats) and a backlog limit.
- * - execution: one requested run of a task on an agent; its row is the only record of it.
- * - seat: a `running` row with a lease. There is no other slot record to leak.
- * - lease: (owner, token, expiry) on a running row; renewed by heartbeats; the token fences
- *   every write from the worker that holds it.
- */
-
+/** The terms used here (agent, execution, seat, lease, hold, …) are defined in docs/concepts.md#glossary. */
 export interface EngineOptions {
   store: StoreAdapter;
   /** Milliseconds since the epoch. Tests inject a clock they can move. Default Date.now. */
