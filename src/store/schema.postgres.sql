@@ -9,6 +9,12 @@ CREATE DOMAIN agents_breaker_state AS text
 CREATE DOMAIN agents_delivery AS text
   CONSTRAINT agents_delivery_check CHECK ((VALUE = ANY (ARRAY['pull'::text, 'push'::text])));
 
+CREATE DOMAIN agents_fast_claim AS integer
+  CONSTRAINT agents_fast_claim_check CHECK ((VALUE = ANY (ARRAY[0, 1])));
+
+CREATE DOMAIN agents_fast_complete AS integer
+  CONSTRAINT agents_fast_complete_check CHECK ((VALUE = ANY (ARRAY[0, 1])));
+
 CREATE DOMAIN agents_lease_ttl_seconds AS integer
   CONSTRAINT agents_lease_ttl_seconds_check CHECK ((VALUE > 0));
 
@@ -23,6 +29,9 @@ CREATE DOMAIN agents_max_redeliveries AS integer
 
 CREATE DOMAIN agents_timeout_seconds AS integer
   CONSTRAINT agents_timeout_seconds_check CHECK ((VALUE > 0));
+
+CREATE DOMAIN executions_fast_complete AS integer
+  CONSTRAINT executions_fast_complete_check CHECK ((VALUE = ANY (ARRAY[0, 1])));
 
 CREATE DOMAIN executions_status AS text
   CONSTRAINT executions_status_check CHECK ((VALUE = ANY (ARRAY['queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'skipped'::text])));
@@ -86,8 +95,8 @@ CREATE TABLE agents (
   lapse_hold_count integer,
   running_count integer NOT NULL DEFAULT 0,
   queued_out bigint NOT NULL DEFAULT 0,
-  fast_claim integer NOT NULL DEFAULT 0,
-  fast_complete integer NOT NULL DEFAULT 0
+  fast_claim agents_fast_claim NOT NULL DEFAULT 0,
+  fast_complete agents_fast_complete NOT NULL DEFAULT 0
 ) WITH (fillfactor=10);
 
 CREATE TABLE api_keys (
@@ -260,7 +269,7 @@ CREATE TABLE executions (
   chain_depth integer NOT NULL DEFAULT 0,
   group_id text,
   group_index integer,
-  fast_complete integer NOT NULL DEFAULT 1
+  fast_complete executions_fast_complete NOT NULL DEFAULT 1
 );
 
 CREATE TABLE idempotency_keys (
@@ -648,8 +657,6 @@ ALTER TABLE agent_backlog ADD CONSTRAINT agent_backlog_pkey PRIMARY KEY (agent);
 ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_pkey PRIMARY KEY (agent, window_kind, window_start);
 ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['hour'::text, 'day'::text, 'month'::text])));
 ALTER TABLE agents ADD CONSTRAINT agents_pkey PRIMARY KEY (name);
-ALTER TABLE agents ADD CONSTRAINT agents_fast_claim_check CHECK ((fast_claim = ANY (ARRAY[0, 1])));
-ALTER TABLE agents ADD CONSTRAINT agents_fast_complete_check CHECK ((fast_complete = ANY (ARRAY[0, 1])));
 ALTER TABLE api_keys ADD CONSTRAINT api_keys_pkey PRIMARY KEY (id);
 ALTER TABLE api_keys ADD CONSTRAINT agent_scope_names_agent CHECK (((scope <> 'agent'::text) OR (agent IS NOT NULL)));
 ALTER TABLE api_keys ADD CONSTRAINT api_keys_scope_check CHECK ((scope = ANY (ARRAY['admin'::text, 'agent'::text])));
@@ -675,7 +682,6 @@ ALTER TABLE execution_log_heads ADD CONSTRAINT execution_log_heads_pkey PRIMARY 
 ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_pkey PRIMARY KEY (execution_id, seq);
 ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_stream_check CHECK ((stream = ANY (ARRAY['stdout'::text, 'stderr'::text, 'system'::text])));
 ALTER TABLE executions ADD CONSTRAINT executions_pkey PRIMARY KEY (id);
-ALTER TABLE executions ADD CONSTRAINT executions_fast_complete_check CHECK ((fast_complete = ANY (ARRAY[0, 1])));
 ALTER TABLE executions ADD CONSTRAINT running_has_lease CHECK ((((status)::text <> 'running'::text) OR ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))));
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, idem_key);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_flight'::text, 'completed'::text])));
