@@ -13,8 +13,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
-import { factsMayChange, refreshFastPathFacts } from './fast-path-facts.ts';
-import { ENABLED } from './status-sql.ts';
+import { factsMayChange, refreshFastPathFacts, subscribedAsSource } from './fast-path-facts.ts';
 
 /** The breaker columns, as read with the agent row locked. */
 export const BREAKER_COLUMNS = [
@@ -159,17 +158,7 @@ const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
   tx
     .selectFrom('agents')
     .select(['budget', ...BREAKER_COLUMNS])
-    .select((eb) =>
-      eb
-        .exists(
-          eb
-            .selectFrom('subscriptions')
-            .select('id')
-            .whereRef('subscriptions.source_agent', '=', 'agents.name')
-            .where('enabled', '=', ENABLED),
-        )
-        .as('subscribed'),
-    )
+    .select(subscribedAsSource)
     .where('name', '=', p.agent),
 );
 

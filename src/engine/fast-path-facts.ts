@@ -1,6 +1,8 @@
 import type { AgentFactInputs } from '../domain/admission.ts';
 import { agentFacts, agentRules, type AgentFacts } from '../domain/fast-paths.ts';
+import type { ExpressionBuilder } from 'kysely';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { DB } from '../store/schema.ts';
 import { preparedQuery } from '../store/prepared-query.ts';
 import { ENABLED } from './status-sql.ts';
 
@@ -18,23 +20,17 @@ const FACT_COLUMNS = [
   'fast_complete',
 ] as const;
 
+/** `subscribed`: whether an enabled subscription has the agent as its source (a read of the agents row). */
+export const subscribedAsSource = (eb: ExpressionBuilder<DB, 'agents'>) =>
+  eb
+    .exists(
+      eb.selectFrom('subscriptions').select('id').whereRef('subscriptions.source_agent', '=', 'agents.name').where('enabled', '=', ENABLED),
+    )
+    .as('subscribed');
+
 /** readFactInputs' statement, built once (preparedQuery). */
 const factInputs = preparedQuery((tx: Tx, p: { agent: string }) =>
-  tx
-    .selectFrom('agents')
-    .select(FACT_COLUMNS)
-    .select((eb) =>
-      eb
-        .exists(
-          eb
-            .selectFrom('subscriptions')
-            .select('id')
-            .whereRef('subscriptions.source_agent', '=', 'agents.name')
-            .where('enabled', '=', ENABLED),
-        )
-        .as('subscribed'),
-    )
-    .where('name', '=', p.agent),
+  tx.selectFrom('agents').select(FACT_COLUMNS).select(subscribedAsSource).where('name', '=', p.agent),
 );
 
 /**
