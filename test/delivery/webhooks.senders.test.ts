@@ -1,7 +1,8 @@
 /**
  * Webhooks a real sender can rely on: Standard Webhooks signatures with a timestamp tolerance
  * (a captured delivery cannot be replayed later), the sender's delivery id as the idempotency key
- * (a provider's "redeliver" starts no second run), refusals audited as counts rather than a row
+ * (a provider's "redeliver" starts no second run, nor does a replay with a fresh Idempotency-Key
+ * header once the id is signed), refusals audited as counts rather than a row
  * each, and the overlap policy that actually governs shown on webhooks aimed at schedules.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,6 +52,15 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     expect(again.status).toBe(202);
     expect(await again.json()).toEqual(firstBody);
     expect(await runsOf(hook.id)).toBe(1);
+    // A replay inside the window with a fresh, unsigned Idempotency-Key: the signed webhook-id
+    // is the key, so still the first answer and no second run.
+    for (const fresh of ['replay-1', 'replay-2']) {
+      const replay = await deliver(hook.path, body, { ...headers('msg_1', now), 'idempotency-key': fresh });
+      expect(replay.status).toBe(202);
+      expect(await replay.json()).toEqual(firstBody);
+      expect(replay.headers.get('idempotent-replay')).toBe('true');
+    }
+    expect(await runsOf(hook.id)).toBe(1);
 
     // A captured delivery replayed later than the tolerance: refused.
     const stale = await deliver(hook.path, body, headers('msg_2', now - 3600));
@@ -76,6 +86,9 @@ describe(`webhook senders (${STORE_KIND})`, () => {
     expect(a.status).toBe(202);
     expect(await b.json()).toEqual(await a.json());
     expect(b.headers.get('idempotent-replay')).toBe('true');
+    // With the GitHub signature verified, the delivery id wins over an Idempotency-Key header.
+    const c = await deliver(hook.path, body, { ...headers, 'idempotency-key': 'fresh-key' });
+    expect(c.headers.get('idempotent-replay')).toBe('true');
     expect(await runsOf(hook.id)).toBe(1);
     const other = await deliver(hook.path, body, { ...headers, 'x-github-delivery': 'another-delivery' });
     expect(other.status).toBe(202);

@@ -113,6 +113,25 @@ function parseBody(raw: Buffer, webhookId: string, ip: string, refusals: Refusal
 }
 
 /**
+ * The delivery's idempotency key and the header it came from. The sender's delivery id is the key
+ * when there is no explicit one, so a provider's "redeliver" (same id, same body) returns the first
+ * answer instead of a second run. Once a signature was verified with that id, the id wins over an
+ * `Idempotency-Key` header: that header is not signed, so a replay inside the tolerance window
+ * could otherwise pick a fresh one and start a new run each time.
+ */
+function deliveryKey(
+  req: FastifyRequest,
+  standard: StandardHeaders,
+  verified: 'standard' | 'github' | null,
+): [string, string | string[] | undefined] {
+  const github = header(req, 'x-github-delivery');
+  if (verified === 'standard' && standard.id !== undefined) return ['webhook-id', standard.id];
+  if (verified === 'github' && github !== undefined) return ['X-GitHub-Delivery', github];
+  if (req.headers['idempotency-key'] !== undefined) return ['Idempotency-Key', req.headers['idempotency-key']];
+  return standard.id !== undefined ? ['webhook-id', standard.id] : ['X-GitHub-Delivery', github];
+}
+
+/**
  * POST /hooks/<token>, outside /v1 and its API keys: the token is the credential. Checks run in
  * this order, each answering before the next costs anything: rate limit (source address, then
  * webhook) → token (unknown or disabled: a neutral 404) → body size (413) → signature (401) →
@@ -192,19 +211,21 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
         timestamp: header(req, 'webhook-timestamp'),
         signature: header(req, 'webhook-signature'),
       };
+      const baton = header(req, 'x-baton-signature');
+      const github = header(req, 'x-hub-signature-256');
       if (secret) {
-        const given = header(req, 'x-baton-signature') ?? header(req, 'x-hub-signature-256');
-        checkSignature({ secret, raw, standard, given, now: engine.now(), webhookId: w.id, ip: req.ip, refusals });
+        checkSignature({ secret, raw, standard, given: baton ?? github, now: engine.now(), webhookId: w.id, ip: req.ip, refusals });
       }
       const body = parseBody(raw, w.id, req.ip, refusals);
-      // The sender's delivery id is the idempotency key when there is no explicit one, so a
-      // provider's "redeliver" (same id, same body) returns the first answer instead of a second run.
-      const [keyHeader, keyValue] =
-        req.headers['idempotency-key'] !== undefined
-          ? ['Idempotency-Key', req.headers['idempotency-key']]
-          : standard.id !== undefined
-            ? ['webhook-id', standard.id]
-            : ['X-GitHub-Delivery', header(req, 'x-github-delivery')];
+      // Which signature was verified, if any: the Standard Webhooks one signs its id.
+      const verified = !secret
+        ? null
+        : standard.signature !== undefined
+          ? 'standard'
+          : baton === undefined && github !== undefined
+            ? 'github'
+            : null;
+      const [keyHeader, keyValue] = deliveryKey(req, standard, verified);
       const key = readIdempotencyKey(keyValue, keyHeader);
       // Whether the target agent is paused, read before the delivery so a replayed answer says the same.
       const agentPaused = (await engine.agents.pauseState(w.agent)) !== null;
