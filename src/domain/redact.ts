@@ -7,6 +7,7 @@
 import { ANY_SECRET_HEAD, SECRET_PATTERNS, secretHead } from './secrets.ts';
 import { RawJson } from './json.ts';
 import type { Outcome, StoredOutcome } from './outcomes.ts';
+import { redactUrlsIn } from './urls.ts';
 
 /** Replace every recognisable secret in `text` with `[redacted]` (keeping its kind visible). */
 export function redactSecrets(text: string): string {
@@ -76,13 +77,17 @@ export function redactJsonText(text: string): string {
   return ANY_SECRET_HEAD.test(text) ? untilSettled(text, TEXT_PATTERNS) : text;
 }
 
-/** An outcome as stored: its result, error and usage redacted (a result already serialised is redacted as text). */
+/** An outcome as stored: its result, error (URLs in its message too) and usage redacted (a result already serialised is redacted as text). */
 export function redactOutcome(given: Outcome): StoredOutcome {
   return {
     status: given.status,
     result:
       given.result === undefined ? null : given.result instanceof RawJson ? redactJsonText(given.result.text) : redactToJson(given.result),
-    error: given.error ? { code: given.error.code && redactSecrets(given.error.code), message: redactSecrets(given.error.message) } : null,
+    // URLs too: a failed push names its URL, whose token-like path segments and query an
+    // agent-scoped reader (or a subscriber's payload) must not see.
+    error: given.error
+      ? { code: given.error.code && redactSecrets(given.error.code), message: redactUrlsIn(redactSecrets(given.error.message)) }
+      : null,
     usage: given.usage === undefined ? null : redactToJson(given.usage),
   };
 }

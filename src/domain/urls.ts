@@ -44,3 +44,30 @@ function decodeSegment(segment: string): string {
     return segment;
   }
 }
+
+/**
+ * A URL written inside free text: a scheme, `://` and what follows up to a space or a quote. The
+ * scheme's length is bounded so that a long run of letters costs a bounded look at each position.
+ */
+const URL_IN_TEXT = /\b[A-Za-z][A-Za-z0-9+.-]{0,31}:\/\/[^\s"'<>`]+/g;
+
+/**
+ * `text` with every URL in it passed through redactUrl, so an error message that names the push
+ * URL (or any other) shows no more of it than an agent-scoped reader may see. A URL with nothing
+ * to redact is left exactly as written; punctuation that ends a sentence stays outside the URL.
+ */
+export function redactUrlsIn(text: string): string {
+  if (!text.includes('://')) return text;
+  return text.replace(URL_IN_TEXT, (found) => {
+    const trailing = /[.,;:!?)\]}]+$/.exec(found)?.[0] ?? '';
+    const url = found.slice(0, found.length - trailing.length);
+    let plain: string;
+    try {
+      plain = new URL(url).toString();
+    } catch {
+      return found;
+    }
+    const redacted = redactUrl(url)!;
+    return redacted === plain ? found : redacted + trailing;
+  });
+}

@@ -1,7 +1,8 @@
 /**
  * Push delivery against real local HTTP agents: success with usage, 4xx, 5xx, an answer that
  * comes after the deadline, a hang, signatures, cancellation aborting the request, a refused
- * connection, and the push secret never leaving the server in plain text.
+ * connection (its stored error naming the URL redacted), and the push secret never leaving the
+ * server in plain text.
  */
 import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -286,5 +287,35 @@ describe('push delivery', () => {
     expect(err).toBeInstanceOf(ApiError);
     expect((err as ApiError).status).toBe(400);
     expect((err as ApiError).message).toContain('push_url');
+  });
+
+  it("a failed push's stored error shows its URL redacted, to every reader and to a subscriber's payload", async () => {
+    const port = await freePort();
+    const token = 'T0kenSegment1234567890abcdef';
+    await api.createAgent({ name: 'push-leaky', delivery: 'push', push_url: `http://127.0.0.1:${port}/hooks/${token}/task?sig=qs3cret` });
+    await api.createAgent({ name: 'push-leak-reader', max_backlog: 10 });
+    await api.createSubscription({
+      source_agent: 'push-leaky',
+      target_agent: 'push-leak-reader',
+      on: 'failed',
+      message: 'after {{source.id}}',
+    });
+    const { execution_id } = await api.submit('push-leaky', { message: 'x' });
+    const e = await terminal(execution_id);
+    expect(e.error?.code).toBe('push_unreachable');
+    // The admin key reads the stored message: the URL is there, its token-like segment is not.
+    expect(e.error?.message).toContain(`http://127.0.0.1:${port}/hooks/redacted/task`);
+    expect(e.error?.message).not.toContain(token);
+    expect(e.error?.message).not.toContain('qs3cret');
+    const chained = await until('the subscriber to get its task', async () => {
+      const rows = await ts.store.db
+        .selectFrom('executions')
+        .select(['payload', 'message'])
+        .where('agent', '=', 'push-leak-reader')
+        .execute();
+      return rows[0];
+    });
+    expect(chained.payload).toContain('push_unreachable');
+    expect(chained.payload + chained.message).not.toContain(token);
   });
 });
