@@ -36,6 +36,11 @@ function mint(id?: string): { id: string; secret: string; key: string } {
 
 export class KeyStore {
   private readonly cache = new Map<string, { principal: Principal; until: number }>();
+  /**
+   * Keys this process has seen revoked since it started, so a request that passed verify() just
+   * before the revocation can still be refused before it waits (a parked claim) without a read.
+   */
+  private readonly revoked = new Set<string>();
   constructor(private readonly store: StoreAdapter) {
     // A key revoked by any process (or with its agent) stops working here at once, not after CACHE_MS.
     store.subscribe('key', (id) => this.forget(id));
@@ -43,6 +48,13 @@ export class KeyStore {
 
   private forget(keyId: string): void {
     for (const [k, v] of this.cache) if (v.principal.keyId === keyId) this.cache.delete(k);
+    if (this.revoked.size > 10_000) this.revoked.clear();
+    this.revoked.add(keyId);
+  }
+
+  /** Whether this process has seen `keyId` revoked (by any process, or with its agent). */
+  wasRevoked(keyId: string): boolean {
+    return this.revoked.has(keyId);
   }
 
   async create(

@@ -113,6 +113,8 @@ export class ClaimWaits {
         const remaining = deadline - Date.now();
         if (remaining <= 0 || signal.aborted) return [];
         await waiter.wait(Math.min(remaining, this.pollMs));
+        // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
+        if (signal.aborted) return [];
       } finally {
         waiter.disarm();
       }

@@ -6,16 +6,16 @@ import { executionView, iso } from '../../engine/views.ts';
 import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
 import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
 import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
-import { BatonError } from '../../domain/errors.ts';
+import { BatonError, Unauthorized } from '../../domain/errors.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
-import type { Engine } from '../../engine/engine.ts';
 import { RawAnswer } from '../raw-json.ts';
+import { endClaimOnRevoke } from '../revocation.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
 /** Claim for `agent` (a claim, or the claim after a completion), leased to the caller's worker id. */
 async function claimFor(
-  engine: Engine,
+  { engine, keys }: ApiDeps,
   req: FastifyRequest,
   reply: FastifyReply,
   agent: string,
@@ -28,16 +28,20 @@ async function claimFor(
   const waitMs = body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs;
   // A claim that does not wait answers within this request's turn: nothing to stop.
   if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0 })).map((r) => raw.task(r));
-  // Stop waiting when the client goes away, so no task is leased to a closed connection.
+  // Stop waiting when the client goes away, so no task is leased to a closed connection, or when
+  // the caller's key is revoked, so none is leased to a key that no longer works.
   const abort = new AbortController();
+  const revocation = endClaimOnRevoke(engine, keys, req.principal.keyId, abort);
   const onClose = () => {
     if (!reply.raw.writableFinished) abort.abort();
   };
   reply.raw.once('close', onClose);
   try {
     const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal });
+    if (rows.length === 0 && revocation.revoked()) throw new Unauthorized('the API key that made this claim was revoked');
     return rows.map((r) => raw.task(r));
   } finally {
+    revocation.off();
     reply.raw.off('close', onClose);
   }
 }
@@ -48,7 +52,8 @@ export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) =>
 };
 
 /** Claim work for an agent; renew a lease (heartbeat). */
-function leaseRoutes(app: RouteApp, { engine }: ApiDeps): void {
+function leaseRoutes(app: RouteApp, deps: ApiDeps): void {
+  const { engine } = deps;
   app.post(
     '/v1/agents/:agent/claim',
     {
@@ -64,7 +69,7 @@ function leaseRoutes(app: RouteApp, { engine }: ApiDeps): void {
     async (req, reply) => {
       requireAgentAccess(req, req.params.agent);
       const raw = new RawAnswer();
-      const tasks = await claimFor(engine, req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs, raw);
+      const tasks = await claimFor(deps, req, reply, req.params.agent, req.body ?? {}, DEFAULTS.claimWaitMs, raw);
       if (tasks.length === 0) return reply.code(204).send(null);
       return raw.answer(reply, { tasks });
     },
@@ -91,7 +96,8 @@ function leaseRoutes(app: RouteApp, { engine }: ApiDeps): void {
 }
 
 /** Complete an execution (and claim the next); release it back to the queue. */
-function outcomeRoutes(app: RouteApp, { engine }: ApiDeps): void {
+function outcomeRoutes(app: RouteApp, deps: ApiDeps): void {
+  const { engine } = deps;
   app.post(
     '/v1/executions/:id/complete',
     {
@@ -126,7 +132,7 @@ function outcomeRoutes(app: RouteApp, { engine }: ApiDeps): void {
       // The completion has committed: whatever the claim meets, the answer is 200 with the
       // completion (a worker must not report a finished task twice), and a failed claim says why.
       try {
-        const tasks = await claimFor(engine, req, reply, row.agent, b.claim, 0, raw);
+        const tasks = await claimFor(deps, req, reply, row.agent, b.claim, 0, raw);
         return answer({ tasks });
       } catch (err) {
         if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
