@@ -202,6 +202,8 @@ export class Agents {
         .select('id')
         .where('agent', '=', name)
         .where('status', '=', statusIs('running'))
+        // In id order, as every transaction that locks several executions takes them: no cycle.
+        .orderBy('id')
         .execute();
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       // Its subscriptions and its row go before what the cancellations cause: nothing chains from,
