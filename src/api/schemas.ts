@@ -155,6 +155,7 @@ export const Execution = z.object({
   group_id: z.string().nullable().describe('The group it belongs to, as a member or as its join'),
   group_index: z.number().int().nullable().describe('A member’s position in its group (null on the join and outside groups)'),
   idempotency_key: z.string().nullable(),
+  key: z.string().nullable().describe('its concurrency key (null: none); docs/concepts.md, "Concurrency keys"'),
   traceparent: TRACEPARENT,
 });
 export type Execution = z.infer<typeof Execution>;

@@ -25,6 +25,8 @@ export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
  *   its one probe running (a hold; src/domain/breaker.ts).
  * - serial_busy: a run with the same serial key (a schedule's overlap policy 'queue') is running.
  * - seats_taken: every seat (max_parallel) is held by a running execution.
+ * - key_busy: its key's cap (key_max_parallel or the key's override) is held by running executions.
+ * - key_throttled: its key's throttle is closed; `key.next_start_at` says when it next admits.
  * - no_worker: pull agent, seats free, but no worker has claimed for it lately.
  * - push_failing: push agent, seats free, and its last delivery failed.
  * - next_in_line: seats free and someone is serving the agent: it starts at the next claim or
@@ -35,6 +37,8 @@ export const WAITING_REASONS = Object.freeze([
   ...ADMISSION_HOLDS,
   'serial_busy',
   'seats_taken',
+  'key_busy',
+  'key_throttled',
   'no_worker',
   'push_failing',
   'next_in_line',
@@ -132,6 +136,10 @@ export interface AgentFactInputs {
   breaker_recent: string;
   /** Whether an enabled subscription has this agent as its source. */
   subscribed: boolean;
+  /** Per-key limits (src/domain/flow.ts). */
+  key_max_parallel?: number | null;
+  key_overrides?: string | null;
+  key_throttle?: string | null;
 }
 
 /**
@@ -204,6 +212,15 @@ export function admissionHold(a: AdmissionState): Hold | null {
   return null;
 }
 
+/** A running execution holding a seat, as `waiting` names it. */
+export interface SeatHolder {
+  execution_id: string;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  started_at: string | null;
+  running_seconds: number | null;
+}
+
 /** The wire shape of `waiting` (GET /v1/executions/{id}); src/api/schemas.ts validates it. */
 export interface WaitingView {
   reason: WaitingReason;
@@ -226,13 +243,16 @@ export interface WaitingView {
   seats: {
     max_parallel: number;
     running: number;
-    holders: Array<{
-      execution_id: string;
-      lease_owner: string | null;
-      lease_expires_at: string | null;
-      started_at: string | null;
-      running_seconds: number | null;
-    }>;
+    holders: SeatHolder[];
+  } | null;
+  /** key_busy / key_throttled: the key, its cap and holders, its throttle and when it next admits. */
+  key: {
+    key: string;
+    max_parallel: number | null;
+    running: number;
+    holders: SeatHolder[];
+    throttle: string | null;
+    next_start_at: string | null;
   } | null;
   /** Pull agents: when a worker last claimed (to within CLAIM_STAMP_EVERY_MS), or null: never. */
   last_claim_at: string | null;
@@ -268,6 +288,10 @@ export function describeWaiting(w: Omit<WaitingView, 'summary'>, now: number): s
       return `A run with the same serial key (${w.serial!.serial_key}) is running: ${w.serial!.execution_id}; this one starts after it.`;
     case 'seats_taken':
       return `All ${w.seats!.max_parallel} seats are taken (${w.seats!.running} running); ${ahead}.`;
+    case 'key_busy':
+      return `Its key ${w.key!.key} has all ${w.key!.max_parallel} of its seats taken (${w.key!.running} running: ${w.key!.holders.map((h) => h.execution_id).join(', ')}); ${ahead}.`;
+    case 'key_throttled':
+      return `Its key ${w.key!.key} is throttled (${w.key!.throttle}); it next admits at ${w.key!.next_start_at} (in ${secs(at(w.key!.next_start_at) - now)}); ${ahead}.`;
     case 'no_worker':
       return w.last_claim_at === null
         ? `Seats are free but no worker has ever claimed for this agent; start one (${ahead}).`

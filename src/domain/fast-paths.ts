@@ -9,6 +9,7 @@
 
 import { holdRules, type AgentFactInputs } from './admission.ts';
 import { parseBreakerConfig } from './breaker.ts';
+import { FLOW_LIMITS } from './flow.ts';
 
 /** The columns an execution is created with that say whether its completion can cause anything. */
 export interface ExecutionFactInputs {
@@ -53,7 +54,7 @@ export const COMPLETION_SIDE_EFFECTS: readonly CompletionSideEffect[] = Object.f
 
 /** The agent's facts, as stored: 1 where the fast path may be taken, else 0. */
 export interface AgentFacts {
-  /** No hold can apply: a claim may be decided by the store's claimMany. */
+  /** No hold and no flow limit (FLOW_LIMITS) can apply: a claim may be decided by the store's claimMany. */
   fast_claim: number;
   /** No agent-scoped completion side effect can apply. */
   fast_complete: number;
@@ -63,15 +64,16 @@ const bit = (b: boolean) => (b ? 1 : 0);
 
 export function agentFacts(a: AgentFactInputs): AgentFacts {
   return {
-    fast_claim: bit(!holdRules().some((h) => h.mayApply(a))),
+    fast_claim: bit(!holdRules().some((h) => h.mayApply(a)) && !FLOW_LIMITS.some((l) => l.mayApply(a))),
     fast_complete: bit(!COMPLETION_SIDE_EFFECTS.some((s) => s.scope === 'agent' && s.mayApply(a))),
   };
 }
 
-/** Every rule that reads the agent row: each hold's and each agent-scoped side effect's `mayApply`. */
+/** Every rule that reads the agent row: each hold's, flow limit's and agent-scoped side effect's `mayApply`. */
 export function agentRules(): Array<(a: AgentFactInputs) => boolean> {
   return [
     ...holdRules().map((h) => (a: AgentFactInputs) => h.mayApply(a)),
+    ...FLOW_LIMITS.map((l) => (a: AgentFactInputs) => l.mayApply(a)),
     ...COMPLETION_SIDE_EFFECTS.flatMap((s) => (s.scope === 'agent' ? [(a: AgentFactInputs) => s.mayApply(a)] : [])),
   ];
 }

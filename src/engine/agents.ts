@@ -17,6 +17,7 @@ import { statusIs } from './status-sql.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import type { Followed } from './composition/follow.ts';
 import { readCurrentWindows } from './budget.ts';
+import type { Throttle } from '../domain/throttle.ts';
 import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../domain/budget.ts';
 import { deleteAgentSubscriptions } from './composition/subscriptions.ts';
 import { refreshFastPathFacts } from './fast-path-facts.ts';
@@ -41,8 +42,18 @@ export interface AgentInput {
   breaker?: BreakerConfig | null;
   /** Per-window spending limits (src/domain/budget.ts); null: none (the default). */
   budget?: Budget | null;
+  /** Per-key limits (src/domain/flow.ts): the cap of every key, caps of single keys, a throttle per key. */
+  key_max_parallel?: number | null;
+  key_overrides?: Record<string, number> | null;
+  key_throttle?: Throttle | null;
 }
 export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
+
+/** The stored JSON of the per-key settings given (absent stays absent: a patch leaves them). */
+function keyColumns(i: Pick<AgentInput, 'key_overrides' | 'key_throttle'>) {
+  const json = (v: unknown) => (v === undefined ? undefined : v === null ? null : JSON.stringify(v));
+  return { key_overrides: json(i.key_overrides), key_throttle: json(i.key_throttle) };
+}
 
 /** Queued executions an agent's deletion cancels per transaction before its last (Agents.delete). */
 export const AGENT_DELETE_CHUNK = 500;
@@ -88,6 +99,8 @@ export class Agents {
           push_secret: input.push_secret ? this.engine.secrets.seal(input.push_secret) : null,
           retry_policy: input.retry_policy ? JSON.stringify(input.retry_policy) : null,
           budget: input.budget ? JSON.stringify(input.budget) : null,
+          key_max_parallel: input.key_max_parallel ?? null,
+          ...keyColumns(input),
           // New agents get a breaker unless they say null; agents made before breakers existed stay off.
           breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
           created_at: now,
@@ -126,7 +139,8 @@ export class Agents {
   /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */
   async update(name: string, patch: AgentPatch, actor: string): Promise<AgentRow> {
     const now = this.engine.now();
-    const { breaker, ...columns } = patch; // the breaker is stored as JSON in breaker_config
+    // The breaker is stored as JSON in breaker_config; key overrides and throttle as JSON too.
+    const { breaker, key_overrides, key_throttle, ...columns } = patch;
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
@@ -137,6 +151,7 @@ export class Agents {
           // A raised limit releases a spent budget at the next admission (the publish below wakes claims).
           budget: patch.budget === undefined ? undefined : patch.budget && JSON.stringify(patch.budget),
           breaker_config: breaker === undefined ? undefined : breaker && JSON.stringify(breaker),
+          ...keyColumns({ key_overrides, key_throttle }),
           updated_at: now,
         })
         .where('name', '=', name)

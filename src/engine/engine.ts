@@ -35,6 +35,7 @@ import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
 import { accrueBudget } from './budget.ts';
 import { Idempotency } from './triggers/idempotency.ts';
+import { keyedSubmit } from './flow-submit.ts';
 import { submitMany, type BatchOutcome, type SubmitManyItem, type SubmitManyOptions } from './submit-many.ts';
 import { newRow, refusal, submitFields, type SubmitInput } from './submit-input.ts';
 import { Schedules } from './triggers/schedules.ts';
@@ -203,7 +204,7 @@ export class Engine {
     input: SubmitInput,
     actor: string,
     onCreated?: (tx: Tx, row: ExecutionRow) => Promise<void>,
-    seen?: (agent: { paused: boolean }) => void,
+    seen?: (agent: { paused: boolean; debounced?: boolean }) => void,
   ): Promise<ExecutionRow> {
     const now = this.now();
     const audit = (id: string, trigger: string) => ({
@@ -214,7 +215,7 @@ export class Engine {
       execution_id: id,
       detail: { trigger },
     });
-    if (!onCreated && this.plainSubmits) {
+    if (!onCreated && this.plainSubmits && !input.key) {
       // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts).
       const f = submitFields(agentName, input);
       try {
@@ -237,13 +238,17 @@ export class Engine {
       // exact; claims only ever shorten the backlog, so a submit never waits for them.
       const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
-      seen?.({ paused: agent.paused_at !== null });
-      const row = await createExecutions(tx, this.store, {
-        backlog: 'check',
-        agent,
-        row: queuedValues(newRow(agent, input), now, actor),
-        audit: { each: (r) => audit(r.id, r.trigger_kind) },
-      });
+      // A key's debounce folds the submit into its task; a singleton key refuses (flow-submit.ts).
+      const keyed = await keyedSubmit(tx, agentName, input, now, actor);
+      seen?.({ paused: agent.paused_at !== null, debounced: keyed.folded !== undefined });
+      const row =
+        keyed.folded ??
+        (await createExecutions(tx, this.store, {
+          backlog: 'check',
+          agent,
+          row: queuedValues(newRow(agent, keyed.input), now, actor),
+          audit: { each: (r) => audit(r.id, r.trigger_kind) },
+        }));
       if (!row) {
         // The refusal is audited and committed; the caller gets the error after the commit.
         await appendAudit(tx, refusal(now, actor, agentName));

@@ -16,6 +16,9 @@ const FACT_COLUMNS = [
   'breaker_state',
   'breaker_consecutive',
   'breaker_recent',
+  'key_max_parallel',
+  'key_overrides',
+  'key_throttle',
   'fast_claim',
   'fast_complete',
 ] as const;

@@ -77,6 +77,7 @@ export async function listExecutions(db: Kysely<DB>, f: ExecutionFilter, created
         'group_id',
         'group_index',
         'idempotency_key',
+        'flow_key',
       ])
       .select([
         previewHead('message').as('message_head'),

@@ -54,6 +54,7 @@ export async function retryFailedExecution(tx: Tx, store: StoreAdapter, id: stri
         retry_root: root,
         webhook_id: failed.webhook_id,
         serial_key: failed.serial_key,
+        flow_key: failed.flow_key,
       },
       now,
       actor,

@@ -17,6 +17,12 @@ export interface SubmitInput {
   idempotency_key?: string | null;
   /** Overrides the agent's retry policy for this task. */
   retry?: RetryPolicy | null;
+  /** Its concurrency key (src/domain/flow.ts); null or absent: none. */
+  key?: string | null;
+  /** With a key: fold into the key's queued, not yet due, debounced task, or start one due this many seconds from now. */
+  debounce_seconds?: number | null;
+  /** With a key: refuse (AlreadyRunning) while the key has a queued or running task. */
+  singleton?: boolean;
 }
 
 /** A new row's own fields, before the agent's contract defaults (newRow adds them). */
@@ -32,6 +38,9 @@ export function submitFields(agent: string, input: SubmitInput): SubmitFields {
     run_after: input.run_after ?? null,
     idempotency_key: input.idempotency_key ?? null,
     retry_policy: input.retry ? JSON.stringify(input.retry) : null,
+    // Only when given, so an unkeyed row keeps its insert statement's shape.
+    ...(input.key ? { flow_key: input.key } : {}),
+    ...(input.key && input.debounce_seconds ? { debounce_seconds: input.debounce_seconds } : {}),
   };
 }
 

@@ -40,6 +40,7 @@ type ExecutionFields = Pick<
   | 'chain_depth'
   | 'group_id'
   | 'group_index'
+  | 'flow_key'
 >;
 
 function executionFields(r: ExecutionFields) {
@@ -73,6 +74,7 @@ function executionFields(r: ExecutionFields) {
     chain_depth: Number(r.chain_depth),
     group_id: r.group_id,
     group_index: r.group_index === null ? null : Number(r.group_index),
+    key: r.flow_key,
   };
 }
 

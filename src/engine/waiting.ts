@@ -1,11 +1,13 @@
 import type { Kysely } from 'kysely';
 import { AHEAD_COUNT_CAP, describeWaiting, NO_WORKER_AFTER_MS, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
+import { keyWaiting } from './flow-keys.ts';
 import { admissionNow } from './holds.ts';
 import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
-type Queued = Pick<ExecutionRow, 'id' | 'agent' | 'priority' | 'queued_at' | 'started_at' | 'run_after' | 'serial_key'>;
+type Queued = Pick<ExecutionRow, 'id' | 'agent' | 'priority' | 'queued_at' | 'started_at' | 'run_after' | 'serial_key'> &
+  Partial<Pick<ExecutionRow, 'flow_key' | 'fair_round'>>;
 
 /**
  * Why a queued execution is not running: the first reason in WAITING_REASONS order, with its
@@ -23,8 +25,9 @@ export async function waitingFor(
   backlogExpiryMs: number,
 ): Promise<WaitingView | null> {
   if (!agent) return null; // the agent was deleted: its queued work is being cancelled
-  // Admission order is (priority, queued_at, id): count the rows before this one, up to the cap.
+  // Admission order is (priority, fair_round, queued_at, id): count the rows before this one, up to the cap.
   const queuedAt = row.queued_at ?? 0;
+  const round = Number(row.fair_round ?? 0);
   const ahead = await db
     .selectFrom((eb) =>
       eb
@@ -35,8 +38,9 @@ export async function waitingFor(
         .where((e) =>
           e.or([
             e('priority', '<', row.priority),
-            e.and([e('priority', '=', row.priority), e('queued_at', '<', queuedAt)]),
-            e.and([e('priority', '=', row.priority), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
+            e.and([e('priority', '=', row.priority), e('fair_round', '<', round)]),
+            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '<', queuedAt)]),
+            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
           ]),
         )
         .limit(AHEAD_COUNT_CAP + 1)
@@ -58,6 +62,7 @@ export async function waitingFor(
     breaker: null,
     serial: null,
     seats: null,
+    key: null,
     last_claim_at: iso(agent.last_claim_at),
     push_error: null,
   };
@@ -121,6 +126,8 @@ export async function waitingFor(
     };
     return done({ ...base, reason: 'seats_taken', seats });
   }
+  const keyed = await keyWaiting(db, agent, row.flow_key ?? null, now);
+  if (keyed) return done({ ...base, ...keyed });
 
   if (agent.delivery === 'pull') {
     if (agent.last_claim_at === null || now - Number(agent.last_claim_at) > NO_WORKER_AFTER_MS)

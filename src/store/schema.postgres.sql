@@ -15,6 +15,9 @@ CREATE DOMAIN agents_fast_claim AS integer
 CREATE DOMAIN agents_fast_complete AS integer
   CONSTRAINT agents_fast_complete_check CHECK ((VALUE = ANY (ARRAY[0, 1])));
 
+CREATE DOMAIN agents_key_max_parallel AS integer
+  CONSTRAINT agents_key_max_parallel_check CHECK (((VALUE IS NULL) OR (VALUE >= 1)));
+
 CREATE DOMAIN agents_lease_ttl_seconds AS integer
   CONSTRAINT agents_lease_ttl_seconds_check CHECK ((VALUE > 0));
 
@@ -29,6 +32,9 @@ CREATE DOMAIN agents_max_redeliveries AS integer
 
 CREATE DOMAIN agents_timeout_seconds AS integer
   CONSTRAINT agents_timeout_seconds_check CHECK ((VALUE > 0));
+
+CREATE DOMAIN executions_debounce_seconds AS integer
+  CONSTRAINT executions_debounce_seconds_check CHECK (((VALUE IS NULL) OR ((VALUE >= 1) AND (VALUE <= 3600))));
 
 CREATE DOMAIN executions_fast_complete AS integer
   CONSTRAINT executions_fast_complete_check CHECK ((VALUE = ANY (ARRAY[0, 1])));
@@ -96,7 +102,11 @@ CREATE TABLE agents (
   running_count integer NOT NULL DEFAULT 0,
   queued_out bigint NOT NULL DEFAULT 0,
   fast_claim agents_fast_claim NOT NULL DEFAULT 0,
-  fast_complete agents_fast_complete NOT NULL DEFAULT 0
+  fast_complete agents_fast_complete NOT NULL DEFAULT 0,
+  admit_round bigint NOT NULL DEFAULT 0,
+  key_max_parallel agents_key_max_parallel,
+  key_overrides text,
+  key_throttle text
 ) WITH (fillfactor=10);
 
 CREATE TABLE api_keys (
@@ -269,7 +279,17 @@ CREATE TABLE executions (
   chain_depth integer NOT NULL DEFAULT 0,
   group_id text,
   group_index integer,
-  fast_complete executions_fast_complete NOT NULL DEFAULT 1
+  fast_complete executions_fast_complete NOT NULL DEFAULT 1,
+  flow_key text,
+  fair_round bigint NOT NULL DEFAULT 0,
+  debounce_seconds executions_debounce_seconds
+);
+
+CREATE TABLE flow_keys (
+  agent text NOT NULL,
+  flow_key text NOT NULL,
+  last_round bigint NOT NULL DEFAULT 0,
+  throttle_tat bigint
 );
 
 CREATE TABLE idempotency_keys (
@@ -400,6 +420,7 @@ DECLARE
   keyed BOOLEAN;
   k INTEGER;
   r executions;
+  top BIGINT;
 BEGIN
   FOR i IN SELECT u.ord FROM unnest(p_agent) WITH ORDINALITY AS u(agent, ord) ORDER BY u.agent, u.ord LOOP
     claim_agent := p_agent[i];
@@ -417,15 +438,16 @@ BEGIN
     places := NULL;
     keyed := FALSE;
     IF free > 0 THEN
-      SELECT array_agg(c.place ORDER BY c.priority, c.queued_at, c.id), array_agg(c.bytes ORDER BY c.priority, c.queued_at, c.id),
+      SELECT array_agg(c.place ORDER BY c.priority, c.fair_round, c.queued_at, c.id),
+          array_agg(c.bytes ORDER BY c.priority, c.fair_round, c.queued_at, c.id),
           coalesce(bool_or(c.serial_key IS NOT NULL), FALSE)
         INTO places, sizes, keyed
         FROM (
-          SELECT e.ctid AS place, e.serial_key, e.priority, e.queued_at, e.id,
+          SELECT e.ctid AS place, e.serial_key, e.priority, e.fair_round, e.queued_at, e.id,
               octet_length(e.message)::BIGINT + octet_length(e.payload)::BIGINT AS bytes
             FROM executions e
             WHERE e.agent = p_agent[i] AND e.status = 'queued' AND (e.run_after IS NULL OR e.run_after <= p_now[i])
-            ORDER BY e.priority, e.queued_at, e.id
+            ORDER BY e.priority, e.fair_round, e.queued_at, e.id
             LIMIT free
             FOR NO KEY UPDATE SKIP LOCKED
         ) c;
@@ -437,6 +459,7 @@ BEGIN
     END IF;
     taken := 0;
     spent := 0;
+    top := 0;
     FOR k IN 1 .. coalesce(array_length(places, 1), 0) LOOP
       EXIT WHEN taken > 0 AND spent + sizes[k] > p_max_bytes[i];
       UPDATE executions x SET
@@ -451,9 +474,13 @@ BEGIN
         spent := spent + sizes[k];
         claim_state := 'row';
         claimed := r;
+        top := greatest(top, r.fair_round);
         RETURN NEXT;
       END IF;
     END LOOP;
+    IF top > 0 THEN
+      UPDATE agents SET admit_round = top WHERE name = p_agent[i] AND admit_round < top;
+    END IF;
     IF stamped IS NULL OR p_now[i] - stamped >= p_stamp_every THEN
       UPDATE agents SET last_claim_at = p_now[i] WHERE name = p_agent[i] AND (last_claim_at IS NULL OR last_claim_at < p_now[i]);
     END IF;
@@ -683,6 +710,7 @@ ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_pkey PRIMARY KEY (execu
 ALTER TABLE execution_logs ADD CONSTRAINT execution_logs_stream_check CHECK ((stream = ANY (ARRAY['stdout'::text, 'stderr'::text, 'system'::text])));
 ALTER TABLE executions ADD CONSTRAINT executions_pkey PRIMARY KEY (id);
 ALTER TABLE executions ADD CONSTRAINT running_has_lease CHECK ((((status)::text <> 'running'::text) OR ((lease_token IS NOT NULL) AND (lease_owner IS NOT NULL) AND (lease_expires_at IS NOT NULL))));
+ALTER TABLE flow_keys ADD CONSTRAINT flow_keys_pkey PRIMARY KEY (agent, flow_key);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, idem_key);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_flight'::text, 'completed'::text])));
 ALTER TABLE leader_leases ADD CONSTRAINT leader_leases_pkey PRIMARY KEY (name);
@@ -701,6 +729,7 @@ ALTER TABLE webhooks ADD CONSTRAINT webhooks_pkey PRIMARY KEY (id);
 ALTER TABLE webhooks ADD CONSTRAINT webhooks_enabled_check CHECK ((enabled = ANY (ARRAY[0, 1])));
 ALTER TABLE webhooks ADD CONSTRAINT webhooks_overlap_policy_check CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'queue'::text, 'allow'::text])));
 ALTER TABLE agent_backlog ADD CONSTRAINT agent_backlog_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
+ALTER TABLE flow_keys ADD CONSTRAINT flow_keys_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
 
 -- indexes
 
@@ -712,7 +741,7 @@ CREATE INDEX execution_events_execution ON execution_events USING btree (executi
 CREATE INDEX execution_groups_decided ON execution_groups USING btree (decided_at) WHERE decided_at IS NOT NULL;
 CREATE INDEX execution_groups_open ON execution_groups USING btree (created_at) WHERE status = 'running'::text;
 CREATE INDEX execution_groups_recent ON execution_groups USING btree (created_at DESC, id DESC);
-CREATE INDEX executions_admission ON executions USING btree (agent, priority, queued_at, id) WHERE status::text = 'queued'::text;
+CREATE INDEX executions_admission ON executions USING btree (agent, priority, fair_round, queued_at, id) WHERE status::text = 'queued'::text;
 CREATE INDEX executions_agent_finished ON executions USING btree (agent, completed_at, status, duration_ms, queued_at, started_at) WHERE completed_at IS NOT NULL;
 CREATE INDEX executions_agent_recent ON executions USING btree (agent, created_at DESC, id DESC);
 CREATE INDEX executions_agent_status_recent ON executions USING btree (agent, status, created_at DESC, id DESC);
@@ -720,6 +749,8 @@ CREATE INDEX executions_caused_by ON executions USING btree (caused_by) WHERE ca
 CREATE INDEX executions_completed ON executions USING btree (completed_at, id) WHERE completed_at IS NOT NULL;
 CREATE INDEX executions_group ON executions USING btree (group_id, group_index) WHERE group_id IS NOT NULL;
 CREATE INDEX executions_group_open ON executions USING btree (group_id) WHERE group_id IS NOT NULL AND (status::text = ANY (ARRAY['queued'::text, 'running'::text]));
+CREATE INDEX executions_key_live ON executions USING btree (agent, flow_key, status) WHERE flow_key IS NOT NULL AND (status::text = ANY (ARRAY['queued'::text, 'running'::text]));
+CREATE INDEX executions_key_running ON executions USING btree (agent, flow_key) WHERE flow_key IS NOT NULL AND status::text = 'running'::text;
 CREATE INDEX executions_recent ON executions USING btree (created_at DESC, id DESC);
 CREATE INDEX executions_retry_of ON executions USING btree (retry_of) WHERE retry_of IS NOT NULL;
 CREATE INDEX executions_retry_root ON executions USING btree (retry_root) WHERE retry_root IS NOT NULL;
@@ -731,6 +762,7 @@ CREATE UNIQUE INDEX executions_schedule_tick ON executions USING btree (schedule
 CREATE INDEX executions_serial_running ON executions USING btree (serial_key) WHERE serial_key IS NOT NULL AND status::text = 'running'::text;
 CREATE INDEX executions_status_recent ON executions USING btree (status, created_at DESC, id DESC);
 CREATE INDEX executions_webhook_open ON executions USING btree (webhook_id) WHERE webhook_id IS NOT NULL AND (status::text = ANY (ARRAY['queued'::text, 'running'::text]));
+CREATE INDEX flow_keys_throttle ON flow_keys USING btree (agent, throttle_tat) WHERE throttle_tat IS NOT NULL;
 CREATE INDEX idempotency_keys_execution ON idempotency_keys USING btree (execution_id) WHERE execution_id IS NOT NULL;
 CREATE INDEX idempotency_keys_expiry ON idempotency_keys USING btree (expires_at);
 CREATE UNIQUE INDEX schedules_agent_name ON schedules USING btree (agent, name);

@@ -32,7 +32,7 @@ CREATE TABLE agents (
   description        TEXT,
   created_at         BIGINT NOT NULL,
   updated_at         BIGINT NOT NULL
-, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0, fast_claim INTEGER NOT NULL DEFAULT 0 CHECK (fast_claim IN (0, 1)), fast_complete INTEGER NOT NULL DEFAULT 0 CHECK (fast_complete IN (0, 1)));
+, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0, fast_claim INTEGER NOT NULL DEFAULT 0 CHECK (fast_claim IN (0, 1)), fast_complete INTEGER NOT NULL DEFAULT 0 CHECK (fast_complete IN (0, 1)), admit_round BIGINT NOT NULL DEFAULT 0, key_max_parallel INTEGER CHECK (key_max_parallel IS NULL OR key_max_parallel >= 1), key_overrides TEXT, key_throttle TEXT);
 
 CREATE TABLE api_keys (
   id            TEXT PRIMARY KEY,
@@ -205,8 +205,16 @@ CREATE TABLE executions (
   -- The last status change: when, by whom, why. The event trigger copies them into execution_events.
   changed_at         BIGINT NOT NULL,
   changed_by         TEXT NOT NULL,
-  change_reason      TEXT, retry_policy TEXT, retry_number INTEGER NOT NULL DEFAULT 0, retry_root TEXT, webhook_id TEXT, serial_key TEXT, lapses_forgiven INTEGER NOT NULL DEFAULT 0, caused_by TEXT, subscription_id TEXT, chain_depth INTEGER NOT NULL DEFAULT 0, group_id TEXT, group_index INTEGER, fast_complete INTEGER NOT NULL DEFAULT 1 CHECK (fast_complete IN (0, 1)),
+  change_reason      TEXT, retry_policy TEXT, retry_number INTEGER NOT NULL DEFAULT 0, retry_root TEXT, webhook_id TEXT, serial_key TEXT, lapses_forgiven INTEGER NOT NULL DEFAULT 0, caused_by TEXT, subscription_id TEXT, chain_depth INTEGER NOT NULL DEFAULT 0, group_id TEXT, group_index INTEGER, fast_complete INTEGER NOT NULL DEFAULT 1 CHECK (fast_complete IN (0, 1)), flow_key TEXT, fair_round BIGINT NOT NULL DEFAULT 0, debounce_seconds INTEGER CHECK (debounce_seconds IS NULL OR debounce_seconds >= 1 AND debounce_seconds <= 3600),
   CONSTRAINT running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+
+CREATE TABLE flow_keys (
+  agent        TEXT NOT NULL REFERENCES agents (name) ON DELETE CASCADE,
+  flow_key     TEXT NOT NULL,
+  last_round   BIGINT NOT NULL DEFAULT 0,
+  throttle_tat BIGINT,
+  PRIMARY KEY (agent, flow_key)
 );
 
 CREATE TABLE idempotency_keys (
@@ -319,7 +327,7 @@ CREATE INDEX execution_groups_open ON execution_groups (created_at) WHERE status
 
 CREATE INDEX execution_groups_recent ON execution_groups (created_at DESC, id DESC);
 
-CREATE INDEX executions_admission ON executions (agent, priority, queued_at, id) WHERE status = 'queued';
+CREATE INDEX executions_admission ON executions (agent, priority, fair_round, queued_at, id) WHERE status = 'queued';
 
 CREATE INDEX executions_agent_finished ON executions (agent, completed_at, status, duration_ms, queued_at, started_at) WHERE completed_at IS NOT NULL;
 
@@ -332,6 +340,10 @@ CREATE INDEX executions_completed ON executions (completed_at, id) WHERE complet
 CREATE INDEX executions_group ON executions (group_id, group_index) WHERE group_id IS NOT NULL;
 
 CREATE INDEX executions_group_open ON executions (group_id) WHERE group_id IS NOT NULL AND status IN ('queued', 'running');
+
+CREATE INDEX executions_key_live ON executions (agent, flow_key, status) WHERE flow_key IS NOT NULL AND status IN ('queued', 'running');
+
+CREATE INDEX executions_key_running ON executions (agent, flow_key) WHERE flow_key IS NOT NULL AND status = 'running';
 
 CREATE INDEX executions_retry_of ON executions (retry_of) WHERE retry_of IS NOT NULL;
 
@@ -352,6 +364,8 @@ CREATE INDEX executions_serial_running ON executions (serial_key) WHERE serial_k
 CREATE INDEX executions_status_recent ON executions (status, created_at DESC, id DESC);
 
 CREATE INDEX executions_webhook_open ON executions (webhook_id) WHERE webhook_id IS NOT NULL AND status IN ('queued', 'running');
+
+CREATE INDEX flow_keys_throttle ON flow_keys (agent, throttle_tat) WHERE throttle_tat IS NOT NULL;
 
 CREATE INDEX idempotency_keys_execution ON idempotency_keys (execution_id) WHERE execution_id IS NOT NULL;
 

@@ -63,6 +63,14 @@ export interface AgentsTable {
    */
   fast_claim: Generated<number>;
   fast_complete: Generated<number>;
+  /** Concurrency keys (src/domain/flow.ts): the highest fairness round admitted so far. */
+  admit_round: Generated<number>;
+  /** The default cap on running tasks per key (null: none). */
+  key_max_parallel: Generated<number | null>;
+  /** JSON {"key": cap}: caps of single keys, over key_max_parallel. */
+  key_overrides: Generated<string | null>;
+  /** JSON Throttle (src/domain/throttle.ts) applied to each key separately. */
+  key_throttle: Generated<string | null>;
 }
 
 /** An agent's executions created queued: written only by creators, under their new-work turn. */
@@ -143,6 +151,11 @@ export interface ExecutionsTable {
   group_index: Generated<number | null>;
   /** 1 when no side effect of this execution's own can follow its completion (src/domain/fast-paths.ts); set at creation. */
   fast_complete: Generated<number>;
+  /** Its concurrency key (API `key`), and its fairness round among the agent's keys (0: no key). */
+  flow_key: Generated<string | null>;
+  fair_round: Generated<number>;
+  /** A debounced task's window in seconds: a submit on its key folds into it while queued and not due. */
+  debounce_seconds: Generated<number | null>;
   /** The last status change (copied into execution_events by a database trigger). */
   changed_at: number;
   changed_by: string;
@@ -374,7 +387,16 @@ export interface ExecutionGroupsTable {
   decided_at: number | null;
 }
 
+/** One row per (agent, key) ever used: the key's last fairness round and its throttle state. */
+export interface FlowKeysTable {
+  agent: string;
+  flow_key: string;
+  last_round: Generated<number>;
+  throttle_tat: Generated<number | null>;
+}
+
 export interface DB {
+  flow_keys: FlowKeysTable;
   subscriptions: SubscriptionsTable;
   chain_links: ChainLinksTable;
   execution_groups: ExecutionGroupsTable;
@@ -413,3 +435,4 @@ export type IdempotencyKeyRow = Selectable<IdempotencyKeysTable>;
 export type SubscriptionRow = Selectable<SubscriptionsTable>;
 export type ChainLinkRow = Selectable<ChainLinksTable>;
 export type ExecutionGroupRow = Selectable<ExecutionGroupsTable>;
+export type FlowKeyRow = Selectable<FlowKeysTable>;

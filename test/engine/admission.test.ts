@@ -391,6 +391,8 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
         'agent_paused',
         'breaker_open', // test/engine/breaker.test.ts
         'budget_spent', // test/engine/budget.test.ts
+        'key_busy', // test/engine/flow-keys.test.ts
+        'key_throttled', // test/engine/flow-keys.test.ts
         'lapse_hold', // test/engine/lapse.test.ts
         'next_in_line',
         'no_worker',

@@ -24,6 +24,7 @@ const EXPECTED_WRITERS = [
   'src/engine/transitions/cancel.ts', // queued → cancelled; running: cancel requested
   'src/engine/transitions/complete.ts', // running | re-queued → succeeded | failed | cancelled
   'src/engine/transitions/create.ts', // create → queued | skipped: createExecutions, the one insert of executions
+  'src/engine/transitions/debounce.ts', // queued stays queued: a debounced task takes a later submit's message
   'src/engine/transitions/expire.ts', // the reaper: requeued, poisoned, timeout, cancel, backlog_expired
   'src/engine/transitions/release.ts', // running → queued | cancelled
   'src/engine/transitions/renew.ts', // heartbeat: the lease only, guarded like the rest

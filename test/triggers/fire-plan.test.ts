@@ -76,6 +76,10 @@ function agent(name: string, maxBacklog: number): AgentRow {
     fast_complete: 1,
     running_count: 0,
     queued_out: 0,
+    admit_round: 0,
+    key_max_parallel: null,
+    key_overrides: null,
+    key_throttle: null,
   };
 }
 

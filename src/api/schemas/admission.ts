@@ -37,6 +37,14 @@ export const PauseBody = z.strictObject({
 
 export const WaitingReason = z.enum(WAITING_REASONS);
 
+const SeatHolder = z.object({
+  execution_id: z.string(),
+  lease_owner: z.string().nullable(),
+  lease_expires_at: Timestamp.nullable(),
+  started_at: Timestamp.nullable(),
+  running_seconds: z.number().int().nullable(),
+});
+
 export const Waiting = z
   .object({
     reason: WaitingReason.describe('the first reason it is not running (docs/concepts.md lists them in order)'),
@@ -54,21 +62,20 @@ export const Waiting = z
     breaker: BreakerWaiting,
     serial: z.object({ serial_key: z.string(), execution_id: z.string() }).nullable().describe('serial_busy: the run it waits for'),
     seats: z
-      .object({
-        max_parallel: z.number().int(),
-        running: z.number().int(),
-        holders: z.array(
-          z.object({
-            execution_id: z.string(),
-            lease_owner: z.string().nullable(),
-            lease_expires_at: Timestamp.nullable(),
-            started_at: Timestamp.nullable(),
-            running_seconds: z.number().int().nullable(),
-          }),
-        ),
-      })
+      .object({ max_parallel: z.number().int(), running: z.number().int(), holders: z.array(SeatHolder) })
       .nullable()
       .describe('seats_taken: who holds the seats (the longest-running first, at most 20)'),
+    key: z
+      .object({
+        key: z.string(),
+        max_parallel: z.number().int().nullable().describe("the key's cap (null: none)"),
+        running: z.number().int().describe("the key's running executions"),
+        holders: z.array(SeatHolder).describe("key_busy: who holds the key's seats (the longest-running first, at most 20)"),
+        throttle: z.string().nullable().describe("the key's throttle in words (null: none)"),
+        next_start_at: Timestamp.nullable().describe('key_throttled: when its throttle next admits a start'),
+      })
+      .nullable()
+      .describe('key_busy, key_throttled: the limiting key'),
     last_claim_at: Timestamp.nullable().describe(
       `when a worker last claimed for the agent, to within a few seconds (no_worker: none for over ${NO_WORKER_AFTER_MS / 1000} s)`,
     ),

@@ -10,6 +10,7 @@ import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
+import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
 import { admissionNow } from '../holds.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
@@ -43,6 +44,7 @@ const ADMISSION_COLUMNS = [
   'lapse_hold_count',
   'budget',
   'running_count',
+  ...KEY_ADMISSION_COLUMNS,
 ] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
@@ -68,46 +70,50 @@ const admitRow = preparedQuery(
 );
 
 /**
- * The next queued rows an agent may admit, FIFO, at most `limit` (the shape: SQLite writes it in
- * the text), skipping rows another transaction holds (PostgreSQL) and rows whose serial key runs.
- * One per store, as its row locks differ; built once per limit (preparedQuery).
+ * The next queued rows an agent may admit in admission order (ADMISSION_ORDER in
+ * src/domain/flow.ts), at most `limit` (the shape: SQLite writes it in the text), skipping rows
+ * another transaction holds (PostgreSQL), rows whose serial key runs and rows of `shut` keys (full
+ * or throttled).
  */
-const candidatesFor = perStore((store) =>
-  preparedQuery((db: Tx, p: { agent: string; now: number }, limit: number) =>
-    store.lockRows(
-      db
-        .selectFrom('executions')
-        .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key'])
-        // What the row adds to the answer (octet_length reads the stored length, not the text).
-        .select(sql<number>`octet_length(message) + octet_length(payload)`.as('bytes'))
-        .where('agent', '=', p.agent)
-        .where('status', '=', QUEUED)
-        .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', p.now)]))
-        // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
-        // `SELECT 1`: the partial index executions_serial_running then covers the check, and
-        // SQLite picks it even on a store never analysed (with `k.id` it walked every running
-        // row through executions_status_recent instead).
-        .where((eb) =>
-          eb.or([
-            eb('serial_key', 'is', null),
-            eb.not(
-              eb.exists(
-                eb
-                  .selectFrom('executions as k')
-                  .select(sql.lit(1).as('one'))
-                  .whereRef('k.serial_key', '=', 'executions.serial_key')
-                  .where('k.status', '=', RUNNING),
-              ),
+const candidateQuery = (store: StoreAdapter, db: Tx, p: { agent: string; now: number }, limit: number, shut: readonly string[] = []) =>
+  store.lockRows(
+    db
+      .selectFrom('executions')
+      .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key', 'flow_key', 'fair_round'])
+      // What the row adds to the answer (octet_length reads the stored length, not the text).
+      .select(sql<number>`octet_length(message) + octet_length(payload)`.as('bytes'))
+      .where('agent', '=', p.agent)
+      .where('status', '=', QUEUED)
+      .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', p.now)]))
+      // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
+      // `SELECT 1`: the partial index executions_serial_running then covers the check, and
+      // SQLite picks it even on a store never analysed (with `k.id` it walked every running
+      // row through executions_status_recent instead).
+      .where((eb) =>
+        eb.or([
+          eb('serial_key', 'is', null),
+          eb.not(
+            eb.exists(
+              eb
+                .selectFrom('executions as k')
+                .select(sql.lit(1).as('one'))
+                .whereRef('k.serial_key', '=', 'executions.serial_key')
+                .where('k.status', '=', RUNNING),
             ),
-          ]),
-        )
-        .orderBy('priority')
-        .orderBy('queued_at')
-        .orderBy('id')
-        .limit(limit),
-      'skip',
-    ),
-  ),
+          ),
+        ]),
+      )
+      .$if(shut.length > 0, (q) => q.where((eb) => eb.or([eb('flow_key', 'is', null), eb('flow_key', 'not in', shut)])))
+      .orderBy('priority')
+      .orderBy('fair_round')
+      .orderBy('queued_at')
+      .orderBy('id')
+      .limit(limit),
+    'skip',
+  );
+/** candidateQuery without shut keys, one per store (row locks differ), built once per limit (preparedQuery). */
+const candidatesFor = perStore((store) =>
+  preparedQuery((db: Tx, p: { agent: string; now: number }, limit: number) => candidateQuery(store, db, p, limit)),
 );
 
 /** The agent row admission decides from, locked (see admit). */
@@ -123,8 +129,8 @@ const admissionAgentFor = perStore((store) =>
  * The agent row is locked first (FOR NO KEY UPDATE on PostgreSQL; BEGIN IMMEDIATE on SQLite) and
  * carries the seats in use (`running_count`, kept by the event trigger in the statement of every
  * change into or out of `running`, which takes the same row lock): a locked row read returns its
- * latest version, so the count is exact whatever the number of processes. Candidates come FIFO by
- * (priority, queued_at, id), skipping rows another transaction holds, and each update re-checks
+ * latest version, so the count is exact whatever the number of processes. Candidates come in
+ * admission order (priority, fair_round, queued_at, id), skipping rows another transaction holds, and each update re-checks
  * `status = 'queued'` so a row cancelled or admitted meanwhile is not taken.
  *
  * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
@@ -166,16 +172,27 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
 
   const free = agent.max_parallel - agent.running_count;
   if (free <= 0) return [];
-  const candidates = await candidatesFor(store)(tx, { agent: agentName, now: opts.now }, Math.min(probe ? 1 : opts.max, free));
+  const want = Math.min(probe ? 1 : opts.max, free);
+  // Per-key caps and throttles (src/engine/flow-keys.ts): shut keys are left out of the query, and
+  // as rows of one key may fill it within the batch, it reads more than it may take.
+  const keys = await KeyGate.open(tx, agentName, agent, opts.now);
+  const p = { agent: agentName, now: opts.now };
+  const candidates = keys ? await candidateQuery(store, tx, p, want * 2, keys.shut).execute() : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) return [];
+  await keys?.prepare(
+    tx,
+    candidates.map((c) => c.flow_key),
+  );
 
   const admitted: ExecutionRow[] = [];
   const serials = new Set<string>();
   const maxBytes = opts.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes;
   let bytes = 0;
   for (const c of candidates) {
+    if (admitted.length >= want) break;
     // A bounded answer: reading and sending the rows holds the event loop for their size.
     if (admitted.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
+    if (keys && !keys.admits(c.flow_key, opts.now)) continue;
     if (c.serial_key !== null) {
       if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
       serials.add(c.serial_key);
@@ -191,8 +208,11 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     if (row) {
       admitted.push(row);
       bytes += Number(c.bytes);
+      keys?.took(c.flow_key, opts.now);
     }
   }
+  await keys?.save(tx);
+  await raiseAdmitRound(tx, agentName, agent.admit_round, admitted);
   if (probe && admitted.length > 0) {
     const theProbe = admitted[0]!;
     const halfOpen = { breaker_state: 'half_open', breaker_probe_id: theProbe.id } as const;

@@ -6,6 +6,7 @@ import type { SubmitFields } from '../../store/fast-paths.ts';
 import type { ExecutionRow, NewExecution } from '../../store/schema.ts';
 import type { HeldAgent } from '../agent-lock.ts';
 import { backlogOf } from '../backlog.ts';
+import { assignRounds } from '../flow-keys.ts';
 import { appendAudit, appendAudits, AUDIT_COLUMNS, auditRow, type AuditEntry } from '../audit.ts';
 import { stamp } from './stamp.ts';
 
@@ -94,7 +95,7 @@ export async function createExecutions(
   req: (CreateOne | CreateMany) & Backlog,
 ): Promise<ExecutionRow | undefined | void> {
   if (req.backlog === 'counted') {
-    const { rows } = req as CreateMany;
+    const rows = await assignRounds(tx, (req as CreateMany).rows);
     const held = new Set(req.agents.map((a) => a.name));
     for (const r of rows) {
       if (r.status !== 'queued' && r.status !== 'skipped')
@@ -110,7 +111,9 @@ export async function createExecutions(
     await audit(tx, store, req.audit as CreateAudit<NewExecution>, rows);
     return;
   }
-  const values = withFacts((req as CreateOne).row);
+  // A keyed row takes its fairness round (src/domain/flow.ts).
+  const one = (req as CreateOne).row;
+  const values = withFacts(one.flow_key == null ? one : (await assignRounds(tx, [one]))[0]!);
   if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
   const check = req.backlog === 'check' ? req.agent : undefined;
   if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);

@@ -154,6 +154,9 @@ async function expireStaleQueued(tx: Tx, store: StoreAdapter, o: ExpireOptions, 
       'skip',
     )
     .execute();
+  // In creation order whatever index the plan walked: the order decides which ending a group or
+  // chain sees last, and must not differ between stores.
+  stale.sort((x, y) => Number(x.created_at) - Number(y.created_at) || (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
   for (const row of stale) {
     const done = await tx
       .updateTable('executions')

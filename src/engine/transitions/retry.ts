@@ -47,6 +47,7 @@ export async function insertRetry(
     retry_root: root,
     webhook_id: failed.webhook_id,
     serial_key: failed.serial_key,
+    flow_key: failed.flow_key,
     idempotency_key: null,
     // A retry stands in for the run it repeats: same place in a chain, same member of a group
     // (the member's final outcome is its last retry's).

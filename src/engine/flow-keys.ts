@@ -1,0 +1,218 @@
+import { sql } from 'kysely';
+import { AHEAD_COUNT_CAP, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
+import { keyCap, keyLimits, type KeyLimitColumns, type KeyLimits } from '../domain/flow.ts';
+import { afterStart, describeThrottle, emissionMs, nextStartAt, throttleAdmits } from '../domain/throttle.ts';
+import type { Tx } from '../store/adapter.ts';
+import type { NewExecution } from '../store/schema.ts';
+import { statusIs } from './status-sql.ts';
+import type { Executor } from './transitions/stamp.ts';
+import { iso } from './views.ts';
+
+/**
+ * Concurrency keys in the admission and creation transactions (rules: src/domain/flow.ts).
+ * Per-key state is read and written under the agent's admission lock, which admission already
+ * holds, so caps and throttles are exact across processes.
+ */
+
+/**
+ * Give keyed rows their fairness round, in the creator's transaction: per key of the batch, one
+ * upsert of flow_keys that takes rounds max(last_round + 1, agent.admit_round) onward. Rows
+ * without a key keep round 0. Returns the rows (new objects where a round was set).
+ */
+export async function assignRounds<R extends NewExecution>(tx: Tx, rows: readonly R[]): Promise<readonly R[]> {
+  let keyed = false;
+  for (const r of rows) if (r.flow_key != null && r.status === 'queued') keyed = true;
+  if (!keyed) return rows;
+  const groups = new Map<string, R[]>();
+  for (const r of rows) {
+    if (r.flow_key == null || r.status !== 'queued') continue;
+    const id = `${r.agent}\u0000${r.flow_key}`;
+    const g = groups.get(id);
+    if (g) g.push(r);
+    else groups.set(id, [r]);
+  }
+  const round = new Map<R, number>();
+  for (const g of groups.values()) {
+    const { agent, flow_key } = g[0]!;
+    const n = g.length;
+    // CASE rather than greatest/max: the two dialects name that function differently.
+    const { last_round } = await tx
+      .insertInto('flow_keys')
+      .values({
+        agent,
+        flow_key: flow_key!,
+        last_round: sql<number>`(SELECT admit_round FROM agents WHERE name = ${agent}) + ${n - 1}`,
+      })
+      .onConflict((oc) =>
+        oc.columns(['agent', 'flow_key']).doUpdateSet({
+          last_round: sql<number>`CASE WHEN flow_keys.last_round + ${n} > excluded.last_round
+            THEN flow_keys.last_round + ${n} ELSE excluded.last_round END`,
+        }),
+      )
+      .returning('last_round')
+      .executeTakeFirstOrThrow();
+    g.forEach((r, i) => round.set(r, Number(last_round) - n + 1 + i));
+  }
+  return rows.map((r) => (round.has(r) ? Object.assign({}, r, { fair_round: round.get(r)! }) : r));
+}
+
+/** The agent columns admission needs for keys. */
+export type KeyAdmissionColumns = KeyLimitColumns & { admit_round: number };
+export const KEY_ADMISSION_COLUMNS = ['admit_round', 'key_max_parallel', 'key_overrides', 'key_throttle'] as const;
+
+/** Running tasks per key of an agent, through executions_key_running (at most its running count). */
+export async function runningPerKey(db: Tx, agent: string): Promise<Map<string, number>> {
+  const rows = await db
+    .selectFrom('executions')
+    .select(['flow_key'])
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('agent', '=', agent)
+    .where('status', '=', statusIs('running'))
+    .where('flow_key', 'is not', null)
+    .groupBy('flow_key')
+    .execute();
+  return new Map(rows.map((r) => [r.flow_key!, Number(r.n)]));
+}
+
+/**
+ * One admission's view of an agent's keys: which keys are shut (full or throttled) before it
+ * picks candidates, and, while it admits, whether each candidate's key still has room. Counts
+ * rows admitted within the batch; `save` writes the throttles' new state.
+ */
+export class KeyGate {
+  private readonly tats = new Map<string, number | null>();
+  private readonly changed = new Set<string>();
+  private constructor(
+    private readonly agent: string,
+    private readonly limits: KeyLimits,
+    private readonly running: Map<string, number>,
+    /** Keys shut before the candidates are read: the candidate query leaves their rows out. */
+    readonly shut: string[],
+  ) {}
+
+  /** The gate of `agent` (null: no per-key limit), read under the agent's admission lock. */
+  static async open(tx: Tx, agent: string, columns: KeyLimitColumns, now: number): Promise<KeyGate | null> {
+    const limits = keyLimits(columns);
+    if (!limits) return null;
+    const running = await runningPerKey(tx, agent);
+    const shut: string[] = [];
+    for (const [key, n] of running) {
+      const cap = keyCap(limits, key);
+      if (cap !== null && n >= cap) shut.push(key);
+    }
+    const t = limits.throttle;
+    if (t) {
+      // Closed throttles: tat beyond now by more than the burst allows (throttleAdmits).
+      const closed = await tx
+        .selectFrom('flow_keys')
+        .select('flow_key')
+        .where('agent', '=', agent)
+        .where('throttle_tat', '>', now + t.burst * emissionMs(t))
+        .execute();
+      for (const c of closed) if (!shut.includes(c.flow_key)) shut.push(c.flow_key);
+    }
+    return new KeyGate(agent, limits, running, shut);
+  }
+
+  /** Read the throttle state of the candidates' keys (one statement; none without a key throttle). */
+  async prepare(tx: Tx, keys: Iterable<string | null>): Promise<void> {
+    if (!this.limits.throttle) return;
+    const wanted = [...new Set([...keys].filter((k): k is string => k !== null))];
+    if (wanted.length === 0) return;
+    const rows = await tx
+      .selectFrom('flow_keys')
+      .select(['flow_key', 'throttle_tat'])
+      .where('agent', '=', this.agent)
+      .where('flow_key', 'in', wanted)
+      .execute();
+    for (const r of rows) this.tats.set(r.flow_key, r.throttle_tat === null ? null : Number(r.throttle_tat));
+  }
+
+  /** Whether a task of `key` may start now (its cap and throttle, counting this batch). */
+  admits(key: string | null, now: number): boolean {
+    if (key === null) return true;
+    const cap = keyCap(this.limits, key);
+    if (cap !== null && (this.running.get(key) ?? 0) >= cap) return false;
+    const t = this.limits.throttle;
+    return !t || throttleAdmits(t, this.tats.get(key) ?? null, now);
+  }
+
+  /** A task of `key` was admitted at `now`. */
+  took(key: string | null, now: number): void {
+    if (key === null) return;
+    this.running.set(key, (this.running.get(key) ?? 0) + 1);
+    const t = this.limits.throttle;
+    if (t) {
+      this.tats.set(key, afterStart(t, this.tats.get(key) ?? null, now));
+      this.changed.add(key);
+    }
+  }
+
+  /** Write the throttles the batch advanced (their rows exist: a keyed submit made them). */
+  async save(tx: Tx): Promise<void> {
+    for (const key of this.changed) {
+      await tx
+        .updateTable('flow_keys')
+        .set({ throttle_tat: this.tats.get(key)! })
+        .where('agent', '=', this.agent)
+        .where('flow_key', '=', key)
+        .execute();
+    }
+  }
+}
+
+/** Raise the agent's admit_round to the highest round admitted (on the row admission holds). */
+export async function raiseAdmitRound(tx: Tx, agent: string, current: number, rows: readonly { fair_round: number }[]): Promise<void> {
+  let top = 0;
+  for (const r of rows) top = Math.max(top, Number(r.fair_round));
+  if (top > Number(current)) await tx.updateTable('agents').set({ admit_round: top }).where('name', '=', agent).execute();
+}
+
+/**
+ * Whether a queued task waits on its key: key_busy (its cap is held; the holders, longest-running
+ * first) or key_throttled (when the throttle next admits). Reads executions_key_running and one
+ * flow_keys row; null: its key does not hold it.
+ */
+export async function keyWaiting(
+  db: Executor,
+  agent: KeyLimitColumns & { name: string },
+  key: string | null,
+  now: number,
+): Promise<{ reason: 'key_busy' | 'key_throttled'; key: NonNullable<WaitingView['key']> } | null> {
+  const limits = keyLimits(agent);
+  if (key === null || !limits) return null;
+  const cap = keyCap(limits, key);
+  const found = await db
+    .selectFrom('executions')
+    .select(['id', 'lease_owner', 'lease_expires_at', 'started_at'])
+    .where('agent', '=', agent.name)
+    .where('flow_key', '=', key)
+    .where('status', '=', statusIs('running'))
+    .limit(AHEAD_COUNT_CAP)
+    .execute();
+  const t = limits.throttle;
+  const state = t
+    ? await db.selectFrom('flow_keys').select('throttle_tat').where('agent', '=', agent.name).where('flow_key', '=', key).executeTakeFirst()
+    : undefined;
+  const tat = state?.throttle_tat == null ? null : Number(state.throttle_tat);
+  const view = (next: number | null): NonNullable<WaitingView['key']> => ({
+    key,
+    max_parallel: cap,
+    running: found.length,
+    holders: found
+      .sort((x, y) => Number(x.started_at ?? 0) - Number(y.started_at ?? 0) || (x.id < y.id ? -1 : 1))
+      .slice(0, SEAT_HOLDERS_SHOWN)
+      .map((h) => ({
+        execution_id: h.id,
+        lease_owner: h.lease_owner,
+        lease_expires_at: iso(h.lease_expires_at),
+        started_at: iso(h.started_at),
+        running_seconds: h.started_at === null ? null : Math.max(0, Math.round((now - Number(h.started_at)) / 1000)),
+      })),
+    throttle: t ? describeThrottle(t) : null,
+    next_start_at: next === null ? null : iso(next),
+  });
+  if (cap !== null && found.length >= cap) return { reason: 'key_busy', key: view(null) };
+  if (t && !throttleAdmits(t, tat, now)) return { reason: 'key_throttled', key: view(nextStartAt(t, tat, now)) };
+  return null;
+}
