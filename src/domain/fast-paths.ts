@@ -43,6 +43,8 @@ export const COMPLETION_SIDE_EFFECTS: readonly CompletionSideEffect[] = Object.f
   { name: 'retry', scope: 'outcome', mayApply: (o: OutcomeFactInputs) => o.status === 'failed' },
   // Spending is added to the budget's ledger.
   { name: 'budget', scope: 'agent', mayApply: (a: AgentFactInputs) => a.budget !== null },
+  // Spending is added to the ledgers of the pools it draws from that have a budget.
+  { name: 'pool_budget', scope: 'agent', mayApply: (a: AgentFactInputs) => a.pools !== null },
   // The outcome is counted on the breaker (a success shifts its window, may close it).
   { name: 'breaker', scope: 'agent', mayApply: (a: AgentFactInputs) => !breakerSteady(a) },
   // A chained task may start (composition/chains.ts).
@@ -50,6 +52,23 @@ export const COMPLETION_SIDE_EFFECTS: readonly CompletionSideEffect[] = Object.f
   // The group's progress, and perhaps its join (composition/groups.ts).
   { name: 'group', scope: 'execution', mayApply: (e: ExecutionFactInputs) => e.group_id !== null },
 ] as CompletionSideEffect[]);
+
+/**
+ * A flow limit: something beyond holds that admission alone decides (a throttle, a pool's seats),
+ * so an agent it may apply to never takes the fast claim path. A new limit goes here.
+ */
+export interface FlowLimitRule {
+  readonly name: string;
+  mayApply(a: AgentFactInputs): boolean;
+}
+
+/** Every flow limit. */
+export const FLOW_LIMITS: readonly FlowLimitRule[] = Object.freeze([
+  // Starts per period on the agent (src/domain/throttle.ts): admission advances its state.
+  { name: 'throttle', mayApply: (a: AgentFactInputs) => a.throttle !== null },
+  // Seats, throttles and budgets of the pools it draws from (src/domain/pools.ts).
+  { name: 'pools', mayApply: (a: AgentFactInputs) => a.pools !== null },
+]);
 
 /** The agent's facts, as stored: 1 where the fast path may be taken, else 0. */
 export interface AgentFacts {
@@ -63,7 +82,7 @@ const bit = (b: boolean) => (b ? 1 : 0);
 
 export function agentFacts(a: AgentFactInputs): AgentFacts {
   return {
-    fast_claim: bit(!holdRules().some((h) => h.mayApply(a))),
+    fast_claim: bit(!holdRules().some((h) => h.mayApply(a)) && !FLOW_LIMITS.some((l) => l.mayApply(a))),
     fast_complete: bit(!COMPLETION_SIDE_EFFECTS.some((s) => s.scope === 'agent' && s.mayApply(a))),
   };
 }
@@ -72,6 +91,7 @@ export function agentFacts(a: AgentFactInputs): AgentFacts {
 export function agentRules(): Array<(a: AgentFactInputs) => boolean> {
   return [
     ...holdRules().map((h) => (a: AgentFactInputs) => h.mayApply(a)),
+    ...FLOW_LIMITS.map((l) => (a: AgentFactInputs) => l.mayApply(a)),
     ...COMPLETION_SIDE_EFFECTS.flatMap((s) => (s.scope === 'agent' ? [(a: AgentFactInputs) => s.mayApply(a)] : [])),
   ];
 }

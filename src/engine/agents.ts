@@ -21,9 +21,10 @@ import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../dom
 import { deleteAgentSubscriptions } from './composition/subscriptions.ts';
 import { refreshFastPathFacts } from './fast-path-facts.ts';
 import { requireAgents } from './require-agents.ts';
+import { agentFlowColumns, writeAgentPools, type AgentFlowInput } from './pools.ts';
 import type { EngineContext } from './context.ts';
 
-export interface AgentInput {
+interface AgentSettings {
   name: string;
   description?: string | null;
   max_parallel?: number;
@@ -42,6 +43,7 @@ export interface AgentInput {
   /** Per-window spending limits (src/domain/budget.ts); null: none (the default). */
   budget?: Budget | null;
 }
+export type AgentInput = AgentSettings & AgentFlowInput;
 export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
 
 /** Queued executions an agent's deletion cancels per transaction before its last (Agents.delete). */
@@ -90,12 +92,14 @@ export class Agents {
           budget: input.budget ? JSON.stringify(input.budget) : null,
           // New agents get a breaker unless they say null; agents made before breakers existed stay off.
           breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
+          ...agentFlowColumns(input),
           created_at: now,
           updated_at: now,
         })
         .returningAll()
         .executeTakeFirstOrThrow();
       const running = await this.countInheritedWork(tx, input.name);
+      await writeAgentPools(tx, input.name, input.pools);
       const facts = await refreshFastPathFacts(tx, input.name);
       await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
       return { ...row, running_count: running, ...facts };
@@ -126,7 +130,7 @@ export class Agents {
   /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */
   async update(name: string, patch: AgentPatch, actor: string): Promise<AgentRow> {
     const now = this.engine.now();
-    const { breaker, ...columns } = patch; // the breaker is stored as JSON in breaker_config
+    const { breaker, pools, throttle, ...columns } = patch; // the breaker is stored as JSON in breaker_config
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
@@ -137,6 +141,7 @@ export class Agents {
           // A raised limit releases a spent budget at the next admission (the publish below wakes claims).
           budget: patch.budget === undefined ? undefined : patch.budget && JSON.stringify(patch.budget),
           breaker_config: breaker === undefined ? undefined : breaker && JSON.stringify(breaker),
+          ...agentFlowColumns({ pools, throttle }),
           updated_at: now,
         })
         .where('name', '=', name)
@@ -146,6 +151,7 @@ export class Agents {
       // As on creation: a push agent needs somewhere to push (the transaction undoes the patch).
       if (updated.delivery === 'push' && !updated.push_url)
         throw new BatonError('validation_error', "body.push_url: required when delivery is 'push'");
+      await writeAgentPools(tx, name, pools);
       const facts = await refreshFastPathFacts(tx, name);
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
       return { ...updated, ...facts };

@@ -16,6 +16,8 @@ const FACT_COLUMNS = [
   'breaker_state',
   'breaker_consecutive',
   'breaker_recent',
+  'pools',
+  'throttle',
   'fast_claim',
   'fast_complete',
 ] as const;

@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import { AHEAD_COUNT_CAP, describeWaiting, NO_WORKER_AFTER_MS, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
 import { admissionNow } from './holds.ts';
+import { flowWaiting, poolView } from './pools.ts';
 import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
@@ -60,6 +61,8 @@ export async function waitingFor(
     seats: null,
     last_claim_at: iso(agent.last_claim_at),
     push_error: null,
+    throttle: null,
+    pool: null,
   };
   const done = (w: Omit<WaitingView, 'summary'>): WaitingView => ({ ...w, summary: describeWaiting(w, now) });
 
@@ -75,6 +78,11 @@ export async function waitingFor(
   if (hold?.reason === 'budget_spent') {
     const { metric, window, limit, spent, resets_at } = hold.spent;
     return done({ ...base, reason: hold.reason, budget: { metric, window, limit, spent, resets_at: iso(resets_at)! } });
+  }
+  if (hold?.reason === 'pool_budget_spent') {
+    const { metric, window, limit, spent, resets_at } = hold.spent;
+    const budget = { metric, window, limit, spent, resets_at: iso(resets_at)! };
+    return done({ ...base, reason: hold.reason, budget, pool: await poolView(db, hold.pool, now) });
   }
 
   if (row.serial_key !== null) {
@@ -121,6 +129,8 @@ export async function waitingFor(
     };
     return done({ ...base, reason: 'seats_taken', seats });
   }
+  const flow = await flowWaiting(db, agent, now);
+  if (flow) return done({ ...base, ...flow });
 
   if (agent.delivery === 'pull') {
     if (agent.last_claim_at === null || now - Number(agent.last_claim_at) > NO_WORKER_AFTER_MS)

@@ -76,6 +76,9 @@ function agent(name: string, maxBacklog: number): AgentRow {
     fast_complete: 1,
     running_count: 0,
     queued_out: 0,
+    pools: null,
+    throttle: null,
+    throttle_tat: null,
   };
 }
 

@@ -11,6 +11,7 @@ import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { admissionNow } from '../holds.ts';
+import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -29,6 +30,8 @@ export interface AdmitOptions {
   delivery: DeliveryMode;
   /** Where a breaker change made here (open → half-open) is alerted; default none. */
   alertSinks?: readonly AlertSinkKind[];
+  /** Told what the flow limits said when they stopped this admission (src/engine/pools.ts). */
+  onFlow?: FlowReport;
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
@@ -43,6 +46,7 @@ const ADMISSION_COLUMNS = [
   'lapse_hold_count',
   'budget',
   'running_count',
+  ...FLOW_COLUMNS,
 ] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
@@ -168,12 +172,15 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   if (free <= 0) return [];
   const candidates = await candidatesFor(store)(tx, { agent: agentName, now: opts.now }, Math.min(probe ? 1 : opts.max, free));
   if (candidates.length === 0) return [];
+  // The agent's throttle and its pools (locked after the agent row, in name order).
+  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length);
+  if (gate) opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null });
 
   const admitted: ExecutionRow[] = [];
   const serials = new Set<string>();
   const maxBytes = opts.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes;
   let bytes = 0;
-  for (const c of candidates) {
+  for (const c of gate ? candidates.slice(0, gate.room) : candidates) {
     // A bounded answer: reading and sending the rows holds the event loop for their size.
     if (admitted.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
     if (c.serial_key !== null) {
@@ -193,6 +200,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
       bytes += Number(c.bytes);
     }
   }
+  await gate?.commit(admitted.length);
   if (probe && admitted.length > 0) {
     const theProbe = admitted[0]!;
     const halfOpen = { breaker_state: 'half_open', breaker_probe_id: theProbe.id } as const;
