@@ -27,6 +27,7 @@ const STATUS: Record<ErrorCode, number> = {
   group_refused: 409,
   too_many_streams: 429,
   last_admin_key: 409,
+  pool_in_use: 409,
 };
 
 /**

@@ -42,6 +42,7 @@ export function describeError(err: unknown): { code: number; line: string } {
       case 'idempotency_in_flight':
       case 'group_refused':
       case 'last_admin_key':
+      case 'pool_in_use':
         return { code: EXIT.conflict, line };
       default:
         return { code: EXIT.error, line };

@@ -9,9 +9,10 @@
 
 import type { BreakerState } from './breaker.ts';
 import type { LimitStatus } from './budget.ts';
+import { describeFlowWaiting, type FlowPoolView, type FlowThrottleView } from './pools.ts';
 
 /** Agent-level holds, in the order admission checks them. */
-export const ADMISSION_HOLDS = Object.freeze(['agent_paused', 'lapse_hold', 'budget_spent', 'breaker_open'] as const);
+export const ADMISSION_HOLDS = Object.freeze(['agent_paused', 'lapse_hold', 'budget_spent', 'pool_budget_spent', 'breaker_open'] as const);
 export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
 
 /**
@@ -25,6 +26,10 @@ export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
  *   its one probe running (a hold; src/domain/breaker.ts).
  * - serial_busy: a run with the same serial key (a schedule's overlap policy 'queue') is running.
  * - seats_taken: every seat (max_parallel) is held by a running execution.
+ * - throttled: the agent's throttle allows no start now; it says when it next does.
+ * - pool_full: every seat of a pool the agent draws from is held (by its agents' running tasks).
+ * - pool_throttled: a pool's throttle allows no start now; it says when it next does.
+ * - pool_budget_spent (a hold, after budget_spent): a budget of a pool the agent draws from is spent.
  * - key_busy: its key's cap (key_max_parallel or the key's override) is held by running executions.
  * - key_throttled: its key's throttle is closed; `key.next_start_at` says when it next admits.
  * - no_worker: pull agent, seats free, but no worker has claimed for it lately.
@@ -37,6 +42,9 @@ export const WAITING_REASONS = Object.freeze([
   ...ADMISSION_HOLDS,
   'serial_busy',
   'seats_taken',
+  'throttled',
+  'pool_full',
+  'pool_throttled',
   'key_busy',
   'key_throttled',
   'no_worker',
@@ -113,12 +121,18 @@ export interface AdmissionState {
    * absent: the breaker lets admission through.
    */
   breaker_hold?: { until: number | null; probe_id: string | null } | null;
+  /**
+   * A pool's budget: not a column but the first spent limit of the pools the agent draws from
+   * (src/engine/pool-budget.ts); null or absent: none is spent.
+   */
+  pool_budget_spent?: { pool: string; spent: LimitStatus } | null;
 }
 
 export type Hold =
   | { reason: 'agent_paused'; by: string; why: string; since: number }
   | { reason: 'lapse_hold'; since: number; lapsed: number }
   | { reason: 'budget_spent'; spent: LimitStatus }
+  | { reason: 'pool_budget_spent'; pool: string; spent: LimitStatus }
   | { reason: 'breaker_open'; until: number | null; probe_id: string | null };
 
 /**
@@ -136,6 +150,9 @@ export interface AgentFactInputs {
   breaker_recent: string;
   /** Whether an enabled subscription has this agent as its source. */
   subscribed: boolean;
+  /** The pools it draws from (JSON, src/domain/pools.ts) and its throttle (JSON); null: none. */
+  pools: string | null;
+  throttle: string | null;
   /** Per-key limits (src/domain/flow.ts). */
   key_max_parallel?: number | null;
   key_overrides?: string | null;
@@ -175,6 +192,11 @@ const HOLD_RULES: HoldRule[] = [
     reason: 'budget_spent',
     decide: (a) => (a.budget_spent ? { reason: 'budget_spent', spent: a.budget_spent } : null),
     mayApply: (a) => a.budget !== null,
+  },
+  {
+    reason: 'pool_budget_spent',
+    decide: (a) => (a.pool_budget_spent ? { reason: 'pool_budget_spent', ...a.pool_budget_spent } : null),
+    mayApply: (a) => a.pools !== null,
   },
   {
     reason: 'breaker_open',
@@ -254,13 +276,17 @@ export interface WaitingView {
     throttle: string | null;
     next_start_at: string | null;
   } | null;
+  /** throttled: the agent's throttle, and when it next admits a start. */
+  throttle: FlowThrottleView | null;
+  /** pool_full, pool_throttled, pool_budget_spent: the pool that limits it. */
+  pool: FlowPoolView | null;
   /** Pull agents: when a worker last claimed (to within CLAIM_STAMP_EVERY_MS), or null: never. */
   last_claim_at: string | null;
   /** Push agents: the last failed delivery, when the agent's last completion was a push error. */
   push_error: { execution_id: string; code: string; message: string | null; at: string | null } | null;
 }
 
-const secs = (ms: number) => {
+export const secs = (ms: number) => {
   const s = Math.max(0, Math.round(ms / 1000));
   if (s < 120) return `${s} s`;
   if (s < 7200) return `${Math.round(s / 60)} min`;
@@ -286,6 +312,11 @@ export function describeWaiting(w: Omit<WaitingView, 'summary'>, now: number): s
         : `The agent's circuit breaker is half-open: its probe ${w.breaker!.probe_id} is running, and its outcome decides whether admission resumes (${ahead}).`;
     case 'serial_busy':
       return `A run with the same serial key (${w.serial!.serial_key}) is running: ${w.serial!.execution_id}; this one starts after it.`;
+    case 'throttled':
+    case 'pool_full':
+    case 'pool_throttled':
+    case 'pool_budget_spent':
+      return describeFlowWaiting(w, ahead, now);
     case 'seats_taken':
       return `All ${w.seats!.max_parallel} seats are taken (${w.seats!.running} running); ${ahead}.`;
     case 'key_busy':

@@ -10,7 +10,7 @@
 
 export const BUDGET_METRICS = Object.freeze(['cost_usd', 'total_tokens', 'run_seconds'] as const);
 export type BudgetMetric = (typeof BUDGET_METRICS)[number];
-export const BUDGET_WINDOWS = Object.freeze(['hour', 'day', 'month'] as const);
+export const BUDGET_WINDOWS = Object.freeze(['minute', 'hour', 'day', 'month'] as const);
 export type BudgetWindow = (typeof BUDGET_WINDOWS)[number];
 
 /** At this share of a limit an alert fires, once per window (the ledger row remembers it). */
@@ -125,6 +125,7 @@ function instantOf(wall: number, tz: string): number {
 
 function truncate(wall: number, w: BudgetWindow): number {
   const d = new Date(wall);
+  if (w === 'minute') return wall - (((wall % 60_000) + 60_000) % 60_000);
   if (w === 'hour') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours());
   if (w === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate());
   return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
@@ -132,6 +133,7 @@ function truncate(wall: number, w: BudgetWindow): number {
 
 function nextWall(wallStart: number, w: BudgetWindow): number {
   const d = new Date(wallStart);
+  if (w === 'minute') return wallStart + 60_000;
   if (w === 'hour') return wallStart + 3_600_000;
   if (w === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() + 1);
   return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);

@@ -22,7 +22,8 @@ export type ErrorCode =
   | 'invalid_json'
   | 'group_refused'
   | 'too_many_streams'
-  | 'last_admin_key';
+  | 'last_admin_key'
+  | 'pool_in_use';
 
 /** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
 export type EdgeErrorCode =

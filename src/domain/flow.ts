@@ -79,6 +79,10 @@ export interface FlowLimit {
 export const FLOW_LIMITS: readonly FlowLimit[] = Object.freeze([
   { name: 'key_caps', mayApply: (a: AgentFactInputs) => a.key_max_parallel != null || a.key_overrides != null },
   { name: 'key_throttle', mayApply: (a: AgentFactInputs) => a.key_throttle != null },
+  // Starts per period on the agent (src/domain/throttle.ts): admission advances its state.
+  { name: 'throttle', mayApply: (a: AgentFactInputs) => a.throttle != null },
+  // Seats, throttles and budgets of the pools it draws from (src/domain/pools.ts).
+  { name: 'pools', mayApply: (a: AgentFactInputs) => a.pools != null },
 ]);
 
 /** What one key's live state says in the keys read and in `waiting`. */

@@ -22,9 +22,10 @@ import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../dom
 import { deleteAgentSubscriptions } from './composition/subscriptions.ts';
 import { refreshFastPathFacts } from './fast-path-facts.ts';
 import { requireAgents } from './require-agents.ts';
+import { agentFlowColumns, writeAgentPools, type AgentFlowInput } from './pools.ts';
 import type { EngineContext } from './context.ts';
 
-export interface AgentInput {
+interface AgentSettings {
   name: string;
   description?: string | null;
   max_parallel?: number;
@@ -47,6 +48,7 @@ export interface AgentInput {
   key_overrides?: Record<string, number> | null;
   key_throttle?: Throttle | null;
 }
+export type AgentInput = AgentSettings & AgentFlowInput;
 export type AgentPatch = Partial<Omit<AgentInput, 'name'>>;
 
 /** The stored JSON of the per-key settings given (absent stays absent: a patch leaves them). */
@@ -103,12 +105,14 @@ export class Agents {
           ...keyColumns(input),
           // New agents get a breaker unless they say null; agents made before breakers existed stay off.
           breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
+          ...agentFlowColumns(input),
           created_at: now,
           updated_at: now,
         })
         .returningAll()
         .executeTakeFirstOrThrow();
       const running = await this.countInheritedWork(tx, input.name);
+      await writeAgentPools(tx, input.name, input.pools);
       const facts = await refreshFastPathFacts(tx, input.name);
       await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
       return { ...row, running_count: running, ...facts };
@@ -139,8 +143,8 @@ export class Agents {
   /** Lowering `max_parallel` never interrupts running work: it only stops new admissions. */
   async update(name: string, patch: AgentPatch, actor: string): Promise<AgentRow> {
     const now = this.engine.now();
-    // The breaker is stored as JSON in breaker_config; key overrides and throttle as JSON too.
-    const { breaker, key_overrides, key_throttle, ...columns } = patch;
+    // The breaker is stored as JSON in breaker_config; key overrides and throttles as JSON too.
+    const { breaker, key_overrides, key_throttle, pools, throttle, ...columns } = patch;
     const row = await this.store.transaction(async (tx) => {
       const updated = await tx
         .updateTable('agents')
@@ -152,6 +156,7 @@ export class Agents {
           budget: patch.budget === undefined ? undefined : patch.budget && JSON.stringify(patch.budget),
           breaker_config: breaker === undefined ? undefined : breaker && JSON.stringify(breaker),
           ...keyColumns({ key_overrides, key_throttle }),
+          ...agentFlowColumns({ pools, throttle }),
           updated_at: now,
         })
         .where('name', '=', name)
@@ -161,6 +166,7 @@ export class Agents {
       // As on creation: a push agent needs somewhere to push (the transaction undoes the patch).
       if (updated.delivery === 'push' && !updated.push_url)
         throw new BatonError('validation_error', "body.push_url: required when delivery is 'push'");
+      await writeAgentPools(tx, name, pools);
       const facts = await refreshFastPathFacts(tx, name);
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
       return { ...updated, ...facts };

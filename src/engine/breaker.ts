@@ -149,6 +149,8 @@ export async function closeBreaker(
 /** What a completion's follow-up work needs to know of its agent: budget, breaker, whether any subscription listens. */
 export interface CompletionProfile extends BreakerColumns {
   budget: string | null;
+  /** The pools it draws from (their budgets are spent by its completions). */
+  pools: string | null;
   /** Whether an enabled subscription has this agent as its source (else following its outcome reads none). */
   subscribed: boolean;
 }
@@ -157,7 +159,7 @@ export interface CompletionProfile extends BreakerColumns {
 const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
   tx
     .selectFrom('agents')
-    .select(['budget', ...BREAKER_COLUMNS])
+    .select(['budget', 'pools', ...BREAKER_COLUMNS])
     .select(subscribedAsSource)
     .where('name', '=', p.agent),
 );

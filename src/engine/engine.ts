@@ -34,6 +34,9 @@ import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
 import { accrueBudget } from './budget.ts';
+import { accruePoolBudgets } from './pool-budget.ts';
+import { Pools } from './pool-service.ts';
+import { flowHint } from './pools.ts';
 import { Idempotency } from './triggers/idempotency.ts';
 import { keyedSubmit } from './flow-submit.ts';
 import { submitMany, type BatchOutcome, type SubmitManyItem, type SubmitManyOptions } from './submit-many.ts';
@@ -112,6 +115,8 @@ export class Engine {
   readonly groups: Groups;
   /** Agents: create, change, pause, resume, delete, read (agents.ts). */
   readonly agents: Agents;
+  /** Pools: limits several agents draw from (pool-service.ts). */
+  readonly pools: Pools;
   /** Long-poll claims waiting for work; close() wakes them all so shutdown does not wait for them. */
   private readonly claimWaits: ClaimWaits;
   /** Plain submits and completions that cause nothing else, many to a call (store.fastPaths; gather.ts). */
@@ -158,11 +163,15 @@ export class Engine {
     this.subscriptions = new Subscriptions(this);
     this.groups = new Groups(this);
     this.agents = new Agents(this);
+    this.pools = new Pools(this);
     // One path for every status change, local or from another process: wake claimers of that
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
-      if (status !== 'running') this.claimWaits.wake(agent);
+      if (status !== 'running') {
+        this.claimWaits.wake(agent);
+        this.claimWaits.wakePools(agent);
+      }
       for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.claimWaits.wake(agent, true));
@@ -302,7 +311,9 @@ export class Engine {
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
     if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, admitOpts);
-    return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, () => this.admitOnce(agent, admitOpts));
+    return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, (hint) =>
+      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint, () => this.now()) }),
+    );
   }
 
   /** One admission for `agent`, announced: the rows it leased (none when nothing was admissible). */
@@ -357,6 +368,7 @@ export class Engine {
       const done = await completeWithLease(tx, id, token, outcome, now, actor);
       const agent = await readCompletionProfile(tx, done.agent);
       await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
+      await accruePoolBudgets(tx, done, now, agent ? agent.pools : null);
       await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks, agent && new Map([[done.agent, agent]]));
       const retry = done.status === 'failed' ? await insertRetry(tx, this.store, done, now, actor) : undefined;
       // With a retry to come the failure is not final: the retry's outcome is followed instead.

@@ -19,6 +19,8 @@ const FACT_COLUMNS = [
   'key_max_parallel',
   'key_overrides',
   'key_throttle',
+  'pools',
+  'throttle',
   'fast_claim',
   'fast_complete',
 ] as const;

@@ -2,10 +2,15 @@ import { admissionHold, type AdmissionState, type Hold } from '../domain/admissi
 import { firstSpent, parseBudget } from '../domain/budget.ts';
 import { breakerAdmission, type BreakerColumns } from '../domain/breaker.ts';
 import { readCurrentWindows } from './budget.ts';
+import { poolBudgetSpent } from './pool-budget.ts';
 import type { Executor } from './transitions/stamp.ts';
 
 /** The agent columns a hold is decided from. */
-export type HoldColumns = { name: string; budget: string | null } & Omit<AdmissionState, 'budget_spent' | 'breaker_hold'> & BreakerColumns;
+export type HoldColumns = { name: string; budget: string | null; pools: string | null } & Omit<
+  AdmissionState,
+  'budget_spent' | 'breaker_hold' | 'pool_budget_spent'
+> &
+  BreakerColumns;
 
 /**
  * Whether `agent` may admit at `now`, decided as admission decides it (src/domain/admission.ts):
@@ -23,5 +28,6 @@ export async function admissionNow(db: Executor, agent: HoldColumns, now: number
     agent.breaker_probe_id !== null &&
     (await db.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
   const breaker = breakerAdmission(agent, now, probeRunning);
-  return { hold: admissionHold({ ...agent, budget_spent, breaker_hold: breaker.hold }), probe: breaker.probe };
+  const pool_budget_spent = await poolBudgetSpent(db, agent.pools, now);
+  return { hold: admissionHold({ ...agent, budget_spent, pool_budget_spent, breaker_hold: breaker.hold }), probe: breaker.probe };
 }

@@ -77,12 +77,16 @@ export class ClaimWaits {
     for (const c of this.activeClaims) c.abort();
   }
 
-  /** Run `admitOnce` until it returns rows or `waitMs` has passed (then []). */
+  /**
+   * Run `admitOnce` until it returns rows or `waitMs` has passed (then []). `admitOnce` may say,
+   * through its `hint`, when a closed throttle reopens (the wait ends then, not later) and which
+   * pools the agent draws from (a seat freed in one of them wakes this claim too).
+   */
   async wait(
     agent: string,
     waitMs: number,
     given: AbortSignal | undefined,
-    admitOnce: () => Promise<ExecutionRow[]>,
+    admitOnce: (hint: ClaimHint) => Promise<ExecutionRow[]>,
   ): Promise<ExecutionRow[]> {
     const deadline = Date.now() + waitMs;
     const local = new AbortController();
@@ -99,25 +103,50 @@ export class ClaimWaits {
     }
   }
 
+  /** The pools an agent draws from, as its last admission here said (for wakePools). */
+  private readonly poolsOf = new Map<string, string[]>();
+
+  /** A seat of `agent` freed: wake a claimer of each agent waiting on a pool it draws from. */
+  wakePools(agent: string): void {
+    for (const p of this.poolsOf.get(agent) ?? []) this.waiters.wake(`pool:${p}`);
+  }
+
   private async claimLoop(
     agent: string,
-    admitOnce: () => Promise<ExecutionRow[]>,
+    admitOnce: (hint: ClaimHint) => Promise<ExecutionRow[]>,
     deadline: number,
     signal: AbortSignal,
   ): Promise<ExecutionRow[]> {
     for (;;) {
-      const waiter = this.waiters.arm(agent, signal);
+      // Armed before the look, on the agent and on each pool it drew from last time.
+      const keys = [agent, ...(this.poolsOf.get(agent) ?? []).map((p) => `pool:${p}`)];
+      const armed = keys.map((k) => this.waiters.arm(k, signal));
       try {
-        const rows = await admitOnce();
+        const hint: ClaimHint = {};
+        const rows = await admitOnce(hint);
+        if (hint.pools !== undefined) {
+          if (hint.pools.length > 0) this.poolsOf.set(agent, hint.pools);
+          else this.poolsOf.delete(agent);
+        }
         if (rows.length > 0) return rows;
         const remaining = deadline - Date.now();
         if (remaining <= 0 || signal.aborted) return [];
-        await waiter.wait(Math.min(remaining, this.pollMs));
+        // A closed throttle reopens at a known time: look again then (a timer, not a faster poll).
+        const ms = Math.min(remaining, this.pollMs, hint.reopensInMs ?? Infinity);
+        await Promise.race(armed.map((w) => w.wait(Math.max(0, ms))));
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
       } finally {
-        waiter.disarm();
+        for (const w of armed) w.disarm();
       }
     }
   }
+}
+
+/** What one admission tells a waiting claim beyond its rows (src/engine/pools.ts reports it). */
+export interface ClaimHint {
+  /** A closed throttle reopens in this many ms. */
+  reopensInMs?: number;
+  /** The pools the agent draws from. */
+  pools?: string[];
 }

@@ -3,6 +3,7 @@ import { AHEAD_COUNT_CAP, describeWaiting, NO_WORKER_AFTER_MS, SEAT_HOLDERS_SHOW
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
 import { keyWaiting } from './flow-keys.ts';
 import { admissionNow } from './holds.ts';
+import { flowWaiting, poolView } from './pools.ts';
 import { statusIs } from './status-sql.ts';
 import { iso } from './views.ts';
 
@@ -65,6 +66,8 @@ export async function waitingFor(
     key: null,
     last_claim_at: iso(agent.last_claim_at),
     push_error: null,
+    throttle: null,
+    pool: null,
   };
   const done = (w: Omit<WaitingView, 'summary'>): WaitingView => ({ ...w, summary: describeWaiting(w, now) });
 
@@ -80,6 +83,11 @@ export async function waitingFor(
   if (hold?.reason === 'budget_spent') {
     const { metric, window, limit, spent, resets_at } = hold.spent;
     return done({ ...base, reason: hold.reason, budget: { metric, window, limit, spent, resets_at: iso(resets_at)! } });
+  }
+  if (hold?.reason === 'pool_budget_spent') {
+    const { metric, window, limit, spent, resets_at } = hold.spent;
+    const budget = { metric, window, limit, spent, resets_at: iso(resets_at)! };
+    return done({ ...base, reason: hold.reason, budget, pool: await poolView(db, hold.pool, now) });
   }
 
   if (row.serial_key !== null) {
@@ -126,6 +134,8 @@ export async function waitingFor(
     };
     return done({ ...base, reason: 'seats_taken', seats });
   }
+  const flow = await flowWaiting(db, agent, now);
+  if (flow) return done({ ...base, ...flow });
   const keyed = await keyWaiting(db, agent, row.flow_key ?? null, now);
   if (keyed) return done({ ...base, ...keyed });
 

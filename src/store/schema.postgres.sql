@@ -70,6 +70,11 @@ CREATE TABLE agent_budget_ledger (
   updated_at bigint NOT NULL
 );
 
+CREATE TABLE agent_pools (
+  agent text NOT NULL,
+  pool text NOT NULL
+);
+
 CREATE TABLE agents (
   name text NOT NULL,
   max_parallel agents_max_parallel NOT NULL,
@@ -106,7 +111,10 @@ CREATE TABLE agents (
   admit_round bigint NOT NULL DEFAULT 0,
   key_max_parallel agents_key_max_parallel,
   key_overrides text,
-  key_throttle text
+  key_throttle text,
+  pools text,
+  throttle text,
+  throttle_tat bigint
 ) WITH (fillfactor=10);
 
 CREATE TABLE api_keys (
@@ -309,6 +317,27 @@ CREATE TABLE leader_leases (
   name text NOT NULL,
   owner text NOT NULL,
   expires_at bigint NOT NULL
+);
+
+CREATE TABLE pool_budget_ledger (
+  pool text NOT NULL,
+  window_kind text NOT NULL,
+  window_start bigint NOT NULL,
+  cost_usd double precision NOT NULL DEFAULT 0,
+  total_tokens bigint NOT NULL DEFAULT 0,
+  run_ms bigint NOT NULL DEFAULT 0,
+  updated_at bigint NOT NULL
+);
+
+CREATE TABLE pools (
+  name text NOT NULL,
+  description text,
+  max_parallel integer,
+  throttle text,
+  throttle_tat bigint,
+  budget text,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL
 );
 
 CREATE TABLE retention_state (
@@ -682,7 +711,8 @@ $function$;
 
 ALTER TABLE agent_backlog ADD CONSTRAINT agent_backlog_pkey PRIMARY KEY (agent);
 ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_pkey PRIMARY KEY (agent, window_kind, window_start);
-ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['hour'::text, 'day'::text, 'month'::text])));
+ALTER TABLE agent_budget_ledger ADD CONSTRAINT agent_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['minute'::text, 'hour'::text, 'day'::text, 'month'::text])));
+ALTER TABLE agent_pools ADD CONSTRAINT agent_pools_pkey PRIMARY KEY (agent, pool);
 ALTER TABLE agents ADD CONSTRAINT agents_pkey PRIMARY KEY (name);
 ALTER TABLE api_keys ADD CONSTRAINT api_keys_pkey PRIMARY KEY (id);
 ALTER TABLE api_keys ADD CONSTRAINT agent_scope_names_agent CHECK (((scope <> 'agent'::text) OR (agent IS NOT NULL)));
@@ -714,6 +744,10 @@ ALTER TABLE flow_keys ADD CONSTRAINT flow_keys_pkey PRIMARY KEY (agent, flow_key
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (scope, idem_key);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_flight'::text, 'completed'::text])));
 ALTER TABLE leader_leases ADD CONSTRAINT leader_leases_pkey PRIMARY KEY (name);
+ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_pkey PRIMARY KEY (pool, window_kind, window_start);
+ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['minute'::text, 'hour'::text, 'day'::text, 'month'::text])));
+ALTER TABLE pools ADD CONSTRAINT pools_pkey PRIMARY KEY (name);
+ALTER TABLE pools ADD CONSTRAINT pools_max_parallel_check CHECK (((max_parallel IS NULL) OR (max_parallel >= 0)));
 ALTER TABLE retention_state ADD CONSTRAINT retention_state_pkey PRIMARY KEY (id);
 ALTER TABLE retention_state ADD CONSTRAINT retention_state_pruning_check CHECK ((pruning = ANY (ARRAY[0, 1])));
 ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
@@ -729,10 +763,14 @@ ALTER TABLE webhooks ADD CONSTRAINT webhooks_pkey PRIMARY KEY (id);
 ALTER TABLE webhooks ADD CONSTRAINT webhooks_enabled_check CHECK ((enabled = ANY (ARRAY[0, 1])));
 ALTER TABLE webhooks ADD CONSTRAINT webhooks_overlap_policy_check CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'queue'::text, 'allow'::text])));
 ALTER TABLE agent_backlog ADD CONSTRAINT agent_backlog_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
+ALTER TABLE agent_pools ADD CONSTRAINT agent_pools_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
+ALTER TABLE agent_pools ADD CONSTRAINT agent_pools_pool_fkey FOREIGN KEY (pool) REFERENCES pools(name);
 ALTER TABLE flow_keys ADD CONSTRAINT flow_keys_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
+ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_pool_fkey FOREIGN KEY (pool) REFERENCES pools(name) ON DELETE CASCADE;
 
 -- indexes
 
+CREATE INDEX agent_pools_pool ON agent_pools USING btree (pool, agent);
 CREATE INDEX canary_alerts_pending ON canary_alerts USING btree (next_attempt_at) WHERE status = 'pending'::text;
 CREATE UNIQUE INDEX canary_violations_open ON canary_violations USING btree (invariant, subject) WHERE resolved_at IS NULL;
 CREATE INDEX canary_violations_recent ON canary_violations USING btree (last_seen DESC, id DESC);

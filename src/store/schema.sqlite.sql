@@ -8,9 +8,9 @@ CREATE TABLE agent_backlog (
   queued_in INTEGER NOT NULL DEFAULT 0
 );
 
-CREATE TABLE agent_budget_ledger (
+CREATE TABLE "agent_budget_ledger" (
   agent         TEXT NOT NULL,
-  window_kind   TEXT NOT NULL CHECK (window_kind IN ('hour', 'day', 'month')),
+  window_kind   TEXT NOT NULL CHECK (window_kind IN ('minute', 'hour', 'day', 'month')),
   window_start  BIGINT NOT NULL,
   cost_usd      REAL NOT NULL DEFAULT 0,
   total_tokens  BIGINT NOT NULL DEFAULT 0,
@@ -18,6 +18,12 @@ CREATE TABLE agent_budget_ledger (
   alerted_at    BIGINT,
   updated_at    BIGINT NOT NULL,
   PRIMARY KEY (agent, window_kind, window_start)
+);
+
+CREATE TABLE agent_pools (
+  agent  TEXT NOT NULL REFERENCES agents (name) ON DELETE CASCADE,
+  pool   TEXT NOT NULL REFERENCES pools (name),
+  PRIMARY KEY (agent, pool)
 );
 
 CREATE TABLE agents (
@@ -32,7 +38,7 @@ CREATE TABLE agents (
   description        TEXT,
   created_at         BIGINT NOT NULL,
   updated_at         BIGINT NOT NULL
-, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0, fast_claim INTEGER NOT NULL DEFAULT 0 CHECK (fast_claim IN (0, 1)), fast_complete INTEGER NOT NULL DEFAULT 0 CHECK (fast_complete IN (0, 1)), admit_round BIGINT NOT NULL DEFAULT 0, key_max_parallel INTEGER CHECK (key_max_parallel IS NULL OR key_max_parallel >= 1), key_overrides TEXT, key_throttle TEXT);
+, push_secret TEXT, retry_policy TEXT, paused_at BIGINT, paused_by TEXT, paused_reason TEXT, last_claim_at BIGINT, breaker_config TEXT, breaker_state TEXT NOT NULL DEFAULT 'closed' CHECK (breaker_state IN ('closed', 'open', 'half_open')), breaker_consecutive INTEGER NOT NULL DEFAULT 0, breaker_recent TEXT NOT NULL DEFAULT '', breaker_opened_at BIGINT, breaker_until BIGINT, breaker_probe_id TEXT, breaker_cooldown_ms BIGINT, budget TEXT, lapse_hold_at BIGINT, lapse_hold_count INTEGER, running_count INTEGER NOT NULL DEFAULT 0, queued_out INTEGER NOT NULL DEFAULT 0, fast_claim INTEGER NOT NULL DEFAULT 0 CHECK (fast_claim IN (0, 1)), fast_complete INTEGER NOT NULL DEFAULT 0 CHECK (fast_complete IN (0, 1)), admit_round BIGINT NOT NULL DEFAULT 0, key_max_parallel INTEGER CHECK (key_max_parallel IS NULL OR key_max_parallel >= 1), key_overrides TEXT, key_throttle TEXT, pools TEXT, throttle TEXT, throttle_tat BIGINT);
 
 CREATE TABLE api_keys (
   id            TEXT PRIMARY KEY,
@@ -239,6 +245,28 @@ CREATE TABLE leader_leases (
   expires_at  BIGINT NOT NULL
 );
 
+CREATE TABLE pool_budget_ledger (
+  pool          TEXT NOT NULL REFERENCES pools (name) ON DELETE CASCADE,
+  window_kind   TEXT NOT NULL CHECK (window_kind IN ('minute', 'hour', 'day', 'month')),
+  window_start  BIGINT NOT NULL,
+  cost_usd      REAL NOT NULL DEFAULT 0,
+  total_tokens  BIGINT NOT NULL DEFAULT 0,
+  run_ms        BIGINT NOT NULL DEFAULT 0,
+  updated_at    BIGINT NOT NULL,
+  PRIMARY KEY (pool, window_kind, window_start)
+);
+
+CREATE TABLE pools (
+  name          TEXT PRIMARY KEY,
+  description   TEXT,
+  max_parallel  INTEGER CHECK (max_parallel IS NULL OR max_parallel >= 0),
+  throttle      TEXT,
+  throttle_tat  BIGINT,
+  budget        TEXT,
+  created_at    BIGINT NOT NULL,
+  updated_at    BIGINT NOT NULL
+);
+
 CREATE TABLE retention_state (
   id                 TEXT PRIMARY KEY,
   pruning            INTEGER NOT NULL DEFAULT 0 CHECK (pruning IN (0, 1)),
@@ -310,6 +338,8 @@ CREATE TABLE webhooks (
 );
 
 -- indexs
+
+CREATE INDEX agent_pools_pool ON agent_pools (pool, agent);
 
 CREATE INDEX canary_alerts_pending ON canary_alerts (next_attempt_at) WHERE status = 'pending';
 

@@ -71,6 +71,42 @@ export interface AgentsTable {
   key_overrides: Generated<string | null>;
   /** JSON Throttle (src/domain/throttle.ts) applied to each key separately. */
   key_throttle: Generated<string | null>;
+  /** The pools it draws from (src/domain/pools.ts): a JSON array of names in order, or null: none. */
+  pools: Generated<string | null>;
+  /** Its throttle (src/domain/throttle.ts): JSON Throttle, or null: none; `throttle_tat` its state. */
+  throttle: Generated<string | null>;
+  throttle_tat: Generated<number | null>;
+}
+
+/** A pool (src/domain/pools.ts): limits shared by the agents that draw from it. */
+export interface PoolsTable {
+  name: string;
+  description: Generated<string | null>;
+  /** Seats shared by its agents' running tasks; null: no seat limit. */
+  max_parallel: Generated<number | null>;
+  throttle: Generated<string | null>;
+  throttle_tat: Generated<number | null>;
+  /** JSON Budget, spent by its agents' completions; null: none. */
+  budget: Generated<string | null>;
+  created_at: number;
+  updated_at: number;
+}
+
+/** Which agent draws from which pool (the pool's side of agents.pools). */
+export interface AgentPoolsTable {
+  agent: string;
+  pool: string;
+}
+
+/** A pool's spending in one window, added to by each completion of its agents. */
+export interface PoolBudgetLedgerTable {
+  pool: string;
+  window_kind: BudgetWindow;
+  window_start: number;
+  cost_usd: Generated<number>;
+  total_tokens: Generated<number>;
+  run_ms: Generated<number>;
+  updated_at: number;
 }
 
 /** An agent's executions created queued: written only by creators, under their new-work turn. */
@@ -403,6 +439,9 @@ export interface DB {
   agents: AgentsTable;
   agent_backlog: AgentBacklogTable;
   agent_budget_ledger: AgentBudgetLedgerTable;
+  pools: PoolsTable;
+  agent_pools: AgentPoolsTable;
+  pool_budget_ledger: PoolBudgetLedgerTable;
   retention_state: RetentionStateTable;
   leader_leases: LeaderLeasesTable;
   canary_checkpoints: CanaryCheckpointsTable;
@@ -422,6 +461,7 @@ export interface DB {
 }
 
 export type AgentRow = Selectable<AgentsTable>;
+export type PoolRow = Selectable<PoolsTable>;
 export type ExecutionRow = Selectable<ExecutionsTable>;
 export type NewExecution = Insertable<ExecutionsTable>;
 export type ExecutionUpdate = Updateable<ExecutionsTable>;

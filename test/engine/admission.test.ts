@@ -400,6 +400,10 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
         'run_after',
         'seats_taken',
         'serial_busy',
+        'throttled', // test/engine/pools.test.ts
+        'pool_full', // test/engine/pools.test.ts
+        'pool_throttled', // test/engine/pools.test.ts
+        'pool_budget_spent', // test/engine/pools.test.ts
       ].sort(),
     );
   });

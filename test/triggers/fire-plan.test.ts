@@ -80,6 +80,9 @@ function agent(name: string, maxBacklog: number): AgentRow {
     key_max_parallel: null,
     key_overrides: null,
     key_throttle: null,
+    pools: null,
+    throttle: null,
+    throttle_tat: null,
   };
 }
 

@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
 import { BreakerWaiting } from './breaker.ts';
+import { FlowPoolWaiting, FlowThrottleWaiting } from './pools.ts';
 import { TEXT_CHARS, TEXT_CHARS_MESSAGE } from './text.ts';
 
 const Timestamp = z.string().describe('ISO-8601 UTC timestamp');
@@ -83,6 +84,10 @@ export const Waiting = z
       .object({ execution_id: z.string(), code: z.string(), message: z.string().nullable(), at: Timestamp.nullable() })
       .nullable()
       .describe("push_failing: the agent's last failed delivery"),
+    throttle: FlowThrottleWaiting.nullable().describe("throttled: the agent's throttle and when it next admits a start"),
+    pool: FlowPoolWaiting.nullable().describe(
+      'pool_full, pool_throttled, pool_budget_spent: the pool that limits it, its seats and their holders',
+    ),
   })
   .nullable()
   .describe('null unless queued: why it is not running yet');

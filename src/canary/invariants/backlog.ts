@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { waitingSince } from '../../engine/backlog.ts';
 import { BREAKER_COLUMNS } from '../../engine/breaker.ts';
 import { admissionNow } from '../../engine/holds.ts';
+import { FLOW_COLUMNS, flowGate } from '../../engine/pools.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
@@ -41,6 +42,7 @@ export const B02: StateInvariant<PushAgent> = {
     const agents = await tx
       .selectFrom('agents')
       .select(['name', 'max_parallel', 'budget', 'paused_at', 'paused_by', 'paused_reason', 'lapse_hold_at', 'lapse_hold_count'])
+      .select(FLOW_COLUMNS)
       .select(BREAKER_COLUMNS)
       .where('delivery', '=', 'push')
       .where('max_parallel', '>', 0)
@@ -70,6 +72,8 @@ export const B02: StateInvariant<PushAgent> = {
       let oldest = w.get(a.name) ?? null;
       // Only an agent that would be a finding is asked about its holds (seeks on its own rows).
       if (oldest !== null && (r.get(a.name) ?? 0) < a.max_parallel && (await admissionNow(tx, a, now)).hold !== null) oldest = null;
+      // A throttle or a pool that admits nothing now stops the dispatcher as a hold does.
+      if (oldest !== null && (await flowGate(tx, null, a, now, 1))?.room === 0) oldest = null;
       out.push({ agent: a.name, max_parallel: a.max_parallel, running: r.get(a.name) ?? 0, oldest_admissible: oldest });
     }
     return out;

@@ -12,6 +12,7 @@ import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
 import { admissionNow } from '../holds.ts';
+import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -30,6 +31,8 @@ export interface AdmitOptions {
   delivery: DeliveryMode;
   /** Where a breaker change made here (open → half-open) is alerted; default none. */
   alertSinks?: readonly AlertSinkKind[];
+  /** Told what the flow limits said when they stopped this admission (src/engine/pools.ts). */
+  onFlow?: FlowReport;
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
@@ -45,6 +48,7 @@ const ADMISSION_COLUMNS = [
   'budget',
   'running_count',
   ...KEY_ADMISSION_COLUMNS,
+  ...FLOW_COLUMNS,
 ] as const;
 type AdmissionColumns = (typeof ADMISSION_COLUMNS)[number];
 
@@ -183,13 +187,17 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     tx,
     candidates.map((c) => c.flow_key),
   );
+  // The agent's throttle and its pools (locked after the agent row, in name order).
+  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length);
+  if (gate) opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null });
+  const room = Math.min(want, gate ? gate.room : want);
 
   const admitted: ExecutionRow[] = [];
   const serials = new Set<string>();
   const maxBytes = opts.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes;
   let bytes = 0;
   for (const c of candidates) {
-    if (admitted.length >= want) break;
+    if (admitted.length >= room) break;
     // A bounded answer: reading and sending the rows holds the event loop for their size.
     if (admitted.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
     if (keys && !keys.admits(c.flow_key, opts.now)) continue;
@@ -213,6 +221,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   }
   await keys?.save(tx);
   await raiseAdmitRound(tx, agentName, agent.admit_round, admitted);
+  await gate?.commit(admitted.length);
   if (probe && admitted.length > 0) {
     const theProbe = admitted[0]!;
     const halfOpen = { breaker_state: 'half_open', breaker_probe_id: theProbe.id } as const;

@@ -7,6 +7,7 @@ import type { AlertSinkKind } from '../../domain/canary.ts';
 import { waitingSince } from '../backlog.ts';
 import { countTowardBreakers } from '../breaker.ts';
 import { accrueBudget } from '../budget.ts';
+import { accruePoolBudgets, agentPoolsColumn } from '../pool-budget.ts';
 import { setLapseHold } from './lapse.ts';
 import { insertRetry } from './retry.ts';
 import { RUNNING, stamp } from './stamp.ts';
@@ -74,7 +75,11 @@ async function expireRunning(tx: Tx, store: StoreAdapter, o: ExpireOptions, out:
   for (const [agent, ids] of heldIds) await setLapseHold(tx, agent, ids, o.now, o.actor);
   await countTowardBreakers(tx, store, ended, o.now, o.actor, o.alertSinks ?? []);
   // Timed out, poisoned or force-cancelled runs used their run time: it counts toward a budget.
-  for (const row of ended) if (row.completed_at !== null) await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
+  for (const row of ended) {
+    if (row.completed_at === null) continue;
+    await accrueBudget(tx, row, o.now, o.alertSinks ?? []);
+    await accruePoolBudgets(tx, row, o.now, await agentPoolsColumn(tx, row.agent));
+  }
 }
 
 /**

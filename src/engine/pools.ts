@@ -1,0 +1,253 @@
+import { sql } from 'kysely';
+import { AHEAD_COUNT_CAP, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
+import { BatonError } from '../domain/errors.ts';
+import {
+  afterStarts,
+  parsePools,
+  poolsColumn,
+  startsAllowed,
+  type FlowLimit,
+  type FlowPoolView,
+  type FlowThrottleView,
+} from '../domain/pools.ts';
+import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { AgentRow } from '../store/schema.ts';
+import { statusIs } from './status-sql.ts';
+import type { Executor } from './transitions/stamp.ts';
+
+/** The agent columns flow admission reads (from the row admission locked). */
+export const FLOW_COLUMNS = ['pools', 'throttle', 'throttle_tat'] as const;
+export type FlowColumns = Pick<AgentRow, 'name' | (typeof FLOW_COLUMNS)[number]>;
+
+/**
+ * What an admission tells its caller about the flow limits: the pools the agent draws from (a
+ * seat freed in one may let it admit), and, when only closed throttles stopped it, when they reopen.
+ */
+export type FlowReport = (f: { pools: string[]; reopensAt: number | null }) => void;
+
+/** What the flow limits (the agent's throttle, its pools) allow one admission. */
+export interface FlowGate {
+  /** The pools the agent draws from. */
+  pools: string[];
+  /** Most rows they allow now. */
+  room: number;
+  /** The first limit that allows nothing now, or null. */
+  limit: FlowLimit | null;
+  /**
+   * When the limits that allow nothing now are all throttles: the time they have all reopened
+   * (a parked claim is woken then). null: some limit is seats (a seat freed wakes it), or none is closed.
+   */
+  reopensAt: number | null;
+  /** Record `n` admissions: advance every throttle by `n` starts (call once, after admitting). */
+  commit(n: number): Promise<void>;
+}
+
+interface LockedPool {
+  name: string;
+  max_parallel: number | null;
+  throttle: string | null;
+  throttle_tat: number | null;
+}
+
+/** The pools' rows, locked in name order (after the agent's: nothing locks a pool and then an agent). */
+async function lockPools(tx: Executor, store: StoreAdapter | null, names: readonly string[]): Promise<LockedPool[]> {
+  if (names.length === 0) return [];
+  const q = tx
+    .selectFrom('pools')
+    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
+    .where('name', 'in', [...names])
+    .orderBy('name');
+  return (store ? store.lockRows(q as never as typeof q, 'admission') : q).execute();
+}
+
+/**
+ * A pool's seats in use: the running tasks of the agents that draw from it now, the sum of their
+ * running_count. Read after the pool's lock: every admission into the pool holds that lock when it
+ * raises a count (the trigger raises it in the admitting statement) and until it commits, so the
+ * sum read here includes every admission that went before; a count lowered meanwhile (a task that
+ * ended) can only make it smaller.
+ */
+export async function poolSeatsInUse(db: Executor, pool: string): Promise<number> {
+  const r = await db
+    .selectFrom('agent_pools')
+    .innerJoin('agents', 'agents.name', 'agent_pools.agent')
+    .select(sql<number>`coalesce(sum(agents.running_count), 0)`.as('n'))
+    .where('agent_pools.pool', '=', pool)
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}
+
+/**
+ * The flow limits of one admission of `agent` wanting up to `want` rows: its throttle, then each
+ * pool it draws from (locked here, in name order), its seats and its throttle. null: the agent has
+ * neither a throttle nor pools (nothing is read or locked). Call it holding the agent's lock.
+ * `store` null: a report (`waiting`, the canary) that reads the pools without locking them.
+ */
+export async function flowGate(
+  tx: Executor,
+  store: StoreAdapter | null,
+  agent: FlowColumns,
+  now: number,
+  want: number,
+): Promise<FlowGate | null> {
+  const own = parseThrottle(agent.throttle);
+  const names = parsePools(agent.pools);
+  if (!own && names.length === 0) return null;
+  let room = want;
+  let limit: FlowLimit | null = null;
+  let seatsClosed = false;
+  let reopensAt = -Infinity;
+  const throttled: Array<{ t: Throttle; tat: number | null; write: (tat: number | null) => Promise<unknown> }> = [];
+  const close = (l: FlowLimit) => {
+    limit ??= l;
+    if (l.kind === 'pool_full') seatsClosed = true;
+    else reopensAt = Math.max(reopensAt, l.next_admit_at);
+  };
+  const throttle = (t: Throttle, tat: number | null, write: (tat: number | null) => Promise<unknown>): number => {
+    throttled.push({ t, tat, write });
+    return startsAllowed(t, tat === null ? null : Number(tat), now, want).starts;
+  };
+  if (own) {
+    const starts = throttle(own, agent.throttle_tat, (tat) =>
+      tx.updateTable('agents').set({ throttle_tat: tat }).where('name', '=', agent.name).execute(),
+    );
+    if (starts === 0) close({ kind: 'throttled', next_admit_at: nextStartAt(own, Number(agent.throttle_tat), now) });
+    room = Math.min(room, starts);
+  }
+  for (const p of await lockPools(tx, store, names)) {
+    if (p.max_parallel !== null) {
+      const inUse = await poolSeatsInUse(tx, p.name);
+      const free = Math.max(0, p.max_parallel - inUse);
+      if (free === 0) close({ kind: 'pool_full', pool: p.name, max_parallel: p.max_parallel, in_use: inUse });
+      room = Math.min(room, free);
+    }
+    const pt = parseThrottle(p.throttle);
+    if (pt) {
+      const starts = throttle(pt, p.throttle_tat, (tat) =>
+        tx.updateTable('pools').set({ throttle_tat: tat }).where('name', '=', p.name).execute(),
+      );
+      if (starts === 0) close({ kind: 'pool_throttled', pool: p.name, next_admit_at: nextStartAt(pt, Number(p.throttle_tat), now) });
+      room = Math.min(room, starts);
+    }
+  }
+  return {
+    pools: names,
+    room,
+    limit,
+    reopensAt: limit !== null && !seatsClosed ? reopensAt : null,
+    async commit(n: number) {
+      if (n <= 0) return;
+      for (const x of throttled) await x.write(afterStarts(x.t, x.tat === null ? null : Number(x.tat), now, n));
+    },
+  };
+}
+
+/** A FlowReport that fills a waiting claim's hint (src/engine/waiters.ts); `now`: the engine's clock. */
+export function flowHint(hint: { reopensInMs?: number; pools?: string[] }, now: () => number): FlowReport {
+  return (f) => {
+    hint.pools = f.pools;
+    if (f.reopensAt !== null) hint.reopensInMs = Math.max(0, f.reopensAt - now());
+  };
+}
+
+/** The agent settings that say what it draws from and how fast it starts (AgentInput's). */
+export interface AgentFlowInput {
+  /** Pools it draws from (each must exist); [] or null: none. */
+  pools?: readonly string[] | null;
+  /** Starts per period (src/domain/throttle.ts); null: none. */
+  throttle?: Throttle | null;
+}
+
+/** The agent columns for those settings (undefined: unchanged). Removing a throttle forgets its state. */
+export function agentFlowColumns(input: AgentFlowInput): Partial<Pick<AgentRow, 'pools' | 'throttle' | 'throttle_tat'>> {
+  return {
+    ...(input.pools !== undefined ? { pools: poolsColumn(input.pools ?? []) } : {}),
+    ...(input.throttle !== undefined ? { throttle: input.throttle && JSON.stringify(input.throttle) } : {}),
+    ...(input.throttle === null ? { throttle_tat: null } : {}),
+  };
+}
+
+/**
+ * Write which pools `agent` draws from (its agent_pools rows), in the transaction that writes the
+ * agent row (so it holds the agent's lock). An unknown pool is refused naming the field. The
+ * rows' foreign key takes a key-share lock on each pool, so a deletion that locks the pool first
+ * (deletePool) either finishes before (this then fails on the key) or waits and sees the agent.
+ */
+export async function writeAgentPools(tx: Tx, agent: string, pools: readonly string[] | null | undefined): Promise<void> {
+  if (pools === undefined) return;
+  const names = parsePools(poolsColumn(pools ?? []));
+  if (names.length > 0) {
+    const found = await tx.selectFrom('pools').select('name').where('name', 'in', names).execute();
+    const missing = names.filter((n) => !found.some((f) => f.name === n));
+    if (missing.length > 0)
+      throw new BatonError('validation_error', `body.pools: no pool named ${missing.map((m) => `'${m}'`).join(', ')}`, {
+        field: 'pools',
+        missing,
+      });
+  }
+  await tx.deleteFrom('agent_pools').where('agent', '=', agent).execute();
+  if (names.length > 0)
+    await tx
+      .insertInto('agent_pools')
+      .values(names.map((pool) => ({ agent, pool })))
+      .execute();
+}
+
+const isoOf = (ms: number) => new Date(ms).toISOString();
+const throttleView = (t: Throttle, nextAt: number): FlowThrottleView => ({ ...t, next_admit_at: isoOf(nextAt) });
+
+/** A pool's part of a waiting answer: its seats, their holders (longest-running first), its throttle. */
+export async function poolView(db: Executor, name: string, now: number): Promise<FlowPoolView | null> {
+  const p = await db
+    .selectFrom('pools')
+    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!p) return null;
+  const running = await db
+    .selectFrom('executions')
+    .innerJoin('agent_pools', 'agent_pools.agent', 'executions.agent')
+    .select(['executions.id', 'executions.agent', 'executions.started_at'])
+    .where('agent_pools.pool', '=', name)
+    .where('executions.status', '=', statusIs('running'))
+    .limit(AHEAD_COUNT_CAP)
+    .execute();
+  const holders = running
+    .sort((x, y) => Number(x.started_at ?? 0) - Number(y.started_at ?? 0) || (x.id < y.id ? -1 : 1))
+    .slice(0, SEAT_HOLDERS_SHOWN)
+    .map((h) => ({
+      execution_id: h.id,
+      agent: h.agent,
+      started_at: h.started_at === null ? null : isoOf(Number(h.started_at)),
+      running_seconds: h.started_at === null ? null : Math.max(0, Math.round((now - Number(h.started_at)) / 1000)),
+    }));
+  const t = parseThrottle(p.throttle);
+  const tat = p.throttle_tat === null ? null : Number(p.throttle_tat);
+  return {
+    name,
+    max_parallel: p.max_parallel,
+    in_use: await poolSeatsInUse(db, name),
+    holders,
+    throttle: t && throttleView(t, nextStartAt(t, tat, now)),
+  };
+}
+
+/**
+ * Whether the agent's throttle or a pool stops it now, for `waiting` (read without locks, as
+ * admission would decide it): the reason and the limit's facts, or null.
+ */
+export async function flowWaiting(
+  db: Executor,
+  agent: FlowColumns,
+  now: number,
+): Promise<Pick<WaitingView, 'reason' | 'throttle' | 'pool'> | null> {
+  const gate = await flowGate(db, null, agent, now, 1);
+  const limit = gate?.limit;
+  if (!limit) return null;
+  if (limit.kind === 'throttled') {
+    const t = parseThrottle(agent.throttle)!;
+    return { reason: 'throttled', throttle: throttleView(t, limit.next_admit_at), pool: null };
+  }
+  return { reason: limit.kind, throttle: null, pool: await poolView(db, limit.pool, now) };
+}
