@@ -149,8 +149,8 @@ export const B06: StateInvariant<BacklogCount> = {
   grace: () => 0,
   async population(tx) {
     // Per agent (one row each, as S-05 reads), a count of its queued rows created after its
-    // settings changed: a range seek into executions_agent_status_recent, where grouping every
-    // queued row sorted them first. evaluate keeps the agents over their limit.
+    // settings changed: a range seek into executions_agent_status_recent (a GROUP BY over every
+    // queued row would sort them first). evaluate keeps the agents over their limit.
     const rows = await tx
       .selectFrom('agents as a')
       .select(['a.name as agent', 'a.max_backlog'])

@@ -22,8 +22,8 @@ const normalise = (rows: RunningRow[]) =>
 /**
  * Running rows matching `where`, oldest first, at most MAX_FINDINGS + 1 (one more tells the list
  * was cut). In the order of executions_status_recent, whose `running` range holds the running
- * rows only: a walk of that range that stops at the limit, never a sort (ordered by id, SQLite
- * sorted every running row it found there).
+ * rows only: a walk of that range that stops at the limit, never a sort (ordered by id alone,
+ * SQLite would sort every running row it finds there).
  */
 async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions'>) => Expression<SqlBool>): Promise<RunningRow[]> {
   const rows = await tx
