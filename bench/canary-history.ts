@@ -21,6 +21,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { CATALOGUE, isActivity } from '../src/canary/catalogue.ts';
 import { runCanaryOnce, type CycleReport } from '../src/canary/run.ts';
 import { Engine } from '../src/engine/engine.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
@@ -140,17 +141,19 @@ async function main() {
       if (r.events?.caught_up) break;
     }
   } else {
-    // Skip history the way an upgraded database would after catching up: checkpoints at the head.
+    // Skip history the way an upgraded database would after catching up: checkpoints at the head,
+    // one for every invariant that reads the event log (a cycle reads from the lowest of them, so
+    // one left out would make every cycle read the log from its first event).
     const head = await store.db
       .selectFrom('execution_events')
       .select((eb) => eb.fn.max<number>('id').as('m'))
       .executeTakeFirstOrThrow();
     await store.db.deleteFrom('canary_checkpoints').execute();
     const t = Date.now();
-    for (const inv of ['E-02', 'E-03', 'E-07', 'E-08', 'S-02', 'G-03', 'G-04']) {
+    for (const inv of CATALOGUE.filter(isActivity)) {
       await store.db
         .insertInto('canary_checkpoints')
-        .values({ invariant: inv, event_id: Number(head.m), state: null, updated_at: t })
+        .values({ invariant: inv.id, event_id: Number(head.m), state: null, updated_at: t })
         .execute();
     }
     log(`checkpoints set at the head (event ${head.m})`);

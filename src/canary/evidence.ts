@@ -19,14 +19,17 @@ export interface Evidence {
 export const H01_CHECKPOINT = 'H-01';
 
 export async function readEvidence(db: Kysely<DB>): Promise<Evidence> {
-  // max / min over a primary key: one index seek on both stores.
+  // The newest end of each primary key: one index seek on both stores. Ids grow with time and
+  // the pruner deletes from the oldest end, where PostgreSQL keeps the deleted rows' index
+  // entries until vacuum (and for as long as an open snapshot may see them): a walk from that
+  // end passes every pruned row before it finds a live one.
   const ev = await db
     .selectFrom('execution_events')
     .select((eb) => eb.fn.max<number>('id').as('m'))
     .executeTakeFirst();
   const ex = await db
     .selectFrom('executions')
-    .select((eb) => eb.fn.min<string>('id').as('m'))
+    .select((eb) => eb.fn.max<string>('id').as('m'))
     .executeTakeFirst();
   const rs = await db.selectFrom('retention_state').select('total_executions').where('id', '=', 'retention').executeTakeFirst();
   return { maxEventId: Number(ev?.m ?? 0), anyExecution: ex?.m !== null && ex?.m !== undefined, pruned: Number(rs?.total_executions ?? 0) };

@@ -4,6 +4,8 @@ import pg from 'pg';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEvidence } from '../../src/canary/evidence.ts';
+import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Dispatcher } from '../../src/delivery/dispatcher.ts';
 import { countFinished } from '../../src/engine/agent-activity.ts';
 import { Engine } from '../../src/engine/engine.ts';
@@ -397,6 +399,45 @@ async function seed(): Promise<void> {
       await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
 }
 
+// ── the canary ──────────────────────────────────────────────────────────────
+
+/**
+ * One canary cycle, recorded, as the timer runs it once it follows the event log: caught up
+ * first (unrecorded: a first cycle reads the seed's events in chunks), then new activity (a
+ * cancellation, the group and the chain above) and open violations on old rows of history, so
+ * that the rechecks run too.
+ */
+async function canaryCycle(groupId: string, chainSourceId: string): Promise<void> {
+  for (let i = 0; i < 100; i++) if ((await runCanaryOnce({ store, clock: () => now })).events?.caught_up) break;
+  const cancelled = await engine.submit(AGENTS[2]!, { message: 'cancel me' }, 'test');
+  await engine.cancel(cancelled.id, 'test');
+  const old = [historyRow(100), historyRow(200), historyRow(300)];
+  const planted = (invariant: string, subject: string, agent: string | null) => ({
+    invariant,
+    subject,
+    agent,
+    tier: 'A' as const,
+    severity: 'warning' as const,
+    reason: 'planted',
+    detail: null,
+    first_seen: now,
+    last_seen: now,
+  });
+  await store.db
+    .insertInto('canary_violations')
+    .values([
+      planted('E-02', old[0]!.id!, old[0]!.agent!),
+      planted('E-03', old[1]!.id!, old[1]!.agent!),
+      planted('E-08', old[2]!.id!, old[2]!.agent!),
+      planted('S-02', old[0]!.id!, old[0]!.agent!),
+      planted('G-04', old[1]!.id!, old[1]!.agent!),
+      planted('C-02', chainSourceId, null),
+      planted('C-01', groupId, null),
+    ])
+    .execute();
+  await during('canary cycle', () => runCanaryOnce({ store: engine.store, clock: () => now + 1 }));
+}
+
 // ── the test ────────────────────────────────────────────────────────────────
 
 beforeAll(async () => {
@@ -650,6 +691,10 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     expect((await during('group get', () => engine.groups.get(group.id))).join?.execution_id).not.toBeNull();
     await during('group cancel', () => engine.groups.cancel(group.id, 'test'));
 
+    // A canary cycle over this activity: the events since its checkpoints, the executions they
+    // touched, the live parts and the rechecks of open violations on old rows (planted below).
+    await canaryCycle(group.id, chainSource!.id);
+
     // Retention: the history figures (doctor, /metrics, GET /v1/history), an export of the oldest
     // days, then one pruner batch of executions and one of audit rows (last: it removes history).
     const settings = { retentionDays: 25, auditRetentionDays: 25 };
@@ -709,6 +754,7 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       'group decide',
       'group get',
       'group cancel',
+      'canary cycle',
       'history stats',
       'export',
       'prune executions',
@@ -802,6 +848,37 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(insert).not.toMatch(/Hash Cond: .*name/);
       }
     }
+  });
+
+  it("the canary's evidence reads the end of executions the pruner never deletes from", async () => {
+    // PostgreSQL keeps a deleted row's index entries until vacuum, and as long as an open snapshot
+    // may see the row: after a prune, a walk from the oldest end of executions_pkey passes every
+    // pruned row. The same rows deleted in a transaction (rolled back) stand in for them; the
+    // pages each read touches are counted, no time. SQLite removes a deleted row's entries at once.
+    if (store.kind !== 'postgres') return;
+    recorded.length = 0;
+    await during('canary evidence', () => readEvidence(engine.store.db));
+    const evidence = recorded.map(compiledOf).find((c) => /from "executions"/.test(c.sql));
+    expect(evidence, 'the evidence reads executions').toBeDefined();
+    const pages = (text: string) =>
+      store.db.connection().execute(async (conn) => {
+        await conn.executeQuery(CompiledQuery.raw('BEGIN'));
+        try {
+          await conn.executeQuery(CompiledQuery.raw('SET LOCAL session_replication_role = replica'));
+          const cut = HISTORY / 2;
+          await conn.executeQuery(CompiledQuery.raw(`DELETE FROM executions WHERE id < '${historyRow(cut).id}'`));
+          const out = await conn.executeQuery<{ 'QUERY PLAN': Array<{ Plan: Record<string, number> }> }>(
+            CompiledQuery.raw(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`),
+          );
+          const plan = out.rows[0]!['QUERY PLAN'][0]!.Plan;
+          return plan['Shared Hit Blocks']! + plan['Shared Read Blocks']!;
+        } finally {
+          await conn.executeQuery(CompiledQuery.raw('ROLLBACK'));
+        }
+      });
+    expect(await pages(evidence!.sql)).toBeLessThan(20);
+    // The check sees a read from the oldest end.
+    expect(await pages('select min("id") as "m" from "executions"')).toBeGreaterThan(20);
   });
 
   it('lists of schedules, webhooks and subscriptions page through indexes made for their order', async () => {

@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import { waitingSince } from '../../engine/backlog.ts';
 import { BREAKER_COLUMNS } from '../../engine/breaker.ts';
 import { admissionNow } from '../../engine/holds.ts';
@@ -113,6 +112,9 @@ export const B05: StateInvariant<StaleQueued> = {
       .selectFrom('executions')
       .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
       .where((eb) => waitingSince(eb, cutoff))
+      // Oldest first, in the order of executions_status_recent: its range of queued rows created
+      // before the cutoff is walked until the limit, never sorted (a backlog may be deep).
+      .orderBy('created_at')
       .orderBy('id')
       .limit(MAX_FINDINGS + 1)
       .execute();
@@ -150,15 +152,22 @@ export const B06: StateInvariant<BacklogCount> = {
   },
   grace: () => 0,
   async population(tx) {
+    // Per agent (one row each, as S-05 reads), a count of its queued rows created after its
+    // settings changed: a range seek into executions_agent_status_recent (a GROUP BY over every
+    // queued row would sort them first). evaluate keeps the agents over their limit.
     const rows = await tx
-      .selectFrom('executions as e')
-      .innerJoin('agents as a', 'a.name', 'e.agent')
-      .select(['e.agent', 'a.max_backlog', (eb) => eb.fn.countAll<number>().as('fresh_queued')])
-      .where('e.status', '=', status('queued'))
-      .where('e.started_at', 'is', null)
-      .whereRef('e.created_at', '>', 'a.updated_at')
-      .groupBy(['e.agent', 'a.max_backlog'])
-      .having(sql`count(*)`, '>', sql.ref('a.max_backlog'))
+      .selectFrom('agents as a')
+      .select(['a.name as agent', 'a.max_backlog'])
+      .select((eb) =>
+        eb
+          .selectFrom('executions as e')
+          .select((e) => e.fn.countAll<number>().as('n'))
+          .whereRef('e.agent', '=', 'a.name')
+          .where('e.status', '=', status('queued'))
+          .whereRef('e.created_at', '>', 'a.updated_at')
+          .where('e.started_at', 'is', null)
+          .as('fresh_queued'),
+      )
       .execute();
     return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: Number(r.fresh_queued) }));
   },

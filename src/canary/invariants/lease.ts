@@ -19,13 +19,19 @@ const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 const normalise = (rows: RunningRow[]) =>
   rows.map((r) => ({ ...r, lease_expires_at: num(r.lease_expires_at), deadline_at: num(r.deadline_at) }));
 
-/** Running rows matching `where` (through the running partial indexes), at most MAX_FINDINGS + 1 (one more tells the list was cut). */
+/**
+ * Running rows matching `where`, oldest first, at most MAX_FINDINGS + 1 (one more tells the list
+ * was cut). In the order of executions_status_recent, whose `running` range holds the running
+ * rows only: a walk of that range that stops at the limit, never a sort (ordered by id alone,
+ * SQLite would sort every running row it finds there).
+ */
 async function runningRows(tx: Tx, where: (eb: ExpressionBuilder<DB, 'executions'>) => Expression<SqlBool>): Promise<RunningRow[]> {
   const rows = await tx
     .selectFrom('executions')
     .select(['id', 'agent', 'lease_owner', 'lease_token', 'lease_expires_at', 'lease_ttl_seconds', 'deadline_at'])
     .where('status', '=', status('running'))
     .where(where)
+    .orderBy('created_at')
     .orderBy('id')
     .limit(MAX_FINDINGS + 1)
     .execute();
