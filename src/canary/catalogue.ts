@@ -1,5 +1,6 @@
 import { B02, B05, B06 } from './invariants/backlog.ts';
 import { C02, C03 } from './invariants/chains.ts';
+import { F01, F02 } from './invariants/flow.ts';
 import { C01 } from './invariants/groups.ts';
 import { E02, E08, S02 } from './invariants/history.ts';
 import { E01, S03 } from './invariants/lease.ts';
@@ -30,6 +31,8 @@ export const CATALOGUE: readonly Invariant[] = Object.freeze([
   C01,
   C02,
   C03,
+  F01,
+  F02,
 ]);
 
 export const isActivity = (i: Invariant): i is ActivityInvariant<any> => i.kind === 'activity';

@@ -28,7 +28,7 @@ export const GAP_SETTLE_MS = 60_000;
 export async function readEvents(tx: Tx, afterId: number, limit: number): Promise<EventRow[]> {
   const rows = await tx
     .selectFrom('execution_events')
-    .select(['id', 'execution_id', 'agent', 'from_status', 'to_status', 'at', 'seats_in_use', 'seat_cap'])
+    .select(['id', 'execution_id', 'agent', 'from_status', 'to_status', 'at', 'seats_in_use', 'seat_cap', 'flow_key'])
     .where('id', '>', afterId)
     .orderBy('id')
     .limit(limit)

@@ -58,6 +58,8 @@ export interface EventRow {
   at: number;
   seats_in_use: number | null;
   seat_cap: number | null;
+  /** The task's concurrency key (null: none). */
+  flow_key: string | null;
 }
 
 /** The executions a row check looks at: these ids, or (full check) a keyset range of ids. */

@@ -204,7 +204,8 @@ CREATE TABLE execution_events (
   reason text,
   attempt integer NOT NULL,
   seats_in_use integer,
-  seat_cap integer
+  seat_cap integer,
+  flow_key text
 );
 
 CREATE TABLE execution_groups (
@@ -585,8 +586,8 @@ BEGIN
   ELSIF (OLD.status = 'queued') <> (NEW.status = 'queued') THEN
     UPDATE agents SET queued_out = queued_out + CASE WHEN OLD.status = 'queued' THEN 1 ELSE -1 END WHERE name = NEW.agent;
   END IF;
-  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap)
-  VALUES (NEW.id, NEW.agent, OLD.status, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt, seats, cap);
+  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap, flow_key)
+  VALUES (NEW.id, NEW.agent, OLD.status, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt, seats, cap, NEW.flow_key);
   RETURN NULL;
 END;
 $function$;

@@ -135,7 +135,7 @@ CREATE TABLE execution_events (
   attempt       INTEGER NOT NULL,
   seats_in_use  INTEGER,
   seat_cap      INTEGER
-);
+, flow_key TEXT);
 
 CREATE TABLE execution_groups (
   id                 TEXT PRIMARY KEY,
@@ -464,10 +464,11 @@ BEGIN
     queued_out = queued_out + (OLD.status = 'queued') - (NEW.status = 'queued')
   WHERE name = NEW.agent
     AND ((NEW.status = 'running') <> (OLD.status = 'running') OR (NEW.status = 'queued') <> (OLD.status = 'queued'));
-  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap)
+  INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt, seats_in_use, seat_cap, flow_key)
   SELECT NEW.id, NEW.agent, OLD.status, NEW.status, NEW.changed_at, NEW.changed_by, NEW.change_reason, NEW.attempt,
     CASE WHEN admitted THEN (SELECT running_count FROM agents WHERE name = NEW.agent) END,
-    CASE WHEN admitted THEN (SELECT max_parallel FROM agents WHERE name = NEW.agent) END
+    CASE WHEN admitted THEN (SELECT max_parallel FROM agents WHERE name = NEW.agent) END,
+    NEW.flow_key
   FROM (SELECT NEW.status = 'running' AND OLD.status <> 'running' AS admitted);
 END;
 

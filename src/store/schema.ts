@@ -211,6 +211,8 @@ export interface ExecutionEventsTable {
   /** On admission: running rows of the agent including this one, and the cap seen. */
   seats_in_use: number | null;
   seat_cap: number | null;
+  /** The task's concurrency key (null: none), so seats per key replay from the log alone. */
+  flow_key: Generated<string | null>;
 }
 
 export interface AuditLogTable {

@@ -347,6 +347,7 @@ describe('S-02 carries its seats forward', () => {
       at: 0,
       seats_in_use: o.kind === 'admit' ? (o.lie ? o.cap + 1 : 1) : null,
       seat_cap: o.kind === 'admit' ? o.cap : null,
+      flow_key: null,
     }));
 
   it('a replay continued from saved state at any cut points equals one replay from the start', () => {
