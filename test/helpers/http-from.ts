@@ -25,7 +25,7 @@ export function requestFrom(url: string, opts: RequestFrom = {}): Promise<Answer
       {
         method: opts.method ?? (body === undefined ? 'GET' : 'POST'),
         headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...opts.headers },
-        localAddress: opts.agent ? undefined : opts.localAddress,
+        localAddress: opts.localAddress,
         agent: opts.agent ?? false,
       },
       (res) => {
