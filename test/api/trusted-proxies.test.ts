@@ -5,7 +5,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import { ConfigError, readConfig, readTrustedProxies } from '../../src/config.ts';
 import type { BatonNode } from '../../src/server/up.ts';
@@ -23,6 +23,9 @@ const logLines: Array<Record<string, unknown>> = [];
 
 beforeAll(async () => {
   ts = await openTestStore();
+  // One webhook delivery a second per address (burst 2): the rate per address is observable.
+  vi.stubEnv('BATON_HOOK_RATE_PER_ADDRESS', '1');
+  vi.stubEnv('BATON_HOOK_RATE_PER_WEBHOOK', '1000');
   const logger = pino({ level: 'warn' }, { write: (line: string) => void logLines.push(JSON.parse(line)) });
   node = await startNode({
     env: ts.nodeEnv,
@@ -31,6 +34,7 @@ beforeAll(async () => {
     limits: { maxConnectionsPerAddress: CAP },
     trustedProxies: readTrustedProxies({ BATON_TRUSTED_PROXIES: '127.0.0.1' }),
   });
+  vi.unstubAllEnvs();
   key = node.createdAdminKey!;
   api = new Client({ server: node.url, key });
   await api.createAgent({ name: 'px', max_parallel: 50, max_backlog: 1000 });
@@ -157,5 +161,17 @@ describe(`the per-address limit and trusted proxies (${STORE_KIND})`, () => {
     });
     const e = await api.getExecution(JSON.parse(twoHops.body).execution_id);
     expect((e.origin as { source_address: string }).source_address).toBe('127.0.0.4');
+  });
+
+  it('rates webhook deliveries by the forwarded client address: one client slowed down leaves another behind the same proxy alone', async () => {
+    const hook = await api.createWebhook({ name: 'rated', agent: 'px' });
+    const deliverAs = (client: string) =>
+      requestFrom(`${node.url}${hook.path}`, { localAddress: '127.0.0.1', headers: { 'x-forwarded-for': client }, body: {} });
+    let answer = await deliverAs('198.51.100.20');
+    for (let i = 0; i < 20 && answer.status !== 429; i++) answer = await deliverAs('198.51.100.20');
+    expect(answer.status, answer.body).toBe(429);
+    expect(JSON.parse(answer.body).error).toBe('rate_limited');
+    const other = await deliverAs('198.51.100.21');
+    expect(other.status, other.body).toBeLessThan(300);
   });
 });
