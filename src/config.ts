@@ -42,6 +42,12 @@ export const DEFAULTS = Object.freeze({
    * replays it) before answering 409 idempotency_in_flight: it covers concurrent retries of one call.
    */
   idempotencyWaitMs: 5_000,
+  /**
+   * Open connections (through a trusted proxy: open requests) one client address may hold. A
+   * `baton worker` holds one long-poll per claim loop plus a few for reports; 256 leaves room for
+   * a fleet behind one NAT address, while a flood from one address cannot take every descriptor.
+   */
+  maxConnectionsPerAddress: 256,
   /** Webhook deliveries per second (burst twice that), per source address and per webhook, per process. */
   hookRatePerSecond: 50,
   /**
@@ -212,6 +218,50 @@ export interface Config extends Env, ConnectionEnv {
   chainDepthLimit: number;
   retention: RetentionEnv;
   telemetry: TelemetrySettings;
+  network: NetworkSettings;
+}
+
+/** Who the client is, and how much of the server one client may hold. */
+export interface NetworkSettings {
+  /** BATON_MAX_CONNECTIONS_PER_ADDRESS: open connections (open requests through a trusted proxy) per client address (default 256). */
+  maxConnectionsPerAddress: number;
+  /** BATON_TRUSTED_PROXIES: the proxies whose X-Forwarded-For names the client (default: none, the header is ignored). */
+  trustedProxies: TrustedProxy[];
+}
+
+/** One subnet of trusted proxies: a single address has the family's full prefix (32 or 128). */
+export interface TrustedProxy {
+  address: string;
+  prefix: number;
+  family: 'ipv4' | 'ipv6';
+}
+
+/** The names proxy-addr (Express, Fastify) gives these ranges, accepted in BATON_TRUSTED_PROXIES too. */
+const PROXY_RANGES: Record<string, string[]> = {
+  loopback: ['127.0.0.0/8', '::1/128'],
+  linklocal: ['169.254.0.0/16', 'fe80::/10'],
+  uniquelocal: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7'],
+};
+
+/** BATON_TRUSTED_PROXIES: addresses, CIDR subnets and the range names above, separated by commas or spaces. */
+export function readTrustedProxies(env: Vars = process.env): TrustedProxy[] {
+  const raw = text(env, 'BATON_TRUSTED_PROXIES') ?? '';
+  return raw
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .flatMap((entry) => PROXY_RANGES[entry.toLowerCase()] ?? [entry])
+    .map((entry) => {
+      const [address = '', bits, ...extra] = entry.split('/');
+      const family = isIP(address);
+      const full = family === 6 ? 128 : 32;
+      const prefix = bits === undefined ? full : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
+      if (family === 0 || extra.length > 0 || !(prefix <= full))
+        throw new ConfigError(
+          'BATON_TRUSTED_PROXIES',
+          `BATON_TRUSTED_PROXIES must be IP addresses or subnets (10.0.0.0/8, fd00::/8) or loopback, linklocal, uniquelocal, separated by commas; got ${shown(entry)}`,
+        );
+      return { address, prefix, family: family === 6 ? ('ipv6' as const) : ('ipv4' as const) };
+    });
 }
 
 export interface IdempotencySettings {
@@ -293,6 +343,15 @@ export function readConfig(env: Vars = process.env): Config {
     }),
     retention: readRetentionEnv(env),
     telemetry: readTelemetryEnv(env),
+    network: {
+      maxConnectionsPerAddress: number(env, 'BATON_MAX_CONNECTIONS_PER_ADDRESS', DEFAULTS.maxConnectionsPerAddress, {
+        min: 1,
+        max: 1_000_000,
+        integer: true,
+        accepts: 'a whole number of connections from 1 to 1000000',
+      }),
+      trustedProxies: readTrustedProxies(env),
+    },
   };
 }
 

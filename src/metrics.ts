@@ -11,6 +11,7 @@
  *
  * For components above the engine:
  *   countWebhook(outcome)                               — one per webhook request answered
+ *   countConnectionRefused(via)                         — one per connection or request over the per-address limit
  * Outcomes and reasons are short fixed codes (e.g. 'accepted', 'already_running',
  * 'bad_signature', 'overlap'), never ids: each distinct value is a new time series.
  */
@@ -38,6 +39,18 @@ const webhookRequests = new Counter({
 
 export function countWebhook(outcome: string): void {
   webhookRequests.inc({ outcome });
+}
+
+const connectionsRefused = new Counter({
+  name: 'baton_connections_refused_total',
+  help: 'Connections closed (via="socket") or requests answered 429 (via="proxy") over the per-address limit',
+  labelNames: ['via'] as const,
+  registers: [processRegistry],
+});
+
+/** One connection or request refused over BATON_MAX_CONNECTIONS_PER_ADDRESS. */
+export function countConnectionRefused(via: 'socket' | 'proxy'): void {
+  connectionsRefused.inc({ via });
 }
 
 /** Database-derived gauges are recomputed at most this often, however often Prometheus scrapes. */

@@ -19,7 +19,8 @@ declare module 'fastify' {
  * - any route: 400 (a malformed parameter, query or body), 503 (the database is away);
  * - a route under /v1: 401 (no, a bad or a revoked key), 403 (a key of the wrong scope), 404
  *   (what it names does not exist, or is not this key's to see);
- * - a route that takes a body (POST, PUT, PATCH, DELETE): 413 (too large), 415 (not JSON).
+ * - a route that takes a body (POST, PUT, PATCH, DELETE): 413 (too large), 415 (not JSON);
+ * - any route reached through a trusted proxy: 429 too_many_connections (src/api/connections.ts).
  * A /v1 route that declares no query parameters gets NoQuery, so that one sent is a 400.
  * A route's own declarations (its 409s, 422s, 429s) stay as written. Routes outside /v1 that
  * are public (the webhook receiver) declare their own statuses and `security: []`.
@@ -44,6 +45,7 @@ export function declareCommonAnswers(app: FastifyInstance): void {
       declare(413, 'payload_too_large: the body is over the limit');
       declare(415, 'unsupported_media_type: send application/json');
     }
+    declare(429, 'too_many_connections: this client address already has the most open requests it may (through a trusted proxy)');
     declare(503, 'unavailable: the database is away; retry after Retry-After seconds (nothing was changed)');
     // A /v1 route without query parameters refuses one (400 naming it), as the routes with some
     // refuse an unknown one: a misspelt `?limit=` is never silently ignored.

@@ -29,10 +29,9 @@ export interface ConnectionLimits {
   /** Headers alone must arrive within this long (slowloris). */
   headersTimeoutMs: number;
   /**
-   * Open connections one address may hold. Above it, new connections are closed at once, so one
-   * client cannot take every descriptor. A `baton worker` holds one long-poll per claim loop plus a
-   * few for reports; 256 leaves room for a whole fleet behind one NAT address and for the bench's
-   * 100 loops, while a flood from one address cannot starve the others.
+   * Open connections one address may hold (through a trusted proxy: open requests one client
+   * address may hold). Above it, new connections are closed at once (requests answered 429), so
+   * one client cannot take every descriptor. `baton up`: BATON_MAX_CONNECTIONS_PER_ADDRESS.
    */
   maxConnectionsPerAddress: number;
 }

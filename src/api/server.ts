@@ -2,12 +2,12 @@ import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
-import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
+import { DEFAULTS, RETENTION_DEFAULTS, type HookRates, type RetentionEnv, type TrustedProxy } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
 import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
-import { guardConnections } from './connections.ts';
+import { guardConnections, proxyMatcher } from './connections.ts';
 import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
@@ -46,12 +46,17 @@ export interface ServerOptions extends ApiDeps {
   hookRates?: Partial<HookRates>;
   /** Connection limits (defaults: CONNECTION_LIMITS). */
   limits?: Partial<ConnectionLimits>;
+  /**
+   * Proxies whose X-Forwarded-For names the client: its address, not the proxy's, is `req.ip`
+   * for the per-address limits, webhook rates and logs (default none; `baton up`: BATON_TRUSTED_PROXIES).
+   */
+  trustedProxies?: readonly TrustedProxy[];
 }
 
 export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
-  maxConnectionsPerAddress: 256,
+  maxConnectionsPerAddress: DEFAULTS.maxConnectionsPerAddress,
 });
 
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
@@ -60,7 +65,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
 
 async function buildApp(opts: ServerOptions) {
   const limits: ConnectionLimits = { ...CONNECTION_LIMITS, ...opts.limits };
+  const trusted = proxyMatcher(opts.trustedProxies ?? []);
   const app = Fastify({
+    // Only a trusted peer's X-Forwarded-For is read (each hop must be trusted to read the one
+    // before it); anyone else's header is ignored, so a client cannot choose its own address.
+    trustProxy: (address: string) => trusted(address),
     loggerInstance: (opts.logger || undefined) as FastifyBaseLogger | undefined,
     // One log line per request would cost more than the request on the worker protocol.
     logController: new LogController({ disableRequestLogging: true }),
@@ -85,7 +94,7 @@ async function buildApp(opts: ServerOptions) {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler(notFoundHandler);
-  guardConnections(app as unknown as FastifyInstance, limits);
+  guardConnections(app as unknown as FastifyInstance, limits, trusted);
 
   acceptBodies(app as unknown as FastifyInstance);
 

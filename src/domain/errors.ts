@@ -27,7 +27,14 @@ export type ErrorCode =
 
 /** Codes only the HTTP edge answers with (src/api/errors.ts): the request itself failed before any service ran. */
 export type EdgeErrorCode =
-  'unsupported_media_type' | 'invalid_body' | 'bad_request' | 'request_timeout' | 'headers_too_large' | 'method_not_allowed' | 'internal';
+  | 'unsupported_media_type'
+  | 'invalid_body'
+  | 'bad_request'
+  | 'request_timeout'
+  | 'headers_too_large'
+  | 'method_not_allowed'
+  | 'too_many_connections'
+  | 'internal';
 
 /** Every `error` an API answer may carry. */
 export type ApiErrorCode = ErrorCode | EdgeErrorCode;

@@ -4,7 +4,7 @@ import { buildServer, type ConnectionLimits } from '../api/server.ts';
 import { alertSinks } from '../canary/alerts.ts';
 import { ALERT_LOOP_MS, Canary } from '../canary/service.ts';
 import { KeyStore } from '../auth/keys.ts';
-import { DEFAULTS, defaultNodeId, readConfig, type Env, type LogFormat, type RetentionEnv } from '../config.ts';
+import { DEFAULTS, defaultNodeId, readConfig, type Env, type LogFormat, type RetentionEnv, type TrustedProxy } from '../config.ts';
 import { Dispatcher, DISPATCH_POLL_MS, type DispatcherOptions } from '../delivery/dispatcher.ts';
 import { lazySecretBox } from '../delivery/secrets.ts';
 import { Engine } from '../engine/engine.ts';
@@ -57,8 +57,10 @@ export interface StartOptions {
   scheduler?: boolean;
   schedulerIntervalMs?: number;
   nodeId?: string;
-  /** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts). */
+  /** HTTP connection limits (defaults: CONNECTION_LIMITS in src/api/server.ts; BATON_MAX_CONNECTIONS_PER_ADDRESS). */
   limits?: Partial<ConnectionLimits>;
+  /** Proxies whose X-Forwarded-For names the client (default: BATON_TRUSTED_PROXIES). */
+  trustedProxies?: readonly TrustedProxy[];
   /** Run the retention pruner (default true; it does nothing when both windows are 0). */
   pruner?: boolean;
   /** Between sweeps (default: BATON_PRUNE_INTERVAL_MS, 10 min). */
@@ -114,7 +116,8 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     logger,
     isReady: () => ready,
     canary,
-    limits: opts.limits,
+    limits: { maxConnectionsPerAddress: config.network.maxConnectionsPerAddress, ...opts.limits },
+    trustedProxies: opts.trustedProxies ?? config.network.trustedProxies,
     retention,
     idempotency: config.idempotency,
     hookRates: config.hookRates,

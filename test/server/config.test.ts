@@ -81,6 +81,20 @@ const VARIABLES: Variable[] = [
   { name: 'BATON_RETENTION_DAYS', at: (c) => c.retention.retentionDays, default: 30, good: ['0.5', 0.5], bad: 'forever' },
   { name: 'BATON_AUDIT_RETENTION_DAYS', at: (c) => c.retention.auditRetentionDays, default: 365, good: ['0', 0], bad: '40000' },
   { name: 'BATON_ARCHIVE_DIR', at: (c) => c.retention.archiveDir, default: undefined, good: ['/srv/archive', '/srv/archive'], bad: '  ' },
+  {
+    name: 'BATON_MAX_CONNECTIONS_PER_ADDRESS',
+    at: (c) => c.network.maxConnectionsPerAddress,
+    default: 256,
+    good: ['1000', 1000],
+    bad: '0',
+  },
+  {
+    name: 'BATON_TRUSTED_PROXIES',
+    at: (c) => c.network.trustedProxies,
+    default: [],
+    good: ['10.1.2.3', [{ address: '10.1.2.3', prefix: 32, family: 'ipv4' }]],
+    bad: 'nginx.internal',
+  },
   { name: 'BATON_PRUNE_INTERVAL_MS', at: (c) => c.retention.pruneIntervalMs, default: 600_000, good: ['1000', 1000], bad: '999' },
 ];
 
