@@ -267,7 +267,7 @@ function registerHistoryGauges(registry: Registry, store: StoreAdapter, retentio
     },
   );
   historyGauge('baton_history_oldest_age_seconds', 'Age of the oldest finished execution (completed_at)', [], (g, s) => {
-    if (s.oldest_completed_at !== null) g.set(Math.max(0, (Date.now() - s.oldest_completed_at) / 1000));
+    if (s.oldest_completed_at !== null) g.set(Math.max(0, (store.now() - s.oldest_completed_at) / 1000));
   });
   historyGauge(
     'baton_history_retention_days',

@@ -68,7 +68,7 @@ export class KeyStore {
       throw new BatonError('validation_error', "body.agent: only for scope 'agent' (an admin key is not scoped to an agent)");
     }
     const { id, secret, key } = mint();
-    const now = Date.now();
+    const now = this.store.now();
     const row = await this.store.transaction(async (tx) => {
       if (input.scope === 'agent') {
         const agent = await tx.selectFrom('agents').select('name').where('name', '=', input.agent!).executeTakeFirst();
@@ -104,7 +104,7 @@ export class KeyStore {
   }
 
   async revoke(id: string, actor: string): Promise<ApiKeyRow> {
-    const now = Date.now();
+    const now = this.store.now();
     const row = await this.store.transaction(async (tx) => {
       // The active admin keys, locked: two revokes at once cannot each leave the other's key as
       // "another admin key" and so revoke both (on SQLite the transaction is the lock).
@@ -158,7 +158,7 @@ export class KeyStore {
    */
   async ensureBootstrapKey(dataDir: string): Promise<BootstrapKey | null> {
     const { secret, key } = mint(BOOTSTRAP_KEY_ID);
-    const now = Date.now();
+    const now = this.store.now();
     const inserted = await this.store.transaction(async (tx) => {
       const res = await tx
         .insertInto('api_keys')

@@ -35,6 +35,7 @@ export interface CanaryOptions {
   sinks?: AlertSink[];
   store: StoreAdapter;
   nodeId: string;
+  /** Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   timing?: Partial<CanaryTiming>;
 }
@@ -110,7 +111,7 @@ export class Canary {
     this.nodeId = opts.nodeId;
     this.intervalMs = opts.intervalMs ?? CANARY_INTERVAL_MS;
     this.sinks = opts.sinks ?? [];
-    this.clock = opts.clock ?? Date.now;
+    this.clock = opts.clock ?? (() => opts.store.now());
     this.timing = opts.timing ?? {};
   }
 
