@@ -180,6 +180,14 @@ function registerDbGauges(registry: Registry, engine: Engine): void {
       this.set((await stats()) ? 1 : 0);
     },
   });
+  new Gauge({
+    name: 'baton_clock_offset_seconds',
+    help: "The store's clock (the database server's on PostgreSQL) minus this process's clock, as last measured",
+    registers: [registry],
+    collect() {
+      this.set(store.clockSkew().offsetMs / 1000);
+    },
+  });
   dbGauge(
     'baton_executions',
     'Live executions by agent and status (queued, running); finished ones are history, not counted here',

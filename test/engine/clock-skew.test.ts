@@ -9,6 +9,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
+import { createNodeMetrics } from '../../src/metrics.ts';
 import { tickSchedulesOnce } from '../../src/engine/triggers/scheduler.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
@@ -88,9 +89,17 @@ describeMultiProcess('processes with skewed clocks on one PostgreSQL database', 
   });
   const reapedOf = async (e: Engine, agent: string) => (await e.reapOnce()).filter((r) => r.agent === agent);
 
-  it('measures each process clock against the database', () => {
+  it('measures each process clock against the database, and /metrics says it', async () => {
     expect(stores[0]!.clockSkew().offsetMs).toBeLessThan(-SKEW_MS / 2);
     expect(stores[1]!.clockSkew().offsetMs).toBeGreaterThan(SKEW_MS / 2);
+    const metrics = createNodeMetrics(fast);
+    try {
+      const { body } = await metrics.render();
+      const offset = Number(/^baton_clock_offset_seconds (\S+)$/m.exec(body)?.[1]);
+      expect(offset).toBeLessThan(-SKEW_MS / 2000);
+    } finally {
+      metrics.close();
+    }
   });
 
   it("stamps a fast process's rows by the database's clock", async () => {
