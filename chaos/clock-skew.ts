@@ -2,7 +2,8 @@
  * `--clock-skew`: one server's clock two minutes fast, the other's two minutes slow, through
  * Debian's libfaketime (package `faketime`). Baton keeps time by the database's clock, so the
  * run must show what it shows with true clocks, and three things more, checked here:
- * - no live lease reaped: every lease the reaper took back belonged to a worker that was killed;
+ * - no live lease reaped: every lease the reaper took back belonged to a worker that was killed,
+ *   or whose server was down long enough for it to lapse;
  * - no schedule fired twice or early: one execution per due time, none seen by this harness (whose
  *   clock is the database machine's) before its due time;
  * - no task run twice at once: the workers' command writes start and end marks (from the real
@@ -12,6 +13,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import type { StoreAdapter } from '../src/store/adapter.ts';
 import type { Proc } from './cluster.ts';
+import type { KillRecord } from './report.ts';
 
 /** How far the servers' clocks are off: far beyond the lease TTL, the misfire grace and the canary's graces. */
 export const SKEW_S = 120;
@@ -35,12 +37,38 @@ export function skewedClockEnv(seconds: number): Record<string, string> {
   return { LD_PRELOAD: lib, FAKETIME: `${seconds >= 0 ? '+' : ''}${seconds}s`, FAKETIME_DONT_FAKE_MONOTONIC: '1' };
 }
 
-/** Whether a lease owner's process was killed (or never came back): the worker id is `chaos-<name>-g<generation>` (cluster.ts). */
-export function killedOwner(procs: readonly Proc[]): (owner: string) => boolean {
-  return (owner) => {
+/**
+ * Whether a lease reaped at `at` (epoch ms) had a cause other than a clock: its worker was killed
+ * before (the worker id is `chaos-<name>-g<generation>`, cluster.ts, and a restart is the next
+ * generation), or the one server that worker talks to was down at some point from a lease TTL
+ * (and a margin for the reaper's interval) before the reap (it could not renew). Kill times are
+ * the harness's `t0 + at`; a kill with no record (the fleet and failing phases) counts at any time.
+ */
+export function lapseExplained(o: {
+  procs: readonly Proc[];
+  servers: ReadonlyArray<Proc & { url: string }>;
+  kills: readonly KillRecord[];
+  t0: number;
+  leaseTtlMs: number;
+}): (owner: string, at: number) => boolean {
+  const margin = 5_000;
+  const down = o.kills
+    .filter((k) => k.kind === 'server')
+    .map((k) => {
+      const name = k.target.split('#')[0]!;
+      const from = o.t0 + k.at;
+      return { url: o.servers.find((s) => s.name === name)?.url ?? '*', from, to: k.recover_ms === null ? Infinity : from + k.recover_ms };
+    });
+  return (owner, at) => {
     const m = /^chaos-(.+)-g(\d+)$/.exec(owner);
-    const p = m && procs.find((q) => q.name === m[1]);
-    return !!p && (Number(m![2]) < p.generation || !p.alive());
+    const p = m && (o.procs.find((q) => q.name === m[1]) as (Proc & { serverUrl?: () => string }) | undefined);
+    if (!p) return false;
+    const generation = Number(m[2]);
+    const kill = o.kills.find((k) => k.target === `${p.name}#${generation}`);
+    const ended = generation < p.generation || !p.alive();
+    if (ended && (!kill || at >= o.t0 + kill.at)) return true;
+    const url = p.serverUrl?.();
+    return down.some((d) => (d.url === url || d.url === '*') && d.from <= at && at <= d.to + o.leaseTtlMs + margin);
   };
 }
 
@@ -101,9 +129,10 @@ export class ScheduleWatch {
 
 export interface ClockSkewResult {
   servers: Array<{ name: string; skew_s: number; said: string | null }>;
-  /** Leases the reaper took back from a worker generation that was never killed. */
+  /** Leases the reaper took back from a live worker that could reach its server (lapseExplained). */
   live_leases_reaped: number;
-  reaped_from_killed: number;
+  /** Leases taken back from a killed worker, or one whose server was down. */
+  reaped_explained: number;
   schedule_fired_twice: number;
   schedule_fired_early: number;
   schedule_runs_seen: number;
@@ -121,16 +150,16 @@ export function clockLine(p: Proc): string | null {
 
 /**
  * Reaper events that took a lease back, each with the lease's owner (the actor of the admission
- * before it): an owner whose worker generation is still the current one was alive.
+ * before it): one `explained` cannot account for reaped a live lease.
  */
-async function reapedLeases(store: StoreAdapter, killed: (owner: string) => boolean) {
+async function reapedLeases(store: StoreAdapter, explained: (owner: string, at: number) => boolean) {
   const reaped = await store.db
     .selectFrom('execution_events')
-    .select(['id', 'execution_id', 'reason'])
+    .select(['id', 'execution_id', 'reason', 'at'])
     .where('actor', 'like', 'reaper:%')
     .where('from_status', '=', 'running')
     .execute();
-  const live: Array<{ execution: string; owner: string; reason: string | null }> = [];
+  const live: Array<{ execution: string; owner: string; reason: string | null; at: string }> = [];
   let fromKilled = 0;
   for (let i = 0; i < reaped.length; i += 500) {
     const chunk = reaped.slice(i, i + 500);
@@ -148,8 +177,8 @@ async function reapedLeases(store: StoreAdapter, killed: (owner: string) => bool
       .execute();
     for (const r of chunk) {
       const owner = admissions.filter((a) => a.execution_id === r.execution_id && Number(a.id) < Number(r.id)).at(-1)?.actor ?? '?';
-      if (killed(owner)) fromKilled++;
-      else live.push({ execution: r.execution_id, owner, reason: r.reason });
+      if (explained(owner, Number(r.at))) fromKilled++;
+      else live.push({ execution: r.execution_id, owner, reason: r.reason, at: new Date(Number(r.at)).toISOString() });
     }
   }
   return { live, fromKilled };
@@ -192,9 +221,9 @@ export async function checkClockSkew(o: {
   scheduleId: string | null;
   watch: ScheduleWatch | undefined;
   marks: string;
-  killed: (owner: string) => boolean;
+  explained: (owner: string, at: number) => boolean;
 }): Promise<ClockSkewResult> {
-  const { live, fromKilled } = await reapedLeases(o.store, o.killed);
+  const { live, fromKilled } = await reapedLeases(o.store, o.explained);
   const twice = o.scheduleId
     ? await o.store.db
         .selectFrom('executions')
@@ -210,7 +239,7 @@ export async function checkClockSkew(o: {
   return {
     servers: o.servers.map((s) => ({ name: s.name, skew_s: s.skew, said: clockLine(s) })),
     live_leases_reaped: live.length,
-    reaped_from_killed: fromKilled,
+    reaped_explained: fromKilled,
     schedule_fired_twice: twice.length,
     schedule_fired_early: early.length,
     schedule_runs_seen: o.watch?.seen ?? 0,

@@ -222,7 +222,7 @@ export function markdown(r: ChaosReport): string {
       : []),
     ...(r.clock_skew
       ? [
-          `| clock skew (${r.clock_skew.servers.map((s) => `${s.name} ${s.skew_s > 0 ? '+' : ''}${s.skew_s} s`).join(', ')}): live leases reaped (reaped from killed workers: ${r.clock_skew.reaped_from_killed}) | ${r.clock_skew.live_leases_reaped} |`,
+          `| clock skew (${r.clock_skew.servers.map((s) => `${s.name} ${s.skew_s > 0 ? '+' : ''}${s.skew_s} s`).join(', ')}): live leases reaped (reaped from killed workers or while their server was down: ${r.clock_skew.reaped_explained}) | ${r.clock_skew.live_leases_reaped} |`,
           `| clock skew: schedule due times fired twice; fired early (of ${r.clock_skew.schedule_runs_seen} seen) | ${r.clock_skew.schedule_fired_twice}; ${r.clock_skew.schedule_fired_early} |`,
           `| clock skew: executions two of whose runs overlapped (of ${r.clock_skew.runs_marked} runs marked by the workers) | ${r.clock_skew.runs_overlapping} |`,
         ]

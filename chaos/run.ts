@@ -24,7 +24,7 @@ import {
   checkClockSkew,
   checkSkewTakes,
   clockSkewPassed,
-  killedOwner,
+  lapseExplained,
   markingCommand,
   ScheduleWatch,
   SKEW_S,
@@ -356,9 +356,16 @@ async function main(): Promise<number> {
     // Before anything stops: a worker's generation says whether its leases could lapse.
     let clock: ClockSkewResult | undefined;
     if (o.clockSkew) {
-      clock = await checkClockSkew({ store, servers, scheduleId, watch, marks, killed: killedOwner(procs) });
+      clock = await checkClockSkew({
+        store,
+        servers,
+        scheduleId,
+        watch,
+        marks,
+        explained: lapseExplained({ procs, servers, kills, t0, leaseTtlMs: o.leaseTtl * 1000 }),
+      });
       log(
-        `clock skew: ${clock.live_leases_reaped} live leases reaped (${clock.reaped_from_killed} from killed workers); schedule fired twice ${clock.schedule_fired_twice}, early ${clock.schedule_fired_early} of ${clock.schedule_runs_seen}; ${clock.runs_overlapping} of ${clock.runs_marked} runs overlapping`,
+        `clock skew: ${clock.live_leases_reaped} live leases reaped (${clock.reaped_explained} explained by a kill); schedule fired twice ${clock.schedule_fired_twice}, early ${clock.schedule_fired_early} of ${clock.schedule_runs_seen}; ${clock.runs_overlapping} of ${clock.runs_marked} runs overlapping`,
       );
     }
 
