@@ -149,9 +149,9 @@ export class Canary {
    * shutting down: the checkpoint keeps what was read, and the next leader goes on from it).
    */
   async cycleOnce(stopping?: AbortSignal): Promise<CycleReport> {
-    const until = Date.now() + CATCH_UP_SHARE * this.intervalMs;
+    const until = performance.now() + CATCH_UP_SHARE * this.intervalMs;
     let report = await this.runOnce();
-    while (report.ok && report.events && !report.events.caught_up && Date.now() < until && !stopping?.aborted) {
+    while (report.ok && report.events && !report.events.caught_up && performance.now() < until && !stopping?.aborted) {
       // Renew between cycles, so catching up does not hand the timer to another process.
       if (!(await this.acquireLease())) return report;
       // Only the event log is behind: the state invariants were judged a moment ago, over every

@@ -84,7 +84,7 @@ export class ClaimWaits {
     given: AbortSignal | undefined,
     admitOnce: () => Promise<ExecutionRow[]>,
   ): Promise<ExecutionRow[]> {
-    const deadline = Date.now() + waitMs;
+    const deadline = performance.now() + waitMs;
     const local = new AbortController();
     const signal = local.signal;
     const onAbort = () => local.abort();
@@ -110,7 +110,7 @@ export class ClaimWaits {
       try {
         const rows = await admitOnce();
         if (rows.length > 0) return rows;
-        const remaining = deadline - Date.now();
+        const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
         await waiter.wait(Math.min(remaining, this.pollMs));
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
