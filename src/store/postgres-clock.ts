@@ -12,6 +12,13 @@ export const CLOCK_SYNC_INTERVAL_MS = 60_000;
 const SAMPLES = 3;
 
 /**
+ * The wall clock and the base moving apart by more than this means one of them jumped: a step of
+ * the wall clock, or a suspended machine (the monotonic clock stands still meanwhile). Either way
+ * the offset is measured again at once rather than at the next interval.
+ */
+const JUMP_MS = 1_000;
+
+/**
  * This process's time by the PostgreSQL server's clock, without a round trip per reading: the
  * process clock plus an offset measured as NTP does (SELECT clock_timestamp() against the
  * midpoint of the round trip; of a few, the shortest) when the store opens and every
@@ -25,6 +32,9 @@ export class DatabaseClock {
   private synced: Promise<void> | undefined;
   private timer: ReturnType<typeof setInterval> | undefined;
   private stopped = false;
+  /** Date.now() minus the base at the last measurement (a jump shows as a change of it). */
+  private wallMinusBase: number | undefined;
+  private measuring: Promise<void> | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -41,8 +51,15 @@ export class DatabaseClock {
    * starts that measurement.
    */
   now(): number {
-    if (!this.synced && !this.stopped) this.ready().catch(() => undefined);
-    return Math.round(this.base() + this.offsetMs);
+    const base = this.base();
+    if (!this.stopped) {
+      if (!this.synced) this.ready().catch(() => undefined);
+      else if (this.wallMinusBase !== undefined && Math.abs(Date.now() - base - this.wallMinusBase) > JUMP_MS) {
+        this.wallMinusBase = undefined; // one measurement per jump
+        this.measure().catch(() => undefined);
+      }
+    }
+    return Math.round(base + this.offsetMs);
   }
 
   /** What the last measurement found: the database's clock minus this process's, and its error bound. */
@@ -64,8 +81,13 @@ export class DatabaseClock {
     return this.synced;
   }
 
-  /** Measure the offset again now. */
-  async measure(): Promise<void> {
+  /** Measure the offset again now (joining a measurement under way). */
+  measure(): Promise<void> {
+    this.measuring ??= this.sample().finally(() => (this.measuring = undefined));
+    return this.measuring;
+  }
+
+  private async sample(): Promise<void> {
     let best: { offset: number; half: number } | undefined;
     for (let i = 0; i < SAMPLES; i++) {
       const before = this.base();
@@ -77,6 +99,7 @@ export class DatabaseClock {
     }
     this.offsetMs = best!.offset;
     this.errorMs = best!.half;
+    this.wallMinusBase = Date.now() - this.base();
   }
 
   stop(): void {

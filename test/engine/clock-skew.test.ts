@@ -102,6 +102,22 @@ describeMultiProcess('processes with skewed clocks on one PostgreSQL database', 
     }
   });
 
+  it('measures again at once when the process clock jumps against the wall clock (a step, a suspended machine)', async () => {
+    let jump = 0;
+    const store = openPostgres({ url: PG_URL, schema: ts.location.schema, poolMax: 1, processClock: () => Date.now() + jump });
+    stores.push(store);
+    await store.migrate();
+    const off = async () => Math.abs(store.now() - (await storeClock(ts.store)));
+    expect(await off()).toBeLessThan(5_000);
+    jump = 90_000;
+    // The first reading after the jump is off by it and starts a measurement; the next minute's is far away.
+    for (const until = Date.now() + 20_000; (await off()) > 5_000;) {
+      if (Date.now() > until) throw new Error('the jump was not measured');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(store.clockSkew().offsetMs).toBeLessThan(-80_000);
+  });
+
   it("stamps a fast process's rows by the database's clock", async () => {
     const agent = await newAgent();
     const before = await storeClock(ts.store);
