@@ -67,7 +67,7 @@ export interface StoreAdapter {
    * Milliseconds since the epoch by the one clock every stored time (lease expiry, deadlines, due
    * times, throttle windows, event stamps) is computed from and compared with. PostgreSQL: the
    * database server's clock, read without a round trip (this process's monotonic clock plus an
-   * offset measured at open and every minute, postgres-clock.ts), so a process whose own clock is
+   * offset measured at open, every minute and after a jump, postgres-clock.ts), so a process whose own clock is
    * wrong cannot reap another's live lease or fire a schedule early. SQLite: this process's wall
    * clock (one process serves the file; docs/operations.md says what a clock step does there).
    */

@@ -21,8 +21,8 @@ const JUMP_MS = 1_000;
 /**
  * This process's time by the PostgreSQL server's clock, without a round trip per reading: the
  * process clock plus an offset measured as NTP does (SELECT clock_timestamp() against the
- * midpoint of the round trip; of a few, the shortest) when the store opens and every
- * CLOCK_SYNC_INTERVAL_MS. Every process on one database then stamps and compares times on one
+ * midpoint of the round trip; of a few, the shortest) when the store opens, every
+ * CLOCK_SYNC_INTERVAL_MS, and at once after a jump (JUMP_MS). Every process on one database then stamps and compares times on one
  * clock, whatever its own wall clock says; the error is at most half the shortest round trip.
  */
 export class DatabaseClock {
