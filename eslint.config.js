@@ -24,6 +24,29 @@ export default tseslint.config(
     },
   },
   {
+    // Time comes from one clock: whatever the engine and the services beside it store or compare
+    // with a stored time reads engine.now() (or store.now(), a Canary's or Pruner's clock), the
+    // database server's on PostgreSQL; a duration or a local wait reads performance.now().
+    files: ['src/engine/**/*.ts', 'src/delivery/**/*.ts', 'src/canary/**/*.ts', 'src/retention/**/*.ts', 'src/auth/**/*.ts'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        {
+          object: 'Date',
+          property: 'now',
+          message: "Stored times come from the store's clock (engine.now(), store.now()); durations from performance.now().",
+        },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "NewExpression[callee.name='Date'][arguments.length=0]",
+          message: "Stored times come from the store's clock: new Date(engine.now()), not new Date().",
+        },
+      ],
+    },
+  },
+  {
     // The half of .dependency-cruiser.cjs's routes-skip-the-store that imports cannot show: a
     // route reaching the store through the engine object.
     files: ['src/api/**/*.ts', 'src/mcp/**/*.ts'],

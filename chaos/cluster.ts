@@ -73,13 +73,14 @@ export function workerProc(
   key: string,
   concurrency: number,
   command: string[],
-): Proc & { workerId(): string } {
-  const p: Proc & { workerId(): string } = {
+): Proc & { workerId(): string; serverUrl(): string } {
+  const p: Proc & { workerId(): string; serverUrl(): string } = {
     name,
     kind: 'worker',
     generation: 0,
     tail: [],
     workerId: () => `chaos-${name}-g${p.generation}`,
+    serverUrl: server,
     alive: () => !!p.child && p.child.exitCode === null && p.child.signalCode === null,
     async start() {
       p.generation++;

@@ -5,6 +5,7 @@ import { replayAllSeats } from '../src/canary/invariants/history.ts';
 import { TERMINAL_STATES } from '../src/domain/states.ts';
 import type { StoreAdapter } from '../src/store/adapter.ts';
 import type { ChainResult } from './chains.ts';
+import type { ClockSkewResult } from './clock-skew.ts';
 import type { FailingAgentResult } from './failing.ts';
 import type { FleetKillResult } from './fleet.ts';
 import type { TrafficStats } from './traffic.ts';
@@ -61,6 +62,8 @@ export interface ChaosReport {
   failing_agent?: FailingAgentResult;
   /** The chain phase (chaos/chains.ts): passes with missing, duplicated and orphans all 0. */
   chain?: ChainResult;
+  /** --clock-skew (chaos/clock-skew.ts): passes with every count 0 and both servers' offsets measured. */
+  clock_skew?: ClockSkewResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -215,6 +218,13 @@ export function markdown(r: ChaosReport): string {
       ? [
           `| chain: final outcomes of chaos-a (${r.chain.sources}) without their one follow-up, with more than one, follow-ups whose source had not ended | ${r.chain.missing}; ${r.chain.duplicated}; ${r.chain.orphans} |`,
           `| groups (${r.chain.groups}): undecided after settle; decided without exactly one join | ${r.chain.groups - r.chain.decided}; ${r.chain.bad_joins} |`,
+        ]
+      : []),
+    ...(r.clock_skew
+      ? [
+          `| clock skew (${r.clock_skew.servers.map((s) => `${s.name} ${s.skew_s > 0 ? '+' : ''}${s.skew_s} s`).join(', ')}): live leases reaped (reaped from killed workers or while their server was down: ${r.clock_skew.reaped_explained}) | ${r.clock_skew.live_leases_reaped} |`,
+          `| clock skew: schedule due times fired twice; fired early (of ${r.clock_skew.schedule_runs_seen} seen) | ${r.clock_skew.schedule_fired_twice}; ${r.clock_skew.schedule_fired_early} |`,
+          `| clock skew: executions two of whose runs overlapped (of ${r.clock_skew.runs_marked} runs marked by the workers) | ${r.clock_skew.runs_overlapping} |`,
         ]
       : []),
     ...(r.failing_agent

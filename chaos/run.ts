@@ -1,11 +1,14 @@
 /**
- * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--keep]`
+ * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--clock-skew] [--keep]`
  *
  * A real deployment on PostgreSQL — two `baton up`, four `baton worker` running a small shell
  * command — under a traffic driver (API submissions, manual schedule triggers, webhooks, all
  * with Idempotency-Keys; some cancels) while random servers and workers are SIGKILLed and
  * restarted. Then it settles and reports from the database; exit 1 if anything was lost,
  * completed twice, over-admitted, or the canary is unhappy. See docs/operations.md.
+ * `--clock-skew` runs one server with its clock two minutes fast and the other two minutes slow
+ * (chaos/clock-skew.ts), and checks that no live lease was reaped, no schedule fired twice or
+ * early and no task ran twice at once.
  */
 import { execSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,6 +20,17 @@ import { readKeyFile } from '../src/auth/keys.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { serverProc, sigkill, stopAll, waitReady, workerProc, type Proc } from './cluster.ts';
 import { CHAIN_TARGET, checkChain, createGroups, setupChain } from './chains.ts';
+import {
+  checkClockSkew,
+  checkSkewTakes,
+  clockSkewPassed,
+  lapseExplained,
+  markingCommand,
+  ScheduleWatch,
+  SKEW_S,
+  skewedClockEnv,
+  type ClockSkewResult,
+} from './clock-skew.ts';
 import { failingAgentPhase } from './failing.ts';
 import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
@@ -30,6 +44,7 @@ interface Options {
   concurrency: number;
   pgRestart: boolean;
   pgRestartCmd: string;
+  clockSkew: boolean;
   keep: boolean;
   databaseUrl: string;
   seed: number;
@@ -46,6 +61,7 @@ function parse(argv: string[]): Options {
     // The machine's cluster, whatever its version (as .ci/run starts it).
     pgRestartCmd:
       process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
+    clockSkew: false,
     keep: false,
     databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
     seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
@@ -66,6 +82,7 @@ function parse(argv: string[]): Options {
     else if (a === '--concurrency') o.concurrency = val();
     else if (a === '--seed') o.seed = val();
     else if (a === '--pg-restart') o.pgRestart = true;
+    else if (a === '--clock-skew') o.clockSkew = true;
     else if (a === '--keep') o.keep = true;
     else throw new Error(`unknown option ${a}`);
   }
@@ -105,12 +122,22 @@ async function main(): Promise<number> {
   const schema = `chaos_${Date.now().toString(36)}`;
   const dataDir = mkdtempSync(join(tmpdir(), 'baton-chaos-'));
   const env = { BATON_DATABASE_URL: o.databaseUrl, BATON_PG_SCHEMA: schema, BATON_DATA_DIR: dataDir, BATON_CANARY_INTERVAL_MS: '10000' };
-  const command = ['/bin/sh', '-c', 'cat >/dev/null; sleep 0.05; echo \'{"ok":true}\''];
+  const marks = join(dataDir, 'runs.marks');
+  const command = o.clockSkew ? markingCommand(marks) : ['/bin/sh', '-c', 'cat >/dev/null; sleep 0.05; echo \'{"ok":true}\''];
   const notExercised: string[] = [];
   log(`seed ${o.seed}; schema ${schema}; ${o.tasks} units, ${o.kills} kills, lease TTL ${o.leaseTtl} s`);
 
+  // With --clock-skew, server-1's clock is SKEW_S fast and server-2's SKEW_S slow.
+  const skews = o.clockSkew ? [SKEW_S, -SKEW_S] : [0, 0];
+  const skewEnv = skews.map((s) => (s === 0 ? {} : skewedClockEnv(s)));
+  skews.forEach((s, i) => s !== 0 && checkSkewTakes(skewEnv[i]!, s));
+  if (o.clockSkew) log(`clock skew: server-1 ${SKEW_S} s fast, server-2 ${SKEW_S} s slow (libfaketime)`);
+  else notExercised.push('skewed clocks (pass --clock-skew; it needs libfaketime: apt-get install faketime)');
+
   const store = openPostgres({ url: o.databaseUrl, schema, poolMax: 3 });
-  const servers = [serverProc('server-1', await freePort(), env), serverProc('server-2', await freePort(), env)];
+  const servers = await Promise.all(
+    skews.map(async (skew, i) => Object.assign(serverProc(`server-${i + 1}`, await freePort(), { ...env, ...skewEnv[i] }), { skew })),
+  );
   const procs: Proc[] = [...servers];
   let exitCode = 1;
   let passed = false;
@@ -159,6 +186,7 @@ async function main(): Promise<number> {
     });
     if (sch.status === 201) scheduleId = sch.body.id;
     else notExercised.push(`schedules (POST /v1/agents/:agent/schedules answered ${sch.status})`);
+    const watch = o.clockSkew && scheduleId ? new ScheduleWatch(store, scheduleId) : undefined;
     let webhookPath: string | null = null;
     const wh = await admin('POST', '/v1/webhooks', { name: 'chaos-hook', agent: 'chaos-a', overlap_policy: 'allow' });
     if (wh.status === 201) webhookPath = wh.body.path;
@@ -186,6 +214,7 @@ async function main(): Promise<number> {
             .where('status', 'in', ['queued', 'running'])
             .executeTakeFirstOrThrow();
           open = Number(r.n);
+          await watch?.look();
         } catch {
           /* PostgreSQL restarting */
         }
@@ -324,6 +353,22 @@ async function main(): Promise<number> {
     // Circuit breaker: one agent whose every task fails; the breaker opens, its backlog survives.
     const failing = await failingAgentPhase({ store, admin, server: () => servers[0]!.url, key, leaseTtl: o.leaseTtl, procs, log });
 
+    // Before anything stops: a worker's generation says whether its leases could lapse.
+    let clock: ClockSkewResult | undefined;
+    if (o.clockSkew) {
+      clock = await checkClockSkew({
+        store,
+        servers,
+        scheduleId,
+        watch,
+        marks,
+        explained: lapseExplained({ procs, servers, kills, t0, leaseTtlMs: o.leaseTtl * 1000 }),
+      });
+      log(
+        `clock skew: ${clock.live_leases_reaped} live leases reaped (${clock.reaped_explained} explained by a kill); schedule fired twice ${clock.schedule_fired_twice}, early ${clock.schedule_fired_early} of ${clock.schedule_runs_seen}; ${clock.runs_overlapping} of ${clock.runs_marked} runs overlapping`,
+      );
+    }
+
     const cycle = await admin('POST', '/v1/canary/run');
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
@@ -355,6 +400,7 @@ async function main(): Promise<number> {
         agents,
         command,
         pg_restart: o.pgRestart,
+        clock_skew_s: skews,
       },
       ...facts,
       canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
@@ -374,6 +420,7 @@ async function main(): Promise<number> {
       fleet_kill: fleet,
       failing_agent: failing,
       chain,
+      clock_skew: clock,
       passed: false,
       not_exercised: notExercised,
     };
@@ -394,7 +441,8 @@ async function main(): Promise<number> {
       chain.duplicated === 0 &&
       chain.orphans === 0 &&
       chain.decided === chain.groups &&
-      chain.bad_joins === 0;
+      chain.bad_joins === 0 &&
+      (!clock || clockSkewPassed(clock));
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(
@@ -405,6 +453,11 @@ async function main(): Promise<number> {
         `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without one join`,
         `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
         `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
+        ...(clock
+          ? [
+              `  clock skew (±${SKEW_S} s): live leases reaped ${clock.live_leases_reaped} · schedule fired twice ${clock.schedule_fired_twice} · early ${clock.schedule_fired_early} (of ${clock.schedule_runs_seen}) · runs overlapping ${clock.runs_overlapping} (of ${clock.runs_marked}); servers said: ${clock.servers.map((s) => (s.said ? 'measured' : 'NOTHING')).join(', ')}`,
+            ]
+          : []),
         `  ${files.json}`,
         `  ${files.md}`,
       ].join('\n') + '\n',

@@ -193,6 +193,14 @@ function registerDbGauges(registry: Registry, engine: Engine): void {
       this.set((await stats()) ? 1 : 0);
     },
   });
+  new Gauge({
+    name: 'baton_clock_offset_seconds',
+    help: "The store's clock (the database server's on PostgreSQL) minus this process's clock, as last measured",
+    registers: [registry],
+    collect() {
+      this.set(store.clockSkew().offsetMs / 1000);
+    },
+  });
   dbGauge(
     'baton_executions',
     'Live executions by agent and status (queued, running); finished ones are history, not counted here',
@@ -280,7 +288,7 @@ function registerHistoryGauges(registry: Registry, store: StoreAdapter, retentio
     },
   );
   historyGauge('baton_history_oldest_age_seconds', 'Age of the oldest finished execution (completed_at)', [], (g, s) => {
-    if (s.oldest_completed_at !== null) g.set(Math.max(0, (Date.now() - s.oldest_completed_at) / 1000));
+    if (s.oldest_completed_at !== null) g.set(Math.max(0, (store.now() - s.oldest_completed_at) / 1000));
   });
   historyGauge(
     'baton_history_retention_days',

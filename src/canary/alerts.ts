@@ -106,7 +106,7 @@ export interface DeliveryOutcome {
 export async function deliverAlertsOnce(
   store: StoreAdapter,
   sinks: AlertSink[],
-  clock: () => number = Date.now,
+  clock: () => number = () => store.now(),
 ): Promise<DeliveryOutcome[]> {
   const now = clock();
   const due = await store.db

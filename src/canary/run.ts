@@ -18,7 +18,7 @@ import {
 
 export interface CanaryRunOptions {
   store: StoreAdapter;
-  /** Milliseconds since the epoch; each check reads it for itself. Default Date.now. */
+  /** Milliseconds since the epoch; each check reads it for itself. Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   /** The watched components' timing; graces derive from it. Default: src/config.ts. */
   timing?: Partial<CanaryTiming>;
@@ -79,7 +79,7 @@ async function judgeState(tx: Tx, inv: StateInvariant, now: number, timing: Cana
  */
 export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport> {
   const { store } = opts;
-  const clock = opts.clock ?? Date.now;
+  const clock = opts.clock ?? (() => store.now());
   const timing: CanaryTiming = { ...DEFAULT_TIMING, ...opts.timing };
   const invariants = opts.invariants ?? CATALOGUE;
   const full = opts.full ?? false;

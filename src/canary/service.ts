@@ -35,6 +35,7 @@ export interface CanaryOptions {
   sinks?: AlertSink[];
   store: StoreAdapter;
   nodeId: string;
+  /** Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   timing?: Partial<CanaryTiming>;
 }
@@ -110,7 +111,7 @@ export class Canary {
     this.nodeId = opts.nodeId;
     this.intervalMs = opts.intervalMs ?? CANARY_INTERVAL_MS;
     this.sinks = opts.sinks ?? [];
-    this.clock = opts.clock ?? Date.now;
+    this.clock = opts.clock ?? (() => opts.store.now());
     this.timing = opts.timing ?? {};
   }
 
@@ -148,9 +149,9 @@ export class Canary {
    * shutting down: the checkpoint keeps what was read, and the next leader goes on from it).
    */
   async cycleOnce(stopping?: AbortSignal): Promise<CycleReport> {
-    const until = Date.now() + CATCH_UP_SHARE * this.intervalMs;
+    const until = performance.now() + CATCH_UP_SHARE * this.intervalMs;
     let report = await this.runOnce();
-    while (report.ok && report.events && !report.events.caught_up && Date.now() < until && !stopping?.aborted) {
+    while (report.ok && report.events && !report.events.caught_up && performance.now() < until && !stopping?.aborted) {
       // Renew between cycles, so catching up does not hand the timer to another process.
       if (!(await this.acquireLease())) return report;
       // Only the event log is behind: the state invariants were judged a moment ago, over every

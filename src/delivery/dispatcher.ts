@@ -175,7 +175,7 @@ export class Dispatcher {
   }
 
   private async deliver(row: ExecutionRow, agent: PushAgent, lease: LeaseKeeper): Promise<void> {
-    const started = Date.now();
+    const started = performance.now();
     let out: Outcome;
     if (!agent.push_url) {
       out = {
@@ -245,7 +245,7 @@ export class Dispatcher {
   }
 
   private failure(err: unknown, why: AbortReason | undefined, started: number, row: ExecutionRow, url: string): Outcome {
-    const secs = ((Date.now() - started) / 1000).toFixed(1);
+    const secs = ((performance.now() - started) / 1000).toFixed(1);
     if (why === 'deadline') {
       return {
         status: 'failed',

@@ -9,7 +9,7 @@ import type { Followed } from './composition/follow.ts';
  */
 export interface EngineContext {
   readonly store: StoreAdapter;
-  /** Milliseconds since the epoch, from the engine's (injectable) clock. */
+  /** Milliseconds since the epoch, from the engine's (injectable) clock: by default the store's (StoreAdapter.now). */
   now(): number;
   /** Follow rows that just reached their final state in `tx` (see Engine.follow); announce what it returns after the commit. */
   follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[]): Promise<Followed>;

@@ -51,7 +51,7 @@ import { Agents } from './agents.ts';
 /** The terms used here (agent, execution, seat, lease, hold, …) are defined in docs/concepts.md#glossary. */
 export interface EngineOptions {
   store: StoreAdapter;
-  /** Milliseconds since the epoch. Tests inject a clock they can move. Default Date.now. */
+  /** Milliseconds since the epoch. Tests inject a clock they can move. Default the store's clock (StoreAdapter.now: the database's on PostgreSQL). */
   clock?: () => number;
   /** Names this process in lease owners and event actors. */
   nodeId?: string;
@@ -128,7 +128,7 @@ export class Engine {
 
   constructor(opts: EngineOptions) {
     this.store = opts.store;
-    this.clock = opts.clock ?? Date.now;
+    this.clock = opts.clock ?? (() => this.store.now());
     this.nodeId = opts.nodeId ?? defaultNodeId();
     this.cancelGraceMs = opts.cancelGraceMs ?? DEFAULTS.cancelGraceMs;
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;

@@ -18,7 +18,7 @@ export class LeaderLease {
     readonly owner: string,
     /** How long a grant lasts without renewal: the takeover delay after the holder dies. */
     readonly ttlMs: number,
-    private readonly clock: () => number = Date.now,
+    private readonly clock: () => number = () => store.now(),
   ) {}
 
   /** Take or renew the lease. True when this owner holds it until now + ttlMs. */

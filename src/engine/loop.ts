@@ -66,6 +66,8 @@ export function startLoop(spec: LoopSpec, events: EngineEvents): LoopHandle {
   const pass = async (): Promise<unknown> => {
     if (spec.leader && !(await spec.leader.acquire())) return undefined;
     // Announced after it ends, ok or failed, so tracing can make one span per pass without the engine knowing about it.
+    // A span's start for tracing, on this process's clock as OpenTelemetry's own timestamps are.
+    // eslint-disable-next-line no-restricted-properties
     const startedAt = Date.now();
     const t0 = performance.now();
     try {

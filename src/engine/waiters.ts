@@ -88,7 +88,7 @@ export class ClaimWaits {
     given: AbortSignal | undefined,
     admitOnce: (hint: ClaimHint) => Promise<ExecutionRow[]>,
   ): Promise<ExecutionRow[]> {
-    const deadline = Date.now() + waitMs;
+    const deadline = performance.now() + waitMs;
     const local = new AbortController();
     const signal = local.signal;
     const onAbort = () => local.abort();
@@ -129,7 +129,7 @@ export class ClaimWaits {
           else this.poolsOf.delete(agent);
         }
         if (rows.length > 0) return rows;
-        const remaining = deadline - Date.now();
+        const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
         // A closed throttle reopens at a known time: look again then (a timer, not a faster poll).
         const ms = Math.min(remaining, this.pollMs, hint.reopensInMs ?? Infinity);

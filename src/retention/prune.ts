@@ -303,7 +303,7 @@ export async function recordSweep(store: StoreAdapter, r: SweepReport, error: st
  * batches on its loop and holds the leader lease.
  */
 export async function pruneAll(o: Omit<PruneOptions, 'cursor'> & { pauseMs?: number; clock?: () => number }): Promise<SweepReport> {
-  const clock = o.clock ?? Date.now;
+  const clock = o.clock ?? (() => o.store.now());
   const startedAt = clock();
   const t0 = performance.now();
   let cursor = startCursor();

@@ -81,6 +81,7 @@ export interface PrunerOptions {
   store: StoreAdapter;
   settings: RetentionEnv;
   nodeId: string;
+  /** Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   batchSize?: number;
   /** Default PRUNE_PAUSE_FACTOR. */
@@ -138,7 +139,7 @@ export class Pruner {
   private unwatch: (() => void) | undefined;
 
   constructor(private readonly o: PrunerOptions) {
-    this.clock = o.clock ?? Date.now;
+    this.clock = o.clock ?? (() => o.store.now());
     this.demandPacing = o.demandPacing ?? true;
     this.checkpointFrames = o.checkpointFrames ?? PRUNE_CHECKPOINT_FRAMES;
     const leader = o.store.sharedByProcesses ? new LeaderLease(o.store, 'pruner', o.nodeId, PRUNE_LEASE_MS, this.clock) : undefined;

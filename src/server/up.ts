@@ -21,6 +21,8 @@ import { createLogger, resolveLogFormat } from './logger.ts';
 
 /** A database outage is logged once per loop per this long (with the count of failures in between). */
 const OUTAGE_LOG_EVERY_MS = 30_000;
+/** A clock this far from the store's is worth a line at start (it changes nothing Baton stores or decides). */
+const CLOCK_SKEW_NOTE_MS = 1_000;
 
 export interface BatonNode {
   engine: Engine;
@@ -85,6 +87,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
   let ready = false;
   const applied = await store.migrate();
   if (logger && applied.length) logger.info({ applied }, 'migrations applied');
+  logClockSkew(store, logger);
   const nodeId = opts.nodeId ?? defaultNodeId();
   const engine = new Engine({
     store,
@@ -190,6 +193,20 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
       return stopping;
     },
   };
+}
+
+/**
+ * Say at start how far this process's wall clock is from the store's (the database's on
+ * PostgreSQL) when it is more than CLOCK_SKEW_NOTE_MS: every stored time is on the store's clock,
+ * so nothing goes wrong, but the process's own log lines and a worker's view of deadlines differ.
+ */
+function logClockSkew(store: StoreAdapter, logger: Logger | false): void {
+  const { offsetMs, errorMs } = store.clockSkew();
+  if (!logger || Math.abs(offsetMs) < CLOCK_SKEW_NOTE_MS) return;
+  logger.warn(
+    { clock_offset_ms: Math.round(offsetMs), error_ms: Math.round(errorMs) },
+    `this machine's clock is ${(Math.abs(offsetMs) / 1000).toFixed(1)} s ${offsetMs > 0 ? 'behind' : 'ahead of'} the database's; Baton keeps time by the database's`,
+  );
 }
 
 /** Log failed passes (a database outage once per loop per OUTAGE_LOG_EVERY_MS) and what the reaper did. */

@@ -64,6 +64,20 @@ export interface StoreAdapter {
    */
   readonly sharedByProcesses: boolean;
   /**
+   * Milliseconds since the epoch by the one clock every stored time (lease expiry, deadlines, due
+   * times, throttle windows, event stamps) is computed from and compared with. PostgreSQL: the
+   * database server's clock, read without a round trip (this process's monotonic clock plus an
+   * offset measured at open, every minute and after a jump, postgres-clock.ts), so a process whose own clock is
+   * wrong cannot reap another's live lease or fire a schedule early. SQLite: this process's wall
+   * clock (one process serves the file; docs/operations.md says what a clock step does there).
+   */
+  now(): number;
+  /**
+   * How far `now()`'s clock is from this process's own (positive: the store's clock is ahead), and
+   * the bound on that measurement's error. SQLite: zero, exactly.
+   */
+  clockSkew(): { offsetMs: number; errorMs: number };
+  /**
    * Whether executions have indexes in created_at order over every status (PostgreSQL:
    * executions_recent and executions_agent_recent). SQLite has none (each cost every insert and
    * every pruned row an index entry): a read of all executions, or of one agent's, by creation

@@ -18,6 +18,7 @@ import type { FastPaths } from './fast-paths.ts';
 import { historySizePostgres, type HistorySize } from './history-size.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import { checkAutovacuum, missingSchema } from './postgres-checks.ts';
+import { DatabaseClock } from './postgres-clock.ts';
 import { openPool, retryConflicts, sessionOptions } from './postgres-connection.ts';
 import { postgresFastPaths } from './postgres-fast-paths.ts';
 import { PostgresSignals } from './postgres-signals.ts';
@@ -54,6 +55,11 @@ export interface PostgresOptions {
    * compares the two).
    */
   fastPaths?: boolean;
+  /**
+   * The process clock that `now()` adds the measured offset to (postgres-clock.ts). Default: the
+   * process's monotonic clock. A test gives a skewed one to stand for a process whose clock is wrong.
+   */
+  processClock?: () => number;
 }
 
 export function openPostgres(opts: PostgresOptions): StoreAdapter {
@@ -78,6 +84,7 @@ class PostgresStore implements StoreAdapter {
   private readonly signals: PostgresSignals;
   private schemaReady: Promise<void> | undefined;
   private readonly fastPathsOn: boolean;
+  private readonly clock: DatabaseClock;
 
   constructor(opts: PostgresOptions) {
     const schema = opts.schema;
@@ -89,6 +96,7 @@ class PostgresStore implements StoreAdapter {
     this.reader = this.db;
     this.fastPathsOn = opts.fastPaths !== false;
     this.signals = new PostgresSignals(this.pool, { url: opts.url, options, schema });
+    this.clock = new DatabaseClock(this.pool, opts.processClock);
     bindMethods(this);
   }
 
@@ -99,6 +107,15 @@ class PostgresStore implements StoreAdapter {
 
   describe(): { kind: StoreKind } {
     return { kind: this.kind };
+  }
+
+  // The database's clock: every process on this database stamps and compares times on it.
+  now(): number {
+    return this.clock.now();
+  }
+
+  clockSkew(): { offsetMs: number; errorMs: number } {
+    return this.clock.skew();
   }
 
   lone<T>(statement: () => Promise<T>): Promise<T> {
@@ -211,6 +228,8 @@ class PostgresStore implements StoreAdapter {
   }
 
   async migrate(): Promise<number[]> {
+    // Every server migrates before it serves: its first stamped time is on the database's clock.
+    await this.clock.ready();
     await this.ensureSchema();
     const client = await this.pool.connect();
     try {
@@ -222,7 +241,7 @@ class PostgresStore implements StoreAdapter {
       const applied: number[] = [];
       for (const { migration: m, run } of migrationPlan('postgres', done)) {
         if (run) await client.query(m.sql);
-        await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+        await client.query('INSERT INTO baton_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, this.now()]);
         applied.push(m.version);
       }
       await client.query('COMMIT');
@@ -253,6 +272,7 @@ class PostgresStore implements StoreAdapter {
   }
 
   async close(): Promise<void> {
+    this.clock.stop();
     await this.signals.close();
     await this.db.destroy();
     // Kysely ends the pool only if it ever used it; direct pool queries (migrations, NOTIFY)

@@ -176,6 +176,15 @@ class SqliteStore implements StoreAdapter {
     return this.background?.stats;
   }
 
+  // One process serves the file: its own wall clock is the only one.
+  now(): number {
+    return Date.now();
+  }
+
+  clockSkew(): { offsetMs: number; errorMs: number } {
+    return { offsetMs: 0, errorMs: 0 };
+  }
+
   describe(): { kind: StoreKind } {
     return { kind: this.kind };
   }

@@ -86,7 +86,7 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   const onChanged = (e: { id: string; agent: string; status: string }) => {
     if (clients.size === 0) return; // a scheduler burst is thousands of changes: text only when someone listens
     // The documented fields only (the engine's event also says whether this process made the change).
-    const line = `event: execution\ndata: ${JSON.stringify({ id: e.id, agent: e.agent, status: e.status, at: new Date().toISOString() })}\n\n`;
+    const line = `event: execution\ndata: ${JSON.stringify({ id: e.id, agent: e.agent, status: e.status, at: new Date(engine.now()).toISOString() })}\n\n`;
     if (pending.push({ agent: e.agent, line }) === 1) setImmediate(flush);
   };
   engine.events.on('execution:changed', onChanged);

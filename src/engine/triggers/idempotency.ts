@@ -131,12 +131,12 @@ export async function claimKey(
   r: IdemRequest,
   opts: { now: () => number; ttlMs?: number; waitMs?: number },
 ): Promise<{ kind: 'claimed' } | { kind: 'replay'; answer: StoredAnswer }> {
-  const until = Date.now() + (opts.waitMs ?? IDEMPOTENCY.waitMs);
+  const until = performance.now() + (opts.waitMs ?? IDEMPOTENCY.waitMs);
   for (;;) {
     const c = await claimOnce(store, r, opts.now(), opts.ttlMs ?? IDEMPOTENCY.ttlMs);
     if (c.kind === 'claimed') return c;
     if (c.kind === 'completed') return { kind: 'replay', answer: c.answer };
-    if (Date.now() >= until) {
+    if (performance.now() >= until) {
       throw new BatonError('idempotency_in_flight', `header Idempotency-Key: a request with '${r.key}' is still in flight; retry later`);
     }
     await new Promise((res) => setTimeout(res, IDEMPOTENCY.pollMs));
