@@ -57,6 +57,8 @@ export const DEFAULTS = Object.freeze({
   canaryIntervalMs: 60_000,
   /** A chained task deeper than this (its source's depth + 1) is refused and the refusal recorded: loops end. */
   chainDepthLimit: 10,
+  /** Background passes traced (TRACE_PASSES): every pass would bury the traces of work under idle ones. */
+  tracePasses: 'errors' as TracePasses,
 });
 
 /** The variables as given: `process.env`, or a plain record in tests. */
@@ -365,7 +367,17 @@ export interface TelemetrySettings {
   enabled: boolean;
   /** OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (used as is), else OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces): where spans go. */
   endpoint?: string;
+  /** BATON_TRACE_PASSES: which background passes become spans (default `errors`). */
+  passes: TracePasses;
 }
+
+/**
+ * `errors`: only a failed background pass is a span, so a trace backend holds the work and the
+ * faults; an idle server's passes (the reaper alone runs several a second) would otherwise
+ * outnumber them. `all`: every pass, to see what the loops cost.
+ */
+export const TRACE_PASSES = ['errors', 'all'] as const;
+export type TracePasses = (typeof TRACE_PASSES)[number];
 
 export function readTelemetryEnv(env: Vars = process.env): TelemetrySettings {
   // Credentials may sit in the URL's user part: a bad one is not echoed.
@@ -373,7 +385,8 @@ export function readTelemetryEnv(env: Vars = process.env): TelemetrySettings {
   const base = httpUrl(env, 'OTEL_EXPORTER_OTLP_ENDPOINT', { secret: true });
   const disabled = oneOf(env, 'OTEL_SDK_DISABLED', ['true', 'false'], 'false') === 'true';
   const endpoint = traces ?? (base && `${base.replace(/\/+$/, '')}/v1/traces`);
-  return disabled || !endpoint ? { enabled: false } : { enabled: true, endpoint };
+  const passes = oneOf(env, 'BATON_TRACE_PASSES', TRACE_PASSES, DEFAULTS.tracePasses);
+  return disabled || !endpoint ? { enabled: false, passes } : { enabled: true, endpoint, passes };
 }
 
 /** Identifies this process in lease owners and event actors. */

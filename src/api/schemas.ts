@@ -10,7 +10,7 @@ import { RetryPolicy } from '../domain/retry.ts';
 import { DELIVERY_MODES } from '../domain/delivery.ts';
 import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/states.ts';
 import { CONFIG_PAGE, EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
-import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
+import { AgentHold, AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
@@ -104,6 +104,7 @@ export const Agent = z.object({
   budget: Budget.nullable().describe('per-window spending limits (null: none); GET /v1/agents/{agent}/budget shows the spending'),
   lapse_hold: LapseHold,
   breaker: Breaker,
+  hold: AgentHold,
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
   created_at: Timestamp,
   updated_at: Timestamp,

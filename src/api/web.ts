@@ -26,15 +26,39 @@ const NOT_BUILT = `<!doctype html><meta charset="utf-8"><title>Baton</title>
 <p>The dashboard is not built. Run <code>npm run build:web</code> (npm ci does it), then reload.
 The API is up: see <a href="/openapi.json">/openapi.json</a>.</p>`;
 
+/**
+ * The dashboard's Content-Security-Policy. The built app is one script and one stylesheet from
+ * /assets, talking only to its own origin (fetch and EventSource); it has no inline script or
+ * style element (React and uPlot set styles through the DOM, which style-src does not govern),
+ * so nothing is allowed inline and nothing from elsewhere. `data:` images: the empty favicon.
+ * test/server/browser.tour.test.ts runs the dashboard under it and fails on any violation.
+ */
+export const DASHBOARD_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "manifest-src 'self'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+/** Headers on every dashboard response: its CSP, no MIME sniffing, no referrer beyond the origin, no framing. */
+export const DASHBOARD_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  'content-security-policy': DASHBOARD_CSP,
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'same-origin',
+  'x-frame-options': 'DENY', // frame-ancestors for browsers older than CSP level 2
+});
+
 export const webRoutes: FastifyPluginAsync<{ dir?: string }> = async (app, opts) => {
   const dir = opts.dir ?? WEB_DIST;
   const index = () => (existsSync(join(dir, 'index.html')) ? readFileSync(join(dir, 'index.html'), 'utf8') : NOT_BUILT);
   app.get('/', { schema: { hide: true } }, async (_req, reply) =>
-    reply
-      .header('content-type', 'text/html; charset=utf-8')
-      .header('cache-control', 'no-cache')
-      .header('x-frame-options', 'DENY')
-      .send(index()),
+    reply.headers(DASHBOARD_HEADERS).header('content-type', 'text/html; charset=utf-8').header('cache-control', 'no-cache').send(index()),
   );
   app.get<{ Params: { file: string } }>('/assets/:file', { schema: { hide: true } }, async (req, reply) => {
     const file = req.params.file;
@@ -45,11 +69,12 @@ export const webRoutes: FastifyPluginAsync<{ dir?: string }> = async (app, opts)
       const body = await readFile(join(dir, 'assets', file));
       // Names carry a content hash: cache them for good.
       return reply
+        .headers(DASHBOARD_HEADERS)
         .header('content-type', TYPES[extname(file)] ?? 'application/octet-stream')
         .header('cache-control', 'public, max-age=31536000, immutable')
         .send(body);
     } catch {
-      return reply.code(404).send({ error: 'not_found', message: 'no such asset' });
+      return reply.code(404).headers(DASHBOARD_HEADERS).send({ error: 'not_found', message: 'no such asset' });
     }
   });
 };

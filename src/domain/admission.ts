@@ -333,3 +333,47 @@ export function describeWaiting(w: Omit<WaitingView, 'summary'>, now: number): s
       return `Seats are free and the agent is served: it starts at the next claim (${ahead}).`;
   }
 }
+
+/** The wire shape of an agent's `hold` (GET /v1/agents): what stops it admitting now, in words. */
+export interface HoldView {
+  reason: AdmissionHold;
+  summary: string;
+  /** When it ends by itself (a budget window rolling, a breaker's cool-down); null: it waits for someone. */
+  until: string | null;
+}
+
+/** An agent's hold for its answer and the dashboard's overview; `now` (ms) turns times into durations. */
+export function holdView(h: Hold | null, now: number): HoldView | null {
+  if (!h) return null;
+  const iso = (ms: number) => new Date(ms).toISOString();
+  switch (h.reason) {
+    case 'agent_paused':
+      return { reason: h.reason, until: null, summary: `paused by ${h.by} since ${iso(h.since)}${h.why ? `: "${h.why}"` : ''}` };
+    case 'lapse_hold':
+      return {
+        reason: h.reason,
+        until: null,
+        summary: `held: ${h.lapsed} leases lapsed together at ${iso(h.since)}; until one of its workers claims or heartbeats`,
+      };
+    case 'budget_spent': {
+      const s = h.spent;
+      return {
+        reason: h.reason,
+        until: iso(s.resets_at),
+        summary: `${s.metric} budget per ${s.window} spent (${s.spent} of ${s.limit}); until the window rolls in ${secs(s.resets_at - now)}`,
+      };
+    }
+    case 'pool_budget_spent': {
+      const s = h.spent;
+      return {
+        reason: h.reason,
+        until: iso(s.resets_at),
+        summary: `pool ${h.pool}'s ${s.metric} budget per ${s.window} spent (${s.spent} of ${s.limit}); until the window rolls in ${secs(s.resets_at - now)}`,
+      };
+    }
+    case 'breaker_open':
+      return h.until !== null
+        ? { reason: h.reason, until: iso(h.until), summary: `breaker open; a probe in ${secs(h.until - now)}` }
+        : { reason: h.reason, until: null, summary: `breaker half-open: probe ${h.probe_id} decides` };
+  }
+}

@@ -76,15 +76,34 @@ export const USAGE_MAX = Object.freeze({ tokens: 1_000_000_000_000, cost_usd: 1_
 const num = (v: unknown, max: number) => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(v, max) : 0);
 const tokenCount = (v: unknown) => Math.round(num(v, USAGE_MAX.tokens));
 
-/** The spending a completion reports: usage's cost and tokens (input + output when no total, whole numbers), and its run time. */
+/**
+ * Decimals each metric is counted and shown in: cost in micro-dollars, run time in milliseconds.
+ * The ledger adds doubles, and binary fractions drift (0.4 + 0.4 + 0.4 is 1.2000000000000002):
+ * every spending Baton compares or shows is rounded to these first, so the API, CLI, MCP, the
+ * dashboard and admission all see the same 1.2.
+ */
+export const SPEND_DECIMALS: Readonly<Record<BudgetMetric, number>> = Object.freeze({ cost_usd: 6, total_tokens: 0, run_seconds: 3 });
+
+/** `v` rounded to the metric's decimals (SPEND_DECIMALS). */
+export function roundSpend(metric: BudgetMetric, v: number): number {
+  const scale = 10 ** SPEND_DECIMALS[metric];
+  return Math.round(v * scale) / scale;
+}
+
+/** The spending a completion reports: usage's cost (micro-dollars) and tokens (input + output when no total, whole numbers), and its run time. */
 export function spendOf(usage: unknown, durationMs: number | null): Spend {
   const u = (usage && typeof usage === 'object' ? usage : {}) as Record<string, unknown>;
   const tokens = u.total_tokens !== undefined ? tokenCount(u.total_tokens) : tokenCount(u.input_tokens) + tokenCount(u.output_tokens);
-  return { cost_usd: num(u.cost_usd, USAGE_MAX.cost_usd), total_tokens: tokens, run_ms: Math.max(0, Number(durationMs ?? 0)) };
+  const cost = roundSpend('cost_usd', num(u.cost_usd, USAGE_MAX.cost_usd));
+  return { cost_usd: cost, total_tokens: tokens, run_ms: Math.max(0, Number(durationMs ?? 0)) };
 }
 
+/** A window's spending on one metric, rounded to its decimals: what is compared with a limit and shown. */
 export const spentOn = (metric: BudgetMetric, w: Pick<WindowSpend, 'cost_usd' | 'total_tokens' | 'run_ms'>): number =>
-  metric === 'cost_usd' ? Number(w.cost_usd) : metric === 'total_tokens' ? Number(w.total_tokens) : Number(w.run_ms) / 1000;
+  roundSpend(
+    metric,
+    metric === 'cost_usd' ? Number(w.cost_usd) : metric === 'total_tokens' ? Number(w.total_tokens) : Number(w.run_ms) / 1000,
+  );
 
 // ── windows on a time zone's wall clock ─────────────────────────────────────
 
@@ -162,7 +181,7 @@ export function budgetStatus(b: Budget, rows: WindowSpend[], now: number): Limit
     const { start, end } = windowOf(now, l.window, b.time_zone);
     const row = rows.find((r) => r.window_kind === l.window && Number(r.window_start) === start);
     const spent = row ? spentOn(l.metric, row) : 0;
-    return { ...l, spent, remaining: Math.max(0, l.limit - spent), window_start: start, resets_at: end };
+    return { ...l, spent, remaining: roundSpend(l.metric, Math.max(0, l.limit - spent)), window_start: start, resets_at: end };
   });
 }
 

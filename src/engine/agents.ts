@@ -24,6 +24,16 @@ import { refreshFastPathFacts } from './fast-path-facts.ts';
 import { requireAgents } from './require-agents.ts';
 import { agentFlowColumns, writeAgentPools, type AgentFlowInput } from './pools.ts';
 import type { EngineContext } from './context.ts';
+import { holdView, type HoldView } from '../domain/admission.ts';
+import { admissionNow } from './holds.ts';
+
+/** An agent with its live counts and what stops it admitting now (null: nothing). */
+export interface ListedAgent {
+  agent: AgentRow;
+  running: number;
+  queued: number;
+  hold: HoldView | null;
+}
 
 interface AgentSettings {
   name: string;
@@ -352,11 +362,20 @@ export class Agents {
     return { by: a.paused_by ?? 'unknown', reason: a.paused_reason ?? '', since: Number(a.paused_at) };
   }
 
-  async get(name: string): Promise<{ agent: AgentRow; running: number; queued: number }> {
+  async get(name: string): Promise<ListedAgent> {
     const agent = await this.store.db.selectFrom('agents').selectAll().where('name', '=', name).executeTakeFirst();
     if (!agent) throw new NotFound('agent', name);
     const counts = await liveCountsByAgent(this.store.db, [name]);
-    return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }) };
+    return { agent, ...(counts.get(name) ?? { running: 0, queued: 0 }), hold: await this.holdOf(agent) };
+  }
+
+  /**
+   * What stops the agent admitting now, decided as admission decides it (admissionNow): no read
+   * for an agent without a budget whose breaker is not half-open, a primary-key seek otherwise.
+   */
+  private async holdOf(agent: AgentRow): Promise<HoldView | null> {
+    const now = this.engine.now();
+    return holdView((await admissionNow(this.store.db, agent, now)).hold, now);
   }
 
   /** NotFound unless the agent exists: a stream or filter that names an unknown agent is refused, not left empty. */
@@ -386,7 +405,7 @@ export class Agents {
   }
 
   /** A page of agents in name order, after `after`, with their live counts (`only`: that agent alone, if it is on the page). */
-  async list(page: { limit: number; after?: string; only?: string }): Promise<Array<{ agent: AgentRow; running: number; queued: number }>> {
+  async list(page: { limit: number; after?: string; only?: string }): Promise<ListedAgent[]> {
     let q = this.store.db.selectFrom('agents').selectAll().orderBy('name').limit(page.limit);
     if (page.after !== undefined) q = q.where('name', '>', page.after);
     if (page.only !== undefined) q = q.where('name', '=', page.only);
@@ -395,7 +414,8 @@ export class Agents {
       this.store.db,
       agents.map((a) => a.name),
     );
-    return agents.map((agent) => ({ agent, ...(counts.get(agent.name) ?? { running: 0, queued: 0 }) }));
+    const holds = await Promise.all(agents.map((a) => this.holdOf(a)));
+    return agents.map((agent, i) => ({ agent, ...(counts.get(agent.name) ?? { running: 0, queued: 0 }), hold: holds[i]! }));
   }
 
   /**

@@ -3,6 +3,7 @@ import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
 import { parseBudget } from '../domain/budget.ts';
 import { parseBreakerConfig } from '../domain/breaker.ts';
+import type { HoldView } from '../domain/admission.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
 export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
@@ -146,7 +147,7 @@ export function taskView(r: ExecutionRow) {
 }
 export type TaskView = ReturnType<typeof taskView>;
 
-export function agentView(a: AgentRow, counts: { running: number; queued: number }) {
+export function agentView(a: AgentRow, counts: { running: number; queued: number; hold: HoldView | null }) {
   return {
     name: a.name,
     description: a.description,
@@ -165,6 +166,7 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     lapse_hold: a.lapse_hold_at === null ? null : { since: iso(a.lapse_hold_at)!, lapsed: Number(a.lapse_hold_count ?? 0) },
     budget: parseBudget(a.budget),
     breaker: breakerView(a),
+    hold: counts.hold,
     last_claim_at: iso(a.last_claim_at),
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,

@@ -337,7 +337,9 @@ async function startTracingIfOn(
 ) {
   // OpenTelemetry only when an OTLP endpoint is configured: imported here, lazily, so with tracing
   // off not one OpenTelemetry module is loaded (src/telemetry/tracing.ts subscribes to the engine's events).
-  const tracing = telemetry.enabled ? (await import('../telemetry/tracing.ts')).startTracing({ engine, app, nodeId, logger }) : undefined;
+  const tracing = telemetry.enabled
+    ? (await import('../telemetry/tracing.ts')).startTracing({ engine, app, nodeId, logger, passes: telemetry.passes })
+    : undefined;
   if (logger && tracing) {
     const to = new URL(telemetry.endpoint!); // origin and path only: credentials may sit in the URL
     logger.info({ endpoint: `${to.origin}${to.pathname}` }, 'tracing on: spans go to the OTLP endpoint');

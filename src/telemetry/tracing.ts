@@ -11,7 +11,8 @@
  *   root span (`execution`), `submitted` and `completed` by the process that made the terminal
  *   change, once it is final (a span is exported only when it has ended, and the root span ends last).
  * - an HTTP request: a Fastify onRequest/onResponse pair, the child of an incoming `traceparent`.
- * - a background pass: one span per pass of the loop helper (`loop:pass`).
+ * - a background pass: one span per pass of the loop helper (`loop:pass`) that failed, or per
+ *   every pass with BATON_TRACE_PASSES=all.
  */
 import {
   diag,
@@ -42,6 +43,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import type { TracePasses } from '../config.ts';
 import { isTerminal } from '../domain/states.ts';
 import { executionTrace, parseTraceparent } from '../domain/trace.ts';
 import type { Engine } from '../engine/engine.ts';
@@ -55,6 +57,8 @@ export interface TracingOptions {
   nodeId: string;
   /** Export failures are logged here at warn level (the SDK is silent otherwise). */
   logger?: Logger | false;
+  /** Which background passes become spans (BATON_TRACE_PASSES, default `errors`). */
+  passes?: TracePasses;
 }
 
 export interface Tracing {
@@ -188,7 +192,9 @@ export function startTracing(opts: TracingOptions): Tracing {
   };
 
   // ── background passes ──
+  const everyPass = opts.passes === 'all';
   const onPass: (...a: EngineEventMap['loop:pass']) => void = ({ loop, startedAt, durationMs, error }) => {
+    if (error === undefined && !everyPass) return;
     const span = tracer.startSpan(
       `pass ${loop}`,
       { kind: SpanKind.INTERNAL, startTime: at(startedAt), attributes: { 'baton.loop': loop } },

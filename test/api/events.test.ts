@@ -222,6 +222,39 @@ describe('GET /v1/events', () => {
     for (const id of burst) await node.engine.cancel(id, 'test');
   });
 
+  it('fans a change out to many streams a slice a turn, so requests are answered in between; each gets it', async () => {
+    const headers = { authorization: `Bearer ${admin}` };
+    const before = openEventStreams(node.engine);
+    const streams = await Promise.all(Array.from({ length: 70 }, () => open('', headers)));
+    // A turn counter: it moves on once per pass of the event loop's check phase.
+    let turn = 0;
+    let counting = true;
+    const tick = () => {
+      turn++;
+      if (counting) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const turns: number[] = [];
+    const write = ServerResponse.prototype.write;
+    ServerResponse.prototype.write = function (this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
+      if ((this.req?.url ?? '').startsWith('/v1/events') && String(chunk).includes('event: execution')) turns.push(turn);
+      return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+    } as typeof write;
+    let row: { id: string };
+    try {
+      row = await node.engine.submit('ev-a', { message: 'to every stream' }, 'test');
+      await Promise.all(streams.map((s) => s.until((e) => e.id === row.id)));
+    } finally {
+      ServerResponse.prototype.write = write;
+      counting = false;
+    }
+    expect(turns).toHaveLength(70); // one write per stream
+    expect(new Set(turns).size, 'turns the fan-out took').toBeGreaterThanOrEqual(3); // 70 streams, 32 a turn
+    for (const s of streams) await s.close();
+    await expect.poll(() => openEventStreams(node.engine), { timeout: 10_000 }).toBe(before);
+    await node.engine.cancel(row!.id, 'test');
+  });
+
   it('forgets a stream when its client disconnects', async () => {
     const before = openEventStreams(node.engine);
     const streams = await Promise.all([1, 2, 3].map(() => open('', { authorization: `Bearer ${admin}` })));

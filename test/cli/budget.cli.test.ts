@@ -85,4 +85,43 @@ describe(`budgets: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS
     expect(JSON.parse(await ok(['agents', 'budget', agent, '--json'])).spent).toBe(false);
     expect(await node.engine.claim(agent, { owner: 'w' })).toHaveLength(1);
   });
+
+  it('cost is counted in micro-dollars: three completions of 0.40 against 1 a day are spent 1.2 on the API, CLI, MCP and in why', async () => {
+    const agent = 'cli-budget-cost';
+    await ok(['agents', 'create', agent, '--budget-json', JSON.stringify({ limits: [{ metric: 'cost_usd', window: 'day', limit: 1 }] })]);
+    for (let i = 0; i < 3; i++) {
+      await node.engine.submit(agent, { message: `spend ${i}` }, 'test');
+      const [row] = await node.engine.claim(agent, { owner: 'w' });
+      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.4 } }, 'w');
+    }
+    const waiting = await node.engine.submit(agent, { message: 'waits' }, 'test');
+    const [words, asJson, why, whyJson] = await Promise.all([
+      ok(['agents', 'budget', agent]),
+      ok(['agents', 'budget', agent, '--json']),
+      ok(['why', waiting.id]),
+      ok(['why', waiting.id, '--json']),
+    ]);
+    const everything = [words, asJson, why, whyJson].join('\n');
+    expect(everything).not.toMatch(/\d\.\d{7,}/); // no binary-fraction tail anywhere
+    expect(words).toMatch(/cost_usd\s+day\s+1\s+1\.2 \(120 %\)\s+0/);
+    expect(JSON.parse(asJson)).toMatchObject({ spent: true, limits: [{ metric: 'cost_usd', spent: 1.2, remaining: 0 }] });
+    expect(why).toContain('is spent (1.2 of 1)');
+    expect(JSON.parse(whyJson).waiting.budget).toMatchObject({ metric: 'cost_usd', limit: 1, spent: 1.2 });
+    const m = await tool('get_budget', { agent });
+    expect(m.structuredContent).toMatchObject({ limits: [{ metric: 'cost_usd', spent: 1.2, remaining: 0 }] });
+    expect(JSON.stringify(m)).not.toMatch(/\d\.\d{7,}/);
+    const g = await tool('get_execution', { execution_id: waiting.id });
+    expect(g.structuredContent.waiting.budget).toMatchObject({ spent: 1.2 });
+    expect(JSON.stringify(g)).not.toMatch(/\d\.\d{7,}/);
+
+    // Two more at 0.1 after a raised limit: 1.4, and 0.6 remaining (not 0.6000000000000001 or 0.5999999999999999).
+    await ok(['agents', 'update', agent, '--budget-json', JSON.stringify({ limits: [{ metric: 'cost_usd', window: 'day', limit: 2 }] })]);
+    await node.engine.cancel(waiting.id, 'test');
+    for (let i = 0; i < 2; i++) {
+      await node.engine.submit(agent, { message: `dime ${i}` }, 'test');
+      const [row] = await node.engine.claim(agent, { owner: 'w' });
+      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.1 } }, 'w');
+    }
+    expect(JSON.parse(await ok(['agents', 'budget', agent, '--json'])).limits[0]).toMatchObject({ spent: 1.4, remaining: 0.6 });
+  });
 });

@@ -479,6 +479,21 @@ describe(`groups over HTTP (${STORE_KIND})`, () => {
     expect(cancelled.body.group.members.map((m: any) => m.status)).toEqual(['cancelled', 'cancelled']);
   });
 
+  it('the list says where each join stands, as show does: its agent, execution and status', async () => {
+    const a = await newAgent();
+    const j = await newAgent();
+    clock.advance(5);
+    const created = await call('POST', '/v1/groups', { members: tasks(a, 1), join: { agent: j, message: 'x' } });
+    const id = created.body.id as string;
+    const listed = async () => (await call('GET', '/v1/groups?limit=5')).body.groups.find((g: any) => g.id === id);
+    expect((await listed()).join).toEqual({ agent: j, execution_id: null, status: null });
+    await finish(id, 0, 'succeeded');
+    const shown = (await call('GET', `/v1/groups/${id}`)).body;
+    expect(shown.join).toMatchObject({ agent: j, status: 'queued' });
+    expect(shown.join.execution_id).toMatch(/^ex_/);
+    expect((await listed()).join).toEqual(shown.join);
+  });
+
   it('Idempotency-Key returns the same group; a refusal is not stored', async () => {
     const a = await newAgent();
     const body = { members: tasks(a, 2) };

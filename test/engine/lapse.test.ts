@@ -195,10 +195,11 @@ describe(`shared-cause lapses (${STORE_KIND})`, () => {
     try {
       clock.advance(LEASE_MS + 1);
       await reapMine();
-      expect(agentView(await agentRow(), { running: 0, queued: 3 }).lapse_hold).toEqual({
-        since: new Date(clock()).toISOString(),
-        lapsed: 3,
-      });
+      const listed = await engine.agents.get(agent);
+      const view = agentView(listed.agent, listed);
+      expect(view.lapse_hold).toEqual({ since: new Date(clock()).toISOString(), lapsed: 3 });
+      expect(view.hold).toMatchObject({ reason: 'lapse_hold', until: null });
+      expect(view.hold!.summary).toContain('3 leases lapsed together');
       const body = (await metrics.render()).body;
       expect(body).toContain(`baton_agent_lapse_hold{agent="${agent}"} 1`);
       expect(body).toMatch(/baton_reaper_actions_total\{kind="requeued_shared"\} [1-9]/);

@@ -358,7 +358,7 @@ describe('MCP over HTTP: pacing and bounds', () => {
   it("a batch's calls are handled a turn of the event loop apart, not back to back", async () => {
     const counter = countTurns();
     const seen: number[] = [];
-    const listAgents = node.engine.agents.list.bind(node.engine);
+    const listAgents = node.engine.agents.list.bind(node.engine.agents);
     node.engine.agents.list = ((...args: Parameters<typeof listAgents>) => (
       seen.push(counter.turns),
       listAgents(...args)

@@ -95,6 +95,7 @@ const VARIABLES: Variable[] = [
     good: ['10.1.2.3', [{ address: '10.1.2.3', prefix: 32, family: 'ipv4' }]],
     bad: 'nginx.internal',
   },
+  { name: 'BATON_TRACE_PASSES', at: (c) => c.telemetry.passes, default: 'errors', good: ['All', 'all'], bad: 'some' },
   { name: 'BATON_PRUNE_INTERVAL_MS', at: (c) => c.retention.pruneIntervalMs, default: 600_000, good: ['1000', 1000], bad: '999' },
 ];
 
@@ -268,20 +269,22 @@ describe('one server per SQLite store', () => {
 
 describe('OpenTelemetry: what decides whether tracing is on (the exporter reads the other OTEL_* variables itself)', () => {
   it('off unless an OTLP endpoint is set; the traces endpoint wins; OTEL_SDK_DISABLED turns it off', () => {
-    expect(readTelemetryEnv({})).toEqual({ enabled: false });
-    expect(readConfig({}).telemetry).toEqual({ enabled: false });
+    expect(readTelemetryEnv({})).toEqual({ enabled: false, passes: 'errors' });
+    expect(readConfig({}).telemetry).toEqual({ enabled: false, passes: 'errors' });
     expect(readTelemetryEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toEqual({
       enabled: true,
       endpoint: 'http://collector:4318/v1/traces',
+      passes: 'errors',
     });
     expect(
       readTelemetryEnv({
         OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://t.example/in',
       }),
-    ).toEqual({ enabled: true, endpoint: 'https://t.example/in' });
+    ).toEqual({ enabled: true, endpoint: 'https://t.example/in', passes: 'errors' });
     expect(readTelemetryEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_SDK_DISABLED: 'TRUE' })).toEqual({
       enabled: false,
+      passes: 'errors',
     });
   });
 

@@ -7,7 +7,7 @@
  * carry their traceparent. On: one trace per execution (execution → submitted, admitted,
  * completed) whose ids the worker, `baton worker`'s command (TRACEPARENT) and a push endpoint
  * (the traceparent header) all share; a retry links to the run it retries; HTTP requests and
- * background passes have spans.
+ * background passes have spans when they fail, or always with BATON_TRACE_PASSES=all.
  */
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
@@ -120,7 +120,13 @@ const SDK_PACKAGES = ['sdk-trace-node', 'sdk-trace-base', 'exporter-trace-otlp-h
 const otelLoaded = () =>
   Object.keys(createRequire(import.meta.url).cache).some((f) => SDK_PACKAGES.some((p) => f.includes(`/node_modules/@opentelemetry/${p}/`)));
 
-const OTEL_VARS = ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_SERVICE_NAME', 'OTEL_SDK_DISABLED'];
+const OTEL_VARS = [
+  'OTEL_EXPORTER_OTLP_ENDPOINT',
+  'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
+  'OTEL_SERVICE_NAME',
+  'OTEL_SDK_DISABLED',
+  'BATON_TRACE_PASSES',
+];
 const savedEnv = Object.fromEntries(OTEL_VARS.map((k) => [k, process.env[k]]));
 let receiver: Awaited<ReturnType<typeof otlpReceiver>>;
 
@@ -256,16 +262,23 @@ describe('tracing on (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)', () => {
     expect(receiver.spans.find((r) => r.span === root)?.service).toBe('baton-under-test');
   });
 
-  it('HTTP requests and background passes have spans', async () => {
+  it('HTTP requests have spans', async () => {
     const http = await received('a claim request span', (all) =>
       all.find((s) => s.kind === 2 && attr(s, 'http.route') === '/v1/agents/:agent/claim'),
     );
     expect(http.name).toBe('POST /v1/agents/:agent/claim');
     expect(attr(http, 'http.request.method')).toBe('POST');
     expect(attr(http, 'http.response.status_code')).toBeDefined();
-    const pass = await received('a reaper pass span', (all) => all.find((s) => s.name === 'pass reaper'));
-    expect(attr(pass, 'baton.loop')).toBe('reaper');
-    expect(pass.parentSpanId).toBe('');
+  });
+
+  it('an idle server exports no background pass spans by default (BATON_TRACE_PASSES=errors)', async () => {
+    // The reaper runs every 200 ms here: a second idle is several passes, none of them a span.
+    const before = receiver.spans.length;
+    await new Promise((r) => setTimeout(r, 1_000));
+    await node.flushTraces();
+    const idle = receiver.spans.slice(before).map((r) => r.span.name);
+    expect(idle.filter((n) => n.startsWith('pass '))).toEqual([]);
+    expect(receiver.spans.filter((r) => r.span.name.startsWith('pass '))).toEqual([]);
   });
 
   it('an incoming traceparent makes the request span its child', async () => {
@@ -350,5 +363,30 @@ describe('tracing on (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)', () => {
 
   it('the OpenTelemetry SDK was loaded for this (the off check above can tell)', () => {
     expect(otelLoaded()).toBe(true);
+  });
+});
+
+describe('tracing on with BATON_TRACE_PASSES=all', () => {
+  let ts: TestStore;
+  let node: BatonNode;
+  beforeAll(async () => {
+    process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = `${receiver.url}/v1/traces`;
+    process.env.BATON_TRACE_PASSES = 'all';
+    ts = await openTestStore();
+    ({ node } = await startTestNode(ts, { dispatcher: false }));
+  });
+  afterAll(async () => {
+    delete process.env.BATON_TRACE_PASSES;
+    await node?.stop();
+    await ts?.cleanup();
+  });
+
+  it('every background pass is a span, a root of its own', async () => {
+    const pass = await until('a reaper pass span', async () => {
+      await node.flushTraces();
+      return receiver.spans.map((r) => r.span).find((s) => s.name === 'pass reaper');
+    });
+    expect(attr(pass, 'baton.loop')).toBe('reaper');
+    expect(pass.parentSpanId).toBe('');
   });
 });

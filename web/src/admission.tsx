@@ -1,17 +1,28 @@
-/** Pause and resume an agent, its "paused" badge, and an execution's "why is it waiting?" panel. */
+/** Pause and resume an agent, the overview's badge of what holds it, and an execution's "why is it waiting?" panel. */
 import { useState, type FormEvent } from 'react';
 import { client, describe, type Agent, type ExecutionDetail } from './api.ts';
 import { Section, Time, link } from './ui.tsx';
 
 type Waiting = NonNullable<ExecutionDetail['waiting']>;
 
-/** The overview's marker next to a paused agent's name. */
-export function PausedBadge({ agent }: { agent: Agent }) {
-  if (!agent.paused) return null;
+/** Each hold's badge text on the overview (ADMISSION_HOLDS). */
+const HOLD_LABELS: Record<NonNullable<Agent['hold']>['reason'], string> = {
+  agent_paused: 'paused',
+  lapse_hold: 'held',
+  budget_spent: 'budget spent',
+  pool_budget_spent: 'pool budget spent',
+  breaker_open: 'breaker open',
+};
+
+/** The overview's marker under a held agent's name: what stops it admitting, in words (nothing while it admits). */
+export function HoldBadge({ agent }: { agent: Agent }) {
+  const h = agent.hold;
+  if (!h) return null;
+  const label = h.reason === 'breaker_open' && h.until === null ? 'breaker half-open' : HOLD_LABELS[h.reason];
   return (
-    <span className="badge paused" data-paused={agent.name} title={`paused by ${agent.paused.by}: ${agent.paused.reason}`}>
-      paused
-    </span>
+    <div className="hold" data-hold={h.reason}>
+      <span className="badge held">{label}</span> <span className="small muted">admits nothing: {h.summary}</span>
+    </div>
   );
 }
 

@@ -12,6 +12,12 @@ import type { ApiDeps } from '../deps.ts';
  */
 export const SSE_HEARTBEAT_MS = 15_000;
 
+/**
+ * Streams written in one turn of the event loop when changes fan out: each is a socket write, so
+ * a slice of this many holds the loop for a bounded time whatever the number of open streams.
+ */
+const FANOUT_SLICE = 32;
+
 /** Unsent bytes one stream may hold (about 8,000 events) before the server gives up on it. */
 const MAX_BUFFERED_BYTES = 1024 * 1024;
 
@@ -68,26 +74,44 @@ export const eventRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine 
   };
   // A batch of 1,000 submits is 1,000 changes in a few turns: one write per stream per change held
   // the loop far too long with hundreds of streams. The changes of one turn go out together instead, one
-  // write per stream, and streams with the same filter share one buffer.
+  // write per stream, and streams with the same filter share one buffer. Each write is a socket
+  // write of its own (Node's writev on the next tick), so the streams are written FANOUT_SLICE at a
+  // time, a turn of the event loop apart: with hundreds of streams, requests are answered between
+  // slices rather than after the whole fan-out. Changes that come meanwhile wait for the fan-out in
+  // hand to end, so each stream gets them in order, and in fewer, larger writes.
   let pending: Array<{ agent: string; line: string }> = [];
+  let fanning = false;
   const flush = () => {
     const changes = pending;
     pending = [];
     const chunks = new Map<string | undefined, Buffer>();
-    for (const c of clients) {
-      let chunk = chunks.get(c.agent);
-      if (!chunk) {
-        chunk = Buffer.from(changes.flatMap((e) => (!c.agent || e.agent === c.agent ? [e.line] : [])).join(''));
-        chunks.set(c.agent, chunk);
+    const targets = [...clients];
+    let i = 0;
+    const slice = () => {
+      for (const end = Math.min(i + FANOUT_SLICE, targets.length); i < end; i++) {
+        const c = targets[i]!;
+        if (!clients.has(c)) continue; // closed meanwhile
+        let chunk = chunks.get(c.agent);
+        if (!chunk) {
+          chunk = Buffer.from(changes.flatMap((e) => (!c.agent || e.agent === c.agent ? [e.line] : [])).join(''));
+          chunks.set(c.agent, chunk);
+        }
+        if (chunk.length > 0) send(c, chunk);
       }
-      if (chunk.length > 0) send(c, chunk);
-    }
+      if (i < targets.length) setImmediate(slice);
+      else if (pending.length > 0) setImmediate(flush);
+      else fanning = false;
+    };
+    slice();
   };
   const onChanged = (e: { id: string; agent: string; status: string }) => {
     if (clients.size === 0) return; // a scheduler burst is thousands of changes: text only when someone listens
     // The documented fields only (the engine's event also says whether this process made the change).
     const line = `event: execution\ndata: ${JSON.stringify({ id: e.id, agent: e.agent, status: e.status, at: new Date(engine.now()).toISOString() })}\n\n`;
-    if (pending.push({ agent: e.agent, line }) === 1) setImmediate(flush);
+    if (pending.push({ agent: e.agent, line }) === 1 && !fanning) {
+      fanning = true;
+      setImmediate(flush);
+    }
   };
   engine.events.on('execution:changed', onChanged);
   const heartbeat = setInterval(() => {

@@ -1,6 +1,6 @@
 /** Pause and resume, and `waiting`: why a queued execution is not running (src/domain/admission.ts). */
 import { z } from 'zod';
-import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
+import { ADMISSION_HOLDS, AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../domain/admission.ts';
 import { BreakerWaiting } from './breaker.ts';
 import { FlowPoolWaiting, FlowThrottleWaiting } from './pools.ts';
 import { TEXT_CHARS, TEXT_CHARS_MESSAGE } from './text.ts';
@@ -23,6 +23,19 @@ export const LapseHold = z
   })
   .nullable()
   .describe('null: no hold; otherwise several leases lapsed at once and it admits nothing until one of its workers is seen again');
+
+export const AgentHold = z
+  .object({
+    reason: z.enum(ADMISSION_HOLDS).describe('the first hold admission finds, in the order it checks them'),
+    summary: z.string().describe('the hold and its facts in words'),
+    until: Timestamp.nullable().describe(
+      'when it ends by itself (a budget window rolls, a breaker takes a probe); null: it waits for someone',
+    ),
+  })
+  .nullable()
+  .describe(
+    'null: nothing holds the agent; otherwise it admits nothing (paused, lapse hold, budget spent, breaker open), as `waiting` would say',
+  );
 
 /** In every answer that created work (submit, trigger, webhook delivery): the work waits for a resume. */
 export const AgentPaused = z.boolean().describe('true: the agent is paused; the work is queued and waits for a resume');

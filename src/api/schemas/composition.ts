@@ -180,13 +180,18 @@ export const GroupMemberView = z.object({
   result_preview: z.string().nullable(),
   error: z.object({ code: z.string().nullable(), message: z.string().nullable() }).nullable(),
 });
+const GroupJoinView = z
+  .object({
+    agent: z.string(),
+    execution_id: z.string().nullable().describe('null: not started yet (the group has not decided) or refused (join_refused)'),
+    status: ExecutionStatus.nullable(),
+  })
+  .nullable()
+  .describe('null: the group has no join spec');
 export const Group = z.object({
   ...groupFields,
   members: z.array(GroupMemberView),
-  join: z
-    .object({ agent: z.string(), execution_id: z.string().nullable(), status: ExecutionStatus.nullable() })
-    .nullable()
-    .describe('null: the group has no join spec'),
+  join: GroupJoinView,
 });
 export type Group = z.infer<typeof Group>;
 export const GroupCreated = Group.extend({
@@ -195,7 +200,7 @@ export const GroupCreated = Group.extend({
 export type GroupCreated = z.infer<typeof GroupCreated>;
 export const GroupListItem = z.object({
   ...groupFields,
-  join: z.object({ agent: z.string(), execution_id: z.string().nullable() }).nullable(),
+  join: GroupJoinView,
 });
 export const GroupPage = z.object({ groups: z.array(GroupListItem), next_cursor: z.string().nullable() });
 export const GroupParams = z.strictObject({ id: Id });

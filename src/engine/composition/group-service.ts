@@ -247,9 +247,25 @@ export class Groups {
       q = q.where('created_at', '<=', b.created_at).where((eb) => eb.or([eb('created_at', '<', b.created_at), eb('id', '<', b.id)]));
     }
     const rows = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(opts.limit).execute();
+    // The joins' statuses in one read by primary key: a page shows where each join stands, as `get` does.
+    const joinIds = rows.flatMap((g) => (g.join_execution_id === null ? [] : [g.join_execution_id]));
+    const statuses = new Map(
+      joinIds.length === 0
+        ? []
+        : (await this.engine.store.db.selectFrom('executions').select(['id', 'status']).where('id', 'in', joinIds).execute()).map(
+            (r) => [r.id, r.status] as const,
+          ),
+    );
     return rows.map((g) => ({
       ...groupSummary(g),
-      join: g.join_spec === null ? null : { agent: (JSON.parse(g.join_spec) as JoinSpec).agent, execution_id: g.join_execution_id },
+      join:
+        g.join_spec === null
+          ? null
+          : {
+              agent: (JSON.parse(g.join_spec) as JoinSpec).agent,
+              execution_id: g.join_execution_id,
+              status: (g.join_execution_id !== null && statuses.get(g.join_execution_id)) || null,
+            },
       cursor: { created_at: Number(g.created_at), id: g.id },
     }));
   }

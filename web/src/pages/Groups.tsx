@@ -52,7 +52,9 @@ export function GroupsPage() {
                   <td>
                     <Progress g={g} />
                   </td>
-                  <td>{g.join_refused ? <span className="muted">refused: {g.join_refused}</span> : null}</td>
+                  <td data-field="join">
+                    <JoinState g={g} />
+                  </td>
                   <td>
                     <Time iso={g.created_at} />
                   </td>
@@ -135,30 +137,34 @@ export function GroupPage({ id }: { id: string }) {
                 </li>
               ))}
               <li data-join={x.join?.execution_id ?? x.join_refused ?? 'none'}>
-                <strong>join</strong>{' '}
-                {x.join === null ? (
-                  <span className="muted">none (no join spec)</span>
-                ) : x.join.execution_id ? (
-                  <>
-                    <a href={link('agents', x.join.agent)}>{x.join.agent}</a>{' '}
-                    <a className="mono" href={link('executions', x.join.execution_id)}>
-                      {x.join.execution_id}
-                    </a>{' '}
-                    {x.join.status && <Status status={x.join.status} />}
-                  </>
-                ) : x.join_refused ? (
-                  <span className="status status-failed">refused: {x.join_refused}</span>
-                ) : (
-                  <span className="muted">
-                    on {x.join.agent}, when the group decides ({x.status === 'running' ? 'waiting' : 'not started'})
-                  </span>
-                )}
+                <strong>join</strong> <JoinState g={x} />
               </li>
             </ul>
           </li>
         </ul>
       </Section>
     </div>
+  );
+}
+
+/** Where a group's join stands: none, its task (agent, execution, status), refused, or still to come. */
+function JoinState({ g }: { g: Pick<Group, 'join' | 'join_refused' | 'status'> }) {
+  if (g.join === null) return <span className="muted">none (no join spec)</span>;
+  if (g.join.execution_id)
+    return (
+      <>
+        <a href={link('agents', g.join.agent)}>{g.join.agent}</a>{' '}
+        <a className="mono" href={link('executions', g.join.execution_id)}>
+          {g.join.execution_id}
+        </a>{' '}
+        {g.join.status && <Status status={g.join.status} />}
+      </>
+    );
+  if (g.join_refused) return <span className="status status-failed">refused: {g.join_refused}</span>;
+  return (
+    <span className="muted">
+      on {g.join.agent}, when the group decides ({g.status === 'running' ? 'waiting' : 'not started'})
+    </span>
   );
 }
 

@@ -4,7 +4,7 @@ import { client, describe, historyStats, type Agent, type HistoryStats } from '.
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Status, Time, link } from '../ui.tsx';
 import { CanarySummary } from './Canary.tsx';
-import { PausedBadge } from '../admission.tsx';
+import { HoldBadge } from '../admission.tsx';
 
 export function OverviewPage() {
   useTick();
@@ -79,7 +79,8 @@ function AgentTable({ agents }: { agents: Agent[] }) {
           {agents.map((a) => (
             <tr key={a.name} data-agent={a.name}>
               <td>
-                <a href={link('agents', a.name)}>{a.name}</a> <PausedBadge agent={a} />
+                <a href={link('agents', a.name)}>{a.name}</a>
+                <HoldBadge agent={a} />
               </td>
               <td className={a.running >= a.max_parallel && a.max_parallel > 0 ? 'full' : ''}>
                 {a.running} / {a.max_parallel}
