@@ -19,6 +19,8 @@ export class Lane {
    */
   outstanding = 0;
   handedOver = 0;
+  /** The claim loop's own claim is in flight (a long-poll, most of the time). */
+  claiming = false;
   /** Wakes the claim loop waiting for a free slot. */
   slotFreed: (() => void) | undefined;
   loop: Promise<void> | undefined;

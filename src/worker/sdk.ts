@@ -238,6 +238,7 @@ class WorkerImpl implements Worker {
       let tasks: TaskView[];
       const max = Math.min(free, CLAIM_MAX);
       lane.outstanding += max;
+      lane.claiming = true;
       try {
         tasks = await this.client.claim(
           lane.agent,
@@ -261,6 +262,7 @@ class WorkerImpl implements Worker {
         continue;
       } finally {
         lane.outstanding -= max;
+        lane.claiming = false;
       }
       this.startTasks(lane, tasks);
     }
@@ -388,7 +390,9 @@ class WorkerImpl implements Worker {
     let max = 0;
     if (claiming) {
       lane.handedOver++;
-      max = Math.min(CLAIM_MAX, Math.max(0, lane.free()));
+      // While the loop's claim is out, it found the queue empty (or is about to look): the server
+      // wakes it for the next task, so asking again here would only cost an empty admission.
+      max = lane.claiming ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
       lane.outstanding += max;
     }
     const send = (o: TaskOutcome) =>
