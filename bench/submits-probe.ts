@@ -1,3 +1,10 @@
+/**
+ * Single submits over HTTP alone (no worker): a spawned `baton up`, 100 agents, 500 warm-up
+ * submits, then N submits with 32 in flight (submits/s, server and client CPU ms per submit) and
+ * 300 sequential submits on the now idle server (p50 ms). Measures; never asserts.
+ *
+ *   node --import tsx bench/submits-probe.ts sqlite|postgres [N=5000] [cpu-profile dir]
+ */
 import { startServer } from './lib/server.ts';
 import { freshDb } from './lib/stores.ts';
 import { BatonClient } from '../src/client.ts';

@@ -125,6 +125,7 @@ async function graphile(): Promise<void> {
     maxPoolSize: g.concurrency + 2,
     pollInterval: 1000,
     noHandleSignals: true,
+    crontab: '',
     taskList: { noop: async () => {} },
   });
   runner.events.on('job:success', reportedOne);

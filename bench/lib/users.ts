@@ -217,6 +217,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     const lines = (partial + chunk).split('\n');
     partial = lines.pop()!;
     for (const line of lines) {
+      if (!line.startsWith('{')) continue; // a peer's own log line (graphile-worker logs to stdout)
       const m = JSON.parse(line) as { ready?: true; start?: string; done?: number };
       if (m.ready) ready();
       else if (m.done !== undefined) done();
@@ -309,7 +310,7 @@ async function bullmqTarget(cfg: UsersConfig, names: string[], workload: 'w1' | 
 
 async function graphileTarget(cfg: UsersConfig): Promise<Target> {
   const { makeWorkerUtils } = await import('graphile-worker');
-  const schema = `users_path_gw_${Date.now().toString(36)}`;
+  const schema = `${cfg.redis.prefix.replace(/[^a-z0-9_]/gi, '_')}_gw_${Date.now().toString(36)}`;
   const utils = await makeWorkerUtils({ connectionString: cfg.pgUrl, schema });
   await utils.migrate();
   return {
