@@ -747,8 +747,7 @@ async function main(): Promise<void> {
   const body = tableRows();
   const text = [
     ...setup,
-    '',
-    textTable(HEAD, body),
+    ...(body.length ? ['', textTable(HEAD, body)] : []),
     '',
     anatomyText(false),
     ...(usersBody.length ? ['', USERS_SETUP, '', textTable(USERS_HEAD, usersBody)] : []),
@@ -780,8 +779,7 @@ async function main(): Promise<void> {
       '',
       ...setup.map((l) => `${l.startsWith('    ') ? '  ' : '- '}${l.trim()}`),
       '',
-      mdTable(HEAD, body),
-      '',
+      ...(body.length ? [mdTable(HEAD, body), ''] : []),
       ...(Object.keys(anatomy).length
         ? ['Statements per engine operation (in-process, one at a time, idle, agents in their steady state):', '', anatomyText(true), '']
         : []),
