@@ -6,7 +6,10 @@
  *
  * Options (all optional):
  *   --store sqlite|postgres|both     default both
- *   --only w1|w2|history|scenarios   default both workloads (history is never in the default run)
+ *   --only w1|w2|users|history|scenarios   default W1, W2 and users (history is never in the default run)
+ *   --users-systems baton-sdk,baton-sdk-per-agent,baton-hand,bullmq,graphile   the users' shape (default all but
+ *                                    baton-sdk-per-agent); --users-in-flight N (default 32), --users-w2-submits N (default 300),
+ *                                    --graphile-concurrency N (default 16), --redis-url URL, --redis-prefix P (default baton-bench)
  *   --scenarios worker,push,triggers,cli,bodies,backlog|none   after W1/W2 (default all; triggers: PostgreSQL only; cli:
  *                                    20 runs of two HTTP-only commands from the packed, installed package; backlog: one
  *                                    agent 0 to 300,000 queued)
@@ -60,6 +63,7 @@ import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Ver
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
+import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
 import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
@@ -106,6 +110,12 @@ const { values: a } = parseArgs({
     'history-prune-probe-gap-ms': { type: 'string', default: String(HISTORY_DEFAULTS.pruneProbeGapMs) },
     'history-no-prune': { type: 'boolean', default: false },
     'history-prune-only': { type: 'boolean', default: false },
+    'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
+    'users-w2-submits': { type: 'string', default: '300' },
+    'users-in-flight': { type: 'string', default: '32' },
+    'graphile-concurrency': { type: 'string', default: '16' },
+    'redis-url': { type: 'string', default: process.env.BATON_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379' },
+    'redis-prefix': { type: 'string', default: 'baton-bench' },
   },
   strict: true,
 });
@@ -124,7 +134,9 @@ function int(name: string, value: string | undefined, min = 0): number {
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const historyOnly = a.only === 'history';
 // --only scenarios: just the scenarios (e.g. `--only scenarios --scenarios cli --anatomy-reps 0`).
-const workloads = historyOnly || a.only === 'scenarios' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
+const workloads = historyOnly || a.only === 'scenarios' || a.only === 'users' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
+// The users' shape (bench/lib/users.ts) runs in the default run and with --only users.
+const usersShape = a.only === undefined || a.only === 'both' || a.only === 'users';
 const scenarios: Scenario[] =
   a.scenarios === 'none'
     ? []
@@ -533,6 +545,8 @@ function anatomyText(md: boolean): string {
   return out.join(md ? '\n\n' : '\n\n');
 }
 
+const USERS_SETUP = `The users' shape (bench/lib/users.ts): W1-users, ${tasks.toLocaleString('en-US')} no-op tasks over ${w1.agents} agents capped at ${w1.maxParallel}, one producer doing single submits with ${a['users-in-flight']} in flight, one worker process serving every agent; W2-users, an idle system, sequential submits over ${w1.agents} agents each with a waiting worker, start = the worker's handler began. Peers in the same run.`;
+
 // ── main ─────────────────────────────────────────────────────────────────────
 
 async function mainHistory(): Promise<void> {
@@ -679,6 +693,33 @@ async function main(): Promise<void> {
     }
   }
 
+  const usersRows: UsersRow[] = [];
+  if (usersShape && !interrupted) {
+    const redis = new URL(a['redis-url']!);
+    usersRows.push(
+      ...(await runUsers(
+        stores.filter((s) => s !== 'postgres' || env.postgres),
+        a['users-systems']!.split(',') as UsersSystem[],
+        {
+          tasks,
+          agents: w1.agents,
+          cap: w1.maxParallel,
+          inFlight: int('users-in-flight', a['users-in-flight'], 1),
+          w2Submits: int('users-w2-submits', a['users-w2-submits'], 1),
+          w2Warmup: w2cfg.warmup,
+          settleMs: w2cfg.settleMs,
+          pgUrl,
+          redis: { host: redis.hostname, port: Number(redis.port || 6379), prefix: a['redis-prefix']! },
+          graphileConcurrency: int('graphile-concurrency', a['graphile-concurrency'], 1),
+          log,
+        },
+        () => waitForQuiet(quietPct, quietMaxMs, (b) => log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`)),
+        () => interrupted,
+      )),
+    );
+  }
+  const usersBody = usersTableRows(usersRows);
+
   for (const store of stores) {
     if (interrupted || scenarios.length === 0 || (store === 'postgres' && !env.postgres)) continue;
     try {
@@ -706,10 +747,10 @@ async function main(): Promise<void> {
   const body = tableRows();
   const text = [
     ...setup,
-    '',
-    textTable(HEAD, body),
+    ...(body.length ? ['', textTable(HEAD, body)] : []),
     '',
     anatomyText(false),
+    ...(usersBody.length ? ['', USERS_SETUP, '', textTable(USERS_HEAD, usersBody)] : []),
     ...(scenarioBody.length ? ['', textTable(SCENARIO_HEAD, scenarioBody)] : []),
   ].join('\n');
   process.stdout.write(`\n${text}\n\nTotal ${((Date.now() - t0) / 1000).toFixed(0)} s.\n`);
@@ -726,6 +767,7 @@ async function main(): Promise<void> {
       options: { stores, workloads, modes, server: serverHow, tasks, warmup_tasks: warmupTasks, ...w1, w2: w2cfg, targets: TARGETS },
       setup,
       results: rows,
+      users: usersRows,
       anatomy,
       scenarios: scenarioResults,
     };
@@ -737,11 +779,11 @@ async function main(): Promise<void> {
       '',
       ...setup.map((l) => `${l.startsWith('    ') ? '  ' : '- '}${l.trim()}`),
       '',
-      mdTable(HEAD, body),
-      '',
+      ...(body.length ? [mdTable(HEAD, body), ''] : []),
       ...(Object.keys(anatomy).length
         ? ['Statements per engine operation (in-process, one at a time, idle, agents in their steady state):', '', anatomyText(true), '']
         : []),
+      ...(usersBody.length ? [USERS_SETUP, '', mdTable(USERS_HEAD, usersBody), ''] : []),
       ...(scenarioBody.length ? ['Delivery and trigger scenarios:', '', mdTable(SCENARIO_HEAD, scenarioBody), ''] : []),
     ].join('\n');
     writeFileSync(join(RESULTS, 'latest.md'), md);

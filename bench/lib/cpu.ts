@@ -22,7 +22,8 @@ function machine(): { busy: number; total: number } | null {
   }
 }
 
-function proc(pid: number): number | null {
+/** CPU ticks (1/100 s) a process used so far, user + system; null when it is gone. */
+export function proc(pid: number): number | null {
   try {
     const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = s.slice(s.lastIndexOf(')') + 2).split(' ');

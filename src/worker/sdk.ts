@@ -1,5 +1,5 @@
 /**
- * The TypeScript worker SDK: run tasks of one agent over the HTTP worker protocol.
+ * The TypeScript worker SDK: run tasks of one agent, or of several, over the HTTP worker protocol.
  *
  *   const worker = createWorker({ server, key, agent: 'demo', concurrency: 2, handler: async (task) => {
  *     task.log(`working on ${task.message}`);
@@ -7,6 +7,10 @@
  *   }});
  *   await worker.start();                      // throws on unknown agent, bad key, unreachable server
  *   process.on('SIGTERM', () => worker.stop()); // stop claiming, let tasks finish, release the rest
+ *
+ * One worker serves many agents with `agents: [...]` instead of `agent`: one client and one pool
+ * of connections, each agent with its own `concurrency` slots and its own long-poll (a process
+ * serving 100 agents needs one worker, not 100).
  *
  * What it does for every task: heartbeats every third of the lease TTL and aborts `task.signal`
  * when cancellation is requested, the deadline passes or the lease is lost (the lease keeper,
@@ -16,10 +20,11 @@
  */
 import { hostname } from 'node:os';
 import { ApiError, BatonClient, type Task as TaskView } from '../client.ts';
-import { LeaseKeeper, type AbortReason } from '../domain/lease.ts';
+import { LeaseKeeper } from '../domain/lease.ts';
 import { redactJson } from '../domain/redact.ts';
 import type { WorkerEvent } from './events.ts';
 import { nodeHttpTransport } from './http.ts';
+import { Lane } from './lane.ts';
 import { LogShipper } from './logs.ts';
 import { decideReport, refusedOutcome, type Settled, type TaskOutcome } from './outcome.ts';
 import { backoffMs, isLeaseLost, isTransient, sleep } from './retry.ts';
@@ -56,8 +61,11 @@ export type Handler = (task: Task) => Promise<unknown> | unknown;
 export interface WorkerOptions {
   server: string;
   key?: string;
-  agent: string;
-  /** Tasks run at once (default 1). */
+  /** The agent whose tasks this worker runs (or `agents`). */
+  agent?: string;
+  /** Several agents served by this one worker (instead of `agent`). */
+  agents?: readonly string[];
+  /** Tasks run at once, per agent (default 1). */
   concurrency?: number;
   handler: Handler;
   /** Lease owner name (default `<host>:<pid>`). */
@@ -79,7 +87,7 @@ export interface Worker {
   start(): Promise<void>;
   /** Stop claiming, give running tasks the grace period, abort and release what is left. */
   stop(): Promise<void>;
-  /** Tasks running now. */
+  /** Tasks running now (over every agent served). */
   readonly active: number;
   /** Resolves when the worker has stopped and every task was reported. */
   readonly done: Promise<void>;
@@ -94,30 +102,29 @@ export interface Worker {
 /** Most tasks one claim asks for (the API's bound on `max`). */
 const CLAIM_MAX = 100;
 
+/** Agents whose details start() reads at once. */
+const START_READS = 8;
+
 export function createWorker(opts: WorkerOptions): Worker {
   return new WorkerImpl(opts);
 }
 
-interface Running {
-  abort(reason: AbortReason): void;
-  finished: Promise<void>;
+/** The agents a worker serves: `agent` or `agents`, exactly one of them, no name twice. */
+function agentsOf(opts: WorkerOptions): string[] {
+  if ((opts.agent === undefined) === (opts.agents === undefined)) throw new Error('createWorker: give `agent` or `agents`, exactly one');
+  const names = opts.agent !== undefined ? [opts.agent] : [...opts.agents!];
+  if (names.length === 0) throw new Error('createWorker: `agents` is empty');
+  if (new Set(names).size !== names.length) throw new Error('createWorker: an agent is named twice in `agents`');
+  return names;
 }
 
 class WorkerImpl implements Worker {
   private readonly client: BatonClient;
   private readonly concurrency: number;
   private readonly workerId: string;
-  private readonly running = new Map<string, Running>();
-  /**
-   * Slots promised to claims in flight (the claim loop's, and those sent with completions) and
-   * running tasks whose slot a completion handed to its claim: free() counts neither, so the
-   * tasks running and the tasks that may still arrive never exceed the concurrency.
-   */
-  private outstanding = 0;
-  private handedOver = 0;
+  private readonly lanes: Lane[];
   private readonly stopCtrl = new AbortController();
-  private slotFreed: (() => void) | undefined;
-  private loop: Promise<void> | undefined;
+  private starting: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private resolveDone!: () => void;
   readonly done: Promise<void>;
@@ -126,12 +133,15 @@ class WorkerImpl implements Worker {
   constructor(private readonly opts: WorkerOptions) {
     this.client = new BatonClient({ server: opts.server, key: opts.key, transport: nodeHttpTransport });
     this.concurrency = Math.max(1, opts.concurrency ?? 1);
+    this.lanes = agentsOf(opts).map((agent) => new Lane(agent, this.concurrency));
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}`;
     this.done = new Promise((r) => (this.resolveDone = r));
   }
 
   get active(): number {
-    return this.running.size;
+    let n = 0;
+    for (const lane of this.lanes) n += lane.running.size;
+    return n;
   }
 
   private emit(e: WorkerEvent) {
@@ -142,15 +152,27 @@ class WorkerImpl implements Worker {
     }
   }
 
-  async start(): Promise<void> {
-    if (this.loop) return;
-    const agent = await this.readAgent();
-    if (agent.delivery === 'push') {
-      throw new Error(
-        `agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`,
-      );
-    }
-    this.loop = this.claimLoop();
+  start(): Promise<void> {
+    this.starting ??= (async () => {
+      // Every agent is checked before any is claimed from: a bad name fails start() with nothing taken.
+      let next = 0;
+      const check = async () => {
+        while (next < this.lanes.length) {
+          const agent = await this.readAgent(this.lanes[next++]!.agent);
+          if (agent.delivery === 'push') {
+            throw new Error(
+              `agent '${agent.name}' uses push delivery: Baton's dispatcher POSTs its tasks to ${agent.push_url ?? 'its push_url'}; a worker would compete with it`,
+            );
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(START_READS, this.lanes.length) }, check));
+      for (const lane of this.lanes) lane.loop = this.claimLoop(lane);
+    })().catch((err) => {
+      this.starting = undefined; // a start() that failed can be tried again
+      throw err;
+    });
+    return this.starting;
   }
 
   /**
@@ -159,10 +181,10 @@ class WorkerImpl implements Worker {
    * whose database is (503, 5xx, 429, nothing listening), is waited for with backoff — a fleet
    * started before its server, or through a database restart, must not die of it.
    */
-  private async readAgent() {
+  private async readAgent(name: string) {
     for (let failures = 0; ; failures++) {
       try {
-        const agent = await this.client.getAgent(this.opts.agent);
+        const agent = await this.client.getAgent(name);
         if (failures > 0) this.emit({ type: 'transport:recovered', op: 'start', failures });
         return agent;
       } catch (err) {
@@ -179,13 +201,15 @@ class WorkerImpl implements Worker {
     this.stopping ??= (async () => {
       try {
         this.stopCtrl.abort();
-        await this.loop;
+        await this.starting?.catch(() => undefined);
+        for (const lane of this.lanes) await lane.loop;
         const grace = this.opts.shutdownGraceMs ?? 30_000;
-        const all = () => Promise.all([...this.running.values()].map((r) => r.finished));
+        const running = () => this.lanes.flatMap((lane) => [...lane.running.values()]);
+        const all = () => Promise.all(running().map((r) => r.finished));
         const graceOver = new AbortController();
         await Promise.race([all(), sleep(grace, graceOver.signal)]);
         graceOver.abort(); // no timer left behind to hold the process open
-        for (const r of this.running.values()) r.abort('shutdown');
+        for (const r of running()) r.abort('shutdown');
         await all();
       } finally {
         // Whoever waits on `done` (the CLI's `baton worker`) is released even if stopping failed.
@@ -195,33 +219,29 @@ class WorkerImpl implements Worker {
     return this.stopping;
   }
 
-  /** Slots neither running a task nor promised to a claim in flight. */
-  private free(): number {
-    return this.concurrency - (this.running.size - this.handedOver) - this.outstanding;
-  }
-
-  private async claimLoop(): Promise<void> {
+  private async claimLoop(lane: Lane): Promise<void> {
     const signal = this.stopCtrl.signal;
     let failures = 0;
     while (!signal.aborted) {
-      const free = this.free();
+      const free = lane.free();
       if (free <= 0) {
         await new Promise<void>((r) => {
           const done = () => {
             signal.removeEventListener('abort', done);
             r();
           };
-          this.slotFreed = done;
+          lane.slotFreed = done;
           signal.addEventListener('abort', done, { once: true });
         });
         continue;
       }
       let tasks: TaskView[];
       const max = Math.min(free, CLAIM_MAX);
-      this.outstanding += max;
+      lane.outstanding += max;
+      lane.claiming = true;
       try {
         tasks = await this.client.claim(
-          this.opts.agent,
+          lane.agent,
           { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max },
           signal,
         );
@@ -241,17 +261,18 @@ class WorkerImpl implements Worker {
         await sleep(wait, signal);
         continue;
       } finally {
-        this.outstanding -= max;
+        lane.outstanding -= max;
+        lane.claiming = false;
       }
-      this.startTasks(tasks);
+      this.startTasks(lane, tasks);
     }
   }
 
   /** Run claimed tasks; claimed just as stop() began, they go straight back. */
-  private startTasks(tasks: readonly TaskView[]): void {
+  private startTasks(lane: Lane, tasks: readonly TaskView[]): void {
     for (const t of tasks) {
       if (this.stopCtrl.signal.aborted) void this.releaseTask(t);
-      else this.startTask(t);
+      else this.startTask(lane, t);
     }
   }
 
@@ -273,7 +294,7 @@ class WorkerImpl implements Worker {
     }
   }
 
-  private startTask(t: TaskView): void {
+  private startTask(lane: Lane, t: TaskView): void {
     const lease = new LeaseKeeper({
       leaseTtlSeconds: t.lease_ttl_seconds,
       deadlineAt: Date.parse(t.deadline_at),
@@ -282,22 +303,15 @@ class WorkerImpl implements Worker {
       onRenewError: (err, retryInMs) =>
         this.emit({ type: 'transport:error', op: 'heartbeat', error: (err as Error)?.message ?? String(err), retryInMs }),
     });
-    const finished = this.runTask(t, lease).then(
-      (handedOver) => this.finish(t.execution_id, handedOver),
-      () => this.finish(t.execution_id, false),
+    const finished = this.runTask(lane, t, lease).then(
+      (handedOver) => lane.finish(t.execution_id, handedOver),
+      () => lane.finish(t.execution_id, false),
     );
-    this.running.set(t.execution_id, { abort: (reason) => lease.abort(reason), finished });
-  }
-
-  private finish(id: string, handedOver: boolean): void {
-    this.running.delete(id);
-    if (handedOver) this.handedOver--;
-    this.slotFreed?.();
-    this.slotFreed = undefined;
+    lane.running.set(t.execution_id, { abort: (reason) => lease.abort(reason), finished });
   }
 
   /** Runs the task and reports it; true when its completion's claim took over its slot (see complete). */
-  private async runTask(t: TaskView, lease: LeaseKeeper): Promise<boolean> {
+  private async runTask(lane: Lane, t: TaskView, lease: LeaseKeeper): Promise<boolean> {
     const id = t.execution_id;
     const token = t.lease_token;
     this.emit({ type: 'task:start', executionId: id, attempt: t.attempt });
@@ -328,7 +342,7 @@ class WorkerImpl implements Worker {
     const report = decideReport({ settled, reason: lease.reason, leaseLost: lease.lost, deadlineAt: t.deadline_at });
     if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
     else if (report.kind === 'release') await this.handBack(id, token);
-    else return this.complete(id, token, report.outcome);
+    else return this.complete(lane, id, token, report.outcome);
     return false;
   }
 
@@ -371,13 +385,15 @@ class WorkerImpl implements Worker {
    * come back start at once without overshooting the concurrency. Returns whether it was handed
    * over; the caller gives it back when the task leaves `running`.
    */
-  private async complete(id: string, token: string, out: TaskOutcome): Promise<boolean> {
+  private async complete(lane: Lane, id: string, token: string, out: TaskOutcome): Promise<boolean> {
     const claiming = !this.stopCtrl.signal.aborted;
     let max = 0;
     if (claiming) {
-      this.handedOver++;
-      max = Math.min(CLAIM_MAX, Math.max(0, this.free()));
-      this.outstanding += max;
+      lane.handedOver++;
+      // While the loop's claim is out, it found the queue empty (or is about to look): the server
+      // wakes it for the next task, so asking again here would only cost an empty admission.
+      max = lane.claiming ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
+      lane.outstanding += max;
     }
     const send = (o: TaskOutcome) =>
       this.retry(
@@ -405,12 +421,12 @@ class WorkerImpl implements Worker {
       }
       this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
       if (answer.claim_error) this.emit({ type: 'error', op: 'claim', error: answer.claim_error.message });
-      this.startTasks(answer.tasks ?? []);
+      this.startTasks(lane, answer.tasks ?? []);
     } catch (err) {
       if (isLeaseLost(err)) this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
       else this.emit({ type: 'error', op: 'complete', error: (err as Error)?.message ?? String(err) });
     } finally {
-      this.outstanding -= max;
+      lane.outstanding -= max;
     }
     return claiming;
   }
