@@ -1,5 +1,5 @@
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
@@ -83,7 +83,11 @@ async function buildApp(opts: ServerOptions) {
   // Responses are typed at compile time by the schemas; serialising without re-validating keeps
   // the worker protocol fast. The schemas still document every response in /openapi.json.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
-  app.setErrorHandler(errorHandler);
+  // A write refused for lack of disk space marks the store full (GET /readyz) before it is answered.
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    opts.engine.space.failed(err);
+    return errorHandler(err, req, reply);
+  });
   app.setNotFoundHandler(notFoundHandler);
   guardConnections(app as unknown as FastifyInstance, limits);
 
@@ -109,6 +113,12 @@ async function buildApp(opts: ServerOptions) {
       const status = await opts.engine.storeStatus();
       if (!status.migrated)
         return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
+      if (status.fullSince !== undefined)
+        return reply.code(503).send({
+          status: 'store_full',
+          error: 'unavailable',
+          message: `the database's disk is full: writes fail for lack of space (since ${new Date(status.fullSince).toISOString()})`,
+        });
       return { status: 'ready', store: status.kind };
     } catch {
       return reply.code(503).send({ status: 'store_unreachable', error: 'unavailable', message: 'the store did not answer' });
