@@ -2,12 +2,13 @@ import swagger from '@fastify/swagger';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
-import { RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
+import { DEFAULTS, RETENTION_DEFAULTS, type HookRates, type RetentionEnv } from '../config.ts';
 import { reportingCanary, type Canary } from '../canary/service.ts';
 import { BatonError } from '../domain/errors.ts';
 import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections } from './connections.ts';
+import { boundUnreadAnswers, UnreadLedger } from './slow-readers.ts';
 import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
@@ -52,6 +53,8 @@ export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   maxConnectionsPerAddress: 256,
+  maxUnreadBytes: DEFAULTS.maxUnreadMiB * 1024 * 1024,
+  maxUnreadBytesPerConnection: DEFAULTS.maxUnreadMiBPerConnection * 1024 * 1024,
 });
 
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
@@ -90,6 +93,8 @@ async function buildApp(opts: ServerOptions) {
   });
   app.setNotFoundHandler(notFoundHandler);
   guardConnections(app as unknown as FastifyInstance, limits);
+  const unread = new UnreadLedger(limits);
+  boundUnreadAnswers(app as unknown as FastifyInstance, unread);
 
   acceptBodies(app as unknown as FastifyInstance);
 
@@ -104,7 +109,7 @@ async function buildApp(opts: ServerOptions) {
 
   declareCommonAnswers(app as unknown as FastifyInstance);
   const retention = opts.retention ?? { ...RETENTION_DEFAULTS, archiveDir: undefined };
-  registerMetrics(app as unknown as FastifyInstance, opts.engine, retention);
+  registerMetrics(app as unknown as FastifyInstance, opts.engine, retention, unread);
   app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { hide: true } }, async (_req, reply) => {
     if (opts.isReady && !opts.isReady())

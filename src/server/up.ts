@@ -114,7 +114,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     logger,
     isReady: () => ready,
     canary,
-    limits: opts.limits,
+    limits: { ...config.unread, ...opts.limits },
     retention,
     idempotency: config.idempotency,
     hookRates: config.hookRates,
