@@ -59,6 +59,18 @@ export const DEFAULTS = Object.freeze({
   chainDepthLimit: 10,
   /** Background passes traced (TRACE_PASSES): every pass would bury the traces of work under idle ones. */
   tracePasses: 'errors' as TracePasses,
+  /**
+   * Bytes of answers held in memory for clients that have not read them yet, in all (MiB): past it
+   * the connections that read least recently are closed. Lower bounds the memory slow readers can
+   * take; higher lets more large answers be in flight at once to clients reading slowly but surely.
+   */
+  maxUnreadMiB: 128,
+  /**
+   * The same for one connection (MiB): past it that connection is closed. Above the largest answer
+   * Baton gives (a log page of 5 MiB, an execution of a few MiB), so it only stops a client that
+   * asks again and again without reading.
+   */
+  maxUnreadMiBPerConnection: 32,
 });
 
 /** The variables as given: `process.env`, or a plain record in tests. */
@@ -184,6 +196,12 @@ export function readEnv(env: Vars = process.env): Env {
   };
 }
 
+/** A size in MiB (fractions allowed), as bytes. */
+function mib(env: Vars, name: string, fallback: number): number {
+  const n = number(env, name, fallback, { min: 0, max: 1_048_576, aboveMin: true, accepts: 'MiB, a number above 0 (at most 1048576)' });
+  return Math.round(n * 1024 * 1024);
+}
+
 /** BATON_HOST: an IP address, or a host name of letters, digits, hyphens and dots. */
 function listenHost(raw: string | undefined): string {
   if (raw === undefined) return DEFAULTS.host;
@@ -218,6 +236,7 @@ export interface Config extends Env, ConnectionEnv {
   canary: CanarySettings;
   /** BATON_CHAIN_DEPTH_LIMIT: longest chain of subscriptions a task may end (default 10); deeper links are refused and recorded. */
   chainDepthLimit: number;
+  unread: UnreadSettings;
   retention: RetentionEnv;
   telemetry: TelemetrySettings;
   network: NetworkSettings;
@@ -280,6 +299,14 @@ export interface HookRates {
   perWebhook: number;
 }
 
+/** Bytes held for clients that do not read their answers (src/api/slow-readers.ts). */
+export interface UnreadSettings {
+  /** BATON_MAX_UNREAD_MIB, in bytes: in all (default 128 MiB). */
+  maxUnreadBytes: number;
+  /** BATON_MAX_UNREAD_MIB_PER_CONNECTION, in bytes: on one connection (default 32 MiB). */
+  maxUnreadBytesPerConnection: number;
+}
+
 export interface CanarySettings {
   /** BATON_CANARY_INTERVAL_MS: how often the invariant checker runs; 0: not in this process (default 60 000). */
   intervalMs: number;
@@ -336,6 +363,10 @@ export function readConfig(env: Vars = process.env): Config {
       }),
       alertWebhookUrl: httpUrl(env, 'BATON_ALERT_WEBHOOK_URL', { secret: true }),
       alertSlackUrl: httpUrl(env, 'BATON_ALERT_SLACK_URL', { secret: true }),
+    },
+    unread: {
+      maxUnreadBytes: mib(env, 'BATON_MAX_UNREAD_MIB', DEFAULTS.maxUnreadMiB),
+      maxUnreadBytesPerConnection: mib(env, 'BATON_MAX_UNREAD_MIB_PER_CONNECTION', DEFAULTS.maxUnreadMiBPerConnection),
     },
     chainDepthLimit: number(env, 'BATON_CHAIN_DEPTH_LIMIT', DEFAULTS.chainDepthLimit, {
       min: 1,

@@ -360,6 +360,20 @@ function countEngineEvents(registry: Registry, engine: Engine) {
     labelNames: ['loop'] as const,
     registers: [registry],
   });
+  const storeFullErrors = new Counter({
+    name: 'baton_store_full_errors_total',
+    help: 'Writes in this process refused for lack of disk space (SQLITE_FULL, PostgreSQL 53100); baton_store_full says whether it lasts',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'baton_store_full',
+    help: "1 while this process finds the database's disk full (a write failed for lack of space; cleared when a 1 MiB probe write commits)",
+    registers: [registry],
+    async collect() {
+      await engine.space.probe();
+      this.set(engine.space.fullSince === undefined ? 0 : 1);
+    },
+  });
   const httpDuration = new Histogram({
     name: 'baton_http_request_duration_seconds',
     help: 'HTTP requests answered, by method, route pattern and status code',
@@ -395,11 +409,13 @@ function countEngineEvents(registry: Registry, engine: Engine) {
     for (const [reason, n] of skipped) schedulerTicks.inc({ outcome: 'skipped', reason }, n);
   };
   const onLoopError = ({ loop }: { loop: string }) => loopErrors.inc({ loop });
+  const onStoreFull = () => storeFullErrors.inc();
   engine.events.on('execution:admitted', onAdmitted);
   engine.events.on('execution:completed', onCompleted);
   engine.events.on('reaper:reaped', onReaped);
   engine.events.on('scheduler:fired', onFired);
   engine.events.on('loop:error', onLoopError);
+  engine.events.on('store:full', onStoreFull);
 
   const off = () => {
     engine.events.off('execution:admitted', onAdmitted);
@@ -407,6 +423,7 @@ function countEngineEvents(registry: Registry, engine: Engine) {
     engine.events.off('reaper:reaped', onReaped);
     engine.events.off('scheduler:fired', onFired);
     engine.events.off('loop:error', onLoopError);
+    engine.events.off('store:full', onStoreFull);
   };
   return { httpDuration, off };
 }

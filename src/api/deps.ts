@@ -34,4 +34,11 @@ export interface ConnectionLimits {
    * one client cannot take every descriptor. `baton up`: BATON_MAX_CONNECTIONS_PER_ADDRESS.
    */
   maxConnectionsPerAddress: number;
+  /**
+   * Bytes of answers held for clients that have not read them, in all: past it, the connections
+   * that read least recently are closed (src/api/slow-readers.ts). BATON_MAX_UNREAD_MIB.
+   */
+  maxUnreadBytes: number;
+  /** The same on one connection: past it, that connection is closed. BATON_MAX_UNREAD_MIB_PER_CONNECTION. */
+  maxUnreadBytesPerConnection: number;
 }

@@ -2,7 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { BatonError, type ApiErrorCode, type EdgeErrorCode, type ErrorCode } from '../domain/errors.ts';
-import { isStoreUnavailable, UNAVAILABLE_RETRY_AFTER_S } from '../store/unavailable.ts';
+import { isStoreFull, isStoreUnavailable, UNAVAILABLE_RETRY_AFTER_S } from '../store/unavailable.ts';
 
 /** The one mapping from domain errors to HTTP. */
 const STATUS: Record<ErrorCode, number> = {
@@ -74,9 +74,10 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
     // Weather, not a fault: nothing was written (the transaction rolled back); try again shortly.
     req.log.warn({ code: (err as { code?: string }).code }, 'database unavailable');
     reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
-    return reply
-      .code(503)
-      .send({ error: 'unavailable', message: 'the database is unavailable right now; nothing was changed; retry shortly' });
+    const message = isStoreFull(err)
+      ? "the database's disk is full; nothing was changed; retry once space is freed"
+      : 'the database is unavailable right now; nothing was changed; retry shortly';
+    return reply.code(503).send({ error: 'unavailable', message });
   }
   if (hasZodFastifySchemaValidationErrors(err)) {
     const where = err.validationContext ?? 'request';

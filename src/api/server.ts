@@ -1,5 +1,5 @@
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
 import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { DEFAULTS, RETENTION_DEFAULTS, type HookRates, type RetentionEnv, type TrustedProxy } from '../config.ts';
@@ -8,6 +8,7 @@ import { BatonError } from '../domain/errors.ts';
 import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepMessage, tooManyValuesMessage } from '../domain/json.ts';
 import { authenticate } from './auth.ts';
 import { guardConnections, proxyMatcher } from './connections.ts';
+import { boundUnreadAnswers, UnreadLedger } from './slow-readers.ts';
 import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
@@ -57,6 +58,8 @@ export const CONNECTION_LIMITS: ConnectionLimits = Object.freeze({
   requestTimeoutMs: 30_000,
   headersTimeoutMs: 10_000,
   maxConnectionsPerAddress: DEFAULTS.maxConnectionsPerAddress,
+  maxUnreadBytes: DEFAULTS.maxUnreadMiB * 1024 * 1024,
+  maxUnreadBytesPerConnection: DEFAULTS.maxUnreadMiBPerConnection * 1024 * 1024,
 });
 
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
@@ -92,9 +95,15 @@ async function buildApp(opts: ServerOptions) {
   // Responses are typed at compile time by the schemas; serialising without re-validating keeps
   // the worker protocol fast. The schemas still document every response in /openapi.json.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
-  app.setErrorHandler(errorHandler);
+  // A write refused for lack of disk space marks the store full (GET /readyz) before it is answered.
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    opts.engine.space.failed(err);
+    return errorHandler(err, req, reply);
+  });
   app.setNotFoundHandler(notFoundHandler);
   guardConnections(app as unknown as FastifyInstance, limits, trusted);
+  const unread = new UnreadLedger(limits);
+  boundUnreadAnswers(app as unknown as FastifyInstance, unread);
 
   acceptBodies(app as unknown as FastifyInstance);
 
@@ -109,7 +118,7 @@ async function buildApp(opts: ServerOptions) {
 
   declareCommonAnswers(app as unknown as FastifyInstance);
   const retention = opts.retention ?? { ...RETENTION_DEFAULTS, archiveDir: undefined };
-  registerMetrics(app as unknown as FastifyInstance, opts.engine, retention);
+  registerMetrics(app as unknown as FastifyInstance, opts.engine, retention, unread);
   app.get('/healthz', { schema: { hide: true } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { hide: true } }, async (_req, reply) => {
     if (opts.isReady && !opts.isReady())
@@ -118,6 +127,12 @@ async function buildApp(opts: ServerOptions) {
       const status = await opts.engine.storeStatus();
       if (!status.migrated)
         return reply.code(503).send({ status: 'not_migrated', error: 'unavailable', message: 'database migrations are not current' });
+      if (status.fullSince !== undefined)
+        return reply.code(503).send({
+          status: 'store_full',
+          error: 'unavailable',
+          message: `the database's disk is full: writes fail for lack of space (since ${new Date(status.fullSince).toISOString()})`,
+        });
       return { status: 'ready', store: status.kind };
     } catch {
       return reply.code(503).send({ status: 'store_unreachable', error: 'unavailable', message: 'the store did not answer' });

@@ -47,6 +47,7 @@ import { Subscriptions } from './composition/subscriptions.ts';
 import { ClaimWaits } from './waiters.ts';
 import { Groups } from './composition/group-service.ts';
 import { Agents } from './agents.ts';
+import { StoreSpace } from './store-space.ts';
 
 /** The terms used here (agent, execution, seat, lease, hold, …) are defined in docs/concepts.md#glossary. */
 export interface EngineOptions {
@@ -117,6 +118,8 @@ export class Engine {
   readonly agents: Agents;
   /** Pools: limits several agents draw from (pool-service.ts). */
   readonly pools: Pools;
+  /** Whether the store's disk is full (GET /readyz, metrics): failed writes set it, a probe write clears it. */
+  readonly space: StoreSpace;
   /** Long-poll claims waiting for work; close() wakes them all so shutdown does not wait for them. */
   private readonly claimWaits: ClaimWaits;
   /** Plain submits and completions that cause nothing else, many to a call (store.fastPaths; gather.ts). */
@@ -137,6 +140,7 @@ export class Engine {
     this.alertSinks = opts.alertSinks ?? [];
     this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
+    this.space = new StoreSpace(this.store, this.events, this.nodeId, this.clock);
     const fast = this.store.fastPaths;
     if (fast) {
       // A submit the call refused is made alone, which says why.
@@ -195,10 +199,14 @@ export class Engine {
     return this.store.subscribe(topic, listener);
   }
 
-  /** The store's kind and whether every known migration is applied (GET /readyz). Rejects when the store does not answer. */
-  async storeStatus(): Promise<{ kind: StoreKind; migrated: boolean }> {
+  /**
+   * The store's kind, whether every known migration is applied, and since when its disk has been
+   * full (undefined: writes succeed; probed while full). GET /readyz. Rejects when the store does not answer.
+   */
+  async storeStatus(): Promise<{ kind: StoreKind; migrated: boolean; fullSince?: number }> {
     const { applied, known } = await this.store.migrationStatus();
-    return { kind: this.store.describe().kind, migrated: known.every((v) => applied.includes(v)) };
+    await this.space.probe();
+    return { kind: this.store.describe().kind, migrated: known.every((v) => applied.includes(v)), fullSince: this.space.fullSince };
   }
 
   // ── executions ────────────────────────────────────────────────────────────

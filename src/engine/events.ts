@@ -17,6 +17,10 @@ export interface EngineEventMap {
   'execution:completed': [ExecutionRow];
   /** A background pass (or a signal-started one) failed; it runs again on its next interval. */
   'loop:error': [{ loop: string; error: unknown }];
+  /** A write failed for lack of disk space (store-space.ts); `first`: the store was not known full before. */
+  'store:full': [{ code: string; message: string; first: boolean }];
+  /** A probe write committed after the store was full: space is back (store-space.ts). */
+  'store:space': [{ fullForMs: number }];
   /**
    * A background pass ran on the loop helper (not emitted when a leader-only pass was skipped for
    * want of the lease): when it started (ms since the epoch), how long it took, and its failure if

@@ -119,7 +119,7 @@ export async function startNode(opts: StartOptions = {}): Promise<BatonNode> {
     logger,
     isReady: () => ready,
     canary,
-    limits: { maxConnectionsPerAddress: config.network.maxConnectionsPerAddress, ...opts.limits },
+    limits: { maxConnectionsPerAddress: config.network.maxConnectionsPerAddress, ...config.unread, ...opts.limits },
     trustedProxies: opts.trustedProxies ?? config.network.trustedProxies,
     retention,
     idempotency: config.idempotency,
@@ -209,7 +209,7 @@ function logClockSkew(store: StoreAdapter, logger: Logger | false): void {
   );
 }
 
-/** Log failed passes (a database outage once per loop per OUTAGE_LOG_EVERY_MS) and what the reaper did. */
+/** Log failed passes (a database outage once per loop per OUTAGE_LOG_EVERY_MS), a full disk (as often) and what the reaper did. */
 function logLoops(engine: Engine, logger: Logger | false): void {
   // A database away (a restart, a network cut) fails every pass of every loop until it is back:
   // said once per loop per 30 s as what it is, with how many more failed meanwhile, not as a
@@ -229,6 +229,27 @@ function logLoops(engine: Engine, logger: Logger | false): void {
       { loop, code: (error as { code?: unknown })?.code, message: (error as Error)?.message, failed_since_last: quiet?.more ?? 0 },
       `${loop}: the database is unavailable; retrying on the next interval`,
     );
+  });
+  // A full disk fails writes from every request and loop until space is freed: said once per
+  // OUTAGE_LOG_EVERY_MS with how many failed meanwhile, and once when writes succeed again.
+  let fullQuietUntil = 0;
+  let fullMore = 0;
+  engine.events.on('store:full', ({ code, message, first }) => {
+    if (!logger) return;
+    const now = Date.now();
+    if (!first && now < fullQuietUntil) {
+      fullMore++;
+      return;
+    }
+    logger.error(
+      { code, message, failed_since_last: fullMore },
+      "store_full: the database's disk is full; writes fail (503) and /readyz answers 503 until space is freed",
+    );
+    fullQuietUntil = now + OUTAGE_LOG_EVERY_MS;
+    fullMore = 0;
+  });
+  engine.events.on('store:space', ({ fullForMs }) => {
+    if (logger) logger.warn({ full_for_ms: fullForMs }, 'store_full cleared: a write succeeded; the database has space again');
   });
   engine.events.on(
     'reaper:reaped',

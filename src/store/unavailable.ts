@@ -36,5 +36,15 @@ export function isStoreUnavailable(err: unknown): boolean {
   return false;
 }
 
+/**
+ * Is this error the store refusing a write for lack of disk space: SQLITE_FULL, or PostgreSQL's
+ * 53100 disk_full (a data file could not be extended)? A kind of unavailable: nothing was
+ * written, and the same write succeeds once space returns.
+ */
+export function isStoreFull(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return code === '53100' || (typeof code === 'string' && /^SQLITE_FULL(_|$)/.test(code));
+}
+
 /** What a client is told to wait before retrying, in seconds. */
 export const UNAVAILABLE_RETRY_AFTER_S = 2;

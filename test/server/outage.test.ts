@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, BatonClient } from '../../src/client.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { isStoreUnavailable } from '../../src/store/unavailable.ts';
+import { isStoreFull, isStoreUnavailable } from '../../src/store/unavailable.ts';
 import { createWorker, type WorkerEvent } from '../../src/worker/sdk.ts';
 import { until } from '../helpers/delivery.ts';
 import { startProxy, type Proxy } from '../helpers/proxy.ts';
@@ -151,5 +151,10 @@ describe('what counts as the database being away', () => {
     ];
     for (const e of yes) expect(isStoreUnavailable(e), JSON.stringify(e)).toBe(true);
     for (const e of no) expect(isStoreUnavailable(e), String(e)).toBe(false);
+    // Of those, a full disk (readiness says store_full until a probe write commits).
+    const full = [{ code: '53100' }, { code: 'SQLITE_FULL' }];
+    for (const e of full) expect(isStoreFull(e) && isStoreUnavailable(e), JSON.stringify(e)).toBe(true);
+    for (const e of [...yes.filter((e) => !full.some((f) => f.code === (e as { code?: string }).code)), ...no])
+      expect(isStoreFull(e), String(JSON.stringify(e))).toBe(false);
   });
 });

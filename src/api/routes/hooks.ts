@@ -247,7 +247,8 @@ export const hookRoutes: FastifyPluginAsync<HookOptions> = async (app, opts) => 
         if (err instanceof BatonError) throw err;
         // A genuine internal failure: nothing was created (the transaction rolled back) and the key
         // was released, so the sender's retry can succeed.
-        req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
+        // A full disk is logged once per interval by whoever listens to store:full.
+        if (!engine.space.failed(err)) req.log.error({ err, webhook: w.id }, 'webhook delivery failed');
         reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
         return reply.code(503).send({ error: 'unavailable', message: 'the delivery could not be recorded; retry it' });
       }
