@@ -1,3 +1,5 @@
+import { parsePools } from '../domain/pools.ts';
+import { parseThrottle } from '../domain/throttle.ts';
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
@@ -163,6 +165,8 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     lapse_hold: a.lapse_hold_at === null ? null : { since: iso(a.lapse_hold_at)!, lapsed: Number(a.lapse_hold_count ?? 0) },
     budget: parseBudget(a.budget),
     breaker: breakerView(a),
+    pools: parsePools(a.pools),
+    throttle: parseThrottle(a.throttle),
     last_claim_at: iso(a.last_claim_at),
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
