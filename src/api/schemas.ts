@@ -12,6 +12,7 @@ import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/st
 import { CONFIG_PAGE, EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 import { AgentHold, AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
+import { PoolsSetting, Throttle, ThrottleSetting } from './schemas/pools.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
 import { USAGE_MAX } from '../domain/budget.ts';
@@ -78,6 +79,8 @@ const agentSettings = {
   retry_policy: RetryPolicy.nullable().optional().describe('default retry policy of its executions (null: no retries)'),
   budget: BudgetSetting,
   breaker: BreakerSetting,
+  pools: PoolsSetting,
+  throttle: ThrottleSetting,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
@@ -105,6 +108,8 @@ export const Agent = z.object({
   lapse_hold: LapseHold,
   breaker: Breaker,
   hold: AgentHold,
+  pools: z.array(z.string()).describe('the pools it draws from, in name order (GET /v1/pools/{pool} shows their usage)'),
+  throttle: Throttle.nullable().describe('starts per period (null: none)'),
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
   created_at: Timestamp,
   updated_at: Timestamp,

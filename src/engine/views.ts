@@ -1,3 +1,5 @@
+import { parsePools } from '../domain/pools.ts';
+import { parseThrottle } from '../domain/throttle.ts';
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
@@ -167,6 +169,8 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     budget: parseBudget(a.budget),
     breaker: breakerView(a),
     hold: counts.hold,
+    pools: parsePools(a.pools),
+    throttle: parseThrottle(a.throttle),
     last_claim_at: iso(a.last_claim_at),
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
