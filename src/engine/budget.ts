@@ -9,6 +9,7 @@ import {
   type Budget,
   type BudgetMetric,
   type BudgetWindow,
+  type Spend,
   type WindowSpend,
 } from '../domain/budget.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
@@ -90,6 +91,7 @@ export async function accrueBudget(
       )
       .returning(['window_kind', 'window_start', 'cost_usd', 'total_tokens', 'run_ms', 'alerted_at'])
       .executeTakeFirstOrThrow();
+    if (w === 'minute' && isFirstSpend(after, spend)) await forgetOldMinutes(tx, 'agent_budget_ledger', row.agent, start);
     if (after.alerted_at !== null) continue;
     const crossed = budget.limits.find((l) => l.window === w && spentOn(l.metric, toSpend(after)) >= BUDGET_ALERT_RATIO * l.limit);
     if (!crossed) continue;
@@ -116,6 +118,38 @@ export async function accrueBudget(
     alerts.push(alert);
   }
   return alerts;
+}
+
+/**
+ * Minute windows of a ledger are kept for a day (the budget answers read the current window
+ * only): the first completion of each new minute drops its owner's minute rows older than that, a
+ * primary-key range seek, so a ledger holds at most 1,440 of them per agent or pool however old
+ * the store.
+ */
+export const MINUTE_ROWS_KEPT_MS = 86_400_000;
+
+/** Whether an upserted window row holds exactly this spend: the completion made the row (or all before it spent nothing). */
+export function isFirstSpend(after: Pick<WindowSpend, 'cost_usd' | 'total_tokens' | 'run_ms'>, spend: Spend): boolean {
+  return (
+    Number(after.cost_usd) === spend.cost_usd && Number(after.total_tokens) === spend.total_tokens && Number(after.run_ms) === spend.run_ms
+  );
+}
+
+/** Drop `owner`'s minute rows of `table` older than MINUTE_ROWS_KEPT_MS before `start`. */
+export async function forgetOldMinutes(
+  tx: Executor,
+  table: 'agent_budget_ledger' | 'pool_budget_ledger',
+  owner: string,
+  start: number,
+): Promise<void> {
+  const q =
+    table === 'agent_budget_ledger'
+      ? tx.deleteFrom('agent_budget_ledger').where('agent', '=', owner)
+      : tx.deleteFrom('pool_budget_ledger').where('pool', '=', owner);
+  await q
+    .where('window_kind', '=', 'minute')
+    .where('window_start', '<', start - MINUTE_ROWS_KEPT_MS)
+    .execute();
 }
 
 /** The `invariant` column of a budget alert row (it names what alerted, as BREAKER_ALERT does). */

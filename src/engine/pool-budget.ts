@@ -12,6 +12,7 @@ import {
 } from '../domain/budget.ts';
 import { parsePools } from '../domain/pools.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { forgetOldMinutes, isFirstSpend } from './budget.ts';
 import type { Executor } from './transitions/stamp.ts';
 
 /**
@@ -90,9 +91,10 @@ export async function accruePoolBudgets(tx: Executor, row: ExecutionRow, now: nu
     const budget = parseBudget(p.budget);
     if (!budget) continue;
     for (const w of budgetWindows(budget)) {
-      await tx
+      const start = windowOf(now, w, budget.time_zone).start;
+      const after = await tx
         .insertInto('pool_budget_ledger')
-        .values({ pool: p.name, window_kind: w, window_start: windowOf(now, w, budget.time_zone).start, ...spend, updated_at: now })
+        .values({ pool: p.name, window_kind: w, window_start: start, ...spend, updated_at: now })
         .onConflict((oc) =>
           oc.columns(['pool', 'window_kind', 'window_start']).doUpdateSet({
             cost_usd: sql`pool_budget_ledger.cost_usd + excluded.cost_usd`,
@@ -101,7 +103,9 @@ export async function accruePoolBudgets(tx: Executor, row: ExecutionRow, now: nu
             updated_at: now,
           }),
         )
-        .execute();
+        .returning(['cost_usd', 'total_tokens', 'run_ms'])
+        .executeTakeFirstOrThrow();
+      if (w === 'minute' && isFirstSpend(after, spend)) await forgetOldMinutes(tx, 'pool_budget_ledger', p.name, start);
     }
   }
 }
