@@ -158,7 +158,6 @@ function agentControlRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.get(
     '/v1/agents/:agent/keys',
     {
-      config: { agentKeys: true },
       schema: {
         tags: ['agents'],
         summary: "An agent's live keys (a queued or running task): seats in use, queue depth, cap and throttle, in key order",
@@ -168,7 +167,6 @@ function agentControlRoutes(app: RouteApp, { engine }: ApiDeps): void {
       },
     },
     async (req) => {
-      requireAgentAccess(req, req.params.agent);
       const page = await engine.agents.keys(req.params.agent, { limit: req.query.limit, after: req.query.cursor });
       return {
         agent: req.params.agent,
