@@ -14,6 +14,7 @@ import { AgentHold, AgentPaused, LapseHold, Paused, Waiting } from './schemas/ad
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { PoolsSetting, Throttle, ThrottleSetting } from './schemas/pools.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
+import { AgentKeySettings, agentKeySettings, submitKeyFields } from './schemas/flow-keys.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
 import { USAGE_MAX } from '../domain/budget.ts';
 
@@ -81,6 +82,7 @@ const agentSettings = {
   breaker: BreakerSetting,
   pools: PoolsSetting,
   throttle: ThrottleSetting,
+  ...agentKeySettings,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
@@ -111,6 +113,7 @@ export const Agent = z.object({
   pools: z.array(z.string()).describe('the pools it draws from, in name order (GET /v1/pools/{pool} shows their usage)'),
   throttle: Throttle.nullable().describe('starts per period (null: none)'),
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
+  keys: AgentKeySettings.describe('per-key limits: docs/concepts.md, "Concurrency keys"'),
   created_at: Timestamp,
   updated_at: Timestamp,
 });
@@ -211,6 +214,7 @@ export const SubmitBody = z.strictObject({
     .describe('do not start before this time (at most a year ahead)'),
   delay_seconds: z.number().min(0).max(MAX_DELAY_S).optional().describe('do not start for this many seconds'),
   retry: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy for this task"),
+  ...submitKeyFields,
 });
 export type SubmitBody = z.infer<typeof SubmitBody>;
 
@@ -219,6 +223,10 @@ export const Created = z.object({
   status: ExecutionStatus,
   agent: z.string(),
   agent_paused: AgentPaused,
+  debounced: z
+    .boolean()
+    .optional()
+    .describe('true: the submit was folded into the key’s debounced task, whose id this is (it runs once, with this message and payload)'),
   execution: Execution,
 });
 

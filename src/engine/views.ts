@@ -172,6 +172,11 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     pools: parsePools(a.pools),
     throttle: parseThrottle(a.throttle),
     last_claim_at: iso(a.last_claim_at),
+    keys: {
+      key_max_parallel: a.key_max_parallel,
+      key_overrides: json(a.key_overrides) as Record<string, number> | null,
+      key_throttle: parseThrottle(a.key_throttle),
+    },
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
   };
