@@ -20,6 +20,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import { ALERT_STATUSES } from './domain/canary.ts';
 import type { Fired } from './domain/outcomes.ts';
 import type { Engine } from './engine/engine.ts';
+import { liveKeyCounts } from './engine/flow-keys-read.ts';
 import { liveCountsByAgent } from './engine/live-counts.ts';
 import type { StoreAdapter } from './store/adapter.ts';
 import { RETENTION_DEFAULTS, type RetentionEnv } from './config.ts';
@@ -73,6 +74,8 @@ interface DbStats {
   violations: Array<{ invariant: string; severity: string; n: number }>;
   alerts: Array<{ status: string; n: number }>;
   canaryCompletedAt: number | null;
+  /** Live keys per agent (a count: one series per agent, never one per key). */
+  liveKeys: Map<string, number>;
 }
 
 async function readDbStats(store: StoreAdapter): Promise<DbStats> {
@@ -104,6 +107,7 @@ async function readDbStats(store: StoreAdapter): Promise<DbStats> {
     agents,
     violations: violations.map((r) => ({ ...r, n: Number(r.n) })),
     alerts: alerts.map((r) => ({ ...r, n: Number(r.n) })),
+    liveKeys: await liveKeyCounts(db),
     canaryCompletedAt: state?.last_completed_at === null || state?.last_completed_at === undefined ? null : Number(state.last_completed_at),
   };
 }
@@ -217,6 +221,9 @@ function registerDbGauges(registry: Registry, engine: Engine): void {
   });
   dbGauge('baton_agent_queued', 'Queued executions per agent', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, countOf(s, a.name, 'queued'));
+  });
+  dbGauge('baton_agent_live_keys', 'Concurrency keys with a queued or running execution, per agent', ['agent'], (g, s) => {
+    for (const a of s.agents) g.set({ agent: a.name }, s.liveKeys.get(a.name) ?? 0);
   });
   dbGauge('baton_agent_paused', '1 while the agent is paused (it admits nothing until resumed)', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, a.paused_at === null ? 0 : 1);

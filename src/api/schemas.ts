@@ -13,6 +13,7 @@ import { CONFIG_PAGE, EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '..
 import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
+import { AgentKeySettings, agentKeySettings, submitKeyFields } from './schemas/flow-keys.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
 import { USAGE_MAX } from '../domain/budget.ts';
 
@@ -78,6 +79,7 @@ const agentSettings = {
   retry_policy: RetryPolicy.nullable().optional().describe('default retry policy of its executions (null: no retries)'),
   budget: BudgetSetting,
   breaker: BreakerSetting,
+  ...agentKeySettings,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
@@ -105,6 +107,7 @@ export const Agent = z.object({
   lapse_hold: LapseHold,
   breaker: Breaker,
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
+  keys: AgentKeySettings.describe('per-key limits: docs/concepts.md, "Concurrency keys"'),
   created_at: Timestamp,
   updated_at: Timestamp,
 });
@@ -205,6 +208,7 @@ export const SubmitBody = z.strictObject({
     .describe('do not start before this time (at most a year ahead)'),
   delay_seconds: z.number().min(0).max(MAX_DELAY_S).optional().describe('do not start for this many seconds'),
   retry: RetryPolicy.nullable().optional().describe("overrides the agent's retry policy for this task"),
+  ...submitKeyFields,
 });
 export type SubmitBody = z.infer<typeof SubmitBody>;
 
@@ -213,6 +217,10 @@ export const Created = z.object({
   status: ExecutionStatus,
   agent: z.string(),
   agent_paused: AgentPaused,
+  debounced: z
+    .boolean()
+    .optional()
+    .describe('true: the submit was folded into the key’s debounced task, whose id this is (it runs once, with this message and payload)'),
   execution: Execution,
 });
 

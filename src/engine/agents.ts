@@ -17,6 +17,7 @@ import { statusIs } from './status-sql.ts';
 import { cancelExecution, cancelQueued } from './transitions/cancel.ts';
 import type { Followed } from './composition/follow.ts';
 import { readCurrentWindows } from './budget.ts';
+import { liveKeys } from './flow-keys-read.ts';
 import type { Throttle } from '../domain/throttle.ts';
 import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../domain/budget.ts';
 import { deleteAgentSubscriptions } from './composition/subscriptions.ts';
@@ -362,6 +363,11 @@ export class Agents {
   /** NotFound unless the agent exists: a stream or filter that names an unknown agent is refused, not left empty. */
   async require(name: string): Promise<void> {
     await requireAgents(this.store.db, [name]);
+  }
+
+  /** An agent's live keys, a page in key order (flow-keys-read.ts). */
+  keys(name: string, opts: { limit?: number; after?: string }) {
+    return liveKeys(this.store.db, name, { ...opts, now: this.engine.now() });
   }
 
   /**

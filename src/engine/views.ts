@@ -2,6 +2,7 @@ import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
 import { parseBudget } from '../domain/budget.ts';
+import { parseThrottle } from '../domain/throttle.ts';
 import { parseBreakerConfig } from '../domain/breaker.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
@@ -166,6 +167,11 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     budget: parseBudget(a.budget),
     breaker: breakerView(a),
     last_claim_at: iso(a.last_claim_at),
+    keys: {
+      key_max_parallel: a.key_max_parallel,
+      key_overrides: json(a.key_overrides) as Record<string, number> | null,
+      key_throttle: parseThrottle(a.key_throttle),
+    },
     created_at: iso(a.created_at)!,
     updated_at: iso(a.updated_at)!,
   };

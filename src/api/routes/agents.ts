@@ -9,6 +9,7 @@ import { decodeNameCursor, encodeNameCursor } from '../cursors.ts';
 import { Agent, AgentCreate, AgentList, AgentListQuery, AgentParams, AgentPatch, ErrorBody, NoBody } from '../schemas.ts';
 import { PauseBody } from '../schemas/admission.ts';
 import { BudgetAnswer } from '../schemas/budget.ts';
+import { LiveKeys, LiveKeysQuery } from '../schemas/flow-keys.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
 
 /** Admins see an agent as stored; an agent-scoped key sees its push URL without credentials. */
@@ -151,6 +152,27 @@ function agentControlRoutes(app: RouteApp, { engine }: ApiDeps): void {
       await engine.agents.closeBreaker(req.params.agent, actorOf(req));
       const a = await engine.agents.get(req.params.agent);
       return agentView(a.agent, a);
+    },
+  );
+
+  app.get(
+    '/v1/agents/:agent/keys',
+    {
+      schema: {
+        tags: ['agents'],
+        summary: "An agent's live keys (a queued or running task): seats in use, queue depth, cap and throttle, in key order",
+        params: AgentParams,
+        querystring: LiveKeysQuery,
+        response: { 200: LiveKeys, 400: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (req) => {
+      const page = await engine.agents.keys(req.params.agent, { limit: req.query.limit, after: req.query.cursor });
+      return {
+        agent: req.params.agent,
+        keys: page.keys.map((k) => ({ ...k, throttled_until: iso(k.throttled_until) })),
+        next_cursor: page.next,
+      };
     },
   );
 

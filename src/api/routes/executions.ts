@@ -32,6 +32,15 @@ export const executionRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps)
   executionActionRoutes(app, deps);
 };
 
+/** A submit's key options; debounce and singleton need a key (400 naming the field). */
+function keyOptions(body: SubmitBody) {
+  for (const field of ['debounce_seconds', 'singleton'] as const) {
+    if (body[field] !== undefined && body.key === undefined) throw new BatonError('validation_error', `body.${field}: needs body.key`);
+  }
+  if (body.key === undefined) return {};
+  return { key: body.key, debounce_seconds: body.debounce_seconds ?? null, singleton: body.singleton ?? false };
+}
+
 /** Submit a task (POST /v1/agents/:agent/executions). */
 function submitRoute(app: RouteApp, { engine, idempotency }: ApiDeps): void {
   app.post(
@@ -69,11 +78,13 @@ function submitRoute(app: RouteApp, { engine, idempotency }: ApiDeps): void {
         : undefined;
       // As the submit found the agent (told before the answer is stored with an idempotency key).
       let paused = false;
+      let debounced = false;
       const created = (row: ExecutionRow, execution: ExecutionView) => ({
         execution_id: row.id,
         status: row.status,
         agent: row.agent,
         agent_paused: paused,
+        ...(debounced ? { debounced } : {}),
         execution,
       });
       // The answer (stored with a key, and replayed as stored) carries the payload as it was stored: not parsed here.
@@ -90,10 +101,14 @@ function submitRoute(app: RouteApp, { engine, idempotency }: ApiDeps): void {
             origin: { key_id: req.principal.keyId },
             retry: body.retry,
             idempotency_key: key ?? null,
+            ...keyOptions(body),
           },
           actorOf(req),
           onCreated,
-          (agent) => (paused = agent.paused),
+          (agent) => {
+            paused = agent.paused;
+            debounced = agent.debounced ?? false;
+          },
         );
         return answerFor(row);
       });
