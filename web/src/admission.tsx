@@ -1,6 +1,7 @@
 /** Pause and resume an agent, its "paused" badge, and an execution's "why is it waiting?" panel. */
 import { useState, type FormEvent } from 'react';
 import { client, describe, type Agent, type ExecutionDetail } from './api.ts';
+import { FlowWaiting, WAITING_LABELS } from './flow.tsx';
 import { Section, Time, link } from './ui.tsx';
 
 type Waiting = NonNullable<ExecutionDetail['waiting']>;
@@ -164,7 +165,9 @@ export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] 
       <p data-waiting={w.reason}>{w.summary}</p>
       <dl className="facts">
         <dt>Reason</dt>
-        <dd className="mono">{w.reason}</dd>
+        <dd data-field="waiting-reason">
+          <strong>{WAITING_LABELS[w.reason]}</strong> <span className="mono muted">{w.reason}</span>
+        </dd>
         <dt>Ahead in queue</dt>
         <dd>
           {w.ahead}
@@ -181,6 +184,7 @@ export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] 
           <Time iso={w.backlog_expires_at} />
         </dd>
       </dl>
+      <FlowWaiting waiting={w} />
       {w.seats && (
         <table className="seat-holders">
           <thead>
