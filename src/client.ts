@@ -10,6 +10,7 @@ import type * as C from './api/schemas/canary.ts';
 import type * as B from './api/schemas/batch.ts';
 import type * as K from './api/schemas/composition.ts';
 import type { BudgetAnswer } from './api/schemas/budget.ts';
+import type { LiveKeys as LiveKeysSchema } from './api/schemas/flow-keys.ts';
 import type { ViolationStateFilter } from './domain/canary.ts';
 import { isTerminal } from './domain/states.ts';
 import { readSse } from './sse.ts';
@@ -63,6 +64,9 @@ export type LogPage = z.infer<typeof L.LogPage>;
 export type LogAppendResult = z.infer<typeof L.LogAppendResponse>;
 
 /** A non-2xx answer: `code` is the API's machine-readable `error`. */
+/** GET /v1/agents/{agent}/keys. */
+export type LiveKeys = z.infer<typeof LiveKeysSchema>;
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,
@@ -172,6 +176,15 @@ export class BatonClient {
   resumeAgent = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/resume`);
   /** An agent's budget: per limit, the current window's spending, what remains and when it resets. */
   agentBudget = (name: string) => this.call<BudgetAnswer>('GET', `/v1/agents/${enc(name)}/budget`);
+  /** An agent's live keys (a queued or running task): seats in use, queue depth, cap, throttle; a page in key order. */
+  agentKeys = (name: string, q: { limit?: number; cursor?: string } = {}) => {
+    const qs = new URLSearchParams(
+      Object.entries(q)
+        .filter(([, v]) => v !== undefined)
+        .map(([k, v]) => [k, String(v)]),
+    );
+    return this.call<LiveKeys>('GET', `/v1/agents/${enc(name)}/keys${qs.size ? '?' + qs : ''}`);
+  };
   /** Close an agent's circuit breaker by hand (idempotent). */
   closeBreaker = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/breaker/close`);
   deleteAgent = (name: string) =>

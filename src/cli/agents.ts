@@ -172,6 +172,29 @@ function registerAgentControlCommands(agents: Command): void {
       );
     });
   agents
+    .command('keys <name>')
+    .description('its live keys (a queued or running task): seats in use, queue depth, cap, throttle')
+    .option('--limit <n>', 'keys (default 100, at most 500)', int('--limit'))
+    .option('--cursor <key>', 'the next page (printed after a full page)')
+    .action(async (name, _o, cmd) => {
+      const o = opts(cmd);
+      const page = await client(o).agentKeys(name, { limit: o.limit, cursor: o.cursor });
+      print(o, page, () =>
+        page.keys.length === 0
+          ? `agent ${name} has no live keys`
+          : table(
+              page.keys.map((k) => ({
+                key: k.key,
+                running: k.max_parallel === null ? `${k.running}` : `${k.running}/${k.max_parallel}`,
+                queued: k.queued,
+                throttled: k.throttled_until === null ? '-' : `until ${k.throttled_until}`,
+              })),
+              ['key', 'running', 'queued', 'throttled'],
+            ),
+      );
+      if (!o.json && page.next_cursor) process.stderr.write(`more: --cursor ${page.next_cursor}\n`);
+    });
+  agents
     .command('delete <name>')
     .description('delete an agent (cancels its queued work; history stays)')
     .action(async (name, _o, cmd) => {

@@ -9,6 +9,7 @@ import { EXECUTION_PAGE } from '../domain/lists.ts';
 import { isTerminal } from '../domain/states.ts';
 import { AgentName, ExecutionDetail as ExecutionDetailSchema, ExecutionStatus } from '../api/schemas.ts';
 import { Waiting } from '../api/schemas/admission.ts';
+import { submitKeyFields } from '../api/schemas/flow-keys.ts';
 import {
   asFailure,
   ExecutionId,
@@ -43,6 +44,7 @@ function registerRunTask(server: McpServer, client: BatonClient): void {
         message: z.string().min(1).max(100_000).describe('the task, as text'),
         payload: z.unknown().optional().describe('any JSON the agent should receive'),
         priority: z.number().int().min(-1000).max(1000).optional().describe('lower runs first (default 0)'),
+        ...submitKeyFields,
         wait_seconds: z
           .number()
           .min(0)
@@ -51,7 +53,7 @@ function registerRunTask(server: McpServer, client: BatonClient): void {
           .describe(`wait up to this long for the outcome (default 0, at most ${MAX_WAIT_SECONDS})`),
       },
       outputSchema: {
-        outcome: z.enum(['started', 'backlog_full']),
+        outcome: z.enum(['started', 'backlog_full', 'already_running']),
         execution_id: z.string().optional(),
         status: ExecutionStatus.optional(),
         finished: z.boolean().optional().describe('true when the execution reached a final state within wait_seconds'),
@@ -59,9 +61,9 @@ function registerRunTask(server: McpServer, client: BatonClient): void {
         message: z.string(),
       },
     },
-    async ({ agent, message, payload, priority, wait_seconds }) => {
+    async ({ agent, message, payload, priority, key, debounce_seconds, singleton, wait_seconds }) => {
       try {
-        const created = await client.submit(agent, { message, payload, priority });
+        const created = await client.submit(agent, { message, payload, priority, key, debounce_seconds, singleton });
         const id = created.execution_id;
         if (!wait_seconds)
           return ok({
@@ -86,6 +88,8 @@ function registerRunTask(server: McpServer, client: BatonClient): void {
       } catch (err) {
         if (err instanceof ApiError && err.code === 'backlog_full')
           return ok({ outcome: 'backlog_full', message: `no run was started: ${err.message}` });
+        if (err instanceof ApiError && err.code === 'already_running')
+          return ok({ outcome: 'already_running', message: `no run was started (singleton key): ${err.message}` });
         return asFailure(err);
       }
     },
