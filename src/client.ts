@@ -11,12 +11,17 @@ import type * as B from './api/schemas/batch.ts';
 import type * as K from './api/schemas/composition.ts';
 import type { BudgetAnswer } from './api/schemas/budget.ts';
 import type { LiveKeys as LiveKeysSchema } from './api/schemas/flow-keys.ts';
+import type * as P from './api/schemas/pools.ts';
 import type { ViolationStateFilter } from './domain/canary.ts';
 import { isTerminal } from './domain/states.ts';
 import { readSse } from './sse.ts';
 
 export type AgentCreate = z.input<typeof S.AgentCreate>;
 export type AgentPatch = z.input<typeof S.AgentPatch>;
+export type PoolCreate = z.input<typeof P.PoolCreate>;
+export type PoolPatch = z.input<typeof P.PoolPatch>;
+export type Pool = z.infer<typeof P.Pool>;
+export type PoolUsage = z.infer<typeof P.PoolUsage>;
 export type Agent = z.infer<typeof S.Agent>;
 export type Execution = z.infer<typeof S.Execution>;
 export type ExecutionDetail = z.infer<typeof S.ExecutionDetail>;
@@ -189,6 +194,15 @@ export class BatonClient {
   closeBreaker = (name: string) => this.call<Agent>('POST', `/v1/agents/${enc(name)}/breaker/close`);
   deleteAgent = (name: string) =>
     this.call<{ deleted: string; cancelled: number; cancel_requested: number }>('DELETE', `/v1/agents/${enc(name)}`);
+
+  // pools
+  createPool = (p: PoolCreate) => this.call<Pool>('POST', '/v1/pools', p);
+  listPools = async () => (await this.call<{ pools: Pool[] }>('GET', '/v1/pools')).pools;
+  /** A pool with its usage: its agents, seats in use, when its throttle next admits, its budget windows. */
+  getPool = (name: string) => this.call<PoolUsage>('GET', `/v1/pools/${enc(name)}`);
+  updatePool = (name: string, patch: PoolPatch) => this.call<Pool>('PATCH', `/v1/pools/${enc(name)}`, patch);
+  /** Refused (409 pool_in_use, naming them) while agents draw from it. */
+  deletePool = (name: string) => this.call<{ deleted: string }>('DELETE', `/v1/pools/${enc(name)}`);
 
   // executions
   submit = async (agent: string, body: SubmitBody, opts: { idempotencyKey?: string } = {}) =>

@@ -249,6 +249,14 @@ function registerDbGauges(registry: Registry, engine: Engine): void {
       for (const r of rows) g.set({ agent: r.agent, metric: r.metric, window: r.window }, r.ratio);
     },
   );
+  // Pools: a separate read (pools are few: one label each), cached like the above.
+  const { gauge: poolGauge } = cachedGauges(registry, () => engine.pools.gauges(), DB_GAUGE_TTL_MS);
+  poolGauge('baton_pool_in_use', "Seats in use per pool (its agents' running tasks)", ['pool'], (g, rows) => {
+    for (const p of rows) g.set({ pool: p.name }, p.in_use);
+  });
+  poolGauge('baton_pool_max_parallel', 'Seats per pool (absent: no seat limit)', ['pool'], (g, rows) => {
+    for (const p of rows) if (p.max_parallel !== null) g.set({ pool: p.name }, p.max_parallel);
+  });
   dbGauge('baton_agent_max_backlog', 'Queued executions allowed per agent (max_backlog)', ['agent'], (g, s) => {
     for (const a of s.agents) g.set({ agent: a.name }, a.max_backlog);
   });

@@ -12,6 +12,7 @@ import { COMPLETION_STATES, EXECUTION_STATES, TRIGGER_KINDS } from '../domain/st
 import { CONFIG_PAGE, EXECUTION_PAGE, PREVIEW_CHARS, USAGE_LIST_CHARS } from '../domain/lists.ts';
 import { AgentPaused, LapseHold, Paused, Waiting } from './schemas/admission.ts';
 import { Budget, BudgetSetting } from './schemas/budget.ts';
+import { PoolsSetting, Throttle, ThrottleSetting } from './schemas/pools.ts';
 import { Breaker, BreakerSetting } from './schemas/breaker.ts';
 import { AgentKeySettings, agentKeySettings, submitKeyFields } from './schemas/flow-keys.ts';
 import { CHAIN_REFUSALS } from '../domain/chains.ts';
@@ -80,6 +81,8 @@ const agentSettings = {
   budget: BudgetSetting,
   breaker: BreakerSetting,
   ...agentKeySettings,
+  pools: PoolsSetting,
+  throttle: ThrottleSetting,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
@@ -106,6 +109,8 @@ export const Agent = z.object({
   budget: Budget.nullable().describe('per-window spending limits (null: none); GET /v1/agents/{agent}/budget shows the spending'),
   lapse_hold: LapseHold,
   breaker: Breaker,
+  pools: z.array(z.string()).describe('the pools it draws from, in name order (GET /v1/pools/{pool} shows their usage)'),
+  throttle: Throttle.nullable().describe('starts per period (null: none)'),
   last_claim_at: NullableTimestamp.describe('when a worker last claimed for it, to within a few seconds (null: never)'),
   keys: AgentKeySettings.describe('per-key limits: docs/concepts.md, "Concurrency keys"'),
   created_at: Timestamp,

@@ -16,6 +16,7 @@ import { canaryRoutes } from './routes/canary.ts';
 import { historyRoutes } from './routes/history.ts';
 import { clientErrorHandler, errorHandler, notFoundHandler } from './errors.ts';
 import { agentRoutes } from './routes/agents.ts';
+import { poolRoutes } from './routes/pools.ts';
 import { activityRoutes } from './routes/activity.ts';
 import { eventRoutes } from './routes/events.ts';
 import { executionRoutes } from './routes/executions.ts';
@@ -137,6 +138,7 @@ async function buildApp(opts: ServerOptions) {
   await app.register(async (v1) => {
     v1.addHook('onRequest', authenticate(opts.keys));
     await v1.register(agentRoutes, deps);
+    await v1.register(poolRoutes, deps);
     await v1.register(activityRoutes, deps);
     await v1.register(executionRoutes, deps);
     await v1.register(batchRoutes, deps);

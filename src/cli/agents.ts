@@ -1,9 +1,10 @@
 /** `baton agents …`: register agents, change their settings, pause and resume them, read budgets, close breakers. */
 import type { Command } from 'commander';
 import type { Agent } from '../client.ts';
-import { int, json } from './args.ts';
+import { collect, int, json, throttleArg } from './args.ts';
 import { client, opts, print } from './globals.ts';
 import { keyValues, relativeTime, table } from './output.ts';
+import { describeThrottle } from '../domain/throttle.ts';
 
 const agentRow = (a: Agent) => ({
   name: a.name,
@@ -42,6 +43,9 @@ const agentOptions = (c: Command) =>
       'spending limits, e.g. \'{"time_zone":"Europe/Berlin","limits":[{"metric":"cost_usd","window":"day","limit":20}]}\' (null: none)',
       json('--budget-json'),
     )
+    .option('--pool <name>', 'a pool it draws from (repeat, or comma-separated; replaces its pools)', collect)
+    .option('--no-pool', 'draw from no pool')
+    .option('--throttle <spec>', 'starts per period: LIMIT/PERIOD_SECONDS[+BURST], e.g. 10/60+2; none: remove', throttleArg('--throttle'))
     .option(
       '--breaker-json <json>',
       'circuit breaker, e.g. \'{"consecutive":5,"ratio":0.5,"window":20,"cooldown_ms":30000,"max_cooldown_ms":600000,"count":["agent_error","timeout","poisoned"]}\' (null: off; omitted at creation: the defaults)',
@@ -63,6 +67,9 @@ const settings = (o: Record<string, any>) =>
       push_secret: o.pushSecret,
       budget: jsonNull(o.budgetJson),
       breaker: jsonNull(o.breakerJson),
+      // Commander: --pool a --pool b is ['a', 'b']; --no-pool is false; neither is undefined.
+      pools: o.pool === false ? [] : o.pool,
+      throttle: jsonNull(o.throttle),
     }).filter(([, v]) => v !== undefined),
   );
 
@@ -106,6 +113,8 @@ function registerAgentSettingsCommands(agents: Command): void {
           budget: a.budget
             ? `${a.budget.limits.map((l) => `${l.metric} ${l.limit}/${l.window}`).join(', ')}${a.budget.time_zone ? ` (${a.budget.time_zone})` : ''}; see \`baton agents budget ${a.name}\``
             : 'none',
+          pools: a.pools.length > 0 ? `${a.pools.join(', ')}; see \`baton pools show <pool>\`` : 'none',
+          throttle: a.throttle ? describeThrottle(a.throttle) : 'none',
           last_claim_at: a.last_claim_at ? `${a.last_claim_at} (${relativeTime(a.last_claim_at)})` : 'never',
           created_at: `${a.created_at} (${relativeTime(a.created_at)})`,
           updated_at: `${a.updated_at} (${relativeTime(a.updated_at)})`,

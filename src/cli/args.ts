@@ -20,3 +20,17 @@ export const json = (name: string) => (v: string) => {
     throw new InvalidArgumentError(`${name} must be valid JSON`);
   }
 };
+
+/**
+ * A throttle as `LIMIT/PERIOD` or `LIMIT/PERIOD+BURST` (PERIOD in seconds; `10/60+2`: 10 starts a
+ * minute, 2 more at once after a quiet spell), or `none` (null: remove it). The API checks the range.
+ */
+export const throttleArg = (name: string) => (v: string) => {
+  if (v === 'none') return '';
+  const m = /^(\d+)\/(\d+)s?(?:\+(\d+))?$/.exec(v.trim());
+  if (!m) throw new InvalidArgumentError(`${name} must be LIMIT/PERIOD_SECONDS[+BURST], e.g. 10/60+2, or none`);
+  return { limit: Number(m[1]), period_seconds: Number(m[2]), burst: Number(m[3] ?? 0) };
+};
+
+/** A repeatable option's values, collected (also split at commas). */
+export const collect = (v: string, previous: string[] | undefined) => [...(previous ?? []), ...v.split(',').filter((s) => s !== '')];

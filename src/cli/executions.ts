@@ -18,6 +18,8 @@ export function showWaiting(id: string, status: string, w: Waiting | null): stri
       lines.push(
         `  seat: ${h.execution_id} held by ${h.lease_owner ?? '?'} for ${h.running_seconds ?? '?'} s (lease until ${h.lease_expires_at ?? '?'})`,
       );
+  if (w.pool && w.reason === 'pool_full')
+    for (const h of w.pool.holders) lines.push(`  pool seat: ${h.execution_id} (agent ${h.agent}) for ${h.running_seconds ?? '?'} s`);
   // The summary says how many are ahead, except for serial_busy (describeWaiting); for run_after the queue is not why it waits.
   if (w.reason === 'serial_busy' && w.ahead > 0) lines.push(`Ahead of it: ${w.ahead}${w.ahead_capped ? '+' : ''}.`);
   if (w.backlog_expires_at) lines.push(`Fails as backlog_expired at ${w.backlog_expires_at} if still queued.`);

@@ -12,6 +12,7 @@ import { registerSubscriptionCommands } from './subscriptions.ts';
 import { registerGroupCommands } from './groups.ts';
 import { registerServerCommands } from './server.ts';
 import { registerAgentCommands } from './agents.ts';
+import { registerPoolCommands } from './pools.ts';
 import { registerExecutionCommands } from './executions.ts';
 import { registerKeyCommands } from './keys.ts';
 import { cliHelpers } from './globals.ts';
@@ -31,6 +32,7 @@ export function buildProgram(): Command {
 
   registerServerCommands(program);
   registerAgentCommands(program);
+  registerPoolCommands(program);
   registerExecutionCommands(program);
   registerKeyCommands(program);
   registerMcpCommands(program);

@@ -168,10 +168,7 @@ export class Engine {
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
-      if (status !== 'running') {
-        this.claimWaits.wake(agent);
-        this.claimWaits.wakePools(agent);
-      }
+      if (status !== 'running') this.claimWaits.seatFreed(agent);
       for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.claimWaits.wake(agent, true));

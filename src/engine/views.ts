@@ -1,8 +1,9 @@
+import { parsePools } from '../domain/pools.ts';
+import { parseThrottle } from '../domain/throttle.ts';
 import type { AgentRow, ExecutionEventRow, ExecutionRow } from '../store/schema.ts';
 import { PREVIEW_CHARS, type ExecutionListRow } from './list-executions.ts';
 import { executionTrace } from '../domain/trace.ts';
 import { parseBudget } from '../domain/budget.ts';
-import { parseThrottle } from '../domain/throttle.ts';
 import { parseBreakerConfig } from '../domain/breaker.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
@@ -166,6 +167,8 @@ export function agentView(a: AgentRow, counts: { running: number; queued: number
     lapse_hold: a.lapse_hold_at === null ? null : { since: iso(a.lapse_hold_at)!, lapsed: Number(a.lapse_hold_count ?? 0) },
     budget: parseBudget(a.budget),
     breaker: breakerView(a),
+    pools: parsePools(a.pools),
+    throttle: parseThrottle(a.throttle),
     last_claim_at: iso(a.last_claim_at),
     keys: {
       key_max_parallel: a.key_max_parallel,

@@ -106,8 +106,12 @@ export class ClaimWaits {
   /** The pools an agent draws from, as its last admission here said (for wakePools). */
   private readonly poolsOf = new Map<string, string[]>();
 
-  /** A seat of `agent` freed: wake a claimer of each agent waiting on a pool it draws from. */
-  wakePools(agent: string): void {
+  /**
+   * Work was queued for `agent` or one of its seats freed: wake one of its claimers, and one
+   * claimer waiting on each pool it draws from (a seat of the pool freed with it).
+   */
+  seatFreed(agent: string): void {
+    this.waiters.wake(agent);
     for (const p of this.poolsOf.get(agent) ?? []) this.waiters.wake(`pool:${p}`);
   }
 

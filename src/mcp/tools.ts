@@ -9,6 +9,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { BatonClient } from '../client.ts';
 import { VERSION } from '../version.ts';
 import { registerAgentTools } from './agents.ts';
+import { registerPoolTools } from './pools.ts';
 import { registerCanaryTools } from './canary.ts';
 import { registerExecutionTools } from './executions.ts';
 import { registerGroupTools } from './groups.ts';
@@ -33,6 +34,7 @@ export function createMcpServer(client: BatonClient): McpServer {
     return (register as (...a: unknown[]) => unknown)(name, config, cb);
   }) as typeof server.registerTool;
   registerAgentTools(server, client);
+  registerPoolTools(server, client);
   registerExecutionTools(server, client);
   registerScheduleTools(server, client);
   registerSubscriptionTools(server, client);

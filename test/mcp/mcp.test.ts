@@ -21,8 +21,10 @@ const TOOLS = [
   'get_execution',
   'get_group',
   'get_logs',
+  'get_pool',
   'list_agents',
   'list_executions',
+  'list_pools',
   'list_subscriptions',
   'pause_agent',
   'resume_agent',
@@ -112,6 +114,19 @@ describe.each([
     expect(r.isError).toBeFalsy();
     const a = r.structuredContent.agents.find((x: any) => x.name === agent);
     expect(a).toMatchObject({ running: 0, max_parallel: 1, queued: 0, max_backlog: 2 });
+  });
+
+  it('list_pools and get_pool read pools and their usage', async () => {
+    const pool = `mcp-pool-${agent}`;
+    await node.engine.pools.create({ name: pool, max_parallel: 4 }, 'test');
+    await node.engine.agents.create({ name: `${pool}-agent`, pools: [pool] }, 'test');
+    const list = await call(c, 'list_pools');
+    expect(list.isError).toBeFalsy();
+    expect(list.structuredContent.pools.map((p: any) => p.name)).toContain(pool);
+    const one = await call(c, 'get_pool', { pool });
+    expect(one.structuredContent).toMatchObject({ name: pool, max_parallel: 4, agents: [`${pool}-agent`], in_use: 0 });
+    const missing = await call(c, 'get_pool', { pool: 'no-such-pool' });
+    expect(missing.isError).toBe(true);
   });
 
   it('run_task returns the real execution id; get_execution, list_executions and cancel_execution see it', async () => {
