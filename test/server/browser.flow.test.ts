@@ -58,7 +58,7 @@ describe('dashboard: pools, keys and flow waiting in Chromium', () => {
   const text = (sel: string) => page.locator(sel).first().textContent();
 
   it('sets up a pool, a keyed agent drawing from it, and work: one task running, others waiting', async () => {
-    await api.request('POST', '/v1/pools', {
+    await api.createPool({
       name: 'provider',
       max_parallel: 3,
       throttle: { limit: 100, period_seconds: 60, burst: 5 },
@@ -72,7 +72,7 @@ describe('dashboard: pools, keys and flow waiting in Chromium', () => {
       key_throttle: { limit: 30, period_seconds: 60 },
       throttle: { limit: 600, period_seconds: 60 },
       pools: ['provider'],
-    } as Parameters<BatonClient['createAgent']>[0]);
+    });
     const first = await api.submit('tenants', { message: 'one', key: 'user:1' });
     keyWaiter = (await api.submit('tenants', { message: 'two', key: 'user:1' })).execution_id;
     poolWaiter = (await api.submit('tenants', { message: 'three', key: 'user:2' })).execution_id;
@@ -128,7 +128,7 @@ describe('dashboard: pools, keys and flow waiting in Chromium', () => {
   });
 
   it('names a full pool readably once its seats are lowered to the one in use', async () => {
-    await api.request('PATCH', '/v1/pools/provider', { max_parallel: 1 });
+    await api.updatePool('provider', { max_parallel: 1 });
     await page.goto(server.url + `/#/executions/${poolWaiter}`);
     await page.getByRole('heading', { name: 'Why is it waiting?' }).waitFor();
     expect(await text('[data-field=waiting-reason]')).toBe('pool full pool_full');

@@ -2,38 +2,15 @@
  * Flow control on the dashboard (docs/concepts.md, "Concurrency keys" and "Pools"): an agent's
  * flow limits and live keys, pool reads, and the flow parts of "why is it waiting?".
  */
-import type { z } from 'zod';
-import type * as PoolSchemas from '../../src/api/schemas/pools.ts';
-import type { LiveKeys as LiveKeysSchema } from '../../src/api/schemas/flow-keys.ts';
 import { describeThrottle, type Throttle } from '../../src/domain/throttle.ts';
 import { client, type Agent, type ExecutionDetail } from './api.ts';
 import { useLive, useLoad } from './hooks.ts';
 import { Empty, Failed, Loading, Section, Time, link } from './ui.tsx';
 
-export type Pool = z.infer<typeof PoolSchemas.Pool>;
-export type PoolUsage = z.infer<typeof PoolSchemas.PoolUsage>;
-type LiveKeys = z.infer<typeof LiveKeysSchema>;
 type Waiting = NonNullable<ExecutionDetail['waiting']>;
-
-/** The agent's pool and throttle settings (read only when the API answers them). */
-type AgentFlow = Agent & { pools?: string[]; throttle?: Throttle | null };
-
-const enc = encodeURIComponent;
-
-export async function listPools(): Promise<Pool[]> {
-  return (await client().request<{ pools: Pool[] }>('GET', '/v1/pools')).body.pools;
-}
-
-export async function getPool(name: string): Promise<PoolUsage> {
-  return (await client().request<PoolUsage>('GET', `/v1/pools/${enc(name)}`)).body;
-}
 
 /** Keys shown on the agent page: one page of the live keys, in key order. */
 export const LIVE_KEYS_SHOWN = 50;
-
-async function liveKeys(agent: string): Promise<LiveKeys> {
-  return (await client().request<LiveKeys>('GET', `/v1/agents/${enc(agent)}/keys?limit=${LIVE_KEYS_SHOWN}`)).body;
-}
 
 /** Each waiting reason in words, for people (the code stays visible beside it). */
 export const WAITING_LABELS: Record<Waiting['reason'], string> = {
@@ -58,8 +35,7 @@ export const WAITING_LABELS: Record<Waiting['reason'], string> = {
 export const throttleWords = (t: Throttle | null | undefined) => (t ? describeThrottle(t) : 'none');
 
 /** The agent page's flow-limit facts: per-key caps and throttle, its own throttle, its pools. */
-export function FlowFacts({ agent }: { agent: Agent }) {
-  const a = agent as AgentFlow;
+export function FlowFacts({ agent: a }: { agent: Agent }) {
   const overrides = Object.entries(a.keys.key_overrides ?? {});
   return (
     <>
@@ -81,34 +57,26 @@ export function FlowFacts({ agent }: { agent: Agent }) {
       </dd>
       <dt>Key throttle</dt>
       <dd data-field="key-throttle">{a.keys.key_throttle ? `${describeThrottle(a.keys.key_throttle)}, each key` : 'none'}</dd>
-      {a.throttle !== undefined && (
-        <>
-          <dt>Throttle</dt>
-          <dd data-field="throttle">{throttleWords(a.throttle)}</dd>
-        </>
-      )}
-      {a.pools !== undefined && (
-        <>
-          <dt>Pools</dt>
-          <dd data-field="pools">
-            {a.pools.length === 0
-              ? 'none'
-              : a.pools.map((p, i) => (
-                  <span key={p}>
-                    {i > 0 && ', '}
-                    <a href={link('pools', p)}>{p}</a>
-                  </span>
-                ))}
-          </dd>
-        </>
-      )}
+      <dt>Throttle</dt>
+      <dd data-field="throttle">{throttleWords(a.throttle)}</dd>
+      <dt>Pools</dt>
+      <dd data-field="pools">
+        {a.pools.length === 0
+          ? 'none'
+          : a.pools.map((p, i) => (
+              <span key={p}>
+                {i > 0 && ', '}
+                <a href={link('pools', p)}>{p}</a>
+              </span>
+            ))}
+      </dd>
     </>
   );
 }
 
 /** The agent page's live keys: seats in use / cap, queue depth, throttle state (one bounded page). */
 export function LiveKeysSection({ agent }: { agent: string }) {
-  const keys = useLoad(() => liveKeys(agent), [agent]);
+  const keys = useLoad(() => client().agentKeys(agent, { limit: LIVE_KEYS_SHOWN }), [agent]);
   useLive((e) => e.agent === agent, keys.reload, [agent]);
   return (
     <Section title="Live keys">

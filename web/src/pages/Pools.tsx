@@ -1,13 +1,13 @@
 /** Pools: limits several agents draw from (docs/concepts.md, "Pools"): the list, and one pool with its agents. */
-import { client, type Agent } from '../api.ts';
-import { getPool, listPools, throttleWords, type PoolUsage } from '../flow.tsx';
+import { client, type Agent, type PoolUsage } from '../api.ts';
+import { throttleWords } from '../flow.tsx';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 
 /** Pools are configuration, few: the list reads each one's usage. */
 async function poolsWithUsage(): Promise<PoolUsage[]> {
-  const pools = await listPools();
-  return Promise.all(pools.map((p) => getPool(p.name)));
+  const c = client();
+  return Promise.all((await c.listPools()).map((p) => c.getPool(p.name)));
 }
 
 function Seats({ pool: p }: { pool: PoolUsage }) {
@@ -102,8 +102,9 @@ export function PoolsPage() {
 const AGENTS_READ = 50;
 
 async function poolPage(name: string): Promise<{ pool: PoolUsage; agents: Agent[] }> {
-  const pool = await getPool(name);
-  const agents = await Promise.all(pool.agents.slice(0, AGENTS_READ).map((a) => client().getAgent(a)));
+  const c = client();
+  const pool = await c.getPool(name);
+  const agents = await Promise.all(pool.agents.slice(0, AGENTS_READ).map((a) => c.getAgent(a)));
   return { pool, agents };
 }
 
