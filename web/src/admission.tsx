@@ -183,8 +183,8 @@ export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] 
         <dd>
           <Time iso={w.backlog_expires_at} />
         </dd>
+        <FlowWaiting waiting={w} />
       </dl>
-      <FlowWaiting waiting={w} />
       {w.seats && (
         <table className="seat-holders">
           <thead>

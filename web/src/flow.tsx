@@ -129,16 +129,16 @@ export function LiveKeysSection({ agent }: { agent: string }) {
   );
 }
 
-/** The flow part of an execution's "Why is it waiting?": the limiting key, agent throttle or pool. */
+/** The flow facts of an execution's "Why is it waiting?" (inside its facts list): the limiting key, agent throttle or pool. */
 export function FlowWaiting({ waiting: w }: { waiting: Waiting }) {
   return (
     <>
       {w.key && (
-        <dl className="facts" data-waiting-key={w.key.key}>
+        <>
           <dt>Key</dt>
           <dd className="mono">{w.key.key}</dd>
           <dt>Key seats</dt>
-          <dd>
+          <dd data-waiting-key={w.key.key}>
             {w.key.running} / {w.key.max_parallel ?? '∞'}
             {w.key.holders.length > 0 && (
               <>
@@ -165,24 +165,24 @@ export function FlowWaiting({ waiting: w }: { waiting: Waiting }) {
               </>
             )}
           </dd>
-        </dl>
+        </>
       )}
       {w.throttle && (
-        <dl className="facts" data-waiting-throttle>
+        <>
           <dt>Agent throttle</dt>
-          <dd>
+          <dd data-waiting-throttle>
             {describeThrottle(w.throttle)} · next start <Time iso={w.throttle.next_admit_at} />
           </dd>
-        </dl>
+        </>
       )}
       {w.pool && (
-        <dl className="facts" data-waiting-pool={w.pool.name}>
+        <>
           <dt>Pool</dt>
           <dd>
             <a href={link('pools', w.pool.name)}>{w.pool.name}</a>
           </dd>
           <dt>Pool seats</dt>
-          <dd>
+          <dd data-waiting-pool={w.pool.name}>
             {w.pool.in_use} / {w.pool.max_parallel ?? '∞'}
             {w.pool.holders.length > 0 && (
               <>
@@ -208,7 +208,7 @@ export function FlowWaiting({ waiting: w }: { waiting: Waiting }) {
               </dd>
             </>
           )}
-        </dl>
+        </>
       )}
     </>
   );
