@@ -102,17 +102,18 @@ export function registerExecutionCommands(program: Command): void {
     .option('--wait', 'wait for the outcome; exit 7 if failed, 8 if cancelled')
     .option('--timeout <seconds>', 'with --wait: stop waiting after this long', num('--timeout'))
     .option('--idempotency-key <key>', 'the same key again returns the first answer (docs/triggers.md)')
-    .option('--key <key>', 'its concurrency key: per-key caps, throttle and fairness (docs/concepts.md)')
+    // Not --key: that global option is the API key.
+    .option('--concurrency-key <key>', 'its concurrency key: per-key caps, throttle and fairness (docs/concepts.md)')
     .option(
       '--debounce <seconds>',
-      "with --key: fold into the key's pending debounced task, or start one after this long",
+      "with --concurrency-key: fold into the key's pending debounced task, or start one after this long",
       int('--debounce'),
     )
-    .option('--singleton', 'with --key: refuse (exit 5, naming it) while the key has a queued or running task')
+    .option('--singleton', 'with --concurrency-key: refuse (exit 5, naming it) while the key has a queued or running task')
     .action(async (agent, message, _o, cmd) => {
       const o = opts(cmd);
       const c = client(o);
-      const keyed = { key: o.key, debounce_seconds: o.debounce, singleton: o.singleton };
+      const keyed = { key: o.concurrencyKey, debounce_seconds: o.debounce, singleton: o.singleton };
       const created = await c.submit(
         agent,
         { message, payload: o.payload, priority: o.priority, delay_seconds: o.delay, ...keyed },

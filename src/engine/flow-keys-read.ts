@@ -64,15 +64,23 @@ export async function liveKeys(
   return { keys, next: rows.length === limit ? rows[rows.length - 1]!.flow_key : null };
 }
 
-/** How many keys of each agent are live, for the metrics (one gauge per agent: no label per key). */
+/**
+ * How many keys of each agent are live, for the metrics (one gauge per agent: no label per key):
+ * per agent, a seek into executions_key_live.
+ */
 export async function liveKeyCounts(db: Kysely<DB>): Promise<Map<string, number>> {
   const rows = await db
-    .selectFrom('executions')
-    .select('agent')
-    .select(sql<number>`count(distinct flow_key)`.as('n'))
-    .where('flow_key', 'is not', null)
-    .where('status', 'in', LIVE_STATUSES)
-    .groupBy('agent')
+    .selectFrom('agents as a')
+    .select('a.name')
+    .select((eb) =>
+      eb
+        .selectFrom('executions as e')
+        .select(sql<number>`count(distinct e.flow_key)`.as('n'))
+        .whereRef('e.agent', '=', 'a.name')
+        .where('e.flow_key', 'is not', null)
+        .where('e.status', 'in', LIVE_STATUSES)
+        .as('n'),
+    )
     .execute();
-  return new Map(rows.map((r) => [r.agent, Number(r.n)]));
+  return new Map(rows.map((r) => [r.name, Number(r.n ?? 0)]));
 }

@@ -48,6 +48,8 @@ const LIVE_INDEXES = new Set([
   'executions_serial_running',
   'executions_schedule_open',
   'executions_webhook_open',
+  'executions_key_running',
+  'executions_key_live',
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */
 const HISTORY_INDEXES =
@@ -649,6 +651,37 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
       .execute();
     const half = await during('waiting breaker', () => engine.getExecution(stillQueued!.id));
     expect(half.waiting?.reason).toBe('breaker_open');
+
+    // Concurrency keys: keyed submits (the round's upsert), a debounce fold, a singleton refusal,
+    // the claim that counts running tasks per key and reads the throttles, the waiting answer that
+    // names the full key, the live keys read.
+    await engine.agents.create(
+      {
+        name: 'hist-keys',
+        max_parallel: 5,
+        max_backlog: 20,
+        key_max_parallel: 1,
+        key_throttle: { limit: 100, period_seconds: 1, burst: 0 },
+      },
+      'test',
+    );
+    for (let i = 0; i < 4; i++)
+      await during('keyed submit', () => engine.submit('hist-keys', { message: `k ${i}`, key: `user:${i % 2}` }, 'test'));
+    await during('debounced submit', () => engine.submit('hist-keys', { message: 'd', key: 'doc', debounce_seconds: 60 }, 'test'));
+    await during('debounce fold', () => engine.submit('hist-keys', { message: 'd2', key: 'doc', debounce_seconds: 60 }, 'test'));
+    await during('singleton refused', () =>
+      engine.submit('hist-keys', { message: 's', key: 'user:0', singleton: true }, 'test').catch(() => undefined),
+    );
+    expect(await during('claim keyed', () => engine.claim('hist-keys', { owner: 'wk', max: 5 }))).toHaveLength(2);
+    const [keyWaits] = await store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', 'hist-keys')
+      .where('status', '=', 'queued')
+      .where('flow_key', '=', 'user:0')
+      .execute();
+    expect((await during('waiting key', () => engine.getExecution(keyWaits!.id))).waiting?.reason).toBe('key_busy');
+    expect((await during('live keys', () => engine.agents.keys('hist-keys', {}))).keys).toHaveLength(3);
 
     // Batch submit (issue #12): the backlog count, the keys' primary-key reads and writes, the keyed rows read back.
     await engine.agents.create({ name: 'hist-batch', max_backlog: 10 }, 'test');

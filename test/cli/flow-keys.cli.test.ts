@@ -1,0 +1,72 @@
+/**
+ * Concurrency keys through the real `baton` command (a child process) and the MCP run_task tool
+ * (over Streamable HTTP), against a server started in this process.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startNode, type BatonNode } from '../../src/server/up.ts';
+import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+
+let ts: TestStore;
+let node: BatonNode;
+let admin: string;
+let mcp: Client;
+
+const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
+const baton = cli.run;
+const ok = async (args: string[]) => {
+  const r = await baton(args);
+  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
+  return r.stdout;
+};
+
+type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
+const tool = async (name: string, args: Record<string, unknown>) => (await mcp.callTool({ name, arguments: args })) as Result;
+
+beforeAll(async () => {
+  ts = await openTestStore({ poolMax: 4 });
+  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'keys-cli-test' });
+  admin = node.createdAdminKey!;
+  mcp = new Client({ name: 'baton-test', version: '0.0.0' });
+  await mcp.connect(
+    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${admin}` } } }),
+  );
+});
+afterAll(async () => {
+  cli.killAll();
+  await mcp?.close().catch(() => {});
+  await node?.stop();
+  await ts?.cleanup();
+});
+
+describe(`concurrency keys: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
+  it('baton run --concurrency-key/--debounce/--singleton, baton agents keys, baton why key_busy; MCP run_task with a key', async () => {
+    const agent = 'cli-keys';
+    await node.engine.agents.create({ name: agent, max_parallel: 5, key_max_parallel: 1 }, 'test');
+    const first = (await ok(['run', agent, 'one', '--concurrency-key', 'user:1'])).trim().split(' ')[0]!;
+    const [second, d1] = await Promise.all([
+      ok(['run', agent, 'two', '--concurrency-key', 'user:1', '--json']),
+      ok(['run', agent, 'd1', '--concurrency-key', 'doc', '--debounce', '60']),
+    ]);
+    const d2 = await ok(['run', agent, 'd2', '--concurrency-key', 'doc', '--debounce', '60']);
+    expect(d2).toContain(`${d1.split(' ')[0]} queued (debounced)`);
+    const single = await baton(['run', agent, 'three', '--concurrency-key', 'user:1', '--singleton']);
+    expect(single.code).not.toBe(0);
+    expect(single.stderr).toContain(first);
+    const bad = await baton(['run', agent, 'x', '--concurrency-key', 'no spaces']);
+    expect([bad.code !== 0, bad.stderr]).toEqual([true, expect.stringContaining('key')]);
+
+    await node.engine.claim(agent, { owner: 'w', max: 5 });
+    const [keys, why] = await Promise.all([ok(['agents', 'keys', agent]), ok(['why', JSON.parse(second).execution_id])]);
+    expect(keys).toMatch(/user:1\s+1\/1\s+1/);
+    expect(why).toContain('key_busy');
+
+    const run = await tool('run_task', { agent, message: 'via mcp', key: 'user:2' });
+    expect(run.structuredContent).toMatchObject({ outcome: 'started' });
+    const refused = await tool('run_task', { agent, message: 'again', key: 'user:2', singleton: true });
+    expect(refused.structuredContent).toMatchObject({ outcome: 'already_running' });
+    expect(refused.structuredContent.message).toContain(run.structuredContent.execution_id);
+  });
+});
