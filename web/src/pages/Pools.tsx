@@ -4,10 +4,14 @@ import { throttleWords } from '../flow.tsx';
 import { useLive, useLoad, useTick } from '../hooks.ts';
 import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 
+/** Pools whose usage the list reads (one request each); past it, `baton pools list` has them all. */
+const POOLS_READ = 100;
+
 /** Pools are configuration, few: the list reads each one's usage. */
-async function poolsWithUsage(): Promise<PoolUsage[]> {
+async function poolsWithUsage(): Promise<{ pools: PoolUsage[]; more: number }> {
   const c = client();
-  return Promise.all((await c.listPools()).map((p) => c.getPool(p.name)));
+  const all = await c.listPools();
+  return { pools: await Promise.all(all.slice(0, POOLS_READ).map((p) => c.getPool(p.name))), more: Math.max(0, all.length - POOLS_READ) };
 }
 
 function Seats({ pool: p }: { pool: PoolUsage }) {
@@ -51,14 +55,15 @@ function BudgetUsage({ pool: p }: { pool: PoolUsage }) {
 export function PoolsPage() {
   useTick();
   const pools = useLoad(poolsWithUsage, []);
-  useLive(() => true, pools.reload, []);
+  const agents = new Set(pools.data?.pools.flatMap((p) => p.agents) ?? []);
+  useLive((e) => agents.has(e.agent), pools.reload, [pools.data]);
   return (
     <Section wide title="Pools">
       {pools.error ? (
         <Failed what="pools" error={pools.error} retry={pools.reload} />
       ) : !pools.data ? (
         <Loading what="pools" />
-      ) : pools.data.length === 0 ? (
+      ) : pools.data.pools.length === 0 ? (
         <Empty>
           No pools yet. Create one with <code>baton pools create</code>, then list it in an agent&rsquo;s pools.
         </Empty>
@@ -74,7 +79,7 @@ export function PoolsPage() {
             </tr>
           </thead>
           <tbody>
-            {pools.data.map((p) => (
+            {pools.data.pools.map((p) => (
               <tr key={p.name} data-pool={p.name}>
                 <td>
                   <a href={link('pools', p.name)}>{p.name}</a>
@@ -93,6 +98,11 @@ export function PoolsPage() {
             ))}
           </tbody>
         </table>
+      )}
+      {pools.data && pools.data.more > 0 && (
+        <p className="muted small">
+          {pools.data.more} more pools; <code>baton pools list</code> lists them all.
+        </p>
       )}
     </Section>
   );
