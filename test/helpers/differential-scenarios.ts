@@ -21,6 +21,8 @@ export interface AgentSpec {
   breaker: BreakerConfig | null;
   budget: Budget | null;
   paused: boolean;
+  /** Per-key cap (src/domain/flow.ts): such an agent leaves the fast claim path. */
+  key_cap?: number | null;
 }
 
 /**
@@ -34,7 +36,7 @@ export interface Target {
 }
 
 export type Op =
-  | { k: 'submit'; agent: number; priority: number; runAfter: number | null; key: number | null }
+  | { k: 'submit'; agent: number; priority: number; runAfter: number | null; key: number | null; flowKey?: number | null }
   | { k: 'submitBatch'; agent: number; keys: number[] }
   | { k: 'claim'; agent: number; max: number; push: boolean }
   | { k: 'heartbeat'; ex: Target; token: number }
@@ -100,6 +102,7 @@ export const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
   breaker: maybe(breakerArb, 3),
   budget: maybe(budgetArb, 4),
   paused: fc.constantFrom(false, false, false, false, false, true),
+  key_cap: maybe(fc.integer({ min: 1, max: 2 }), 2),
 });
 
 const target: fc.Arbitrary<Target> = fc.record({ i: fc.nat({ max: 20 }), pool: fc.constantFrom('running', 'live', 'any') });
@@ -121,6 +124,7 @@ export const opArb: fc.Arbitrary<Op> = fc.oneof(
       priority: fc.nat({ max: 1 }),
       runAfter: fc.constantFrom(null, null, null, 0, 5_000),
       key: fc.option(fc.nat({ max: 2 }), { nil: null, freq: 4 }),
+      flowKey: fc.option(fc.nat({ max: 2 }), { nil: null, freq: 2 }),
     }),
   },
   { weight: 1, arbitrary: op('submitBatch', { agent: agentIx, keys: fc.array(fc.nat({ max: 3 }), { minLength: 1, maxLength: 3 }) }) },

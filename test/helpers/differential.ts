@@ -183,6 +183,7 @@ async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string)
       retry_policy: a.retry_policy,
       breaker: a.breaker,
       budget: a.budget,
+      key_max_parallel: a.key_cap ?? null,
     },
     actor,
   );
@@ -212,6 +213,7 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
             priority: o.priority,
             run_after: o.runAfter === null ? null : clock() + o.runAfter,
             idempotency_key: o.key === null ? null : `key-${o.key}`,
+            key: o.flowKey == null ? null : `fk-${o.flowKey}`,
           },
           'diff',
         ),
