@@ -6,6 +6,7 @@ import { CanaryPage } from './pages/Canary.tsx';
 import { ExecutionPage } from './pages/Execution.tsx';
 import { ExecutionsPage } from './pages/Executions.tsx';
 import { GroupPage, GroupsPage } from './pages/Groups.tsx';
+import { PoolPage, PoolsPage } from './pages/Pools.tsx';
 import { OverviewPage } from './pages/Overview.tsx';
 import { SchedulesPage } from './pages/Schedules.tsx';
 import { SignIn } from './pages/SignIn.tsx';
@@ -15,6 +16,7 @@ const NAV = [
   ['executions', 'Executions'],
   ['groups', 'Groups'],
   ['schedules', 'Schedules'],
+  ['pools', 'Pools'],
   ['canary', 'Canary'],
 ] as const;
 
@@ -34,6 +36,8 @@ export function App() {
   else if (section === 'executions') page = <ExecutionsPage query={query} />;
   else if (section === 'groups' && parts[1]) page = <GroupPage id={parts[1]} />;
   else if (section === 'groups') page = <GroupsPage />;
+  else if (section === 'pools' && parts[1]) page = <PoolPage name={parts[1]} />;
+  else if (section === 'pools') page = <PoolsPage />;
   else if (section === 'schedules') page = <SchedulesPage />;
   else if (section === 'canary') page = <CanaryPage />;
   else if (section === '') page = <OverviewPage />;

@@ -1,6 +1,7 @@
 /** Pause and resume an agent, the overview's badge of what holds it, and an execution's "why is it waiting?" panel. */
 import { useState, type FormEvent } from 'react';
 import { client, describe, type Agent, type ExecutionDetail } from './api.ts';
+import { FlowWaiting, WAITING_LABELS } from './flow.tsx';
 import { Section, Time, link } from './ui.tsx';
 
 type Waiting = NonNullable<ExecutionDetail['waiting']>;
@@ -175,7 +176,9 @@ export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] 
       <p data-waiting={w.reason}>{w.summary}</p>
       <dl className="facts">
         <dt>Reason</dt>
-        <dd className="mono">{w.reason}</dd>
+        <dd data-field="waiting-reason">
+          <strong>{WAITING_LABELS[w.reason]}</strong> <span className="mono muted">{w.reason}</span>
+        </dd>
         <dt>Ahead in queue</dt>
         <dd>
           {w.ahead}
@@ -191,6 +194,7 @@ export function WaitingPanel({ waiting }: { waiting: ExecutionDetail['waiting'] 
         <dd>
           <Time iso={w.backlog_expires_at} />
         </dd>
+        <FlowWaiting waiting={w} />
       </dl>
       {w.seats && (
         <table className="seat-holders">

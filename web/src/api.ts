@@ -4,7 +4,7 @@
  */
 import { ApiError, BatonClient } from '../../src/client.ts';
 
-export type { Agent, Execution, ExecutionDetail, ExecutionListItem, LogLine } from '../../src/client.ts';
+export type { Agent, Execution, ExecutionDetail, ExecutionListItem, LogLine, Pool, PoolUsage } from '../../src/client.ts';
 export { ApiError };
 
 const KEY = 'baton.key';

@@ -8,6 +8,7 @@ import { Empty, Failed, Loading, Section, Time, link } from '../ui.tsx';
 import { ExecutionTable } from './Executions.tsx';
 import { BreakerFact, LapseHoldFact, PauseControl, PausedFact } from '../admission.tsx';
 import { SubscriptionsSection } from '../composition.tsx';
+import { FlowFacts, LiveKeysSection } from '../flow.tsx';
 
 type Budget = Awaited<ReturnType<ReturnType<typeof client>['agentBudget']>>;
 
@@ -37,6 +38,7 @@ export function AgentPage({ name }: { name: string }) {
         <RunTask agent={a.name} onStarted={executions.reload} />
         <EditSettings agent={a} onSaved={agent.reload} />
       </Section>
+      <LiveKeysSection agent={a.name} />
       <AgentCharts agent={a.name} />
       <SeatTimeline agent={a.name} />
       <Section title="Schedules" actions={<CreateSchedule agent={a.name} onCreated={schedules.reload} />}>
@@ -126,6 +128,7 @@ function AgentFacts({ agent: a, budget, onChanged }: { agent: Agent; budget: Bud
       <dd data-field="queued">
         {a.queued} / {a.max_backlog}
       </dd>
+      <FlowFacts agent={a} />
       <dt>Delivery</dt>
       <dd>
         {a.delivery}
