@@ -83,9 +83,6 @@ const agentSettings = {
   ...agentKeySettings,
   pools: PoolsSetting,
   throttle: ThrottleSetting,
-  pools: PoolsSetting,
-  throttle: ThrottleSetting,
-  ...agentKeySettings,
 };
 export const AgentCreate = z
   .strictObject({ name: AgentName, ...agentSettings })
