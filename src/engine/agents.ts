@@ -234,9 +234,10 @@ export class Agents {
         .select('id')
         .where('agent', '=', name)
         .where('status', '=', statusIs('running'))
-        // In id order, as every transaction that locks several executions takes them: no cycle.
-        .orderBy('id')
         .execute();
+      // In id order, as every transaction that locks several executions takes them: no cycle
+      // (sorted here: the few running rows come through their partial index unsorted).
+      running.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
       for (const r of running) await cancelExecution(tx, this.store, r.id, now, actor, 'agent_deleted');
       // Its subscriptions and its row go before what the cancellations cause: nothing chains from,
       // or onto, an agent being deleted, and a group its cancelled members decide finds no agent
