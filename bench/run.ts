@@ -34,6 +34,11 @@
  *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
  *
+ * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
+ * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
+ * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
+ * the throttle across three processes (--flow-throttle-tasks, default 300).
+ *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
  *   npm run bench -- --only history --store sqlite --history-n 100000   # a short run
@@ -62,6 +67,7 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
+import { checkFlow, keyedDriver, runNoisy, runThrottle, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
 import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
@@ -109,6 +115,10 @@ const { values: a } = parseArgs({
     'history-prune-idle-s': { type: 'string', default: String(HISTORY_DEFAULTS.pruneIdleS) },
     'history-prune-probe-gap-ms': { type: 'string', default: String(HISTORY_DEFAULTS.pruneProbeGapMs) },
     'history-no-prune': { type: 'boolean', default: false },
+    'flow-flood': { type: 'string', default: '10000' },
+    'flow-quiet': { type: 'string', default: '30' },
+    'flow-work-ms': { type: 'string', default: '20' },
+    'flow-throttle-tasks': { type: 'string', default: '300' },
     'history-prune-only': { type: 'boolean', default: false },
     'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
     'users-w2-submits': { type: 'string', default: '300' },
@@ -133,8 +143,10 @@ function int(name: string, value: string | undefined, min = 0): number {
 
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const historyOnly = a.only === 'history';
+const flowOnly = a.only === 'flow';
 // --only scenarios: just the scenarios (e.g. `--only scenarios --scenarios cli --anatomy-reps 0`).
-const workloads = historyOnly || a.only === 'scenarios' || a.only === 'users' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
+const workloads =
+  historyOnly || flowOnly || a.only === 'scenarios' || a.only === 'users' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
 // The users' shape (bench/lib/users.ts) runs in the default run and with --only users.
 const usersShape = a.only === undefined || a.only === 'both' || a.only === 'users';
 const scenarios: Scenario[] =
@@ -631,8 +643,106 @@ async function mainHistory(): Promise<void> {
   }
 }
 
+// ── flow control (--only flow) ──────────────────────────────────────────────
+
+/** W1 in-process with or without keys (and pools) on a fresh database, then the run's check. */
+async function phaseW1Flow(store: StoreKind, keyed: boolean): Promise<W1Keyed> {
+  const db = freshDb(store, pgUrl, keyed ? 'w1_keys' : 'w1_plain');
+  try {
+    const s = await db.open();
+    const base = engineDriver(s);
+    try {
+      const driver = keyed ? await keyedDriver(base.engine, base, w1.agents) : base;
+      const cfg: W1Config = { ...w1, submitBatch: 1, tasks, agentPrefix: 'w1-' };
+      const agents = await setupAgents(driver, cfg, tasks);
+      const r = await runW1(driver, cfg, agents);
+      return { ...r, check: await checkFlow(s, 'w1-') };
+    } finally {
+      await base.close();
+      await s.close();
+    }
+  } finally {
+    await db.cleanup();
+  }
+}
+
+async function mainFlow(): Promise<void> {
+  if (stores.includes('postgres')) env.postgres = await postgresVersion(pgUrl);
+  const noisy: NoisyConfig = {
+    flood: int('flow-flood', a['flow-flood'], 1),
+    quiet: int('flow-quiet', a['flow-quiet'], 1),
+    workMs: int('flow-work-ms', a['flow-work-ms']),
+    loops: 4,
+    maxParallel: 4,
+  };
+  const out: Record<string, unknown>[] = [];
+  const lines: string[] = [];
+  const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
+  for (const store of stores) {
+    const plain = await phaseW1Flow(store, false);
+    const keyed = await phaseW1Flow(store, true);
+    const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
+    out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
+    lines.push(
+      `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
+    );
+    log(lines[lines.length - 1]!);
+    for (const shape of ['key', 'pool'] as const) {
+      const r = await runNoisy(
+        async (label) => {
+          const d = freshDb(store, pgUrl, label);
+          const s = await d.open();
+          return { store: s, done: async () => (await s.close(), await d.cleanup()) };
+        },
+        shape,
+        noisy,
+      );
+      out.push({ store, workload: `noisy_${shape}`, ...r });
+      lines.push(
+        `${store} noisy neighbour (${shape}): B p99 wait ${fmt(r.with_flood.p99, 1)} ms with a ${fmt(r.flood)}-task flood vs ${fmt(r.alone.p99, 1)} ms alone = ${r.ratio_p99}× (≤ 2 ${r.ratio_p99 <= 2 ? 'met' : 'MISSED'}); p50 ${fmt(r.with_flood.p50, 1)} / ${fmt(r.alone.p50, 1)} ms, max ${fmt(r.with_flood.max, 1)} ms; flood queued at the end ${fmt(r.flood_queued_at_end)}; ${ok(r.check)}`,
+      );
+      log(lines[lines.length - 1]!);
+    }
+    if (store === 'postgres') {
+      const db = freshDb(store, pgUrl, 'throttle');
+      try {
+        const s = await db.open();
+        try {
+          const r = await runThrottle(s, db.env, {
+            throttle: { limit: 20, period_seconds: 1, burst: 5 },
+            tasks: int('flow-throttle-tasks', a['flow-throttle-tasks'], 1),
+            processes: 3,
+            loopsPerProcess: 2,
+          });
+          out.push({ store, workload: 'throttle', ...r });
+          lines.push(
+            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} processes: max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed p50 ${fmt(r.open_to_start_ms.p50, 1)} / p99 ${fmt(r.open_to_start_ms.p99, 1)} / max ${fmt(r.open_to_start_ms.max, 1)} ms (${r.late_over_50ms} of ${r.tasks} over 50 ms); by process ${JSON.stringify(r.starts_by_process)}; ${ok(r.check)}`,
+          );
+          log(lines[lines.length - 1]!);
+        } finally {
+          await s.close();
+        }
+      } finally {
+        await db.cleanup();
+      }
+    }
+  }
+  const text = [`Baton flow-control benchmark — ${env.date} — node ${env.node}, ${env.cpu}, git ${env.git_commit}`, ...lines].join('\n');
+  process.stdout.write(`\n${text}\n`);
+  if (!a['no-save']) {
+    mkdirSync(RESULTS, { recursive: true });
+    const name = `flow-${startedAt
+      .toISOString()
+      .replace(/\.\d+Z$/, 'Z')
+      .replace(/:/g, '-')}.json`;
+    writeFileSync(join(RESULTS, name), JSON.stringify({ env, argv: process.argv.slice(2), results: out }, null, 2) + '\n');
+    process.stdout.write(`Saved bench/results/${name}\n`);
+  }
+}
+
 async function main(): Promise<void> {
   if (historyOnly) return mainHistory();
+  if (flowOnly) return mainFlow();
   const t0 = Date.now();
   if (stores.includes('postgres')) {
     try {

@@ -31,6 +31,8 @@ export interface ChaosReport {
   duplicate_terminal_outcomes: number;
   over_admissions: number;
   canary_violations_after_settle: number;
+  /** Flow control in the load (chaos/flow.ts): keyed submits, and F-01/F-02 open after settle (must be 0). */
+  flow: { pool: string; keyed_submits: number; keyed_tasks: number; debounced_submits: number; f01_f02_open: number };
   /** Also checked, reported, not part of the exit code: one execution per idempotency key. */
   idempotency_duplicates: number;
   details: {
@@ -86,6 +88,7 @@ export async function analyse(
     | 'settle_s'
     | 'config'
     | 'canary_violations_after_settle'
+    | 'flow'
     | 'kills'
     | 'recover'
     | 'throughput_per_s'
@@ -209,6 +212,7 @@ export function markdown(r: ChaosReport): string {
     `| duplicate terminal outcomes (event log) | ${r.duplicate_terminal_outcomes} |`,
     `| over-admissions (event log: recorded seats and replay) | ${r.over_admissions} |`,
     `| canary violations after settle | ${r.canary_violations_after_settle} |`,
+    `| flow: F-01/F-02 open after settle (keys, pool ${r.flow.pool}, throttles; ${r.flow.keyed_tasks} keyed tasks from ${r.flow.keyed_submits} submits, ${r.flow.debounced_submits} debounced) | ${r.flow.f01_f02_open} |`,
     ...(r.fleet_kill
       ? [
           `| fleet kill: attempts charged when all ${r.fleet_kill.workers} workers of one agent died at once (held ${r.fleet_kill.held}, re-queued uncharged ${r.fleet_kill.requeued_shared}, finished ${r.fleet_kill.finished}) | ${r.fleet_kill.charged} |`,

@@ -35,6 +35,7 @@ import { failingAgentPhase } from './failing.ts';
 import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
 import { drive } from './traffic.ts';
+import { CHAOS_POOL, setupFlow, startKeyedLoad } from './flow.ts';
 
 interface Options {
   mode: 'quick' | 'full' | 'custom';
@@ -168,6 +169,7 @@ async function main(): Promise<number> {
       });
       if (r.status !== 201) throw new Error(`create agent ${a.name}: ${r.status} ${JSON.stringify(r.body)}`);
     }
+    await setupFlow(store);
     // Every outcome of chaos-a starts a follow-up on chaos-chain, through kills and restarts.
     const subscriptionId = await setupChain(admin, 'chaos-a', o.leaseTtl);
     // Groups of three over both traffic agents, each joined on chaos-chain, queued with the traffic.
@@ -297,6 +299,7 @@ async function main(): Promise<number> {
       }
     }
 
+    const keyed = startKeyedLoad(store, 50, Math.ceil(o.tasks / 5));
     const traffic = await drive({
       servers,
       key,
@@ -331,6 +334,10 @@ async function main(): Promise<number> {
       },
     });
     await killing;
+    await keyed.stop();
+    // The keyed tasks are held to the same account as the traffic's: each must end once.
+    for (const id of keyed.ids) traffic.acknowledged.set(id, 'api');
+    log(`keyed load: ${keyed.submitted} submits (${keyed.debounced} debounced) → ${keyed.ids.size} tasks on chaos-a`);
     const trafficS = (Date.now() - t0) / 1000;
     log(`traffic done in ${trafficS.toFixed(0)} s: ${traffic.acknowledged.size} executions acknowledged; settling`);
     if (!o.pgRestart) notExercised.push('PostgreSQL restart (pass --pg-restart; it restarts the shared server, so it is off by default)');
@@ -404,6 +411,13 @@ async function main(): Promise<number> {
       },
       ...facts,
       canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
+      flow: {
+        pool: CHAOS_POOL,
+        keyed_submits: keyed.submitted,
+        keyed_tasks: keyed.ids.size,
+        debounced_submits: keyed.debounced,
+        f01_f02_open: openViolations.filter((v: any) => v.invariant === 'F-01' || v.invariant === 'F-02').length,
+      },
       details: {
         ...facts.details,
         canary_open: openViolations.map((v: any) => ({ invariant: v.invariant, subject: v.subject, reason: v.reason })),
@@ -430,6 +444,7 @@ async function main(): Promise<number> {
       report.duplicate_terminal_outcomes === 0 &&
       report.over_admissions === 0 &&
       report.canary_violations_after_settle === 0 &&
+      report.flow.f01_f02_open === 0 &&
       fleet.held >= 2 &&
       fleet.charged === 0 &&
       fleet.finished === fleet.held &&

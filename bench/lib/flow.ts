@@ -1,0 +1,333 @@
+/**
+ * Flow-control workloads (`npm run bench -- --only flow`), in-process on the Engine API:
+ *
+ * - keyed W1: W1 with every task keyed (10 keys per agent, key cap 1) and every agent drawing from
+ *   one of three pools whose seats never bind, beside W1 without keys in the same run (ratio);
+ * - noisy neighbour: key A floods N tasks, key B submits one task a second; B's wait
+ *   (started_at − queued_at) against its wait with no flood. Then the same with a pool shared by
+ *   two agents: agent A floods, agent B one a second;
+ * - throttle accuracy (PostgreSQL): three OS processes claim one throttled agent; from the
+ *   database, the most starts in any one window of the period against limit + burst, and how long
+ *   after the throttle allowed it each start came (the GCRA replayed over the real starts).
+ *
+ * After each run the canary runs one full cycle on the database: F-01 and F-02 must find
+ * nothing, and every task must have run once (succeeded, attempt 1).
+ */
+import { fork } from 'node:child_process';
+import { setMaxListeners } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { runCanaryOnce } from '../../src/canary/run.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import type { StoreAdapter } from '../../src/store/adapter.ts';
+import { afterStart, nextStartAt, type Throttle } from '../../src/domain/throttle.ts';
+import type { Driver } from './drivers.ts';
+import { percentile, round } from './stats.ts';
+import type { W1Config, W1Result } from './w1.ts';
+
+export const FLOW_POOLS = ['bench-pool-0', 'bench-pool-1', 'bench-pool-2'];
+export const KEYS_PER_AGENT = 10;
+
+export interface FlowCheck {
+  /** F-01 and F-02 findings of a full canary cycle after the run (must be 0). */
+  f01: number;
+  f02: number;
+  tasks: number;
+  /** Tasks that did not end succeeded on their first attempt (must be 0). */
+  not_once: number;
+  ok: boolean;
+}
+
+/** A full canary cycle and a count of tasks that did not run exactly once. */
+export async function checkFlow(store: StoreAdapter, agentPrefix: string): Promise<FlowCheck> {
+  const report = await runCanaryOnce({ store, full: true });
+  const count = (id: string) => report.checks.find((c) => c.id === id)?.findings.length ?? -1;
+  const rows = await store.db.selectFrom('executions').select(['status', 'attempt']).where('agent', 'like', `${agentPrefix}%`).execute();
+  const notOnce = rows.filter((r) => r.status !== 'succeeded' || Number(r.attempt) !== 1).length;
+  const f01 = count('F-01');
+  const f02 = count('F-02');
+  return { f01, f02, tasks: rows.length, not_once: notOnce, ok: f01 === 0 && f02 === 0 && notOnce === 0 };
+}
+
+/**
+ * The in-process driver with flow limits: each agent has key cap 1 and draws from one of the three
+ * pools (created first, seats far above what the agents can use); task i of agent i % A carries key
+ * `k<(i / A) % 10>`, so every agent's tasks spread over its ten keys.
+ */
+export async function keyedDriver(engine: Engine, base: Driver, agents: number): Promise<Driver> {
+  for (const name of FLOW_POOLS) await engine.pools.create({ name, max_parallel: 1_000_000 }, 'bench');
+  let created = 0;
+  return {
+    ...base,
+    submitMany: undefined,
+    async createAgent(name, maxParallel, maxBacklog) {
+      const pool = FLOW_POOLS[created++ % FLOW_POOLS.length]!;
+      await engine.agents.create({ name, max_parallel: maxParallel, max_backlog: maxBacklog, key_max_parallel: 1, pools: [pool] }, 'bench');
+    },
+    async submit(agent, i) {
+      const key = `k${Math.floor(i / agents) % KEYS_PER_AGENT}`;
+      return (await engine.submit(agent, { message: 'noop', payload: { i }, key }, 'bench')).id;
+    },
+  };
+}
+
+export type W1Keyed = W1Result & { check: FlowCheck };
+
+// ── noisy neighbour ──────────────────────────────────────────────────────────
+
+export interface NoisyConfig {
+  /** Tasks the flooding key (or agent) submits at once. */
+  flood: number;
+  /** Tasks the quiet key (or agent) submits, one a second. */
+  quiet: number;
+  /** Work per task (a sleep), ms. */
+  workMs: number;
+  /** Claim loops per agent. */
+  loops: number;
+  maxParallel: number;
+}
+
+export interface NoisyResult {
+  shape: 'key' | 'pool';
+  flood: number;
+  quiet: number;
+  /** B's wait (started_at − queued_at), ms, with the flood and without it. */
+  with_flood: { p50: number; p99: number; max: number };
+  alone: { p50: number; p99: number; max: number };
+  ratio_p99: number;
+  /** Flood tasks still queued when the last quiet task started (the flood was really there). */
+  flood_queued_at_end: number;
+  check: FlowCheck;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Claim loops on `agent` until aborted: claim one (long-poll), sleep workMs, complete. */
+async function worker(engine: Engine, agent: string, owner: string, workMs: number, signal: AbortSignal): Promise<void> {
+  while (!signal.aborted) {
+    let rows;
+    try {
+      rows = await engine.claim(agent, { owner, max: 1, waitMs: 1000, signal });
+    } catch (err) {
+      if (signal.aborted) return;
+      throw err;
+    }
+    for (const r of rows) {
+      if (workMs > 0) await sleep(workMs);
+      await engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'bench');
+    }
+  }
+}
+
+function waitStats(ws: number[]) {
+  const s = [...ws].sort((x, y) => x - y);
+  return { p50: round(percentile(s, 50), 1), p99: round(percentile(s, 99), 1), max: round(s[s.length - 1] ?? NaN, 1) };
+}
+
+/**
+ * One noisy-neighbour run on a fresh store: `flood` tasks for A at once (none with flood = 0),
+ * then `quiet` tasks for B one a second; waits until everything ran. Returns B's waits.
+ */
+async function noisyOnce(
+  store: StoreAdapter,
+  shape: 'key' | 'pool',
+  cfg: NoisyConfig,
+  flood: number,
+  prefix: string,
+): Promise<{ waits: number[]; floodQueuedAtEnd: number }> {
+  const engine = new Engine({ store, nodeId: 'bench' });
+  const stop = new AbortController();
+  // Every claim loop's long-poll listens on this one signal.
+  setMaxListeners(100, stop.signal);
+  try {
+    const agentA = `${prefix}a`;
+    const agentB = shape === 'key' ? agentA : `${prefix}b`;
+    const backlog = flood + cfg.quiet + 10;
+    if (shape === 'key') {
+      await engine.agents.create({ name: agentA, max_parallel: cfg.maxParallel, max_backlog: backlog }, 'bench');
+    } else {
+      await engine.pools.create({ name: `${prefix}pool`, max_parallel: cfg.maxParallel }, 'bench');
+      for (const name of [agentA, agentB])
+        await engine.agents.create({ name, max_parallel: cfg.maxParallel, max_backlog: backlog, pools: [`${prefix}pool`] }, 'bench');
+    }
+    const loops: Promise<void>[] = [];
+    for (const agent of new Set([agentA, agentB]))
+      for (let k = 0; k < cfg.loops; k++) loops.push(worker(engine, agent, `${agent}-w${k}`, cfg.workMs, stop.signal));
+    const keyA = shape === 'key' ? { key: 'A' } : {};
+    const keyB = shape === 'key' ? { key: 'B' } : {};
+    for (let off = 0; off < flood; off += 500) {
+      const n = Math.min(500, flood - off);
+      await engine.submitMany(
+        agentA,
+        Array.from({ length: n }, (_, i) => ({ message: 'flood', payload: { i: off + i }, ...keyA })),
+        'bench',
+      );
+    }
+    const quietIds: string[] = [];
+    for (let i = 0; i < cfg.quiet; i++) {
+      await sleep(1000);
+      quietIds.push((await engine.submit(agentB, { message: 'quiet', payload: { i }, ...keyB }, 'bench')).id);
+    }
+    const started = async () =>
+      store.db.selectFrom('executions').select(['id', 'queued_at', 'started_at']).where('id', 'in', quietIds).execute();
+    let rows = await started();
+    while (rows.some((r) => r.started_at === null)) {
+      await sleep(50);
+      rows = await started();
+    }
+    const { n: floodQueued } = await store.db
+      .selectFrom('executions')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('agent', '=', agentA)
+      .where('status', '=', 'queued')
+      .executeTakeFirstOrThrow();
+    // Let the flood finish, so the check after the run sees every task once.
+    for (;;) {
+      const { n } = await store.db
+        .selectFrom('executions')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('agent', 'like', `${prefix}%`)
+        .where('status', 'in', ['queued', 'running'])
+        .executeTakeFirstOrThrow();
+      if (Number(n) === 0) break;
+      await sleep(200);
+    }
+    return {
+      waits: rows.map((r) => Number(r.started_at) - Number(r.queued_at)),
+      floodQueuedAtEnd: Number(floodQueued),
+    };
+  } finally {
+    stop.abort();
+    engine.close();
+  }
+}
+
+export async function runNoisy(
+  open: (label: string) => Promise<{ store: StoreAdapter; done(): Promise<void> }>,
+  shape: 'key' | 'pool',
+  cfg: NoisyConfig,
+): Promise<NoisyResult> {
+  const alone = await open(`noisy_${shape}_alone`);
+  let base;
+  try {
+    base = await noisyOnce(alone.store, shape, cfg, 0, 'nn-');
+  } finally {
+    await alone.done();
+  }
+  const flooded = await open(`noisy_${shape}_flood`);
+  let withFlood;
+  let check: FlowCheck;
+  try {
+    withFlood = await noisyOnce(flooded.store, shape, cfg, cfg.flood, 'nn-');
+    check = await checkFlow(flooded.store, 'nn-');
+  } finally {
+    await flooded.done();
+  }
+  const w = waitStats(withFlood.waits);
+  const a = waitStats(base.waits);
+  return {
+    shape,
+    flood: cfg.flood,
+    quiet: cfg.quiet,
+    with_flood: w,
+    alone: a,
+    ratio_p99: round(w.p99 / Math.max(1, a.p99), 2),
+    flood_queued_at_end: withFlood.floodQueuedAtEnd,
+    check,
+  };
+}
+
+// ── throttle accuracy (PostgreSQL, three processes) ──────────────────────────
+
+export interface ThrottleConfig {
+  throttle: Throttle;
+  tasks: number;
+  processes: number;
+  loopsPerProcess: number;
+}
+
+export interface ThrottleResult {
+  throttle: Throttle;
+  tasks: number;
+  processes: number;
+  /** Most starts in any half-open window of one period, and the bound limit + burst. */
+  max_starts_per_window: number;
+  bound: number;
+  /** Start minus the moment the throttle allowed it (GCRA replayed over the real starts), ms. */
+  open_to_start_ms: { p50: number; p99: number; max: number };
+  /** Starts later than 50 ms after the throttle allowed them. */
+  late_over_50ms: number;
+  starts_by_process: Record<string, number>;
+  check: FlowCheck;
+}
+
+const CLAIMER = fileURLToPath(new URL('./flow-claimer.ts', import.meta.url));
+
+export async function runThrottle(store: StoreAdapter, env: Record<string, string>, cfg: ThrottleConfig): Promise<ThrottleResult> {
+  const agent = 'thr-agent';
+  const engine = new Engine({ store, nodeId: 'bench' });
+  try {
+    await engine.agents.create({ name: agent, max_parallel: 50, max_backlog: cfg.tasks + 10, throttle: cfg.throttle }, 'bench');
+    await engine.submitMany(
+      agent,
+      Array.from({ length: cfg.tasks }, (_, i) => ({ message: 'noop', payload: { i } })),
+      'bench',
+    );
+  } finally {
+    engine.close();
+  }
+  const children = Array.from({ length: cfg.processes }, (_, p) =>
+    fork(CLAIMER, [agent, String(cfg.tasks), String(cfg.loopsPerProcess), `p${p}`], {
+      env: { ...process.env, ...env },
+      execArgv: ['--import', 'tsx'],
+      stdio: 'inherit',
+    }),
+  );
+  await Promise.all(
+    children.map(
+      (c) =>
+        new Promise<void>((resolve, reject) =>
+          c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`claimer exited ${code}`)))),
+        ),
+    ),
+  );
+  const rows = await store.db
+    .selectFrom('executions')
+    .select(['started_at', 'queued_at', 'lease_owner'])
+    .where('agent', '=', agent)
+    .orderBy('started_at')
+    .execute();
+  const starts = rows.map((r) => Number(r.started_at));
+  const periodMs = cfg.throttle.period_seconds * 1000;
+  let maxInWindow = 0;
+  for (let i = 0, j = 0; i < starts.length; i++) {
+    while (starts[i]! - starts[j]! >= periodMs) j++;
+    maxInWindow = Math.max(maxInWindow, i - j + 1);
+  }
+  // Every task was queued before the first start, so each start was held only by the throttle
+  // (seats never bind: max_parallel 50 against a few claim loops that complete at once).
+  let tat: number | null = null;
+  const lateness: number[] = [];
+  for (const s of starts) {
+    const allowed = nextStartAt(cfg.throttle, tat, 0);
+    if (allowed > 0 && tat !== null) lateness.push(s - allowed);
+    tat = afterStart(cfg.throttle, tat, s);
+  }
+  const byProcess: Record<string, number> = {};
+  for (const r of rows) {
+    const p = String(r.lease_owner ?? '?').split('-')[0]!;
+    byProcess[p] = (byProcess[p] ?? 0) + 1;
+  }
+  return {
+    throttle: cfg.throttle,
+    tasks: cfg.tasks,
+    processes: cfg.processes,
+    max_starts_per_window: maxInWindow,
+    bound: cfg.throttle.limit + cfg.throttle.burst,
+    open_to_start_ms: waitStats(lateness),
+    late_over_50ms: lateness.filter((x) => x > 50).length,
+    starts_by_process: byProcess,
+    check: await checkFlow(store, 'thr-'),
+  };
+}
+
+export type { W1Config };
