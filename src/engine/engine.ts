@@ -315,7 +315,7 @@ export class Engine {
     const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' };
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
-    if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, admitOpts);
+    if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => this.claimWaits.notePools(agent, f.pools) });
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, (hint) =>
       this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint, () => this.now()) }),
     );

@@ -103,16 +103,37 @@ export class ClaimWaits {
     }
   }
 
-  /** The pools an agent draws from, as its last admission here said (for wakePools). */
+  /** The pools an agent draws from, as its last admission in this process said (for seatFreed). */
   private readonly poolsOf = new Map<string, string[]>();
+  /** Per pool, the agents known here to draw from it. */
+  private readonly membersOf = new Map<string, Set<string>>();
 
   /**
    * Work was queued for `agent` or one of its seats freed: wake one of its claimers, and one
-   * claimer waiting on each pool it draws from (a seat of the pool freed with it).
+   * claimer of every other agent known here to draw from a pool it draws from (a seat of the pool
+   * freed with it; each such agent's claimer looks, and admission gives the seat to whichever
+   * takes the pool's lock first).
    */
   seatFreed(agent: string): void {
     this.waiters.wake(agent);
-    for (const p of this.poolsOf.get(agent) ?? []) this.waiters.wake(`pool:${p}`);
+    for (const p of this.poolsOf.get(agent) ?? []) {
+      for (const m of this.membersOf.get(p) ?? []) if (m !== agent) this.waiters.wake(m);
+    }
+  }
+
+  /** Remember which pools `agent` draws from, as an admission reported it. */
+  notePools(agent: string, pools: string[]): void {
+    for (const p of this.poolsOf.get(agent) ?? []) this.membersOf.get(p)?.delete(agent);
+    if (pools.length === 0) {
+      this.poolsOf.delete(agent);
+      return;
+    }
+    this.poolsOf.set(agent, pools);
+    for (const p of pools) {
+      let members = this.membersOf.get(p);
+      if (!members) this.membersOf.set(p, (members = new Set()));
+      members.add(agent);
+    }
   }
 
   private async claimLoop(
@@ -122,26 +143,22 @@ export class ClaimWaits {
     signal: AbortSignal,
   ): Promise<ExecutionRow[]> {
     for (;;) {
-      // Armed before the look, on the agent and on each pool it drew from last time.
-      const keys = [agent, ...(this.poolsOf.get(agent) ?? []).map((p) => `pool:${p}`)];
-      const armed = keys.map((k) => this.waiters.arm(k, signal));
+      // Armed before the look: a wake meanwhile is not missed.
+      const armed = this.waiters.arm(agent, signal);
       try {
         const hint: ClaimHint = {};
         const rows = await admitOnce(hint);
-        if (hint.pools !== undefined) {
-          if (hint.pools.length > 0) this.poolsOf.set(agent, hint.pools);
-          else this.poolsOf.delete(agent);
-        }
+        if (hint.pools !== undefined) this.notePools(agent, hint.pools);
         if (rows.length > 0) return rows;
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
         // A closed throttle reopens at a known time: look again then (a timer, not a faster poll).
         const ms = Math.min(remaining, this.pollMs, hint.reopensInMs ?? Infinity);
-        await Promise.race(armed.map((w) => w.wait(Math.max(0, ms))));
+        await armed.wait(Math.max(0, ms));
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
       } finally {
-        for (const w of armed) w.disarm();
+        armed.disarm();
       }
     }
   }

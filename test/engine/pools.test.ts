@@ -178,6 +178,31 @@ describe(`pools and throttles (${STORE_KIND})`, () => {
     expect(await parked).toHaveLength(1);
   }, 30_000);
 
+  it("a parked claim wakes when a seat of its pool frees, though another agent's task freed it", async () => {
+    const pool = name('wakepool');
+    await engine.pools.create({ name: pool, max_parallel: 1 }, 'test');
+    const a = name('wpa');
+    const b = name('wpb');
+    await engine.agents.create({ name: a, max_parallel: 5, pools: [pool] }, 'test');
+    await engine.agents.create({ name: b, max_parallel: 5, pools: [pool] }, 'test');
+    await submit(a, 1);
+    await submit(b, 1);
+    const [held] = await claim(a);
+    // Parked as above: only a wake can admit it in time.
+    const parked = engine.claim(b, { owner: 'w2', max: 1, waitMs: 50_000 });
+    for (;;) {
+      const { last_claim_at } = await ts.store.db
+        .selectFrom('agents')
+        .select('last_claim_at')
+        .where('name', '=', b)
+        .executeTakeFirstOrThrow();
+      if (last_claim_at !== null) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await engine.complete(held!.id, held!.lease_token!, { status: 'succeeded' }, 'worker:test');
+    expect(await parked).toHaveLength(1);
+  }, 30_000);
+
   it('refuses: an unknown pool (naming pools), deleting a pool agents draw from (naming them)', async () => {
     const pool = name('del');
     await engine.pools.create({ name: pool, max_parallel: 1 }, 'test');
