@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../../src/client.ts';
 import { LeaseKeeper, TaskAborted } from '../../src/domain/lease.ts';
 import { createWorker, type Worker, type WorkerEvent } from '../../src/worker/sdk.ts';
-import { groupMembers, killGroup, until } from '../helpers/delivery.ts';
+import { groupGone, groupMembers, killGroup, until } from '../helpers/delivery.ts';
 import { BATON_BIN, spawnChild, startBatonUp, type Child } from '../helpers/process.ts';
 import { startProxy, type Proxy } from '../helpers/proxy.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
@@ -198,7 +198,9 @@ describe('a cut network between workers and the server', () => {
     await until(
       'the cut-off runs to stop',
       () => {
-        for (const [id, g] of cliGroups) if (!cliGone.has(id) && groupMembers(g).length === 0) cliGone.set(id, performance.now());
+        // Stopped: no member left running (a killed orphan stays a zombie until init reaps it).
+        for (const [id, g] of cliGroups)
+          if (!cliGone.has(id) && groupMembers(g).every((m) => m.state === 'Z')) cliGone.set(id, performance.now());
         return (sdkStops.size === 2 && cliGone.size === 2) || undefined;
       },
       TTL_MS + RENEW_MS + SLACK_MS,
@@ -211,6 +213,7 @@ describe('a cut network between workers and the server', () => {
       expect(s.at - cutAt).toBeLessThan(TTL_MS + RENEW_MS + SLACK_MS);
     }
     for (const at of cliGone.values()) expect(at - cutAt).toBeLessThan(TTL_MS + RENEW_MS + SLACK_MS);
+    for (const g of cliGroups.values()) expect(await groupGone(g)).toEqual([]);
     expect(
       sdkEvents
         .filter((e) => e.type === 'task:lapsed')
