@@ -29,7 +29,7 @@ function registerWorkerCommand(program: Command): void {
     .option('--concurrency <n>', 'tasks run at once', positive('--concurrency', true), 1)
     .option(
       '--kill-grace <seconds>',
-      'on cancel/deadline/shutdown: SIGTERM, then SIGKILL after this long',
+      'on cancel/deadline/lost or lapsed lease/shutdown: SIGTERM, then SIGKILL after this long',
       positive('--kill-grace', false),
       5,
     )
@@ -87,6 +87,10 @@ async function runWorkerCommand(command: string[], _o: unknown, cmd: Command): P
       else if (e.type === 'task:end')
         say(
           `${e.executionId} ${e.reported === 'completed' ? e.status : e.reported === 'released' ? 'released to the queue' : 'lease lost; not reported'}`,
+        );
+      else if (e.type === 'task:lapsed')
+        say(
+          `${e.executionId} lease expired unrenewed (TTL ${e.leaseTtlSeconds} s, server unreachable): stopping the command; not reported`,
         );
       else if (e.type === 'transport:error') {
         // Said once per outage, not once per retry: a restart can take minutes.

@@ -41,6 +41,13 @@ export interface LeaseKeeperOptions {
   isLeaseLost(err: unknown): boolean;
   /** Any other failed renewal: the next one, a third of a lease later, tries again. */
   onRenewError?(err: unknown, retryInMs: number): void;
+  /** The lease expired (as last granted) without a successful renewal; the work is aborted as lost. */
+  onLapse?(): void;
+  /**
+   * A monotonic clock in ms (default performance.now) for the lease's own expiry: a wall-clock
+   * step must neither end a live lease early nor keep a lapsed one going.
+   */
+  monotonic?: () => number;
 }
 
 /**
@@ -48,17 +55,34 @@ export interface LeaseKeeperOptions {
  * renewal at a time, none once the lease is lost. Aborts `signal` (with a TaskAborted) on a
  * requested cancellation, at the deadline, on a lost lease, or when told to (shutdown). The first
  * reason wins; a lost lease is remembered even when another reason came first.
+ *
+ * A lease that could not be renewed is lost once it expires, even though no server said so (the
+ * network is cut, the server or its database is down): the reaper may hand the task to another
+ * worker from then on, so the work is aborted and its outcome never reported. The expiry is kept
+ * on the worker's own monotonic clock, from when the lease was last granted: the claim's answer,
+ * then the moment each successful renewal was sent (the server granted a full TTL no earlier).
+ * Two runs of one task therefore overlap for at most about one TTL plus one renewal interval.
  */
 export class LeaseKeeper {
   private readonly ctrl = new AbortController();
   private readonly renewTimer: ReturnType<typeof setInterval>;
   private readonly deadlineTimer: ReturnType<typeof setTimeout>;
+  private lapseTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly mono: () => number;
+  /** Monotonic ms at which the lease was last granted (see the class comment). */
+  private grantedAt: number;
+  private stopped = false;
   private renewing = false;
+  /** The lease expired without a successful renewal (it is also `lost`). */
+  lapsed = false;
   /** A renewal (or another request on the lease, see markLost) answered that the lease is gone. */
   lost = false;
 
   constructor(private readonly opts: LeaseKeeperOptions) {
     const ttlMs = opts.leaseTtlSeconds * 1000;
+    this.mono = opts.monotonic ?? (() => performance.now());
+    this.grantedAt = this.mono();
+    this.armLapse(ttlMs);
     this.renewTimer = setInterval(() => void this.renewOnce(ttlMs), Math.max(MIN_RENEW_MS, ttlMs / 3));
     const untilDeadline = (opts.deadlineAt ?? Infinity) - (opts.now ?? Date.now)();
     this.deadlineTimer = setTimeout(() => this.abort('deadline'), Math.min(MAX_TIMER_MS, Math.max(0, untilDeadline)));
@@ -86,16 +110,37 @@ export class LeaseKeeper {
 
   /** The work is over: no more renewals, no deadline. */
   stop(): void {
+    this.stopped = true;
     clearInterval(this.renewTimer);
     clearTimeout(this.deadlineTimer);
+    clearTimeout(this.lapseTimer);
+  }
+
+  /** Checks the lease's expiry when it falls due, and again after each later grant. */
+  private armLapse(ttlMs: number): void {
+    clearTimeout(this.lapseTimer);
+    if (this.stopped || this.lost) return;
+    const left = this.grantedAt + ttlMs - this.mono();
+    if (left > 0) {
+      this.lapseTimer = setTimeout(() => this.armLapse(ttlMs), Math.min(MAX_TIMER_MS, Math.ceil(left)));
+      return;
+    }
+    this.lapsed = true;
+    this.markLost();
+    this.opts.onLapse?.();
   }
 
   /** Catches every failure itself, so the timer can drop its promise. */
   private async renewOnce(ttlMs: number): Promise<void> {
     if (this.renewing || this.lost) return;
     this.renewing = true;
+    const sent = this.mono();
     try {
       const r = await this.opts.renew();
+      // An answer that arrives after the lease was given up changes nothing: the work is aborted.
+      if (this.lost) return;
+      this.grantedAt = Math.max(this.grantedAt, sent);
+      this.armLapse(ttlMs);
       if (r.cancel_requested) this.abort('cancelled');
     } catch (err) {
       if (this.opts.isLeaseLost(err)) this.markLost();

@@ -16,7 +16,9 @@
  * when cancellation is requested, the deadline passes or the lease is lost (the lease keeper,
  * src/domain/lease.ts, shared with the push dispatcher); ships `task.log()`
  * lines in order; reports the outcome (retrying transport errors with jittered backoff). A lost
- * lease (`409 lease_lost`) ends that task silently: another worker owns it now.
+ * lease (`409 lease_lost`) ends that task silently: another worker owns it now. So does a lease
+ * that expired (on this worker's monotonic clock) without a successful renewal, say while the
+ * network was cut: the server may have re-queued the task, so its run stops and is not reported.
  */
 import { hostname } from 'node:os';
 import { ApiError, BatonClient, type Task as TaskView } from '../client.ts';
@@ -302,6 +304,7 @@ class WorkerImpl implements Worker {
       isLeaseLost,
       onRenewError: (err, retryInMs) =>
         this.emit({ type: 'transport:error', op: 'heartbeat', error: (err as Error)?.message ?? String(err), retryInMs }),
+      onLapse: () => this.emit({ type: 'task:lapsed', executionId: t.execution_id, leaseTtlSeconds: t.lease_ttl_seconds }),
     });
     const finished = this.runTask(lane, t, lease).then(
       (handedOver) => lane.finish(t.execution_id, handedOver),

@@ -12,10 +12,11 @@ export interface Proxy {
   close(): Promise<void>;
 }
 
-export async function startProxy(target: { host: string; port: number }): Promise<Proxy> {
+/** `listenPort`: the port to listen on (default: one the system picks). */
+export async function startProxy(target: { host: string; port: number }, listenPort = 0): Promise<Proxy> {
   const sockets = new Set<net.Socket>();
   let server: net.Server | undefined;
-  let port = 0;
+  let port = listenPort;
   const listen = () =>
     new Promise<void>((resolve, reject) => {
       const s = net.createServer((client) => {
