@@ -60,13 +60,24 @@ export interface Task {
 /** A handler returns the result (→ succeeded), throws (→ failed), or returns `outcome({...})`. */
 export type Handler = (task: Task) => Promise<unknown> | unknown;
 
-export interface WorkerOptions {
+/** Which agents a worker serves: one (`agent`) or several (`agents`), never neither. */
+export type WorkerAgents =
+  | {
+      /** The agent whose tasks this worker runs. */
+      agent: string;
+      agents?: never;
+    }
+  | {
+      /** Several agents served by this one worker. */
+      agents: readonly string[];
+      agent?: never;
+    };
+
+export type WorkerOptions = WorkerAgents & WorkerSettings;
+
+export interface WorkerSettings {
   server: string;
   key?: string;
-  /** The agent whose tasks this worker runs (or `agents`). */
-  agent?: string;
-  /** Several agents served by this one worker (instead of `agent`). */
-  agents?: readonly string[];
   /** Tasks run at once, per agent (default 1). */
   concurrency?: number;
   handler: Handler;

@@ -1,6 +1,7 @@
 import { keyCap, keyLimits, type KeyLimits } from '../../domain/flow.ts';
 import { parsePools } from '../../domain/pools.ts';
 import { parseThrottle, type Throttle } from '../../domain/throttle.ts';
+import { sql } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
 import { status } from '../sql.ts';
 import { idChunks, type ActivityInvariant, type EventRow, type Finding, type StateInvariant } from '../types.ts';
@@ -224,18 +225,41 @@ export const F02: StateInvariant<DebounceRow> = {
   },
   grace: () => 0,
   async population(tx, ctx) {
-    const rows = await tx
-      .selectFrom('executions')
-      .select(['agent', 'flow_key'])
-      .select((eb) => eb.fn.countAll<number>().as('n'))
-      .where('flow_key', 'is not', null)
-      .where('status', '=', status('queued'))
-      .where('debounce_seconds', 'is not', null)
-      .where('run_after', '>', ctx.now)
-      .groupBy(['agent', 'flow_key'])
-      .having((eb) => eb.fn.countAll(), '>', 1)
+    // Per agent (a seek of its queued rows, live work only): two waiting debounced tasks of one key
+    // show as more such tasks than keys; only then are that agent's keys named.
+    const agents = await tx
+      .selectFrom('agents as a')
+      .select('a.name')
+      .select((eb) =>
+        eb
+          .selectFrom('executions as e')
+          .select(sql<number>`count(*) - count(distinct e.flow_key)`.as('extra'))
+          .whereRef('e.agent', '=', 'a.name')
+          .where('e.status', '=', status('queued'))
+          .where('e.flow_key', 'is not', null)
+          .where('e.debounce_seconds', 'is not', null)
+          .where('e.run_after', '>', ctx.now)
+          .as('extra'),
+      )
       .execute();
-    return rows as DebounceRow[];
+    const out: DebounceRow[] = [];
+    for (const a of agents) {
+      if (Number(a.extra ?? 0) <= 0) continue;
+      const keys = await tx
+        .selectFrom('executions')
+        .select(['flow_key'])
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('agent', '=', a.name)
+        .where('status', '=', status('queued'))
+        .where('flow_key', 'is not', null)
+        .where('debounce_seconds', 'is not', null)
+        .where('run_after', '>', ctx.now)
+        .groupBy('flow_key')
+        .having((eb) => eb.fn.countAll(), '>', 1)
+        .execute();
+      for (const k of keys) out.push({ agent: a.name, flow_key: k.flow_key!, n: Number(k.n) });
+    }
+    return out;
   },
   evaluate(rows) {
     return rows.map((r) => ({
