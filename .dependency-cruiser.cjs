@@ -17,7 +17,7 @@ const LAYERS = {
     why: 'Plain types, constant lists and pure helpers (states, error codes, outcomes, redaction). No I/O: everything else may read it.',
   },
   foundation: {
-    path: '^src/(config|version)[.]ts$',
+    path: '^src/(config|config-values|version)[.]ts$',
     why: 'The process settings (every BATON_* variable, read in config.ts) and the version: read once at start, by any layer above.',
   },
   store: {

@@ -10,6 +10,9 @@ import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { CONTRACT_DEFAULTS } from './domain/defaults.ts';
+import { ConfigError, MAX_TIMER_MS, httpUrl, mib, number, oneOf, shown, text, type Vars } from './config-values.ts';
+
+export { ConfigError, type Vars };
 
 export const DEFAULTS = Object.freeze({
   /** Agent settings, the claim wait and the payload limit: the wire contract documents them (src/domain/defaults.ts). */
@@ -73,78 +76,6 @@ export const DEFAULTS = Object.freeze({
   maxUnreadMiBPerConnection: 32,
 });
 
-/** The variables as given: `process.env`, or a plain record in tests. */
-export type Vars = Readonly<Record<string, string | undefined>>;
-
-/** A bad BATON_* value. The message is one line: the variable, what it accepts, what it got. */
-export class ConfigError extends Error {
-  constructor(
-    readonly variable: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
-
-/** The value, or undefined when unset or empty (an empty variable means "not set"). */
-function text(env: Vars, name: string): string | undefined {
-  const raw = env[name];
-  return raw === undefined || raw === '' ? undefined : raw;
-}
-
-/** A value quoted for an error line: control characters escaped, long values cut. */
-const shown = (raw: string) => `'${JSON.stringify(raw.length > 60 ? raw.slice(0, 60) + '…' : raw).slice(1, -1)}'`;
-
-interface NumberRule {
-  min: number;
-  max: number;
-  /** Refuse `min` itself (a rate or a lifetime of 0 means nothing). */
-  aboveMin?: boolean;
-  /** Refuse fractions (ports, milliseconds). */
-  integer?: boolean;
-  /** What the variable accepts, for the message: "a number of days from 0 to 36500". */
-  accepts: string;
-}
-
-/** Plain decimal digits only: no sign, exponent, hex or `Infinity`, so '1e3' is refused, not 1000. */
-function number(env: Vars, name: string, fallback: number, rule: NumberRule): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  const t = raw.trim();
-  const n = Number(t);
-  const shape = rule.integer ? /^\d+$/ : /^\d+(\.\d+)?$/;
-  if (!shape.test(t) || !Number.isFinite(n) || n < rule.min || n > rule.max || (rule.aboveMin && n === rule.min)) {
-    throw new ConfigError(name, `${name} must be ${rule.accepts}; got ${shown(raw)}`);
-  }
-  return n;
-}
-
-function oneOf<T extends string>(env: Vars, name: string, values: readonly T[], fallback: T): T {
-  const raw = text(env, name);
-  if (raw === undefined) return fallback;
-  const v = raw.trim().toLowerCase() as T;
-  if (!values.includes(v)) throw new ConfigError(name, `${name} must be one of ${values.join(', ')}; got ${shown(raw)}`);
-  return v;
-}
-
-/** An http(s) URL. `secret`: the value is never echoed (an alert sink URL is itself a credential). */
-function httpUrl(env: Vars, name: string, opts: { secret?: boolean } = {}): string | undefined {
-  const raw = text(env, name);
-  if (raw === undefined) return undefined;
-  let ok = false;
-  try {
-    ok = ['http:', 'https:'].includes(new URL(raw.trim()).protocol);
-  } catch {
-    ok = false;
-  }
-  if (!ok) throw new ConfigError(name, `${name} must be an http:// or https:// URL${opts.secret ? '' : `; got ${shown(raw)}`}`);
-  return raw.trim();
-}
-
-/** Timers cannot wait longer than this: Node runs a longer setTimeout after 1 ms instead. */
-const MAX_TIMER_MS = 2_147_483_647;
-
 export const LOG_LEVELS = Object.freeze(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const);
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
@@ -194,12 +125,6 @@ export function readEnv(env: Vars = process.env): Env {
     }),
     host: listenHost(text(env, 'BATON_HOST')),
   };
-}
-
-/** A size in MiB (fractions allowed), as bytes. */
-function mib(env: Vars, name: string, fallback: number): number {
-  const n = number(env, name, fallback, { min: 0, max: 1_048_576, aboveMin: true, accepts: 'MiB, a number above 0 (at most 1048576)' });
-  return Math.round(n * 1024 * 1024);
 }
 
 /** BATON_HOST: an IP address, or a host name of letters, digits, hyphens and dots. */

@@ -29,27 +29,7 @@ export async function waitingFor(
   // Admission order is (priority, fair_round, queued_at, id): count the rows before this one, up to the cap.
   const queuedAt = row.queued_at ?? 0;
   const round = Number(row.fair_round ?? 0);
-  const ahead = await db
-    .selectFrom((eb) =>
-      eb
-        .selectFrom('executions')
-        .select('id')
-        .where('agent', '=', row.agent)
-        .where('status', '=', statusIs('queued'))
-        .where((e) =>
-          e.or([
-            e('priority', '<', row.priority),
-            e.and([e('priority', '=', row.priority), e('fair_round', '<', round)]),
-            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '<', queuedAt)]),
-            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
-          ]),
-        )
-        .limit(AHEAD_COUNT_CAP + 1)
-        .as('a'),
-    )
-    .select((eb) => eb.fn.countAll<number>().as('n'))
-    .executeTakeFirstOrThrow();
-  const aheadN = Number(ahead.n);
+  const aheadN = await countAhead(db, row, queuedAt, round);
   const since = Math.max(Number(row.started_at ?? queuedAt), Number(row.run_after ?? 0));
   const base: Omit<WaitingView, 'summary' | 'reason'> = {
     ahead: Math.min(aheadN, AHEAD_COUNT_CAP),
@@ -109,29 +89,7 @@ export async function waitingFor(
     .executeTakeFirstOrThrow();
   const runningN = Number(running.n);
   if (runningN >= agent.max_parallel) {
-    // Sorted here rather than in SQL: the running rows of one agent are few (its cap), and an
-    // ORDER BY made SQLite sort them after a seek into a history index instead of the live one.
-    const found = await db
-      .selectFrom('executions')
-      .select(['id', 'lease_owner', 'lease_expires_at', 'started_at'])
-      .where('agent', '=', row.agent)
-      .where('status', '=', statusIs('running'))
-      .limit(AHEAD_COUNT_CAP)
-      .execute();
-    const holders = found
-      .sort((x, y) => Number(x.started_at ?? 0) - Number(y.started_at ?? 0) || (x.id < y.id ? -1 : 1))
-      .slice(0, SEAT_HOLDERS_SHOWN);
-    const seats = {
-      max_parallel: agent.max_parallel,
-      running: runningN,
-      holders: holders.map((h) => ({
-        execution_id: h.id,
-        lease_owner: h.lease_owner,
-        lease_expires_at: iso(h.lease_expires_at),
-        started_at: iso(h.started_at),
-        running_seconds: h.started_at === null ? null : Math.max(0, Math.round((now - Number(h.started_at)) / 1000)),
-      })),
-    };
+    const seats = await seatHolders(db, row.agent, agent.max_parallel, runningN, now);
     return done({ ...base, reason: 'seats_taken', seats });
   }
   const flow = await flowWaiting(db, agent, now);
@@ -169,4 +127,57 @@ async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView
   const ok = await latest('succeeded');
   if (ok && Number(ok.created_at) > Number(failed.created_at)) return null;
   return { execution_id: failed.id, code: failed.error_code, message: failed.error_message, at: iso(failed.completed_at) };
+}
+
+/** Queued rows of the agent admitted before this one (priority, fair_round, queued_at, id), counted up to the cap plus one. */
+async function countAhead(db: Kysely<DB>, row: Queued, queuedAt: number, round: number): Promise<number> {
+  const ahead = await db
+    .selectFrom((eb) =>
+      eb
+        .selectFrom('executions')
+        .select('id')
+        .where('agent', '=', row.agent)
+        .where('status', '=', statusIs('queued'))
+        .where((e) =>
+          e.or([
+            e('priority', '<', row.priority),
+            e.and([e('priority', '=', row.priority), e('fair_round', '<', round)]),
+            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '<', queuedAt)]),
+            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
+          ]),
+        )
+        .limit(AHEAD_COUNT_CAP + 1)
+        .as('a'),
+    )
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(ahead.n);
+}
+
+/** The agent's seats when all are taken: the oldest holders first, a few of them. */
+async function seatHolders(db: Kysely<DB>, agentName: string, maxParallel: number, runningN: number, now: number) {
+  // Sorted here rather than in SQL: the running rows of one agent are few (its cap), and an
+  // ORDER BY made SQLite sort them after a seek into a history index instead of the live one.
+  const found = await db
+    .selectFrom('executions')
+    .select(['id', 'lease_owner', 'lease_expires_at', 'started_at'])
+    .where('agent', '=', agentName)
+    .where('status', '=', statusIs('running'))
+    .limit(AHEAD_COUNT_CAP)
+    .execute();
+  const holders = found
+    .sort((x, y) => Number(x.started_at ?? 0) - Number(y.started_at ?? 0) || (x.id < y.id ? -1 : 1))
+    .slice(0, SEAT_HOLDERS_SHOWN);
+  const seats = {
+    max_parallel: maxParallel,
+    running: runningN,
+    holders: holders.map((h) => ({
+      execution_id: h.id,
+      lease_owner: h.lease_owner,
+      lease_expires_at: iso(h.lease_expires_at),
+      started_at: iso(h.started_at),
+      running_seconds: h.started_at === null ? null : Math.max(0, Math.round((now - Number(h.started_at)) / 1000)),
+    })),
+  };
+  return seats;
 }

@@ -1,10 +1,12 @@
 import type { Generated, Insertable, Selectable, Updateable } from 'kysely';
 import type { BreakerState } from '../domain/breaker.ts';
-import type { AlertSinkKind, AlertStatus, Severity, Tier, ViolationTransition } from '../domain/canary.ts';
 import type { BudgetWindow } from '../domain/budget.ts';
+import type { CanaryAlertsTable, CanaryCheckpointsTable, CanaryStateTable, CanaryViolationsTable } from './schema-canary.ts';
 import type { DeliveryMode } from '../domain/delivery.ts';
 import type { MisfirePolicy, OverlapPolicy } from '../domain/policies.ts';
 import type { ExecutionStatus, TriggerKind } from '../domain/states.ts';
+
+export type { CanaryAlertsTable, CanaryCheckpointsTable, CanaryStateTable, CanaryViolationsTable };
 
 /** Row types, mirroring src/store/migrations. Every timestamp is UTC epoch milliseconds. */
 
@@ -290,50 +292,6 @@ export interface BatonMigrationsTable {
   applied_at: number;
 }
 
-export interface CanaryViolationsTable {
-  id: Generated<number>;
-  invariant: string;
-  /** The execution id, agent, schedule or event the finding is about ('canary' for H-01). */
-  subject: string;
-  agent: string | null;
-  tier: Tier;
-  severity: Severity;
-  /** Reason code (e.g. lease_lapsed); never free text copied from a row. */
-  reason: string;
-  /** JSON object of ids and numbers only. */
-  detail: string | null;
-  first_seen: number;
-  last_seen: number;
-  resolved_at: number | null;
-}
-
-export interface CanaryStateTable {
-  id: string;
-  lease_owner: string | null;
-  lease_expires_at: number | null;
-  last_started_at: number | null;
-  last_completed_at: number | null;
-  last_ok: number | null;
-  last_duration_ms: number | null;
-  seen_executions: number | null;
-  seen_event_id: number | null;
-  cycles: Generated<number>;
-}
-
-export interface CanaryAlertsTable {
-  id: Generated<number>;
-  invariant: string;
-  transition: ViolationTransition;
-  sink: AlertSinkKind;
-  body: string;
-  status: AlertStatus;
-  attempts: Generated<number>;
-  next_attempt_at: number;
-  last_error: string | null;
-  created_at: number;
-  delivered_at: number | null;
-}
-
 /** One output line of an execution. */
 export interface ExecutionLogsTable {
   execution_id: string;
@@ -370,14 +328,6 @@ export interface LeaderLeasesTable {
   name: string;
   owner: string;
   expires_at: number;
-}
-
-/** The canary's high-water mark in the event log, per invariant. `state`: JSON carried forward. */
-export interface CanaryCheckpointsTable {
-  invariant: string;
-  event_id: number;
-  state: string | null;
-  updated_at: number;
 }
 
 export interface SubscriptionsTable {
