@@ -20,10 +20,13 @@ const READERS = 150;
 const RESULT_CHARS = 4_000_000;
 /**
  * Resident memory the server may grow by while the readers hang: the default total bound (128 MiB)
- * plus the garbage of building 150 big answers, which V8 collects when it chooses (without the
- * bound the growth is about 1.4 GiB).
+ * plus the garbage of building 150 big answers, which V8 collects when it chooses — late when the
+ * machine is busy (1.3 GiB seen with other suites running; about 0.5 GiB on a quiet machine).
+ * Without the bound the unread answers themselves stay: about 1.4 GiB on a quiet machine, and
+ * more with every reader. The gauge below is the exact check; this one only catches the bound
+ * being gone.
  */
-const MAX_GROWTH = 600 * MiB;
+const MAX_GROWTH = 1_350 * MiB;
 
 const describeOnLinux = process.platform === 'linux' ? describe : describe.skip;
 
