@@ -16,7 +16,9 @@ import { startNode, type BatonNode } from '../../src/server/up.ts';
 import { until } from '../helpers/delivery.ts';
 import { startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
 import { testPort } from '../helpers/proxy-front.ts';
-import { STORE_KIND } from '../helpers/store.ts';
+import { openPostgres } from '../../src/store/postgres.ts';
+import type { StoreAdapter } from '../../src/store/adapter.ts';
+import { STORE_KIND, untilHearing } from '../helpers/store.ts';
 
 const describeFailover = STORE_KIND === 'postgres' ? describe : describe.skip;
 
@@ -36,6 +38,9 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
   let standby: PgCluster;
   let node: BatonNode;
   let api: BatonClient;
+  /** Two more processes' stores on the same URL: one listening since before the kill, one to notify it. */
+  let listener: StoreAdapter;
+  let sender: StoreAdapter;
 
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'baton-failover-'));
@@ -65,8 +70,15 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
     });
     api = new BatonClient({ server: node.url, key: node.createdAdminKey! });
     await api.createAgent({ name: 'failover', max_backlog: 1_000_000 });
+    listener = openPostgres({ url: both, poolMax: 2 });
+    sender = openPostgres({ url: both, poolMax: 2 });
+    // Subscribed across the kill, so the listener's own reconnecting (not a fresh start) is what must find the new primary.
+    listener.subscribe('agent', () => {});
+    await untilHearing(listener, sender);
   }, 120_000);
   afterAll(async () => {
+    await listener?.close();
+    await sender?.close();
     await node?.stop();
     primary?.stop();
     standby?.stop();
@@ -127,6 +139,9 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
       }
     }).catch((err) => Promise.reject(new Error(`${(err as Error).message}: ${String(lastError)}`)));
     expect(after[0]!.execution_id).not.toBe(claimed[0]!.execution_id);
+
+    // The LISTEN connection opened on the old primary found the new one by itself: another process's NOTIFY reaches it.
+    await untilHearing(listener, sender);
 
     // Every acknowledged submit (before the kill and after) is on the new primary.
     const rows = await query<{ id: string }>(standby.url, 'SELECT id FROM executions');
