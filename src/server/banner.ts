@@ -8,13 +8,23 @@ import { join } from 'node:path';
 import { ADMIN_KEY_FILE } from '../auth/keys.ts';
 import { redactUrl } from '../domain/urls.ts';
 import { sqliteFile, type OpenStoreOptions } from '../store/open.ts';
+import { parseHosts } from '../store/postgres-hosts.ts';
 import { VERSION } from '../version.ts';
 
 /** The store, for a person: the SQLite file, or PostgreSQL's URL without credentials and the schema. */
 export function describeStore(location: Pick<OpenStoreOptions, 'databaseUrl' | 'dataDir' | 'schema'>): string {
   const file = sqliteFile(location);
   if (file !== undefined) return `SQLite ${file}`;
-  return `PostgreSQL ${redactUrl(location.databaseUrl!)}, schema ${location.schema ?? "the connection's search_path"}`;
+  // Several hosts: the first one's URL (a URL parser reads one host only), then the others.
+  const { hosts, url } = parseHosts(location.databaseUrl!);
+  const others =
+    hosts.length > 1
+      ? ` (or ${hosts
+          .slice(1)
+          .map((h) => `${h.host}:${h.port}`)
+          .join(', ')}: whichever takes writes)`
+      : '';
+  return `PostgreSQL ${redactUrl(hosts.length > 1 ? url : location.databaseUrl!)}${others}, schema ${location.schema ?? "the connection's search_path"}`;
 }
 
 export interface BannerFacts {

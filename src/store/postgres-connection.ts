@@ -3,6 +3,7 @@
  * per connection, and the retry of work PostgreSQL ended on a conflict.
  */
 import pg from 'pg';
+import { parseHosts, PrimaryResolver, primaryClientClass } from './postgres-hosts.ts';
 
 /**
  * SQLSTATEs after which a whole transaction is retried, with jittered backoff. Anything else
@@ -78,8 +79,31 @@ export function sessionOptions(schema: string | undefined): string {
   return `-c jit=off${schema ? ` -c search_path=${schema}` : ''}`;
 }
 
-export function openPool(o: { url: string; options: string; poolMax?: number; namedStatements?: boolean }): pg.Pool {
-  const pool = new pg.Pool({ connectionString: o.url, max: o.poolMax ?? 10, options: o.options, types } as pg.PoolConfig);
+/**
+ * The client class of every connection (pool and LISTEN) to `url`: with several hosts (or
+ * target_session_attrs=read-write), one that finds the host taking writes (postgres-hosts.ts).
+ */
+export function clientFor(url: string, options: string): { url: string; Client: typeof pg.Client } {
+  const list = parseHosts(url);
+  if (!list.readWrite) return { url, Client: pg.Client };
+  const resolver = new PrimaryResolver(list, { connectionString: list.url, options } as pg.ClientConfig);
+  return { url: list.url, Client: primaryClientClass(resolver) };
+}
+
+export function openPool(o: {
+  url: string;
+  options: string;
+  poolMax?: number;
+  namedStatements?: boolean;
+  Client?: typeof pg.Client;
+}): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: o.url,
+    max: o.poolMax ?? 10,
+    options: o.options,
+    types,
+    ...(o.Client ? { Client: o.Client } : {}),
+  } as pg.PoolConfig);
   // A client losing its connection (server restart) must not crash the process. The pool
   // listens on idle clients only; a checked-out client (inside a transaction, between
   // statements) would emit 'error' with no listener, which Node turns into an uncaught

@@ -33,7 +33,7 @@ export class PostgresSignals {
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly client: { url: string; options: string; schema: string | undefined },
+    private readonly client: { url: string; options: string; schema: string | undefined; Client: typeof pg.Client },
   ) {}
 
   private channel(topic: Topic): string {
@@ -75,7 +75,7 @@ export class PostgresSignals {
 
   private startListening(): Promise<void> {
     if (this.listening || this.closed) return this.listening ?? Promise.resolve();
-    const client = new pg.Client({ connectionString: this.client.url, options: this.client.options } as pg.ClientConfig);
+    const client = new this.client.Client({ connectionString: this.client.url, options: this.client.options } as pg.ClientConfig);
     this.listener = client;
     this.listening = (async () => {
       client.on('notification', (msg) => {

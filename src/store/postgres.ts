@@ -19,7 +19,7 @@ import { historySizePostgres, type HistorySize } from './history-size.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import { checkAutovacuum, missingSchema } from './postgres-checks.ts';
 import { DatabaseClock } from './postgres-clock.ts';
-import { openPool, retryConflicts, sessionOptions } from './postgres-connection.ts';
+import { clientFor, openPool, retryConflicts, sessionOptions } from './postgres-connection.ts';
 import { postgresFastPaths } from './postgres-fast-paths.ts';
 import { PostgresSignals } from './postgres-signals.ts';
 import { deleteChainsPostgres, PRUNE_BATCH } from './prune-deletes.ts';
@@ -91,11 +91,13 @@ class PostgresStore implements StoreAdapter {
     if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`invalid schema name '${schema}'`);
     this.schema = schema;
     const options = sessionOptions(schema);
-    this.pool = openPool({ url: opts.url, options, poolMax: opts.poolMax, namedStatements: opts.namedStatements });
+    // Several hosts in the URL: each connection goes to the one taking writes (postgres-hosts.ts).
+    const { url, Client } = clientFor(opts.url, options);
+    this.pool = openPool({ url, options, poolMax: opts.poolMax, namedStatements: opts.namedStatements, Client });
     this.db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.pool }) });
     this.reader = this.db;
     this.fastPathsOn = opts.fastPaths !== false;
-    this.signals = new PostgresSignals(this.pool, { url: opts.url, options, schema });
+    this.signals = new PostgresSignals(this.pool, { url, options, schema, Client });
     this.clock = new DatabaseClock(this.pool, opts.processClock);
     bindMethods(this);
   }

@@ -184,6 +184,12 @@ describe('the logger', () => {
     });
     expect(shown).toMatch(/^PostgreSQL postgres:\/\/.*@db:5432\/baton.*, schema tenant_1$/);
     expect(shown).not.toMatch(/hunter2|t0p/);
+    const several = describeStore({
+      databaseUrl: 'postgres://baton:hunter2@db1:5432,db2:6432/baton?target_session_attrs=read-write',
+      dataDir: '/d',
+    });
+    expect(several).toMatch(/^PostgreSQL postgres:\/\/.*@db1:5432\/baton \(or db2:6432: whichever takes writes\), schema/);
+    expect(several).not.toMatch(/hunter2/);
     expect(describeStore({ databaseUrl: 'sqlite:/srv/b.sqlite', dataDir: '/d' })).toBe('SQLite /srv/b.sqlite');
     expect(describeStore({ dataDir: '/d' })).toBe('SQLite /d/baton.sqlite');
   });
