@@ -147,7 +147,8 @@ export async function historyWalks(store: StoreAdapter, queries: CompiledQuery[]
     await sql`SET LOCAL enable_seqscan = off`.execute(tx);
     for (const q of queries) {
       const res = await tx.executeQuery<{ 'QUERY PLAN': any }>(CompiledQuery.raw(`EXPLAIN (FORMAT JSON) ${q.sql}`, [...q.parameters]));
-      const visit = (node: any) => {
+      // A Bitmap Index Scan names no relation: its Bitmap Heap Scan parent does (`parent`).
+      const visit = (node: any, parent?: string) => {
         const rel = node['Relation Name'];
         if (rel && HISTORY_TABLES.includes(rel)) {
           const type = node['Node Type'];
@@ -155,9 +156,15 @@ export async function historyWalks(store: StoreAdapter, queries: CompiledQuery[]
           if ((type === 'Index Scan' || type === 'Index Only Scan') && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name']))
             out.push({ sql: q.sql, walk: `${type} using ${node['Index Name']} on ${rel} without an index condition` });
         }
-        if (node['Node Type'] === 'Bitmap Index Scan' && !node['Index Cond'] && !LIVE_INDEXES.includes(node['Index Name']))
+        if (
+          node['Node Type'] === 'Bitmap Index Scan' &&
+          parent !== undefined &&
+          HISTORY_TABLES.includes(parent) &&
+          !node['Index Cond'] &&
+          !LIVE_INDEXES.includes(node['Index Name'])
+        )
           out.push({ sql: q.sql, walk: `Bitmap Index Scan using ${node['Index Name']} without an index condition` });
-        for (const child of node.Plans ?? []) visit(child);
+        for (const child of node.Plans ?? []) visit(child, rel ?? parent);
       };
       visit(res.rows[0]!['QUERY PLAN'][0].Plan);
     }
