@@ -4,7 +4,8 @@ import { parseThrottle, type Throttle } from '../../domain/throttle.ts';
 import { sql } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
 import { status } from '../sql.ts';
-import { idChunks, type ActivityInvariant, type EventRow, type Finding, type StateInvariant } from '../types.ts';
+import { type ActivityInvariant, type EventRow, type Finding, type StateInvariant } from '../types.ts';
+import { existingExecutions, stillOpenWhileExecutionExists } from './history.ts';
 
 /**
  * Two processes' clocks agree to within this much (on PostgreSQL every process reads the
@@ -176,11 +177,10 @@ export const F01: ActivityInvariant<FlowState> = {
     /** The limits in force now; seats of pruned executions are free; starts older than their window go. */
     async prune(tx, state) {
       state.limits = await readLimits(tx);
-      const held = [...state.seats.values()].flatMap((ids) => [...ids.keys()]);
-      const present = new Set<string>();
-      for (const ids of idChunks(held)) {
-        for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', ids).execute()) present.add(r.id);
-      }
+      const present = await existingExecutions(
+        tx,
+        [...state.seats.values()].flatMap((ids) => [...ids.keys()]),
+      );
       for (const [agent, ids] of state.seats) {
         for (const id of ids.keys()) if (!present.has(id)) ids.delete(id);
         if (ids.size === 0 || !state.limits.agents.has(agent)) state.seats.delete(agent);
@@ -191,15 +191,7 @@ export const F01: ActivityInvariant<FlowState> = {
     return { findings: replayFlow(chunk, state), judge: [] };
   },
   /** A limit passed is a historical fact: it stays open while its execution exists. */
-  async recheck(tx, open) {
-    const present = new Set<string>();
-    for (const ids of idChunks(open.map((v) => v.subject))) {
-      for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', ids).execute()) present.add(r.id);
-    }
-    return open
-      .filter((v) => present.has(v.subject))
-      .map((v) => ({ subject: v.subject, agent: v.agent, reason: v.reason, detail: v.detail ?? undefined }));
-  },
+  recheck: (tx, open) => stillOpenWhileExecutionExists(tx, open),
 };
 
 interface DebounceRow {

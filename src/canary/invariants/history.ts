@@ -2,7 +2,7 @@ import { isTerminal, TERMINAL_STATES } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
 import { EVENTS_PER_CHUNK, readEvents } from '../events.ts';
 import { forScope, inScope, status, statuses } from '../sql.ts';
-import { idChunks, yieldToLoop, type ActivityInvariant, type EventRow, type Finding } from '../types.ts';
+import { idChunks, yieldToLoop, type ActivityInvariant, type EventRow, type Finding, type OpenViolation } from '../types.ts';
 
 const zero = () => 0;
 const terminal = (s: string | null) => s !== null && isTerminal(s);
@@ -128,6 +128,26 @@ export function replaySeats(events: readonly EventRow[], seats: Seats): Finding[
   return out;
 }
 
+/** Which of `ids` are executions still (the pruner deletes only terminal ones, with their events). */
+export async function existingExecutions(tx: Tx, ids: readonly string[]): Promise<Set<string>> {
+  const present = new Set<string>();
+  for (const chunk of idChunks(ids)) {
+    for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', chunk).execute()) present.add(r.id);
+  }
+  return present;
+}
+
+/** Open violations that are historical facts (an admission past a limit): each stays open while its execution exists. */
+export async function stillOpenWhileExecutionExists(tx: Tx, open: readonly OpenViolation[]): Promise<Finding[]> {
+  const present = await existingExecutions(
+    tx,
+    open.map((v) => v.subject),
+  );
+  return open
+    .filter((v) => present.has(v.subject))
+    .map((v) => ({ subject: v.subject, agent: v.agent, reason: v.reason, detail: v.detail ?? undefined }));
+}
+
 /** S-02's replay over the whole event log from an empty state, in chunks (the chaos report's check). */
 export async function replayAllSeats(tx: Tx): Promise<Finding[]> {
   const seats: Seats = new Map();
@@ -157,11 +177,10 @@ export const seatsState = {
    * terminal ones, and it takes their events (the release too) with them.
    */
   async prune(tx: Tx, seats: Seats): Promise<void> {
-    const held = [...seats.values()].flatMap((ids) => [...ids]);
-    const present = new Set<string>();
-    for (const ids of idChunks(held)) {
-      for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', ids).execute()) present.add(r.id);
-    }
+    const present = await existingExecutions(
+      tx,
+      [...seats.values()].flatMap((ids) => [...ids]),
+    );
     for (const [agent, ids] of seats) {
       for (const id of ids) if (!present.has(id)) ids.delete(id);
       if (ids.size === 0) seats.delete(agent);
@@ -196,12 +215,6 @@ export const S02: ActivityInvariant<Seats> = {
   },
   /** An over-admission is a historical fact: it stays open while its execution (and so its events) exists. */
   async recheck(tx, open) {
-    const present = new Set<string>();
-    for (const ids of idChunks(open.map((v) => v.subject))) {
-      for (const r of await tx.selectFrom('executions').select('id').where('id', 'in', ids).execute()) present.add(r.id);
-    }
-    return open
-      .filter((v) => present.has(v.subject))
-      .map((v) => ({ subject: v.subject, agent: v.agent, reason: v.reason, detail: v.detail ?? undefined }));
+    return stillOpenWhileExecutionExists(tx, open);
   },
 };
