@@ -46,6 +46,15 @@ const agentOptions = (c: Command) =>
     .option('--pool <name>', 'a pool it draws from (repeat, or comma-separated; replaces its pools)', collect)
     .option('--no-pool', 'draw from no pool')
     .option('--throttle <spec>', 'starts per period: LIMIT/PERIOD_SECONDS[+BURST], e.g. 10/60+2; none: remove', throttleArg('--throttle'))
+    .option('--key-max-parallel <n>', 'running tasks per concurrency key; none: no cap', (v: string) =>
+      v === 'none' ? '' : int('--key-max-parallel')(v),
+    )
+    .option('--key-overrides-json <json>', 'caps of single keys, e.g. \'{"user:big":5}\' (null: none)', json('--key-overrides-json'))
+    .option(
+      '--key-throttle <spec>',
+      'starts per period for each key: LIMIT/PERIOD_SECONDS[+BURST]; none: remove',
+      throttleArg('--key-throttle'),
+    )
     .option(
       '--breaker-json <json>',
       'circuit breaker, e.g. \'{"consecutive":5,"ratio":0.5,"window":20,"cooldown_ms":30000,"max_cooldown_ms":600000,"count":["agent_error","timeout","poisoned"]}\' (null: off; omitted at creation: the defaults)',
@@ -70,6 +79,9 @@ const settings = (o: Record<string, any>) =>
       // Commander: --pool a --pool b is ['a', 'b']; --no-pool is false; neither is undefined.
       pools: o.pool === false ? [] : o.pool,
       throttle: jsonNull(o.throttle),
+      key_max_parallel: jsonNull(o.keyMaxParallel),
+      key_overrides: jsonNull(o.keyOverridesJson),
+      key_throttle: jsonNull(o.keyThrottle),
     }).filter(([, v]) => v !== undefined),
   );
 

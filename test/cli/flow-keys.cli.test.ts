@@ -44,7 +44,20 @@ afterAll(async () => {
 describe(`concurrency keys: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
   it('baton run --concurrency-key/--debounce/--singleton, baton agents keys, baton why key_busy; MCP run_task with a key', async () => {
     const agent = 'cli-keys';
-    await node.engine.agents.create({ name: agent, max_parallel: 5, key_max_parallel: 1 }, 'test');
+    await ok(['agents', 'create', agent, '--max-parallel', '5', '--key-max-parallel', '1']);
+    await ok(['agents', 'update', agent, '--key-overrides-json', '{"user:big":2}', '--key-throttle', '100/60+5']);
+    const limits = JSON.parse(await ok(['agents', 'show', agent, '--json']));
+    expect(limits.keys).toEqual({
+      key_max_parallel: 1,
+      key_overrides: { 'user:big': 2 },
+      key_throttle: { limit: 100, period_seconds: 60, burst: 5 },
+    });
+    await ok(['agents', 'update', agent, '--key-overrides-json', 'null', '--key-throttle', 'none']);
+    expect(JSON.parse(await ok(['agents', 'show', agent, '--json'])).keys).toEqual({
+      key_max_parallel: 1,
+      key_overrides: null,
+      key_throttle: null,
+    });
     const first = (await ok(['run', agent, 'one', '--concurrency-key', 'user:1'])).trim().split(' ')[0]!;
     const [second, d1] = await Promise.all([
       ok(['run', agent, 'two', '--concurrency-key', 'user:1', '--json']),
