@@ -85,7 +85,6 @@ export function TimeChart({ times, end, lines, values, height = 160, small, unit
       plot.current = null;
     };
     // Rebuilt only when the shape changes; data changes go through setData below.
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [shape]);
 
   useEffect(() => {

@@ -30,7 +30,6 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[]): Loaded<T> {
         setLoading(false);
       },
     );
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
   useEffect(() => {
     setData(undefined);
@@ -59,7 +58,6 @@ export function useLive(filter: (e: ExecutionChanged) => boolean, onChange: () =
       offResync();
       if (timer) clearTimeout(timer);
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
 }
 
