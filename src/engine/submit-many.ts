@@ -1,5 +1,6 @@
 import { BatonError, NotFound } from '../domain/errors.ts';
 import { BATCH } from '../domain/batch.ts';
+import { LARGE_JSON_CHARS } from '../domain/json.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { lockAgentsForNewWork } from './agent-lock.ts';
@@ -95,10 +96,14 @@ export async function submitMany(
   });
   if (items.length === 0) return [];
   const scope = `agent:${agentName}`;
+  // A large batch is written off the event loop where the store can (SQLite's writer thread), so
+  // its inserts and the COMMIT of megabytes of WAL do not hold every other request.
+  const large = items.reduce((n, i) => n + i.message.length + (i.payloadJson?.length ?? 0), 0) > LARGE_JSON_CHARS;
+  const run = large && engine.store.offLoopTransaction ? engine.store.offLoopTransaction : engine.store.transaction;
   for (let attempt = 1; ; attempt++) {
     const now = engine.now();
     try {
-      const out = await engine.store.transaction((tx) =>
+      const out = await run((tx) =>
         submitBatch(
           tx,
           engine.store,
