@@ -2,59 +2,25 @@
  * Pause, resume and `baton why` through the real `baton` command (a child process) and the MCP
  * tools (over Streamable HTTP), against a server started in this process.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { describe, expect, it } from 'vitest';
+import { cliNode } from '../helpers/cli-node.ts';
+import { SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 
-/** A `baton` process spends ~1 s of CPU starting; on a loaded two-core machine far more. */
-
-let ts: TestStore;
-let node: BatonNode;
-let admin: string;
-let mcp: Client;
-
-/** Run `baton ...args`. The server and key come from the environment unless `env` overrides them. */
-const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
-const baton = cli.run;
-const ok = async (args: string[]) => {
-  const r = await baton(args);
-  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
-  return r.stdout;
-};
-
-type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
-const tool = async (name: string, args: Record<string, unknown>) => (await mcp.callTool({ name, arguments: args })) as Result;
-
-beforeAll(async () => {
-  ts = await openTestStore({ poolMax: 4 });
-  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'admission-cli-test' });
-  admin = node.createdAdminKey!;
-  mcp = new Client({ name: 'baton-test', version: '0.0.0' });
-  await mcp.connect(
-    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${admin}` } } }),
-  );
-});
-afterAll(async () => {
-  cli.killAll();
-  await mcp?.close().catch(() => {});
-  await node?.stop();
-  await ts?.cleanup();
-});
+const s = cliNode('admission-cli-test', { mcp: true });
+const { baton, ok, tool } = s;
 
 describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
   it('baton agents pause / list / get / resume and baton why, in words and --json', async () => {
     const agent = 'cli-paused';
-    await node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
+    await s.node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
     const [paused, ex] = await Promise.all([
       ok(['agents', 'pause', agent, '--reason', 'key rotation']),
-      node.engine.submit(agent, { message: 'waits' }, 'test'),
+      s.node.engine.submit(agent, { message: 'waits' }, 'test'),
     ]);
     expect(paused).toMatch(new RegExp(`agent ${agent} paused since .* by key:\\S+: key rotation`));
 
-    const second = await node.engine.submit(agent, { message: 'waits behind it' }, 'test');
+    const second = await s.node.engine.submit(agent, { message: 'waits behind it' }, 'test');
     const [list, get, why, whyJson, noReason, whySecond] = await Promise.all([
       ok(['agents', 'list']),
       ok(['agents', 'get', agent, '--json']),
@@ -77,7 +43,7 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
     expect(noReason.stderr).toMatch(/--reason/);
 
     expect(await ok(['agents', 'resume', agent])).toContain(`agent ${agent} resumed (2 queued)`);
-    const [row] = await node.engine.claim(agent, { owner: 'w' });
+    const [row] = await s.node.engine.claim(agent, { owner: 'w' });
     expect(row!.id).toBe(ex.id);
     expect(await ok(['why', ex.id])).toContain(`${ex.id} is running: it is not waiting.`);
   });
@@ -96,14 +62,14 @@ describe(`pause, resume and why: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SP
 
   it('MCP pause_agent / resume_agent, and get_execution carries waiting', async () => {
     const agent = 'mcp-paused';
-    await node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
+    await s.node.engine.agents.create({ name: agent, max_parallel: 1 }, 'test');
     const p = await tool('pause_agent', { agent, reason: 'budget review' });
     expect(p.isError).toBeFalsy();
     expect(p.structuredContent).toMatchObject({ agent, paused: { reason: 'budget review' } });
     const again = await tool('pause_agent', { agent, reason: 'other' });
     expect(again.structuredContent.paused).toEqual(p.structuredContent.paused);
 
-    const ex = await node.engine.submit(agent, { message: 'waits' }, 'test');
+    const ex = await s.node.engine.submit(agent, { message: 'waits' }, 'test');
     const g = await tool('get_execution', { execution_id: ex.id });
     expect(g.structuredContent.waiting).toMatchObject({ reason: 'agent_paused', paused: { reason: 'budget review' } });
     const listed = await tool('list_agents', {});

@@ -2,54 +2,23 @@
  * Budgets through the real `baton` command (a child process) and the MCP tools (over Streamable
  * HTTP), against a server started in this process.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { describe, expect, it } from 'vitest';
+import { cliNode } from '../helpers/cli-node.ts';
+import { SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 
-let ts: TestStore;
-let node: BatonNode;
-let admin: string;
-let mcp: Client;
-
-const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
-const baton = cli.run;
-const ok = async (args: string[]) => {
-  const r = await baton(args);
-  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
-  return r.stdout;
-};
-
-type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
-const tool = async (name: string, args: Record<string, unknown>) => (await mcp.callTool({ name, arguments: args })) as Result;
-
-beforeAll(async () => {
-  ts = await openTestStore({ poolMax: 4 });
-  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'budget-cli-test' });
-  admin = node.createdAdminKey!;
-  mcp = new Client({ name: 'baton-test', version: '0.0.0' });
-  await mcp.connect(
-    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${admin}` } } }),
-  );
-});
-afterAll(async () => {
-  cli.killAll();
-  await mcp?.close().catch(() => {});
-  await node?.stop();
-  await ts?.cleanup();
-});
+const s = cliNode('budget-cli-test', { mcp: true });
+const { baton, ok, tool } = s;
 
 describe(`budgets: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
   it('baton agents create --budget-json, agents budget (words and --json), a bad budget names its field; MCP get_budget', async () => {
     const agent = 'cli-budget';
     const budget = { limits: [{ metric: 'total_tokens', window: 'day', limit: 100 }] };
     await ok(['agents', 'create', agent, '--budget-json', JSON.stringify(budget)]);
-    await node.engine.submit(agent, { message: 'spend' }, 'test');
-    const [row] = await node.engine.claim(agent, { owner: 'w' });
-    await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { total_tokens: 100 } }, 'w');
-    const waiting = await node.engine.submit(agent, { message: 'waits' }, 'test');
+    await s.node.engine.submit(agent, { message: 'spend' }, 'test');
+    const [row] = await s.node.engine.claim(agent, { owner: 'w' });
+    await s.node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { total_tokens: 100 } }, 'w');
+    const waiting = await s.node.engine.submit(agent, { message: 'waits' }, 'test');
 
     const [words, asJson, why, bad, show] = await Promise.all([
       ok(['agents', 'budget', agent]),
@@ -83,18 +52,18 @@ describe(`budgets: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS
     // Raising the limit from the CLI releases it.
     await ok(['agents', 'update', agent, '--budget-json', '{"limits":[{"metric":"total_tokens","window":"day","limit":1000}]}']);
     expect(JSON.parse(await ok(['agents', 'budget', agent, '--json'])).spent).toBe(false);
-    expect(await node.engine.claim(agent, { owner: 'w' })).toHaveLength(1);
+    expect(await s.node.engine.claim(agent, { owner: 'w' })).toHaveLength(1);
   });
 
   it('cost is counted in micro-dollars: three completions of 0.40 against 1 a day are spent 1.2 on the API, CLI, MCP and in why', async () => {
     const agent = 'cli-budget-cost';
     await ok(['agents', 'create', agent, '--budget-json', JSON.stringify({ limits: [{ metric: 'cost_usd', window: 'day', limit: 1 }] })]);
     for (let i = 0; i < 3; i++) {
-      await node.engine.submit(agent, { message: `spend ${i}` }, 'test');
-      const [row] = await node.engine.claim(agent, { owner: 'w' });
-      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.4 } }, 'w');
+      await s.node.engine.submit(agent, { message: `spend ${i}` }, 'test');
+      const [row] = await s.node.engine.claim(agent, { owner: 'w' });
+      await s.node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.4 } }, 'w');
     }
-    const waiting = await node.engine.submit(agent, { message: 'waits' }, 'test');
+    const waiting = await s.node.engine.submit(agent, { message: 'waits' }, 'test');
     const [words, asJson, why, whyJson] = await Promise.all([
       ok(['agents', 'budget', agent]),
       ok(['agents', 'budget', agent, '--json']),
@@ -116,11 +85,11 @@ describe(`budgets: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS
 
     // Two more at 0.1 after a raised limit: 1.4, and 0.6 remaining (not 0.6000000000000001 or 0.5999999999999999).
     await ok(['agents', 'update', agent, '--budget-json', JSON.stringify({ limits: [{ metric: 'cost_usd', window: 'day', limit: 2 }] })]);
-    await node.engine.cancel(waiting.id, 'test');
+    await s.node.engine.cancel(waiting.id, 'test');
     for (let i = 0; i < 2; i++) {
-      await node.engine.submit(agent, { message: `dime ${i}` }, 'test');
-      const [row] = await node.engine.claim(agent, { owner: 'w' });
-      await node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.1 } }, 'w');
+      await s.node.engine.submit(agent, { message: `dime ${i}` }, 'test');
+      const [row] = await s.node.engine.claim(agent, { owner: 'w' });
+      await s.node.engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', usage: { cost_usd: 0.1 } }, 'w');
     }
     expect(JSON.parse(await ok(['agents', 'budget', agent, '--json'])).limits[0]).toMatchObject({ spent: 1.4, remaining: 0.6 });
   });

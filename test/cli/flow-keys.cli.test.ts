@@ -2,44 +2,13 @@
  * Concurrency keys through the real `baton` command (a child process) and the MCP run_task tool
  * (over Streamable HTTP), against a server started in this process.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { describe, expect, it } from 'vitest';
+import { cliNode } from '../helpers/cli-node.ts';
+import { SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 
-let ts: TestStore;
-let node: BatonNode;
-let admin: string;
-let mcp: Client;
-
-const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
-const baton = cli.run;
-const ok = async (args: string[]) => {
-  const r = await baton(args);
-  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
-  return r.stdout;
-};
-
-type Result = { structuredContent?: any; isError?: boolean; content: Array<{ type: string; text?: string }> };
-const tool = async (name: string, args: Record<string, unknown>) => (await mcp.callTool({ name, arguments: args })) as Result;
-
-beforeAll(async () => {
-  ts = await openTestStore({ poolMax: 4 });
-  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'keys-cli-test' });
-  admin = node.createdAdminKey!;
-  mcp = new Client({ name: 'baton-test', version: '0.0.0' });
-  await mcp.connect(
-    new StreamableHTTPClientTransport(new URL(node.url + '/mcp'), { requestInit: { headers: { authorization: `Bearer ${admin}` } } }),
-  );
-});
-afterAll(async () => {
-  cli.killAll();
-  await mcp?.close().catch(() => {});
-  await node?.stop();
-  await ts?.cleanup();
-});
+const s = cliNode('keys-cli-test', { mcp: true });
+const { baton, ok, tool } = s;
 
 describe(`concurrency keys: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_TIMEOUT_MS }, () => {
   it('baton run --concurrency-key/--debounce/--singleton, baton agents keys, baton why key_busy; MCP run_task with a key', async () => {
@@ -71,7 +40,7 @@ describe(`concurrency keys: CLI and MCP (${STORE_KIND})`, { timeout: 4 * SPAWN_T
     const bad = await baton(['run', agent, 'x', '--concurrency-key', 'no spaces']);
     expect([bad.code !== 0, bad.stderr]).toEqual([true, expect.stringContaining('key')]);
 
-    await node.engine.claim(agent, { owner: 'w', max: 5 });
+    await s.node.engine.claim(agent, { owner: 'w', max: 5 });
     const [keys, why] = await Promise.all([ok(['agents', 'keys', agent]), ok(['why', JSON.parse(second).execution_id])]);
     expect(keys).toMatch(/user:1\s+1\/1\s+1/);
     expect(why).toContain('key_busy');

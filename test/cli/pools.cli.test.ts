@@ -3,33 +3,13 @@
  * process: baton pools create|list|show|update|delete, agents --pool/--no-pool/--throttle, and
  * `baton why` naming the pool, its cap and its seat holders.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { describe, expect, it } from 'vitest';
+import { cliNode } from '../helpers/cli-node.ts';
+import { SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 
-let ts: TestStore;
-let node: BatonNode;
-let admin: string;
-
-const cli = cliRunner(() => ({ BATON_URL: node.url, BATON_API_KEY: admin, BATON_DATA_DIR: ts.location.dataDir }));
-const baton = cli.run;
-const ok = async (args: string[]) => {
-  const r = await baton(args);
-  expect(r.code, `baton ${args.join(' ')}\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`).toBe(0);
-  return r.stdout;
-};
-
-beforeAll(async () => {
-  ts = await openTestStore({ poolMax: 4 });
-  node = await startNode({ env: ts.nodeEnv, logger: false, reaper: false, nodeId: 'pools-cli-test' });
-  admin = node.createdAdminKey!;
-});
-afterAll(async () => {
-  cli.killAll();
-  await node?.stop();
-  await ts?.cleanup();
-});
+const s = cliNode('pools-cli-test');
+const { baton, ok } = s;
 
 describe(`pools: CLI (${STORE_KIND})`, { timeout: 6 * SPAWN_TIMEOUT_MS }, () => {
   it('create, draw from, explain, refuse to delete while in use, delete', async () => {
@@ -47,9 +27,9 @@ describe(`pools: CLI (${STORE_KIND})`, { timeout: 6 * SPAWN_TIMEOUT_MS }, () => 
     expect(agentShown).toContain('provider');
     expect(agentShown).toContain('10 starts per 60 s (burst 2)');
 
-    await node.engine.submit('cli-pa', { message: 'runs' }, 'test');
-    const [held] = await node.engine.claim('cli-pa', { owner: 'w' });
-    const waiting = await node.engine.submit('cli-pb', { message: 'waits' }, 'test');
+    await s.node.engine.submit('cli-pa', { message: 'runs' }, 'test');
+    const [held] = await s.node.engine.claim('cli-pa', { owner: 'w' });
+    const waiting = await s.node.engine.submit('cli-pb', { message: 'waits' }, 'test');
     const why = await ok(['why', waiting.id]);
     expect(why).toContain('pool_full');
     expect(why).toContain('provider');
