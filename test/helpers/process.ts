@@ -32,6 +32,15 @@ export function spawnChild(args: string[], env: Record<string, string>): Child {
   return { proc, output: () => out, exited };
 }
 
+/** SIGTERM `child` and wait for it to exit; SIGKILL if it has not within `graceMs`. */
+export async function stopChild(child: Child | undefined, graceMs = 10_000): Promise<void> {
+  if (!child || child.proc.exitCode !== null || child.proc.signalCode !== null) return;
+  child.proc.kill('SIGTERM');
+  const t = setTimeout(() => child.proc.kill('SIGKILL'), graceMs);
+  await child.exited;
+  clearTimeout(t);
+}
+
 /** Start `baton up` as a real OS process and wait until /readyz answers. */
 export async function startBatonUp(env: Record<string, string>, port: number): Promise<Child & { url: string }> {
   const child = spawnChild([BATON_BIN, 'up'], { BATON_LOG_LEVEL: 'warn', ...env, BATON_PORT: String(port) });

@@ -3,7 +3,8 @@
  * configuration read from docs/operations.md as it stands, ports, and the traffic run through the
  * proxy with its checks.
  */
-import { readFileSync } from 'node:fs';
+import { execSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { Agent, request, type IncomingMessage } from 'node:http';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -190,4 +191,42 @@ export async function runThroughProxy(t: Traffic): Promise<void> {
   const metrics = (await requestFrom(`${t.baton}/metrics`)).body;
   expect(counterValue(metrics, 'baton_connections_refused_total{via="socket"}')).toBe(0);
   expect(counterValue(metrics, 'baton_connections_refused_total{via="proxy"}')).toBe(0);
+}
+
+/** `bin` from Debian's package `pkg`, installed as .ci/run does when missing (that needs root; it says so when it fails). */
+export function ensureDebianBinary(bin: string, pkg: string): void {
+  if (existsSync(bin)) return;
+  execSync(`apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${pkg} >/dev/null`, { stdio: 'inherit' });
+  if (!existsSync(bin)) throw new Error(`${bin} is missing: apt-get install ${pkg} (.ci/run does it)`);
+}
+
+/** A proxy running as this test's child, answering at `front`; stop() ends it. */
+export interface Front {
+  front: string;
+  stop(): Promise<void>;
+}
+
+/** Spawn the proxy and wait until `front`/readyz answers through it (its output is shown if it dies first). */
+export async function startFront(front: string, bin: string, args: string[], opts: SpawnOptions = {}): Promise<Front> {
+  const child: ChildProcess = spawn(bin, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill('SIGTERM');
+    await exited;
+  };
+  try {
+    await untilAnswering(
+      `${front}/readyz`,
+      () => child.exitCode === null,
+      () => out,
+    );
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { front, stop };
 }

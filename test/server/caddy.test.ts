@@ -7,33 +7,31 @@
  * directory in a temporary directory, with its admin endpoint off. Missing, it is installed the
  * way .ci/run installs it; BATON_TEST_CADDY names another binary.
  */
-import { execSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { startBatonUp, type Child } from '../helpers/process.ts';
-import { documentedBlock, replaceOnce, runThroughProxy, testPort, untilAnswering } from '../helpers/proxy-front.ts';
+import { startBatonUp, stopChild, type Child } from '../helpers/process.ts';
+import {
+  documentedBlock,
+  ensureDebianBinary,
+  replaceOnce,
+  runThroughProxy,
+  startFront,
+  testPort,
+  type Front,
+} from '../helpers/proxy-front.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 const CADDY = process.env.BATON_TEST_CADDY ?? '/usr/bin/caddy';
 
-function ensureCaddy(): void {
-  if (existsSync(CADDY)) return;
-  // As .ci/run does; it needs root, and says so when it fails.
-  execSync('apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq caddy >/dev/null', { stdio: 'inherit' });
-  if (!existsSync(CADDY)) throw new Error(`${CADDY} is missing: apt-get install caddy (.ci/run does it)`);
-}
-
 let ts: TestStore;
 let dir: string;
-let baton: Child & { url: string };
-let caddy: ChildProcess | undefined;
-let caddyExited: Promise<void>;
-let front: string;
+let baton: (Child & { url: string }) | undefined;
+let caddy: Front | undefined;
 
 beforeAll(async () => {
-  ensureCaddy();
+  ensureDebianBinary(CADDY, 'caddy');
   ts = await openTestStore();
   dir = mkdtempSync(join(tmpdir(), 'baton-caddy-'));
   baton = await startBatonUp({ ...ts.env, BATON_TRUSTED_PROXIES: '127.0.0.1', BATON_CANARY_INTERVAL_MS: '0' }, await testPort());
@@ -46,33 +44,14 @@ beforeAll(async () => {
   site = replaceOnce(site, 'reverse_proxy 127.0.0.1:7070', `reverse_proxy 127.0.0.1:${new URL(baton.url).port}`);
   // Global options of this test only: no admin endpoint (it would take port 2019).
   writeFileSync(join(dir, 'Caddyfile'), `{\n\tadmin off\n}\n\n${site}`);
-  caddy = spawn(CADDY, ['run', '--config', join(dir, 'Caddyfile'), '--adapter', 'caddyfile'], {
+  caddy = await startFront(`http://127.0.0.1:${caddyPort}`, CADDY, ['run', '--config', join(dir, 'Caddyfile'), '--adapter', 'caddyfile'], {
     env: { ...process.env, HOME: dir, XDG_DATA_HOME: join(dir, 'data'), XDG_CONFIG_HOME: join(dir, 'config') },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let out = '';
-  caddy.stdout!.on('data', (d) => (out += d));
-  caddy.stderr!.on('data', (d) => (out += d));
-  caddyExited = new Promise((r) => caddy!.once('exit', () => r()));
-  front = `http://127.0.0.1:${caddyPort}`;
-  await untilAnswering(
-    `${front}/readyz`,
-    () => caddy!.exitCode === null,
-    () => out,
-  );
 }, 120_000);
 
 afterAll(async () => {
-  if (caddy && caddy.exitCode === null) {
-    caddy.kill('SIGTERM');
-    await caddyExited;
-  }
-  if (baton && baton.proc.exitCode === null) {
-    baton.proc.kill('SIGTERM');
-    const t = setTimeout(() => baton.proc.kill('SIGKILL'), 10_000);
-    await baton.exited;
-    clearTimeout(t);
-  }
+  await caddy?.stop();
+  await stopChild(baton);
   await ts?.cleanup();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -80,6 +59,6 @@ afterAll(async () => {
 describe(`baton up behind Caddy, configured as docs/operations.md shows (${STORE_KIND})`, () => {
   it('60 long-polling workers, an event stream and webhooks: nothing refused, no long-poll cut, events as they happen', async () => {
     const key = readFileSync(join(ts.location.dataDir, 'admin.key'), 'utf8').trim();
-    await runThroughProxy({ front, baton: baton.url, key, workers: 60, clients: ['127.0.0.21'], tasks: 25, deliveries: 5 });
+    await runThroughProxy({ front: caddy!.front, baton: baton!.url, key, workers: 60, clients: ['127.0.0.21'], tasks: 25, deliveries: 5 });
   }, 240_000);
 });

@@ -11,33 +11,31 @@
  * directory, never as the system service. Missing, it is installed the way .ci/run installs it.
  * BATON_TEST_PORTS=FROM-TO makes the test take its ports from that range (a shared machine).
  */
-import { execSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startBatonUp, type Child } from '../helpers/process.ts';
-import { documentedBlock, replaceOnce, runThroughProxy, testPort, untilAnswering } from '../helpers/proxy-front.ts';
+import { startBatonUp, stopChild, type Child } from '../helpers/process.ts';
+import {
+  documentedBlock,
+  ensureDebianBinary,
+  replaceOnce,
+  runThroughProxy,
+  startFront,
+  testPort,
+  type Front,
+} from '../helpers/proxy-front.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 const NGINX = '/usr/sbin/nginx';
 
-function ensureNginx(): void {
-  if (existsSync(NGINX)) return;
-  // As .ci/run does; it needs root, and says so when it fails.
-  execSync('apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null', { stdio: 'inherit' });
-  if (!existsSync(NGINX)) throw new Error(`${NGINX} is missing: apt-get install nginx (.ci/run does it)`);
-}
-
 let ts: TestStore;
 let dir: string;
-let baton: Child & { url: string };
-let nginx: ChildProcess | undefined;
-let nginxExited: Promise<void>;
-let front: string;
+let baton: (Child & { url: string }) | undefined;
+let nginx: Front | undefined;
 
 beforeAll(async () => {
-  ensureNginx();
+  ensureDebianBinary(NGINX, 'nginx');
   ts = await openTestStore();
   dir = mkdtempSync(join(tmpdir(), 'baton-nginx-'));
   baton = await startBatonUp({ ...ts.env, BATON_TRUSTED_PROXIES: '127.0.0.1', BATON_CANARY_INTERVAL_MS: '0' }, await testPort());
@@ -66,30 +64,19 @@ beforeAll(async () => {
       '}',
     ].join('\n'),
   );
-  nginx = spawn(NGINX, ['-p', dir, '-e', join(dir, 'error.log'), '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  nginx.stdout!.on('data', (d) => (out += d));
-  nginx.stderr!.on('data', (d) => (out += d));
-  nginxExited = new Promise((r) => nginx!.once('exit', () => r()));
-  front = `http://127.0.0.1:${nginxPort}`;
-  await untilAnswering(
-    `${front}/readyz`,
-    () => nginx!.exitCode === null,
-    () => out,
-  );
+  nginx = await startFront(`http://127.0.0.1:${nginxPort}`, NGINX, [
+    '-p',
+    dir,
+    '-e',
+    join(dir, 'error.log'),
+    '-c',
+    join(dir, 'nginx.conf'),
+  ]);
 }, 120_000);
 
 afterAll(async () => {
-  if (nginx && nginx.exitCode === null) {
-    nginx.kill('SIGTERM');
-    await nginxExited;
-  }
-  if (baton && baton.proc.exitCode === null) {
-    baton.proc.kill('SIGTERM');
-    const t = setTimeout(() => baton.proc.kill('SIGKILL'), 10_000);
-    await baton.exited;
-    clearTimeout(t);
-  }
+  await nginx?.stop();
+  await stopChild(baton);
   await ts?.cleanup();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -100,8 +87,8 @@ describe(`baton up behind nginx, configured as docs/operations.md shows (${STORE
     // 200 workers from each of three addresses: under the default limit of 256 per address, over
     // it for the one address nginx connects from.
     await runThroughProxy({
-      front,
-      baton: baton.url,
+      front: nginx!.front,
+      baton: baton!.url,
       key,
       workers: 600,
       clients: ['127.0.0.11', '127.0.0.12', '127.0.0.13'],
