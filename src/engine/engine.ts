@@ -291,6 +291,14 @@ export class Engine {
     );
   }
 
+  /**
+   * The long-poll safety re-check (ClaimWaits.pollOnce): one waiting claim of each agent looks
+   * again. A timer runs it every `claimPollMs` while claims wait; tests call it directly.
+   */
+  pollWaitingClaims(): void {
+    this.claimWaits.pollOnce();
+  }
+
   /** One admission for `agent`, announced: the rows it leased (none when nothing was admissible). */
   private async admitOnce(agent: string, admitOpts: AdmitOptions): Promise<ExecutionRow[]> {
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks };
