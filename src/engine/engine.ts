@@ -282,7 +282,7 @@ export class Engine {
    */
   async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
     const max = opts.max ?? 1;
-    const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' };
+    const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
     if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => this.claimWaits.notePools(agent, f.pools) });
