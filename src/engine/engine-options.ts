@@ -40,4 +40,6 @@ export interface ClaimOptions {
   /** Long-poll: how long to wait for work when none is admissible. Default 0. */
   waitMs?: number;
   signal?: AbortSignal;
+  /** The API key the claim is made with: it takes no task once that key is revoked (src/engine/claim-key.ts). */
+  keyId?: string;
 }

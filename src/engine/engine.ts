@@ -282,13 +282,21 @@ export class Engine {
    */
   async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
     const max = opts.max ?? 1;
-    const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull' };
+    const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
     if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => this.claimWaits.notePools(agent, f.pools) });
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, (hint) =>
       this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint, () => this.now()) }),
     );
+  }
+
+  /**
+   * The long-poll safety re-check (ClaimWaits.pollOnce): one waiting claim of each agent looks
+   * again. A timer runs it every `claimPollMs` while claims wait; tests call it directly.
+   */
+  pollWaitingClaims(): void {
+    this.claimWaits.pollOnce();
   }
 
   /** One admission for `agent`, announced: the rows it leased (none when nothing was admissible). */

@@ -1,34 +1,47 @@
 import type { ExecutionRow } from '../store/schema.ts';
 
 /**
+ * Why a waiting claimer was woken: `signal` (work queued, a seat freed, the agent changed), or
+ * `poll` (the safety re-check, or a throttle reopening: nobody said there is work, so a claimer
+ * that finds some passes the look on to the next claimer of its agent).
+ */
+export type Wake = 'signal' | 'poll';
+
+/**
  * Long-poll wake-ups. A claimer arms a waiter *before* it looks at the queue, so a signal that
  * lands between "nothing admissible" and "start waiting" is not lost.
  */
 export class Waiters {
-  private readonly byAgent = new Map<string, Set<() => void>>();
+  /** Per agent, its armed waiters in the order they armed (a claimer re-arms after each look). */
+  private readonly byAgent = new Map<string, Set<(why: Wake) => void>>();
 
   /**
-   * Wake one waiter of `agent` (one queued task or one freed seat is work for one claimer;
-   * waking them all makes every loser queue on the agent lock), or all of them (`everyone`,
-   * e.g. after the cap was raised).
+   * Wake one waiter of `agent`, the one armed longest (one queued task or one freed seat is work
+   * for one claimer; waking them all makes every loser queue on the agent lock), or all of them
+   * (`everyone`, e.g. after the cap was raised).
    */
-  wake(agent: string, everyone = false): void {
+  wake(agent: string, everyone = false, why: Wake = 'signal'): void {
     const set = this.byAgent.get(agent);
     if (!set) return;
     for (const fire of set) {
       set.delete(fire);
-      fire();
+      fire(why);
       if (!everyone) break;
     }
     if (set.size === 0) this.byAgent.delete(agent);
   }
 
-  /** Returns `wait(ms)`, resolving early when `agent` is signalled after this call. */
-  arm(agent: string, signal?: AbortSignal): { wait: (ms: number) => Promise<void>; disarm: () => void } {
-    let fired = false;
+  /** The agents that have an armed waiter. */
+  agents(): string[] {
+    return [...this.byAgent.keys()];
+  }
+
+  /** Returns `wait(ms)`, resolving early, with why, when `agent` is woken after this call. */
+  arm(agent: string, signal?: AbortSignal): { wait: (ms: number) => Promise<Wake | undefined>; disarm: () => void } {
+    let fired: Wake | undefined;
     let resolve: (() => void) | undefined;
-    const fire = () => {
-      fired = true;
+    const fire = (why: Wake) => {
+      fired = why;
       resolve?.();
     };
     let set = this.byAgent.get(agent);
@@ -40,13 +53,13 @@ export class Waiters {
       if (s && s.size === 0) this.byAgent.delete(agent);
     };
     const wait = (ms: number) =>
-      new Promise<void>((res) => {
-        if (fired || signal?.aborted) return res();
+      new Promise<Wake | undefined>((res) => {
+        if (fired || signal?.aborted) return res(fired);
         const timer = setTimeout(done, ms);
         function done() {
           clearTimeout(timer);
           signal?.removeEventListener('abort', done);
-          res();
+          res(fired);
         }
         resolve = done;
         signal?.addEventListener('abort', done, { once: true });
@@ -56,14 +69,25 @@ export class Waiters {
 }
 
 /**
- * Claims that wait for work (long-poll): each looks again when its agent is signalled, or every
- * `pollMs`, until it gets rows, its wait is over, its signal aborts, or close() ends them all.
+ * Claims that wait for work (long-poll): each looks again when its agent is signalled, until it
+ * gets rows, its wait is over, its signal aborts, or close() ends them all.
+ *
+ * Signals say when work may be admissible; the poll covers what no signal announces here: a
+ * signal from another process lost while its LISTEN reconnected, a `run_after` coming due, a
+ * hold lapsing, a lease reaped elsewhere. Every `pollMs` one waiting claimer *per agent* looks
+ * again (pollOnce), not every claimer: idle claimers cost one admission per agent per poll, however
+ * many are parked. One that the poll (or a throttle's reopening) woke and that finds rows wakes
+ * the next claimer of its agent, which does the same, so a backlog the poll finds drains at once.
  */
 export class ClaimWaits {
   private readonly waiters = new Waiters();
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
   private closed = false;
+  /** Calls pollOnce every pollMs while any claim waits. */
+  private ticker: ReturnType<typeof setInterval> | undefined;
+  /** Per agent, the one timer at the earliest moment a closed throttle of it reopens. */
+  private readonly reopens = new Map<string, { at: number; timer: ReturnType<typeof setTimeout> }>();
 
   constructor(private readonly pollMs: number) {}
 
@@ -72,15 +96,21 @@ export class ClaimWaits {
     this.waiters.wake(agent, everyone);
   }
 
+  /** The safety re-check: one waiting claimer of each agent that has one looks again. */
+  pollOnce(): void {
+    for (const agent of this.waiters.agents()) this.waiters.wake(agent, false, 'poll');
+  }
+
   close(): void {
     this.closed = true;
     for (const c of this.activeClaims) c.abort();
+    this.stopTimers();
   }
 
   /**
    * Run `admitOnce` until it returns rows or `waitMs` has passed (then []). `admitOnce` may say,
-   * through its `hint`, when a closed throttle reopens (the wait ends then, not later) and which
-   * pools the agent draws from (a seat freed in one of them wakes this claim too).
+   * through its `hint`, when a closed throttle reopens (a claimer of the agent looks then, not
+   * later) and which pools the agent draws from (a seat freed in one of them wakes this claim too).
    */
   async wait(
     agent: string,
@@ -95,12 +125,34 @@ export class ClaimWaits {
     if (given?.aborted || this.closed) local.abort();
     given?.addEventListener('abort', onAbort, { once: true });
     this.activeClaims.add(local);
+    if (!this.ticker && !this.closed) this.ticker = setInterval(() => this.pollOnce(), this.pollMs);
     try {
       return await this.claimLoop(agent, admitOnce, deadline, signal);
     } finally {
       this.activeClaims.delete(local);
       given?.removeEventListener('abort', onAbort);
+      if (this.activeClaims.size === 0) this.stopTimers();
     }
+  }
+
+  private stopTimers(): void {
+    clearInterval(this.ticker);
+    this.ticker = undefined;
+    for (const r of this.reopens.values()) clearTimeout(r.timer);
+    this.reopens.clear();
+  }
+
+  /** A closed throttle of `agent` reopens in `ms`: one claimer of it looks then (passing the look on if it gets rows). */
+  private reopenIn(agent: string, ms: number): void {
+    const at = performance.now() + Math.max(0, ms);
+    const known = this.reopens.get(agent);
+    if (known && known.at <= at) return;
+    if (known) clearTimeout(known.timer);
+    const timer = setTimeout(() => {
+      this.reopens.delete(agent);
+      this.waiters.wake(agent, false, 'poll');
+    }, at - performance.now());
+    this.reopens.set(agent, { at, timer });
   }
 
   /** The pools an agent draws from, as its last admission in this process said (for seatFreed). */
@@ -142,6 +194,7 @@ export class ClaimWaits {
     deadline: number,
     signal: AbortSignal,
   ): Promise<ExecutionRow[]> {
+    let woken: Wake | undefined;
     for (;;) {
       // Armed before the look: a wake meanwhile is not missed.
       const armed = this.waiters.arm(agent, signal);
@@ -149,12 +202,17 @@ export class ClaimWaits {
         const hint: ClaimHint = {};
         const rows = await admitOnce(hint);
         if (hint.pools !== undefined) this.notePools(agent, hint.pools);
-        if (rows.length > 0) return rows;
+        if (rows.length > 0) {
+          // Found by a look nobody signalled: more may be there unannounced, so the next claimer looks too.
+          armed.disarm();
+          if (woken === 'poll') this.waiters.wake(agent, false, 'poll');
+          return rows;
+        }
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
-        // A closed throttle reopens at a known time: look again then (a timer, not a faster poll).
-        const ms = Math.min(remaining, this.pollMs, hint.reopensInMs ?? Infinity);
-        await armed.wait(Math.max(0, ms));
+        // A closed throttle reopens at a known time: a claimer of the agent looks again then (a timer, not a faster poll).
+        if (hint.reopensInMs !== undefined) this.reopenIn(agent, hint.reopensInMs);
+        woken = await armed.wait(remaining);
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
       } finally {

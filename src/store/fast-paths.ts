@@ -45,6 +45,8 @@ export interface ClaimRequest {
   now: number;
   /** Stop once the rows taken carry this many bytes (at least one row is taken when any can be). */
   maxBytes?: number;
+  /** The API key the claim is made with: a claim whose key is not live is left undecided (engine/claim-key.ts). */
+  keyId?: string;
 }
 
 /** One completion: the execution, its lease token, and the values it writes (transitions/complete.ts). */

@@ -87,7 +87,9 @@ async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promis
     SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
       ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
       ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint,
-      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[]) f`.execute(db);
+      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[], ${items.map((i) => i.keyId ?? null)}::text[]) f`.execute(
+    db,
+  );
   const out = new Map<string, ExecutionRow[]>();
   const taken = new Map<string, ExecutionRow[]>();
   for (const { claim_agent, claim_state, ...row } of rows) {

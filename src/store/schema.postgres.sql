@@ -431,7 +431,7 @@ BEGIN
 END;
 $function$;
 
-CREATE OR REPLACE FUNCTION baton_claim_many(p_agent text[], p_delivery text[], p_owner text[], p_max integer[], p_token text[], p_token_from integer[], p_now bigint[], p_stamp_every bigint, p_max_bytes bigint[])
+CREATE OR REPLACE FUNCTION baton_claim_many(p_agent text[], p_delivery text[], p_owner text[], p_max integer[], p_token text[], p_token_from integer[], p_now bigint[], p_stamp_every bigint, p_max_bytes bigint[], p_key text[])
  RETURNS TABLE(claim_agent text, claim_state text, claimed executions)
  LANGUAGE plpgsql
  SET enable_sort TO 'off'
@@ -482,7 +482,10 @@ BEGIN
             FOR NO KEY UPDATE SKIP LOCKED
         ) c;
     END IF;
-    IF keyed THEN
+    -- Read after the candidates, so a task queued after the key was revoked is never taken with it.
+    IF keyed OR (p_key[i] IS NOT NULL AND places IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM api_keys k
+          WHERE k.id = p_key[i] AND k.revoked_at IS NULL AND (k.agent IS NULL OR k.agent = p_agent[i]))) THEN
       claim_state := 'undecided';
       RETURN NEXT;
       CONTINUE;

@@ -17,7 +17,7 @@ const AGENTS = 20;
 /** Queued rows when the plans are made: past executions_admission's first page, within status_recent's. */
 const YOUNG = 110;
 const BACKLOG = 2_000;
-const CLAIM_MANY_ARGS = 'TEXT[], TEXT[], TEXT[], INTEGER[], TEXT[], INTEGER[], BIGINT[], BIGINT, BIGINT[]';
+const CLAIM_MANY_ARGS = 'TEXT[], TEXT[], TEXT[], INTEGER[], TEXT[], INTEGER[], BIGINT[], BIGINT, BIGINT[], TEXT[]';
 const clock = manualClock();
 let ts: TestStore;
 let engine: Engine;
@@ -43,7 +43,7 @@ function claimAll(client: pg.Client) {
   }
   const now = clock();
   return client.query(
-    `SELECT f.claim_agent, f.claim_state FROM baton_claim_many($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::bigint[], $8::bigint, $9::bigint[]) f`,
+    `SELECT f.claim_agent, f.claim_state FROM baton_claim_many($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[], $7::bigint[], $8::bigint, $9::bigint[], $10::text[]) f`,
     [
       names,
       names.map(() => 'pull'),
@@ -54,6 +54,7 @@ function claimAll(client: pg.Client) {
       names.map(() => now),
       1_000,
       names.map(() => 1 << 20),
+      names.map(() => null),
     ],
   );
 }

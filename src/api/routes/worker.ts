@@ -27,17 +27,18 @@ async function claimFor(
   const max = body.max ?? 1;
   const waitMs = body.wait_seconds !== undefined ? body.wait_seconds * 1000 : defaultWaitMs;
   // A claim that does not wait answers within this request's turn: nothing to stop.
-  if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0 })).map((r) => raw.task(r));
+  const keyId = req.principal.keyId;
+  if (waitMs <= 0) return (await engine.claim(agent, { owner, max, waitMs: 0, keyId })).map((r) => raw.task(r));
   // Stop waiting when the client goes away, so no task is leased to a closed connection, or when
   // the caller's key is revoked, so none is leased to a key that no longer works.
   const abort = new AbortController();
-  const revocation = endClaimOnRevoke(engine, keys, req.principal.keyId, abort);
+  const revocation = endClaimOnRevoke(engine, keys, keyId, abort);
   const onClose = () => {
     if (!reply.raw.writableFinished) abort.abort();
   };
   reply.raw.once('close', onClose);
   try {
-    const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal });
+    const rows = await engine.claim(agent, { owner, max, waitMs, signal: abort.signal, keyId });
     if (rows.length === 0 && revocation.revoked()) throw new Unauthorized('the API key that made this claim was revoked');
     return rows.map((r) => raw.task(r));
   } finally {

@@ -11,6 +11,7 @@ import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
+import { requireLiveKey } from '../claim-key.ts';
 import { admissionNow } from '../holds.ts';
 import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { clearLapseHold } from './lapse.ts';
@@ -33,6 +34,8 @@ export interface AdmitOptions {
   alertSinks?: readonly AlertSinkKind[];
   /** Told what the flow limits said when they stopped this admission (src/engine/pools.ts). */
   onFlow?: FlowReport;
+  /** The API key the claim is made with: refused (Unauthorized, nothing admitted) unless it is live (claim-key.ts). */
+  keyId?: string;
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
@@ -183,6 +186,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const p = { agent: agentName, now: opts.now };
   const candidates = keys ? await candidateQuery(store, tx, p, want * 2, keys.shut).execute() : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) return [];
+  if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
   await keys?.prepare(
     tx,
     candidates.map((c) => c.flow_key),

@@ -1,0 +1,3 @@
+-- PostgreSQL's claim function reads the claim's API key (src/engine/claim-key.ts); SQLite has no
+-- such function: its admission transaction reads the key. Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
