@@ -7,6 +7,7 @@ import type { StoreAdapter } from '../src/store/adapter.ts';
 import type { ChainResult } from './chains.ts';
 import type { ClockSkewResult } from './clock-skew.ts';
 import type { FailingAgentResult } from './failing.ts';
+import type { FailoverResult } from './failover.ts';
 import type { FleetKillResult } from './fleet.ts';
 import type { TrafficStats } from './traffic.ts';
 
@@ -37,6 +38,8 @@ export interface ChaosReport {
   idempotency_duplicates: number;
   details: {
     acknowledged: number;
+    /** How many acknowledged ids are missing (the list above is the first 50). */
+    acknowledged_missing_count: number;
     acknowledged_missing: string[];
     not_terminal: Array<{ id: string; status: string }>;
     duplicate_terminal: string[];
@@ -66,6 +69,8 @@ export interface ChaosReport {
   chain?: ChainResult;
   /** --clock-skew (chaos/clock-skew.ts): passes with every count 0 and both servers' offsets measured. */
   clock_skew?: ClockSkewResult;
+  /** --pg-failover (chaos/failover.ts): the primary killed, the standby promoted, the checks above read from it. */
+  failover?: FailoverResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -170,6 +175,7 @@ export async function analyse(
     idempotency_duplicates: dbDupKeys.length + answeredTwice,
     details: {
       acknowledged: acked.length,
+      acknowledged_missing_count: missing.length,
       acknowledged_missing: missing.slice(0, 50),
       not_terminal: notTerminal,
       duplicate_terminal: dupTerminal.slice(0, 50).map((r) => r.execution_id),
@@ -231,6 +237,7 @@ export function markdown(r: ChaosReport): string {
           `| clock skew: executions two of whose runs overlapped (of ${r.clock_skew.runs_marked} runs marked by the workers) | ${r.clock_skew.runs_overlapping} |`,
         ]
       : []),
+    ...(r.failover ? failoverRows(r.failover) : []),
     ...(r.failing_agent
       ? [
           `| failing agent: breaker state after ${r.failing_agent.failed} failures (opens at ${r.failing_agent.consecutive}); tasks still queued of ${r.failing_agent.submitted} | ${r.failing_agent.state}; ${r.failing_agent.queued} |`,
@@ -244,6 +251,11 @@ export function markdown(r: ChaosReport): string {
     `| throughput (terminal executions / s of traffic) | ${r.throughput_per_s.toFixed(1)} |`,
     `| time to recover after a worker kill, p50 / p99 | ${ms(r.recover.worker_p50_ms)} / ${ms(r.recover.worker_p99_ms)} (target p99 ≤ ${ms(r.recover.target_p99_ms)}) |`,
     `| restarted server ready, p50 / p99 | ${ms(r.recover.server_p50_ms)} / ${ms(r.recover.server_p99_ms)} |`,
+    ...(r.failover
+      ? [
+          `| failover: from the primary's death to the promotion; the probe's first submit; its first claim; the traffic's first submit; a worker's first claim; every server ready | ${[r.failover.promoted_ms, r.failover.first_submit_ms, r.failover.first_claim_ms, r.failover.traffic_first_submit_ms, r.failover.worker_first_claim_ms, r.failover.servers_ready_ms].map(ms).join('; ')} |`,
+        ]
+      : []),
     ...r.kills
       .filter((k) => k.target === 'postgresql')
       .map((k) => `| PostgreSQL restart: every server ready again after | ${ms(k.recover_ms)} |`),
@@ -269,4 +281,51 @@ export function markdown(r: ChaosReport): string {
     );
   if (r.not_exercised.length) lines.push('', '## Not exercised', '', ...r.not_exercised.map((x) => `- ${x}`));
   return lines.join('\n') + '\n';
+}
+
+function failoverRows(f: FailoverResult): string[] {
+  const sync = f.replication === 'synchronous';
+  return [
+    `| failover (${f.replication} standby, ${f.standby_at_kill ? `${f.standby_at_kill.sync_state}, ${f.standby_at_kill.lag_bytes} bytes behind` : 'not streaming'} at the kill): acknowledged writes missing on the promoted primary${sync ? '' : ' (reported, not a failure: asynchronous replication can lose them)'} | ${f.acknowledged_lost} |`,
+    `| failover: checks read port ${f.checked_on_port ?? '?'} (the promoted standby is ${f.standby_port}); the probe served again (submit, claim) | ${f.checked_on_port === f.standby_port ? 'yes' : 'NO'}; ${f.first_submit_ms !== null && f.first_claim_ms !== null ? 'yes' : 'NO'} |`,
+  ];
+}
+
+/** The lines `npm run chaos` prints at the end. */
+export function summary(r: ChaosReport, files: { json: string; md: string }, wallS: number, terminal: number): string {
+  const { fleet_kill: fleet, chain, failing_agent: failing, clock_skew: clock, failover: f } = r;
+  return (
+    [
+      `chaos (${r.mode}): ${r.passed ? 'PASSED' : 'FAILED'} in ${wallS.toFixed(0)} s`,
+      `  lost ${r.lost} · duplicate terminal ${r.duplicate_terminal_outcomes} · over-admissions ${r.over_admissions} · canary violations ${r.canary_violations_after_settle} · idempotency duplicates ${r.idempotency_duplicates}`,
+      ...(fleet
+        ? [
+            `  fleet kill: ${fleet.workers} workers of one agent killed at once holding ${fleet.held}; ${fleet.requeued_shared} re-queued uncharged, ${fleet.charged} charged, ${fleet.finished} finished`,
+          ]
+        : []),
+      ...(chain
+        ? [
+            `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without one join`,
+          ]
+        : []),
+      ...(failing
+        ? [
+            `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
+          ]
+        : []),
+      `  ${r.details.acknowledged} acknowledged, ${terminal} terminal, ${r.throughput_per_s.toFixed(1)}/s; ${r.kills.length} kills; worker recovery p50 ${r.recover.worker_p50_ms} ms p99 ${r.recover.worker_p99_ms} ms; server ready p50 ${r.recover.server_p50_ms} ms`,
+      ...(clock
+        ? [
+            `  clock skew (±${Math.abs(clock.servers[0]?.skew_s ?? 0)} s): live leases reaped ${clock.live_leases_reaped} · schedule fired twice ${clock.schedule_fired_twice} · early ${clock.schedule_fired_early} (of ${clock.schedule_runs_seen}) · runs overlapping ${clock.runs_overlapping} (of ${clock.runs_marked}); servers said: ${clock.servers.map((s) => (s.said ? 'measured' : 'NOTHING')).join(', ')}`,
+          ]
+        : []),
+      ...(f
+        ? [
+            `  failover (${f.replication} standby, ${f.standby_at_kill?.sync_state ?? 'not streaming'} at the kill): acknowledged writes lost ${f.acknowledged_lost}; from the primary's death: promoted ${f.promoted_ms} ms, first submit ${f.first_submit_ms ?? 'never'} ms, first claim ${f.first_claim_ms ?? 'never'} ms (the traffic's ${f.traffic_first_submit_ms ?? 'never'} / workers' ${f.worker_first_claim_ms ?? 'never'} ms), servers ready ${f.servers_ready_ms ?? 'never'} ms; checks read :${f.checked_on_port} (promoted standby :${f.standby_port})`,
+          ]
+        : []),
+      `  ${files.json}`,
+      `  ${files.md}`,
+    ].join('\n') + '\n'
+  );
 }

@@ -1,5 +1,5 @@
 /**
- * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--clock-skew] [--keep]`
+ * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart | --pg-failover | --pg-failover-async] [--clock-skew] [--keep]`
  *
  * A real deployment on PostgreSQL — two `baton up`, four `baton worker` running a small shell
  * command — under a traffic driver (API submissions, manual schedule triggers, webhooks, all
@@ -8,11 +8,12 @@
  * completed twice, over-admitted, or the canary is unhappy. See docs/operations.md.
  * `--clock-skew` runs one server with its clock two minutes fast and the other two minutes slow
  * (chaos/clock-skew.ts), and checks that no live lease was reaped, no schedule fired twice or
- * early and no task ran twice at once.
+ * early and no task ran twice at once. `--pg-failover` runs on a primary and a synchronous standby
+ * of its own, kills the primary halfway and promotes the standby (chaos/failover.ts): no
+ * acknowledged write may be missing on the promoted primary, where every check then reads.
  */
 import { execSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -32,100 +33,29 @@ import {
   type ClockSkewResult,
 } from './clock-skew.ts';
 import { failingAgentPhase } from './failing.ts';
+import { afterFailover, createProbeAgent, failOver, failoverPassed, startFailoverCluster, type FailoverResult } from './failover.ts';
 import { fleetKillPhase } from './fleet.ts';
-import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
+import { analyse, percentile, summary, writeReport, type ChaosReport, type KillRecord } from './report.ts';
 import { drive } from './traffic.ts';
 import { CHAOS_POOL, setupFlow, startKeyedLoad } from './flow.ts';
-
-interface Options {
-  mode: 'quick' | 'full' | 'custom';
-  tasks: number;
-  kills: number;
-  leaseTtl: number;
-  concurrency: number;
-  pgRestart: boolean;
-  pgRestartCmd: string;
-  clockSkew: boolean;
-  keep: boolean;
-  databaseUrl: string;
-  seed: number;
-}
-
-function parse(argv: string[]): Options {
-  const o: Options = {
-    mode: 'full',
-    tasks: 10_000,
-    kills: 20,
-    leaseTtl: 10,
-    concurrency: 12,
-    pgRestart: false,
-    // The machine's cluster, whatever its version (as .ci/run starts it).
-    pgRestartCmd:
-      process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
-    clockSkew: false,
-    keep: false,
-    databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
-  };
-  let custom = false;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const val = () => {
-      const v = Number(argv[++i]);
-      if (!Number.isFinite(v) || v < 0) throw new Error(`${a} needs a number`);
-      custom = true;
-      return v;
-    };
-    if (a === '--quick') Object.assign(o, { mode: 'quick', tasks: 1_000, kills: 6 });
-    else if (a === '--tasks') o.tasks = val();
-    else if (a === '--kills') o.kills = val();
-    else if (a === '--lease-ttl') o.leaseTtl = val();
-    else if (a === '--concurrency') o.concurrency = val();
-    else if (a === '--seed') o.seed = val();
-    else if (a === '--pg-restart') o.pgRestart = true;
-    else if (a === '--clock-skew') o.clockSkew = true;
-    else if (a === '--keep') o.keep = true;
-    else throw new Error(`unknown option ${a}`);
-  }
-  if (custom) o.mode = 'custom';
-  return o;
-}
-
-/** mulberry32: a seeded PRNG, so a failing run can be replayed with --seed. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const log = (line: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+import { freePort, log, parse, rng, sleep } from './options.ts';
 
 async function main(): Promise<number> {
   const o = parse(process.argv.slice(2));
   const random = rng(o.seed);
   const killRandom = rng(o.seed ^ 0x5bd1e995);
   const startedAt = new Date();
+  const notExercised: string[] = [];
   const schema = `chaos_${Date.now().toString(36)}`;
   const dataDir = mkdtempSync(join(tmpdir(), 'baton-chaos-'));
-  const env = { BATON_DATABASE_URL: o.databaseUrl, BATON_PG_SCHEMA: schema, BATON_DATA_DIR: dataDir, BATON_CANARY_INTERVAL_MS: '10000' };
+  const cluster = o.pgFailover ? await startFailoverCluster(!o.pgFailoverAsync) : undefined;
+  if (cluster)
+    log(`own cluster: primary :${cluster.primary.port}, ${cluster.replication} standby :${cluster.standby.port} (${cluster.dir})`);
+  else notExercised.push('primary failover (pass --pg-failover: a primary and a standby of its own, the primary killed halfway)');
+  const databaseUrl = cluster?.url ?? o.databaseUrl;
+  const env = { BATON_DATABASE_URL: databaseUrl, BATON_PG_SCHEMA: schema, BATON_DATA_DIR: dataDir, BATON_CANARY_INTERVAL_MS: '10000' };
   const marks = join(dataDir, 'runs.marks');
   const command = o.clockSkew ? markingCommand(marks) : ['/bin/sh', '-c', 'cat >/dev/null; sleep 0.05; echo \'{"ok":true}\''];
-  const notExercised: string[] = [];
   log(`seed ${o.seed}; schema ${schema}; ${o.tasks} units, ${o.kills} kills, lease TTL ${o.leaseTtl} s`);
 
   // With --clock-skew, server-1's clock is SKEW_S fast and server-2's SKEW_S slow.
@@ -135,7 +65,7 @@ async function main(): Promise<number> {
   if (o.clockSkew) log(`clock skew: server-1 ${SKEW_S} s fast, server-2 ${SKEW_S} s slow (libfaketime)`);
   else notExercised.push('skewed clocks (pass --clock-skew; it needs libfaketime: apt-get install faketime)');
 
-  const store = openPostgres({ url: o.databaseUrl, schema, poolMax: 3 });
+  const store = openPostgres({ url: databaseUrl, schema, poolMax: 3 });
   const servers = await Promise.all(
     skews.map(async (skew, i) => Object.assign(serverProc(`server-${i + 1}`, await freePort(), { ...env, ...skewEnv[i] }), { skew })),
   );
@@ -170,6 +100,7 @@ async function main(): Promise<number> {
       if (r.status !== 201) throw new Error(`create agent ${a.name}: ${r.status} ${JSON.stringify(r.body)}`);
     }
     await setupFlow(store);
+    if (cluster) await createProbeAgent(admin);
     // Every outcome of chaos-a starts a follow-up on chaos-chain, through kills and restarts.
     const subscriptionId = await setupChain(admin, 'chaos-a', o.leaseTtl);
     // Groups of three over both traffic agents, each joined on chaos-chain, queued with the traffic.
@@ -231,6 +162,8 @@ async function main(): Promise<number> {
     const thresholds = Array.from({ length: o.kills }, (_, k) => Math.floor(((k + 0.5) * o.tasks) / o.kills));
     let nextKill = 0;
     let pgRestarted = false;
+    let failover: FailoverResult | undefined;
+    let failingOver = false;
 
     // The harness's own reads ride out a PostgreSQL restart like everything else: retried, not fatal.
     const patiently = async <T>(read: () => Promise<T>): Promise<T> => {
@@ -331,6 +264,19 @@ async function main(): Promise<number> {
             log(`PostgreSQL restarted; servers ready again after ${rec.recover_ms} ms`);
           });
         }
+        if (cluster && !failingOver && done >= o.tasks / 2) {
+          failingOver = true;
+          killing = killing.then(async () => {
+            failover = await failOver({ cluster, servers, key, t0, log });
+            kills.push({
+              at: failover.died_at_ms,
+              target: 'postgresql-primary',
+              kind: 'server',
+              held: 0,
+              recover_ms: failover.servers_ready_ms,
+            });
+          });
+        }
       },
     });
     await killing;
@@ -376,16 +322,19 @@ async function main(): Promise<number> {
       );
     }
 
+    // The probe's task was acknowledged like the traffic's: held to the same account.
+    if (failover?.probe_execution) traffic.acknowledged.set(failover.probe_execution, 'api');
     const cycle = await admin('POST', '/v1/canary/run');
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
+    if (failover) await afterFailover(store, failover, t0, facts.details.acknowledged_missing_count);
     const chain = await checkChain(store, 'chaos-a', subscriptionId);
     log(
       `chain: ${chain.sources} final outcomes of chaos-a started ${chain.chained} tasks (${chain.refused} refused); missing ${chain.missing}, duplicated ${chain.duplicated}, orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without exactly one join`,
     );
     const workerTtr = kills.filter((k) => k.kind === 'worker' && k.recover_ms !== null && k.held > 0).map((k) => k.recover_ms!);
     const serverTtr = kills
-      .filter((k) => k.kind === 'server' && k.target !== 'postgresql' && k.recover_ms !== null)
+      .filter((k) => k.kind === 'server' && !k.target.startsWith('postgresql') && k.recover_ms !== null)
       .map((k) => k.recover_ms!);
     const terminal = Object.entries(facts.details.statuses)
       .filter(([s]) => !['queued', 'running'].includes(s))
@@ -407,6 +356,7 @@ async function main(): Promise<number> {
         agents,
         command,
         pg_restart: o.pgRestart,
+        pg_failover: cluster ? cluster.replication : false,
         clock_skew_s: skews,
       },
       ...facts,
@@ -435,12 +385,15 @@ async function main(): Promise<number> {
       failing_agent: failing,
       chain,
       clock_skew: clock,
+      failover,
       passed: false,
       not_exercised: notExercised,
     };
     if (cycle.status !== 200) report.not_exercised.push(`canary after settle (POST /v1/canary/run answered ${cycle.status})`);
+    // Asynchronous replication may lose acknowledged writes: counted in the failover's figures, not failed.
+    const lostCounted = report.lost - (failover?.replication === 'asynchronous' ? failover.acknowledged_lost : 0);
     passed =
-      report.lost === 0 &&
+      lostCounted === 0 &&
       report.duplicate_terminal_outcomes === 0 &&
       report.over_admissions === 0 &&
       report.canary_violations_after_settle === 0 &&
@@ -457,26 +410,11 @@ async function main(): Promise<number> {
       chain.orphans === 0 &&
       chain.decided === chain.groups &&
       chain.bad_joins === 0 &&
-      (!clock || clockSkewPassed(clock));
+      (!clock || clockSkewPassed(clock)) &&
+      (!cluster || (!!failover && failoverPassed(failover)));
     report.passed = passed;
     const files = writeReport(report);
-    process.stdout.write(
-      [
-        `chaos (${o.mode}): ${passed ? 'PASSED' : 'FAILED'} in ${(trafficS + settleS).toFixed(0)} s`,
-        `  lost ${report.lost} · duplicate terminal ${report.duplicate_terminal_outcomes} · over-admissions ${report.over_admissions} · canary violations ${report.canary_violations_after_settle} · idempotency duplicates ${report.idempotency_duplicates}`,
-        `  fleet kill: ${fleet.workers} workers of one agent killed at once holding ${fleet.held}; ${fleet.requeued_shared} re-queued uncharged, ${fleet.charged} charged, ${fleet.finished} finished`,
-        `  chain: ${chain.sources} final outcomes, ${chain.chained} chained tasks, ${chain.refused} refused; missing ${chain.missing} · duplicated ${chain.duplicated} · orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without one join`,
-        `  failing agent: breaker ${failing.state} after ${failing.failed} failures (opens at ${failing.consecutive}); ${failing.queued} of ${failing.submitted} still queued`,
-        `  ${report.details.acknowledged} acknowledged, ${terminal} terminal, ${report.throughput_per_s.toFixed(1)}/s; ${kills.length} kills; worker recovery p50 ${report.recover.worker_p50_ms} ms p99 ${report.recover.worker_p99_ms} ms; server ready p50 ${report.recover.server_p50_ms} ms`,
-        ...(clock
-          ? [
-              `  clock skew (±${SKEW_S} s): live leases reaped ${clock.live_leases_reaped} · schedule fired twice ${clock.schedule_fired_twice} · early ${clock.schedule_fired_early} (of ${clock.schedule_runs_seen}) · runs overlapping ${clock.runs_overlapping} (of ${clock.runs_marked}); servers said: ${clock.servers.map((s) => (s.said ? 'measured' : 'NOTHING')).join(', ')}`,
-            ]
-          : []),
-        `  ${files.json}`,
-        `  ${files.md}`,
-      ].join('\n') + '\n',
-    );
+    process.stdout.write(summary(report, files, trafficS + settleS, terminal));
     exitCode = passed ? 0 : 1;
   } catch (err) {
     log(`run failed: ${(err as Error).stack ?? err}`);
@@ -484,14 +422,20 @@ async function main(): Promise<number> {
   } finally {
     await stopAll(procs);
     await store.close();
+    // The failover's clusters are the run's own: stopped always, their files kept like the schema.
+    cluster?.close(passed && !o.keep);
     if (passed && !o.keep) {
-      const c = new pg.Client({ connectionString: o.databaseUrl });
-      await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-      await c.end();
+      if (!cluster) {
+        const c = new pg.Client({ connectionString: o.databaseUrl });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await c.end();
+      }
       rmSync(dataDir, { recursive: true, force: true });
     } else {
-      log(`kept PostgreSQL schema ${schema} and ${dataDir} for inspection`);
+      log(
+        `kept PostgreSQL schema ${schema}${cluster ? ` (its promoted standby in ${cluster.dir}/standby, stopped)` : ''} and ${dataDir} for inspection`,
+      );
     }
   }
   return exitCode;

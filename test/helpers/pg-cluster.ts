@@ -1,11 +1,14 @@
 /**
  * A throwaway PostgreSQL cluster from the machine's binaries (/usr/lib/postgresql/<v>/bin), for
- * tests that need a server of their own (its disk filled, for example). Run as the `postgres`
- * user when we are root; stopped with `pg_ctl stop -m fast`.
+ * tests that need a server of their own (its disk filled, a standby to fail over to) and for the
+ * chaos run's `--pg-failover`. Run as the `postgres` user when we are root; stopped with
+ * `pg_ctl stop -m fast`.
  */
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
 
 /** The newest installed PostgreSQL's bin directory, if any. */
 export function pgBinDir(): string | undefined {
@@ -23,13 +26,20 @@ export interface PgCluster {
   stop(): void;
   /** Stop as a crash would (`pg_ctl stop -m immediate`): no shutdown checkpoint, clients cut. */
   kill(): void;
-  /** A standby's promotion to primary (`pg_ctl promote`), as Patroni does it. */
-  promote(): void;
+  /**
+   * A standby's promotion to primary, as Patroni does it: `pg_ctl promote`, then wait until the
+   * server is out of recovery (Patroni passes -W and polls pg_controldata; -w waits for the same).
+   * Asynchronous, so a caller's own clients keep running while it waits.
+   */
+  promote(): Promise<void>;
+}
+
+function asPostgresArgv(bin: string, args: string[]): [string, string[]] {
+  return process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
 }
 
 function asPostgres(bin: string, args: string[]): void {
-  const asRoot = process.getuid?.() === 0;
-  const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
+  const [cmd, argv] = asPostgresArgv(bin, args);
   execFileSync(cmd, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
@@ -45,7 +55,11 @@ function ownedDirs(dirs: string[]): void {
   }
 }
 
+/** Settings every cluster here starts with; `settings` of startPgCluster/startPgStandby add to them. */
 const FLAGS = '-c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50 -c shared_buffers=16MB';
+
+const flags = (settings: Record<string, string | number> = {}) =>
+  [FLAGS, ...Object.entries(settings).map(([k, v]) => `-c ${k}=${v}`)].join(' ');
 
 function running(bin: string, dataDir: string, port: number): PgCluster {
   let up = true;
@@ -63,8 +77,9 @@ function running(bin: string, dataDir: string, port: number): PgCluster {
       up = false;
       ctl(['-m', 'immediate', '-w', 'stop']);
     },
-    promote() {
-      ctl(['-w', 'promote']);
+    async promote() {
+      const [cmd, argv] = asPostgresArgv(join(bin, 'pg_ctl'), ['-D', dataDir, '-w', 'promote']);
+      await promisify(execFile)(cmd, argv);
     },
   };
 }
@@ -74,7 +89,13 @@ function running(bin: string, dataDir: string, port: number): PgCluster {
  * `port`. Its walreceiver's application_name is `standby`; the primary waits for it only once
  * synchronous_standby_names names it.
  */
-export function startPgStandby(opts: { primaryPort: number; dataDir: string; workDir: string; port: number }): PgCluster {
+export function startPgStandby(opts: {
+  primaryPort: number;
+  dataDir: string;
+  workDir: string;
+  port: number;
+  settings?: Record<string, string | number>;
+}): PgCluster {
   const bin = pgBinDir();
   if (!bin) throw new Error('no PostgreSQL binaries under /usr/lib/postgresql');
   ownedDirs([opts.dataDir, opts.workDir]);
@@ -94,8 +115,8 @@ export function startPgStandby(opts: { primaryPort: number; dataDir: string; wor
     'stream',
     '--no-sync',
   ]);
-  const flags = `-p ${opts.port} -k ${opts.dataDir} ${FLAGS} -c cluster_name=standby`;
-  asPostgres(join(bin, 'pg_ctl'), ['-D', opts.dataDir, '-o', flags, '-w', '-l', join(opts.workDir, 'server.log'), 'start']);
+  const options = `-p ${opts.port} -k ${opts.dataDir} ${flags(opts.settings)} -c cluster_name=standby`;
+  asPostgres(join(bin, 'pg_ctl'), ['-D', opts.dataDir, '-o', options, '-w', '-l', join(opts.workDir, 'server.log'), 'start']);
   return running(bin, opts.dataDir, opts.port);
 }
 
@@ -103,14 +124,54 @@ export function startPgStandby(opts: { primaryPort: number; dataDir: string; wor
  * initdb in `dataDir`, with its WAL and log in `workDir` (which may sit on another filesystem), then
  * start on 127.0.0.1:`port` with database `test`.
  */
-export function startPgCluster(opts: { dataDir: string; workDir: string; port: number }): PgCluster {
+export function startPgCluster(opts: {
+  dataDir: string;
+  workDir: string;
+  port: number;
+  settings?: Record<string, string | number>;
+}): PgCluster {
   const bin = pgBinDir();
   if (!bin) throw new Error('no PostgreSQL binaries under /usr/lib/postgresql');
   const walDir = join(opts.workDir, 'wal');
   ownedDirs([opts.dataDir, opts.workDir]);
   asPostgres(join(bin, 'initdb'), ['-D', opts.dataDir, '--waldir', walDir, '-U', 'postgres', '-A', 'trust', '--no-sync', '-E', 'UTF8']);
-  const flags = `-p ${opts.port} -k ${opts.dataDir} ${FLAGS}`;
-  asPostgres(join(bin, 'pg_ctl'), ['-D', opts.dataDir, '-o', flags, '-w', '-l', join(opts.workDir, 'server.log'), 'start']);
+  const options = `-p ${opts.port} -k ${opts.dataDir} ${flags(opts.settings)}`;
+  asPostgres(join(bin, 'pg_ctl'), ['-D', opts.dataDir, '-o', options, '-w', '-l', join(opts.workDir, 'server.log'), 'start']);
   asPostgres(join(bin, 'createdb'), ['-h', '127.0.0.1', '-p', String(opts.port), '-U', 'postgres', 'test']);
   return running(bin, opts.dataDir, opts.port);
+}
+
+async function query<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<T>(text)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** How the primary at `url` sees its standby right now (null: none streaming). */
+export async function standbyState(url: string): Promise<{ sync_state: string; lag_bytes: number } | null> {
+  const rows = await query<{ sync_state: string; lag_bytes: string | null }>(
+    url,
+    "SELECT sync_state, pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)::text AS lag_bytes FROM pg_stat_replication WHERE application_name = 'standby'",
+  );
+  return rows[0] ? { sync_state: rows[0].sync_state, lag_bytes: Number(rows[0].lag_bytes ?? 0) } : null;
+}
+
+/**
+ * Make the primary at `url` replicate to the standby started by startPgStandby synchronously (a
+ * commit is answered once the standby has flushed it) or asynchronously (PostgreSQL's default),
+ * and wait until the standby streams in that mode: until then a kill proves nothing.
+ */
+export async function replicateTo(url: string, mode: 'sync' | 'async', timeoutMs = 60_000): Promise<void> {
+  await query(url, `ALTER SYSTEM SET synchronous_standby_names = '${mode === 'sync' ? 'standby' : ''}'`);
+  await query(url, 'SELECT pg_reload_conf()');
+  for (const deadline = Date.now() + timeoutMs; ;) {
+    const state = await standbyState(url);
+    if (state?.sync_state === mode && (mode === 'async' || state.lag_bytes === 0)) return;
+    if (Date.now() > deadline) throw new Error(`the standby does not stream ${mode} (${JSON.stringify(state)})`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

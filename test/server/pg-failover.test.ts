@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../../src/client.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import { until } from '../helpers/delivery.ts';
-import { startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
+import { replicateTo, startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
 import { testPort } from '../helpers/proxy-front.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
@@ -54,12 +54,7 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
       port: await testPort(),
     });
     // Synchronous from here: a commit is acknowledged once the standby has it too.
-    await query(primary.url, "ALTER SYSTEM SET synchronous_standby_names = 'standby'");
-    await query(primary.url, 'SELECT pg_reload_conf()');
-    await until('the standby streams synchronously', async () => {
-      const rows = await query<{ sync_state: string }>(primary.url, 'SELECT sync_state FROM pg_stat_replication');
-      return rows[0]?.sync_state === 'sync';
-    });
+    await replicateTo(primary.url, 'sync');
     const both = `postgres://postgres@127.0.0.1:${primary.port},127.0.0.1:${standby.port}/test?target_session_attrs=read-write`;
     node = await startNode({
       env: { dataDir: work, databaseUrl: both, port: 0, host: '127.0.0.1' },
@@ -112,7 +107,7 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
     const ackedAtKill = acked.size;
     // While only a standby answers, Baton refuses writes rather than writing anywhere else.
     await until('submits refused with no primary', () => refused > 0);
-    standby.promote();
+    await standby.promote();
     await until('a submit acknowledged on the promoted standby', () => acked.size > ackedAtKill + 5, 60_000);
     stop = true;
     await Promise.all(submitters);
