@@ -326,6 +326,8 @@ class WorkerImpl implements Worker {
     this.emit({ type: 'task:start', executionId: id, attempt: t.attempt });
     // Made on the first line: a task that logs nothing costs no shipper.
     let logs: LogShipper | undefined;
+    const lost = () => lease.markLost();
+    const emit = (e: WorkerEvent) => this.emit(e);
     const task: Task = {
       executionId: id,
       attempt: t.attempt,
@@ -335,18 +337,10 @@ class WorkerImpl implements Worker {
       deadline: new Date(Date.parse(t.deadline_at)),
       leaseTtlSeconds: t.lease_ttl_seconds,
       traceparent: t.traceparent,
-      // The lease keeper makes its AbortController when the signal is first read.
       get signal() {
         return lease.signal;
       },
-      log: (line, stream = 'stdout') =>
-        (logs ??= new LogShipper(
-          this.client,
-          id,
-          token,
-          () => lease.markLost(),
-          (e) => this.emit(e),
-        )).push(stream, line),
+      log: (line, stream = 'stdout') => (logs ??= new LogShipper(this.client, id, token, lost, emit)).push(stream, line),
     };
 
     const settled = await this.settle(task, lease);
