@@ -8,7 +8,8 @@
  *   --store sqlite|postgres|both     default both
  *   --only w1|w2|users|history|scenarios   default W1, W2 and users (history is never in the default run)
  *   --users-systems baton-sdk,baton-sdk-per-agent,baton-hand,bullmq,graphile   the users' shape (default all but
- *                                    baton-sdk-per-agent); --users-in-flight N (default 32), --users-w2-submits N (default 300),
+ *                                    baton-sdk-per-agent; a system named twice runs twice, interleaved); --users-workloads w1,w2
+ *                                    (default both); --users-in-flight N (default 32), --users-w2-submits N (default 300),
  *                                    --graphile-concurrency N (default 16), --redis-url URL, --redis-prefix P (default baton-bench)
  *   --scenarios worker,push,triggers,cli,bodies,backlog|none   after W1/W2 (default all; triggers: PostgreSQL only; cli:
  *                                    20 runs of two HTTP-only commands from the packed, installed package; backlog: one
@@ -33,6 +34,10 @@
  *   --fire-lag-processes 1,3         baton up processes firing them, one setting after another
  *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
+ *
+ * `baton worker` overhead runs only when asked (`--only worker-overhead`; bench/lib/worker-overhead.ts): per task,
+ * a bare spawn of `true` vs `baton worker -- true` vs the SDK with a no-op handler, interleaved round by round on each
+ * --store: --overhead-tasks N (default 300), --overhead-concurrency N (default 1), --overhead-rounds N (default 2).
  *
  * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
  * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
@@ -69,6 +74,7 @@ import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
 import { checkFlow, keyedDriver, runNoisy, runThrottle, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
+import { OVERHEAD_HEAD, overheadTableRows, runWorkerOverhead } from './lib/worker-overhead.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
 import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
 
@@ -120,9 +126,13 @@ const { values: a } = parseArgs({
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
     'history-prune-only': { type: 'boolean', default: false },
+    'overhead-tasks': { type: 'string', default: '300' },
+    'overhead-concurrency': { type: 'string', default: '1' },
+    'overhead-rounds': { type: 'string', default: '2' },
     'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
     'users-w2-submits': { type: 'string', default: '300' },
     'users-in-flight': { type: 'string', default: '32' },
+    'users-workloads': { type: 'string', default: 'w1,w2' },
     'graphile-concurrency': { type: 'string', default: '16' },
     'redis-url': { type: 'string', default: process.env.BATON_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379' },
     'redis-prefix': { type: 'string', default: 'baton-bench' },
@@ -144,9 +154,12 @@ function int(name: string, value: string | undefined, min = 0): number {
 const stores = choice<StoreKind>('store', a.store, ['sqlite', 'postgres']);
 const historyOnly = a.only === 'history';
 const flowOnly = a.only === 'flow';
+const overheadOnly = a.only === 'worker-overhead';
 // --only scenarios: just the scenarios (e.g. `--only scenarios --scenarios cli --anatomy-reps 0`).
 const workloads =
-  historyOnly || flowOnly || a.only === 'scenarios' || a.only === 'users' ? [] : choice('only', a.only, ['w1', 'w2'] as const);
+  historyOnly || flowOnly || overheadOnly || a.only === 'scenarios' || a.only === 'users'
+    ? []
+    : choice('only', a.only, ['w1', 'w2'] as const);
 // The users' shape (bench/lib/users.ts) runs in the default run and with --only users.
 const usersShape = a.only === undefined || a.only === 'both' || a.only === 'users';
 const scenarios: Scenario[] =
@@ -666,6 +679,27 @@ async function phaseW1Flow(store: StoreKind, keyed: boolean): Promise<W1Keyed> {
   }
 }
 
+async function mainOverhead(): Promise<void> {
+  const rows = await runWorkerOverhead(stores, {
+    tasks: int('overhead-tasks', a['overhead-tasks'], 1),
+    concurrency: int('overhead-concurrency', a['overhead-concurrency'], 1),
+    rounds: int('overhead-rounds', a['overhead-rounds'], 1),
+    pgUrl,
+    log,
+  });
+  const setup = `\`baton worker\` overhead — ${env.date} — node ${env.node}, ${env.cpu}, git ${env.git_commit}; ${a['overhead-tasks']} tasks a round, concurrency ${a['overhead-concurrency']}, ways interleaved round by round`;
+  process.stdout.write(`\n${setup}\n\n${textTable(OVERHEAD_HEAD, overheadTableRows(rows))}\n`);
+  if (!a['no-save']) {
+    mkdirSync(RESULTS, { recursive: true });
+    const stamp = startedAt
+      .toISOString()
+      .replace(/\.\d+Z$/, 'Z')
+      .replace(/:/g, '-');
+    writeFileSync(join(RESULTS, `worker-overhead-${stamp}.json`), JSON.stringify({ env, setup, rows }, null, 2) + '\n');
+    process.stdout.write(`Saved bench/results/worker-overhead-${stamp}.json\n`);
+  }
+}
+
 async function mainFlow(): Promise<void> {
   if (stores.includes('postgres')) env.postgres = await postgresVersion(pgUrl);
   const noisy: NoisyConfig = {
@@ -743,6 +777,7 @@ async function mainFlow(): Promise<void> {
 async function main(): Promise<void> {
   if (historyOnly) return mainHistory();
   if (flowOnly) return mainFlow();
+  if (overheadOnly) return mainOverhead();
   const t0 = Date.now();
   if (stores.includes('postgres')) {
     try {
@@ -821,6 +856,7 @@ async function main(): Promise<void> {
           pgUrl,
           redis: { host: redis.hostname, port: Number(redis.port || 6379), prefix: a['redis-prefix']! },
           graphileConcurrency: int('graphile-concurrency', a['graphile-concurrency'], 1),
+          workloads: a['users-workloads']!.split(',').map((w) => choice('users-workloads', w, ['w1', 'w2'] as const)[0]!),
           log,
         },
         () => waitForQuiet(quietPct, quietMaxMs, (b) => log(`  machine busy ${b}% (other jobs?); waiting for it to calm down…`)),

@@ -29,6 +29,6 @@ export async function timeDrain(
     await sleep(20);
   }
   const seconds = (performance.now() - t0) / 1000;
-  const failed = (await api.listExecutions({ agent, status: 'failed,cancelled', limit: 500 })).executions.length;
+  const failed = (await api.listExecutions({ agent, status: 'failed,cancelled', limit: 200 })).executions.length;
   return { seconds: Math.round(seconds * 100) / 100, tasks_per_s: Math.round((tasks / seconds) * 10) / 10, failed };
 }

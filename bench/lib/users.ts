@@ -42,6 +42,8 @@ export interface UsersConfig {
   pgUrl: string;
   redis: { host: string; port: number; prefix: string };
   graphileConcurrency: number;
+  /** Which workloads run (default both). */
+  workloads?: Array<'w1' | 'w2'>;
   log: (msg: string) => void;
 }
 
@@ -193,7 +195,9 @@ interface WorkerProcess {
 }
 
 function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/lib/users-worker.ts', JSON.stringify(wp)], {
+  // BENCH_USERS_WORKER_NODE_ARGS adds node flags to the worker process (e.g. "--cpu-prof --cpu-prof-dir D").
+  const extra = process.env.BENCH_USERS_WORKER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  const child = spawn(process.execPath, [...extra, '--import', 'tsx', 'bench/lib/users-worker.ts', JSON.stringify(wp)], {
     cwd: ROOT,
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -341,7 +345,7 @@ export async function runUsers(
   interrupted: () => boolean,
 ): Promise<UsersRow[]> {
   const rows: UsersRow[] = [];
-  for (const workload of ['w1', 'w2'] as const) {
+  for (const workload of cfg.workloads ?? (['w1', 'w2'] as const)) {
     for (const system of systems) {
       if (workload === 'w2' && system === 'graphile') continue; // its wake is a poll or NOTIFY away: measured in W1 only
       const on: Array<StoreKind | 'redis'> = system === 'bullmq' ? ['redis'] : system === 'graphile' ? ['postgres'] : stores;

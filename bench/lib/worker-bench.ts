@@ -7,7 +7,7 @@
  * submitted, then max_parallel is raised to C (the raise wakes the worker's long-poll). Time runs
  * from the raise until no task is queued or running.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { BatonClient } from '../../src/client.ts';
 import { timeDrain } from './drain.ts';
@@ -31,38 +31,53 @@ export interface WorkerBenchResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export async function runWorkerBench(server: { url: string; key: string }, cfg: WorkerBenchConfig = {}): Promise<WorkerBenchResult> {
-  const tasks = cfg.tasks ?? 500;
-  const concurrency = cfg.concurrency ?? 8;
-  const api = new BatonClient({ server: server.url, key: server.key });
-  const agent = `wb-${Date.now().toString(36)}`;
-  await api.createAgent({ name: agent, max_parallel: 0, max_backlog: tasks, lease_ttl_seconds: 30 });
+/**
+ * A `baton worker --agent <agent> --concurrency C -- <command>` process; `ready` resolves once it
+ * says it is serving. BENCH_WORKER_NODE_ARGS adds node flags (e.g. "--cpu-prof --cpu-prof-dir D").
+ */
+export function startCliWorker(
+  server: { url: string; key: string },
+  agent: string,
+  concurrency: number,
+  command: string[],
+): { child: ChildProcess; ready: Promise<void>; reported: () => number } {
+  const extra = process.env.BENCH_WORKER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const child = spawn(
     process.execPath,
-    [
-      BATON_BIN,
-      'worker',
-      '--agent',
-      agent,
-      '--concurrency',
-      String(concurrency),
-      '--shutdown-grace',
-      '5',
-      '--',
-      ...(cfg.command ?? ['true']),
-    ],
+    [...extra, BATON_BIN, 'worker', '--agent', agent, '--concurrency', String(concurrency), '--shutdown-grace', '5', '--', ...command],
     {
       env: { ...process.env, BATON_URL: server.url, BATON_API_KEY: server.key },
       stdio: ['ignore', 'ignore', 'pipe'],
     },
   );
   let err = '';
-  child.stderr!.on('data', (d) => (err += d));
-  try {
+  let partial = '';
+  let reported = 0;
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    err = (err + d).slice(-20_000);
+    const lines = (partial + d).split('\n');
+    partial = lines.pop()!;
+    for (const l of lines) if (/ (succeeded|failed|cancelled)$/.test(l)) reported++;
+  });
+  const ready = (async () => {
     for (let i = 0; !err.includes('serving agent'); i++) {
       if (child.exitCode !== null || i > 600) throw new Error(`baton worker did not start:\n${err}`);
       await sleep(50);
     }
+  })();
+  ready.catch(() => {});
+  return { child, ready, reported: () => reported };
+}
+
+export async function runWorkerBench(server: { url: string; key: string }, cfg: WorkerBenchConfig = {}): Promise<WorkerBenchResult> {
+  const tasks = cfg.tasks ?? 500;
+  const concurrency = cfg.concurrency ?? 8;
+  const api = new BatonClient({ server: server.url, key: server.key });
+  const agent = `wb-${Date.now().toString(36)}`;
+  await api.createAgent({ name: agent, max_parallel: 0, max_backlog: tasks, lease_ttl_seconds: 30 });
+  const { child, ready } = startCliWorker(server, agent, concurrency, cfg.command ?? ['true']);
+  try {
+    await ready;
     return { scenario: 'w1_worker_cli', tasks, concurrency, ...(await timeDrain(api, agent, tasks, concurrency)) };
   } finally {
     child.kill('SIGTERM');

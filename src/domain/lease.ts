@@ -62,13 +62,25 @@ export interface LeaseKeeperOptions {
  * on the worker's own monotonic clock, from when the lease was last granted: the claim's answer,
  * then the moment each successful renewal was sent (the server granted a full TTL no earlier).
  * Two runs of one task therefore overlap for at most about one TTL plus one renewal interval.
+ *
+ * One timer per lease while all is well: the renewal interval, whose tick also looks ahead. The
+ * expiry and the deadline get a timer of their own only once they are less than an interval
+ * away (a renewal failed, or the deadline is near), so a worker running thousands of short tasks
+ * creates one timer per task, not three. The abort signal is made when first read: work that
+ * never looks at it costs no AbortController.
  */
 export class LeaseKeeper {
-  private readonly ctrl = new AbortController();
+  private ctrl: AbortController | undefined;
+  private aborted: AbortReason | undefined;
+  private readonly abortCallbacks: Array<() => void> = [];
   private readonly renewTimer: ReturnType<typeof setInterval>;
-  private readonly deadlineTimer: ReturnType<typeof setTimeout>;
+  private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   private lapseTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly mono: () => number;
+  private readonly ttlMs: number;
+  private readonly intervalMs: number;
+  /** performance.now() at which the deadline falls. */
+  private readonly deadlineDue: number;
   /** Monotonic ms at which the lease was last granted (see the class comment). */
   private grantedAt: number;
   private stopped = false;
@@ -79,27 +91,40 @@ export class LeaseKeeper {
   lost = false;
 
   constructor(private readonly opts: LeaseKeeperOptions) {
-    const ttlMs = opts.leaseTtlSeconds * 1000;
+    this.ttlMs = opts.leaseTtlSeconds * 1000;
+    this.intervalMs = Math.max(MIN_RENEW_MS, this.ttlMs / 3);
     this.mono = opts.monotonic ?? (() => performance.now());
     this.grantedAt = this.mono();
-    this.armLapse(ttlMs);
-    this.renewTimer = setInterval(() => void this.renewOnce(ttlMs), Math.max(MIN_RENEW_MS, ttlMs / 3));
-    const untilDeadline = (opts.deadlineAt ?? Infinity) - (opts.now ?? Date.now)();
-    this.deadlineTimer = setTimeout(() => this.abort('deadline'), Math.min(MAX_TIMER_MS, Math.max(0, untilDeadline)));
+    this.deadlineDue = performance.now() + ((opts.deadlineAt ?? Infinity) - (opts.now ?? Date.now)());
+    this.renewTimer = setInterval(() => this.tick(), this.intervalMs);
+    this.lookAhead();
   }
 
   /** Aborted with a TaskAborted once the work should stop. */
   get signal(): AbortSignal {
+    if (!this.ctrl) {
+      this.ctrl = new AbortController();
+      if (this.aborted) this.ctrl.abort(new TaskAborted(this.aborted));
+    }
     return this.ctrl.signal;
   }
 
   /** Why the work was told to stop, if it was. */
   get reason(): AbortReason | undefined {
-    return this.ctrl.signal.aborted ? (this.ctrl.signal.reason as TaskAborted).reason : undefined;
+    return this.aborted;
+  }
+
+  /** Calls `fn` once the work is told to stop (at once if it was): a listener without an EventTarget. */
+  onAbort(fn: () => void): void {
+    if (this.aborted) fn();
+    else this.abortCallbacks.push(fn);
   }
 
   abort(reason: AbortReason): void {
-    if (!this.ctrl.signal.aborted) this.ctrl.abort(new TaskAborted(reason));
+    if (this.aborted) return;
+    this.aborted = reason;
+    this.ctrl?.abort(new TaskAborted(reason));
+    for (const fn of this.abortCallbacks.splice(0)) fn();
   }
 
   /** The lease is gone: stop renewing and abort the work. */
@@ -116,13 +141,31 @@ export class LeaseKeeper {
     clearTimeout(this.lapseTimer);
   }
 
+  private tick(): void {
+    this.lookAhead();
+    void this.renewOnce();
+  }
+
+  /** Arms the expiry's and the deadline's own timers once either is less than an interval away. */
+  private lookAhead(): void {
+    if (this.stopped) return;
+    if (this.deadlineTimer === undefined && this.deadlineDue - performance.now() <= this.intervalMs) {
+      const left = Math.max(0, this.deadlineDue - performance.now());
+      this.deadlineTimer = setTimeout(() => this.abort('deadline'), Math.min(MAX_TIMER_MS, left));
+    }
+    if (this.lapseTimer === undefined && this.grantedAt + this.ttlMs - this.mono() <= this.intervalMs) this.checkLapse();
+  }
+
   /** Checks the lease's expiry when it falls due, and again after each later grant. */
-  private armLapse(ttlMs: number): void {
+  private checkLapse(): void {
     clearTimeout(this.lapseTimer);
+    this.lapseTimer = undefined;
     if (this.stopped || this.lost) return;
-    const left = this.grantedAt + ttlMs - this.mono();
+    const left = this.grantedAt + this.ttlMs - this.mono();
+    // Renewed meanwhile: the interval's look-ahead arms this again when the expiry nears.
+    if (left > this.intervalMs) return;
     if (left > 0) {
-      this.lapseTimer = setTimeout(() => this.armLapse(ttlMs), Math.min(MAX_TIMER_MS, Math.ceil(left)));
+      this.lapseTimer = setTimeout(() => this.checkLapse(), Math.ceil(left));
       return;
     }
     this.lapsed = true;
@@ -131,8 +174,8 @@ export class LeaseKeeper {
   }
 
   /** Catches every failure itself, so the timer can drop its promise. */
-  private async renewOnce(ttlMs: number): Promise<void> {
-    if (this.renewing || this.lost) return;
+  private async renewOnce(): Promise<void> {
+    if (this.renewing || this.lost || this.stopped) return;
     this.renewing = true;
     const sent = this.mono();
     try {
@@ -140,11 +183,10 @@ export class LeaseKeeper {
       // An answer that arrives after the lease was given up changes nothing: the work is aborted.
       if (this.lost) return;
       this.grantedAt = Math.max(this.grantedAt, sent);
-      this.armLapse(ttlMs);
       if (r.cancel_requested) this.abort('cancelled');
     } catch (err) {
       if (this.opts.isLeaseLost(err)) this.markLost();
-      else this.opts.onRenewError?.(err, ttlMs / 3);
+      else this.opts.onRenewError?.(err, this.ttlMs / 3);
     } finally {
       this.renewing = false;
     }

@@ -156,7 +156,12 @@ interface RunSettings {
   command: string;
   args: string[];
   cwd: string | undefined;
-  env: NodeJS.ProcessEnv;
+  /**
+   * The environment every command starts from, copied once: reading `process.env` walks the
+   * process's environment block in C++ on every access, a share of each task's cost worth
+   * paying once. Holds no BATON_PAYLOAD* (each task sets its own).
+   */
+  baseEnv: NodeJS.ProcessEnv;
   resultLimit: number;
   grace: number;
   payloadLimit: number;
@@ -168,7 +173,7 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
     command: opts.command,
     args: opts.args ?? [],
     cwd: opts.cwd,
-    env: opts.env ?? process.env,
+    baseEnv: baseEnvOf(opts.env ?? process.env),
     resultLimit: opts.resultLimitBytes ?? RESULT_LIMIT_BYTES,
     grace: opts.killGraceMs ?? 5_000,
     payloadLimit: opts.payloadEnvLimitBytes ?? 64 * 1024,
@@ -182,10 +187,17 @@ export function commandRunner(opts: CommandOptions): CommandRunner {
   };
 }
 
+function baseEnvOf(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const base = { ...env };
+  delete base.BATON_PAYLOAD;
+  delete base.BATON_PAYLOAD_FILE;
+  return base;
+}
+
 /** The command's environment for a task; a large payload goes to a 0600 file it names instead. */
 function commandEnv(task: Task, s: RunSettings): { env: NodeJS.ProcessEnv; payloadFile: string | undefined } {
   const env: NodeJS.ProcessEnv = {
-    ...s.env,
+    ...s.baseEnv,
     BATON_EXECUTION_ID: task.executionId,
     BATON_ATTEMPT: String(task.attempt),
     BATON_AGENT: task.agent,
@@ -193,8 +205,6 @@ function commandEnv(task: Task, s: RunSettings): { env: NodeJS.ProcessEnv; paylo
     // The standard variable OpenTelemetry SDKs read (where they support it) to continue a trace.
     TRACEPARENT: task.traceparent,
   };
-  delete env.BATON_PAYLOAD;
-  delete env.BATON_PAYLOAD_FILE;
   const payload = JSON.stringify(task.payload ?? null);
   let payloadFile: string | undefined;
   if (Buffer.byteLength(payload) > s.payloadLimit) {

@@ -39,7 +39,13 @@ export class Lane {
   finish(id: string, handedOver: boolean): void {
     this.running.delete(id);
     if (handedOver) this.handedOver--;
-    this.slotFreed?.();
+    this.wake();
+  }
+
+  /** Wakes the claim loop if it waits for a slot. */
+  wake(): void {
+    const wake = this.slotFreed;
     this.slotFreed = undefined;
+    wake?.();
   }
 }

@@ -214,6 +214,7 @@ class WorkerImpl implements Worker {
     this.stopping ??= (async () => {
       try {
         this.stopCtrl.abort();
+        for (const lane of this.lanes) lane.wake();
         await this.starting?.catch(() => undefined);
         for (const lane of this.lanes) await lane.loop;
         const grace = this.opts.shutdownGraceMs ?? 30_000;
@@ -238,14 +239,8 @@ class WorkerImpl implements Worker {
     while (!signal.aborted) {
       const free = lane.free();
       if (free <= 0) {
-        await new Promise<void>((r) => {
-          const done = () => {
-            signal.removeEventListener('abort', done);
-            r();
-          };
-          lane.slotFreed = done;
-          signal.addEventListener('abort', done, { once: true });
-        });
+        // Woken by a task leaving its slot, or by stop() (which wakes every lane's loop).
+        await new Promise<void>((r) => (lane.slotFreed = r));
         continue;
       }
       let tasks: TaskView[];
@@ -329,13 +324,10 @@ class WorkerImpl implements Worker {
     const id = t.execution_id;
     const token = t.lease_token;
     this.emit({ type: 'task:start', executionId: id, attempt: t.attempt });
-    const logs = new LogShipper(
-      this.client,
-      id,
-      token,
-      () => lease.markLost(),
-      (e) => this.emit(e),
-    );
+    // Made on the first line: a task that logs nothing costs no shipper.
+    let logs: LogShipper | undefined;
+    const lost = () => lease.markLost();
+    const emit = (e: WorkerEvent) => this.emit(e);
     const task: Task = {
       executionId: id,
       attempt: t.attempt,
@@ -345,13 +337,15 @@ class WorkerImpl implements Worker {
       deadline: new Date(Date.parse(t.deadline_at)),
       leaseTtlSeconds: t.lease_ttl_seconds,
       traceparent: t.traceparent,
-      signal: lease.signal,
-      log: (line, stream = 'stdout') => logs.push(stream, line),
+      get signal() {
+        return lease.signal;
+      },
+      log: (line, stream = 'stdout') => (logs ??= new LogShipper(this.client, id, token, lost, emit)).push(stream, line),
     };
 
-    const settled = await this.settle(task, lease.signal);
+    const settled = await this.settle(task, lease);
     lease.stop();
-    if (!lease.lost) await logs.close();
+    if (logs && !lease.lost) await logs.close();
 
     const report = decideReport({ settled, reason: lease.reason, leaseLost: lease.lost, deadlineAt: t.deadline_at });
     if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
@@ -361,21 +355,26 @@ class WorkerImpl implements Worker {
   }
 
   /** The handler's result; undefined when it has not returned abortWaitMs after the task's signal fired. */
-  private settle(task: Task, signal: AbortSignal): Promise<Settled | undefined> {
-    const run: Promise<Settled> = Promise.resolve()
-      .then(() => this.opts.handler(task))
-      .then(
-        (value) => ({ ok: true as const, value }),
-        (error) => ({ ok: false as const, error }),
-      );
-    // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
-    const abortWait = new Promise<undefined>((resolve) => {
-      const onAbort = () => setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
-      if (signal.aborted) onAbort();
-      else signal.addEventListener('abort', onAbort, { once: true });
-      void run.then(() => resolve(undefined));
+  private settle(task: Task, lease: LeaseKeeper): Promise<Settled | undefined> {
+    return new Promise<Settled | undefined>((resolve) => {
+      let abortWait: NodeJS.Timeout | undefined;
+      let ended = false;
+      const end = (s: Settled) => {
+        ended = true;
+        clearTimeout(abortWait);
+        resolve(s);
+      };
+      Promise.resolve()
+        .then(() => this.opts.handler(task))
+        .then(
+          (value) => end({ ok: true, value }),
+          (error) => end({ ok: false, error }),
+        );
+      // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
+      lease.onAbort(() => {
+        if (!ended) abortWait = setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
+      });
     });
-    return Promise.race([run, abortWait]);
   }
 
   /** Shutdown: give the task back to the queue (its delivery is not charged). */

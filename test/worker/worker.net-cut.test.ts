@@ -19,6 +19,7 @@ import { createWorker, type Worker, type WorkerEvent } from '../../src/worker/sd
 import { groupGone, groupMembers, killGroup, until } from '../helpers/delivery.ts';
 import { BATON_BIN, spawnChild, startBatonUp, type Child } from '../helpers/process.ts';
 import { startProxy, type Proxy } from '../helpers/proxy.ts';
+import { testPort } from '../helpers/proxy-front.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 const TTL_S = 2;
@@ -26,7 +27,8 @@ const TTL_MS = TTL_S * 1000;
 const RENEW_MS = TTL_MS / 3;
 /** Room for a loaded 2-core machine: process start-up, event-loop stalls, the reaper's interval. */
 const SLACK_MS = 10_000;
-const PORTS = STORE_KIND === 'postgres' ? { server: 42120, proxy: 42121 } : { server: 42110, proxy: 42111 };
+/** Picked at start: from BATON_TEST_PORTS on a shared machine. */
+const PORTS = { server: 0, proxy: 0 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('the lease keeper on its own clock', () => {
@@ -107,6 +109,9 @@ describe('a cut network between workers and the server', () => {
     ts = await openTestStore();
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(dir, 'pids'), { recursive: true });
+    PORTS.server = await testPort();
+    do PORTS.proxy = await testPort();
+    while (PORTS.proxy === PORTS.server);
     server = await startBatonUp({ ...ts.env, BATON_CANARY_INTERVAL_MS: '0' }, PORTS.server);
     children.push(server);
     proxy = await startProxy({ host: '127.0.0.1', port: PORTS.server }, PORTS.proxy);
