@@ -42,7 +42,8 @@
  * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
  * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
  * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
- * the throttle across three processes (--flow-throttle-tasks, default 300).
+ * the throttle across three processes (--flow-throttle-tasks, default 300). --flow-parts w1,key,pool,throttle
+ * runs only the parts named (default all; e.g. `--flow-parts pool` for the noisy neighbour by pool alone).
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -125,6 +126,7 @@ const { values: a } = parseArgs({
     'flow-quiet': { type: 'string', default: '30' },
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
+    'flow-parts': { type: 'string', default: 'w1,key,pool,throttle' },
     'history-prune-only': { type: 'boolean', default: false },
     'overhead-tasks': { type: 'string', default: '300' },
     'overhead-concurrency': { type: 'string', default: '1' },
@@ -700,6 +702,18 @@ async function mainOverhead(): Promise<void> {
   }
 }
 
+/** W1 with keys and pools beside W1 without, on `store`: one line. */
+async function flowW1(store: StoreKind, out: Record<string, unknown>[], lines: string[], ok: (c: FlowCheck) => string): Promise<void> {
+  const plain = await phaseW1Flow(store, false);
+  const keyed = await phaseW1Flow(store, true);
+  const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
+  out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
+  lines.push(
+    `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
+  );
+  log(lines[lines.length - 1]!);
+}
+
 async function mainFlow(): Promise<void> {
   if (stores.includes('postgres')) env.postgres = await postgresVersion(pgUrl);
   const noisy: NoisyConfig = {
@@ -712,16 +726,10 @@ async function mainFlow(): Promise<void> {
   const out: Record<string, unknown>[] = [];
   const lines: string[] = [];
   const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
+  const parts = new Set(a['flow-parts']!.split(','));
   for (const store of stores) {
-    const plain = await phaseW1Flow(store, false);
-    const keyed = await phaseW1Flow(store, true);
-    const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
-    out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
-    lines.push(
-      `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
-    );
-    log(lines[lines.length - 1]!);
-    for (const shape of ['key', 'pool'] as const) {
+    if (parts.has('w1')) await flowW1(store, out, lines, ok);
+    for (const shape of (['key', 'pool'] as const).filter((x) => parts.has(x))) {
       const r = await runNoisy(
         async (label) => {
           const d = freshDb(store, pgUrl, label);
@@ -737,7 +745,7 @@ async function mainFlow(): Promise<void> {
       );
       log(lines[lines.length - 1]!);
     }
-    if (store === 'postgres') {
+    if (store === 'postgres' && parts.has('throttle')) {
       const db = freshDb(store, pgUrl, 'throttle');
       try {
         const s = await db.open();

@@ -20,6 +20,8 @@ export function showWaiting(id: string, status: string, w: Waiting | null): stri
       );
   if (w.pool && w.reason === 'pool_full')
     for (const h of w.pool.holders) lines.push(`  pool seat: ${h.execution_id} (agent ${h.agent}) for ${h.running_seconds ?? '?'} s`);
+  if (w.pool?.turn && w.reason === 'pool_turn')
+    lines.push(`  pool turn: ${w.pool.turn.agent} (waiting since ${w.pool.turn.waiting_since}; ${w.pool.turn.waiting} ahead)`);
   // The summary says how many are ahead, except for serial_busy (describeWaiting); for run_after the queue is not why it waits.
   if (w.reason === 'serial_busy' && w.ahead > 0) lines.push(`Ahead of it: ${w.ahead}${w.ahead_capped ? '+' : ''}.`);
   if (w.backlog_expires_at) lines.push(`Fails as backlog_expired at ${w.backlog_expires_at} if still queued.`);

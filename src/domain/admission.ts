@@ -28,6 +28,8 @@ export type AdmissionHold = (typeof ADMISSION_HOLDS)[number];
  * - seats_taken: every seat (max_parallel) is held by a running execution.
  * - throttled: the agent's throttle allows no start now; it says when it next does.
  * - pool_full: every seat of a pool the agent draws from is held (by its agents' running tasks).
+ * - pool_turn: a pool has free seats, but they are held for members of the pool that have waited
+ *   longer for one (turns among a pool's agents, src/domain/pool-turns.ts); it names whose turn it is.
  * - pool_throttled: a pool's throttle allows no start now; it says when it next does.
  * - pool_budget_spent (a hold, after budget_spent): a budget of a pool the agent draws from is spent.
  * - key_busy: its key's cap (key_max_parallel or the key's override) is held by running executions.
@@ -44,6 +46,7 @@ export const WAITING_REASONS = Object.freeze([
   'seats_taken',
   'throttled',
   'pool_full',
+  'pool_turn',
   'pool_throttled',
   'key_busy',
   'key_throttled',
@@ -278,7 +281,7 @@ export interface WaitingView {
   } | null;
   /** throttled: the agent's throttle, and when it next admits a start. */
   throttle: FlowThrottleView | null;
-  /** pool_full, pool_throttled, pool_budget_spent: the pool that limits it. */
+  /** pool_full, pool_turn, pool_throttled, pool_budget_spent: the pool that limits it. */
   pool: FlowPoolView | null;
   /** Pull agents: when a worker last claimed (to within CLAIM_STAMP_EVERY_MS), or null: never. */
   last_claim_at: string | null;
@@ -314,6 +317,7 @@ export function describeWaiting(w: Omit<WaitingView, 'summary'>, now: number): s
       return `A run with the same serial key (${w.serial!.serial_key}) is running: ${w.serial!.execution_id}; this one starts after it.`;
     case 'throttled':
     case 'pool_full':
+    case 'pool_turn':
     case 'pool_throttled':
     case 'pool_budget_spent':
       return describeFlowWaiting(w, ahead, now);

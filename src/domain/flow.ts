@@ -83,6 +83,9 @@ export const FLOW_LIMITS: readonly FlowLimit[] = Object.freeze([
   { name: 'throttle', mayApply: (a: AgentFactInputs) => a.throttle != null },
   // Seats, throttles and budgets of the pools it draws from (src/domain/pools.ts).
   { name: 'pools', mayApply: (a: AgentFactInputs) => a.pools != null },
+  // Turns among a pool's members (src/domain/pool-turns.ts): a free seat is held for the member
+  // that has waited longest, so admission reads and writes the pool's waits.
+  { name: 'pool_turn', mayApply: (a: AgentFactInputs) => a.pools != null },
 ]);
 
 /** What one key's live state says in the keys read and in `waiting`. */

@@ -52,6 +52,8 @@ export function afterStarts(t: Throttle, tat: number | null, now: number, n: num
 export type FlowLimit =
   | { kind: 'throttled'; next_admit_at: number }
   | { kind: 'pool_full'; pool: string; max_parallel: number; in_use: number }
+  /** Seats are free but held for members that have waited longer (src/domain/pool-turns.ts): `turn_of` first. */
+  | { kind: 'pool_turn'; pool: string; max_parallel: number; in_use: number; turn_of: string; since: number; waiting: number }
   | { kind: 'pool_throttled'; pool: string; next_admit_at: number };
 
 /** A throttle in a waiting answer: its terms and when it next admits a start (ISO). */
@@ -71,6 +73,8 @@ export interface FlowPoolView {
   /** The running executions holding its seats, the longest-running first (at most SEAT_HOLDERS_SHOWN). */
   holders: Array<{ execution_id: string; agent: string; started_at: string | null; running_seconds: number | null }>;
   throttle: FlowThrottleView | null;
+  /** pool_turn: the member whose turn a free seat is held for, since when it waits, and how many wait ahead of this agent. */
+  turn: { agent: string; waiting_since: string; waiting: number } | null;
 }
 
 const secsIn = (iso: string, now: number) => Math.max(0, Math.round((Date.parse(iso) - now) / 1000));
@@ -94,6 +98,8 @@ export function describeFlowWaiting(w: FlowWaitingFacts, ahead: string, now: num
       const by = p!.holders.map((h) => `${h.execution_id} (${h.agent})`).join(', ');
       return `All ${p!.max_parallel} seats of pool ${p!.name} are taken (${p!.in_use} running${by ? `: ${by}` : ''}); it admits when one ends (${ahead}).`;
     }
+    case 'pool_turn':
+      return `Pool ${p!.name} has ${p!.max_parallel! - p!.in_use} free of ${p!.max_parallel} seats, held for agents of the pool that have waited longer (${p!.turn!.waiting} ahead; next: ${p!.turn!.agent}, waiting since ${p!.turn!.waiting_since}); this agent takes a seat when its turn comes (${ahead}).`;
     case 'pool_throttled':
       return `Pool ${p!.name}'s throttle (${t(p!.throttle!)}) admits its next start at ${p!.throttle!.next_admit_at} (in ${secsIn(p!.throttle!.next_admit_at, now)} s); ${ahead}.`;
     default:

@@ -8,7 +8,7 @@ import type { Tx } from '../store/adapter.ts';
  * admission itself (after its candidates, so no task queued after the revocation goes with it)
  * makes the answer exact across processes. An agent deleted revokes its keys in its deleting
  * transaction, so a key that is live names the agent row it was made for, not one created later
- * under the same name. PostgreSQL's claim function reads the same fact (migration 0105).
+ * under the same name. PostgreSQL's claim function reads the same fact.
  */
 export async function requireLiveKey(tx: Tx, keyId: string, agent: string): Promise<void> {
   const live = await tx

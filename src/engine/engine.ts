@@ -35,7 +35,7 @@ import { clearLapseHold } from './transitions/lapse.ts';
 import { accrueBudget } from './budget.ts';
 import { accruePoolBudgets } from './pool-budget.ts';
 import { Pools } from './pool-service.ts';
-import { flowHint } from './pools.ts';
+import { flowHint, type FlowReport } from './pools.ts';
 import { Idempotency } from './triggers/idempotency.ts';
 import { keyedSubmit } from './flow-submit.ts';
 import { submitMany, type BatchOutcome, type SubmitManyItem, type SubmitManyOptions } from './submit-many.ts';
@@ -301,9 +301,16 @@ export class Engine {
 
   /** One admission for `agent`, announced: the rows it leased (none when nothing was admissible). */
   private async admitOnce(agent: string, admitOpts: AdmitOptions): Promise<ExecutionRow[]> {
-    const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks };
+    let turns: string[] = [];
+    const onFlow: FlowReport = (f) => {
+      turns = f.turns;
+      admitOpts.onFlow?.(f);
+    };
+    const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
     const rows =
       (await this.plainClaims?.run({ id: agent, ...opts })) ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+    // A free pool seat is held for other members' turns: their claimers (in whatever process) look now.
+    for (const t of turns) this.store.publish('agent', t);
     if (rows.length > 0) {
       announce(this.store, rows);
       this.events.emit('execution:admitted', rows);

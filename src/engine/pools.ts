@@ -10,9 +10,11 @@ import {
   type FlowPoolView,
   type FlowThrottleView,
 } from '../domain/pools.ts';
+import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn } from '../domain/pool-turns.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow } from '../store/schema.ts';
+import { readPoolWaits, writePoolWait } from './pool-turns.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
 
@@ -22,9 +24,10 @@ export type FlowColumns = Pick<AgentRow, 'name' | (typeof FLOW_COLUMNS)[number]>
 
 /**
  * What an admission tells its caller about the flow limits: the pools the agent draws from (a
- * seat freed in one may let it admit), and, when only closed throttles stopped it, when they reopen.
+ * seat freed in one may let it admit); when it was stopped, when to look again at the latest
+ * (reopensAt); and the members a free seat is held for (`turns`: their claimers should look now).
  */
-export type FlowReport = (f: { pools: string[]; reopensAt: number | null }) => void;
+export type FlowReport = (f: { pools: string[]; reopensAt: number | null; turns: string[] }) => void;
 
 /** What the flow limits (the agent's throttle, its pools) allow one admission. */
 export interface FlowGate {
@@ -35,11 +38,17 @@ export interface FlowGate {
   /** The first limit that allows nothing now, or null. */
   limit: FlowLimit | null;
   /**
-   * When the limits that allow nothing now are all throttles: the time they have all reopened
-   * (a parked claim is woken then). null: some limit is seats (a seat freed wakes it), or none is closed.
+   * When something allows nothing now: the latest a parked claim should look again. Throttles
+   * alone: when they have all reopened. A pool's seats: at most POOL_TURN_REFRESH_MS on (a seat
+   * freed wakes it sooner; looking keeps its wait for a turn live). null: none is closed.
    */
   reopensAt: number | null;
-  /** Record `n` admissions: advance every throttle by `n` starts (call once, after admitting). */
+  /** Members with a live wait that a free seat is held for (their turn), when the turns stopped this one. */
+  turns: string[];
+  /**
+   * Record `n` admissions: advance every throttle by `n` starts, and keep or end the agent's wait
+   * for a turn in each pool with seats (call once, after admitting, also when `n` is 0).
+   */
   commit(n: number): Promise<void>;
 }
 
@@ -97,12 +106,18 @@ export async function flowGate(
   let room = want;
   let limit: FlowLimit | null = null;
   let seatsClosed = false;
+  let throttleClosed = false;
   let reopensAt = -Infinity;
+  const turns: string[] = [];
+  const seatPools: Array<{ name: string; turn: PoolTurn; stored: boolean }> = [];
   const throttled: Array<{ t: Throttle; tat: number | null; write: (tat: number | null) => Promise<unknown> }> = [];
   const close = (l: FlowLimit) => {
     limit ??= l;
-    if (l.kind === 'pool_full') seatsClosed = true;
-    else reopensAt = Math.max(reopensAt, l.next_admit_at);
+    if (l.kind === 'pool_full' || l.kind === 'pool_turn') seatsClosed = true;
+    else {
+      throttleClosed = true;
+      reopensAt = Math.max(reopensAt, l.next_admit_at);
+    }
   };
   const throttle = (t: Throttle, tat: number | null, write: (tat: number | null) => Promise<unknown>): number => {
     throttled.push({ t, tat, write });
@@ -119,8 +134,18 @@ export async function flowGate(
     if (p.max_parallel !== null) {
       const inUse = await poolSeatsInUse(tx, p.name);
       const free = Math.max(0, p.max_parallel - inUse);
-      if (free === 0) close({ kind: 'pool_full', pool: p.name, max_parallel: p.max_parallel, in_use: inUse });
-      room = Math.min(room, free);
+      // The free seats go to the members that have waited longer first (src/domain/pool-turns.ts).
+      const waits = await readPoolWaits(tx, p.name);
+      const turn = poolTurn(free, waits, agent.name, now);
+      const seats = { pool: p.name, max_parallel: p.max_parallel, in_use: inUse };
+      if (free === 0) close({ kind: 'pool_full', ...seats });
+      else if (turn.room === 0) {
+        const first = turn.ahead[0]!;
+        close({ kind: 'pool_turn', ...seats, turn_of: first.agent, since: first.since, waiting: turn.ahead.length });
+        for (const w of turn.ahead.slice(0, free)) turns.push(w.agent);
+      }
+      seatPools.push({ name: p.name, turn, stored: waits.some((w) => w.agent === agent.name) });
+      room = Math.min(room, turn.room);
     }
     const pt = parseThrottle(p.throttle);
     if (pt) {
@@ -131,14 +156,19 @@ export async function flowGate(
       room = Math.min(room, starts);
     }
   }
+  if (seatsClosed) reopensAt = Math.max(reopensAt, now + POOL_TURN_REFRESH_MS);
   return {
     pools: names,
     room,
     limit,
-    reopensAt: limit !== null && !seatsClosed ? reopensAt : null,
+    reopensAt: limit !== null ? reopensAt : null,
+    turns,
     async commit(n: number) {
-      if (n <= 0) return;
-      for (const x of throttled) await x.write(afterStarts(x.t, x.tat === null ? null : Number(x.tat), now, n));
+      if (n > 0) for (const x of throttled) await x.write(afterStarts(x.t, x.tat === null ? null : Number(x.tat), now, n));
+      // A wait is kept only where the pool's seats alone refused it: a member that could not use a
+      // seat (a throttle closed) must not hold one back from the others.
+      for (const s of seatPools)
+        await writePoolWait(tx, s.name, agent.name, s.turn, s.stored, s.turn.room === 0 && !throttleClosed && n === 0, now);
     },
   };
 }
@@ -230,6 +260,7 @@ export async function poolView(db: Executor, name: string, now: number): Promise
     in_use: await poolSeatsInUse(db, name),
     holders,
     throttle: t && throttleView(t, nextStartAt(t, tat, now)),
+    turn: null,
   };
 }
 
@@ -249,5 +280,7 @@ export async function flowWaiting(
     const t = parseThrottle(agent.throttle)!;
     return { reason: 'throttled', throttle: throttleView(t, limit.next_admit_at), pool: null };
   }
-  return { reason: limit.kind, throttle: null, pool: await poolView(db, limit.pool, now) };
+  const pool = await poolView(db, limit.pool, now);
+  if (limit.kind === 'pool_turn' && pool) pool.turn = { agent: limit.turn_of, waiting_since: isoOf(limit.since), waiting: limit.waiting };
+  return { reason: limit.kind, throttle: null, pool };
 }

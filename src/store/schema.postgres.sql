@@ -330,6 +330,13 @@ CREATE TABLE pool_budget_ledger (
   updated_at bigint NOT NULL
 );
 
+CREATE TABLE pool_waits (
+  pool text NOT NULL,
+  agent text NOT NULL,
+  since bigint NOT NULL,
+  seen_at bigint NOT NULL
+);
+
 CREATE TABLE pools (
   name text NOT NULL,
   description text,
@@ -750,6 +757,7 @@ ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_state_check CHECK (
 ALTER TABLE leader_leases ADD CONSTRAINT leader_leases_pkey PRIMARY KEY (name);
 ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_pkey PRIMARY KEY (pool, window_kind, window_start);
 ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_window_kind_check CHECK ((window_kind = ANY (ARRAY['minute'::text, 'hour'::text, 'day'::text, 'month'::text])));
+ALTER TABLE pool_waits ADD CONSTRAINT pool_waits_pkey PRIMARY KEY (pool, agent);
 ALTER TABLE pools ADD CONSTRAINT pools_pkey PRIMARY KEY (name);
 ALTER TABLE pools ADD CONSTRAINT pools_max_parallel_check CHECK (((max_parallel IS NULL) OR (max_parallel >= 0)));
 ALTER TABLE retention_state ADD CONSTRAINT retention_state_pkey PRIMARY KEY (id);
@@ -771,6 +779,8 @@ ALTER TABLE agent_pools ADD CONSTRAINT agent_pools_agent_fkey FOREIGN KEY (agent
 ALTER TABLE agent_pools ADD CONSTRAINT agent_pools_pool_fkey FOREIGN KEY (pool) REFERENCES pools(name);
 ALTER TABLE flow_keys ADD CONSTRAINT flow_keys_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
 ALTER TABLE pool_budget_ledger ADD CONSTRAINT pool_budget_ledger_pool_fkey FOREIGN KEY (pool) REFERENCES pools(name) ON DELETE CASCADE;
+ALTER TABLE pool_waits ADD CONSTRAINT pool_waits_agent_fkey FOREIGN KEY (agent) REFERENCES agents(name) ON DELETE CASCADE;
+ALTER TABLE pool_waits ADD CONSTRAINT pool_waits_pool_fkey FOREIGN KEY (pool) REFERENCES pools(name) ON DELETE CASCADE;
 
 -- indexes
 

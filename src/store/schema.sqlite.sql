@@ -256,6 +256,14 @@ CREATE TABLE pool_budget_ledger (
   PRIMARY KEY (pool, window_kind, window_start)
 );
 
+CREATE TABLE pool_waits (
+  pool     TEXT NOT NULL REFERENCES pools (name) ON DELETE CASCADE,
+  agent    TEXT NOT NULL REFERENCES agents (name) ON DELETE CASCADE,
+  since    BIGINT NOT NULL,
+  seen_at  BIGINT NOT NULL,
+  PRIMARY KEY (pool, agent)
+);
+
 CREATE TABLE pools (
   name          TEXT PRIMARY KEY,
   description   TEXT,

@@ -100,6 +100,16 @@ export interface AgentPoolsTable {
   pool: string;
 }
 
+/** A member of a pool waiting for its turn at a seat (src/domain/pool-turns.ts). */
+export interface PoolWaitsTable {
+  pool: string;
+  agent: string;
+  /** When it was first refused for lack of a seat, in this wait. */
+  since: number;
+  /** When a claim of it last looked and was refused for lack of a seat. */
+  seen_at: number;
+}
+
 /** A pool's spending in one window, added to by each completion of its agents. */
 export interface PoolBudgetLedgerTable {
   pool: string;
@@ -394,6 +404,7 @@ export interface DB {
   pools: PoolsTable;
   agent_pools: AgentPoolsTable;
   pool_budget_ledger: PoolBudgetLedgerTable;
+  pool_waits: PoolWaitsTable;
   retention_state: RetentionStateTable;
   leader_leases: LeaderLeasesTable;
   canary_checkpoints: CanaryCheckpointsTable;

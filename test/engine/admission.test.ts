@@ -402,6 +402,7 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
         'serial_busy',
         'throttled', // test/engine/pools.test.ts
         'pool_full', // test/engine/pools.test.ts
+        'pool_turn', // test/engine/pool-turns.test.ts
         'pool_throttled', // test/engine/pools.test.ts
         'pool_budget_spent', // test/engine/pools.test.ts
       ].sort(),

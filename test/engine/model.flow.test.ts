@@ -5,10 +5,13 @@
  * and the event log must hold every limit: running per key, per agent and per pool at most the
  * cap, starts per throttle window at most limit + burst. Each claim of one task must take the
  * first admissible task in the documented order (priority, fair_round, queued_at), and a claim
- * that leaves work queued must have had no room for it (a limit was full or the throttle closed).
+ * that leaves work queued must have had no room for it (a limit was full, the throttle closed, or
+ * the pool's free seats were held for the other agent's turn). The turns are modelled here from
+ * their rule (src/domain/pool-turns.ts) and the pool's waits must match the model after each step.
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POOL_TURN_REFRESH_MS, POOL_TURN_TTL_MS } from '../../src/domain/pool-turns.ts';
 import { afterStart, throttleAdmits, type Throttle } from '../../src/domain/throttle.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { manualClock } from '../helpers/clock.ts';
@@ -125,9 +128,31 @@ function admissible(rows: Row[], names: string[], a: number): Row[] {
   );
 }
 
+/** The model of the pool's waits for a turn: per agent, since when it waits and when it was last seen. */
+type Waits = Map<string, { since: number; seen_at: number }>;
+const live = (waits: Waits, now: number) => [...waits].filter(([, w]) => now - w.seen_at < POOL_TURN_TTL_MS);
+/** Live waits of the other agent that come before agent `name`'s in turn order (since, then name). */
+function aheadOf(waits: Waits, name: string, now: number): number {
+  const all = live(waits, now);
+  const mine = all.find(([a]) => a === name)?.[1];
+  return all.filter(([a, w]) => a !== name && (!mine || w.since < mine.since || (w.since === mine.since && a < name))).length;
+}
+/** After a claim of `name` stopped by the pool's seats or turns alone: its wait kept, or begun at the back. */
+function keepWait(waits: Waits, name: string, now: number): void {
+  const all = live(waits, now);
+  const mine = all.find(([a]) => a === name)?.[1];
+  if (mine) {
+    // A wait seen lately is not written again (src/engine/pool-turns.ts).
+    if (now - mine.seen_at >= POOL_TURN_REFRESH_MS / 2) waits.set(name, { since: mine.since, seen_at: now });
+    return;
+  }
+  const last = Math.max(-Infinity, ...all.map(([, w]) => w.since));
+  waits.set(name, { since: Math.max(now, last + 1), seen_at: now });
+}
+
 const order = (x: Row, y: Row) => x.priority - y.priority || x.fair_round - y.fair_round || x.queued_at - y.queued_at;
 
-async function step(cmd: Cmd, names: string[]): Promise<void> {
+async function step(cmd: Cmd, names: string[], waits: Waits): Promise<void> {
   switch (cmd.kind) {
     case 'submit': {
       const key = cmd.key < KEYS.length ? KEYS[cmd.key] : undefined;
@@ -139,9 +164,12 @@ async function step(cmd: Cmd, names: string[]): Promise<void> {
       const room = admissible(before, names, cmd.agent).sort(order);
       const poolFree = POOL_SEATS - before.filter((r) => r.status === 'running').length;
       const { tat } = await throttleReplay(names);
-      const open = throttleAdmits(THROTTLE, tat, clock());
-      const got = await engine.claim(names[cmd.agent]!, { owner: `w${run}`, max: cmd.max });
-      if (room.length > 0 && poolFree > 0 && open) {
+      const now = clock();
+      const open = throttleAdmits(THROTTLE, tat, now);
+      const name = names[cmd.agent]!;
+      const turnRoom = poolFree - aheadOf(waits, name, now);
+      const got = await engine.claim(name, { owner: `w${run}`, max: cmd.max });
+      if (room.length > 0 && turnRoom > 0 && open) {
         // Room everywhere: at least one task is admitted, and the first is first in the order.
         expect(got.length).toBeGreaterThan(0);
         const first = before.find((r) => r.id === got[0]!.id)!;
@@ -149,6 +177,11 @@ async function step(cmd: Cmd, names: string[]): Promise<void> {
       } else {
         expect(got).toEqual([]);
       }
+      // Its wait: kept only when it had work and the pool's seats (or the other's turn) alone stopped it.
+      if (room.length > 0 && turnRoom <= 0 && open) keepWait(waits, name, now);
+      else waits.delete(name);
+      const stored = await ts.store.db.selectFrom('pool_waits').select(['agent', 'since', 'seen_at']).where('agent', 'in', names).execute();
+      expect(new Map(stored.map((w) => [w.agent, { since: Number(w.since), seen_at: Number(w.seen_at) }]))).toEqual(waits);
       return;
     }
     case 'complete': {
@@ -170,7 +203,7 @@ async function step(cmd: Cmd, names: string[]): Promise<void> {
 }
 
 describe(`flow-control model (${STORE_KIND})`, () => {
-  it('keys, a pool with seats and a throttle hold after every random step; claims take the first admissible task', async () => {
+  it('keys, a pool with seats, turns and a throttle hold after every random step; claims take the first admissible task', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(cmdArb, { minLength: 10, maxLength: 40 }), async (cmds) => {
         run++;
@@ -193,9 +226,10 @@ describe(`flow-control model (${STORE_KIND})`, () => {
           { name: names[1]!, max_parallel: MAX_PARALLEL[1]!, max_backlog: 100, lease_ttl_seconds: 3600, pools: [pool] },
           'model',
         );
+        const waits: Waits = new Map();
         for (const cmd of cmds) {
           clock.advance(1);
-          await step(cmd, names);
+          await step(cmd, names, waits);
           await checkLimits(names);
         }
       }),

@@ -24,6 +24,7 @@ export const WAITING_LABELS: Record<Waiting['reason'], string> = {
   seats_taken: 'all agent seats taken',
   throttled: 'agent throttled',
   pool_full: 'pool full',
+  pool_turn: "another agent's turn in the pool",
   pool_throttled: 'pool throttled',
   key_busy: 'key busy',
   key_throttled: 'key throttled',

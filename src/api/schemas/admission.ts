@@ -99,7 +99,7 @@ export const Waiting = z
       .describe("push_failing: the agent's last failed delivery"),
     throttle: FlowThrottleWaiting.nullable().describe("throttled: the agent's throttle and when it next admits a start"),
     pool: FlowPoolWaiting.nullable().describe(
-      'pool_full, pool_throttled, pool_budget_spent: the pool that limits it, its seats and their holders',
+      'pool_full, pool_turn, pool_throttled, pool_budget_spent: the pool that limits it, its seats and their holders (pool_turn: whose turn it is)',
     ),
   })
   .nullable()

@@ -68,6 +68,14 @@ export const FlowPoolWaiting = z.object({
     )
     .describe('who holds its seats (the longest-running first, at most 20)'),
   throttle: FlowThrottleWaiting.nullable(),
+  turn: z
+    .object({
+      agent: z.string().describe('the member a free seat is held for: it has waited longest'),
+      waiting_since: Timestamp,
+      waiting: z.number().int().describe('members ahead of this agent for a seat'),
+    })
+    .nullable()
+    .describe('pool_turn: whose turn a free seat is held for'),
 });
 
 export const Pool = z.object({

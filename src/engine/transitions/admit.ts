@@ -13,7 +13,9 @@ import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
 import { requireLiveKey } from '../claim-key.ts';
 import { admissionNow } from '../holds.ts';
+import { endPoolWaits } from '../pool-turns.ts';
 import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
+import { parsePools } from '../../domain/pools.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, RUNNING, stamp } from './stamp.ts';
 
@@ -174,18 +176,20 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
   const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
-  if (hold !== null) return [];
-  if (opts.max <= 0 || agent.max_parallel <= 0) return [];
+  // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
+  const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
+  if (hold !== null) return stopped();
+  if (opts.max <= 0 || agent.max_parallel <= 0) return stopped();
 
   const free = agent.max_parallel - agent.running_count;
-  if (free <= 0) return [];
+  if (free <= 0) return stopped();
   const want = Math.min(probe ? 1 : opts.max, free);
   // Per-key caps and throttles (src/engine/flow-keys.ts): shut keys are left out of the query, and
   // as rows of one key may fill it within the batch, it reads more than it may take.
   const keys = await KeyGate.open(tx, agentName, agent, opts.now);
   const p = { agent: agentName, now: opts.now };
   const candidates = keys ? await candidateQuery(store, tx, p, want * 2, keys.shut).execute() : await candidatesFor(store)(tx, p, want);
-  if (candidates.length === 0) return [];
+  if (candidates.length === 0) return stopped();
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
   await keys?.prepare(
     tx,
@@ -193,7 +197,8 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   );
   // The agent's throttle and its pools (locked after the agent row, in name order).
   const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length);
-  if (gate) opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null });
+  if (gate)
+    opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null, turns: gate.room === 0 ? gate.turns : [] });
   const room = Math.min(want, gate ? gate.room : want);
 
   const admitted: ExecutionRow[] = [];
