@@ -65,7 +65,11 @@ export class ClaimWaits {
   private readonly activeClaims = new Set<AbortController>();
   private closed = false;
 
-  constructor(private readonly pollMs: number) {}
+  constructor(
+    private readonly pollMs: number,
+    /** The engine's clock, the one admission's reopening times are on. */
+    private readonly now: () => number,
+  ) {}
 
   /** See Waiters.wake. */
   wake(agent: string, everyone = false): void {
@@ -153,7 +157,10 @@ export class ClaimWaits {
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
         // A closed throttle reopens at a known time: look again then (a timer, not a faster poll).
-        const ms = Math.min(remaining, this.pollMs, hint.reopensInMs ?? Infinity);
+        // Counted from now, not from when admission said it: its commit may have taken a while.
+        // A look that finds it still closed (the timer fired a little early on this clock) says
+        // the reopening again, so the claim re-arms for it rather than waiting for the poll.
+        const ms = Math.min(remaining, this.pollMs, hint.reopensAt === undefined ? Infinity : hint.reopensAt - this.now());
         await armed.wait(Math.max(0, ms));
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
@@ -166,8 +173,8 @@ export class ClaimWaits {
 
 /** What one admission tells a waiting claim beyond its rows (src/engine/pools.ts reports it). */
 export interface ClaimHint {
-  /** A closed throttle reopens in this many ms. */
-  reopensInMs?: number;
+  /** When the closed throttles that stopped it have all reopened (ms, on the engine's clock). */
+  reopensAt?: number;
   /** The pools the agent draws from. */
   pools?: string[];
 }
