@@ -37,7 +37,8 @@
  * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
  * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
  * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
- * the throttle across three processes (--flow-throttle-tasks, default 300).
+ * the throttle (--flow-throttle-tasks, default 300): on PostgreSQL across three processes, on SQLite in
+ * its one process. `--flow-part throttle` runs the throttle part alone.
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -67,7 +68,8 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
-import { checkFlow, keyedDriver, runNoisy, runThrottle, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { checkFlow, keyedDriver, runNoisy, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { runThrottle } from './lib/flow-throttle.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
 import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
@@ -119,6 +121,7 @@ const { values: a } = parseArgs({
     'flow-quiet': { type: 'string', default: '30' },
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
+    'flow-part': { type: 'string', default: 'all' },
     'history-prune-only': { type: 'boolean', default: false },
     'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
     'users-w2-submits': { type: 'string', default: '300' },
@@ -678,16 +681,19 @@ async function mainFlow(): Promise<void> {
   const out: Record<string, unknown>[] = [];
   const lines: string[] = [];
   const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
+  const parts = choice('flow-part', a['flow-part'] === 'all' ? undefined : a['flow-part'], ['w1', 'noisy', 'throttle'] as const);
   for (const store of stores) {
-    const plain = await phaseW1Flow(store, false);
-    const keyed = await phaseW1Flow(store, true);
-    const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
-    out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
-    lines.push(
-      `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
-    );
-    log(lines[lines.length - 1]!);
-    for (const shape of ['key', 'pool'] as const) {
+    if (parts.includes('w1')) {
+      const plain = await phaseW1Flow(store, false);
+      const keyed = await phaseW1Flow(store, true);
+      const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
+      out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
+      lines.push(
+        `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
+      );
+      log(lines[lines.length - 1]!);
+    }
+    for (const shape of parts.includes('noisy') ? (['key', 'pool'] as const) : []) {
       const r = await runNoisy(
         async (label) => {
           const d = freshDb(store, pgUrl, label);
@@ -703,7 +709,7 @@ async function mainFlow(): Promise<void> {
       );
       log(lines[lines.length - 1]!);
     }
-    if (store === 'postgres') {
+    if (parts.includes('throttle')) {
       const db = freshDb(store, pgUrl, 'throttle');
       try {
         const s = await db.open();
@@ -714,9 +720,11 @@ async function mainFlow(): Promise<void> {
             processes: 3,
             loopsPerProcess: 2,
           });
-          out.push({ store, workload: 'throttle', ...r });
+          out.push({ workload: 'throttle', ...r });
+          const ms = (x: { p50: number; p99: number; max: number }) =>
+            `p50 ${fmt(x.p50, 1)} / p99 ${fmt(x.p99, 1)} / max ${fmt(x.max, 1)} ms`;
           lines.push(
-            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} processes: max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed p50 ${fmt(r.open_to_start_ms.p50, 1)} / p99 ${fmt(r.open_to_start_ms.p99, 1)} / max ${fmt(r.open_to_start_ms.max, 1)} ms (${r.late_over_50ms} of ${r.tasks} over 50 ms); by process ${JSON.stringify(r.starts_by_process)}; ${ok(r.check)}`,
+            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} process(es): max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed ${ms(r.open_to_start_ms)} (${r.late_over_50ms} of ${r.tasks} over 50 ms); worker got it after allowed ${ms(r.open_to_worker_ms)}; look ${ms(r.look_ms)}, ${r.empty_looks} of ${r.looks} empty; reopening timer ended after the reopening ${ms(r.timer_fire_after_reopen_ms)}; late causes ${JSON.stringify(r.late_causes)}; by process ${JSON.stringify(r.starts_by_process)}; ${ok(r.check)}`,
           );
           log(lines[lines.length - 1]!);
         } finally {
