@@ -38,7 +38,8 @@
  * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
  * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
  * the throttle (--flow-throttle-tasks, default 300): on PostgreSQL across three processes, on SQLite in
- * its one process. `--flow-part throttle` runs the throttle part alone.
+ * its one process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5).
+ * `--flow-parts` picks the parts (default w1,noisy,throttle).
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -121,7 +122,9 @@ const { values: a } = parseArgs({
     'flow-quiet': { type: 'string', default: '30' },
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
-    'flow-part': { type: 'string', default: 'all' },
+    'flow-parts': { type: 'string', default: 'w1,noisy,throttle' },
+    'flow-throttle-limit': { type: 'string', default: '20' },
+    'flow-throttle-burst': { type: 'string', default: '5' },
     'history-prune-only': { type: 'boolean', default: false },
     'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
     'users-w2-submits': { type: 'string', default: '300' },
@@ -681,7 +684,7 @@ async function mainFlow(): Promise<void> {
   const out: Record<string, unknown>[] = [];
   const lines: string[] = [];
   const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
-  const parts = choice('flow-part', a['flow-part'] === 'all' ? undefined : a['flow-part'], ['w1', 'noisy', 'throttle'] as const);
+  const parts = a['flow-parts']!.split(',').flatMap((p) => choice('flow-parts', p, ['w1', 'noisy', 'throttle'] as const));
   for (const store of stores) {
     if (parts.includes('w1')) {
       const plain = await phaseW1Flow(store, false);
@@ -715,7 +718,11 @@ async function mainFlow(): Promise<void> {
         const s = await db.open();
         try {
           const r = await runThrottle(s, db.env, {
-            throttle: { limit: 20, period_seconds: 1, burst: 5 },
+            throttle: {
+              limit: int('flow-throttle-limit', a['flow-throttle-limit'], 1),
+              period_seconds: 1,
+              burst: int('flow-throttle-burst', a['flow-throttle-burst']),
+            },
             tasks: int('flow-throttle-tasks', a['flow-throttle-tasks'], 1),
             processes: 3,
             loopsPerProcess: 2,
@@ -724,7 +731,7 @@ async function mainFlow(): Promise<void> {
           const ms = (x: { p50: number; p99: number; max: number }) =>
             `p50 ${fmt(x.p50, 1)} / p99 ${fmt(x.p99, 1)} / max ${fmt(x.max, 1)} ms`;
           lines.push(
-            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} process(es): max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed ${ms(r.open_to_start_ms)} (${r.late_over_50ms} of ${r.tasks} over 50 ms); worker got it after allowed ${ms(r.open_to_worker_ms)}; look ${ms(r.look_ms)}, ${r.empty_looks} of ${r.looks} empty; reopening timer ended after the reopening ${ms(r.timer_fire_after_reopen_ms)}; late causes ${JSON.stringify(r.late_causes)}; by process ${JSON.stringify(r.starts_by_process)}; ${ok(r.check)}`,
+            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} process(es): max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed ${ms(r.open_to_start_ms)} (${r.late_over_50ms} of ${r.tasks} over 50 ms), ${fmt(r.starts_per_s, 1)} starts/s; with a claim parked at the allowed time ${ms(r.parked_open_to_start_ms)} (${r.parked_late_over_50ms} of ${r.parked_starts} over 50 ms); worker got it after allowed ${ms(r.open_to_worker_ms)}; look ${ms(r.look_ms)}, ${r.empty_looks} of ${r.looks} empty; reopening timer ended after the reopening ${ms(r.timer_fire_after_reopen_ms)}; late causes ${JSON.stringify(r.late_causes)}; by process ${JSON.stringify(r.starts_by_process)}; clocks ${JSON.stringify(r.clocks)}; ${ok(r.check)}`,
           );
           log(lines[lines.length - 1]!);
         } finally {

@@ -2,7 +2,8 @@
  * One claiming process of the throttle workload (bench/lib/flow-throttle.ts): opens the
  * PostgreSQL store from BATON_DATABASE_URL / BATON_PG_SCHEMA, runs `loops` claim loops on the
  * agent (long-poll, complete at once) until `tasks` tasks of the agent have finished, writes the
- * loops' trace (bench/lib/claim-trace.ts) to `trace-file` as JSON, then exits.
+ * loops' trace (bench/lib/claim-trace.ts) and its clock's offset to the database's to `trace-file`
+ * as JSON, then exits.
  *   node --import tsx bench/lib/flow-claimer.ts <agent> <tasks> <loops> <name> <trace-file>
  */
 import { writeFileSync } from 'node:fs';
@@ -17,7 +18,8 @@ const engine = new Engine({ store, nodeId: name });
 const trace: TraceRecord[] = [];
 try {
   await claimUntilDone(engine, store, { agent, tasks: Number(tasks), loops: Number(loops), name, trace });
-  writeFileSync(traceFile, JSON.stringify(trace));
+  // With the bound on this process's offset to the database clock, which every time above is on.
+  writeFileSync(traceFile, JSON.stringify({ trace, clock: store.clockSkew() }));
 } finally {
   engine.close();
   await store.close();

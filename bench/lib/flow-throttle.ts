@@ -1,6 +1,6 @@
 /**
  * Throttle accuracy and wake latency (`npm run bench -- --only flow`, or alone with
- * `--flow-part throttle`): one agent throttled (limit, period, burst), every task queued before
+ * `--flow-parts throttle`): one agent throttled (limit, period, burst), every task queued before
  * the first start, claim loops (long-poll, complete at once) draining it — on PostgreSQL from
  * several OS processes (bench/lib/flow-claimer.ts), on SQLite in the one process that serves the
  * file. From the database: the most starts in any window of one period against limit + burst, and
@@ -62,6 +62,15 @@ export interface ThrottleResult {
   open_to_start_ms: Stats;
   /** Starts later than LATE_MS after the throttle allowed them. */
   late_over_50ms: number;
+  /** Starts a second from the first start to the last (below the limit: admission, not the throttle, set the pace). */
+  starts_per_s: number;
+  /**
+   * The issue's idle-to-start latency: the same, over the starts at whose allowed time some claim
+   * was parked (waiting, not looking or completing), so the wake decided when it started.
+   */
+  parked_open_to_start_ms: Stats;
+  parked_starts: number;
+  parked_late_over_50ms: number;
   /** The claim loop got the row back, minus the allowed time. */
   open_to_worker_ms: Stats;
   /** One admission (a look), start to end, ms. */
@@ -73,6 +82,8 @@ export interface ThrottleResult {
   timer_fire_after_reopen_ms: Stats;
   late_causes: LateCauses;
   starts_by_process: Record<string, number>;
+  /** Per claimer process (PostgreSQL): its offset to the database's clock and that offset's error bound, ms. */
+  clocks: Record<string, { offsetMs: number; errorMs: number }>;
   check: FlowCheck;
 }
 
@@ -136,8 +147,13 @@ export async function claimUntilDone(
   }
 }
 
-/** Fork the claimer processes and wait for them; their traces, read from `dir`. */
-async function forkClaimers(env: Record<string, string>, cfg: ThrottleConfig): Promise<TraceRecord[]> {
+type Skew = { offsetMs: number; errorMs: number };
+
+/** Fork the claimer processes and wait for them; their traces and clock offsets, read from `dir`. */
+async function forkClaimers(
+  env: Record<string, string>,
+  cfg: ThrottleConfig,
+): Promise<{ trace: TraceRecord[]; clocks: Record<string, Skew> }> {
   const dir = mkdtempSync(join(tmpdir(), 'baton-bench-throttle-trace-'));
   try {
     const children = Array.from({ length: cfg.processes }, (_, p) =>
@@ -155,7 +171,12 @@ async function forkClaimers(env: Record<string, string>, cfg: ThrottleConfig): P
           ),
       ),
     );
-    return readdirSync(dir).flatMap((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')) as TraceRecord[]);
+    const files = readdirSync(dir).map((f) => [f.replace(/\.json$/, ''), JSON.parse(readFileSync(join(dir, f), 'utf8'))] as const);
+    const out = files as unknown as Array<[string, { trace: TraceRecord[]; clock: Skew }]>;
+    return {
+      trace: out.flatMap(([, x]) => x.trace),
+      clocks: Object.fromEntries(out.map(([p, x]) => [p, { offsetMs: round(x.clock.offsetMs, 1), errorMs: round(x.clock.errorMs, 1) }])),
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -182,7 +203,8 @@ export async function runThrottle(store: StoreAdapter, env: Record<string, strin
   } finally {
     engine.close();
   }
-  if (store.kind !== 'sqlite') trace = await forkClaimers(env, cfg);
+  let clocks: Record<string, Skew> = {};
+  if (store.kind !== 'sqlite') ({ trace, clocks } = await forkClaimers(env, cfg));
   const rows = await store.db
     .selectFrom('executions')
     .select(['id', 'started_at', 'lease_owner'])
@@ -206,11 +228,12 @@ export async function runThrottle(store: StoreAdapter, env: Record<string, strin
       trace,
     ),
     starts_by_process: byProcess,
+    clocks,
     check: await checkFlow(store, 'thr-'),
   };
 }
 
-type Analysis = Omit<ThrottleResult, 'store' | 'throttle' | 'tasks' | 'processes' | 'starts_by_process' | 'check'>;
+type Analysis = Omit<ThrottleResult, 'store' | 'throttle' | 'tasks' | 'processes' | 'starts_by_process' | 'clocks' | 'check'>;
 
 /** The window bound, the lateness of every start, and the trace's account of the late ones. */
 export function analyse(t: Throttle, starts: { id: string; start: number }[], trace: TraceRecord[]): Analysis {
@@ -227,6 +250,7 @@ export function analyse(t: Throttle, starts: { id: string; start: number }[], tr
   // (seats never bind: max_parallel 50 against a few claim loops that complete at once).
   let tat: number | null = null;
   const lateness: number[] = [];
+  const parked: number[] = [];
   const toWorker: number[] = [];
   const causes: LateCauses = {
     looked_closed: 0,
@@ -240,6 +264,7 @@ export function analyse(t: Throttle, starts: { id: string; start: number }[], tr
     const allowed = nextStartAt(t, tat, 0);
     if (allowed > 0 && tat !== null) {
       lateness.push(s.start - allowed);
+      if (waits.some((w) => w.at <= allowed && w.end > allowed)) parked.push(s.start - allowed);
       const g = got.get(s.id);
       if (g !== undefined) toWorker.push(g - allowed);
       if (s.start - allowed > LATE_MS && trace.length > 0) {
@@ -262,6 +287,10 @@ export function analyse(t: Throttle, starts: { id: string; start: number }[], tr
     bound: t.limit + t.burst,
     open_to_start_ms: stats(lateness),
     late_over_50ms: lateness.filter((x) => x > LATE_MS).length,
+    starts_per_s: starts.length > 1 ? round(((starts.length - 1) * 1000) / (starts.at(-1)!.start - starts[0]!.start), 1) : NaN,
+    parked_open_to_start_ms: stats(parked),
+    parked_starts: parked.length,
+    parked_late_over_50ms: parked.filter((x) => x > LATE_MS).length,
     open_to_worker_ms: stats(toWorker),
     look_ms: stats(looks.map((l) => l.end - l.at)),
     empty_looks: looks.filter((l) => l.ids.length === 0).length,
