@@ -42,8 +42,10 @@
  * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
  * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
  * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
- * the throttle across three processes (--flow-throttle-tasks, default 300). --flow-parts w1,key,pool,throttle
- * runs only the parts named (default all; e.g. `--flow-parts pool` for the noisy neighbour by pool alone).
+ * the throttle (--flow-throttle-tasks, default 300): on PostgreSQL across three processes, on SQLite in
+ * its one process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5).
+ * --flow-parts w1,key,pool,throttle runs only the parts named (default all; e.g. `--flow-parts pool`
+ * for the noisy neighbour by pool alone).
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -73,7 +75,8 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
-import { checkFlow, keyedDriver, runNoisy, runThrottle, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { checkFlow, keyedDriver, runNoisy, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { runThrottle } from './lib/flow-throttle.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 import { OVERHEAD_HEAD, overheadTableRows, runWorkerOverhead } from './lib/worker-overhead.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
@@ -127,6 +130,8 @@ const { values: a } = parseArgs({
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
     'flow-parts': { type: 'string', default: 'w1,key,pool,throttle' },
+    'flow-throttle-limit': { type: 'string', default: '20' },
+    'flow-throttle-burst': { type: 'string', default: '5' },
     'history-prune-only': { type: 'boolean', default: false },
     'overhead-tasks': { type: 'string', default: '300' },
     'overhead-concurrency': { type: 'string', default: '1' },
@@ -745,20 +750,26 @@ async function mainFlow(): Promise<void> {
       );
       log(lines[lines.length - 1]!);
     }
-    if (store === 'postgres' && parts.has('throttle')) {
+    if (parts.has('throttle')) {
       const db = freshDb(store, pgUrl, 'throttle');
       try {
         const s = await db.open();
         try {
           const r = await runThrottle(s, db.env, {
-            throttle: { limit: 20, period_seconds: 1, burst: 5 },
+            throttle: {
+              limit: int('flow-throttle-limit', a['flow-throttle-limit'], 1),
+              period_seconds: 1,
+              burst: int('flow-throttle-burst', a['flow-throttle-burst']),
+            },
             tasks: int('flow-throttle-tasks', a['flow-throttle-tasks'], 1),
             processes: 3,
             loopsPerProcess: 2,
           });
-          out.push({ store, workload: 'throttle', ...r });
+          out.push({ workload: 'throttle', ...r });
+          const ms = (x: { p50: number; p99: number; max: number }) =>
+            `p50 ${fmt(x.p50, 1)} / p99 ${fmt(x.p99, 1)} / max ${fmt(x.max, 1)} ms`;
           lines.push(
-            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} processes: max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed p50 ${fmt(r.open_to_start_ms.p50, 1)} / p99 ${fmt(r.open_to_start_ms.p99, 1)} / max ${fmt(r.open_to_start_ms.max, 1)} ms (${r.late_over_50ms} of ${r.tasks} over 50 ms); by process ${JSON.stringify(r.starts_by_process)}; ${ok(r.check)}`,
+            `${store} throttle ${r.throttle.limit}/${r.throttle.period_seconds}s burst ${r.throttle.burst}, ${r.processes} process(es): max ${r.max_starts_per_window} starts per window (bound ${r.bound}: ${r.max_starts_per_window <= r.bound ? 'met' : 'MISSED'}); start after allowed ${ms(r.open_to_start_ms)} (${r.late_over_50ms} of ${r.tasks} over 50 ms), ${fmt(r.starts_per_s, 1)} starts/s; with a claim parked at the allowed time ${ms(r.parked_open_to_start_ms)} (${r.parked_late_over_50ms} of ${r.parked_starts} over 50 ms); worker got it after allowed ${ms(r.open_to_worker_ms)}; look ${ms(r.look_ms)}, ${r.empty_looks} of ${r.looks} empty; reopening timer ended after the reopening ${ms(r.timer_fire_after_reopen_ms)}; late causes ${JSON.stringify(r.late_causes)}; by process ${JSON.stringify(r.starts_by_process)}; clocks ${JSON.stringify(r.clocks)}; ${ok(r.check)}`,
           );
           log(lines[lines.length - 1]!);
         } finally {

@@ -6,20 +6,15 @@
  * - noisy neighbour: key A floods N tasks, key B submits one task a second; B's wait
  *   (started_at − queued_at) against its wait with no flood. Then the same with a pool shared by
  *   two agents: agent A floods, agent B one a second;
- * - throttle accuracy (PostgreSQL): three OS processes claim one throttled agent; from the
- *   database, the most starts in any one window of the period against limit + burst, and how long
- *   after the throttle allowed it each start came (the GCRA replayed over the real starts).
+ * - throttle accuracy and wake latency: bench/lib/flow-throttle.ts.
  *
  * After each run the canary runs one full cycle on the database: F-01 and F-02 must find
  * nothing, and every task must have run once (succeeded, attempt 1).
  */
-import { fork } from 'node:child_process';
 import { setMaxListeners } from 'node:events';
-import { fileURLToPath } from 'node:url';
 import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
-import { afterStart, nextStartAt, type Throttle } from '../../src/domain/throttle.ts';
 import type { Driver } from './drivers.ts';
 import { percentile, round } from './stats.ts';
 import type { W1Config, W1Result } from './w1.ts';
@@ -233,100 +228,6 @@ export async function runNoisy(
     ratio_p99: round(w.p99 / Math.max(1, a.p99), 2),
     flood_queued_at_end: withFlood.floodQueuedAtEnd,
     check,
-  };
-}
-
-// ── throttle accuracy (PostgreSQL, three processes) ──────────────────────────
-
-export interface ThrottleConfig {
-  throttle: Throttle;
-  tasks: number;
-  processes: number;
-  loopsPerProcess: number;
-}
-
-export interface ThrottleResult {
-  throttle: Throttle;
-  tasks: number;
-  processes: number;
-  /** Most starts in any half-open window of one period, and the bound limit + burst. */
-  max_starts_per_window: number;
-  bound: number;
-  /** Start minus the moment the throttle allowed it (GCRA replayed over the real starts), ms. */
-  open_to_start_ms: { p50: number; p99: number; max: number };
-  /** Starts later than 50 ms after the throttle allowed them. */
-  late_over_50ms: number;
-  starts_by_process: Record<string, number>;
-  check: FlowCheck;
-}
-
-const CLAIMER = fileURLToPath(new URL('./flow-claimer.ts', import.meta.url));
-
-export async function runThrottle(store: StoreAdapter, env: Record<string, string>, cfg: ThrottleConfig): Promise<ThrottleResult> {
-  const agent = 'thr-agent';
-  const engine = new Engine({ store, nodeId: 'bench' });
-  try {
-    await engine.agents.create({ name: agent, max_parallel: 50, max_backlog: cfg.tasks + 10, throttle: cfg.throttle }, 'bench');
-    await engine.submitMany(
-      agent,
-      Array.from({ length: cfg.tasks }, (_, i) => ({ message: 'noop', payload: { i } })),
-      'bench',
-    );
-  } finally {
-    engine.close();
-  }
-  const children = Array.from({ length: cfg.processes }, (_, p) =>
-    fork(CLAIMER, [agent, String(cfg.tasks), String(cfg.loopsPerProcess), `p${p}`], {
-      env: { ...process.env, ...env },
-      execArgv: ['--import', 'tsx'],
-      stdio: 'inherit',
-    }),
-  );
-  await Promise.all(
-    children.map(
-      (c) =>
-        new Promise<void>((resolve, reject) =>
-          c.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`claimer exited ${code}`)))),
-        ),
-    ),
-  );
-  const rows = await store.db
-    .selectFrom('executions')
-    .select(['started_at', 'queued_at', 'lease_owner'])
-    .where('agent', '=', agent)
-    .orderBy('started_at')
-    .execute();
-  const starts = rows.map((r) => Number(r.started_at));
-  const periodMs = cfg.throttle.period_seconds * 1000;
-  let maxInWindow = 0;
-  for (let i = 0, j = 0; i < starts.length; i++) {
-    while (starts[i]! - starts[j]! >= periodMs) j++;
-    maxInWindow = Math.max(maxInWindow, i - j + 1);
-  }
-  // Every task was queued before the first start, so each start was held only by the throttle
-  // (seats never bind: max_parallel 50 against a few claim loops that complete at once).
-  let tat: number | null = null;
-  const lateness: number[] = [];
-  for (const s of starts) {
-    const allowed = nextStartAt(cfg.throttle, tat, 0);
-    if (allowed > 0 && tat !== null) lateness.push(s - allowed);
-    tat = afterStart(cfg.throttle, tat, s);
-  }
-  const byProcess: Record<string, number> = {};
-  for (const r of rows) {
-    const p = String(r.lease_owner ?? '?').split('-')[0]!;
-    byProcess[p] = (byProcess[p] ?? 0) + 1;
-  }
-  return {
-    throttle: cfg.throttle,
-    tasks: cfg.tasks,
-    processes: cfg.processes,
-    max_starts_per_window: maxInWindow,
-    bound: cfg.throttle.limit + cfg.throttle.burst,
-    open_to_start_ms: waitStats(lateness),
-    late_over_50ms: lateness.filter((x) => x > 50).length,
-    starts_by_process: byProcess,
-    check: await checkFlow(store, 'thr-'),
   };
 }
 

@@ -106,7 +106,7 @@ export class Engine {
     this.cancelGraceMs = opts.cancelGraceMs ?? DEFAULTS.cancelGraceMs;
     this.backlogExpiryMs = opts.backlogExpiryMs ?? DEFAULTS.backlogExpiryMs;
     this.reapBatch = opts.reapBatch ?? 100;
-    this.claimWaits = new ClaimWaits(opts.claimPollMs ?? DEFAULTS.claimPollMs);
+    this.claimWaits = new ClaimWaits(opts.claimPollMs ?? DEFAULTS.claimPollMs, () => this.now());
     this.alertSinks = opts.alertSinks ?? [];
     this.chainDepthLimit = opts.chainDepthLimit ?? DEFAULTS.chainDepthLimit;
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
@@ -285,9 +285,10 @@ export class Engine {
     const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
-    if ((opts.waitMs ?? 0) <= 0) return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => this.claimWaits.notePools(agent, f.pools) });
+    if ((opts.waitMs ?? 0) <= 0)
+      return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => f.pools && this.claimWaits.notePools(agent, f.pools) });
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, (hint) =>
-      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint, () => this.now()) }),
+      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint) }),
     );
   }
 
@@ -303,7 +304,7 @@ export class Engine {
   private async admitOnce(agent: string, admitOpts: AdmitOptions): Promise<ExecutionRow[]> {
     let turns: string[] = [];
     const onFlow: FlowReport = (f) => {
-      turns = f.turns;
+      if (f.turns) turns = f.turns;
       admitOpts.onFlow?.(f);
     };
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };

@@ -88,6 +88,8 @@ export class KeyGate {
     private readonly running: Map<string, number>,
     /** Keys shut before the candidates are read: the candidate query leaves their rows out. */
     readonly shut: string[],
+    /** Whether some of them are shut by their throttle (not only by their cap). */
+    private readonly throttleShut: boolean,
   ) {}
 
   /** The gate of `agent` (null: no per-key limit), read under the agent's admission lock. */
@@ -110,8 +112,36 @@ export class KeyGate {
         .where('throttle_tat', '>', now + t.burst * emissionMs(t))
         .execute();
       for (const c of closed) if (!shut.includes(c.flow_key)) shut.push(c.flow_key);
+      return new KeyGate(agent, limits, running, shut, closed.length > 0);
     }
-    return new KeyGate(agent, limits, running, shut);
+    return new KeyGate(agent, limits, running, shut, false);
+  }
+
+  /**
+   * When the first closed key throttle that holds back a queued task due by `now` reopens (null:
+   * none). For an admission that found no candidate: its claim waits until then, not a poll.
+   */
+  async reopensAt(tx: Tx, now: number): Promise<number | null> {
+    const t = this.limits.throttle;
+    if (!t || !this.throttleShut) return null;
+    const { tat } = await tx
+      .selectFrom('flow_keys')
+      .select((eb) => eb.fn.min('throttle_tat').as('tat'))
+      .where('flow_keys.agent', '=', this.agent)
+      .where('throttle_tat', '>', now + t.burst * emissionMs(t))
+      .where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom('executions')
+            .select(sql.lit(1).as('one'))
+            .whereRef('executions.agent', '=', 'flow_keys.agent')
+            .whereRef('executions.flow_key', '=', 'flow_keys.flow_key')
+            .where('executions.status', '=', statusIs('queued'))
+            .where((q) => q.or([q('executions.run_after', 'is', null), q('executions.run_after', '<=', now)])),
+        ),
+      )
+      .executeTakeFirstOrThrow();
+    return tat === null ? null : nextStartAt(t, Number(tat), now);
   }
 
   /** Read the throttle state of the candidates' keys (one statement; none without a key throttle). */

@@ -24,10 +24,12 @@ export type FlowColumns = Pick<AgentRow, 'name' | (typeof FLOW_COLUMNS)[number]>
 
 /**
  * What an admission tells its caller about the flow limits: the pools the agent draws from (a
- * seat freed in one may let it admit); when it was stopped, when to look again at the latest
- * (reopensAt); and the members a free seat is held for (`turns`: their claimers should look now).
+ * seat freed in one may let it admit; absent: admission stopped before it read them); when only
+ * closed throttles (of the agent, its pools or its keys) stopped it, when they reopen (reopensAt:
+ * look again then at the latest); and the members a free seat is held for (`turns`: their
+ * claimers should look now).
  */
-export type FlowReport = (f: { pools: string[]; reopensAt: number | null; turns: string[] }) => void;
+export type FlowReport = (f: { pools?: string[]; reopensAt: number | null; turns?: string[] }) => void;
 
 /** What the flow limits (the agent's throttle, its pools) allow one admission. */
 export interface FlowGate {
@@ -173,11 +175,11 @@ export async function flowGate(
   };
 }
 
-/** A FlowReport that fills a waiting claim's hint (src/engine/waiters.ts); `now`: the engine's clock. */
-export function flowHint(hint: { reopensInMs?: number; pools?: string[] }, now: () => number): FlowReport {
+/** A FlowReport that fills a waiting claim's hint (src/engine/waiters.ts). */
+export function flowHint(hint: { reopensAt?: number; pools?: string[] }): FlowReport {
   return (f) => {
-    hint.pools = f.pools;
-    if (f.reopensAt !== null) hint.reopensInMs = Math.max(0, f.reopensAt - now());
+    if (f.pools) hint.pools = f.pools;
+    if (f.reopensAt !== null) hint.reopensAt = f.reopensAt;
   };
 }
 

@@ -89,7 +89,11 @@ export class ClaimWaits {
   /** Per agent, the one timer at the earliest moment a closed throttle of it reopens. */
   private readonly reopens = new Map<string, { at: number; timer: ReturnType<typeof setTimeout> }>();
 
-  constructor(private readonly pollMs: number) {}
+  constructor(
+    private readonly pollMs: number,
+    /** The engine's clock, the one admission's reopening times are on. */
+    private readonly now: () => number,
+  ) {}
 
   /** See Waiters.wake. */
   wake(agent: string, everyone = false): void {
@@ -210,8 +214,11 @@ export class ClaimWaits {
         }
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
-        // A closed throttle reopens at a known time: a claimer of the agent looks again then (a timer, not a faster poll).
-        if (hint.reopensInMs !== undefined) this.reopenIn(agent, hint.reopensInMs);
+        // A closed throttle reopens at a known time: a claimer of the agent looks again then (a timer,
+        // not a faster poll), counted from now on the engine's clock, not from when admission said it
+        // (its commit may have taken a while). A look that finds it still closed (the timer fired a
+        // little early) says the reopening again, so the timer is set again rather than the poll awaited.
+        if (hint.reopensAt !== undefined) this.reopenIn(agent, hint.reopensAt - this.now());
         woken = await armed.wait(remaining);
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
@@ -224,8 +231,8 @@ export class ClaimWaits {
 
 /** What one admission tells a waiting claim beyond its rows (src/engine/pools.ts reports it). */
 export interface ClaimHint {
-  /** A closed throttle reopens in this many ms. */
-  reopensInMs?: number;
+  /** When the closed throttles that stopped it have all reopened (ms, on the engine's clock). */
+  reopensAt?: number;
   /** The pools the agent draws from. */
   pools?: string[];
 }

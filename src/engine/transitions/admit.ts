@@ -189,7 +189,11 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const keys = await KeyGate.open(tx, agentName, agent, opts.now);
   const p = { agent: agentName, now: opts.now };
   const candidates = keys ? await candidateQuery(store, tx, p, want * 2, keys.shut).execute() : await candidatesFor(store)(tx, p, want);
-  if (candidates.length === 0) return stopped();
+  if (candidates.length === 0) {
+    // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
+    if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(tx, opts.now) });
+    return stopped();
+  }
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
   await keys?.prepare(
     tx,
