@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
 import type { StoreAdapter } from '../src/store/adapter.ts';
+import type { TrafficStats } from './traffic.ts';
 import { replicateTo, standbyState, startPgCluster, startPgStandby, type PgCluster } from '../test/helpers/pg-cluster.ts';
 import { waitReady, type Proc } from './cluster.ts';
 import { freePort, sleep } from './options.ts';
@@ -93,7 +94,11 @@ export interface FailoverResult {
   first_claim_ms: number | null;
   /** Probe requests refused (503 or no answer) meanwhile. */
   probe_refused: number;
-  /** The traffic's own: the first execution created, and the first admitted to a worker, on chaos-a or chaos-b (event log). */
+  /**
+   * The traffic's own: its first creation acknowledged of a request sent after the death, and its
+   * workers' first claim, as the harness sees it polling the event log every 100 ms (an upper
+   * bound: an event's time is stamped when its transition starts, before it could commit).
+   */
   traffic_first_submit_ms: number | null;
   worker_first_claim_ms: number | null;
   /** Every server answering /readyz again. */
@@ -158,6 +163,28 @@ async function probe(call: Call, diedAt: number, deadline: number) {
   return out;
 }
 
+/** When the harness first sees an admission of chaos-a or chaos-b stamped after `diedAt`, in ms after it. */
+async function firstWorkerClaim(store: StoreAdapter, diedAt: number, deadline: number): Promise<number | null> {
+  while (Date.now() < deadline) {
+    try {
+      const row = await store.db
+        .selectFrom('execution_events')
+        .select('id')
+        .where('agent', 'in', ['chaos-a', 'chaos-b'])
+        .where('from_status', '=', 'queued')
+        .where('to_status', '=', 'running')
+        .where('at', '>=', diedAt)
+        .limit(1)
+        .executeTakeFirst();
+      if (row) return Date.now() - diedAt;
+    } catch {
+      /* no primary yet */
+    }
+    await sleep(100);
+  }
+  return null;
+}
+
 export async function createProbeAgent(admin: Call): Promise<void> {
   const r = await admin('POST', '/v1/agents', { name: PROBE_AGENT, max_parallel: 1, lease_ttl_seconds: 120, max_backlog: 10 });
   if (r?.status !== 201) throw new Error(`create agent ${PROBE_AGENT}: ${r?.status} ${JSON.stringify(r?.body)}`);
@@ -169,6 +196,7 @@ export async function createProbeAgent(admin: Call): Promise<void> {
  */
 export async function failOver(o: {
   cluster: FailoverCluster;
+  store: StoreAdapter;
   servers: ReadonlyArray<Proc & { url: string }>;
   key: string;
   t0: number;
@@ -182,11 +210,13 @@ export async function failOver(o: {
     `killed the primary (pg_ctl stop -m immediate; standby was ${atKill?.sync_state ?? 'not streaming'}, ${atKill?.lag_bytes ?? '?'} bytes behind)`,
   );
   const probing = probe(caller(o.servers, o.key), diedAt, diedAt + 120_000);
+  const claimSeen = firstWorkerClaim(o.store, diedAt, diedAt + 120_000);
   await sleep(PROMOTE_AFTER_MS - (Date.now() - diedAt));
   await standby.promote();
   const promoted = Date.now() - diedAt;
   o.log(`promoted the standby (pg_ctl promote) ${promoted} ms after the primary died`);
   const p = await probing;
+  const workerClaim = await claimSeen;
   let ready: number | null = null;
   try {
     for (const s of o.servers) if (s.alive()) await waitReady(s.url, s, 60_000);
@@ -208,7 +238,7 @@ export async function failOver(o: {
     first_claim_ms: p.claim,
     probe_refused: p.refused,
     traffic_first_submit_ms: null,
-    worker_first_claim_ms: null,
+    worker_first_claim_ms: workerClaim,
     servers_ready_ms: ready,
     acknowledged_lost: 0,
     checked_on_port: null,
@@ -217,26 +247,19 @@ export async function failOver(o: {
 }
 
 /**
- * After settle, on the promoted primary: the traffic's first creation and first admission after
- * the death (event times are the database's clock, the harness's on this one machine), the port
- * the checks read, and how many acknowledged creations are missing.
+ * After settle, on the promoted primary: the port the checks read, how many acknowledged
+ * creations are missing, and the traffic's first acknowledged creation sent after the death.
  */
-export async function afterFailover(store: StoreAdapter, f: FailoverResult, t0: number, acknowledgedMissing: number): Promise<void> {
+export async function afterFailover(
+  store: StoreAdapter,
+  f: FailoverResult,
+  t0: number,
+  traffic: TrafficStats,
+  acknowledgedMissing: number,
+): Promise<void> {
   const diedAt = t0 + f.died_at_ms;
-  const first = async (from: 'created' | 'admitted') => {
-    let q = store.db
-      .selectFrom('execution_events')
-      .select((eb) => eb.fn.min('at').as('at'))
-      .where('agent', 'in', ['chaos-a', 'chaos-b'])
-      .where('at', '>=', diedAt)
-      // The keyed load is the harness's own engine, not a client of the API.
-      .where('actor', '!=', 'chaos');
-    q = from === 'created' ? q.where('from_status', 'is', null) : q.where('from_status', '=', 'queued').where('to_status', '=', 'running');
-    const row = await q.executeTakeFirst();
-    return row?.at == null ? null : Number(row.at) - diedAt;
-  };
-  f.traffic_first_submit_ms = await first('created');
-  f.worker_first_claim_ms = await first('admitted');
+  const after = traffic.answered.filter((a) => a.sent >= diedAt).map((a) => a.at - diedAt);
+  f.traffic_first_submit_ms = after.length ? Math.min(...after) : null;
   const port = await sql<{ port: number }>`SELECT inet_server_port() AS port`.execute(store.db);
   f.checked_on_port = Number(port.rows[0]?.port ?? 0) || null;
   f.acknowledged_lost = acknowledgedMissing;

@@ -87,11 +87,23 @@ const listens = (port: number) =>
     });
   });
 
+/** Ports handed out by this run: free when asked, but taken only when their process has started. */
+const given = new Set<number>();
+
 /**
  * A free port: from BATON_CHAOS_PORTS or BATON_TEST_PORTS (`lo-hi`) when set, so runs sharing a
- * machine keep to their own range; else one the system picks.
+ * machine keep to their own range; else one the system picks. Never one this run was given already.
  */
 export async function freePort(): Promise<number> {
+  for (;;) {
+    const port = await anyFreePort();
+    if (given.has(port)) continue;
+    given.add(port);
+    return port;
+  }
+}
+
+async function anyFreePort(): Promise<number> {
   const range = (process.env.BATON_CHAOS_PORTS ?? process.env.BATON_TEST_PORTS)?.match(/^(\d+)-(\d+)$/);
   if (!range) return (await listens(0))!;
   const [from, to] = [Number(range[1]), Number(range[2])];

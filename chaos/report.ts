@@ -253,7 +253,7 @@ export function markdown(r: ChaosReport): string {
     `| restarted server ready, p50 / p99 | ${ms(r.recover.server_p50_ms)} / ${ms(r.recover.server_p99_ms)} |`,
     ...(r.failover
       ? [
-          `| failover: from the primary's death to the promotion; the probe's first submit; its first claim; the traffic's first submit; a worker's first claim; every server ready | ${[r.failover.promoted_ms, r.failover.first_submit_ms, r.failover.first_claim_ms, r.failover.traffic_first_submit_ms, r.failover.worker_first_claim_ms, r.failover.servers_ready_ms].map(ms).join('; ')} |`,
+          `| failover: from the primary's death to the promotion; the probe's first submit; its first claim; the traffic's first submit sent after it; a worker's first claim (seen polling the event log); every server ready | ${[r.failover.promoted_ms, r.failover.first_submit_ms, r.failover.first_claim_ms, r.failover.traffic_first_submit_ms, r.failover.worker_first_claim_ms, r.failover.servers_ready_ms].map(ms).join('; ')} |`,
         ]
       : []),
     ...r.kills

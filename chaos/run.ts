@@ -267,7 +267,7 @@ async function main(): Promise<number> {
         if (cluster && !failingOver && done >= o.tasks / 2) {
           failingOver = true;
           killing = killing.then(async () => {
-            failover = await failOver({ cluster, servers, key, t0, log });
+            failover = await failOver({ cluster, store, servers, key, t0, log });
             kills.push({
               at: failover.died_at_ms,
               target: 'postgresql-primary',
@@ -327,7 +327,7 @@ async function main(): Promise<number> {
     const cycle = await admin('POST', '/v1/canary/run');
     const openViolations = (await admin('GET', '/v1/canary/violations?state=open&limit=500')).body?.violations ?? [];
     const facts = await analyse(store, traffic);
-    if (failover) await afterFailover(store, failover, t0, facts.details.acknowledged_missing_count);
+    if (failover) await afterFailover(store, failover, t0, traffic, facts.details.acknowledged_missing_count);
     const chain = await checkChain(store, 'chaos-a', subscriptionId);
     log(
       `chain: ${chain.sources} final outcomes of chaos-a started ${chain.chained} tasks (${chain.refused} refused); missing ${chain.missing}, duplicated ${chain.duplicated}, orphans ${chain.orphans}; groups ${chain.decided}/${chain.groups} decided, ${chain.bad_joins} without exactly one join`,

@@ -33,6 +33,8 @@ export interface TrafficStats {
   acknowledged: Map<string, 'api' | 'schedule' | 'webhook'>;
   /** Idempotency key → every execution id answered for it (more than one is a duplicate). */
   answersByKey: Map<string, Set<string>>;
+  /** Each creation acknowledged: when the request that got the answer was sent, and when it was answered (epoch ms). */
+  answered: Array<{ sent: number; at: number }>;
   refused: Record<string, number>;
   retriedRequests: number;
   gaveUp: number;
@@ -49,6 +51,7 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
   const stats: TrafficStats = {
     acknowledged: new Map(),
     answersByKey: new Map(),
+    answered: [],
     refused: {},
     retriedRequests: 0,
     gaveUp: 0,
@@ -58,11 +61,17 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
   let turn = 0;
   const pending: Promise<unknown>[] = [];
 
-  async function send(method: string, path: string, body: unknown, idemKey?: string): Promise<{ status: number; body: any } | undefined> {
+  async function send(
+    method: string,
+    path: string,
+    body: unknown,
+    idemKey?: string,
+  ): Promise<{ status: number; body: any; sent: number } | undefined> {
     const until = Date.now() + REQUEST_DEADLINE_MS;
     for (let attempt = 0; ; attempt++) {
       const live = o.servers.filter((s) => s.alive());
       const s = (live.length ? live : o.servers)[turn++ % (live.length || o.servers.length)]!;
+      const sent = Date.now();
       try {
         const headers: Record<string, string> = { authorization: `Bearer ${o.key}` };
         if (body !== undefined) headers['content-type'] = 'application/json';
@@ -82,7 +91,7 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
           (r.status === 429 && text.includes('rate_limited')) ||
           (r.status === 409 && text.includes('idempotency_in_flight')) ||
           r.status >= 500;
-        if (!retryable) return { status: r.status, body: text ? JSON.parse(text) : null };
+        if (!retryable) return { status: r.status, body: text ? JSON.parse(text) : null, sent };
       } catch {
         /* connection refused / reset: the server died; try again, same key */
       }
@@ -92,8 +101,9 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
     }
   }
 
-  function remember(key: string, id: string, via: 'api' | 'schedule' | 'webhook') {
+  function remember(key: string, id: string, via: 'api' | 'schedule' | 'webhook', sent: number) {
     stats.acknowledged.set(id, via);
+    stats.answered.push({ sent, at: Date.now() });
     const set = stats.answersByKey.get(key) ?? new Set<string>();
     set.add(id);
     stats.answersByKey.set(key, set);
@@ -108,7 +118,7 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
     const key = `chaos-${i}`;
     const agent = o.agents[i % o.agents.length]!;
     let via: 'api' | 'schedule' | 'webhook' = 'api';
-    let res: { status: number; body: any } | undefined;
+    let res: { status: number; body: any; sent: number } | undefined;
     if (r < 0.08 && o.scheduleId) {
       via = 'schedule';
       res = await send('POST', `/v1/schedules/${o.scheduleId}/trigger`, {}, key);
@@ -121,7 +131,7 @@ export async function drive(o: TrafficOptions): Promise<TrafficStats> {
     if (!res) return void stats.gaveUp++;
     const id = res.body?.execution_id;
     if ((res.status === 201 || res.status === 202 || res.status === 200) && typeof id === 'string') {
-      remember(key, id, via);
+      remember(key, id, via, res.sent);
       if (via === 'api' && o.random() < o.replayRate) {
         const again = await send('POST', `/v1/agents/${agent}/executions`, { message: `chaos task ${i}`, payload: { n: i } }, key);
         stats.replaysChecked++;
