@@ -73,6 +73,8 @@ export function workerProc(
   key: string,
   concurrency: number,
   command: string[],
+  /** More `baton worker` options (before the command). */
+  options: string[] = [],
 ): Proc & { workerId(): string; serverUrl(): string } {
   const p: Proc & { workerId(): string; serverUrl(): string } = {
     name,
@@ -97,6 +99,7 @@ export function workerProc(
         String(concurrency),
         '--worker-id',
         p.workerId(),
+        ...options,
         '--',
         ...command,
       ];

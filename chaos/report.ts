@@ -8,6 +8,7 @@ import type { ChainResult } from './chains.ts';
 import type { ClockSkewResult } from './clock-skew.ts';
 import type { FailingAgentResult } from './failing.ts';
 import type { FleetKillResult } from './fleet.ts';
+import type { NetCutResult } from './net-cut.ts';
 import type { TrafficStats } from './traffic.ts';
 
 export interface KillRecord {
@@ -66,6 +67,8 @@ export interface ChaosReport {
   chain?: ChainResult;
   /** --clock-skew (chaos/clock-skew.ts): passes with every count 0 and both servers' offsets measured. */
   clock_skew?: ClockSkewResult;
+  /** --net-cut (chaos/net-cut.ts): passes with every cut done, a re-run after one, nothing over the bound. */
+  net_cut?: NetCutResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -229,6 +232,12 @@ export function markdown(r: ChaosReport): string {
           `| clock skew (${r.clock_skew.servers.map((s) => `${s.name} ${s.skew_s > 0 ? '+' : ''}${s.skew_s} s`).join(', ')}): live leases reaped (reaped from killed workers or while their server was down: ${r.clock_skew.reaped_explained}) | ${r.clock_skew.live_leases_reaped} |`,
           `| clock skew: schedule due times fired twice; fired early (of ${r.clock_skew.schedule_runs_seen} seen) | ${r.clock_skew.schedule_fired_twice}; ${r.clock_skew.schedule_fired_early} |`,
           `| clock skew: executions two of whose runs overlapped (of ${r.clock_skew.runs_marked} runs marked by the workers) | ${r.clock_skew.runs_overlapping} |`,
+        ]
+      : []),
+    ...(r.net_cut
+      ? [
+          `| net cut: cuts done of planned (each ${r.net_cut.cut_s} s, lease TTL ${r.net_cut.lease_ttl_s} s); executions re-run after a cut | ${r.net_cut.cuts_done}/${r.net_cut.cuts_planned}; ${r.net_cut.executions_rerun_after_cut} |`,
+          `| net cut: two runs of one execution overlapping beyond ${r.net_cut.bound_ms / 1000} s (${r.net_cut.bound_ignoring_term_ms / 1000} s after a command ignoring SIGTERM); longest overlap, p99 (ms, of ${r.net_cut.executions_run_twice} executions run twice) | ${r.net_cut.over_bound.length}; ${r.net_cut.overlap_max_ms}, ${r.net_cut.overlap_p99_ms} |`,
         ]
       : []),
     ...(r.failing_agent

@@ -1,5 +1,5 @@
 /**
- * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--clock-skew] [--keep]`
+ * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart] [--clock-skew] [--net-cut [--cuts N]] [--keep]`
  *
  * A real deployment on PostgreSQL — two `baton up`, four `baton worker` running a small shell
  * command — under a traffic driver (API submissions, manual schedule triggers, webhooks, all
@@ -9,10 +9,12 @@
  * `--clock-skew` runs one server with its clock two minutes fast and the other two minutes slow
  * (chaos/clock-skew.ts), and checks that no live lease was reaped, no schedule fired twice or
  * early and no task ran twice at once.
+ * `--net-cut` (chaos/net-cut.ts) puts a proxy between some workers — `baton worker` and SDK
+ * processes — and the servers, cuts it for longer than a lease several times under the load, and
+ * checks from the workers' own marks that no two runs of a task overlapped beyond the bound.
  */
 import { execSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -36,82 +38,9 @@ import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, writeReport, type ChaosReport, type KillRecord } from './report.ts';
 import { drive } from './traffic.ts';
 import { CHAOS_POOL, setupFlow, startKeyedLoad } from './flow.ts';
+import { NetCut, netCutLine, netCutPassed, type NetCutResult } from './net-cut.ts';
+import { freePort, parse, rng } from './options.ts';
 
-interface Options {
-  mode: 'quick' | 'full' | 'custom';
-  tasks: number;
-  kills: number;
-  leaseTtl: number;
-  concurrency: number;
-  pgRestart: boolean;
-  pgRestartCmd: string;
-  clockSkew: boolean;
-  keep: boolean;
-  databaseUrl: string;
-  seed: number;
-}
-
-function parse(argv: string[]): Options {
-  const o: Options = {
-    mode: 'full',
-    tasks: 10_000,
-    kills: 20,
-    leaseTtl: 10,
-    concurrency: 12,
-    pgRestart: false,
-    // The machine's cluster, whatever its version (as .ci/run starts it).
-    pgRestartCmd:
-      process.env.BATON_CHAOS_PG_RESTART_CMD ?? 'pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main restart',
-    clockSkew: false,
-    keep: false,
-    databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
-    seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
-  };
-  let custom = false;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const val = () => {
-      const v = Number(argv[++i]);
-      if (!Number.isFinite(v) || v < 0) throw new Error(`${a} needs a number`);
-      custom = true;
-      return v;
-    };
-    if (a === '--quick') Object.assign(o, { mode: 'quick', tasks: 1_000, kills: 6 });
-    else if (a === '--tasks') o.tasks = val();
-    else if (a === '--kills') o.kills = val();
-    else if (a === '--lease-ttl') o.leaseTtl = val();
-    else if (a === '--concurrency') o.concurrency = val();
-    else if (a === '--seed') o.seed = val();
-    else if (a === '--pg-restart') o.pgRestart = true;
-    else if (a === '--clock-skew') o.clockSkew = true;
-    else if (a === '--keep') o.keep = true;
-    else throw new Error(`unknown option ${a}`);
-  }
-  if (custom) o.mode = 'custom';
-  return o;
-}
-
-/** mulberry32: a seeded PRNG, so a failing run can be replayed with --seed. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const log = (line: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
 
@@ -142,6 +71,7 @@ async function main(): Promise<number> {
   const procs: Proc[] = [...servers];
   let exitCode = 1;
   let passed = false;
+  let net: NetCut | undefined;
   try {
     await servers[0]!.start();
     const key = readKeyFile(dataDir);
@@ -194,16 +124,21 @@ async function main(): Promise<number> {
     if (wh.status === 201) webhookPath = wh.body.path;
     else notExercised.push(`webhooks (POST /v1/webhooks answered ${wh.status})`);
 
+    net = o.netCuts ? await NetCut.start({ servers, port: freePort, dataDir, leaseTtlS: o.leaseTtl, cuts: o.netCuts, log }) : undefined;
     const workers = [
-      workerProc('w1', 'chaos-a', () => servers[0]!.url, key, 3, command),
-      workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
-      workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
-      workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+      ...(net?.workers(servers, key) ?? [
+        workerProc('w1', 'chaos-a', () => servers[0]!.url, key, 3, command),
+        workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
+        workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
+        workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+      ]),
       workerProc('w5', CHAIN_TARGET, () => servers[1]!.url, key, 2, command),
     ];
     procs.push(...workers);
     for (const w of workers) await w.start();
-    log(`deployment up: 2 servers, 4 workers${scheduleId ? ', a schedule firing every second' : ''}${webhookPath ? ', a webhook' : ''}`);
+    log(
+      `deployment up: 2 servers, ${workers.length} workers${net ? ' (four behind a proxy that is cut)' : ''}${scheduleId ? ', a schedule firing every second' : ''}${webhookPath ? ', a webhook' : ''}`,
+    );
 
     let open = 0;
     let polling = true;
@@ -314,6 +249,7 @@ async function main(): Promise<number> {
       maxOpen: 300,
       openCount: () => open,
       onUnit(done) {
+        net?.onUnit(done, o.tasks);
         while (nextKill < thresholds.length && done >= thresholds[nextKill]!) {
           nextKill++;
           killing = killing.then(killOne).catch((err) => void log(`kill failed: ${(err as Error).message}`));
@@ -334,6 +270,7 @@ async function main(): Promise<number> {
       },
     });
     await killing;
+    await net?.finished();
     await keyed.stop();
     // The keyed tasks are held to the same account as the traffic's: each must end once.
     for (const id of keyed.ids) traffic.acknowledged.set(id, 'api');
@@ -353,6 +290,9 @@ async function main(): Promise<number> {
     await poller;
     for (const s of servers) await waitReady(s.url, s, 30_000);
     const settleS = (Date.now() - settleStart) / 1000;
+    const cut: NetCutResult | undefined = net?.check();
+    if (cut) log(netCutLine(cut));
+    else notExercised.push('a cut network between workers and servers (pass --net-cut)');
 
     // Shared-cause lapses: all of one agent's workers die at once; no attempt may be charged.
     const fleet = await fleetKillPhase({ store, admin, server: () => servers[0]!.url, key, leaseTtl: o.leaseTtl, command, procs, log });
@@ -399,7 +339,7 @@ async function main(): Promise<number> {
         tasks: o.tasks,
         kills: o.kills,
         servers: 2,
-        workers: 5,
+        workers: workers.length,
         worker_concurrency: 3,
         lease_ttl_seconds: o.leaseTtl,
         driver_concurrency: o.concurrency,
@@ -408,6 +348,7 @@ async function main(): Promise<number> {
         command,
         pg_restart: o.pgRestart,
         clock_skew_s: skews,
+        net_cuts: o.netCuts,
       },
       ...facts,
       canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
@@ -435,6 +376,7 @@ async function main(): Promise<number> {
       failing_agent: failing,
       chain,
       clock_skew: clock,
+      net_cut: cut,
       passed: false,
       not_exercised: notExercised,
     };
@@ -457,7 +399,8 @@ async function main(): Promise<number> {
       chain.orphans === 0 &&
       chain.decided === chain.groups &&
       chain.bad_joins === 0 &&
-      (!clock || clockSkewPassed(clock));
+      (!clock || clockSkewPassed(clock)) &&
+      (!cut || netCutPassed(cut));
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(
@@ -473,6 +416,7 @@ async function main(): Promise<number> {
               `  clock skew (±${SKEW_S} s): live leases reaped ${clock.live_leases_reaped} · schedule fired twice ${clock.schedule_fired_twice} · early ${clock.schedule_fired_early} (of ${clock.schedule_runs_seen}) · runs overlapping ${clock.runs_overlapping} (of ${clock.runs_marked}); servers said: ${clock.servers.map((s) => (s.said ? 'measured' : 'NOTHING')).join(', ')}`,
             ]
           : []),
+        ...(cut ? [`  ${netCutLine(cut)}`] : []),
         `  ${files.json}`,
         `  ${files.md}`,
       ].join('\n') + '\n',
@@ -483,6 +427,7 @@ async function main(): Promise<number> {
     for (const p of procs) if (p.tail.length) log(`${p.name} output:\n${p.tail.slice(-10).join('\n')}`);
   } finally {
     await stopAll(procs);
+    await net?.close();
     await store.close();
     if (passed && !o.keep) {
       const c = new pg.Client({ connectionString: o.databaseUrl });
