@@ -16,8 +16,9 @@
  * pid> [wait s | abort reason]`. A command's stop mark is written by a watcher outside its
  * process group when the group's last writer to a pipe is gone, so a SIGKILLed group is marked
  * too; an SDK worker that was SIGKILLed stopped its runs when it exited. Joined, the marks give
- * for every execution the longest time two of its runs overlapped; the run fails if any pair
- * overlapped for longer than the lease TTL plus one renewal interval (a third of the TTL), plus the
+ * for every execution the longest time two of its runs overlapped — from the later run's start to
+ * the earlier run's stop, however short the later run was; the run fails if any pair overlapped
+ * for longer than the lease TTL plus one renewal interval (a third of the TTL), plus the
  * kill grace when the earlier run's command ignores SIGTERM (src/domain/lease.ts).
  */
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
@@ -301,7 +302,8 @@ export class NetCut {
       for (let i = 0; i < list.length; i++) {
         for (let j = i + 1; j < list.length; j++) {
           const [a, b] = [list[i]!, list[j]!];
-          const overlap = Math.min(a.end!, b.end!) - b.start;
+          // How long the earlier run went on after the later one started (even if that one was short).
+          const overlap = a.end! - b.start;
           worst = Math.max(worst, overlap);
           const limit = a.worker.kind === 'command-ignoring-term' ? boundIgnoring : bound;
           if (overlap > limit)

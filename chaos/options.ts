@@ -100,9 +100,12 @@ export async function freePort(): Promise<number> {
     return p;
   }
   const [from, to] = [Number(range[1]), Number(range[2])];
-  const start = Math.floor(Math.random() * (to - from + 1));
-  for (let i = 0; i <= to - from; i++) {
-    const p = await listenable(from + ((start + i) % (to - from + 1)));
+  // Odd ports first: Linux's connect() takes even ephemeral ports first (the range starts at an
+  // even one), so another process's outgoing connection is less likely to take the port while a
+  // server is still starting (a server's start takes seconds on a loaded machine).
+  const ports = Array.from({ length: to - from + 1 }, (_, i) => from + i).sort((a, b) => (b % 2) - (a % 2) || Math.random() - 0.5);
+  for (const port of ports) {
+    const p = await listenable(port);
     if (p !== null) return p;
   }
   throw new Error(`no free port in BATON_TEST_PORTS=${process.env.BATON_TEST_PORTS}`);
