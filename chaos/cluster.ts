@@ -45,7 +45,9 @@ export function serverProc(name: string, port: number, env: Record<string, strin
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       track(p, child);
-      await waitReady(url, p, 60_000);
+      // Migrations wait for one advisory lock that every schema on the PostgreSQL server shares:
+      // on a server other test runs use too, a fresh schema's first start can wait minutes.
+      await waitReady(url, p, 180_000);
     },
   };
   return p;
