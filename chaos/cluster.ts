@@ -45,7 +45,9 @@ export function serverProc(name: string, port: number, env: Record<string, strin
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       track(p, child);
-      await waitReady(url, p, 60_000);
+      // Migrations wait for one advisory lock that every schema on the PostgreSQL server shares:
+      // on a server other test runs use too, a fresh schema's first start can wait minutes.
+      await waitReady(url, p, 180_000);
     },
   };
   return p;
@@ -73,6 +75,8 @@ export function workerProc(
   key: string,
   concurrency: number,
   command: string[],
+  /** More `baton worker` options (before the command). */
+  options: string[] = [],
 ): Proc & { workerId(): string; serverUrl(): string } {
   const p: Proc & { workerId(): string; serverUrl(): string } = {
     name,
@@ -97,6 +101,7 @@ export function workerProc(
         String(concurrency),
         '--worker-id',
         p.workerId(),
+        ...options,
         '--',
         ...command,
       ];

@@ -1,5 +1,6 @@
 /** The chaos run's command line, its seeded randomness, and the small helpers every phase uses. */
 import { createServer } from 'node:net';
+import { NET_CUT_TTL_S } from './net-cut.ts';
 
 export interface Options {
   mode: 'quick' | 'full' | 'custom';
@@ -14,6 +15,8 @@ export interface Options {
   /** --pg-failover-async: the same with asynchronous replication; acknowledged writes lost are reported, not failed. */
   pgFailoverAsync: boolean;
   clockSkew: boolean;
+  /** Cuts of the network between some workers and the servers (chaos/net-cut.ts); 0: off. */
+  netCuts: number;
   keep: boolean;
   databaseUrl: string;
   seed: number;
@@ -33,11 +36,15 @@ export function parse(argv: string[]): Options {
     pgFailover: false,
     pgFailoverAsync: false,
     clockSkew: false,
+    netCuts: 0,
     keep: false,
     databaseUrl: process.env.BATON_CHAOS_DATABASE_URL ?? process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
     seed: Number(process.env.BATON_CHAOS_SEED ?? Date.now() % 1_000_000),
   };
   let custom = false;
+  let netCut = false;
+  let ttlGiven = false;
+  let cutsGiven = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const val = () => {
@@ -49,19 +56,26 @@ export function parse(argv: string[]): Options {
     if (a === '--quick') Object.assign(o, { mode: 'quick', tasks: 1_000, kills: 6 });
     else if (a === '--tasks') o.tasks = val();
     else if (a === '--kills') o.kills = val();
-    else if (a === '--lease-ttl') o.leaseTtl = val();
+    else if (a === '--lease-ttl') ((o.leaseTtl = val()), (ttlGiven = true));
     else if (a === '--concurrency') o.concurrency = val();
     else if (a === '--seed') o.seed = val();
     else if (a === '--pg-restart') o.pgRestart = true;
     else if (a === '--pg-failover') o.pgFailover = true;
     else if (a === '--pg-failover-async') Object.assign(o, { pgFailover: true, pgFailoverAsync: true });
     else if (a === '--clock-skew') o.clockSkew = true;
+    else if (a === '--net-cut') netCut = true;
+    else if (a === '--cuts') ((o.netCuts = val()), (cutsGiven = netCut = true));
     else if (a === '--keep') o.keep = true;
     else throw new Error(`unknown option ${a}`);
   }
   // The restart is of the shared server; the failover's primary is a cluster of the run's own.
   if (o.pgRestart && o.pgFailover) throw new Error('--pg-restart and --pg-failover are two runs: pass one');
   if (custom) o.mode = 'custom';
+  if (netCut) {
+    // A cut must outlast a lease while tasks run: a short lease keeps each cut short.
+    if (!ttlGiven) o.leaseTtl = NET_CUT_TTL_S;
+    if (!cutsGiven) o.netCuts = o.mode === 'quick' ? 3 : 8;
+  }
   return o;
 }
 

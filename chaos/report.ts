@@ -9,6 +9,7 @@ import type { ClockSkewResult } from './clock-skew.ts';
 import type { FailingAgentResult } from './failing.ts';
 import type { FailoverResult } from './failover.ts';
 import type { FleetKillResult } from './fleet.ts';
+import { netCutLine, type NetCutResult } from './net-cut.ts';
 import type { TrafficStats } from './traffic.ts';
 
 export interface KillRecord {
@@ -71,6 +72,8 @@ export interface ChaosReport {
   clock_skew?: ClockSkewResult;
   /** --pg-failover (chaos/failover.ts): the primary killed, the standby promoted, the checks above read from it. */
   failover?: FailoverResult;
+  /** --net-cut (chaos/net-cut.ts): passes with every cut done, a re-run after one, nothing over the bound. */
+  net_cut?: NetCutResult;
   passed: boolean;
   not_exercised: string[];
 }
@@ -238,6 +241,12 @@ export function markdown(r: ChaosReport): string {
         ]
       : []),
     ...(r.failover ? failoverRows(r.failover) : []),
+    ...(r.net_cut
+      ? [
+          `| net cut: cuts done of planned (each ${r.net_cut.cut_s} s, lease TTL ${r.net_cut.lease_ttl_s} s); executions re-run after a cut | ${r.net_cut.cuts_done}/${r.net_cut.cuts_planned}; ${r.net_cut.executions_rerun_after_cut} |`,
+          `| net cut: two runs of one execution overlapping beyond ${r.net_cut.bound_ms / 1000} s (${r.net_cut.bound_ignoring_term_ms / 1000} s after a command ignoring SIGTERM); longest overlap, p99 (ms, of ${r.net_cut.executions_run_twice} executions run twice) | ${r.net_cut.over_bound.length}; ${r.net_cut.overlap_max_ms}, ${r.net_cut.overlap_p99_ms} |`,
+        ]
+      : []),
     ...(r.failing_agent
       ? [
           `| failing agent: breaker state after ${r.failing_agent.failed} failures (opens at ${r.failing_agent.consecutive}); tasks still queued of ${r.failing_agent.submitted} | ${r.failing_agent.state}; ${r.failing_agent.queued} |`,
@@ -324,6 +333,7 @@ export function summary(r: ChaosReport, files: { json: string; md: string }, wal
             `  failover (${f.replication} standby, ${f.standby_at_kill?.sync_state ?? 'not streaming'} at the kill): acknowledged writes lost ${f.acknowledged_lost}; from the primary's death: promoted ${f.promoted_ms} ms, first submit ${f.first_submit_ms ?? 'never'} ms, first claim ${f.first_claim_ms ?? 'never'} ms (the traffic's ${f.traffic_first_submit_ms ?? 'never'} / workers' ${f.worker_first_claim_ms ?? 'never'} ms), servers ready ${f.servers_ready_ms ?? 'never'} ms; checks read :${f.checked_on_port} (promoted standby :${f.standby_port})`,
           ]
         : []),
+      ...(r.net_cut ? [`  ${netCutLine(r.net_cut)}`] : []),
       `  ${files.json}`,
       `  ${files.md}`,
     ].join('\n') + '\n'

@@ -1,5 +1,5 @@
 /**
- * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart | --pg-failover | --pg-failover-async] [--clock-skew] [--keep]`
+ * `npm run chaos [-- --quick] [--tasks N] [--kills N] [--lease-ttl S] [--pg-restart | --pg-failover | --pg-failover-async] [--clock-skew] [--net-cut [--cuts N]] [--keep]`
  *
  * A real deployment on PostgreSQL — two `baton up`, four `baton worker` running a small shell
  * command — under a traffic driver (API submissions, manual schedule triggers, webhooks, all
@@ -11,6 +11,9 @@
  * early and no task ran twice at once. `--pg-failover` runs on a primary and a synchronous standby
  * of its own, kills the primary halfway and promotes the standby (chaos/failover.ts): no
  * acknowledged write may be missing on the promoted primary, where every check then reads.
+ * `--net-cut` (chaos/net-cut.ts) puts a proxy between some workers — `baton worker` and SDK
+ * processes — and the servers, cuts it for longer than a lease several times under the load, and
+ * checks from the workers' own marks that no two runs of a task overlapped beyond the bound.
  */
 import { execSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -38,6 +41,7 @@ import { fleetKillPhase } from './fleet.ts';
 import { analyse, percentile, summary, writeReport, type ChaosReport, type KillRecord } from './report.ts';
 import { drive } from './traffic.ts';
 import { CHAOS_POOL, setupFlow, startKeyedLoad } from './flow.ts';
+import { NetCut, netCutLine, netCutPassed, type NetCutResult } from './net-cut.ts';
 import { freePort, log, parse, rng, sleep } from './options.ts';
 
 async function main(): Promise<number> {
@@ -72,6 +76,7 @@ async function main(): Promise<number> {
   const procs: Proc[] = [...servers];
   let exitCode = 1;
   let passed = false;
+  let net: NetCut | undefined;
   try {
     await servers[0]!.start();
     const key = readKeyFile(dataDir);
@@ -125,16 +130,21 @@ async function main(): Promise<number> {
     if (wh.status === 201) webhookPath = wh.body.path;
     else notExercised.push(`webhooks (POST /v1/webhooks answered ${wh.status})`);
 
+    net = o.netCuts ? await NetCut.start({ servers, port: freePort, dataDir, leaseTtlS: o.leaseTtl, cuts: o.netCuts, log }) : undefined;
     const workers = [
-      workerProc('w1', 'chaos-a', () => servers[0]!.url, key, 3, command),
-      workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
-      workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
-      workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+      ...(net?.workers(servers, key) ?? [
+        workerProc('w1', 'chaos-a', () => servers[0]!.url, key, 3, command),
+        workerProc('w2', 'chaos-a', () => servers[1]!.url, key, 3, command),
+        workerProc('w3', 'chaos-b', () => servers[0]!.url, key, 3, command),
+        workerProc('w4', 'chaos-b', () => servers[1]!.url, key, 3, command),
+      ]),
       workerProc('w5', CHAIN_TARGET, () => servers[1]!.url, key, 2, command),
     ];
     procs.push(...workers);
     for (const w of workers) await w.start();
-    log(`deployment up: 2 servers, 4 workers${scheduleId ? ', a schedule firing every second' : ''}${webhookPath ? ', a webhook' : ''}`);
+    log(
+      `deployment up: 2 servers, ${workers.length} workers${net ? ' (four behind a proxy that is cut)' : ''}${scheduleId ? ', a schedule firing every second' : ''}${webhookPath ? ', a webhook' : ''}`,
+    );
 
     let open = 0;
     let polling = true;
@@ -247,6 +257,7 @@ async function main(): Promise<number> {
       maxOpen: 300,
       openCount: () => open,
       onUnit(done) {
+        net?.onUnit(done, o.tasks);
         while (nextKill < thresholds.length && done >= thresholds[nextKill]!) {
           nextKill++;
           killing = killing.then(killOne).catch((err) => void log(`kill failed: ${(err as Error).message}`));
@@ -280,6 +291,7 @@ async function main(): Promise<number> {
       },
     });
     await killing;
+    await net?.finished();
     await keyed.stop();
     // The keyed tasks are held to the same account as the traffic's: each must end once.
     for (const id of keyed.ids) traffic.acknowledged.set(id, 'api');
@@ -299,6 +311,9 @@ async function main(): Promise<number> {
     await poller;
     for (const s of servers) await waitReady(s.url, s, 30_000);
     const settleS = (Date.now() - settleStart) / 1000;
+    const cut: NetCutResult | undefined = net?.check();
+    if (cut) log(netCutLine(cut));
+    else notExercised.push('a cut network between workers and servers (pass --net-cut)');
 
     // Shared-cause lapses: all of one agent's workers die at once; no attempt may be charged.
     const fleet = await fleetKillPhase({ store, admin, server: () => servers[0]!.url, key, leaseTtl: o.leaseTtl, command, procs, log });
@@ -348,7 +363,7 @@ async function main(): Promise<number> {
         tasks: o.tasks,
         kills: o.kills,
         servers: 2,
-        workers: 5,
+        workers: workers.length,
         worker_concurrency: 3,
         lease_ttl_seconds: o.leaseTtl,
         driver_concurrency: o.concurrency,
@@ -358,6 +373,7 @@ async function main(): Promise<number> {
         pg_restart: o.pgRestart,
         pg_failover: cluster ? cluster.replication : false,
         clock_skew_s: skews,
+        net_cuts: o.netCuts,
       },
       ...facts,
       canary_violations_after_settle: cycle.status === 200 ? openViolations.length : -1,
@@ -386,6 +402,7 @@ async function main(): Promise<number> {
       chain,
       clock_skew: clock,
       failover,
+      net_cut: cut,
       passed: false,
       not_exercised: notExercised,
     };
@@ -411,7 +428,8 @@ async function main(): Promise<number> {
       chain.decided === chain.groups &&
       chain.bad_joins === 0 &&
       (!clock || clockSkewPassed(clock)) &&
-      (!cluster || (!!failover && failoverPassed(failover)));
+      (!cluster || (!!failover && failoverPassed(failover))) &&
+      (!cut || netCutPassed(cut));
     report.passed = passed;
     const files = writeReport(report);
     process.stdout.write(summary(report, files, trafficS + settleS, terminal));
@@ -421,6 +439,7 @@ async function main(): Promise<number> {
     for (const p of procs) if (p.tail.length) log(`${p.name} output:\n${p.tail.slice(-10).join('\n')}`);
   } finally {
     await stopAll(procs);
+    await net?.close();
     await store.close();
     // The failover's clusters are the run's own: stopped always, their files kept like the schema.
     cluster?.close(passed && !o.keep);
