@@ -210,6 +210,9 @@ export class Agents {
               .selectAll()
               .where('agent', '=', name)
               .where('status', '=', statusIs('queued'))
+              // In id order, as every transaction that locks several executions takes them (and
+              // then every store cancels, and decides their groups, in the same order).
+              .orderBy('id')
               .limit(AGENT_DELETE_CHUNK),
             'wait',
           )
@@ -226,7 +229,10 @@ export class Agents {
       const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
       if (!agent) throw new NotFound('agent', name);
       const queued = await this.store
-        .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')), 'wait')
+        .lockRows(
+          tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')).orderBy('id'),
+          'wait',
+        )
         .execute();
       const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
       const running = await tx
