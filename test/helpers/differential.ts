@@ -238,7 +238,7 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
       return answer(() =>
         e.submitMany(
           name(o.agent),
-          o.keys.map((k) => ({ message: `batch ${k}`, idem: { key: `batch-${k}`, hash: `h${k}` } })),
+          o.keys.map((k) => ({ message: `batch ${k}`, key: k % 2 === 0 ? `fk-${k}` : null, idem: { key: `batch-${k}`, hash: `h${k}` } })),
           'diff',
         ),
       );
