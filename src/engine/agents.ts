@@ -120,10 +120,13 @@ export class Agents {
           created_at: now,
           updated_at: now,
         })
+        // Made meanwhile by a concurrent create (the read above saw none): the same 409, not a key error.
+        .onConflict((oc) => oc.column('name').doNothing())
         .returningAll()
-        .executeTakeFirstOrThrow();
+        .executeTakeFirst();
+      if (!row) throw new AlreadyExists('agent', input.name);
       const running = await this.countInheritedWork(tx, input.name);
-      await writeAgentPools(tx, input.name, input.pools);
+      await writeAgentPools(tx, this.store, input.name, input.pools);
       const facts = await refreshFastPathFacts(tx, input.name);
       await appendAudit(tx, { at: now, actor, action: 'agent.create', subject: input.name });
       return { ...row, running_count: running, ...facts };
@@ -177,7 +180,7 @@ export class Agents {
       // As on creation: a push agent needs somewhere to push (the transaction undoes the patch).
       if (updated.delivery === 'push' && !updated.push_url)
         throw new BatonError('validation_error', "body.push_url: required when delivery is 'push'");
-      await writeAgentPools(tx, name, pools);
+      await writeAgentPools(tx, this.store, name, pools);
       const facts = await refreshFastPathFacts(tx, name);
       await appendAudit(tx, { at: now, actor, action: 'agent.update', subject: name, detail: { fields: Object.keys(patch) } });
       return { ...updated, ...facts };
@@ -210,6 +213,9 @@ export class Agents {
               .selectAll()
               .where('agent', '=', name)
               .where('status', '=', statusIs('queued'))
+              // In id order, as every transaction that locks several executions takes them (and
+              // then every store cancels, and decides their groups, in the same order).
+              .orderBy('id')
               .limit(AGENT_DELETE_CHUNK),
             'wait',
           )
@@ -226,7 +232,10 @@ export class Agents {
       const agent = await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', '=', name), 'wait').executeTakeFirst();
       if (!agent) throw new NotFound('agent', name);
       const queued = await this.store
-        .lockRows(tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')), 'wait')
+        .lockRows(
+          tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')).orderBy('id'),
+          'wait',
+        )
         .execute();
       const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
       const running = await tx

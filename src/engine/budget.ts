@@ -23,13 +23,24 @@ import { queueAlerts } from './alerts.ts';
  * (agent, window_kind, window_start); none reads the history of executions.
  */
 
-/** The ledger rows of the budget's current windows: one indexed read (at most three keys). */
-export async function readCurrentWindows(db: Executor, agent: string, budget: Budget, now: number): Promise<WindowSpend[]> {
+/** Whose ledger: an agent's (agent_budget_ledger) or a pool's (pool_budget_ledger), keyed alike by owner and window. */
+export type BudgetLedger = 'agent' | 'pool';
+
+/** The ledger rows of the budget's current windows: one indexed read (at most four keys). */
+export async function readCurrentWindows(
+  db: Executor,
+  owner: string,
+  budget: Budget,
+  now: number,
+  ledger: BudgetLedger = 'agent',
+): Promise<WindowSpend[]> {
   const keys = budgetWindows(budget).map((w) => ({ w, start: windowOf(now, w, budget.time_zone).start }));
+  // A pool's ledger remembers no alert (pools alert nobody): its rows read alerted_at null.
+  const alerted = ledger === 'pool' ? sql<number | null>`null` : sql<number | null>`${sql.ref('alerted_at')}`;
   const rows = await db
-    .selectFrom('agent_budget_ledger')
-    .select(['window_kind', 'window_start', 'cost_usd', 'total_tokens', 'run_ms', 'alerted_at'])
-    .where('agent', '=', agent)
+    .selectFrom(ledger === 'pool' ? 'pool_budget_ledger' : 'agent_budget_ledger')
+    .select(['window_kind', 'window_start', 'cost_usd', 'total_tokens', 'run_ms', alerted.as('alerted_at')])
+    .where(sql.ref(ledger), '=', owner)
     .where((eb) => eb.or(keys.map((k) => eb.and([eb('window_kind', '=', k.w), eb('window_start', '=', k.start)]))))
     .execute();
   return rows.map(toSpend);

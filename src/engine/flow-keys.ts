@@ -53,7 +53,9 @@ export async function assignRounds<R extends NewExecution>(tx: Tx, rows: readonl
       .executeTakeFirstOrThrow();
     g.forEach((r, i) => round.set(r, Number(last_round) - n + 1 + i));
   }
-  return rows.map((r) => (round.has(r) ? Object.assign({}, r, { fair_round: round.get(r)! }) : r));
+  // Every row names its round when some do: a bulk insert writes the columns of all its rows, and
+  // a row without the column would write null there, not the default.
+  return rows.map((r) => Object.assign({}, r, { fair_round: round.get(r) ?? r.fair_round ?? 0 }));
 }
 
 /** The agent columns admission needs for keys. */

@@ -1,18 +1,8 @@
 import { sql } from 'kysely';
-import {
-  budgetStatus,
-  budgetWindows,
-  firstSpent,
-  parseBudget,
-  spendOf,
-  windowOf,
-  type Budget,
-  type LimitStatus,
-  type WindowSpend,
-} from '../domain/budget.ts';
+import { budgetStatus, budgetWindows, firstSpent, parseBudget, spendOf, windowOf, type LimitStatus } from '../domain/budget.ts';
 import { parsePools } from '../domain/pools.ts';
 import type { ExecutionRow } from '../store/schema.ts';
-import { forgetOldMinutes, isFirstSpend } from './budget.ts';
+import { forgetOldMinutes, isFirstSpend, readCurrentWindows } from './budget.ts';
 import type { Executor } from './transitions/stamp.ts';
 
 /**
@@ -21,29 +11,10 @@ import type { Executor } from './transitions/stamp.ts';
  * is a primary-key seek or upsert on (pool, window_kind, window_start).
  */
 
-/** The ledger rows of a pool budget's current windows. */
-export async function readPoolWindows(db: Executor, pool: string, budget: Budget, now: number): Promise<WindowSpend[]> {
-  const keys = budgetWindows(budget).map((w) => ({ w, start: windowOf(now, w, budget.time_zone).start }));
-  const rows = await db
-    .selectFrom('pool_budget_ledger')
-    .select(['window_kind', 'window_start', 'cost_usd', 'total_tokens', 'run_ms'])
-    .where('pool', '=', pool)
-    .where((eb) => eb.or(keys.map((k) => eb.and([eb('window_kind', '=', k.w), eb('window_start', '=', k.start)]))))
-    .execute();
-  return rows.map((r) => ({
-    window_kind: r.window_kind,
-    window_start: Number(r.window_start),
-    cost_usd: Number(r.cost_usd),
-    total_tokens: Number(r.total_tokens),
-    run_ms: Number(r.run_ms),
-    alerted_at: null,
-  }));
-}
-
 /** A pool's budget now: each limit with its current window's spending (empty: no budget). */
 export async function poolBudgetStatus(db: Executor, pool: { name: string; budget: string | null }, now: number): Promise<LimitStatus[]> {
   const budget = parseBudget(pool.budget);
-  return budget ? budgetStatus(budget, await readPoolWindows(db, pool.name, budget, now), now) : [];
+  return budget ? budgetStatus(budget, await readCurrentWindows(db, pool.name, budget, now, 'pool'), now) : [];
 }
 
 /**
@@ -66,7 +37,7 @@ export async function poolBudgetSpent(
     .execute();
   for (const p of pools.sort((a, b) => (a.name < b.name ? -1 : 1))) {
     const budget = parseBudget(p.budget);
-    const spent = budget && firstSpent(budget, await readPoolWindows(db, p.name, budget, now), now);
+    const spent = budget && firstSpent(budget, await readCurrentWindows(db, p.name, budget, now, 'pool'), now);
     if (spent) return { pool: p.name, spent };
   }
   return null;

@@ -58,8 +58,11 @@ export class Pools {
           created_at: now,
           updated_at: now,
         })
+        // Made meanwhile by a concurrent create (the read above saw none): the same 409, not a key error.
+        .onConflict((oc) => oc.column('name').doNothing())
         .returningAll()
-        .executeTakeFirstOrThrow();
+        .executeTakeFirst();
+      if (!row) throw new AlreadyExists('pool', input.name);
       await appendAudit(tx, { at: now, actor, action: 'pool.create', subject: input.name });
       return row;
     });
@@ -95,7 +98,8 @@ export class Pools {
   async delete(name: string, actor: string): Promise<void> {
     const now = this.engine.now();
     await this.store.transaction(async (tx) => {
-      // Locked first: an agent joining it meanwhile either committed (and is seen below) or fails on the key.
+      // Locked first: an agent joining it meanwhile either committed (and is seen below) or then
+      // finds no pool (writeAgentPools holds the pools it joins against deletion).
       const row = await this.store.lockRows(tx.selectFrom('pools').select('name').where('name', '=', name), 'wait').executeTakeFirst();
       if (!row) throw new NotFound('pool', name);
       const agents = await this.members(tx, name, NAMED_IN_REFUSAL + 1);

@@ -203,14 +203,23 @@ export function agentFlowColumns(input: AgentFlowInput): Partial<Pick<AgentRow, 
 /**
  * Write which pools `agent` draws from (its agent_pools rows), in the transaction that writes the
  * agent row (so it holds the agent's lock). An unknown pool is refused naming the field. The
- * rows' foreign key takes a key-share lock on each pool, so a deletion that locks the pool first
- * (deletePool) either finishes before (this then fails on the key) or waits and sees the agent.
+ * pools are read holding each against deletion (`existence`, in name order) before anything
+ * refers to them, so a deletion racing this (Pools.delete locks the pool first) either finished
+ * before (the pool is not found: the same 400 as a name never made) or waits and then sees the
+ * agent among its members (409 pool_in_use): never a broken foreign key.
  */
-export async function writeAgentPools(tx: Tx, agent: string, pools: readonly string[] | null | undefined): Promise<void> {
+export async function writeAgentPools(
+  tx: Tx,
+  store: StoreAdapter,
+  agent: string,
+  pools: readonly string[] | null | undefined,
+): Promise<void> {
   if (pools === undefined) return;
   const names = parsePools(poolsColumn(pools ?? []));
   if (names.length > 0) {
-    const found = await tx.selectFrom('pools').select('name').where('name', 'in', names).execute();
+    const found = await store
+      .lockRows(tx.selectFrom('pools').select('name').where('name', 'in', names).orderBy('name'), 'existence')
+      .execute();
     const missing = names.filter((n) => !found.some((f) => f.name === n));
     if (missing.length > 0)
       throw new BatonError('validation_error', `body.pools: no pool named ${missing.map((m) => `'${m}'`).join(', ')}`, {

@@ -87,6 +87,12 @@ export async function submitMany(
     throw new BatonError('validation_error', `body.items: at most ${BATCH.maxItems} items (got ${items.length})`);
   const seen = new Map<string, number>();
   items.forEach((item, i) => {
+    // A key's caps, throttle and fairness apply to batch items; debounce and singleton do not
+    // (src/api/schemas/batch.ts says why): refused whole, naming the item's field.
+    for (const field of ['debounce_seconds', 'singleton'] as const) {
+      if (item[field] != null && item[field] !== false)
+        throw new BatonError('validation_error', `body.items.${i}.${field}: not taken in a batch; submit this item alone`, { field });
+    }
     if (!item.idem) return;
     const first = seen.get(item.idem.key);
     if (first !== undefined) {

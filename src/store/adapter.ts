@@ -23,7 +23,7 @@ export const inOrderOn =
 export type StoreKind = 'sqlite' | 'postgres';
 /** Tables written in bulk. */
 export type BulkTable = 'executions' | 'audit_log';
-export type LockMode = 'wait' | 'skip' | 'admission';
+export type LockMode = 'wait' | 'skip' | 'admission' | 'existence';
 
 /** One member of a retry chain the pruner deletes. */
 export interface ChainMember {
@@ -224,8 +224,10 @@ export interface StoreAdapter {
    * - `wait` — FOR UPDATE: exclusive, e.g. before deleting an agent or changing one execution;
    * - `skip` — FOR NO KEY UPDATE SKIP LOCKED: take only rows nobody else holds (claims, reaper);
    * - `admission` — FOR NO KEY UPDATE on an agent row: admissions for one agent take turns;
-   * - `existence` — FOR KEY SHARE on an agent row: it cannot be deleted meanwhile, yet
-   *   admissions and setting changes go on (submits use it, so they never queue behind claims).
+   * - `existence` — FOR KEY SHARE: the row cannot be deleted meanwhile, yet admissions and
+   *   setting changes go on (an agent joining a pool holds the pool so, before it writes the
+   *   row that refers to it: a deletion then waits and sees the member, or went first and the
+   *   pool is not found).
    * SQLite: a no-op, because BEGIN IMMEDIATE already holds the only write lock.
    */
   lockRows<QB extends SelectQueryBuilder<any, any, any>>(qb: QB, mode: LockMode): QB;

@@ -174,6 +174,8 @@ class PostgresStore implements StoreAdapter {
         return qb.forNoKeyUpdate().skipLocked() as QB;
       case 'admission':
         return qb.forNoKeyUpdate() as QB;
+      case 'existence':
+        return qb.forKeyShare() as QB;
     }
   }
 

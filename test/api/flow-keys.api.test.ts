@@ -108,4 +108,36 @@ describe(`concurrency keys over HTTP (${STORE_KIND})`, () => {
       metrics.close();
     }
   });
+  it('takes a key per batch item, with the same validation and the same keyed admission as a single submit', async () => {
+    await call('POST', '/v1/agents', { name: 'batched', max_parallel: 10, key_max_parallel: 1 });
+    const items = [{ message: 'b1', key: 'user:1' }, { message: 'b2', key: 'user:1' }, { message: 'b3', key: 'user:2' }, { message: 'b4' }];
+    const res = await call('POST', '/v1/agents/batched/executions/batch', { items });
+    expect([res.status, res.body.created], JSON.stringify(res.body)).toEqual([200, 4]);
+    const ids = (res.body.items as Array<{ execution_id: string }>).map((i) => i.execution_id);
+    const keys = await Promise.all(ids.map(async (id) => (await call('GET', `/v1/executions/${id}`)).body.key));
+    expect(keys).toEqual(['user:1', 'user:1', 'user:2', null]);
+    // One seat per key: the second user:1 task waits on its key, as if submitted alone.
+    const claimed = await engine.claim('batched', { owner: 'w', max: 10 });
+    expect(claimed.map((r) => r.id).sort()).toEqual([ids[0], ids[2], ids[3]].sort());
+    const waiting = await call('GET', `/v1/executions/${ids[1]}`);
+    expect(waiting.body.waiting.reason).toBe('key_busy');
+
+    for (const [item, field] of [
+      [{ message: 'x', key: 'has space' }, 'key'],
+      [{ message: 'x', key: '' }, 'key'],
+      [{ message: 'x', key: 'k', debounce_seconds: 5 }, 'debounce_seconds'],
+      [{ message: 'x', key: 'k', singleton: true }, 'singleton'],
+    ] as const) {
+      const bad = await call('POST', '/v1/agents/batched/executions/batch', { items: [{ message: 'fine' }, item] });
+      expect(bad.status, JSON.stringify(item)).toBe(400);
+      expect(bad.body.error).toBe('validation_error');
+      expect(bad.body.message).toMatch(new RegExp(`items\\.1.*${field}`));
+    }
+    // Refused whole: nothing of a refused batch was written.
+    expect((await call('GET', '/v1/agents/batched/keys')).body.keys).toHaveLength(2);
+    // The engine refuses them too (a caller that skips the HTTP schema).
+    await expect(engine.submitMany('batched', [{ message: 'x', key: 'k', singleton: true }], 'test')).rejects.toThrow(
+      /items\.0\.singleton/,
+    );
+  });
 });

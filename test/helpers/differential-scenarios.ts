@@ -5,6 +5,7 @@ import { SUBSCRIPTION_ON, type SubscriptionOn } from '../../src/domain/chains.ts
 import type { GroupPolicy } from '../../src/domain/groups.ts';
 import type { RetryPolicy } from '../../src/domain/retry.ts';
 import type { CompletionStatus } from '../../src/domain/states.ts';
+import type { Throttle } from '../../src/domain/throttle.ts';
 
 // What the differential harness (differential.ts) runs: random agent configurations and
 // sequences of engine operations.
@@ -23,6 +24,19 @@ export interface AgentSpec {
   paused: boolean;
   /** Per-key cap (src/domain/flow.ts): such an agent leaves the fast claim path. */
   key_cap?: number | null;
+  /** Per-key throttle (src/domain/flow.ts). */
+  key_throttle?: Throttle | null;
+  /** Its own throttle (src/domain/throttle.ts). */
+  throttle?: Throttle | null;
+  /** The scenario's pools it draws from (indexes, modulo their number). */
+  pools?: number[];
+}
+
+/** A pool (src/domain/pools.ts): seats, a throttle and a budget shared by the agents that draw from it. */
+export interface PoolSpec {
+  max_parallel: number | null;
+  throttle: Throttle | null;
+  budget: Budget | null;
 }
 
 /**
@@ -53,7 +67,11 @@ export type Op =
   | { k: 'toggleSubscription'; sub: number; enabled: boolean }
   | { k: 'group'; members: number[]; policy: GroupPolicy; join: number | null }
   | { k: 'edit'; agent: number; patch: Edit }
-  | { k: 'delete'; agent: number };
+  | { k: 'delete'; agent: number }
+  | { k: 'join'; agent: number; pools: number[] }
+  | { k: 'editPool'; pool: number; patch: Partial<PoolSpec> }
+  | { k: 'deletePool'; pool: number }
+  | { k: 'why'; ex: Target };
 
 export interface Edit {
   max_parallel?: number;
@@ -61,10 +79,14 @@ export interface Edit {
   budget?: Budget | null;
   breaker?: BreakerConfig | null;
   retry_policy?: RetryPolicy | null;
+  throttle?: Throttle | null;
+  key_throttle?: Throttle | null;
 }
 
 export interface Scenario {
   agents: AgentSpec[];
+  /** Pools, made before the agents (none when absent). */
+  pools?: PoolSpec[];
   ops: Op[];
 }
 
@@ -91,6 +113,23 @@ const retryArb: fc.Arbitrary<RetryPolicy> = fc.record({
 /** `arb` one time in `1 + nulls`, else null: mostly plain agents (the fast paths' ground). */
 const maybe = <T>(arb: fc.Arbitrary<T>, nulls: number) =>
   fc.oneof({ weight: nulls, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: arb });
+// Periods the clock's steps (advance) cross in one or a few operations.
+const throttleArb: fc.Arbitrary<Throttle> = fc.record({
+  limit: fc.integer({ min: 1, max: 2 }),
+  period_seconds: fc.constantFrom(10, 60),
+  burst: fc.integer({ min: 0, max: 1 }),
+});
+// Minute windows: each costed completion spends 10 tokens and 0.5 or 1 dollar (complete's usage).
+const poolBudgetArb: fc.Arbitrary<Budget> = fc.oneof(
+  fc.constantFrom(10, 20).map((limit) => ({ limits: [{ metric: 'total_tokens' as const, window: 'minute' as const, limit }] })),
+  fc.constantFrom(1, 2).map((limit) => ({ limits: [{ metric: 'cost_usd' as const, window: 'minute' as const, limit }] })),
+);
+export const poolArb: fc.Arbitrary<PoolSpec> = fc.record({
+  max_parallel: fc.option(fc.integer({ min: 1, max: 3 }), { nil: null, freq: 3 }),
+  throttle: maybe(throttleArb, 2),
+  budget: maybe(poolBudgetArb, 2),
+});
+const poolIx = fc.nat({ max: 1 });
 
 export const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
   max_parallel: fc.integer({ min: 1, max: 3 }),
@@ -103,6 +142,9 @@ export const agentArb: fc.Arbitrary<AgentSpec> = fc.record({
   budget: maybe(budgetArb, 4),
   paused: fc.constantFrom(false, false, false, false, false, true),
   key_cap: maybe(fc.integer({ min: 1, max: 2 }), 2),
+  key_throttle: maybe(throttleArb, 5),
+  throttle: maybe(throttleArb, 4),
+  pools: fc.oneof({ weight: 1, arbitrary: fc.constant<number[]>([]) }, { weight: 2, arbitrary: fc.uniqueArray(poolIx, { maxLength: 2 }) }),
 });
 
 const target: fc.Arbitrary<Target> = fc.record({ i: fc.nat({ max: 20 }), pool: fc.constantFrom('running', 'live', 'any') });
@@ -181,16 +223,37 @@ export const opArb: fc.Arbitrary<Op> = fc.oneof(
           budget: maybe(budgetArb, 1),
           breaker: maybe(breakerArb, 1),
           retry_policy: maybe(retryArb, 1),
+          throttle: maybe(throttleArb, 1),
+          key_throttle: maybe(throttleArb, 1),
         },
         { requiredKeys: [] },
       ),
     }),
   },
   { weight: 1, arbitrary: op('delete', { agent: agentIx }) },
+  { weight: 2, arbitrary: op('join', { agent: agentIx, pools: fc.uniqueArray(poolIx, { maxLength: 2 }) }) },
+  {
+    weight: 1,
+    arbitrary: op('editPool', {
+      pool: poolIx,
+      patch: fc.record(
+        {
+          max_parallel: fc.option(fc.integer({ min: 0, max: 3 }), { nil: null, freq: 3 }),
+          throttle: maybe(throttleArb, 1),
+          budget: maybe(poolBudgetArb, 1),
+        },
+        { requiredKeys: [] },
+      ),
+    }),
+  },
+  { weight: 1, arbitrary: op('deletePool', { pool: poolIx }) },
+  // Why a queued task waits (the flow limits' answers among them): aimed at live executions.
+  { weight: 3, arbitrary: op('why', { ex: fc.record({ i: fc.nat({ max: 20 }), pool: fc.constant('live' as const) }) }) },
 );
 
 export const scenarioArb = (opts: { minOps?: number; maxOps?: number } = {}): fc.Arbitrary<Scenario> =>
   fc.record({
     agents: fc.array(agentArb, { minLength: 2, maxLength: 4 }),
+    pools: fc.array(poolArb, { minLength: 1, maxLength: 2 }),
     ops: fc.array(opArb, { minLength: opts.minOps ?? 20, maxLength: opts.maxOps ?? 50, size: 'max' }),
   });

@@ -12,7 +12,7 @@ import { openPostgres } from '../../src/store/postgres.ts';
 import { openSqlite } from '../../src/store/sqlite.ts';
 import { manualClock, type ManualClock } from './clock.ts';
 import { DROPPED, Naming } from './id-naming.ts';
-import { LEASE_S, type AgentSpec, type Op, type Scenario, type Target } from './differential-scenarios.ts';
+import { LEASE_S, type AgentSpec, type Op, type PoolSpec, type Scenario, type Target } from './differential-scenarios.ts';
 import { PG_URL, STORE_KIND } from './store.ts';
 
 export { scenarioArb, type Scenario } from './differential-scenarios.ts';
@@ -148,6 +148,18 @@ function describeDivergence(at: number | null, what: string, said: Said, scenari
 }
 
 const agentName = (prefix: string, agents: number, i: number) => `${prefix}${i % agents}`;
+/** The scenario's i-th pool (modulo their number); undefined when it has none. */
+const poolName = (prefix: string, sc: Scenario, i: number) => {
+  const n = sc.pools?.length ?? 0;
+  return n === 0 ? undefined : `${prefix}p${i % n}`;
+};
+/** The names of the pools at these indexes, each once. */
+const poolNames = (prefix: string, sc: Scenario, ix: readonly number[]) => [
+  ...new Set(ix.map((i) => poolName(prefix, sc, i)).filter((n) => n !== undefined)),
+];
+
+const createPool = (e: Engine, name: string, p: PoolSpec, actor: string) =>
+  e.pools.create({ name, max_parallel: p.max_parallel, throttle: p.throttle, budget: p.budget }, actor);
 
 async function answer(fn: () => Promise<unknown>): Promise<unknown> {
   try {
@@ -169,7 +181,7 @@ function pick(statuses: Statuses, t: Target): string | undefined {
   return pool.length === 0 ? undefined : pool[t.i % pool.length];
 }
 
-async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string) {
+async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string, pools: string[] = []) {
   const row = await e.agents.create(
     {
       name,
@@ -184,6 +196,9 @@ async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string)
       breaker: a.breaker,
       budget: a.budget,
       key_max_parallel: a.key_cap ?? null,
+      key_throttle: a.key_throttle ?? null,
+      throttle: a.throttle ?? null,
+      pools,
     },
     actor,
   );
@@ -194,6 +209,7 @@ async function createAgent(e: Engine, name: string, a: AgentSpec, actor: string)
 async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, statuses: Statuses, prefix: string): Promise<unknown> {
   const e = r.engine;
   const name = (i: number) => agentName(prefix, sc.agents.length, i);
+  const poolsOf = (a: AgentSpec) => poolNames(prefix, sc, a.pools ?? []);
   const exec = (t: Target) => {
     const n = pick(statuses, t);
     return n === undefined ? undefined : r.naming.real(n);
@@ -222,7 +238,7 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
       return answer(() =>
         e.submitMany(
           name(o.agent),
-          o.keys.map((k) => ({ message: `batch ${k}`, idem: { key: `batch-${k}`, hash: `h${k}` } })),
+          o.keys.map((k) => ({ message: `batch ${k}`, key: k % 2 === 0 ? `fk-${k}` : null, idem: { key: `batch-${k}`, hash: `h${k}` } })),
           'diff',
         ),
       );
@@ -305,8 +321,33 @@ async function perform(r: PathRun, sc: Scenario, o: Op, clock: ManualClock, stat
       // And made again at once, as configured: the new agent inherits the old one's running work.
       return answer(async () => [
         await e.agents.delete(name(o.agent), 'operator'),
-        await createAgent(e, name(o.agent), sc.agents[o.agent % sc.agents.length]!, 'operator'),
+        await createAgent(
+          e,
+          name(o.agent),
+          sc.agents[o.agent % sc.agents.length]!,
+          'operator',
+          poolsOf(sc.agents[o.agent % sc.agents.length]!),
+        ),
       ]);
+    case 'join':
+      return answer(() => e.agents.update(name(o.agent), { pools: poolNames(prefix, sc, o.pools) }, 'operator'));
+    case 'editPool': {
+      const pool = poolName(prefix, sc, o.pool);
+      return pool === undefined ? none : answer(() => e.pools.update(pool, o.patch, 'operator'));
+    }
+    case 'deletePool': {
+      // Refused while an agent draws from it; when it goes, it is made again at once, as configured.
+      const pool = poolName(prefix, sc, o.pool);
+      if (pool === undefined) return none;
+      return answer(async () => [
+        await e.pools.delete(pool, 'operator'),
+        await createPool(e, pool, sc.pools![o.pool % sc.pools!.length]!, 'operator'),
+      ]);
+    }
+    case 'why': {
+      const id = exec(o.ex);
+      return id === undefined ? none : answer(async () => (await e.getExecution(id)).waiting);
+    }
   }
 }
 
@@ -367,9 +408,13 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
     throw new Divergence(at, what, Object.fromEntries(PATHS.map((p, i) => [p, said[i]])) as Said, sc);
   };
   try {
-    // The agents, as the scenario configures them.
+    // The pools, then the agents, as the scenario configures them.
+    for (const [i, p] of (sc.pools ?? []).entries()) {
+      for (const r of runs) await createPool(r.engine, poolName(prefix, sc, i)!, p, 'setup');
+    }
     for (const [i, a] of sc.agents.entries()) {
-      for (const r of runs) await createAgent(r.engine, agentName(prefix, sc.agents.length, i), a, 'setup');
+      const pools = poolNames(prefix, sc, a.pools ?? []);
+      for (const r of runs) await createAgent(r.engine, agentName(prefix, sc.agents.length, i), a, 'setup', pools);
     }
     for (const [at, o] of sc.ops.entries()) {
       clock.advance(1); // distinct times, so FIFO order never falls to the ids

@@ -61,6 +61,7 @@ export const batchRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine,
           trigger: via,
           origin: { key_id: req.principal.keyId },
           retry: body.retry,
+          key: body.key ?? null,
           idempotency_key: idempotency_key ?? null,
           // The same fingerprint as a single submit of this body: a key works across the two routes.
           idem: idempotency_key ? { key: idempotency_key, hash: fingerprint('submit', agent, bodyText(body, ['payload'])) } : undefined,

@@ -7,7 +7,11 @@ import { BATCH, IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
 import { CONTRACT_DEFAULTS as DEFAULTS } from '../../domain/defaults.ts';
 import { ClaimBody, CompleteBody, Execution, ExecutionStatus, SubmitBody, Task } from '../schemas.ts';
 
-export const BatchItem = SubmitBody.extend({
+// A batch item takes a concurrency key (caps, throttle and fairness apply per key, as to a single
+// submit), but not debounce or singleton: their answer (a task folded, a refusal naming the live
+// task) depends on the tasks the same batch creates before it, and a batch answers per item only
+// with created / replayed / refused. Sent, they are a 400 naming the field (submit them alone).
+export const BatchItem = SubmitBody.omit({ debounce_seconds: true, singleton: true }).extend({
   idempotency_key: z
     .string()
     .regex(IDEMPOTENCY_KEY_PATTERN, 'must be 1-255 visible ASCII characters')
