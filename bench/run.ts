@@ -34,10 +34,12 @@
  *   --fire-lag-runs N                runs per setting (default 3; the table shows the median)
  *   --no-save                        print only; do not write bench/results/
  *
- * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
- * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
- * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
- * the throttle across three processes (--flow-throttle-tasks, default 300).
+ * Flow control runs only when asked (`--only flow`; --flow-parts w1,noisy,throttle, default all): W1 with
+ * keys, with pools and with both beside plain W1, interleaved, in-process and over HTTP (--mode; --tasks,
+ * --agents …; --flow-shapes plain,keys,pools,keys_pools; --flow-repeat N rounds, default 2; bench/lib/flow-w1.ts),
+ * in-process the noisy neighbour by key and by pool (--flow-flood N, default 10000; --flow-quiet N quiet tasks
+ * one a second, default 30; --flow-work-ms, default 20; bench/lib/flow.ts), and on PostgreSQL the throttle
+ * across three processes (--flow-throttle-tasks, default 300).
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -67,7 +69,8 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
-import { checkFlow, keyedDriver, runNoisy, runThrottle, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { checkFlow, runNoisy, runThrottle, type FlowCheck, type NoisyConfig } from './lib/flow.ts';
+import { engineAdmin, FLOW_SHAPES, httpAdmin, runFlowW1, shapedDriver, type FlowShape, type FlowW1Run } from './lib/flow-w1.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
 import { cleanupHistoryDbs, HISTORY_DEFAULTS, HISTORY_HEAD, historyRows, runHistory, type HistoryResult } from './lib/history.ts';
@@ -119,6 +122,9 @@ const { values: a } = parseArgs({
     'flow-quiet': { type: 'string', default: '30' },
     'flow-work-ms': { type: 'string', default: '20' },
     'flow-throttle-tasks': { type: 'string', default: '300' },
+    'flow-parts': { type: 'string', default: 'w1,noisy,throttle' },
+    'flow-shapes': { type: 'string', default: FLOW_SHAPES.join(',') },
+    'flow-repeat': { type: 'string', default: '2' },
     'history-prune-only': { type: 'boolean', default: false },
     'users-systems': { type: 'string', default: 'baton-sdk,baton-hand,bullmq,graphile' },
     'users-w2-submits': { type: 'string', default: '300' },
@@ -161,6 +167,12 @@ const modes = choice('mode', a.mode, ['http', 'inproc'] as const);
 const serverHow = choice('server', a.server, ['spawn', 'inproc'] as const)[0]!;
 if (a.server === 'both') throw new Error('--server must be spawn or inproc');
 const pgUrl = a['pg-url']!;
+const flowParts = a['flow-parts']!.split(',').flatMap((p) => choice('flow-parts', p, ['w1', 'noisy', 'throttle'] as const));
+const flowShapes = a['flow-shapes']!.split(',').map((p) => {
+  if (!(FLOW_SHAPES as readonly string[]).includes(p)) throw new Error(`--flow-shapes takes ${FLOW_SHAPES.join(',')}`);
+  return p as FlowShape;
+});
+const flowRepeat = int('flow-repeat', a['flow-repeat'], 1);
 const tasks = int('tasks', a.tasks, 1);
 const w1: Omit<W1Config, 'agentPrefix' | 'tasks'> = {
   agents: int('agents', a.agents, 1),
@@ -261,6 +273,20 @@ interface Ctx {
   db: BenchDb;
   /** The process serving requests (this one for in-process runs). */
   serverPid: number;
+  /** The server, over HTTP. */
+  server?: RunningServer;
+}
+
+/**
+ * The port for the next spawned server: the next of BATON_TEST_PORTS (lo-hi) when it is set, so
+ * runs on a shared machine stay in their range; else 0 (the OS picks).
+ */
+let portsUsed = 0;
+function nextPort(): number {
+  const m = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
+  if (!m) return 0;
+  const lo = Number(m[1]);
+  return lo + (portsUsed++ % (Number(m[2]) - lo + 1));
 }
 
 /** Runs `fn` with a driver on a fresh database, then tears everything down (then `after`, on the closed database). */
@@ -281,14 +307,14 @@ async function withDriver<T>(
         ? join(RESULTS, 'profiles', `${startedAt.toISOString().replace(/[:.]/g, '-')}-${label}`)
         : undefined;
       if (profDir) mkdirSync(profDir, { recursive: true });
-      server = await startServer(db, serverHow, { cpuProfDir: profDir });
+      server = await startServer(db, serverHow, { cpuProfDir: profDir, port: nextPort() });
       driver = httpDriver(server.url, server.key);
     } else {
       const s = await db.open();
       closeStore = () => s.close();
       driver = engineDriver(s);
     }
-    const out = await fn({ driver, db, serverPid: server?.pid ?? process.pid });
+    const out = await fn({ driver, db, serverPid: server?.pid ?? process.pid, server });
     await driver.close();
     driver = undefined;
     await server?.stop();
@@ -645,25 +671,30 @@ async function mainHistory(): Promise<void> {
 
 // ── flow control (--only flow) ──────────────────────────────────────────────
 
-/** W1 in-process with or without keys (and pools) on a fresh database, then the run's check. */
-async function phaseW1Flow(store: StoreKind, keyed: boolean): Promise<W1Keyed> {
-  const db = freshDb(store, pgUrl, keyed ? 'w1_keys' : 'w1_plain');
-  try {
-    const s = await db.open();
-    const base = engineDriver(s);
-    try {
-      const driver = keyed ? await keyedDriver(base.engine, base, w1.agents) : base;
+/** W1 in one flow shape (bench/lib/flow-w1.ts) on a fresh database, then the run's check. */
+async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Promise<FlowW1Run> {
+  let check: FlowCheck | undefined;
+  const r = await withDriver(
+    store,
+    mode,
+    `w1_${shape}_${mode}`,
+    async ({ driver: base, server }) => {
+      const admin = server ? httpAdmin(server.url, server.key) : engineAdmin((base as ReturnType<typeof engineDriver>).engine);
+      const driver = await shapedDriver(admin, base, w1.agents, shape);
       const cfg: W1Config = { ...w1, submitBatch: 1, tasks, agentPrefix: 'w1-' };
       const agents = await setupAgents(driver, cfg, tasks);
-      const r = await runW1(driver, cfg, agents);
-      return { ...r, check: await checkFlow(s, 'w1-') };
-    } finally {
-      await base.close();
-      await s.close();
-    }
-  } finally {
-    await db.cleanup();
-  }
+      return runW1(driver, cfg, agents);
+    },
+    async (db) => {
+      const s = await db.open({ poolMax: 2 });
+      try {
+        check = await checkFlow(s, 'w1-');
+      } finally {
+        await s.close();
+      }
+    },
+  );
+  return { ...r, check: check! };
 }
 
 async function mainFlow(): Promise<void> {
@@ -679,15 +710,17 @@ async function mainFlow(): Promise<void> {
   const lines: string[] = [];
   const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
   for (const store of stores) {
-    const plain = await phaseW1Flow(store, false);
-    const keyed = await phaseW1Flow(store, true);
-    const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
-    out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
-    lines.push(
-      `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
-    );
-    log(lines[lines.length - 1]!);
-    for (const shape of ['key', 'pool'] as const) {
+    if (flowParts.includes('w1')) {
+      const w = await runFlowW1(modes, flowShapes, flowRepeat, (mode, shape) => phaseW1Flow(store, mode, shape), log);
+      out.push({ store, workload: 'w1_flow', ...w });
+      for (const x of w.summaries.filter((x) => x.shape !== 'plain')) {
+        lines.push(
+          `${store} W1 ${VIA[x.mode]} with ${x.shape}: ${x.median_ratio}× plain (median of ${x.ratios.join(', ')}; ≥ 0.8 ${x.median_ratio >= 0.8 ? 'met' : 'MISSED'}); ${x.checks_ok ? 'checks ok' : 'CHECK FAILED'}`,
+        );
+        log(lines[lines.length - 1]!);
+      }
+    }
+    for (const shape of flowParts.includes('noisy') ? (['key', 'pool'] as const) : []) {
       const r = await runNoisy(
         async (label) => {
           const d = freshDb(store, pgUrl, label);
@@ -703,7 +736,7 @@ async function mainFlow(): Promise<void> {
       );
       log(lines[lines.length - 1]!);
     }
-    if (store === 'postgres') {
+    if (store === 'postgres' && flowParts.includes('throttle')) {
       const db = freshDb(store, pgUrl, 'throttle');
       try {
         const s = await db.open();
