@@ -683,7 +683,22 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       const driver = await shapedDriver(admin, base, w1.agents, shape);
       const cfg: W1Config = { ...w1, submitBatch: 1, tasks, agentPrefix: 'w1-' };
       const agents = await setupAgents(driver, cfg, tasks);
-      return runW1(driver, cfg, agents);
+      // In-process on PostgreSQL: the statements and transactions the engine sends, per task.
+      const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
+      counter?.take();
+      counter?.takeTransactions();
+      try {
+        const w = await runW1(driver, cfg, agents);
+        if (!counter) return w;
+        const statements = Object.values(counter.take()).reduce((x, y) => x + y, 0);
+        return {
+          ...w,
+          statements_per_task: round(statements / tasks, 1),
+          transactions_per_task: round(counter.takeTransactions() / tasks, 1),
+        };
+      } finally {
+        counter?.uninstall();
+      }
     },
     async (db) => {
       const s = await db.open({ poolMax: 2 });

@@ -15,7 +15,7 @@ import { BatonClient } from '../../src/client.ts';
 import type { Engine } from '../../src/engine/engine.ts';
 import { nodeHttpTransport } from '../../src/worker/http.ts';
 import type { Driver } from './drivers.ts';
-import { percentile, round } from './stats.ts';
+import { round } from './stats.ts';
 import type { W1Result } from './w1.ts';
 import type { FlowCheck } from './flow.ts';
 
@@ -87,7 +87,20 @@ export async function shapedDriver(admin: FlowAdmin, base: Driver, agents: numbe
   };
 }
 
-export type FlowW1Run = W1Result & { check: FlowCheck };
+const median = (xs: number[]) => {
+  const s = [...xs].sort((x, y) => x - y);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+const perTask = (r: FlowW1Run) =>
+  r.statements_per_task === undefined ? '' : `, ${r.statements_per_task} statements and ${r.transactions_per_task} transactions a task`;
+
+export type FlowW1Run = W1Result & {
+  check: FlowCheck;
+  /** In-process on PostgreSQL: statements and transactions sent per task. */
+  statements_per_task?: number;
+  transactions_per_task?: number;
+};
 
 export interface FlowW1Summary {
   mode: 'http' | 'inproc';
@@ -119,7 +132,7 @@ export async function runFlowW1(
         const run = await runOne(mode, shape);
         all.push({ mode, shape, rep, run });
         log(
-          `  ${mode} ${shape} #${rep + 1}: ${run.tasks_per_s} tasks/s${run.check.ok ? '' : ` CHECK FAILED ${JSON.stringify(run.check)}`}`,
+          `  ${mode} ${shape} #${rep + 1}: ${run.tasks_per_s} tasks/s${perTask(run)}${run.check.ok ? '' : ` CHECK FAILED ${JSON.stringify(run.check)}`}`,
         );
       }
   const summaries: FlowW1Summary[] = [];
@@ -135,7 +148,7 @@ export async function runFlowW1(
         shape,
         runs: mine.map((r) => r.run.tasks_per_s),
         ratios,
-        median_ratio: round(percentile(ratios, 50), 2),
+        median_ratio: round(median(ratios), 2),
         checks_ok: mine.every((r) => r.run.check.ok),
       });
     }
