@@ -66,7 +66,7 @@ export function httpAdmin(url: string, key: string): FlowAdmin {
 /** `base` with the shape's limits: its pools made first (seats far above what the agents use). */
 export async function shapedDriver(admin: FlowAdmin, base: Driver, agents: number, shape: FlowShape): Promise<Driver> {
   if (shape === 'plain') return base;
-  if (hasPools(shape)) for (const name of FLOW_POOLS) await admin.createPool(name, 1_000_000);
+  if (hasPools(shape)) for (const name of FLOW_POOLS) await admin.createPool(name, 100_000);
   let created = 0;
   return {
     ...base,
