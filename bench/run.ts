@@ -39,13 +39,14 @@
  * a bare spawn of `true` vs `baton worker -- true` vs the SDK with a no-op handler, interleaved round by round on each
  * --store: --overhead-tasks N (default 300), --overhead-concurrency N (default 1), --overhead-rounds N (default 2).
  *
- * Flow control runs only when asked (`--only flow`, in-process; bench/lib/flow.ts): W1 with keys and pools
- * beside W1 without (--tasks, --agents …), the noisy neighbour by key and by pool (--flow-flood N, default
- * 10000; --flow-quiet N quiet tasks one a second, default 30; --flow-work-ms, default 20), and on PostgreSQL
- * the throttle (--flow-throttle-tasks, default 300): on PostgreSQL across three processes, on SQLite in
- * its one process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5).
- * --flow-parts w1,key,pool,throttle runs only the parts named (default all; e.g. `--flow-parts pool`
- * for the noisy neighbour by pool alone).
+ * Flow control runs only when asked (`--only flow`; --flow-parts w1,key,pool,throttle, default all; e.g.
+ * `--flow-parts pool` for the noisy neighbour by pool alone): W1 with keys, with pools and with both beside
+ * plain W1, interleaved, in-process and over HTTP (--mode; --tasks, --agents …; --flow-shapes
+ * plain,keys,pools,keys_pools; --flow-repeat N rounds, default 2; bench/lib/flow-w1.ts), in-process the noisy
+ * neighbour by key and by pool (--flow-flood N, default 10000; --flow-quiet N quiet tasks one a second,
+ * default 30; --flow-work-ms, default 20; bench/lib/flow.ts), and the throttle (--flow-throttle-tasks,
+ * default 300; bench/lib/flow-throttle.ts): on PostgreSQL across three processes, on SQLite in its one
+ * process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5).
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -75,8 +76,9 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
-import { checkFlow, keyedDriver, runNoisy, type FlowCheck, type NoisyConfig, type W1Keyed } from './lib/flow.ts';
+import { checkFlow, runNoisy, type FlowCheck, type NoisyConfig } from './lib/flow.ts';
 import { runThrottle } from './lib/flow-throttle.ts';
+import { engineAdmin, FLOW_SHAPES, httpAdmin, runFlowW1, shapedDriver, type FlowShape, type FlowW1Run } from './lib/flow-w1.ts';
 import { runScenarios, scenarioRows, SCENARIOS, type Scenario, type ScenarioResults } from './lib/scenarios.ts';
 import { OVERHEAD_HEAD, overheadTableRows, runWorkerOverhead } from './lib/worker-overhead.ts';
 import { runUsers, USERS_HEAD, usersTableRows, type UsersRow, type UsersSystem } from './lib/users.ts';
@@ -132,6 +134,8 @@ const { values: a } = parseArgs({
     'flow-parts': { type: 'string', default: 'w1,key,pool,throttle' },
     'flow-throttle-limit': { type: 'string', default: '20' },
     'flow-throttle-burst': { type: 'string', default: '5' },
+    'flow-shapes': { type: 'string', default: FLOW_SHAPES.join(',') },
+    'flow-repeat': { type: 'string', default: '2' },
     'history-prune-only': { type: 'boolean', default: false },
     'overhead-tasks': { type: 'string', default: '300' },
     'overhead-concurrency': { type: 'string', default: '1' },
@@ -181,6 +185,12 @@ const modes = choice('mode', a.mode, ['http', 'inproc'] as const);
 const serverHow = choice('server', a.server, ['spawn', 'inproc'] as const)[0]!;
 if (a.server === 'both') throw new Error('--server must be spawn or inproc');
 const pgUrl = a['pg-url']!;
+const flowParts = a['flow-parts']!.split(',').flatMap((p) => choice('flow-parts', p, ['w1', 'key', 'pool', 'throttle'] as const));
+const flowShapes = a['flow-shapes']!.split(',').map((p) => {
+  if (!(FLOW_SHAPES as readonly string[]).includes(p)) throw new Error(`--flow-shapes takes ${FLOW_SHAPES.join(',')}`);
+  return p as FlowShape;
+});
+const flowRepeat = int('flow-repeat', a['flow-repeat'], 1);
 const tasks = int('tasks', a.tasks, 1);
 const w1: Omit<W1Config, 'agentPrefix' | 'tasks'> = {
   agents: int('agents', a.agents, 1),
@@ -281,6 +291,20 @@ interface Ctx {
   db: BenchDb;
   /** The process serving requests (this one for in-process runs). */
   serverPid: number;
+  /** The server, over HTTP. */
+  server?: RunningServer;
+}
+
+/**
+ * The port for the next spawned server: the next of BATON_TEST_PORTS (lo-hi) when it is set, so
+ * runs on a shared machine stay in their range; else 0 (the OS picks).
+ */
+let portsUsed = 0;
+function nextPort(): number {
+  const m = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
+  if (!m) return 0;
+  const lo = Number(m[1]);
+  return lo + (portsUsed++ % (Number(m[2]) - lo + 1));
 }
 
 /** Runs `fn` with a driver on a fresh database, then tears everything down (then `after`, on the closed database). */
@@ -301,14 +325,14 @@ async function withDriver<T>(
         ? join(RESULTS, 'profiles', `${startedAt.toISOString().replace(/[:.]/g, '-')}-${label}`)
         : undefined;
       if (profDir) mkdirSync(profDir, { recursive: true });
-      server = await startServer(db, serverHow, { cpuProfDir: profDir });
+      server = await startServer(db, serverHow, { cpuProfDir: profDir, port: nextPort() });
       driver = httpDriver(server.url, server.key);
     } else {
       const s = await db.open();
       closeStore = () => s.close();
       driver = engineDriver(s);
     }
-    const out = await fn({ driver, db, serverPid: server?.pid ?? process.pid });
+    const out = await fn({ driver, db, serverPid: server?.pid ?? process.pid, server });
     await driver.close();
     driver = undefined;
     await server?.stop();
@@ -665,25 +689,45 @@ async function mainHistory(): Promise<void> {
 
 // ── flow control (--only flow) ──────────────────────────────────────────────
 
-/** W1 in-process with or without keys (and pools) on a fresh database, then the run's check. */
-async function phaseW1Flow(store: StoreKind, keyed: boolean): Promise<W1Keyed> {
-  const db = freshDb(store, pgUrl, keyed ? 'w1_keys' : 'w1_plain');
-  try {
-    const s = await db.open();
-    const base = engineDriver(s);
-    try {
-      const driver = keyed ? await keyedDriver(base.engine, base, w1.agents) : base;
+/** W1 in one flow shape (bench/lib/flow-w1.ts) on a fresh database, then the run's check. */
+async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Promise<FlowW1Run> {
+  let check: FlowCheck | undefined;
+  const r = await withDriver(
+    store,
+    mode,
+    `w1_${shape}_${mode}`,
+    async ({ driver: base, server }) => {
+      const admin = server ? httpAdmin(server.url, server.key) : engineAdmin((base as ReturnType<typeof engineDriver>).engine);
+      const driver = await shapedDriver(admin, base, w1.agents, shape);
       const cfg: W1Config = { ...w1, submitBatch: 1, tasks, agentPrefix: 'w1-' };
       const agents = await setupAgents(driver, cfg, tasks);
-      const r = await runW1(driver, cfg, agents);
-      return { ...r, check: await checkFlow(s, 'w1-') };
-    } finally {
-      await base.close();
-      await s.close();
-    }
-  } finally {
-    await db.cleanup();
-  }
+      // In-process on PostgreSQL: the statements and transactions the engine sends, per task.
+      const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
+      counter?.take();
+      counter?.takeTransactions();
+      try {
+        const w = await runW1(driver, cfg, agents);
+        if (!counter) return w;
+        const statements = Object.values(counter.take()).reduce((x, y) => x + y, 0);
+        return {
+          ...w,
+          statements_per_task: round(statements / tasks, 1),
+          transactions_per_task: round(counter.takeTransactions() / tasks, 1),
+        };
+      } finally {
+        counter?.uninstall();
+      }
+    },
+    async (db) => {
+      const s = await db.open({ poolMax: 2 });
+      try {
+        check = await checkFlow(s, 'w1-');
+      } finally {
+        await s.close();
+      }
+    },
+  );
+  return { ...r, check: check! };
 }
 
 async function mainOverhead(): Promise<void> {
@@ -707,18 +751,6 @@ async function mainOverhead(): Promise<void> {
   }
 }
 
-/** W1 with keys and pools beside W1 without, on `store`: one line. */
-async function flowW1(store: StoreKind, out: Record<string, unknown>[], lines: string[], ok: (c: FlowCheck) => string): Promise<void> {
-  const plain = await phaseW1Flow(store, false);
-  const keyed = await phaseW1Flow(store, true);
-  const ratio = round(keyed.tasks_per_s / plain.tasks_per_s, 2);
-  out.push({ store, workload: 'w1_keys', plain, keyed, ratio });
-  lines.push(
-    `${store} W1 in-process: ${fmt(plain.tasks_per_s)} tasks/s without keys, ${fmt(keyed.tasks_per_s)} with keys + pools = ${ratio}× (≥ 0.8 ${ratio >= 0.8 ? 'met' : 'MISSED'}); ${ok(keyed.check)}`,
-  );
-  log(lines[lines.length - 1]!);
-}
-
 async function mainFlow(): Promise<void> {
   if (stores.includes('postgres')) env.postgres = await postgresVersion(pgUrl);
   const noisy: NoisyConfig = {
@@ -731,10 +763,18 @@ async function mainFlow(): Promise<void> {
   const out: Record<string, unknown>[] = [];
   const lines: string[] = [];
   const ok = (c: FlowCheck) => (c.ok ? 'check ok' : `CHECK FAILED ${JSON.stringify(c)}`);
-  const parts = new Set(a['flow-parts']!.split(','));
   for (const store of stores) {
-    if (parts.has('w1')) await flowW1(store, out, lines, ok);
-    for (const shape of (['key', 'pool'] as const).filter((x) => parts.has(x))) {
+    if (flowParts.includes('w1')) {
+      const w = await runFlowW1(modes, flowShapes, flowRepeat, (mode, shape) => phaseW1Flow(store, mode, shape), log);
+      out.push({ store, workload: 'w1_flow', ...w });
+      for (const x of w.summaries.filter((x) => x.shape !== 'plain')) {
+        lines.push(
+          `${store} W1 ${VIA[x.mode]} with ${x.shape}: ${x.median_ratio}× plain (median of ${x.ratios.join(', ')}; ≥ 0.8 ${x.median_ratio >= 0.8 ? 'met' : 'MISSED'}); ${x.checks_ok ? 'checks ok' : 'CHECK FAILED'}`,
+        );
+        log(lines[lines.length - 1]!);
+      }
+    }
+    for (const shape of (['key', 'pool'] as const).filter((x) => flowParts.includes(x))) {
       const r = await runNoisy(
         async (label) => {
           const d = freshDb(store, pgUrl, label);
@@ -750,7 +790,7 @@ async function mainFlow(): Promise<void> {
       );
       log(lines[lines.length - 1]!);
     }
-    if (parts.has('throttle')) {
+    if (flowParts.includes('throttle')) {
       const db = freshDb(store, pgUrl, 'throttle');
       try {
         const s = await db.open();

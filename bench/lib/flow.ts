@@ -1,8 +1,7 @@
 /**
  * Flow-control workloads (`npm run bench -- --only flow`), in-process on the Engine API:
  *
- * - keyed W1: W1 with every task keyed (10 keys per agent, key cap 1) and every agent drawing from
- *   one of three pools whose seats never bind, beside W1 without keys in the same run (ratio);
+ * - W1 with keys and pools: bench/lib/flow-w1.ts;
  * - noisy neighbour: key A floods N tasks, key B submits one task a second; B's wait
  *   (started_at − queued_at) against its wait with no flood. Then the same with a pool shared by
  *   two agents: agent A floods, agent B one a second;
@@ -15,12 +14,8 @@ import { setMaxListeners } from 'node:events';
 import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
-import type { Driver } from './drivers.ts';
 import { percentile, round } from './stats.ts';
-import type { W1Config, W1Result } from './w1.ts';
-
-export const FLOW_POOLS = ['bench-pool-0', 'bench-pool-1', 'bench-pool-2'];
-export const KEYS_PER_AGENT = 10;
+import type { W1Config } from './w1.ts';
 
 export interface FlowCheck {
   /** F-01 and F-02 findings of a full canary cycle after the run (must be 0). */
@@ -42,30 +37,6 @@ export async function checkFlow(store: StoreAdapter, agentPrefix: string): Promi
   const f02 = count('F-02');
   return { f01, f02, tasks: rows.length, not_once: notOnce, ok: f01 === 0 && f02 === 0 && notOnce === 0 };
 }
-
-/**
- * The in-process driver with flow limits: each agent has key cap 1 and draws from one of the three
- * pools (created first, seats far above what the agents can use); task i of agent i % A carries key
- * `k<(i / A) % 10>`, so every agent's tasks spread over its ten keys.
- */
-export async function keyedDriver(engine: Engine, base: Driver, agents: number): Promise<Driver> {
-  for (const name of FLOW_POOLS) await engine.pools.create({ name, max_parallel: 1_000_000 }, 'bench');
-  let created = 0;
-  return {
-    ...base,
-    submitMany: undefined,
-    async createAgent(name, maxParallel, maxBacklog) {
-      const pool = FLOW_POOLS[created++ % FLOW_POOLS.length]!;
-      await engine.agents.create({ name, max_parallel: maxParallel, max_backlog: maxBacklog, key_max_parallel: 1, pools: [pool] }, 'bench');
-    },
-    async submit(agent, i) {
-      const key = `k${Math.floor(i / agents) % KEYS_PER_AGENT}`;
-      return (await engine.submit(agent, { message: 'noop', payload: { i }, key }, 'bench')).id;
-    },
-  };
-}
-
-export type W1Keyed = W1Result & { check: FlowCheck };
 
 // ── noisy neighbour ──────────────────────────────────────────────────────────
 

@@ -67,7 +67,8 @@ async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningSer
     if (process.env.BENCH_SERVER_STDERR) process.stderr.write(c);
   });
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`baton up did not report its address within 30 s; stderr:\n${stderr}`)), 30_000);
+    // 90 s: on a loaded machine (many jobs on two cores) loading and migrating took over 30 s.
+    const timer = setTimeout(() => reject(new Error(`baton up did not report its address within 90 s; stderr:\n${stderr}`)), 90_000);
     child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
       const parts = (partial + chunk).split('\n');
       partial = parts.pop()!;

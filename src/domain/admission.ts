@@ -153,6 +153,8 @@ export interface AgentFactInputs {
   breaker_recent: string;
   /** Whether an enabled subscription has this agent as its source. */
   subscribed: boolean;
+  /** Whether a pool it draws from has a budget (its admissions read it, its completions spend it). */
+  pool_budgeted: boolean;
   /** The pools it draws from (JSON, src/domain/pools.ts) and its throttle (JSON); null: none. */
   pools: string | null;
   throttle: string | null;
@@ -199,7 +201,7 @@ const HOLD_RULES: HoldRule[] = [
   {
     reason: 'pool_budget_spent',
     decide: (a) => (a.pool_budget_spent ? { reason: 'pool_budget_spent', ...a.pool_budget_spent } : null),
-    mayApply: (a) => a.pools !== null,
+    mayApply: (a) => a.pool_budgeted,
   },
   {
     reason: 'breaker_open',

@@ -45,7 +45,7 @@ export const COMPLETION_SIDE_EFFECTS: readonly CompletionSideEffect[] = Object.f
   // Spending is added to the budget's ledger.
   { name: 'budget', scope: 'agent', mayApply: (a: AgentFactInputs) => a.budget !== null },
   // Spending is added to the ledgers of the pools it draws from that have a budget.
-  { name: 'pool_budget', scope: 'agent', mayApply: (a: AgentFactInputs) => a.pools !== null },
+  { name: 'pool_budget', scope: 'agent', mayApply: (a: AgentFactInputs) => a.pool_budgeted },
   // The outcome is counted on the breaker (a success shifts its window, may close it).
   { name: 'breaker', scope: 'agent', mayApply: (a: AgentFactInputs) => !breakerSteady(a) },
   // A chained task may start (composition/chains.ts).

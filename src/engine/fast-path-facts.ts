@@ -33,9 +33,26 @@ export const subscribedAsSource = (eb: ExpressionBuilder<DB, 'agents'>) =>
     )
     .as('subscribed');
 
+/**
+ * `pool_budgeted`: whether a pool the agent draws from has a budget. Kept true by the writers of
+ * its inputs: an agent's pools (its create and update) and a pool's budget (Pools.update, which
+ * refreshes every member).
+ */
+const poolBudgeted = (eb: ExpressionBuilder<DB, 'agents'>) =>
+  eb
+    .exists(
+      eb
+        .selectFrom('agent_pools')
+        .innerJoin('pools', 'pools.name', 'agent_pools.pool')
+        .select('agent_pools.pool')
+        .whereRef('agent_pools.agent', '=', 'agents.name')
+        .where('pools.budget', 'is not', null),
+    )
+    .as('pool_budgeted');
+
 /** readFactInputs' statement, built once (preparedQuery). */
 const factInputs = preparedQuery((tx: Tx, p: { agent: string }) =>
-  tx.selectFrom('agents').select(FACT_COLUMNS).select(subscribedAsSource).where('name', '=', p.agent),
+  tx.selectFrom('agents').select(FACT_COLUMNS).select(subscribedAsSource).select(poolBudgeted).where('name', '=', p.agent),
 );
 
 /**
@@ -53,14 +70,22 @@ const factInputs = preparedQuery((tx: Tx, p: { agent: string }) =>
 export async function refreshFastPathFacts(
   tx: Tx,
   agent: string,
-  opts: { lock?: StoreAdapter; pending?: Partial<Omit<AgentFactInputs, 'subscribed' | 'name'>> & Record<string, unknown> } = {},
+  opts: {
+    lock?: StoreAdapter;
+    pending?: Partial<Omit<AgentFactInputs, 'subscribed' | 'pool_budgeted' | 'name'>> & Record<string, unknown>;
+  } = {},
 ): Promise<AgentFacts | undefined> {
   if (opts.lock) await opts.lock.lockRows(tx.selectFrom('agents').select('name').where('name', '=', agent), 'admission').execute();
   const pending = opts.pending ?? {};
   const [row] = await factInputs(tx, { agent });
   if (!row) return undefined;
   // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  const facts = agentFacts({ ...row, ...pending, subscribed: Boolean(row.subscribed) } as AgentFactInputs);
+  const facts = agentFacts({
+    ...row,
+    ...pending,
+    subscribed: Boolean(row.subscribed),
+    pool_budgeted: Boolean(row.pool_budgeted),
+  } as AgentFactInputs);
   const same = Number(row.fast_claim) === facts.fast_claim && Number(row.fast_complete) === facts.fast_complete;
   if (!same || Object.keys(pending).length > 0) {
     await tx

@@ -2,8 +2,10 @@ import type { Budget, LimitStatus } from '../domain/budget.ts';
 import { AlreadyExists, BatonError, NotFound } from '../domain/errors.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { PoolRow } from '../store/schema.ts';
+import type { Tx } from '../store/adapter.ts';
 import { appendAudit } from './audit.ts';
 import type { EngineContext } from './context.ts';
+import { refreshFastPathFacts } from './fast-path-facts.ts';
 import { poolBudgetStatus } from './pool-budget.ts';
 import { poolSeatsInUse } from './pools.ts';
 
@@ -72,6 +74,7 @@ export class Pools {
   async update(name: string, patch: PoolPatch, actor: string): Promise<PoolRow> {
     const now = this.engine.now();
     const out = await this.store.transaction(async (tx) => {
+      if (patch.budget !== undefined) await this.lockForBudget(tx, name);
       const row = await tx
         .updateTable('pools')
         .set({
@@ -87,6 +90,9 @@ export class Pools {
         .returningAll()
         .executeTakeFirst();
       if (!row) throw new NotFound('pool', name);
+      if (patch.budget !== undefined)
+        for (const agent of await this.members(tx, name, Number.MAX_SAFE_INTEGER))
+          await refreshFastPathFacts(tx, agent, { lock: this.store });
       await appendAudit(tx, { at: now, actor, action: 'pool.update', subject: name, detail: { fields: Object.keys(patch) } });
       return { row, agents: await this.members(tx, name) };
     });
@@ -147,6 +153,20 @@ export class Pools {
     for (const p of await this.list())
       out.push({ name: p.name, max_parallel: p.max_parallel, in_use: await poolSeatsInUse(this.store.db, p.name) });
     return out;
+  }
+
+  /**
+   * Before a budget change, whose members' fast-path facts follow it (a budgeted pool's completions
+   * spend it): the members' rows first, in name order, as admission locks an agent before its
+   * pools; then the pool's row so that no agent joins meanwhile (its key-share lock waits, and its
+   * facts, computed after, see the new budget). An agent that joined between the two reads is
+   * locked after the pool: a rare wait that PostgreSQL may break as a deadlock, which is retried.
+   */
+  private async lockForBudget(tx: Tx, pool: string): Promise<void> {
+    const agents = await this.members(tx, pool, Number.MAX_SAFE_INTEGER);
+    if (agents.length > 0)
+      await this.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
+    await this.store.lockRows(tx.selectFrom('pools').select('name').where('name', '=', pool), 'wait').execute();
   }
 
   private async members(db: Pick<EngineContext['store'], 'db'>['db'], pool: string, limit = 1000): Promise<string[]> {

@@ -104,6 +104,23 @@ describe(`fast-path facts (${STORE_KIND})`, () => {
     expect(await facts(source)).toEqual({ claim: 1, complete: 1 });
   });
 
+  it("a pool's budget flips its members' completion fact: set, removed, and for an agent that joins or leaves", async () => {
+    const pool = `facts-pool-${++n}`;
+    await engine.pools.create({ name: pool, max_parallel: 10 }, 'test');
+    const member = await newAgent({ pools: [pool] });
+    // A seat cap keeps claims in the engine's transaction; without a budget a completion spends nothing.
+    expect(await facts(member)).toEqual({ claim: 0, complete: 1 });
+    const budget = { limits: [{ metric: 'total_tokens' as const, window: 'hour' as const, limit: 150 }] };
+    await engine.pools.update(pool, { budget }, 'test');
+    expect(await facts(member)).toEqual({ claim: 0, complete: 0 });
+    const joiner = await newAgent({ pools: [pool] });
+    expect(await facts(joiner)).toEqual({ claim: 0, complete: 0 });
+    await engine.agents.update(joiner, { pools: [] }, 'test');
+    expect(await facts(joiner)).toEqual({ claim: 1, complete: 1 });
+    await engine.pools.update(pool, { budget: null }, 'test');
+    expect(await facts(member)).toEqual({ claim: 0, complete: 1 });
+  });
+
   it('the breaker: a failure dirties the window, a trip holds claims, closing frees them', async () => {
     const agent = await newAgent({
       breaker: { consecutive: 2, ratio: 1, window: 3, cooldown_ms: 60_000, max_cooldown_ms: 60_000, count: ['agent_error'] },
