@@ -332,8 +332,12 @@ export class NetCut {
   }
 }
 
+/**
+ * A run with no stop mark (its mark lost with a killed watcher) is not a failure by itself: it
+ * counts as running until the check, so a re-run of its execution would overlap it past the bound.
+ */
 export function netCutPassed(r: NetCutResult): boolean {
-  return r.cuts_done === r.cuts_planned && r.executions_rerun_after_cut > 0 && r.over_bound.length === 0 && r.runs_unended === 0;
+  return r.cuts_done === r.cuts_planned && r.executions_rerun_after_cut > 0 && r.over_bound.length === 0;
 }
 
 export function netCutLine(r: NetCutResult): string {
