@@ -113,6 +113,9 @@ export function startPgStandby(opts: {
     '-R',
     '-X',
     'stream',
+    // An immediate checkpoint: the default spreads it over most of checkpoint_timeout (minutes).
+    '-c',
+    'fast',
     '--no-sync',
   ]);
   const options = `-p ${opts.port} -k ${opts.dataDir} ${flags(opts.settings)} -c cluster_name=standby`;
