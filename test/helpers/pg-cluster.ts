@@ -144,7 +144,8 @@ export function startPgCluster(opts: {
   return running(bin, opts.dataDir, opts.port);
 }
 
-async function query<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
+/** One statement on a fresh connection to `url`. */
+export async function query<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {

@@ -8,29 +8,18 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../../src/client.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import { until } from '../helpers/delivery.ts';
-import { replicateTo, startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
+import { query, replicateTo, startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
 import { testPort } from '../helpers/proxy-front.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import { STORE_KIND, untilHearing } from '../helpers/store.ts';
 
 const describeFailover = STORE_KIND === 'postgres' ? describe : describe.skip;
-
-async function query<T extends pg.QueryResultRow>(url: string, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<T>(text)).rows;
-  } finally {
-    await client.end();
-  }
-}
 
 describeFailover('PostgreSQL failover (a SQLite store is one file with no standby: nothing to fail over to)', () => {
   let work: string;
