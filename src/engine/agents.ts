@@ -19,6 +19,7 @@ import type { Followed } from './composition/follow.ts';
 import { readCurrentWindows } from './budget.ts';
 import { liveKeys } from './flow-keys-read.ts';
 import type { Throttle } from '../domain/throttle.ts';
+import { ADMISSION_ORDER } from '../domain/flow.ts';
 import { budgetStatus, parseBudget, type Budget, type LimitStatus } from '../domain/budget.ts';
 import { deleteAgentSubscriptions } from './composition/subscriptions.ts';
 import { refreshFastPathFacts } from './fast-path-facts.ts';
@@ -213,9 +214,10 @@ export class Agents {
               .selectAll()
               .where('agent', '=', name)
               .where('status', '=', statusIs('queued'))
-              // In id order, as every transaction that locks several executions takes them (and
-              // then every store cancels, and decides their groups, in the same order).
-              .orderBy('id')
+              // In admission order: the queue's own index gives it, so a backlog of any size is
+              // read a chunk at a time rather than sorted, and it is one total order, so every
+              // store cancels, and decides their groups, in the same order.
+              .orderBy(ADMISSION_ORDER)
               .limit(AGENT_DELETE_CHUNK),
             'wait',
           )
@@ -233,7 +235,12 @@ export class Agents {
       if (!agent) throw new NotFound('agent', name);
       const queued = await this.store
         .lockRows(
-          tx.selectFrom('executions').selectAll().where('agent', '=', name).where('status', '=', statusIs('queued')).orderBy('id'),
+          tx
+            .selectFrom('executions')
+            .selectAll()
+            .where('agent', '=', name)
+            .where('status', '=', statusIs('queued'))
+            .orderBy(ADMISSION_ORDER),
           'wait',
         )
         .execute();
