@@ -2,7 +2,10 @@
  * Summarise a V8 .cpuprofile (from `node --cpu-prof`): where the samples landed, by package /
  * source file and by function, self time and inclusive time.
  *
- *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [--top 30] [--filter src/]
+ *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [--top 30] [--filter src/] [--long-tasks 30]
+ *
+ * `--long-tasks N`: also list each stretch of at least N ms in which the thread was never idle
+ * (a synchronous step holding the event loop), with the functions that took most of it.
  *
  * Typical use:
  *   node --cpu-prof --cpu-prof-dir /tmp/prof --import tsx bench/run.ts --store sqlite --mode inproc --only w1
@@ -31,7 +34,7 @@ interface Profile {
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { top: { type: 'string', default: '30' }, filter: { type: 'string' } },
+  options: { top: { type: 'string', default: '30' }, filter: { type: 'string' }, 'long-tasks': { type: 'string' } },
 });
 if (positionals.length === 0) {
   console.error('usage: profile-summary.ts <file.cpuprofile> [--top N] [--filter substring]');
@@ -114,4 +117,51 @@ for (const file of positionals) {
   show('inclusive time by package / file (a sample counts once per bucket on its stack)', inclByBucket);
   show('self time by function', selfByFn);
   show('inclusive time by function', inclByFn);
+  if (values['long-tasks']) longTasks(p, byId, parent, Number(values['long-tasks']) * 1000);
+}
+
+/**
+ * Stretches of consecutive non-idle samples of at least `minUs`: when each started (ms into the
+ * profile), how long it held the thread, and the functions (inclusive, src/ and packages first)
+ * that took the most of it.
+ */
+function longTasks(p: Profile, byId: Map<number, ProfileNode>, parent: Map<number, number>, minUs: number): void {
+  const idle = (id: number) => byId.get(id)!.callFrame.functionName === '(idle)';
+  const tasks: Array<{ start: number; us: number; samples: number[] }> = [];
+  let t = 0;
+  let cur: { start: number; us: number; samples: number[] } | undefined;
+  for (let i = 0; i < p.samples.length; i++) {
+    t += p.timeDeltas[i] ?? 0;
+    const id = p.samples[i]!;
+    const dt = p.timeDeltas[i + 1] ?? 0;
+    if (idle(id)) {
+      if (cur && cur.us >= minUs) tasks.push(cur);
+      cur = undefined;
+      continue;
+    }
+    cur ??= { start: t, us: 0, samples: [] };
+    cur.us += dt;
+    cur.samples.push(i);
+  }
+  if (cur && cur.us >= minUs) tasks.push(cur);
+  console.log(`\nstretches without an idle sample of at least ${minUs / 1000} ms: ${tasks.length}`);
+  for (const task of tasks) {
+    const incl = new Map<string, number>();
+    for (const i of task.samples) {
+      const dt = p.timeDeltas[i + 1] ?? 0;
+      const seen = new Set<string>();
+      for (let c: number | undefined = p.samples[i]!; c !== undefined; c = parent.get(c)) {
+        const k = fnKey(byId.get(c)!.callFrame);
+        if (seen.has(k)) continue;
+        seen.add(k);
+        incl.set(k, (incl.get(k) ?? 0) + dt);
+      }
+    }
+    const topFns = [...incl]
+      .filter(([k]) => !k.startsWith('(root)') && !k.includes('processTicksAndRejections') && !k.startsWith('(anonymous)  node:'))
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 12);
+    console.log(`  at ${(task.start / 1000).toFixed(0)} ms: ${(task.us / 1000).toFixed(1)} ms`);
+    for (const [k, us] of topFns) console.log(`      ${(us / 1000).toFixed(1).padStart(6)} ms  ${k}`);
+  }
 }

@@ -11,17 +11,21 @@ import { randomUUID } from 'node:crypto';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BatonError } from '../domain/errors.ts';
 import {
+  infiniteMessage,
   jsonShape,
   LARGE_JSON_CHARS,
   MAX_JSON_SHAPES,
+  MAX_JSON_VALUES,
   RAW_REST_MAX_VALUES,
   RawJson,
   spansAt,
+  tooDeepMessage,
   tooManyShapesMessage,
+  tooManyValuesMessage,
   withPlaceholders,
   type PathSpan,
 } from '../domain/json.ts';
-import { canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
+import { bodyOffThread, canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -31,6 +35,9 @@ declare module 'fastify' {
 }
 
 const where = (s: PathSpan) => ['body', ...s.path].join('.');
+
+const restMessage = (paths: readonly string[], left: number) =>
+  `body: about ${left.toLocaleString('en-US')} JSON values besides ${paths.map((p) => `body.${p}`).join(', ')}, more than the ${RAW_REST_MAX_VALUES.toLocaleString('en-US')} such a body may hold there`;
 
 /**
  * `parse(text)`, but a text over LARGE_JSON_CHARS only once the JSON thread has counted its
@@ -66,12 +73,7 @@ export async function parseAroundRawPaths(
   const mark = `baton-raw-${randomUUID()}-`;
   const rest = withPlaceholders(text, spans, mark);
   const left = jsonShape(rest).values;
-  if (left > RAW_REST_MAX_VALUES) {
-    throw new BatonError(
-      'payload_too_large',
-      `body: about ${left.toLocaleString('en-US')} JSON values besides ${paths.map((p) => `body.${p}`).join(', ')}, more than the ${RAW_REST_MAX_VALUES.toLocaleString('en-US')} such a body may hold there`,
-    );
-  }
+  if (left > RAW_REST_MAX_VALUES) throw new BatonError('payload_too_large', restMessage(paths, left));
   if (spans.length === 0) return parseMeasured(text, 'body', parse);
   const body = await parseMeasured(rest, `body besides ${paths.map((p) => `body.${p}`).join(', ')}`, parse);
   await nextTurn();
@@ -79,14 +81,65 @@ export async function parseAroundRawPaths(
     if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `${where(spans[err.index]!)}: ${err.message}`);
     throw err;
   });
-  spans.forEach((s, i) => {
-    let holder: unknown = body;
-    for (const key of s.path.slice(0, -1))
-      holder = holder !== null && typeof holder === 'object' ? (holder as Record<string, unknown>)[key] : undefined;
-    const last = s.path.at(-1)!;
-    if (holder !== null && typeof holder === 'object' && (holder as Record<string, unknown>)[last] === mark + i) {
-      (holder as Record<string, unknown>)[last] = new RawJson(texts[i]!);
-    }
-  });
+  spans.forEach((s, i) => placeRaw(body, s.path, mark + i, texts[i]!));
   return body;
+}
+
+/** The raw value's text in place of its placeholder `placed` at `path` (not there: a later duplicate key won). */
+function placeRaw(body: unknown, path: readonly string[], placed: string, text: string): void {
+  let holder: unknown = body;
+  for (const key of path.slice(0, -1))
+    holder = holder !== null && typeof holder === 'object' ? (holder as Record<string, unknown>)[key] : undefined;
+  const last = path.at(-1)!;
+  if (holder !== null && typeof holder === 'object' && (holder as Record<string, unknown>)[last] === placed) {
+    (holder as Record<string, unknown>)[last] = new RawJson(text);
+  }
+}
+
+/**
+ * parseAroundRawPaths for a body still in the chunks it was read in: the event loop never holds
+ * its whole text. On this machine's kind of host, each megabyte a step first touches costs
+ * milliseconds on its own, and the whole text was two such copies (joined, decoded) and a third
+ * posted to the JSON thread. There the chunks are decoded and scanned as parseAroundRawPaths does
+ * here, the same refusals in the same order; this thread parses the rest, and then receives the
+ * raw values one message (and turn) each. `parseText`: a body that is not large once decoded, as
+ * any small one.
+ */
+export async function parseBytesAroundRawPaths(
+  chunks: readonly Buffer[],
+  paths: readonly string[],
+  parse: (text: string) => Promise<unknown>,
+  parseText: (text: string) => Promise<unknown>,
+): Promise<unknown> {
+  const { key, scan } = await bodyOffThread.scan(chunks, paths).catch((err: unknown) => {
+    if (err instanceof OffThreadJsonError) throw new BatonError('invalid_json', `body: ${err.message}`);
+    throw err;
+  });
+  if ('text' in scan) return parseText(scan.text);
+  if ('shape' in scan) {
+    if (scan.shape.tooDeep) throw new BatonError('validation_error', tooDeepMessage('body'));
+    if (scan.shape.values > MAX_JSON_VALUES) throw new BatonError('payload_too_large', tooManyValuesMessage('body', scan.shape.values));
+    throw new BatonError('validation_error', infiniteMessage('body'));
+  }
+  if ('restValues' in scan) throw new BatonError('payload_too_large', restMessage(paths, scan.restValues));
+  if ('invalid' in scan) throw new BatonError('invalid_json', `body: ${scan.invalid}`);
+  const besides = 'rest' in scan ? `body besides ${paths.map((p) => `body.${p}`).join(', ')}` : 'body';
+  if (scan.shapes !== undefined && scan.shapes > MAX_JSON_SHAPES)
+    throw new BatonError('payload_too_large', tooManyShapesMessage(besides, scan.shapes));
+  if ('whole' in scan) return parse(scan.whole);
+  let taken = 0;
+  try {
+    const body = await parse(scan.rest);
+    await nextTurn();
+    const count = await bodyOffThread.check(key).catch((err: unknown) => {
+      taken = scan.paths.length; // the thread let go of them with its refusal
+      if (err instanceof OffThreadJsonError)
+        throw new BatonError('invalid_json', `${['body', ...scan.paths[err.index]!].join('.')}: ${err.message}`);
+      throw err;
+    });
+    for (; taken < count; taken++) placeRaw(body, scan.paths[taken]!, scan.mark + taken, await bodyOffThread.take(key, taken));
+    return body;
+  } finally {
+    if (taken < scan.paths.length) void bodyOffThread.drop(key).catch(() => undefined);
+  }
 }

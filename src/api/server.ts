@@ -1,5 +1,5 @@
 import swagger from '@fastify/swagger';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { DEFAULTS, RETENTION_DEFAULTS, type HookRates, type RetentionEnv, type TrustedProxy } from '../config.ts';
@@ -9,7 +9,8 @@ import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepM
 import { authenticate } from './auth.ts';
 import { guardConnections, proxyMatcher } from './connections.ts';
 import { boundUnreadAnswers, UnreadLedger } from './slow-readers.ts';
-import { parseAroundRawPaths, parseMeasured } from './json-off-thread.ts';
+import { parseAroundRawPaths, parseBytesAroundRawPaths, parseMeasured } from './json-off-thread.ts';
+import { readChunks } from './body-chunks.ts';
 import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
@@ -186,10 +187,10 @@ function acceptBodies(app: FastifyInstance): void {
   // a string and the schema would answer 400 instead of 415 (/hooks has its own parser).
   const parseJson = app.getDefaultJsonParser('error', 'error');
   const largeBodies = new WeakSet<object>();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+  const parseText = (req: FastifyRequest, body: string, done: (err: Error | null, value: unknown) => void) => {
     // A JSON body past LARGE_JSON_CHARS gets a turn of the event loop between its parsing and its handler.
-    if ((body as string).length > LARGE_JSON_CHARS) largeBodies.add(req);
-    const shape = jsonShape(body as string);
+    if (body.length > LARGE_JSON_CHARS) largeBodies.add(req);
+    const shape = jsonShape(body);
     if (shape.tooDeep) return done(new BatonError('validation_error', tooDeepMessage('body')), undefined);
     if (shape.values > MAX_JSON_VALUES)
       return done(new BatonError('payload_too_large', tooManyValuesMessage('body', shape.values)), undefined);
@@ -198,16 +199,35 @@ function acceptBodies(app: FastifyInstance): void {
     // Any other large body is measured there first (parseMeasured), never parsed here if costly.
     if (largeBodies.has(req)) {
       const raw = req.routeOptions.config.rawJsonPaths;
-      const parse = (text: string) =>
-        new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
-      (raw ? parseAroundRawPaths(body as string, raw, parse) : parseMeasured(body as string, 'body', parse)).then(
+      (raw ? parseAroundRawPaths(body, raw, parser(req)) : parseMeasured(body, 'body', parser(req))).then(
         (value) => done(null, value),
         (err: Error) => done(err, undefined),
       );
       return;
     }
     // Synchronous: it answers through done. (Its type also allows the promise form it never takes.)
-    void parseJson(req, body as string, done);
+    void parseJson(req, body, done);
+  };
+  const parser = (req: FastifyRequest) => (text: string) =>
+    new Promise<unknown>((resolve, reject) => void parseJson(req, text, (err, value) => (err ? reject(err) : resolve(value))));
+  app.addContentTypeParser('application/json', (req, payload, done) => {
+    readChunks(req, payload, (err, chunks, length) => {
+      if (err) return done(err, undefined);
+      const raw = req.routeOptions.config.rawJsonPaths;
+      // A large body of a route that only stores its large values: decoded and scanned on the JSON
+      // thread from the chunks it came in (parseBytesAroundRawPaths); any other, decoded here.
+      if (raw && length > LARGE_JSON_CHARS) {
+        largeBodies.add(req);
+        const asText = (text: string) =>
+          new Promise<unknown>((resolve, reject) => parseText(req, text, (e, v) => (e ? reject(e) : resolve(v))));
+        parseBytesAroundRawPaths(chunks, raw, parser(req), asText).then(
+          (value) => done(null, value),
+          (e: Error) => done(e, undefined),
+        );
+        return;
+      }
+      parseText(req, chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, length).toString('utf8'), done);
+    });
   });
   app.removeContentTypeParser('text/plain');
   // Bodies come as they are sent: a Content-Encoding (gzip, br) is not undone here, so such a body

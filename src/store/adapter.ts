@@ -287,6 +287,26 @@ export interface StoreAdapter {
 /** Rows per bulk INSERT. SQLite binds each value (~45 per execution row), well under its limit. */
 export const BULK_CHUNK = 200;
 
+/**
+ * A bulk insert's statement also ends after the row that brings its text values to this many
+ * characters: each statement's values are copied whole on the event loop (posted to SQLite's
+ * thread, serialised for PostgreSQL), so megabytes of payloads go a megabyte a step.
+ */
+export const BULK_CHUNK_CHARS = 1 << 20;
+
+/** Where the bulk statement of `rows` from `start` ends: at most `maxRows` rows, or BULK_CHUNK_CHARS characters of text (at least one row). */
+export function bulkChunkEnd(rows: readonly object[], start: number, maxRows: number): number {
+  let end = start;
+  for (let chars = 0; end < rows.length && end - start < maxRows && chars < BULK_CHUNK_CHARS; end++) {
+    const row = rows[end] as Record<string, unknown>;
+    for (const k in row) {
+      const v = row[k];
+      if (typeof v === 'string') chars += v.length;
+    }
+  }
+  return end;
+}
+
 /** The union of the rows' keys, in first-seen order. */
 export function bulkColumns(rows: ReadonlyArray<Record<string, unknown>>): string[] {
   const seen = new Set<string>();

@@ -3,6 +3,7 @@ import type Database from 'better-sqlite3';
 import { Kysely, sql, type Insertable, type RawBuilder, type SelectQueryBuilder } from 'kysely';
 import {
   BULK_CHUNK,
+  bulkChunkEnd,
   bindMethods,
   bulkColumns,
   inOrderOn,
@@ -74,17 +75,6 @@ export interface SqliteOptions {
   /** Take the one-server lock until close (`baton up`: sqlite-lock.ts); fails if another process holds it. */
   serve?: boolean;
 }
-
-/** A SQLite bulk insert's chunk ends at BULK_CHUNK rows, or after the row that brings its text values to this many characters. */
-const BULK_CHUNK_CHARS = 1 << 20;
-const textChars = (row: Record<string, unknown>) => {
-  let n = 0;
-  for (const k in row) {
-    const v = row[k];
-    if (typeof v === 'string') n += v.length;
-  }
-  return n;
-};
 
 export function openSqlite(file: string, opts: SqliteOptions = {}): StoreAdapter {
   if (file !== ':memory:') createPrivately(file);
@@ -305,9 +295,7 @@ class SqliteStore implements StoreAdapter {
       // connection mutex), so nothing reads these rows before they are committed; requests, the
       // reader thread's and the other connections' work go on.
       if (i > 0) await nextTurn();
-      let end = i;
-      for (let chars = 0; end < rows.length && end - i < BULK_CHUNK && chars < BULK_CHUNK_CHARS; end++)
-        chars += textChars(rows[end] as Record<string, unknown>);
+      const end = bulkChunkEnd(rows, i, BULK_CHUNK);
       const chunk = rows.slice(i, end);
       i = end;
       const cols = bulkColumns(chunk);

@@ -20,14 +20,20 @@ export class ThreadCalls<Reply extends { id: number }> {
     private readonly name: string,
   ) {}
 
-  /** The reply to `message` (sent with an `id` added). */
-  call(message: object): Promise<Reply> {
+  /** The reply to `message` (sent with an `id` added); `transfer`: buffers moved to the thread, not copied. */
+  call(message: object, transfer?: readonly ArrayBuffer[]): Promise<Reply> {
     const { worker, pending } = (this.current ??= this.start());
     const id = this.nextId++;
     return new Promise<Reply>((resolve, reject) => {
       pending.set(id, { resolve, reject });
       worker.ref();
-      worker.postMessage({ id, ...message });
+      try {
+        worker.postMessage({ id, ...message }, transfer);
+      } catch (err) {
+        pending.delete(id);
+        if (pending.size === 0) worker.unref();
+        throw err;
+      }
     });
   }
 

@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import { interpretAnswer } from '../../src/delivery/dispatcher.ts';
-import { largeMembers, membersOf, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../../src/domain/json.ts';
+import { LARGE_JSON_CHARS, largeMembers, membersOf, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../../src/domain/json.ts';
 import { jsonShapesOffThread, OffThreadJsonError } from '../../src/engine/json-thread.ts';
 import type { BatonNode } from '../../src/server/up.ts';
 import { startTestNode } from '../helpers/delivery.ts';
@@ -278,6 +278,29 @@ describe(`a large batch's and group's payloads (${STORE_KIND})`, () => {
     expect(r.status).toBe(400);
     expect(r.body).toMatchObject({ error: 'invalid_json', message: expect.stringMatching(/^body\.items\.42\.payload: /) });
     expect((await api.listExecutions({ agent: 'broken' })).executions).toHaveLength(0);
+  });
+});
+
+describe(`a large body read as bytes (${STORE_KIND})`, () => {
+  it('arrives whole from the chunks it came in: characters split between chunks, bodies long in bytes but short in characters', async () => {
+    await api.createAgent({ name: 'wide', max_backlog: 100 });
+    // Three-byte characters: a 64 KiB read ends inside one of them.
+    const items = [0, 1, 2, 3, 4].map((i) => ({ message: `m€${i}`, payload: { text: '€é'.repeat(40_000) + i } }));
+    const wide = await post('/v1/agents/wide/executions/batch', JSON.stringify({ items }));
+    expect(wide.status).toBe(200);
+    expect(wide.body).toMatchObject({ created: 5 });
+    for (const [i, item] of wide.body.items.entries()) {
+      const e = await api.getExecution(item.execution_id as string);
+      expect(e.payload).toEqual(items[i]!.payload);
+      expect(e.message).toBe(items[i]!.message);
+    }
+    // Over LARGE_JSON_CHARS in bytes, under it in characters: parsed as any small body.
+    const short = JSON.stringify({ items: [0, 1].map(() => ({ message: 'm', payload: { text: '€'.repeat(50_000) } })) });
+    expect(Buffer.byteLength(short)).toBeGreaterThan(LARGE_JSON_CHARS);
+    expect(short.length).toBeLessThan(LARGE_JSON_CHARS);
+    const r = await post('/v1/agents/wide/executions/batch', short);
+    expect(r.status).toBe(200);
+    expect((await api.getExecution(r.body.items[1].execution_id as string)).payload).toEqual({ text: '€'.repeat(50_000) });
   });
 });
 
