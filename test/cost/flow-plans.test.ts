@@ -4,7 +4,9 @@ import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { liveKeyCounts } from '../../src/engine/flow-keys-read.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
+import { sqliteFile } from '../../src/store/open.ts';
 import type { ExecutionRow, NewExecution } from '../../src/store/schema.ts';
+import { openSqliteReader } from '../../src/store/sqlite-reader.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import { checkRecorded, during, HISTORY_TABLES, planStore, recordingStore, report } from './plans-check.ts';
 
@@ -288,5 +290,18 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
         checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'),
       );
     expect(report(checked)).toBe('');
+
+    // SQLite as deployed never runs ANALYZE: the same statements must seek without statistics,
+    // planned on a connection that never loaded any (see test/cost/plans.test.ts).
+    if (store.kind === 'sqlite') {
+      await sql`DROP TABLE sqlite_stat1`.execute(store.db);
+      await sql`DROP TABLE IF EXISTS sqlite_stat4`.execute(store.db);
+      const fresh = openSqliteReader(sqliteFile(ts.location)!);
+      try {
+        expect(report(await checkRecorded(fresh)), 'without statistics').toBe('');
+      } finally {
+        await fresh.destroy();
+      }
+    }
   });
 });
