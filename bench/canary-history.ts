@@ -28,6 +28,7 @@ import type { StoreAdapter } from '../src/store/adapter.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import { openSqlite } from '../src/store/sqlite.ts';
 import { fillHistory } from './lib/history-fill.ts';
+import { createHistoryPool, HISTORY_KEYS, historyFlowSettings, historyKeyOf, KEYED_AGENT } from './lib/history-flow.ts';
 
 const { values: a } = parseArgs({
   options: {
@@ -95,9 +96,15 @@ async function main() {
   const keepAlive = setInterval(() => {}, 1_000);
   const { store, where, fresh } = await open();
   const engine = new Engine({ store, nodeId: 'bench' });
-  const agents = Array.from({ length: 100 }, (_, i) => ({ name: `hist-${String(i).padStart(3, '0')}`, max_parallel: 3 }));
+  const agents = Array.from({ length: 100 }, (_, i) => ({
+    name: `hist-${String(i).padStart(3, '0')}`,
+    max_parallel: 3,
+    ...(i === KEYED_AGENT ? { keys: HISTORY_KEYS } : {}),
+  }));
   if (fresh) {
-    for (const ag of agents) await engine.agents.create({ name: ag.name, max_parallel: ag.max_parallel, max_backlog: 1000 }, 'bench');
+    await createHistoryPool(engine);
+    for (const [i, ag] of agents.entries())
+      await engine.agents.create({ name: ag.name, max_parallel: ag.max_parallel, max_backlog: 1000, ...historyFlowSettings(i) }, 'bench');
     log(`filling ${n.toLocaleString('en-US')} executions into ${kind} ${where} …`);
     const r = await fillHistory(kind === 'sqlite' ? { kind, file: where } : { kind, url: a['pg-url'], schema: where }, {
       n,
@@ -160,7 +167,9 @@ async function main() {
   }
   for (let i = 0; i < 3; i++) {
     // A little new activity: 300 executions submitted, 100 of them run to completion.
-    for (let k = 0; k < 300; k++) await engine.submit(agents[k % agents.length]!.name, { message: 'bench' }, 'bench');
+    // (The keyed agent's tasks carry keys; the pooled agents' draw on the pool.)
+    for (let k = 0; k < 300; k++)
+      await engine.submit(agents[k % agents.length]!.name, { message: 'bench', ...historyKeyOf(k % agents.length, k) }, 'bench');
     for (let k = 0; k < 100; k++) {
       const [row] = await engine.claim(agents[k % agents.length]!.name, { owner: 'bench' });
       if (row) await engine.complete(row.id, row.lease_token!, { status: 'succeeded' }, 'bench');

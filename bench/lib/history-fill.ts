@@ -51,6 +51,8 @@ import { newExecutionId } from '../../src/domain/ids.ts';
 export interface FillAgent {
   name: string;
   max_parallel: number;
+  /** A keyed agent: each past task carries one of this many concurrency keys (on its admission event too). */
+  keys?: number;
 }
 
 export interface FillOptions {
@@ -259,6 +261,7 @@ export class HistoryGenerator {
           })
         : null;
     const heartbeat = started + Math.floor(duration / 10_000) * 10_000;
+    const flowKey = agent.keys ? `k-${Math.floor(r() * agent.keys)}` : null;
     const row: Record<string, unknown> = {
       id,
       agent: agent.name,
@@ -297,6 +300,7 @@ export class HistoryGenerator {
       retry_root: null,
       webhook_id: null,
       serial_key: null,
+      flow_key: flowKey,
       changed_at: completed,
       changed_by: actor,
       change_reason: reason,
@@ -321,6 +325,7 @@ export class HistoryGenerator {
       attempt,
       seats_in_use: s,
       seat_cap: c,
+      flow_key: flowKey,
       _k: this.k++,
     });
     const events = [

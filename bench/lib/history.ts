@@ -38,6 +38,7 @@ import { openPostgres } from '../../src/store/postgres.ts';
 import { openSqlite } from '../../src/store/sqlite.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { fillHistory, type FillAgent, type FillResult } from './history-fill.ts';
+import { createHistoryPool, HISTORY_KEYS, historyFlowSettings, KEYED_AGENT } from './history-flow.ts';
 import { cpuMeter, pgBackendTicks, waitForQuiet } from './cpu.ts';
 import { startServer, type RunningServer } from './server.ts';
 import { sleep, summarize, type LatencySummary } from './stats.ts';
@@ -1122,10 +1123,11 @@ export async function runHistory(c: Partial<HistoryConfig> & Pick<HistoryConfig,
     {
       const s = await db.open();
       const e = new Engine({ store: s, nodeId: 'bench-history' });
+      await createHistoryPool(e);
       for (let i = 0; i < 100; i++) {
         const a = { name: agentName(i), max_parallel: [1, 2, 3, 4, 8][i % 5]! };
-        await e.agents.create({ ...a, max_backlog: 10_000 }, 'bench');
-        agents.push(a);
+        await e.agents.create({ ...a, max_backlog: 10_000, ...historyFlowSettings(i) }, 'bench');
+        agents.push({ ...a, ...(i === KEYED_AGENT ? { keys: HISTORY_KEYS } : {}) });
       }
       // As triggers-fire-lag.ts would make them on its first run.
       if (cfg.schedules > 0)

@@ -1,0 +1,274 @@
+import { CompiledQuery, isCompilable, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
+import pg from 'pg';
+import type { InOrder, StoreAdapter, Tx } from '../../src/store/adapter.ts';
+import type { DB } from '../../src/store/schema.ts';
+import { PG_URL, type TestStore } from '../helpers/store.ts';
+
+// The plan check of the cost tests (test/cost/plans.test.ts describes what it allows): a store
+// that records every statement the real functions send through it, and the plan of each one that
+// touches a history table, judged. One store per test file (planStore): each file runs in a process of its own.
+
+let ts: TestStore;
+let store: StoreAdapter;
+
+/** The store the plans are read from (the seeded one, unrecorded). */
+export function planStore(t: TestStore): void {
+  ts = t;
+  store = t.store;
+}
+
+// (The budget ledgers grow by one row per agent or pool with a budget per window: history too.)
+export const HISTORY_TABLES = [
+  'executions',
+  'execution_events',
+  'execution_logs',
+  'audit_log',
+  'agent_budget_ledger',
+  'pool_budget_ledger',
+];
+/** Partial indexes that hold live rows only (queued / running): scanning one is not a history walk. */
+export const LIVE_INDEXES = new Set([
+  'executions_admission',
+  'executions_running',
+  'executions_serial_running',
+  'executions_schedule_open',
+  'executions_webhook_open',
+  'executions_key_running',
+  'executions_key_live',
+]);
+/** Indexes over all history: a seek into one is fine; a walk through one is not. */
+export const HISTORY_INDEXES =
+  /^(executions_(recent|agent_recent|status_recent|agent_status_recent|schedule_recent|schedule_status_recent|completed|schedule_tick|agent_finished)|execution_events_execution)$/;
+/** PostgreSQL: a history scan expected to return more rows than this reads history (the seed has 30,000). */
+export const MANY_ROWS = 1_000;
+
+// ── recording ───────────────────────────────────────────────────────────────
+
+/** A statement built for its run (its node, compiled again later), or one prepared once and run as compiled (preparedQuery). */
+export type Recorded = ({ node: RootOperationNode; queryId: QueryId } | { compiled: CompiledQuery }) & { label: string };
+export const recorded: Recorded[] = [];
+let label = '';
+
+/** The same store, with every statement the engine sends through it recorded (plan later). */
+export function recordingStore(inner: StoreAdapter): StoreAdapter {
+  const plugin: KyselyPlugin = {
+    transformQuery: ({ node, queryId }) => {
+      if (label) recorded.push({ node, queryId, label });
+      return node;
+    },
+    transformResult: async ({ result }) => result,
+  };
+  const wrap = <K extends Kysely<DB>>(k: K) => {
+    const w = k.withPlugin(plugin) as K;
+    // A statement prepared once (src/store/prepared-query.ts) runs through executeQuery already compiled.
+    const execute = w.executeQuery.bind(w);
+    w.executeQuery = ((q: CompiledQuery | Parameters<typeof execute>[0]) => {
+      if (label && !isCompilable(q)) recorded.push({ compiled: q as CompiledQuery, label });
+      return execute(q as never);
+    }) as typeof w.executeQuery;
+    return w;
+  };
+  const proxy = Object.create(inner) as StoreAdapter;
+  return Object.assign(proxy, {
+    db: wrap(inner.db),
+    reader: wrap(inner.reader),
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
+    snapshot: <T>(fn: (tx: Tx) => Promise<T>) => inner.snapshot((tx) => fn(wrap(tx))),
+    pruneTransaction: <T>(fn: (tx: Tx, contended: () => boolean, inOrder: InOrder) => Promise<T>) =>
+      inner.pruneTransaction((tx, contended, inOrder) => fn(wrap(tx), contended, inOrder)),
+  });
+}
+
+export async function during<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  label = what;
+  try {
+    return await fn();
+  } finally {
+    label = '';
+  }
+}
+
+// ── plans ───────────────────────────────────────────────────────────────────
+
+export interface Checked {
+  label: string;
+  sql: string;
+  plan: string;
+  problems: string[];
+}
+
+/** Table aliases in a compiled statement ("executions" as "r" → r is executions). */
+export function historyNames(text: string): Set<string> {
+  const names = new Set(HISTORY_TABLES);
+  for (const m of text.matchAll(/"(\w+)" as "(\w+)"/g)) if (HISTORY_TABLES.includes(m[1]!)) names.add(m[2]!);
+  return names;
+}
+
+/** A bound value as an SQL literal (untyped: the prepared statement's parameter type applies). */
+export function literal(v: unknown): string {
+  if (v === null || v === undefined) return 'NULL';
+  const quote = (x: string) => `'${x.replace(/'/g, "''")}'`;
+  if (Array.isArray(v)) return quote(`{${v.map((x) => `"${String(x).replace(/["\\]/g, '\\$&')}"`).join(',')}}`);
+  return quote(String(v));
+}
+
+/**
+ * PostgreSQL's generic plan of `text`, the one a named statement may keep for every later call
+ * (PREPARE, then EXPLAIN EXECUTE under plan_cache_mode = force_generic_plan, on one connection).
+ */
+export async function explainGeneric(text: string, parameters: readonly unknown[]) {
+  return store.db.connection().execute(async (conn) => {
+    await conn.executeQuery(CompiledQuery.raw(`PREPARE plans_generic AS ${text}`));
+    try {
+      await conn.executeQuery(CompiledQuery.raw('SET plan_cache_mode = force_generic_plan'));
+      return await conn.executeQuery<{ 'QUERY PLAN': unknown }>(
+        CompiledQuery.raw(`EXPLAIN (FORMAT JSON) EXECUTE plans_generic(${parameters.map(literal).join(', ')})`),
+      );
+    } finally {
+      await conn.executeQuery(CompiledQuery.raw('DEALLOCATE plans_generic'));
+      await conn.executeQuery(CompiledQuery.raw('RESET plan_cache_mode'));
+    }
+  });
+}
+
+/**
+ * The plans of the statements a function call runs (PostgreSQL), as auto_explain reports them to
+ * the client, on a connection of its own; the call is rolled back.
+ */
+export async function nestedPlans(text: string, parameters: readonly unknown[], generic: boolean): Promise<string> {
+  const client = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${ts.location.schema}` });
+  const notices: string[] = [];
+  client.on('notice', (n) => notices.push(n.message ?? ''));
+  await client.connect();
+  try {
+    await client.query("LOAD 'auto_explain'");
+    await client.query('SET auto_explain.log_min_duration = 0');
+    await client.query('SET auto_explain.log_nested_statements = on');
+    await client.query('SET client_min_messages = log');
+    if (generic) await client.query('SET plan_cache_mode = force_generic_plan');
+    await client.query('BEGIN');
+    await client.query(text, parameters as unknown[]);
+    await client.query('ROLLBACK');
+    return notices.join('\n');
+  } finally {
+    await client.end();
+  }
+}
+
+export async function planOf(
+  text: string,
+  parameters: readonly unknown[],
+  db: Kysely<DB> = store.db,
+  generic = false,
+): Promise<{ plan: string; problems: string[] }> {
+  const names = historyNames(text);
+  // The unfiltered first page walks an index in order and stops at its LIMIT: the one walk allowed.
+  // A page after a cursor (or before `until`) must start where the cursor points: created_at is
+  // then a range inside the index, or the page walks every newer row of its filter first.
+  const cursor = /"?created_at"?\s*<=?\s*(\?|\$\d+)/i.test(text);
+  // (A partial index's own `col IS NOT NULL` is no filter: the walk still stops at the LIMIT.)
+  const unfiltered = text.replace(/\bwhere\s+"?\w+"?\s+is\s+not\s+null\b/i, '');
+  const orderedWalk = !/\b(where|group by|count|sum|max|min)\b/i.test(unfiltered) && /\border by\b[^()]*\blimit\b/i.test(text);
+  if (store.kind === 'sqlite') {
+    const out = await db.executeQuery<{ id: number; parent: number; detail: string }>(
+      CompiledQuery.raw(`EXPLAIN QUERY PLAN ${text}`, [...parameters]),
+    );
+    const lines = out.rows.map((r) => r.detail);
+    const problems: string[] = [];
+    /** Parents (plan levels) that read through a history index: a temp B-tree there sorts what they found. */
+    const historyLevels = new Set<number>();
+    /** Parents that read queued rows: backlogs are bounded only by max_backlog (up to 1,000,000 an agent), so sorting them is not "few live rows". */
+    const queuedLevels = new Set<number>();
+    for (const { detail: d, parent } of out.rows) {
+      const m = /^(SCAN|SEARCH) (\w+)(?: USING (?:COVERING )?INDEX (\w+))?/.exec(d);
+      if (!m) continue;
+      const [, op, table, index] = m;
+      if (index === 'executions_admission') queuedLevels.add(parent);
+      const onHistory =
+        names.has(table!) || (index !== undefined && /^(executions|execution_events|execution_logs|audit_log)_/.test(index));
+      if (!onHistory) continue;
+      if (index && HISTORY_INDEXES.test(index)) {
+        historyLevels.add(parent);
+        if (cursor && op === 'SEARCH' && /_recent$/.test(index) && !/created_at[<>]/.test(d))
+          problems.push(`cursor is not a range in the index: ${d}`);
+      }
+      if (op === 'SCAN') {
+        if (index && LIVE_INDEXES.has(index)) continue;
+        // An ordered walk through a history index, or the table in rowid (primary key) order.
+        if ((!index || HISTORY_INDEXES.test(index)) && orderedWalk && !lines.some((l) => /TEMP B-TREE/.test(l))) continue;
+        problems.push(`full scan: ${d}`);
+      }
+    }
+    // (A UNION ALL of seeks sorts each arm's LIMIT rows for the merge: that level reads a subquery, not history.)
+    if (out.rows.some((r) => /USE TEMP B-TREE FOR (ORDER|GROUP) BY/.test(r.detail) && historyLevels.has(r.parent)))
+      problems.push('sorts rows found through a history index');
+    if (out.rows.some((r) => /USE TEMP B-TREE FOR ORDER BY/.test(r.detail) && queuedLevels.has(r.parent)))
+      problems.push('sorts queued rows (a backlog may hold a million)');
+    return { plan: lines.join('\n'), problems };
+  }
+  const out = generic
+    ? await explainGeneric(text, parameters)
+    : await db.executeQuery<{ 'QUERY PLAN': unknown }>(CompiledQuery.raw(`EXPLAIN (FORMAT JSON) ${text}`, [...parameters]));
+  const root = (out.rows[0]!['QUERY PLAN'] as Array<{ Plan: PgNode }>)[0]!.Plan;
+  const problems: string[] = [];
+  const lines: string[] = [];
+  const walk = (n: PgNode, depth: number, limited: boolean) => {
+    const rel = n['Relation Name'];
+    const idx = n['Index Name'];
+    lines.push(
+      `${'  '.repeat(depth)}${n['Node Type']}${rel ? ` on ${rel}` : ''}${idx ? ` using ${idx}` : ''} rows=${n['Plan Rows']}${n['Index Cond'] ? ` cond=${n['Index Cond']}` : ''}`,
+    );
+    const history = (rel && HISTORY_TABLES.includes(rel)) || (idx && /^(executions|execution_events|execution_logs|audit_log)_/.test(idx));
+    if (history) {
+      if (n['Node Type'] === 'Seq Scan') problems.push(`Seq Scan on ${rel}`);
+      const historyIndex = idx !== undefined && HISTORY_INDEXES.test(idx);
+      if (historyIndex && !n['Index Cond'] && !(orderedWalk && limited)) problems.push(`full walk of ${idx}`);
+      if (historyIndex && cursor && /_recent$/.test(idx!) && !/created_at [<>]/.test(n['Index Cond'] ?? ''))
+        problems.push(`cursor is not a range in ${idx}`);
+      if (!(idx && LIVE_INDEXES.has(idx)) && n['Plan Rows'] > MANY_ROWS && !limited)
+        problems.push(`${n['Node Type']} on ${rel ?? idx} expects ${n['Plan Rows']} rows`);
+    }
+    const type = n['Node Type'];
+    const nextLimited =
+      type === 'Limit' ? true : type === 'Sort' || type === 'Aggregate' || type === 'Hash' || type === 'Incremental Sort' ? false : limited;
+    for (const c of n.Plans ?? []) walk(c, depth + 1, nextLimited);
+  };
+  walk(root, 0, false);
+  return { plan: lines.join('\n'), problems };
+}
+interface PgNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  'Index Cond'?: string;
+  'Plan Rows': number;
+  Plans?: PgNode[];
+}
+
+export const compiledOf = (r: Recorded) => ('compiled' in r ? r.compiled : store.db.getExecutor().compileQuery(r.node, r.queryId));
+
+/** Plan every recorded statement (once per distinct SQL) that reads or writes a history table. */
+export async function checkRecorded(db: Kysely<DB> = store.db): Promise<Checked[]> {
+  const seen = new Set<string>();
+  const out: Checked[] = [];
+  for (const r of recorded) {
+    const compiled = compiledOf(r);
+    const text = compiled.sql;
+    if (!/^\s*(select|update|delete|insert|with)\b/i.test(text)) continue;
+    if (!HISTORY_TABLES.some((t) => text.includes(`"${t}"`) || new RegExp(`\\b${t}\\b`).test(text))) continue;
+    if (/^\s*insert\b/i.test(text) && !/\bselect\b/i.test(text)) continue; // VALUES only: nothing read
+    const key = `${r.label}\u0000${text}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const { plan, problems } = await planOf(text, compiled.parameters, db);
+    out.push({ label: r.label, sql: text, plan, problems });
+  }
+  return out;
+}
+
+export function report(checked: Checked[]): string {
+  return checked
+    .filter((c) => c.problems.length > 0)
+    .map((c) => `[${c.label}] ${c.problems.join('; ')}\n  ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`)
+    .join('\n\n');
+}
