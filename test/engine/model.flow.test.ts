@@ -71,12 +71,13 @@ interface Row {
   priority: number;
   fair_round: number;
   queued_at: number;
+  lease_token: string | null;
 }
 
 async function rowsOf(agents: string[]): Promise<Row[]> {
   const rows = await ts.store.db
     .selectFrom('executions')
-    .select(['id', 'agent', 'status', 'flow_key', 'priority', 'fair_round', 'queued_at'])
+    .select(['id', 'agent', 'status', 'flow_key', 'priority', 'fair_round', 'queued_at', 'lease_token'])
     .where('agent', 'in', agents)
     .execute();
   return rows.map((r) => ({ ...r, priority: Number(r.priority), fair_round: Number(r.fair_round), queued_at: Number(r.queued_at) }));
@@ -99,8 +100,14 @@ async function throttleReplay(agents: string[]): Promise<{ tat: number | null; s
 
 const capOf = (agent: number, key: string | null) => (agent === 0 && key !== null ? (OVERRIDES[key] ?? KEY_CAP) : Infinity);
 
-/** Every limit, on the rows and the event log. */
-async function checkLimits(names: string[]): Promise<void> {
+/** What the store holds after a step: the next step starts from it (nothing writes in between). */
+interface Seen {
+  rows: Row[];
+  tat: number | null;
+}
+
+/** Every limit, on the rows and the event log; what was read, for the next step. */
+async function checkLimits(names: string[]): Promise<Seen> {
   const rows = await rowsOf(names);
   const running = rows.filter((r) => r.status === 'running');
   expect(running.length).toBeLessThanOrEqual(POOL_SEATS);
@@ -109,11 +116,12 @@ async function checkLimits(names: string[]): Promise<void> {
     expect(mine.length).toBeLessThanOrEqual(MAX_PARALLEL[a]!);
     for (const key of KEYS) expect(mine.filter((r) => r.flow_key === key).length).toBeLessThanOrEqual(capOf(a, key));
   });
-  const { starts } = await throttleReplay(names);
+  const { tat, starts } = await throttleReplay(names);
   for (let i = 0, j = 0; i < starts.length; i++) {
     while (starts[i]! - starts[j]! >= THROTTLE.period_seconds * 1000) j++;
     expect(i - j + 1).toBeLessThanOrEqual(THROTTLE.limit + THROTTLE.burst);
   }
+  return { rows, tat };
 }
 
 /** Queued rows of agent `a` whose own limits (agent seats, key cap) have room now. */
@@ -152,7 +160,7 @@ function keepWait(waits: Waits, name: string, now: number): void {
 
 const order = (x: Row, y: Row) => x.priority - y.priority || x.fair_round - y.fair_round || x.queued_at - y.queued_at;
 
-async function step(cmd: Cmd, names: string[], waits: Waits): Promise<void> {
+async function step(cmd: Cmd, names: string[], waits: Waits, seen: Seen): Promise<void> {
   switch (cmd.kind) {
     case 'submit': {
       const key = cmd.key < KEYS.length ? KEYS[cmd.key] : undefined;
@@ -160,12 +168,11 @@ async function step(cmd: Cmd, names: string[], waits: Waits): Promise<void> {
       return;
     }
     case 'claim': {
-      const before = await rowsOf(names);
+      const before = seen.rows;
       const room = admissible(before, names, cmd.agent).sort(order);
       const poolFree = POOL_SEATS - before.filter((r) => r.status === 'running').length;
-      const { tat } = await throttleReplay(names);
       const now = clock();
-      const open = throttleAdmits(THROTTLE, tat, now);
+      const open = throttleAdmits(THROTTLE, seen.tat, now);
       const name = names[cmd.agent]!;
       const turnRoom = poolFree - aheadOf(waits, name, now);
       const got = await engine.claim(name, { owner: `w${run}`, max: cmd.max });
@@ -185,15 +192,10 @@ async function step(cmd: Cmd, names: string[], waits: Waits): Promise<void> {
       return;
     }
     case 'complete': {
-      const running = (await rowsOf(names)).filter((r) => r.status === 'running').sort((x, y) => (x.id < y.id ? -1 : 1));
+      const running = seen.rows.filter((r) => r.status === 'running').sort((x, y) => (x.id < y.id ? -1 : 1));
       const r = running[cmd.pick % Math.max(1, running.length)];
       if (!r) return;
-      const { lease_token } = await ts.store.db
-        .selectFrom('executions')
-        .select('lease_token')
-        .where('id', '=', r.id)
-        .executeTakeFirstOrThrow();
-      await engine.complete(r.id, lease_token!, { status: 'succeeded' }, 'model');
+      await engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'model');
       return;
     }
     case 'advance':
@@ -227,10 +229,12 @@ describe(`flow-control model (${STORE_KIND})`, () => {
           'model',
         );
         const waits: Waits = new Map();
+        // The agents are new: no rows, no starts.
+        let seen: Seen = { rows: [], tat: null };
         for (const cmd of cmds) {
           clock.advance(1);
-          await step(cmd, names, waits);
-          await checkLimits(names);
+          await step(cmd, names, waits, seen);
+          seen = await checkLimits(names);
         }
       }),
       { numRuns: 40, seed: process.env.BATON_MODEL_SEED ? Number(process.env.BATON_MODEL_SEED) : undefined },

@@ -11,6 +11,7 @@ import type { StoreAdapter } from '../../src/store/adapter.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
 import { openSqlite } from '../../src/store/sqlite.ts';
 import { manualClock, type ManualClock } from './clock.ts';
+import { onEveryPath } from './differential-paths.ts';
 import { DROPPED, Naming } from './id-naming.ts';
 import { LEASE_S, type AgentSpec, type Op, type PoolSpec, type Scenario, type Target } from './differential-scenarios.ts';
 import { PG_URL, STORE_KIND } from './store.ts';
@@ -378,19 +379,21 @@ export interface RunOptions {
   prefix?: string;
 }
 
-/**
- * Run `sc` on every path, one operation at a time on each in turn, on one clock; throws a
- * Divergence at the first answer or event that differs, or at the end for the rows.
- */
 /** Runs `sc` on every path; throws a Divergence where they differ, else resolves with the answers (as named). */
 export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions = {}): Promise<unknown[]> {
   const prefix = opts.prefix ?? 'a';
   const clock = manualClock();
   const runs: PathRun[] = [];
   const tables = await tablesOf(paths.stores.get('sqlite')!);
+  // The paths are separate stores: emptied at once.
+  await Promise.all(
+    PATHS.map(async (name) => {
+      const store = paths.stores.get(name)!;
+      await resetStore(store, store.kind === 'postgres' ? await tablesOf(store) : tables);
+    }),
+  );
   for (const name of PATHS) {
     const store = paths.stores.get(name)!;
-    await resetStore(store, store.kind === 'postgres' ? await tablesOf(store) : tables);
     const engine = new Engine({
       store,
       clock,
@@ -409,20 +412,22 @@ export async function runScenario(paths: Paths, sc: Scenario, opts: RunOptions =
   };
   try {
     // The pools, then the agents, as the scenario configures them.
-    for (const [i, p] of (sc.pools ?? []).entries()) {
-      for (const r of runs) await createPool(r.engine, poolName(prefix, sc, i)!, p, 'setup');
-    }
+    for (const [i, p] of (sc.pools ?? []).entries())
+      await onEveryPath(runs, true, (r) => createPool(r.engine, poolName(prefix, sc, i)!, p, 'setup'));
     for (const [i, a] of sc.agents.entries()) {
       const pools = poolNames(prefix, sc, a.pools ?? []);
-      for (const r of runs) await createAgent(r.engine, agentName(prefix, sc.agents.length, i), a, 'setup', pools);
+      await onEveryPath(runs, true, (r) => createAgent(r.engine, agentName(prefix, sc.agents.length, i), a, 'setup', pools));
     }
     for (const [at, o] of sc.ops.entries()) {
       clock.advance(1); // distinct times, so FIFO order never falls to the ids
       const said: unknown[] = [];
       const events: unknown[][] = [];
-      for (const r of runs) {
+      const done = await onEveryPath(runs, o.k !== 'advance', async (r) => {
         const got = await perform(r, sc, o, clock, statuses, prefix);
-        const written = await newEvents(r);
+        return { got, written: await newEvents(r) };
+      });
+      for (const [i, r] of runs.entries()) {
+        const { got, written } = done[i]!;
         r.naming.nameNewExecutions([got, written]);
         said.push(r.naming.normalise(got));
         // One operation's events in each execution's order; between executions, as named (a
