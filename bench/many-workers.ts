@@ -13,7 +13,7 @@
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import { BatonClient } from '../src/client.ts';
-import { nodeHttpTransport } from '../src/worker/http.ts';
+import { closeConnections, nodeHttpTransport } from '../src/worker/http.ts';
 import { pgBackendTicks, proc } from './lib/cpu.ts';
 import { startServer } from './lib/server.ts';
 import { freshDb } from './lib/stores.ts';
@@ -185,7 +185,7 @@ console.log(
 stopping = true;
 agent.destroy();
 await Promise.allSettled(loops);
-http.globalAgent.destroy();
+closeConnections();
 await server.stop();
 await db.cleanup();
 process.exit(0);

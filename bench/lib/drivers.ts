@@ -4,9 +4,8 @@
  * - inproc: the Engine API in this process (engine.submit / claim / complete) — what an
  *           embedded user gets.
  */
-import http from 'node:http';
 import { BatonClient } from '../../src/client.ts';
-import { nodeHttpTransport } from '../../src/worker/http.ts';
+import { closeConnections, connectionPools, nodeHttpTransport } from '../../src/worker/http.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 
@@ -64,17 +63,18 @@ export function httpDriver(url: string, key: string): Driver {
 }
 
 /**
- * Connections the load generator may hold open to one server. `baton up` closes any beyond 256
- * from one address at once (src/api/connections.ts), and Node's global HTTP agent, which the
- * driver's requests go through (nodeHttpTransport in src/worker/http.ts, as the SDK's), has no
- * limit of its own: with ~180 requests in flight (W1 over HTTP: 50 claim loops × 3 tasks and 32
- * submitters) fetch, which the driver used before, kept up to 256 sockets open and then had one
- * cut mid-request ("other side closed"). Beyond this many, requests wait for a free connection.
+ * Connections the load generator may hold open to one server for its requests other than claims
+ * (connectionPools in src/worker/http.ts, as the SDK's; claims have their own pool, one per claim
+ * loop). `baton up` closes any beyond 256 from one address at once (src/api/connections.ts):
+ * with ~180 requests in flight (W1 over HTTP: 50 claim loops × 3 tasks and 32 submitters) fetch,
+ * which the driver used before, kept up to 256 sockets open and then had one cut mid-request
+ * ("other side closed"). This many (raised from the pool's own 64 so W1 runs as it ran before),
+ * plus the 50 claims, stays under that; beyond it, requests wait for a free connection.
  */
 const CLIENT_CONNECTIONS = 200;
 
 function boundClientConnections(connections: number): void {
-  http.globalAgent.maxSockets = connections;
+  connectionPools.http.quick.maxSockets = connections;
 }
 
 /**
@@ -83,7 +83,7 @@ function boundClientConnections(connections: number): void {
  * exiting on SIGTERM (see the note in bench/lib/server.ts).
  */
 async function closeClientConnections(): Promise<void> {
-  http.globalAgent.destroy();
+  closeConnections();
 }
 
 export function engineDriver(store: StoreAdapter, engineOpts: { claimPollMs?: number } = {}): Driver & { engine: Engine } {

@@ -13,9 +13,9 @@
  * - bullmq:  a BullMQ Worker per queue (W1: one queue, concurrency = agents × cap);
  * - graphile: graphile-worker's runner (W1 only).
  */
-import http from 'node:http';
+import type { Socket } from 'node:net';
 import { BatonClient } from '../../src/client.ts';
-import { nodeHttpTransport } from '../../src/worker/http.ts';
+import { closeConnections, connectionPools, nodeHttpTransport } from '../../src/worker/http.ts';
 import { createWorker, type Worker } from '../../src/worker/sdk.ts';
 
 export type WorkerSystem = 'sdk' | 'sdk-per-agent' | 'hand' | 'bullmq' | 'graphile';
@@ -35,8 +35,23 @@ export interface WorkerProcessConfig {
 const cfg = JSON.parse(process.argv[2]!) as WorkerProcessConfig;
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
 let reported = 0;
+// TCP connections opened to the server (Baton's systems go through connectionPools).
+let connections = 0;
+for (const pool of Object.values(connectionPools.http)) {
+  // BENCH_USERS_WORKER_POOL=node-default: connections kept as Node's global agent keeps them (idle 5 s, at most 256 idle, no cap), for comparison.
+  if (process.env.BENCH_USERS_WORKER_POOL === 'node-default') {
+    (pool as unknown as { options: { timeout: number } }).options.timeout = 5_000;
+    pool.maxFreeSockets = 256;
+    pool.maxSockets = Infinity;
+  }
+  const connect = pool.createConnection.bind(pool) as (...a: unknown[]) => Socket;
+  (pool as unknown as { createConnection: typeof connect }).createConnection = (...a) => {
+    connections++;
+    return connect(...a);
+  };
+}
 const reportedOne = () => {
-  if (++reported === cfg.tasks && cfg.workload === 'w1') say({ done: reported });
+  if (++reported === cfg.tasks && cfg.workload === 'w1') say({ done: reported, connections });
 };
 const started = (id: string) => {
   if (cfg.workload === 'w2') say({ start: id });
@@ -62,8 +77,6 @@ async function batonSdk(perAgent: boolean): Promise<void> {
 }
 
 async function batonHand(): Promise<void> {
-  // The bench's driver bound (bench/lib/drivers.ts): the server cuts connections beyond 256 per address.
-  http.globalAgent.maxSockets = 200;
   const { url, key } = cfg.baton!;
   const client = new BatonClient({ server: url, key, transport: nodeHttpTransport });
   const stop = new AbortController();
@@ -146,7 +159,7 @@ async function shutdown(): Promise<void> {
   if (stopping) return;
   stopping = true;
   await Promise.all(stops.map((s) => s().catch((err) => process.stderr.write(`stop: ${err?.stack ?? err}\n`))));
-  http.globalAgent.destroy();
+  closeConnections();
   process.exit(0);
 }
 process.on('SIGTERM', () => void shutdown());

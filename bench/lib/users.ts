@@ -17,12 +17,11 @@
  * its stdout, read here; the same path for every system). BullMQ: a queue and a Worker per agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { BatonClient } from '../../src/client.ts';
 import type { StoreKind } from '../../src/store/adapter.ts';
-import { nodeHttpTransport } from '../../src/worker/http.ts';
+import { closeConnections, nodeHttpTransport } from '../../src/worker/http.ts';
 import { proc } from './cpu.ts';
 import { startServer } from './server.ts';
 import { sleep, summarize, round, type LatencySummary } from './stats.ts';
@@ -62,6 +61,8 @@ export interface UsersRow {
     submit_call: LatencySummary;
     /** CPU ms per task of the producer, the server (Baton) and the worker process: comparable on a busy machine. */
     cpu_ms_per_task: { producer: number; server: number | null; worker: number };
+    /** TCP connections the worker process opened to the server (Baton systems), from start to its last report. */
+    worker_connections?: number;
   };
   w2?: { submits: number; agents: number; wake: LatencySummary; submit_call: LatencySummary };
   verification?: Verification;
@@ -151,7 +152,7 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
   };
   await Promise.all(Array.from({ length: cfg.inFlight }, submitter));
   const tSubmitted = performance.now();
-  await proc.done;
+  const { connections } = await proc.done;
   const seconds = (performance.now() - t0) / 1000;
   const perTask = pids.map((p, k) => {
     const before = ticks0[k];
@@ -165,6 +166,7 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
     submits_per_s: round(cfg.tasks / ((tSubmitted - t0) / 1000), 0),
     submit_call: summarize(calls),
     cpu_ms_per_task: { producer: perTask[0]!, server: perTask[1] ?? null, worker: perTask[2]! },
+    ...(connections !== undefined ? { worker_connections: connections } : {}),
   };
 }
 
@@ -188,7 +190,7 @@ async function w2(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
 interface WorkerProcess {
   child: ChildProcess;
   ready: Promise<void>;
-  done: Promise<void>;
+  done: Promise<{ connections?: number }>;
   /** When the task's start line arrived (performance.now()). */
   started(id: string): Promise<number>;
   stop(): Promise<void>;
@@ -209,7 +211,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
   const starts = new Map<string, number>();
   const waiters = new Map<string, (at: number) => void>();
   let ready!: () => void;
-  let done!: () => void;
+  let done!: (d: { connections?: number }) => void;
   let failed!: (err: Error) => void;
   const failure = new Promise<never>((_, reject) => (failed = reject));
   failure.catch(() => {});
@@ -222,9 +224,9 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     partial = lines.pop()!;
     for (const line of lines) {
       if (!line.startsWith('{')) continue; // a peer's own log line (graphile-worker logs to stdout)
-      const m = JSON.parse(line) as { ready?: true; start?: string; done?: number };
+      const m = JSON.parse(line) as { ready?: true; start?: string; done?: number; connections?: number };
       if (m.ready) ready();
-      else if (m.done !== undefined) done();
+      else if (m.done !== undefined) done({ connections: m.connections });
       else if (m.start !== undefined) {
         const w = waiters.get(m.start);
         if (w) w(now);
@@ -234,7 +236,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
   });
   // Either may never be awaited (W2 waits for no `done`): a worker failure surfaces where one is.
   const readyP = Promise.race([new Promise<void>((r) => (ready = r)), failure]);
-  const doneP = Promise.race([new Promise<void>((r) => (done = r)), failure]);
+  const doneP = Promise.race([new Promise<{ connections?: number }>((r) => (done = r)), failure]);
   readyP.catch(() => {});
   doneP.catch(() => {});
   return {
@@ -269,7 +271,7 @@ async function batonTarget(cfg: UsersConfig, store: StoreKind, names: string[], 
       return (await client.submit(agent, { message: 'noop', payload: { i } })).execution_id;
     },
     async finish(row) {
-      http.globalAgent.destroy();
+      closeConnections();
       await server.stop();
       try {
         if (row.workload === 'w1' && !row.error) {

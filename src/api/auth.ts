@@ -35,7 +35,15 @@ function allowsQueryKey(req: FastifyRequest, query: Record<string, unknown>): bo
  * route's body rules.
  */
 export function authenticate(keys: KeyStore) {
-  return async (req: FastifyRequest, _reply: FastifyReply) => {
+  const admit = (req: FastifyRequest, principal: Principal, done: (err?: Error) => void) => {
+    req.principal = principal;
+    if (principal.scope !== 'admin' && !req.is404 && req.routeOptions.config.agentKeys !== true)
+      return done(new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent'));
+    done();
+  };
+  // A callback rather than a promise: a key verified moments ago (KeyStore's cache, which a
+  // revocation empties at once) passes without a promise or a microtask turn.
+  return (req: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
     const header = req.headers.authorization;
     let token = header?.startsWith('Bearer ') ? header.slice(7).trim() : undefined;
     const query = req.query as Record<string, unknown> | undefined;
@@ -43,9 +51,12 @@ export function authenticate(keys: KeyStore) {
       if (token === undefined && typeof query.key === 'string') token = query.key;
       delete query.key; // not part of the route's own query schema
     }
-    req.principal = await keys.verify(token);
-    if (req.principal.scope !== 'admin' && !req.is404 && req.routeOptions.config.agentKeys !== true)
-      throw new Forbidden('this operation needs an admin key; agent-scoped keys may only run the worker protocol for their agent');
+    const known = keys.cached(token);
+    if (known) return admit(req, known, done);
+    keys.verify(token).then(
+      (principal) => admit(req, principal, done),
+      (err: Error) => done(err),
+    );
   };
 }
 

@@ -55,22 +55,28 @@ export function guardConnections(
   });
   // Client addresses through a proxy, and the peers themselves, share one count: a client that
   // reaches the server both ways holds at most `max` in all.
-  app.addHook('onRequest', async (req, reply) => {
-    if (!trusted(req.socket.remoteAddress)) return;
+  // Hooks that run for every request take a callback rather than returning a promise: one
+  // promise and one microtask turn fewer per hook and request.
+  app.addHook('onRequest', (req, reply, done) => {
+    if (!trusted(req.socket.remoteAddress)) return done();
     const client = req.ip;
     if (!hold(client)) {
       refused(client, 'proxy');
-      return reply.code(429).send({
+      // Answered here: the request goes no further (done is not called).
+      void reply.code(429).send({
         error: 'too_many_connections',
         message: `this client address already has ${max} open requests, the most one address may hold (BATON_MAX_CONNECTIONS_PER_ADDRESS)`,
         limit: max,
       });
+      return;
     }
     reply.raw.once('close', () => letGo(client));
+    done();
   });
-  app.addHook('onSend', async (req, reply) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     // `complete` is false while the client still owes body bytes we are not going to read.
     if (reply.statusCode >= 400 && !req.raw.complete) reply.header('connection', 'close');
+    done(null, payload);
   });
 }
 

@@ -36,9 +36,11 @@ export function registerMetrics(app: FastifyInstance, engine: Engine, retention:
     registers: [metrics.registry],
   });
   unread.onClose = (bound) => closed.inc({ bound });
-  app.addHook('onResponse', async (req, reply) => {
+  // A callback, not a promise: this runs for every request.
+  app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions?.url ?? 'unmatched';
     metrics.observeHttp(req.method, route, reply.statusCode, reply.elapsedTime / 1000);
+    done();
   });
   app.addHook('onClose', async () => metrics.close());
   app.get('/metrics', { schema: { hide: true } }, async (_req, reply) => {

@@ -233,12 +233,14 @@ function acceptBodies(app: FastifyInstance): void {
   // Bodies come as they are sent: a Content-Encoding (gzip, br) is not undone here, so such a body
   // would be read as its compressed bytes (or, mislabelled, as text it does not say it is). Refused
   // before it is read, on every route that takes one.
-  app.addHook('onRequest', async (req, reply) => {
+  // (A callback, not a promise: this runs for every request.)
+  app.addHook('onRequest', (req, reply, done) => {
     const encoding = req.headers['content-encoding']?.trim().toLowerCase();
-    if (!encoding || encoding === 'identity') return;
+    if (!encoding || encoding === 'identity') return done();
     const length = req.headers['content-length'];
-    if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return;
-    return reply.code(415).send({
+    if (req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0')) return done();
+    // Answered here: the request goes no further (done is not called).
+    void reply.code(415).send({
       error: 'unsupported_media_type',
       message: `body: send it uncompressed (Content-Encoding was ${JSON.stringify(encoding.slice(0, 50))})`,
     });

@@ -172,13 +172,14 @@ class SlicedAnswer extends Readable {
  * the server hold them all.
  */
 export function boundUnreadAnswers(app: FastifyInstance, ledger: UnreadLedger): void {
-  app.addHook('onSend', async (req, reply, payload) => {
-    if ((typeof payload !== 'string' && !Buffer.isBuffer(payload)) || req.method === 'HEAD') return payload;
+  // A callback, not a promise: this runs for every answer.
+  app.addHook('onSend', (req, reply, payload, done) => {
+    if ((typeof payload !== 'string' && !Buffer.isBuffer(payload)) || req.method === 'HEAD') return done(null, payload);
     // A string's UTF-8 is at most 3 bytes per UTF-16 unit: most answers are known small unmeasured.
-    if (payload.length < SLICED_FROM_BYTES / (typeof payload === 'string' ? 3 : 1)) return payload;
+    if (payload.length < SLICED_FROM_BYTES / (typeof payload === 'string' ? 3 : 1)) return done(null, payload);
     const bytes = typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
-    if (bytes < SLICED_FROM_BYTES) return payload;
+    if (bytes < SLICED_FROM_BYTES) return done(null, payload);
     reply.header('content-length', bytes);
-    return ledger.answer(req.raw.socket, payload, bytes);
+    done(null, ledger.answer(req.raw.socket, payload, bytes));
   });
 }
