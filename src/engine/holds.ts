@@ -6,7 +6,7 @@ import { poolBudgetSpent } from './pool-budget.ts';
 import type { Executor } from './transitions/stamp.ts';
 
 /** The agent columns a hold is decided from. */
-export type HoldColumns = { name: string; budget: string | null; pools: string | null } & Omit<
+export type HoldColumns = { name: string; budget: string | null; pools: string | null; fast_complete?: number } & Omit<
   AdmissionState,
   'budget_spent' | 'breaker_hold' | 'pool_budget_spent'
 > &
@@ -15,8 +15,9 @@ export type HoldColumns = { name: string; budget: string | null; pools: string |
 /**
  * Whether `agent` may admit at `now`, decided as admission decides it (src/domain/admission.ts):
  * paused, held after a shared-cause lapse, a budget spent (its current windows' ledger rows, a
- * primary-key seek, agents with a budget only), or the breaker open (half-open: whether its probe
- * still runs, a primary-key seek). `hold` null: nothing holds it; `probe`: the next admission is
+ * primary-key seek, agents with a budget only), the breaker open (half-open: whether its probe
+ * still runs, a primary-key seek), or a pool's budget spent (read only where the row's fact says a
+ * pool may have one). `hold` null: nothing holds it; `probe`: the next admission is
  * the half-open breaker's one probe. Admission calls it on the agent row it locked; `baton why`
  * and the canary on a row they read.
  */
@@ -28,6 +29,9 @@ export async function admissionNow(db: Executor, agent: HoldColumns, now: number
     agent.breaker_probe_id !== null &&
     (await db.selectFrom('executions').select('status').where('id', '=', agent.breaker_probe_id).executeTakeFirst())?.status === 'running';
   const breaker = breakerAdmission(agent, now, probeRunning);
-  const pool_budget_spent = await poolBudgetSpent(db, agent.pools, now);
+  // fast_complete is 0 wherever a pool of the agent has a budget (its pool_budget fact,
+  // src/domain/fast-paths.ts, written under the agent's lock by whatever sets a pool's budget):
+  // a row that says 1 needs no read of its pools.
+  const pool_budget_spent = Number(agent.fast_complete) === 1 ? null : await poolBudgetSpent(db, agent.pools, now);
   return { hold: admissionHold({ ...agent, budget_spent, pool_budget_spent, breaker_hold: breaker.hold }), probe: breaker.probe };
 }

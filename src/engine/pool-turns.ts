@@ -1,14 +1,5 @@
-import { nextWait, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '../domain/pool-turns.ts';
+import { nextWait, POOL_TURN_REFRESH_MS, type PoolTurn } from '../domain/pool-turns.ts';
 import type { Executor } from './transitions/stamp.ts';
-
-/**
- * The waits for a turn in one pool (src/domain/pool-turns.ts): at most one row per member. Read
- * after the pool's lock in admission, so every wait written by an admission that went before is seen.
- */
-export async function readPoolWaits(db: Executor, pool: string): Promise<PoolWait[]> {
-  const rows = await db.selectFrom('pool_waits').select(['agent', 'since', 'seen_at']).where('pool', '=', pool).execute();
-  return rows.map((r) => ({ agent: r.agent, since: Number(r.since), seen_at: Number(r.seen_at) }));
-}
 
 /**
  * Keep or end `agent`'s wait in `pool` after one admission (nextWait decides), holding the pool's

@@ -10,11 +10,12 @@ import {
   type FlowPoolView,
   type FlowThrottleView,
 } from '../domain/pools.ts';
-import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn } from '../domain/pool-turns.ts';
+import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '../domain/pool-turns.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow } from '../store/schema.ts';
-import { readPoolWaits, writePoolWait } from './pool-turns.ts';
+import { preparedQuery } from '../store/prepared-query.ts';
+import { writePoolWait } from './pool-turns.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
 
@@ -90,6 +91,40 @@ export async function poolSeatsInUse(db: Executor, pool: string): Promise<number
 }
 
 /**
+ * A pool's seats in use (as poolSeatsInUse) and its waits for a turn (src/domain/pool-turns.ts: at
+ * most one row per member) in one statement: one round trip less while admission holds the pool's
+ * lock. Read after that lock, so every count raised and every wait written by an admission that
+ * went before is seen. The seats come as the row without an agent.
+ */
+const seatsAndWaitsQuery = preparedQuery((db: Executor, p: { pool: string }) =>
+  db
+    .selectFrom('pool_waits')
+    .select(['agent', 'since', 'seen_at'])
+    .where('pool', '=', p.pool)
+    .unionAll(
+      db
+        .selectFrom('agent_pools')
+        .innerJoin('agents', 'agents.name', 'agent_pools.agent')
+        .select([
+          sql<string>`null`.as('agent'),
+          sql<number>`coalesce(sum(agents.running_count), 0)`.as('since'),
+          sql<number>`0`.as('seen_at'),
+        ])
+        .where('agent_pools.pool', '=', p.pool),
+    ),
+);
+
+async function seatsAndWaits(db: Executor, pool: string): Promise<{ inUse: number; waits: PoolWait[] }> {
+  let inUse = 0;
+  const waits: PoolWait[] = [];
+  for (const r of await seatsAndWaitsQuery(db, { pool })) {
+    if (r.agent === null) inUse = Number(r.since);
+    else waits.push({ agent: r.agent, since: Number(r.since), seen_at: Number(r.seen_at) });
+  }
+  return { inUse, waits };
+}
+
+/**
  * The flow limits of one admission of `agent` wanting up to `want` rows: its throttle, then each
  * pool it draws from (locked here, in name order), its seats and its throttle. null: the agent has
  * neither a throttle nor pools (nothing is read or locked). Call it holding the agent's lock.
@@ -134,10 +169,9 @@ export async function flowGate(
   }
   for (const p of await lockPools(tx, store, names)) {
     if (p.max_parallel !== null) {
-      const inUse = await poolSeatsInUse(tx, p.name);
+      const { inUse, waits } = await seatsAndWaits(tx, p.name);
       const free = Math.max(0, p.max_parallel - inUse);
       // The free seats go to the members that have waited longer first (src/domain/pool-turns.ts).
-      const waits = await readPoolWaits(tx, p.name);
       const turn = poolTurn(free, waits, agent.name, now);
       const seats = { pool: p.name, max_parallel: p.max_parallel, in_use: inUse };
       if (free === 0) close({ kind: 'pool_full', ...seats });

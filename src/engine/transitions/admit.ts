@@ -52,6 +52,7 @@ const ADMISSION_COLUMNS = [
   'lapse_hold_count',
   'budget',
   'running_count',
+  'fast_complete',
   ...KEY_ADMISSION_COLUMNS,
   ...FLOW_COLUMNS,
 ] as const;
@@ -125,6 +126,27 @@ const candidatesFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string; now: number }, limit: number) => candidateQuery(store, db, p, limit)),
 );
 
+/**
+ * candidateQuery with `n` shut keys (the values `s0` … `s<n-1>`), built once per limit and count
+ * (preparedQuery): a keyed agent's claim runs it every time, and building it was client CPU spent
+ * while the agent's lock is held.
+ */
+const PREPARED_SHUT_KEYS = 16;
+const keyedCandidatesFor = perStore((store) =>
+  preparedQuery((db: Tx, p: Record<string, string | number>, shape: string) => {
+    const [limit, n] = shape.split(':').map(Number) as [number, number];
+    const shut = Array.from({ length: n }, (_, i) => p[`s${i}`] as string);
+    return candidateQuery(store, db, p as { agent: string; now: number }, limit, shut);
+  }),
+);
+const keyedCandidates = (store: StoreAdapter, tx: Tx, p: { agent: string; now: number }, limit: number, shut: readonly string[]) => {
+  // Many shut keys (closed throttles of many keys) would keep a statement per count: built each time.
+  if (shut.length > PREPARED_SHUT_KEYS) return candidateQuery(store, tx, p, limit, shut).execute();
+  const values: Record<string, string | number> = { ...p };
+  shut.forEach((k, i) => (values[`s${i}`] = k));
+  return keyedCandidatesFor(store)(tx, values, `${limit}:${shut.length}`);
+};
+
 /** The agent row admission decides from, locked (see admit). */
 const admissionAgentFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string }) =>
@@ -188,7 +210,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // as rows of one key may fill it within the batch, it reads more than it may take.
   const keys = await KeyGate.open(tx, agentName, agent, opts.now);
   const p = { agent: agentName, now: opts.now };
-  const candidates = keys ? await candidateQuery(store, tx, p, want * 2, keys.shut).execute() : await candidatesFor(store)(tx, p, want);
+  const candidates = keys ? await keyedCandidates(store, tx, p, want * 2, keys.shut) : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(tx, opts.now) });
