@@ -1,7 +1,11 @@
-import { CompiledQuery, isCompilable, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
+import { CompiledQuery, isCompilable, sql, type Kysely, type KyselyPlugin, type QueryId, type RootOperationNode } from 'kysely';
+import { writeFileSync } from 'node:fs';
 import pg from 'pg';
+import { expect } from 'vitest';
 import type { InOrder, StoreAdapter, Tx } from '../../src/store/adapter.ts';
+import { sqliteFile } from '../../src/store/open.ts';
 import type { DB } from '../../src/store/schema.ts';
+import { openSqliteReader } from '../../src/store/sqlite-reader.ts';
 import { PG_URL, type TestStore } from '../helpers/store.ts';
 
 // The plan check of the cost tests (test/cost/plans.test.ts describes what it allows): a store
@@ -271,4 +275,35 @@ export function report(checked: Checked[]): string {
     .filter((c) => c.problems.length > 0)
     .map((c) => `[${c.label}] ${c.problems.join('; ')}\n  ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`)
     .join('\n\n');
+}
+
+/**
+ * Check every recorded statement: each label in `labels` sent a statement on history (a path that
+ * sent nothing would pass unchecked), and no plan reads history. SQLite as deployed never runs
+ * ANALYZE, so its planner has no statistics at all: the same statements must seek without them
+ * too, planned on a new connection. One that loaded statistics keeps the table sizes it read
+ * (about 30,000 rows here) after they are deleted, where a connection that never saw any assumes
+ * a million rows a table, and chooses otherwise. BATON_PLANS_DUMP=FILE writes every plan there.
+ * `absent`: labels whose statements must touch no history table at all.
+ */
+export async function expectPlansSeek(labels: readonly string[], absent: readonly string[] = []): Promise<void> {
+  const checked = await checkRecorded();
+  const seen = new Set(checked.map((c) => c.label));
+  for (const l of labels) expect(seen, `no statement on history recorded for ${l}`).toContain(l);
+  for (const l of absent) expect(seen, `${l} was expected to read no history table`).not.toContain(l);
+  if (process.env.BATON_PLANS_DUMP)
+    writeFileSync(
+      process.env.BATON_PLANS_DUMP,
+      checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'),
+    );
+  expect(report(checked)).toBe('');
+  if (store.kind !== 'sqlite') return;
+  await sql`DROP TABLE sqlite_stat1`.execute(store.db);
+  await sql`DROP TABLE IF EXISTS sqlite_stat4`.execute(store.db);
+  const fresh = openSqliteReader(sqliteFile(ts.location)!);
+  try {
+    expect(report(await checkRecorded(fresh)), 'without statistics').toBe('');
+  } finally {
+    await fresh.destroy();
+  }
 }

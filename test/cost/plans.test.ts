@@ -1,5 +1,5 @@
 import { CompiledQuery, sql } from 'kysely';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,21 +16,18 @@ import { exportHistory } from '../../src/retention/export.ts';
 import { pruneOnce } from '../../src/retention/prune.ts';
 import { readHistoryStats } from '../../src/retention/stats.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
-import { sqliteFile } from '../../src/store/open.ts';
 import type { NewExecution } from '../../src/store/schema.ts';
-import { openSqliteReader } from '../../src/store/sqlite-reader.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import {
-  checkRecorded,
   compiledOf,
   during,
+  expectPlansSeek,
   HISTORY_TABLES,
   nestedPlans,
   planOf,
   planStore,
   recorded,
   recordingStore,
-  report,
 } from './plans-check.ts';
 
 // Cost independent of history: a store is meant to run for years without its hot paths slowing
@@ -506,80 +503,57 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
     // (The seed's first audit rows are young, so this reads the oldest prefix and stops there.)
     await during('prune audit', () => pruneOnce({ store: engine.store, settings, now, cursor: { phase: 'audit' } }));
 
-    const checked = await checkRecorded();
-    const labels = new Set(checked.map((c) => c.label));
-    // The recording saw every path (a path that sent nothing would pass unchecked).
+    // The recording saw every path, and no plan reads history (expectPlansSeek, test/cost/plans-check.ts).
     // The agents list and one agent read agent rows and their counters (running_count, the
     // backlog counters), no history table at all, so nothing of them is recorded.
-    for (const l of ['listAgents', 'listAgents after a cursor', 'getAgent']) expect(labels).not.toContain(l);
-    for (const l of [
-      // (On PostgreSQL the plain claim is a call of baton_claim_many: its plans are read below.)
-      ...(store.kind === 'sqlite' ? ['claim'] : []),
-      'heartbeat',
-      'complete',
-      'complete many',
-      'getExecution',
-      'list status failed',
-      'list deep cursor',
-      'scheduler pass',
-      'reaper pass',
-      'dispatcher pass',
-      'metrics',
-      'logs read',
-      'webhook overlap',
-      'waiting seats',
-      'waiting paused',
-      'waiting push',
-      'agent series',
-      'agent seats',
-      'agent series counts',
-      'manual retry',
-      'claim budget spent',
-      'waiting budget',
-      'budget read',
-      'reaper shared lapse',
-      'waiting lapse',
-      'claim after lapse',
-      'breaker complete',
-      'claim breaker probe',
-      'waiting breaker',
-      'submit many',
-      'chained complete',
-      'chained getExecution',
-      // ('group create' reads no history on SQLite: its backlogs come from the counters.)
-      ...(store.kind === 'postgres' ? ['group create'] : []),
-      'group decide',
-      'group get',
-      'group cancel',
-      'canary cycle',
-      'history stats',
-      'export',
-      'prune executions',
-      'prune audit',
-    ]) {
-      expect(labels, `no statement recorded for ${l}`).toContain(l);
-    }
-    if (process.env.BATON_PLANS_DUMP)
-      writeFileSync(
-        process.env.BATON_PLANS_DUMP,
-        checked.map((c) => `[${c.label}] ${c.sql}\n  ${c.plan.replace(/\n/g, '\n  ')}`).join('\n\n'),
-      );
-    expect(report(checked)).toBe('');
-
-    // SQLite as deployed: Baton never runs ANALYZE, so its planner has no statistics at all. The
-    // same statements must seek without them too, planned on a new connection: one that loaded
-    // statistics keeps the table sizes it read (about 30,000 rows here) after they are deleted,
-    // where a connection that never saw any assumes a million rows a table, and chooses otherwise.
-    if (store.kind === 'sqlite') {
-      await sql`DROP TABLE sqlite_stat1`.execute(store.db);
-      await sql`DROP TABLE IF EXISTS sqlite_stat4`.execute(store.db);
-      const fresh = openSqliteReader(sqliteFile(ts.location)!);
-      try {
-        expect(report(await checkRecorded(fresh)), 'without statistics').toBe('');
-      } finally {
-        await fresh.destroy();
-      }
-    }
+    await expectPlansSeek(
+      [
+        // (On PostgreSQL the plain claim is a call of baton_claim_many: its plans are read below.)
+        ...(store.kind === 'sqlite' ? ['claim'] : []),
+        'heartbeat',
+        'complete',
+        'complete many',
+        'getExecution',
+        'list status failed',
+        'list deep cursor',
+        'scheduler pass',
+        'reaper pass',
+        'dispatcher pass',
+        'metrics',
+        'logs read',
+        'webhook overlap',
+        'waiting seats',
+        'waiting paused',
+        'waiting push',
+        'agent series',
+        'agent seats',
+        'agent series counts',
+        'manual retry',
+        'claim budget spent',
+        'waiting budget',
+        'budget read',
+        'reaper shared lapse',
+        'waiting lapse',
+        'claim after lapse',
+        'breaker complete',
+        'claim breaker probe',
+        'waiting breaker',
+        'submit many',
+        'chained complete',
+        'chained getExecution',
+        // ('group create' reads no history on SQLite: its backlogs come from the counters.)
+        ...(store.kind === 'postgres' ? ['group create'] : []),
+        'group decide',
+        'group get',
+        'group cancel',
+        'canary cycle',
+        'history stats',
+        'export',
+        'prune executions',
+        'prune audit',
+      ],
+      ['listAgents', 'listAgents after a cursor', 'getAgent'],
+    );
 
     // Calls of the SQL functions (gather.ts): each function's own statements' plans, custom and
     // generic (prepared once per connection, PostgreSQL may keep one generic plan per statement,
