@@ -14,6 +14,9 @@ const COST = 'test/cost/**/*.test.ts';
 
 export default defineConfig({
   test: {
+    // dist/ brought up to date with src/ before any file runs: the processes the tests start run
+    // compiled JavaScript (scripts/dist.ts says how it is kept from going stale).
+    globalSetup: ['test/setup/dist.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import { openSqlite } from '../../src/store/sqlite.ts';
-import { freePort } from '../helpers/process.ts';
+import { BATON_BIN, freePort } from '../helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -21,7 +21,7 @@ const children = new Set<ReturnType<typeof spawn>>();
 
 function baton(args: string[], env: Record<string, string> = {}, opts: { until?: (out: string) => boolean } = {}) {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BATON_')));
-  const proc = spawn(process.execPath, ['bin/baton.js', ...args], {
+  const proc = spawn(process.execPath, [BATON_BIN, ...args], {
     cwd: ROOT,
     env: { ...base, BATON_URL: node.url, BATON_API_KEY: admin, ...ts.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,7 +2,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 
-export const BATON_BIN = fileURLToPath(new URL('../../bin/baton.js', import.meta.url));
+/**
+ * The `baton` command as the tests start it: the compiled dist/ (test/helpers/baton.js), which
+ * test/setup/dist.ts brings up to date with src/ before every run.
+ */
+export const BATON_BIN = fileURLToPath(new URL('./baton.js', import.meta.url));
 
 /** A port that was free a moment ago. */
 export function freePort(): Promise<number> {

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect } from 'vitest';
+import { fixtureJs } from '../../scripts/dist.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { openTestStore, type TestStore } from './store.ts';
 
@@ -26,9 +27,12 @@ export interface Child {
 
 const spawned = new Set<Child>();
 
-/** Run `test/fixtures/<name>.ts` under tsx with `env` added to this process's environment. */
+/**
+ * Run `test/fixtures/<name>.ts`, compiled (test/setup/dist.ts built it into dist/ before the run),
+ * with `env` added to this process's environment.
+ */
 export function spawnFixture(name: string, args: string[], env: Record<string, string>): Child {
-  const proc = spawn(process.execPath, ['--import', 'tsx', `test/fixtures/${name}.ts`, ...args], {
+  const proc = spawn(process.execPath, [fixtureJs(name), ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['pipe', 'pipe', 'pipe'],

@@ -9,6 +9,7 @@ import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
+import { BATON_BIN } from '../helpers/process.ts';
 import { openTestStore, type TestStore } from '../helpers/store.ts';
 import { countTurns } from '../helpers/turns.ts';
 
@@ -74,7 +75,7 @@ async function stdioClient(key: string): Promise<Client> {
   await client.connect(
     new StdioClientTransport({
       command: process.execPath,
-      args: ['bin/baton.js', 'mcp'],
+      args: [BATON_BIN, 'mcp'],
       cwd: ROOT,
       env: { ...base, BATON_URL: node.url, BATON_API_KEY: key },
       stderr: 'pipe',

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fixtureJs } from '../../scripts/dist.ts';
 import { spawnChild } from '../helpers/process.ts';
 import type { Tx } from '../../src/store/adapter.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
@@ -101,7 +102,7 @@ describe(`store reader (${STORE_KIND})`, () => {
   });
 
   it('keeps a process alive while a read is in flight, and lets it exit after', async () => {
-    const child = spawnChild(['--import', 'tsx', new URL('../fixtures/reader-only.ts', import.meta.url).pathname], t.env);
+    const child = spawnChild([fixtureJs('reader-only')], t.env);
     expect(await child.exited).toBe(0);
     expect(child.output()).toContain('read 1000000');
   });
