@@ -164,11 +164,11 @@ export function buildForTests(): BuildResult {
     written++;
   }
   // What no current source produces: a deleted module must not stay importable. Declarations
-  // (`npm run build` writes them) are left alone.
+  // (`npm run build` writes them) and another run's files being written are left alone.
   let removed = 0;
   for (const f of filesUnder(DIST)) {
     const rel = posix(relative(DIST, f));
-    if (next.outputs[rel] || f === MANIFEST || f.endsWith('.d.ts')) continue;
+    if (next.outputs[rel] || f === MANIFEST || f.endsWith('.d.ts') || f.endsWith('.tmp')) continue;
     rmSync(f, { force: true });
     removed++;
   }
