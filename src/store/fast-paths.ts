@@ -104,4 +104,10 @@ export interface FastPaths {
    * id; one missing was not completed and nothing was written for it. Ids distinct.
    */
   completeMany(c: readonly CompletionRequest[]): Promise<Map<string, ExecutionRow>>;
+  /**
+   * Within the admission transaction `tx`: the rows it decided to admit (ids, in admission order,
+   * each with its new lease token), queued → running as transitions/admit.ts writes them one by
+   * one, in one call. Returns the rows updated, in the order given (one not queued is left out).
+   */
+  takeRows(tx: Kysely<DB>, t: { ids: string[]; tokens: string[]; owner: string; now: number }): Promise<ExecutionRow[]>;
 }

@@ -22,6 +22,13 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
       submitGathered: (s) => lone(() => submitGathered(db, s)),
       claimMany: (c) => lone(() => claimMany(db, c)),
       completeMany: (c) => lone(() => completeMany(db, c)),
+      // Inside the caller's transaction: a conflict ends that transaction, which is retried whole.
+      takeRows: async (tx, t) =>
+        (
+          await sql<ExecutionRow>`SELECT * FROM baton_take_rows(${t.ids}::text[], ${t.tokens}::text[], ${t.owner}, ${t.now}::bigint)`.execute(
+            tx,
+          )
+        ).rows,
     };
     made.set(db, fast);
   }

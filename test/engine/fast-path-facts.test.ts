@@ -243,6 +243,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
         calls.push({ op: 'complete', decided: [...out.keys()] });
         return out;
       },
+      takeRows: (tx, t) => inner.takeRows(tx, t),
     };
     const store = Object.create(ts.store) as StoreAdapter;
     Object.defineProperty(store, 'fastPaths', { value: spy });

@@ -147,6 +147,42 @@ const keyedCandidates = (store: StoreAdapter, tx: Tx, p: { agent: string; now: n
   return keyedCandidatesFor(store)(tx, values, `${limit}:${shut.length}`);
 };
 
+/**
+ * Take `rows` (queued → running), in admission order: each admission event counts the seats in
+ * that order. Where the store has fast paths, one call (FastPaths.takeRows: one round trip while
+ * the agent's and its pools' locks are held); else one update each. The rows are the
+ * transaction's own (locked on PostgreSQL; SQLite's writer is alone), so each is still queued: a
+ * row found otherwise fails the transaction rather than admit fewer than the limits were charged for.
+ */
+async function takeRows(
+  tx: Tx,
+  store: StoreAdapter,
+  rows: readonly { id: string; lease_ttl_seconds: number; timeout_seconds: number }[],
+  opts: { now: number; owner: string },
+): Promise<ExecutionRow[]> {
+  if (rows.length === 0) return [];
+  const tokens = rows.map(() => newLeaseToken());
+  const fast = store.fastPaths;
+  let taken: ExecutionRow[];
+  if (fast && rows.length > 1) taken = await fast.takeRows(tx, { ids: rows.map((r) => r.id), tokens, owner: opts.owner, now: opts.now });
+  else {
+    taken = [];
+    for (const [i, c] of rows.entries()) {
+      const [row] = await admitRow(tx, {
+        id: c.id,
+        owner: opts.owner,
+        token: tokens[i]!,
+        now: opts.now,
+        leaseExpiresAt: opts.now + c.lease_ttl_seconds * 1000,
+        deadlineAt: opts.now + c.timeout_seconds * 1000,
+      });
+      if (row) taken.push(row);
+    }
+  }
+  if (taken.length !== rows.length) throw new Error(`admission took ${taken.length} of the ${rows.length} rows it held`);
+  return taken;
+}
+
 /** The agent row admission decides from, locked (see admit). */
 const admissionAgentFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string }) =>
@@ -227,33 +263,26 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null, turns: gate.room === 0 ? gate.turns : [] });
   const room = Math.min(want, gate ? gate.room : want);
 
-  const admitted: ExecutionRow[] = [];
+  // The rows to take, decided before any is written: the candidates are this transaction's (locked
+  // on PostgreSQL, the one writer on SQLite), so each is still queued when the update runs.
+  const taking: typeof candidates = [];
   const serials = new Set<string>();
   const maxBytes = opts.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes;
   let bytes = 0;
   for (const c of candidates) {
-    if (admitted.length >= room) break;
+    if (taking.length >= room) break;
     // A bounded answer: reading and sending the rows holds the event loop for their size.
-    if (admitted.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
+    if (taking.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
     if (keys && !keys.admits(c.flow_key, opts.now)) continue;
     if (c.serial_key !== null) {
       if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
       serials.add(c.serial_key);
     }
-    const [row] = await admitRow(tx, {
-      id: c.id,
-      owner: opts.owner,
-      token: newLeaseToken(),
-      now: opts.now,
-      leaseExpiresAt: opts.now + c.lease_ttl_seconds * 1000,
-      deadlineAt: opts.now + c.timeout_seconds * 1000,
-    });
-    if (row) {
-      admitted.push(row);
-      bytes += Number(c.bytes);
-      keys?.took(c.flow_key, opts.now);
-    }
+    taking.push(c);
+    bytes += Number(c.bytes);
+    keys?.took(c.flow_key, opts.now);
   }
+  const admitted = await takeRows(tx, store, taking, opts);
   await keys?.save(tx);
   await raiseAdmitRound(tx, agentName, agent.admit_round, admitted);
   await gate?.commit(admitted.length);

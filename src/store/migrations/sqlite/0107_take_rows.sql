@@ -1,0 +1,3 @@
+-- PostgreSQL's function that takes an admission's rows in one call (FastPaths.takeRows); SQLite
+-- has no functions: its admission transaction updates the rows in process. Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
