@@ -7,8 +7,12 @@
  *
  *   node --import tsx bench/healthz-load.ts [sqlite|postgres] [port]
  *
- * A measurement, not a test: run it on an otherwise quiet machine and read the spread.
+ * A measurement, not a test: run it on an otherwise quiet machine and read the spread. With
+ * BENCH_LOOP_STALLS=<file> (Linux), each scenario also prints the server's event-loop stalls over
+ * 50 ms in it, split into time on a CPU and time waiting for one (bench/lib/loop-stalls.mjs): what
+ * the server did on its loop against what the machine's other threads took.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { BATCH } from '../src/domain/batch.ts';
 import { DEFAULTS } from '../src/config.ts';
@@ -27,6 +31,25 @@ const pct = (xs: number[], p: number) => {
   return s.length === 0 ? 0 : s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
 };
 const round = (x: number) => Math.round(x * 10) / 10;
+
+/** The server's event-loop stalls over 50 ms between `from` and `to` (epoch ms), when BENCH_LOOP_STALLS logs them. */
+function loopStalls(from: number, to: number) {
+  const file = process.env.BENCH_LOOP_STALLS;
+  if (!file || !existsSync(file)) return {};
+  const stalls = readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { at: number; ms: number; cpu: number; wait: number })
+    .filter((x) => x.at >= from && x.at <= to && x.ms > 50);
+  const sum = (k: 'ms' | 'cpu' | 'wait') => stalls.reduce((n, x) => n + x[k], 0);
+  return {
+    loop_stalls_over_50ms: stalls.length,
+    loop_stall_worst: round(Math.max(0, ...stalls.map((x) => x.ms))),
+    loop_stall_most_cpu: round(Math.max(0, ...stalls.map((x) => x.cpu))),
+    loop_stalls_cpu_pct: stalls.length ? Math.round((100 * sum('cpu')) / sum('ms')) : 0,
+    loop_stalls_wait_pct: stalls.length ? Math.round((100 * sum('wait')) / sum('ms')) : 0,
+  };
+}
 
 async function main() {
   const db = freshDb(store, PG_URL, 'healthz');
@@ -47,12 +70,19 @@ async function main() {
      (async () => { for (;;) { const t = performance.now(); await fetch(workerData + '/healthz').then((r) => r.arrayBuffer()); samples.push(performance.now() - t); await new Promise((r) => setTimeout(r, 5)); } })();`,
     { eval: true, workerData: server.url },
   );
-  const take = () =>
+  const takeSamples = () =>
     new Promise<number[]>((resolve) => {
       pinger.once('message', resolve);
       pinger.postMessage('take');
     });
+  let since = Date.now();
+  const take = async () => {
+    const s = await takeSamples();
+    since = Date.now();
+    return s;
+  };
   const report = async (label: string) => {
+    const from = since;
     const s = await take();
     console.log(
       JSON.stringify({
@@ -62,6 +92,7 @@ async function main() {
         p50: round(pct(s, 50)),
         p99: round(pct(s, 99)),
         max: round(Math.max(...s)),
+        ...loopStalls(from, since),
       }),
     );
   };

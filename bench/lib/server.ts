@@ -55,6 +55,8 @@ async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningSer
   Object.assign(env, db.env, { BATON_PORT: String(opts.port ?? 0), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' }, opts.env);
   // BENCH_SERVER_NODE_ARGS adds node flags for diagnosis (e.g. "--report-on-signal").
   const extra = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  // BENCH_LOOP_STALLS=<file>: the server logs its event loop's stalls there (bench/lib/loop-stalls.mjs).
+  if (process.env.BENCH_LOOP_STALLS) extra.push('--import', './bench/lib/loop-stalls.mjs');
   const nodeArgs = [...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []), ...extra];
   const entry = opts.script ? ['--import', 'tsx', opts.script] : ['bin/baton.js', 'up'];
   const child = spawn(process.execPath, [...nodeArgs, ...entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });

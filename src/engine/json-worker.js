@@ -8,6 +8,9 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
+import { lowerThisThreadsPriority } from '../store/thread-priority.js';
+
+lowerThisThreadsPriority();
 
 /** src/domain/json.ts: through tsx in a checkout (as bin/baton.js runs it), compiled in a package. */
 let scanner;

@@ -4,6 +4,9 @@
 // under every runner).
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
+import { lowerThisThreadsPriority } from './thread-priority.js';
+
+lowerThisThreadsPriority();
 
 const db = new Database(workerData.file, { readonly: workerData.readonly, fileMustExist: true });
 db.pragma(`busy_timeout = ${workerData.busyTimeoutMs}`);
