@@ -23,7 +23,7 @@ import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** Files under src/ that no import names: the code finds them with `new URL(…, import.meta.url)`. */
-export const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js', 'engine/json-worker.js'];
+export const RUNTIME_ASSETS = ['store/migrations', 'store/sqlite-reader-worker.js', 'store/thread-priority.js', 'engine/json-worker.js'];
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const DIST = join(ROOT, 'dist');
@@ -173,7 +173,26 @@ export function buildForTests(): BuildResult {
     removed++;
   }
   writeWhole(MANIFEST, JSON.stringify(next));
+  checkAssetImports();
   return { written, removed, ms: Date.now() - started };
+}
+
+/**
+ * Every relative import of a copied JavaScript asset (a worker thread's file) resolves in dist/:
+ * a plain .js file that only an asset imports is an asset too, and forgetting it in RUNTIME_ASSETS
+ * would otherwise show only as a worker thread dying in a child process.
+ */
+function checkAssetImports(): void {
+  for (const job of jobs()) {
+    if (job.kind !== 'asset' || !job.out.endsWith('.js')) continue;
+    const text = readFileSync(job.out, 'utf8');
+    for (const m of text.matchAll(/(?:\bfrom\s+|\bimport\(\s*)['"](\.{1,2}\/[^'"]+)['"]/g)) {
+      if (!existsSync(join(dirname(job.out), m[1]!)))
+        throw new Error(
+          `${posix(relative(ROOT, job.src))} imports ${m[1]}, which is not in dist/: add it to RUNTIME_ASSETS in scripts/dist.ts`,
+        );
+    }
+  }
 }
 
 /** The compiled fixture `name` (test/fixtures/<name>.ts). */
