@@ -108,7 +108,7 @@ async function open(): Promise<{ store: StoreAdapter; where: string; fresh: bool
   return { store, where: schema, fresh: !a.reuse };
 }
 
-async function seed(store: StoreAdapter, engine: Engine, where: string): Promise<void> {
+async function seed(engine: Engine, where: string): Promise<void> {
   await createHistoryPool(engine);
   const agents = Array.from({ length: 100 }, (_, i) => ({
     name: `hist-${String(i).padStart(3, '0')}`,
@@ -129,7 +129,6 @@ async function seed(store: StoreAdapter, engine: Engine, where: string): Promise
     log,
   });
   log(`filled: ${r.executions} executions in ${r.seconds} s, ANALYZE ${r.analyze_seconds} s`);
-  void store;
 }
 
 /** The backlog: `count` queued tasks of the keyed agent on one key, through the engine. */
@@ -227,7 +226,7 @@ async function main() {
   const engine = new Engine({ store, nodeId: 'bench' });
   const load = () => ` (load ${readFileSync('/proc/loadavg', 'utf8').trim()})`;
   try {
-    if (fresh) await seed(store, engine, where);
+    if (fresh) await seed(engine, where);
     await backlog(store, engine, Number(a.backlog));
     const now = Date.now();
     await runReads(store, now);
