@@ -635,6 +635,8 @@ async function mainHistory(): Promise<void> {
         pruneProbeGapMs: int('history-prune-probe-gap-ms', a['history-prune-probe-gap-ms']),
         noPrune: a['history-no-prune']!,
         pruneOnly: a['history-prune-only']!,
+        // On a shared machine, the scenario's servers stay in BATON_TEST_PORTS (it takes up to 80 ports from its start).
+        ...(/^\d+-\d+$/.test(process.env.BATON_TEST_PORTS ?? '') ? { basePort: Number(process.env.BATON_TEST_PORTS!.split('-')[0]) } : {}),
         log,
       }),
     );

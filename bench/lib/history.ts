@@ -267,7 +267,7 @@ function makeHistoryDb(kind: StoreKind, pgUrl: string): HistoryDb {
       },
     };
   }
-  const schema = `bench_history_${Date.now().toString(36)}`;
+  const schema = `bench_history_${process.pid}_${Date.now().toString(36)}`;
   return {
     kind,
     dataDir,

@@ -1,12 +1,14 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { F02 } from '../../src/canary/invariants/flow.ts';
 import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
+import { KeyGate, keyWaiting } from '../../src/engine/flow-keys.ts';
 import { liveKeyCounts } from '../../src/engine/flow-keys-read.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import type { ExecutionRow, NewExecution } from '../../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { during, expectPlansSeek, HISTORY_TABLES, planStore, recordingStore } from './plans-check.ts';
+import { during, expectBacklogUnread, expectPlansSeek, HISTORY_TABLES, planStore, recordingStore } from './plans-check.ts';
 
 // Flow control over history (the check of test/cost/plans.test.ts): every read and write behind
 // concurrency keys, pools, throttles and pool budgets, run by the real functions against a store
@@ -16,7 +18,10 @@ import { during, expectPlansSeek, HISTORY_TABLES, planStore, recordingStore } fr
 // over its members, the turns, the throttles, the budget's windows), the completion that spends
 // a pool's budget, every `waiting` answer a flow limit gives, the pool and live keys reads of the
 // API, CLI and dashboard, the metrics' gauges, a debounce fold and a singleton check, and a
-// canary cycle whose flow invariants replay the new events over the seeded log.
+// canary cycle whose flow invariants replay the new events over the seeded log. Beside the
+// history, one keyed agent has a deep backlog on one key (in the statistics): the reads of its
+// key's seats, its closed throttle and its debounced tasks, and canary invariant F-02, must not
+// read that backlog (PostgreSQL: counted as they run).
 
 const HISTORY = 30_000;
 /** The busy member of the pool (most of history), its quiet peer, and the rest. */
@@ -24,6 +29,8 @@ const POOLED = ['fp-a', 'fp-b'];
 const OTHERS = ['fp-thr', 'fp-bud', 'fp-own', 'fp-keys'];
 const AGENTS = [...POOLED, ...OTHERS];
 const HOUR = 3_600_000;
+/** Queued tasks of one key of fp-deep. */
+const BACKLOG = 3_000;
 
 let ts: TestStore;
 let store: StoreAdapter;
@@ -81,6 +88,16 @@ async function seed(): Promise<void> {
   await engine.agents.create({ name: 'fp-bud', max_parallel: 4, pools: ['fp-spend'] }, 'seed');
   await engine.agents.create({ name: 'fp-own', max_parallel: 4, throttle }, 'seed');
   await engine.agents.create({ name: 'fp-keys', max_parallel: 5, max_backlog: 20, key_max_parallel: 1, key_throttle: throttle }, 'seed');
+  await engine.agents.create(
+    { name: 'fp-deep', max_parallel: 4, max_backlog: 1_000_000, key_max_parallel: 1, key_throttle: throttle },
+    'seed',
+  );
+  for (let i = 0; i < BACKLOG; i += 1000)
+    await engine.submitMany(
+      'fp-deep',
+      Array.from({ length: 1000 }, (_, j) => ({ message: `deep ${i + j}`, key: 'deep' })),
+      'seed',
+    );
   const chunk = 1000;
   for (let i = 0; i < HISTORY; i += chunk) {
     const rows = Array.from({ length: Math.min(chunk, HISTORY - i) }, (_, j) => historyRow(i + j));
@@ -249,6 +266,24 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       engine.pools.update('fp-spend', { budget: { limits: [{ metric: 'total_tokens', window: 'hour', limit: 5000 }] } }, 'test'),
     );
 
+    // The deep backlog: one of its key's tasks running, the key's throttle closed; the seats of
+    // that key, when the throttle reopens, a debounced burst on another key, F-02.
+    const [deepHeld] = await claim('fp-deep');
+    expect(deepHeld!.flow_key).toBe('deep');
+    expect(await during('backlog claim key shut', () => claim('fp-deep'))).toEqual([]);
+    const deep = await store.db.selectFrom('agents').selectAll().where('name', '=', 'fp-deep').executeTakeFirstOrThrow();
+    const held = await during('backlog key seat holders', () => keyWaiting(engine.store.db, deep, 'deep', now));
+    expect(held).toMatchObject({ reason: 'key_busy', key: { running: 1 } });
+    const reopens = await during('backlog key reopensAt', () =>
+      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(tx, now)),
+    );
+    expect(reopens).toBeGreaterThan(now);
+    await during('backlog debounce', () => submit('fp-deep', 'b', { key: 'burst', debounce_seconds: 60 }));
+    const folded = await during('backlog debounce fold', () => submit('fp-deep', 'b2', { key: 'burst', debounce_seconds: 60 }));
+    expect(folded.message).toBe('b2');
+    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    expect(await during('backlog canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
+
     // The canary's flow invariants over the new events (seats per key and per pool, throttle
     // starts per window, debounced bursts), after the seeded log.
     await during('canary cycle', () => runCanaryOnce({ store: engine.store, clock: () => now + 1 }));
@@ -279,6 +314,15 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       'pool get budget',
       'live key counts',
       'canary cycle',
+      'backlog claim key shut',
+      'backlog key seat holders',
+      'backlog key reopensAt',
+      'backlog debounce fold',
+      'backlog canary F-02',
     ]);
+    await expectBacklogUnread(
+      ['backlog key seat holders', 'backlog key reopensAt', 'backlog debounce fold', 'backlog canary F-02'],
+      BACKLOG / 10,
+    );
   });
 });
