@@ -2,41 +2,26 @@
  * Pools over HTTP (zod, OpenAPI, errors naming the field), agents' `pools` and `throttle`, and the
  * pool gauges in /metrics, on both stores.
  */
-import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildServer } from '../../src/api/server.ts';
-import { KeyStore } from '../../src/auth/keys.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { createNodeMetrics } from '../../src/metrics.ts';
+import { inProcessApi } from '../helpers/api.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
-let app: FastifyInstance;
-let admin: string;
 
 beforeAll(async () => {
   ts = await openTestStore();
   engine = new Engine({ store: ts.store, nodeId: 'pools-api-test' });
-  const keys = new KeyStore(ts.store);
-  admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
-  app = await buildServer({ engine, keys, logger: false });
 });
 afterAll(async () => {
-  await app.close();
   engine.close();
   await ts.cleanup();
 });
 
-const call = async (method: InjectOptions['method'], url: string, body?: unknown) => {
-  const res = await app.inject({
-    method,
-    url,
-    headers: { authorization: `Bearer ${admin}` },
-    ...(body === undefined ? {} : { payload: body as any }),
-  });
-  return { status: res.statusCode, body: res.body ? JSON.parse(res.body) : null };
-};
+const api = inProcessApi(() => engine);
+const { call } = api;
 
 describe(`pools over HTTP (${STORE_KIND})`, () => {
   it('create, list, read with usage, update; agents draw from it and show their pools and throttle', async () => {
@@ -93,7 +78,7 @@ describe(`pools over HTTP (${STORE_KIND})`, () => {
   });
 
   it('the OpenAPI document has the pool routes and the agent fields', async () => {
-    const doc = JSON.parse((await app.inject({ method: 'GET', url: '/openapi.json' })).body);
+    const doc = JSON.parse((await api.app.inject({ method: 'GET', url: '/openapi.json' })).body);
     expect(Object.keys(doc.paths)).toEqual(expect.arrayContaining(['/v1/pools', '/v1/pools/{pool}']));
     expect(JSON.stringify(doc)).toContain('pool_budget_spent');
   });

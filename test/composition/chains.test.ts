@@ -1,13 +1,11 @@
-import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildServer } from '../../src/api/server.ts';
-import { KeyStore } from '../../src/auth/keys.ts';
 import { CHAIN_ALERT } from '../../src/domain/chains.ts';
 import { CONFIG_PAGE, PREVIEW_CHARS } from '../../src/domain/lists.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { pruneOnce, type PruneCursor } from '../../src/retention/prune.ts';
 import type { SubscriptionInput } from '../../src/engine/composition/subscriptions.ts';
 import type { ExecutionRow } from '../../src/store/schema.ts';
+import { inProcessApi } from '../helpers/api.ts';
 import { manualClock } from '../helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import { agentMaker } from '../helpers/agents.ts';
@@ -381,30 +379,15 @@ describe(`chains (${STORE_KIND})`, () => {
 });
 
 describe(`subscriptions over HTTP (${STORE_KIND})`, () => {
-  let app: FastifyInstance;
-  let admin: string;
+  const api = inProcessApi(() => engine);
+  const { call } = api;
   let workerKey: string;
   let a: string;
   let b: string;
   beforeAll(async () => {
-    const keys = new KeyStore(ts.store);
-    admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
     [a, b] = [await newAgent(), await newAgent()];
-    workerKey = (await keys.create({ name: 'w', scope: 'agent', agent: a }, 'test')).key;
-    app = await buildServer({ engine, keys, logger: false });
+    workerKey = (await api.keys.create({ name: 'w', scope: 'agent', agent: a }, 'test')).key;
   });
-  afterAll(async () => {
-    await app.close();
-  });
-  const call = async (method: InjectOptions['method'], url: string, body?: unknown, key = admin) => {
-    const res = await app.inject({
-      method,
-      url,
-      headers: { authorization: `Bearer ${key}` },
-      ...(body === undefined ? {} : { payload: body as any }),
-    });
-    return { status: res.statusCode, body: res.body ? JSON.parse(res.body) : null };
-  };
 
   it('create, list, show, update, delete; the source execution lists what it started', async () => {
     const c = await call('POST', '/v1/subscriptions', {

@@ -1,8 +1,5 @@
 import { createServer } from 'node:http';
-import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildServer } from '../../src/api/server.ts';
-import { KeyStore } from '../../src/auth/keys.ts';
 import { Canary } from '../../src/canary/service.ts';
 import { Dispatcher } from '../../src/delivery/dispatcher.ts';
 import { AHEAD_COUNT_CAP, NO_WORKER_AFTER_MS, WAITING_REASONS } from '../../src/domain/admission.ts';
@@ -12,6 +9,7 @@ import { Engine } from '../../src/engine/engine.ts';
 import { admit } from '../../src/engine/transitions/admit.ts';
 import { createNodeMetrics } from '../../src/metrics.ts';
 import { openStore } from '../../src/store/open.ts';
+import { inProcessApi } from '../helpers/api.ts';
 import { manualClock } from '../helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
@@ -411,30 +409,13 @@ describe(`waiting: why a queued execution is not running (${STORE_KIND})`, () =>
 });
 
 describe(`pause over HTTP, in trigger answers and in /metrics (${STORE_KIND})`, () => {
-  let app: FastifyInstance;
-  let admin: string;
-  let adminId: string;
-  beforeAll(async () => {
-    const keys = new KeyStore(ts.store);
-    const k = await keys.create({ name: 'admin', scope: 'admin' }, 'test');
-    admin = k.key;
-    adminId = k.row.id;
-    app = await buildServer({ engine, keys, logger: false });
-  });
-  afterAll(async () => {
-    await app.close();
-  });
-  const call = async (method: InjectOptions['method'], url: string, body?: unknown, key: string | null = admin) => {
-    const headers: Record<string, string> = {};
-    if (key) headers.authorization = `Bearer ${key}`;
-    const res = await app.inject({ method, url, headers, ...(body === undefined ? {} : { payload: body as any }) });
-    return { status: res.statusCode, body: res.body ? JSON.parse(res.body) : null };
-  };
+  const api = inProcessApi(() => engine);
+  const { call } = api;
 
   it('pauses and resumes with 200 (idempotent), refuses bad input with a field-naming 400, and 404s an unknown agent', async () => {
     const p = await call('POST', `/v1/agents/${agent}/pause`, { reason: 'deploying' });
     expect(p.status).toBe(200);
-    expect(p.body.paused).toEqual({ by: `key:${adminId}`, reason: 'deploying', since: new Date(clock()).toISOString() });
+    expect(p.body.paused).toEqual({ by: `key:${api.adminId}`, reason: 'deploying', since: new Date(clock()).toISOString() });
     clock.advance(1000);
     const again = await call('POST', `/v1/agents/${agent}/pause`, { reason: 'other' });
     expect(again.status).toBe(200);
@@ -464,10 +445,10 @@ describe(`pause over HTTP, in trigger answers and in /metrics (${STORE_KIND})`, 
     expect(sub.body).toMatchObject({ status: 'queued', agent_paused: true });
     // With an Idempotency-Key (the submit's transaction path) the stored answer says so too, and its replay.
     for (const replay of [false, true]) {
-      const res = await app.inject({
+      const res = await api.app.inject({
         method: 'POST',
         url: `/v1/agents/${agent}/executions`,
-        headers: { authorization: `Bearer ${admin}`, 'idempotency-key': 'paused-1' },
+        headers: { authorization: `Bearer ${api.admin}`, 'idempotency-key': 'paused-1' },
         payload: { message: 'keyed' },
       });
       expect(res.statusCode).toBe(201);

@@ -1,10 +1,8 @@
-import type { FastifyInstance, InjectOptions } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildServer } from '../../src/api/server.ts';
-import { KeyStore } from '../../src/auth/keys.ts';
 import { BREAKER_DEFAULTS, type BreakerConfig } from '../../src/domain/breaker.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { createNodeMetrics } from '../../src/metrics.ts';
+import { inProcessApi } from '../helpers/api.ts';
 import { manualClock } from '../helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import { agentMaker } from '../helpers/agents.ts';
@@ -287,25 +285,7 @@ describe(`circuit breaker (${STORE_KIND})`, () => {
 });
 
 describe(`circuit breaker over HTTP and in /metrics (${STORE_KIND})`, () => {
-  let app: FastifyInstance;
-  let admin: string;
-  beforeAll(async () => {
-    const keys = new KeyStore(ts.store);
-    admin = (await keys.create({ name: 'admin', scope: 'admin' }, 'test')).key;
-    app = await buildServer({ engine, keys, logger: false });
-  });
-  afterAll(async () => {
-    await app.close();
-  });
-  const call = async (method: InjectOptions['method'], url: string, body?: unknown) => {
-    const res = await app.inject({
-      method,
-      url,
-      headers: { authorization: `Bearer ${admin}` },
-      ...(body === undefined ? {} : { payload: body as any }),
-    });
-    return { status: res.statusCode, body: res.body ? JSON.parse(res.body) : null };
-  };
+  const { call } = inProcessApi(() => engine);
 
   it('shows the breaker on the agent, closes it by hand, validates its config, and exports the gauge', async () => {
     const agent = await newAgent();
