@@ -28,6 +28,12 @@ export class Lane {
    * once they are all answered, for every slot still free.
    */
   completing = 0;
+  /**
+   * The last claim answered with fewer tasks than it asked for: the queue was empty then, so the
+   * next completions claim nothing (an admission that would likely find nothing) and the loop
+   * parks one claim once they are answered.
+   */
+  drained = false;
   private turnAt: Promise<void> | undefined;
   /** Wakes the claim loop waiting for a free slot. */
   slotFreed: (() => void) | undefined;

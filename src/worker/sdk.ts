@@ -259,6 +259,7 @@ class WorkerImpl implements Worker {
           { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max },
           signal,
         );
+        lane.drained = tasks.length < max;
         if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
         failures = 0;
       } catch (err) {
@@ -394,7 +395,7 @@ class WorkerImpl implements Worker {
       await lane.turn();
       // While the loop's claim is out, it found the queue empty (or is about to look): the server
       // wakes it for the next task, so asking again here would only cost an empty admission.
-      max = lane.claiming || this.stopCtrl.signal.aborted ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
+      max = lane.claiming || lane.drained || this.stopCtrl.signal.aborted ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
       lane.outstanding += max;
     }
     const send = (o: TaskOutcome) =>
@@ -423,6 +424,7 @@ class WorkerImpl implements Worker {
       }
       this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
       if (answer.claim_error) this.emit({ type: 'error', op: 'claim', error: answer.claim_error.message });
+      if (max > 0) lane.drained = (answer.tasks?.length ?? 0) < max;
       this.startTasks(lane, answer.tasks ?? []);
     } catch (err) {
       if (isLeaseLost(err)) this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
