@@ -794,13 +794,14 @@ async function runProbes(cfg: HistoryConfig, db: HistoryDb, label: string, port:
       });
       fire = { schedules: r.schedules, fired: r.fired, p50: r.lagMs.p50, p99: r.lagMs.p99, drain_ms: r.drainMs, cpu_s: r.cpuS };
       log(`${cfg.schedules} schedules: fire lag p50 ${r.lagMs.p50} ms, p99 ${r.lagMs.p99} ms (${r.fired} fired)`);
-      // Its schedules go (their queued runs cancelled), so that the next state's probes do not find
-      // a thousand queued runs the previous state left behind, and its schedules can be made again.
-      await settleFireLag(db);
     } catch (err: any) {
       fire = { error: String(err?.message ?? err) };
       errors.push(`fire_lag: ${err?.message ?? err}`);
       log(`fire lag FAILED: ${err?.message ?? err}`);
+    } finally {
+      // Its schedules go (their queued runs cancelled), also after a failed probe: the next state's
+      // probes must not find a thousand queued runs left behind, and its schedules are made again.
+      await settleFireLag(db).catch((err: any) => errors.push(`fire_lag clean-up: ${err?.message ?? err}`));
     }
   }
   return {
