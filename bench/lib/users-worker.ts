@@ -13,7 +13,6 @@
  * - bullmq:  a BullMQ Worker per queue (W1: one queue, concurrency = agents × cap);
  * - graphile: graphile-worker's runner (W1 only).
  */
-import http from 'node:http';
 import type { Socket } from 'node:net';
 import { BatonClient } from '../../src/client.ts';
 import { closeConnections, connectionPools, nodeHttpTransport } from '../../src/worker/http.ts';
@@ -51,27 +50,8 @@ for (const pool of Object.values(connectionPools.http)) {
     return connect(...a);
   };
 }
-// Requests the worker process sent to the server (Baton's systems): claims on their own route, and
-// completions, those carrying a claim apart. Counted by wrapping node:http's request, which the
-// transport looks up on its first request.
-const requests = { claims: 0, completes: 0, completes_claiming: 0 };
-const send = http.request.bind(http) as (...a: unknown[]) => http.ClientRequest;
-(http as unknown as { request: typeof send }).request = (...a) => {
-  const path = (a[0] as { path?: string }).path ?? '';
-  const req = send(...a);
-  if (path.endsWith('/claim')) requests.claims++;
-  else if (path.endsWith('/complete')) {
-    requests.completes++;
-    const end = req.end.bind(req) as (...b: unknown[]) => http.ClientRequest;
-    (req as unknown as { end: typeof end }).end = (...b) => {
-      if (typeof b[0] === 'string' && b[0].includes('"claim":')) requests.completes_claiming++;
-      return end(...b);
-    };
-  }
-  return req;
-};
 const reportedOne = () => {
-  if (++reported === cfg.tasks && cfg.workload === 'w1') say({ done: reported, connections, requests });
+  if (++reported === cfg.tasks && cfg.workload === 'w1') say({ done: reported, connections });
 };
 const started = (id: string) => {
   if (cfg.workload === 'w2') say({ start: id });

@@ -63,8 +63,6 @@ export interface UsersRow {
     cpu_ms_per_task: { producer: number; server: number | null; worker: number };
     /** TCP connections the worker process opened to the server (Baton systems), from start to its last report. */
     worker_connections?: number;
-    /** Requests the worker process sent (Baton systems): claims on their own route, completions, completions carrying a claim. */
-    worker_requests?: WorkerRequests;
   };
   w2?: { submits: number; agents: number; wake: LatencySummary; submit_call: LatencySummary };
   verification?: Verification;
@@ -154,8 +152,7 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
   };
   await Promise.all(Array.from({ length: cfg.inFlight }, submitter));
   const tSubmitted = performance.now();
-  const { connections, requests } = await proc.done;
-  if (requests) cfg.log(`  worker requests: ${JSON.stringify(requests)}`);
+  const { connections } = await proc.done;
   const seconds = (performance.now() - t0) / 1000;
   const perTask = pids.map((p, k) => {
     const before = ticks0[k];
@@ -170,7 +167,6 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
     submit_call: summarize(calls),
     cpu_ms_per_task: { producer: perTask[0]!, server: perTask[1] ?? null, worker: perTask[2]! },
     ...(connections !== undefined ? { worker_connections: connections } : {}),
-    ...(requests !== undefined ? { worker_requests: requests } : {}),
   };
 }
 
@@ -191,22 +187,10 @@ async function w2(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
   return { submits: cfg.w2Submits, agents: target.agentNames.length, wake: summarize(wake), submit_call: summarize(calls) };
 }
 
-interface WorkerRequests {
-  claims: number;
-  completes: number;
-  completes_claiming: number;
-}
-
-/** The worker process's last report in W1. */
-interface WorkerDone {
-  connections?: number;
-  requests?: WorkerRequests;
-}
-
 interface WorkerProcess {
   child: ChildProcess;
   ready: Promise<void>;
-  done: Promise<WorkerDone>;
+  done: Promise<{ connections?: number }>;
   /** When the task's start line arrived (performance.now()). */
   started(id: string): Promise<number>;
   stop(): Promise<void>;
@@ -227,7 +211,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
   const starts = new Map<string, number>();
   const waiters = new Map<string, (at: number) => void>();
   let ready!: () => void;
-  let done!: (d: WorkerDone) => void;
+  let done!: (d: { connections?: number }) => void;
   let failed!: (err: Error) => void;
   const failure = new Promise<never>((_, reject) => (failed = reject));
   failure.catch(() => {});
@@ -240,9 +224,9 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     partial = lines.pop()!;
     for (const line of lines) {
       if (!line.startsWith('{')) continue; // a peer's own log line (graphile-worker logs to stdout)
-      const m = JSON.parse(line) as { ready?: true; start?: string; done?: number } & WorkerDone;
+      const m = JSON.parse(line) as { ready?: true; start?: string; done?: number; connections?: number };
       if (m.ready) ready();
-      else if (m.done !== undefined) done({ connections: m.connections, requests: m.requests });
+      else if (m.done !== undefined) done({ connections: m.connections });
       else if (m.start !== undefined) {
         const w = waiters.get(m.start);
         if (w) w(now);
@@ -252,7 +236,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
   });
   // Either may never be awaited (W2 waits for no `done`): a worker failure surfaces where one is.
   const readyP = Promise.race([new Promise<void>((r) => (ready = r)), failure]);
-  const doneP = Promise.race([new Promise<WorkerDone>((r) => (done = r)), failure]);
+  const doneP = Promise.race([new Promise<{ connections?: number }>((r) => (done = r)), failure]);
   readyP.catch(() => {});
   doneP.catch(() => {});
   return {

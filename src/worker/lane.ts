@@ -21,20 +21,6 @@ export class Lane {
   handedOver = 0;
   /** The claim loop's own claim is in flight (a long-poll, most of the time). */
   claiming = false;
-  /**
-   * Completions (of a worker not stopping) waiting for this lane's turn or for their answer. While
-   * there are any, the claim loop leaves the free slots to them: the first completion of a turn
-   * claims for every slot freed in that turn, in a request sent anyway, and the loop claims only
-   * once they are all answered, for every slot still free.
-   */
-  completing = 0;
-  /**
-   * The last claim answered with fewer tasks than it asked for: the queue was empty then, so the
-   * next completions claim nothing (an admission that would likely find nothing) and the loop
-   * parks one claim once they are answered.
-   */
-  drained = false;
-  private turnAt: Promise<void> | undefined;
   /** Wakes the claim loop waiting for a free slot. */
   slotFreed: (() => void) | undefined;
   loop: Promise<void> | undefined;
@@ -54,19 +40,6 @@ export class Lane {
     this.running.delete(id);
     if (handedOver) this.handedOver--;
     this.wake();
-  }
-
-  /**
-   * Resolves once the work already queued in this tick has run (setImmediate): the handlers of tasks
-   * just started that return at once have finished by then, so one claim covers all their slots.
-   */
-  turn(): Promise<void> {
-    return (this.turnAt ??= new Promise<void>((resolve) =>
-      setImmediate(() => {
-        this.turnAt = undefined;
-        resolve();
-      }),
-    ));
   }
 
   /** Wakes the claim loop if it waits for a slot. */

@@ -4,7 +4,7 @@
  * gathers the facts once the handler is done, asks `decideReport`, and sends what comes back;
  * test/worker/worker-outcome.test.ts walks every case.
  */
-import type { AbortReason, LeaseKeeper } from '../domain/lease.ts';
+import type { AbortReason } from '../domain/lease.ts';
 import { redactSecrets } from '../domain/redact.ts';
 
 export interface Usage {
@@ -120,27 +120,4 @@ export function refusedOutcome(status: number, message: string): TaskOutcome | u
 function cleanMessage(s: string): string {
   const t = redactSecrets(s.replace(/\u0000/g, '\uFFFD'));
   return t.length > 9_000 ? t.slice(0, 9_000) + '… [cut]' : t;
-}
-
-/** How the handler settled; undefined when it has not returned `abortWaitMs` after the task's signal fired. */
-export function settle(run: () => unknown, lease: Pick<LeaseKeeper, 'onAbort'>, abortWaitMs: number): Promise<Settled | undefined> {
-  return new Promise<Settled | undefined>((resolve) => {
-    let abortWait: NodeJS.Timeout | undefined;
-    let ended = false;
-    const end = (s: Settled) => {
-      ended = true;
-      clearTimeout(abortWait);
-      resolve(s);
-    };
-    Promise.resolve()
-      .then(run)
-      .then(
-        (value) => end({ ok: true, value }),
-        (error) => end({ ok: false, error }),
-      );
-    // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
-    lease.onAbort(() => {
-      if (!ended) abortWait = setTimeout(() => resolve(undefined), abortWaitMs).unref();
-    });
-  });
 }

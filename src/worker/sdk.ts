@@ -28,7 +28,7 @@ import type { WorkerEvent } from './events.ts';
 import { nodeHttpTransport } from './http.ts';
 import { Lane } from './lane.ts';
 import { LogShipper } from './logs.ts';
-import { decideReport, refusedOutcome, settle, type TaskOutcome } from './outcome.ts';
+import { decideReport, refusedOutcome, type Settled, type TaskOutcome } from './outcome.ts';
 import { backoffMs, isLeaseLost, isTransient, sleep } from './retry.ts';
 
 export { outcome, type TaskOutcome, type Usage } from './outcome.ts';
@@ -237,14 +237,8 @@ class WorkerImpl implements Worker {
     const signal = this.stopCtrl.signal;
     let failures = 0;
     while (!signal.aborted) {
-      if (lane.free() > 0 && lane.completing === 0 && lane.running.size > 0) {
-        // Tasks are running: those that end within this turn send their completions first, and
-        // one of them claims for every free slot (a lane with nothing running claims at once).
-        await lane.turn();
-        if (signal.aborted) break;
-      }
       const free = lane.free();
-      if (free <= 0 || lane.completing > 0) {
+      if (free <= 0) {
         // Woken by a task leaving its slot, or by stop() (which wakes every lane's loop).
         await new Promise<void>((r) => (lane.slotFreed = r));
         continue;
@@ -259,7 +253,6 @@ class WorkerImpl implements Worker {
           { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max },
           signal,
         );
-        lane.drained = tasks.length < max;
         if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
         failures = 0;
       } catch (err) {
@@ -350,7 +343,7 @@ class WorkerImpl implements Worker {
       log: (line, stream = 'stdout') => (logs ??= new LogShipper(this.client, id, token, lost, emit)).push(stream, line),
     };
 
-    const settled = await settle(() => this.opts.handler(task), lease, this.opts.abortWaitMs ?? 10_000);
+    const settled = await this.settle(task, lease);
     lease.stop();
     if (logs && !lease.lost) await logs.close();
 
@@ -359,6 +352,29 @@ class WorkerImpl implements Worker {
     else if (report.kind === 'release') await this.handBack(id, token);
     else return this.complete(lane, id, token, report.outcome);
     return false;
+  }
+
+  /** The handler's result; undefined when it has not returned abortWaitMs after the task's signal fired. */
+  private settle(task: Task, lease: LeaseKeeper): Promise<Settled | undefined> {
+    return new Promise<Settled | undefined>((resolve) => {
+      let abortWait: NodeJS.Timeout | undefined;
+      let ended = false;
+      const end = (s: Settled) => {
+        ended = true;
+        clearTimeout(abortWait);
+        resolve(s);
+      };
+      Promise.resolve()
+        .then(() => this.opts.handler(task))
+        .then(
+          (value) => end({ ok: true, value }),
+          (error) => end({ ok: false, error }),
+        );
+      // Once aborted, the handler gets abortWaitMs to return; then the worker reports anyway.
+      lease.onAbort(() => {
+        if (!ended) abortWait = setTimeout(() => resolve(undefined), this.opts.abortWaitMs ?? 10_000).unref();
+      });
+    });
   }
 
   /** Shutdown: give the task back to the queue (its delivery is not charged). */
@@ -377,9 +393,7 @@ class WorkerImpl implements Worker {
    * Recognisable secrets in the result are redacted before it leaves this process (G-04).
    *
    * Unless the worker is stopping, the completion also claims the agent's next tasks in the same
-   * request: this task's slot, and any slot no other claim has asked for (of the completions sent
-   * in one turn, the first claims for all their slots; so tasks that end together take their next
-   * tasks in one claim, not one claim each, which is most of the server's cost per task). The slot
+   * request: this task's slot, and any slot no other claim has asked for. The slot
    * is handed over while the request is in flight (free() does not count it), so the tasks that
    * come back start at once without overshooting the concurrency. Returns whether it was handed
    * over; the caller gives it back when the task leaves `running`.
@@ -389,13 +403,9 @@ class WorkerImpl implements Worker {
     let max = 0;
     if (claiming) {
       lane.handedOver++;
-      // The completions of one turn go out together: the first claims for all the slots they
-      // free (and any other free one), the rest claim nothing.
-      lane.completing++;
-      await lane.turn();
       // While the loop's claim is out, it found the queue empty (or is about to look): the server
       // wakes it for the next task, so asking again here would only cost an empty admission.
-      max = lane.claiming || lane.drained || this.stopCtrl.signal.aborted ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
+      max = lane.claiming ? 0 : Math.min(CLAIM_MAX, Math.max(0, lane.free()));
       lane.outstanding += max;
     }
     const send = (o: TaskOutcome) =>
@@ -424,14 +434,12 @@ class WorkerImpl implements Worker {
       }
       this.emit({ type: 'task:end', executionId: id, status: out.status, reported: 'completed' });
       if (answer.claim_error) this.emit({ type: 'error', op: 'claim', error: answer.claim_error.message });
-      if (max > 0) lane.drained = (answer.tasks?.length ?? 0) < max;
       this.startTasks(lane, answer.tasks ?? []);
     } catch (err) {
       if (isLeaseLost(err)) this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
       else this.emit({ type: 'error', op: 'complete', error: (err as Error)?.message ?? String(err) });
     } finally {
       lane.outstanding -= max;
-      if (claiming) lane.completing--;
     }
     return claiming;
   }
