@@ -6,7 +6,10 @@ import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { lowerThisThreadsPriority } from './thread-priority.js';
 
-lowerThisThreadsPriority();
+// A reader yields its core to the event loop. The read-write connection keeps its priority: it
+// runs the background WAL checkpoints, and one starved by busy cores lets the WAL grow past its
+// bound while the main connection keeps committing.
+if (workerData.readonly) lowerThisThreadsPriority();
 
 const db = new Database(workerData.file, { readonly: workerData.readonly, fileMustExist: true });
 db.pragma(`busy_timeout = ${workerData.busyTimeoutMs}`);

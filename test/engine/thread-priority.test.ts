@@ -23,7 +23,7 @@ function niceByThread(): Map<number, number> {
 }
 
 /**
- * Baton's worker threads (the JSON thread, SQLite's reader and writer threads) run at a lower
+ * Baton's JSON thread and SQLite's read-only reader threads run at a lower
  * priority than the event loop, so that a busy worker does not take the loop's core from it; the
  * event loop's own thread keeps its priority.
  */
