@@ -13,9 +13,9 @@
  *
  * Every traffic worker appends a start and a stop mark per run to its own marks file, on this
  * machine's wall clock, in ms (every process runs here): `<s|e> <execution> <run> <epoch ms> <worker
- * pid> [wait s | abort reason]`. A command's stop mark is written by a watcher outside its
- * process group when the group's last writer to a pipe is gone, so a SIGKILLed group is marked
- * too; an SDK worker that was SIGKILLed stopped its runs when it exited. Joined, the marks give
+ * pid> [wait s | abort reason]`. A command's marks are written by a watcher outside its process
+ * group, the stop mark when the group's last writer to a pipe is gone, so a SIGKILLed group is
+ * marked too; an SDK worker that was SIGKILLed stopped its runs when it exited. Joined, the marks give
  * for every execution the longest time two of its runs overlapped — from the later run's start to
  * the earlier run's stop, however short the later run was; the run fails if any pair overlapped
  * for longer than the lease TTL plus one renewal interval (a third of the TTL), plus the
@@ -62,17 +62,22 @@ const SPECS: Spec[] = [
 
 /**
  * The traffic command (bash, for its clock without a process per mark): one run in LONG_ONE_IN
- * (by the shell's pid) waits `longMs`. The stop mark is written by a watcher in a session of its
- * own that holds the read end of a pipe every process of the run inherits: it sees end of file
- * once the last of them has exited or been killed.
+ * (by the shell's pid) waits `longMs`. Both marks are written by a watcher in a session of its
+ * own that holds the read end of a pipe every process of the run inherits: it writes the start
+ * mark once it has left the run's process group, and the stop mark at end of file, once the last
+ * of the run's processes has exited or been killed. A group killed before the watcher left it (a
+ * worker SIGKILLed just as it started the run; its guardian kills the group) takes the watcher
+ * and the whole run with it, so no run is ever marked started without a stop. The start mark
+ * trails the command's own start by the watcher's start-up (milliseconds), which can only shorten
+ * a measured overlap by as much.
  */
 export function markingCommand(marks: string, longMs: number, ignoreTerm: boolean): string[] {
   const now = 't=${EPOCHREALTIME/./}; t=${t:0:13}';
+  const watcher = `${now}; echo "s $0 $1 $t $2 $4" >> "$3"; while read -r _; do :; done; ${now}; echo "e $0 $1 $t $2" >> "$3"`;
   const script = [
     ignoreTerm ? "trap '' TERM" : ':',
     `d=${SHORT_MS / 1000}; (( $$ % ${LONG_ONE_IN} == 0 )) && d=${(longMs / 1000).toFixed(1)}`,
-    `exec 4> >(exec setsid /bin/bash -c 'while read -r _; do :; done; ${now}; echo "e $0 $1 $t $2" >> "$3"' "$BATON_EXECUTION_ID" "$$" "$PPID" '${marks}' >/dev/null 2>&1)`,
-    `${now}; echo "s $BATON_EXECUTION_ID $$ $t $PPID $d" >> '${marks}'`,
+    `exec 4> >(exec setsid /bin/bash -c '${watcher}' "$BATON_EXECUTION_ID" "$$" "$PPID" '${marks}' "$d" >/dev/null 2>&1)`,
     'sleep "$d"',
     `echo '{"ok":true}'`,
   ].join('\n');
@@ -333,8 +338,8 @@ export class NetCut {
 }
 
 /**
- * A run with no stop mark (its mark lost with a killed watcher) is not a failure by itself: it
- * counts as running until the check, so a re-run of its execution would overlap it past the bound.
+ * A run with no stop mark is not a failure by itself: it counts as running until the check, so a
+ * re-run of its execution would overlap it past the bound.
  */
 export function netCutPassed(r: NetCutResult): boolean {
   return r.cuts_done === r.cuts_planned && r.executions_rerun_after_cut > 0 && r.over_bound.length === 0;
