@@ -44,6 +44,8 @@ export interface ActivityOptions {
   timing: CanaryTiming;
   checkpoints: ReadonlyMap<string, Checkpoint>;
   open: ReadonlyMap<string, readonly OpenViolation[]>;
+  /** Wall time after which a normal cycle reads no further chunk (EVENTS_READ_BUDGET_MS). */
+  readBudgetMs: number;
 }
 
 interface Run {
@@ -106,6 +108,7 @@ export async function judgeActivity(
   let cursor = start;
   let read = 0;
   let caughtUp = false;
+  const readUntil = performance.now() + o.readBudgetMs;
   while (runs.length) {
     const limit = o.full ? EVENTS_PER_CHUNK : Math.min(EVENTS_PER_CHUNK, EVENTS_PER_CYCLE - read);
     if (limit <= 0) break;
@@ -135,6 +138,7 @@ export async function judgeActivity(
       caughtUp = true;
       break;
     }
+    if (!o.full && performance.now() >= readUntil) break;
     await yieldToLoop();
   }
 

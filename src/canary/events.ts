@@ -11,6 +11,13 @@ export const EVENTS_PER_CHUNK = 2_000;
  * while one stops behind (Canary.tick), so the canary keeps up with more events per interval.
  */
 export const EVENTS_PER_CYCLE = 10_000;
+/**
+ * A cycle also stops reading events after the chunk during which it had spent this long reading
+ * and judging them (wall time). EVENTS_PER_CYCLE bounds the work, this bounds the snapshot's
+ * length on a slow or busy machine: a catch-up cycle over a long history took 1.3 s at a load of
+ * 5–8 on two cores with the cap alone. The next cycle goes on from the checkpoint at once.
+ */
+export const EVENTS_READ_BUDGET_MS = 300;
 /** Executions per keyset chunk of a full check. */
 export const FULL_ROWS_PER_CHUNK = 2_000;
 /**

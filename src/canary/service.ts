@@ -38,6 +38,8 @@ export interface CanaryOptions {
   /** Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   timing?: Partial<CanaryTiming>;
+  /** See CanaryRunOptions.readBudgetMs. */
+  readBudgetMs?: number;
 }
 
 export type { CanaryState };
@@ -103,6 +105,7 @@ export class Canary {
   private readonly nodeId: string;
   private readonly clock: () => number;
   private readonly timing: Partial<CanaryTiming>;
+  private readonly readBudgetMs: number | undefined;
   /** The timer lease (a row of canary_state): the cycle pass is leader-only under it. */
   readonly lease: Lease = { acquire: () => this.acquireLease(), release: () => this.releaseLease() };
 
@@ -113,6 +116,7 @@ export class Canary {
     this.sinks = opts.sinks ?? [];
     this.clock = opts.clock ?? (() => opts.store.now());
     this.timing = opts.timing ?? {};
+    this.readBudgetMs = opts.readBudgetMs;
   }
 
   get enabled(): boolean {
@@ -128,6 +132,7 @@ export class Canary {
       store: this.store,
       clock: this.clock,
       timing: this.timing,
+      readBudgetMs: this.readBudgetMs,
       sinks: this.sinks,
       full: opts.full,
       invariants: opts.invariants,

@@ -3,7 +3,7 @@ import { CompiledQuery, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CATALOGUE, isActivity } from '../../src/canary/catalogue.ts';
-import { EVENTS_PER_CYCLE, Frontier, GAP_SETTLE_MS } from '../../src/canary/events.ts';
+import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, Frontier, GAP_SETTLE_MS } from '../../src/canary/events.ts';
 import { replaySeats, seatsState } from '../../src/canary/invariants/history.ts';
 import { runCanaryOnce, type CycleReport } from '../../src/canary/run.ts';
 import { Canary } from '../../src/canary/service.ts';
@@ -32,7 +32,9 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-const cycle = (o: { full?: boolean } = {}) => runCanaryOnce({ store: ts.store, clock, ...o });
+// No read budget unless a test sets one: how many events a cycle reads must not hang on the machine's speed.
+const cycle = (o: { full?: boolean; readBudgetMs?: number } = {}) =>
+  runCanaryOnce({ store: ts.store, clock, readBudgetMs: Infinity, ...o });
 const newAgent = agentMaker(() => engine, 'cp', { max_parallel: 1, max_backlog: 100 });
 const findings = (r: CycleReport, id: string, subject: string) =>
   r.checks
@@ -89,7 +91,7 @@ describe('checkpoints', () => {
   it('advance to the newest event, persist, and a new Canary instance continues from them', async () => {
     const agent = await newAgent();
     await runToCompletion(agent, 2);
-    const a = new Canary({ store: ts.store, nodeId: 'node-a', clock, intervalMs: 60_000 });
+    const a = new Canary({ store: ts.store, nodeId: 'node-a', clock, intervalMs: 60_000, readBudgetMs: Infinity });
     const first = await a.runOnce();
     expect(first.events).toMatchObject({ after: 0, caught_up: true });
     const head = await headEvent();
@@ -101,7 +103,7 @@ describe('checkpoints', () => {
     await engine.submit(agent, { message: 'held' }, 'test');
     const [held] = await engine.claim(agent, { owner: 'worker:test' });
     // Another process (or this one after a restart) continues from the stored checkpoints.
-    const b = new Canary({ store: ts.store, nodeId: 'node-b', clock, intervalMs: 60_000 });
+    const b = new Canary({ store: ts.store, nodeId: 'node-b', clock, intervalMs: 60_000, readBudgetMs: Infinity });
     const second = await b.runOnce();
     expect(second.events).toEqual({ after: head, through: head + 2, read: 2, caught_up: true });
     expect(JSON.parse((await checkpoints()).get('S-02')!.state!).seats[agent]).toEqual([held!.id]);
@@ -133,6 +135,23 @@ describe('checkpoints', () => {
     expect(findings(second, 'E-02', row.id)).toEqual(['left_terminal']);
   });
 
+  it('a cycle whose read budget is spent stops after the chunk in hand; the next continues where it stopped', async () => {
+    const agent = await newAgent();
+    const row = await writeRow(ts.store, clock(), { agent });
+    await cycle();
+    const from = await headEvent();
+    await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${EVENTS_PER_CHUNK + 10})
+      INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
+      SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
+    await ts.store.db.insertInto('execution_events').values(leftTerminalEvent(row.id, agent)).execute();
+    const first = await cycle({ readBudgetMs: 0 });
+    expect(first.events).toEqual({ after: from, through: from + EVENTS_PER_CHUNK, read: EVENTS_PER_CHUNK, caught_up: false });
+    expect((await checkpoints()).get('E-02')!.event_id).toBe(from + EVENTS_PER_CHUNK);
+    const second = await cycle({ readBudgetMs: 0 });
+    expect(second.events).toMatchObject({ after: from + EVENTS_PER_CHUNK, read: 11, caught_up: true });
+    expect(findings(second, 'E-02', row.id)).toEqual(['left_terminal']);
+  });
+
   it('the timer runs further cycles at once while one stops behind', async () => {
     await cycle();
     const agent = await newAgent();
@@ -140,7 +159,7 @@ describe('checkpoints', () => {
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${2 * EVENTS_PER_CYCLE + 10})
       INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
       SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
-    const timer = new Canary({ store: ts.store, nodeId: 'node-timer', clock, intervalMs: 60_000 });
+    const timer = new Canary({ store: ts.store, nodeId: 'node-timer', clock, intervalMs: 60_000, readBudgetMs: Infinity });
     const report = await timer.tick();
     expect(report!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
@@ -212,7 +231,7 @@ describe('checkpoints', () => {
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${2 * EVENTS_PER_CYCLE + 10})
       INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
       SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
-    const leaving = new Canary({ store: ts.store, nodeId: 'node-leaving', clock, intervalMs: 60_000 });
+    const leaving = new Canary({ store: ts.store, nodeId: 'node-leaving', clock, intervalMs: 60_000, readBudgetMs: Infinity });
     expect(await leaving.acquireLease()).toBe(true);
     const stopping = new AbortController();
     stopping.abort();
@@ -220,7 +239,7 @@ describe('checkpoints', () => {
     expect(report.events).toMatchObject({ read: EVENTS_PER_CYCLE, caught_up: false });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(from + EVENTS_PER_CYCLE);
     await leaving.releaseLease();
-    const next = new Canary({ store: ts.store, nodeId: 'node-next', clock, intervalMs: 60_000 });
+    const next = new Canary({ store: ts.store, nodeId: 'node-next', clock, intervalMs: 60_000, readBudgetMs: Infinity });
     expect((await next.tick())!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
     await next.releaseLease();
