@@ -199,8 +199,9 @@ export class Engine {
       execution_id: id,
       detail: { trigger },
     });
-    if (!onCreated && this.plainSubmits && !input.key) {
-      // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts).
+    if (!onCreated && this.plainSubmits && (!input.key || (!input.debounce_seconds && !input.singleton))) {
+      // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts);
+      // a keyed row takes its round in that call. A debounce or singleton is decided below (flow-submit.ts).
       const f = submitFields(agentName, input);
       try {
         const auditDetail = auditRow(audit(f.id, f.trigger_kind)).detail;
