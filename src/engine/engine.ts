@@ -360,7 +360,7 @@ export class Engine {
       const done = await completeWithLease(tx, id, token, outcome, now, actor);
       const agent = await readCompletionProfile(tx, done.agent);
       await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
-      await accruePoolBudgets(tx, done, now, agent ? agent.pools : null);
+      await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
       await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks, agent && new Map([[done.agent, agent]]));
       const retry = done.status === 'failed' ? await insertRetry(tx, this.store, done, now, actor) : undefined;
       // With a retry to come the failure is not final: the retry's outcome is followed instead.
