@@ -3,7 +3,7 @@ import type { KeyRoundsRequest, Tx } from './adapter.ts';
 import { preparedQuery } from './prepared-query.ts';
 
 /**
- * PostgreSQL: the function `baton_key_rounds` (migration 0109), which its one-call submit
+ * PostgreSQL: the function `baton_key_rounds` (its migration), which its one-call submit
  * (baton_submit_many) calls too, so every PostgreSQL path takes rounds by one text.
  */
 export async function postgresKeyRounds(tx: Tx, r: KeyRoundsRequest): Promise<number | null> {
