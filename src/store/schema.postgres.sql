@@ -641,6 +641,14 @@ BEGIN
 END;
 $function$;
 
+CREATE OR REPLACE FUNCTION baton_submit(p_id text, p_agent text, p_trigger_kind text, p_origin text, p_message text, p_payload text, p_priority integer, p_run_after bigint, p_idempotency_key text, p_retry_policy text, p_at bigint, p_actor text, p_audit_detail text)
+ RETURNS SETOF executions
+ LANGUAGE sql
+AS $function$
+  SELECT * FROM baton_submit(p_id, p_agent, p_trigger_kind, p_origin, p_message, p_payload, p_priority, p_run_after,
+    p_idempotency_key, p_retry_policy, p_at, p_actor, p_audit_detail, NULL::text)
+$function$;
+
 CREATE OR REPLACE FUNCTION baton_submit(p_id text, p_agent text, p_trigger_kind text, p_origin text, p_message text, p_payload text, p_priority integer, p_run_after bigint, p_idempotency_key text, p_retry_policy text, p_at bigint, p_actor text, p_audit_detail text, p_flow_key text)
  RETURNS SETOF executions
  LANGUAGE plpgsql
@@ -664,6 +672,14 @@ BEGIN
   END IF;
   RAISE EXCEPTION 'agent % backlog is full', p_agent USING ERRCODE = 'BTFUL', DETAIL = cap::text;
 END;
+$function$;
+
+CREATE OR REPLACE FUNCTION baton_submit_many(p_id text[], p_agent text[], p_trigger_kind text[], p_origin text[], p_message text[], p_payload text[], p_priority integer[], p_run_after bigint[], p_idempotency_key text[], p_retry_policy text[], p_at bigint[], p_actor text[], p_audit_detail text[])
+ RETURNS SETOF executions
+ LANGUAGE sql
+AS $function$
+  SELECT * FROM baton_submit_many(p_id, p_agent, p_trigger_kind, p_origin, p_message, p_payload, p_priority, p_run_after,
+    p_idempotency_key, p_retry_policy, p_at, p_actor, p_audit_detail, array_fill(NULL::text, ARRAY[cardinality(p_id)]))
 $function$;
 
 CREATE OR REPLACE FUNCTION baton_submit_many(p_id text[], p_agent text[], p_trigger_kind text[], p_origin text[], p_message text[], p_payload text[], p_priority integer[], p_run_after bigint[], p_idempotency_key text[], p_retry_policy text[], p_at bigint[], p_actor text[], p_audit_detail text[], p_flow_key text[])

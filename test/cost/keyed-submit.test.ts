@@ -4,7 +4,7 @@
  * path takes rounds with (StoreAdapter.keyRounds). Counted on the statements the engine sends (a
  * recording Kysely plugin); on SQLite the same expectations hold for its transaction.
  */
-import type { Kysely, KyselyPlugin } from 'kysely';
+import { sql, type Kysely, type KyselyPlugin } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
@@ -127,5 +127,16 @@ describe(`a keyed submit (${STORE_KIND})`, () => {
     if (pg) expect(sent).toBe(2);
     expect((await rounds(agent)).sort()).toEqual(['m1:k1:0', 'm2:k2:0', 'm3:k1:1', 'm4:k1:2']);
     expect(await lastRounds(agent)).toEqual({ k1: 2, k2: 0 });
+  });
+
+  it.runIf(pg)('the forms without a key still submit, for processes of the version before', async () => {
+    const agent = await newAgent();
+    const at = clock();
+    await sql`SELECT id FROM baton_submit('old-1', ${agent}, 'api', '{}', 'm', 'null', 0, NULL::bigint, NULL, NULL, ${at}::bigint,
+      'test', NULL)`.execute(ts.store.db);
+    await sql`SELECT id FROM baton_submit_many(ARRAY['old-2'], ARRAY[${agent}], ARRAY['api'], ARRAY['{}'], ARRAY['m'],
+      ARRAY['null'], ARRAY[0], ARRAY[NULL::bigint], ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[${at}::bigint], ARRAY['test'],
+      ARRAY[NULL::text])`.execute(ts.store.db);
+    expect(await rounds(agent)).toEqual(['m:-:0', 'm:-:0']);
   });
 });

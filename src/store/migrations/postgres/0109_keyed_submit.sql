@@ -21,9 +21,8 @@ $$;
 
 -- baton_submit_many with each submit's key (null: none): a keyed row that fits takes its round from
 -- baton_key_rounds, all of one key's rows of the call at once, in the order asked. Debounce and
--- singleton are not here: those submits run the engine's transaction.
-DROP FUNCTION baton_submit(text, text, text, text, text, text, integer, bigint, text, text, bigint, text, text);
-DROP FUNCTION baton_submit_many(text[], text[], text[], text[], text[], text[], integer[], bigint[], text[], text[], bigint[], text[], text[]);
+-- singleton are not here: those submits run the engine's transaction. The forms without keys stay,
+-- as calls of these (below), for processes of the version before while versions are mixed.
 
 CREATE FUNCTION baton_submit_many(p_id text[], p_agent text[], p_trigger_kind text[], p_origin text[], p_message text[],
   p_payload text[], p_priority integer[], p_run_after bigint[], p_idempotency_key text[], p_retry_policy text[], p_at bigint[],
@@ -106,4 +105,20 @@ BEGIN
   END IF;
   RAISE EXCEPTION 'agent % backlog is full', p_agent USING ERRCODE = 'BTFUL', DETAIL = cap::text;
 END;
+$$;
+
+CREATE OR REPLACE FUNCTION baton_submit_many(p_id text[], p_agent text[], p_trigger_kind text[], p_origin text[], p_message text[],
+  p_payload text[], p_priority integer[], p_run_after bigint[], p_idempotency_key text[], p_retry_policy text[], p_at bigint[],
+  p_actor text[], p_audit_detail text[])
+RETURNS SETOF executions LANGUAGE sql AS $$
+  SELECT * FROM baton_submit_many(p_id, p_agent, p_trigger_kind, p_origin, p_message, p_payload, p_priority, p_run_after,
+    p_idempotency_key, p_retry_policy, p_at, p_actor, p_audit_detail, array_fill(NULL::text, ARRAY[cardinality(p_id)]))
+$$;
+
+CREATE OR REPLACE FUNCTION baton_submit(p_id text, p_agent text, p_trigger_kind text, p_origin text, p_message text, p_payload text,
+  p_priority integer, p_run_after bigint, p_idempotency_key text, p_retry_policy text, p_at bigint, p_actor text,
+  p_audit_detail text)
+RETURNS SETOF executions LANGUAGE sql AS $$
+  SELECT * FROM baton_submit(p_id, p_agent, p_trigger_kind, p_origin, p_message, p_payload, p_priority, p_run_after,
+    p_idempotency_key, p_retry_policy, p_at, p_actor, p_audit_detail, NULL::text)
 $$;
