@@ -42,7 +42,8 @@
  * Flow control runs only when asked (`--only flow`; --flow-parts w1,key,pool,throttle, default all; e.g.
  * `--flow-parts pool` for the noisy neighbour by pool alone): W1 with keys, with pools and with both beside
  * plain W1, interleaved, in-process and over HTTP (--mode; --tasks, --agents …; --flow-shapes
- * plain,keys,pools,keys_pools; --flow-repeat N rounds, default 2; bench/lib/flow-w1.ts), in-process the noisy
+ * plain,keys,pools,keys_pools; --flow-repeat N rounds, default 2; bench/lib/flow-w1.ts; --flow-statements: in-process
+ * on PostgreSQL, each run's most sent statements a task), in-process the noisy
  * neighbour by key and by pool (--flow-flood N, default 10000; --flow-quiet N quiet tasks one a second,
  * default 30; --flow-work-ms, default 20; bench/lib/flow.ts), and the throttle (--flow-throttle-tasks,
  * default 300; bench/lib/flow-throttle.ts): on PostgreSQL across three processes, on SQLite in its one
@@ -136,6 +137,7 @@ const { values: a } = parseArgs({
     'flow-throttle-burst': { type: 'string', default: '5' },
     'flow-shapes': { type: 'string', default: FLOW_SHAPES.join(',') },
     'flow-repeat': { type: 'string', default: '2' },
+    'flow-statements': { type: 'boolean', default: false },
     'history-prune-only': { type: 'boolean', default: false },
     'overhead-tasks': { type: 'string', default: '300' },
     'overhead-concurrency': { type: 'string', default: '1' },
@@ -707,10 +709,16 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
       counter?.take();
       counter?.takeTransactions();
+      counter?.takeTexts();
       try {
         const w = await runW1(driver, cfg, agents);
         if (!counter) return w;
         const statements = Object.values(counter.take()).reduce((x, y) => x + y, 0);
+        if (a['flow-statements']) {
+          const most = Object.entries(counter.takeTexts()).sort((x, y) => y[1] - x[1]);
+          log(`  ${shape}: statements a task, most sent first`);
+          for (const [text, n] of most.slice(0, 25)) log(`    ${(n / tasks).toFixed(2)}  ${text}`);
+        }
         return {
           ...w,
           statements_per_task: round(statements / tasks, 1),

@@ -21,8 +21,10 @@ function classify(sql: string): string {
   return kw;
 }
 
-export function installCounter(): { take(): Counts; takeTransactions(): number; uninstall(): void } {
+export function installCounter(): { take(): Counts; takeTransactions(): number; takeTexts(): Counts; uninstall(): void } {
   let counts: Counts = {};
+  // Each statement's text (whitespace folded, cut short): which statements a workload sends most.
+  let texts: Counts = {};
   // PostgreSQL transactions: each START, plus each statement sent outside one (autocommit).
   let transactions = 0;
   const inTx = new WeakSet<object>();
@@ -31,6 +33,8 @@ export function installCounter(): { take(): Counts; takeTransactions(): number; 
     if (text.includes('pg_stat_activity')) return; // the benchmark's own CPU accounting
     const k = classify(text);
     counts[k] = (counts[k] ?? 0) + 1;
+    const t = text.replace(/\s+/g, ' ').trim().slice(0, 100);
+    texts[t] = (texts[t] ?? 0) + 1;
     if (!client) return;
     if (k === 'START' || k === 'BEGIN') {
       transactions++;
@@ -61,6 +65,11 @@ export function installCounter(): { take(): Counts; takeTransactions(): number; 
     take() {
       const c = counts;
       counts = {};
+      return c;
+    },
+    takeTexts() {
+      const c = texts;
+      texts = {};
       return c;
     },
     takeTransactions() {

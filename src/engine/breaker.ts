@@ -13,7 +13,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
-import { factsMayChange, refreshFastPathFacts, subscribedAsSource } from './fast-path-facts.ts';
+import { factsMayChange, poolBudgeted, refreshFastPathFacts, subscribedAsSource } from './fast-path-facts.ts';
 
 /** The breaker columns, as read with the agent row locked. */
 export const BREAKER_COLUMNS = [
@@ -153,6 +153,8 @@ export interface CompletionProfile extends BreakerColumns {
   pools: string | null;
   /** Whether an enabled subscription has this agent as its source (else following its outcome reads none). */
   subscribed: boolean;
+  /** Whether a pool it draws from has a budget (else spending its pools' budgets reads none). */
+  pool_budgeted: boolean;
 }
 
 /** readCompletionProfile's statement, built once (preparedQuery). */
@@ -161,16 +163,18 @@ const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
     .selectFrom('agents')
     .select(['budget', 'pools', ...BREAKER_COLUMNS])
     .select(subscribedAsSource)
+    .select(poolBudgeted)
     .where('name', '=', p.agent),
 );
 
 /**
- * The agent's budget, breaker columns and whether it has enabled subscriptions, in one primary-key
- * read (the budget ledger, the breaker and the chains would each read it otherwise). Unlocked,
+ * The agent's budget, breaker columns, whether it has enabled subscriptions and whether a pool of
+ * it has a budget, in one primary-key read (the budget ledger, the pools' ledgers, the breaker and
+ * the chains would each read it otherwise). Unlocked,
  * like each of those first reads; undefined when the agent is gone.
  */
 export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
   const [row] = await completionProfile(tx, { agent });
   // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  return row && { ...row, subscribed: Boolean(row.subscribed) };
+  return row && { ...row, subscribed: Boolean(row.subscribed), pool_budgeted: Boolean(row.pool_budgeted) };
 }

@@ -199,8 +199,9 @@ export class Engine {
       execution_id: id,
       detail: { trigger },
     });
-    if (!onCreated && this.plainSubmits && !input.key) {
-      // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts).
+    if (!onCreated && this.plainSubmits && (!input.key || (!input.debounce_seconds && !input.singleton))) {
+      // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts);
+      // a keyed row takes its round in that call. A debounce or singleton is decided below (flow-submit.ts).
       const f = submitFields(agentName, input);
       try {
         const auditDetail = auditRow(audit(f.id, f.trigger_kind)).detail;
@@ -359,7 +360,7 @@ export class Engine {
       const done = await completeWithLease(tx, id, token, outcome, now, actor);
       const agent = await readCompletionProfile(tx, done.agent);
       await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
-      await accruePoolBudgets(tx, done, now, agent ? agent.pools : null);
+      await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
       await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks, agent && new Map([[done.agent, agent]]));
       const retry = done.status === 'failed' ? await insertRetry(tx, this.store, done, now, actor) : undefined;
       // With a retry to come the failure is not final: the retry's outcome is followed instead.

@@ -38,7 +38,7 @@ export const subscribedAsSource = (eb: ExpressionBuilder<DB, 'agents'>) =>
  * its inputs: an agent's pools (its create and update) and a pool's budget (Pools.update, which
  * refreshes every member).
  */
-const poolBudgeted = (eb: ExpressionBuilder<DB, 'agents'>) =>
+export const poolBudgeted = (eb: ExpressionBuilder<DB, 'agents'>) =>
   eb
     .exists(
       eb

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { AHEAD_COUNT_CAP, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import { keyCap, keyLimits, type KeyLimitColumns, type KeyLimits } from '../domain/flow.ts';
 import { afterStart, describeThrottle, emissionMs, nextStartAt, throttleAdmits } from '../domain/throttle.ts';
-import type { Tx } from '../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { NewExecution } from '../store/schema.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
@@ -15,11 +15,18 @@ import { iso } from './views.ts';
  */
 
 /**
- * Give keyed rows their fairness round, in the creator's transaction: per key of the batch, one
- * upsert of flow_keys that takes rounds max(last_round + 1, agent.admit_round) onward. Rows
- * without a key keep round 0. Returns the rows (new objects where a round was set).
+ * Give keyed rows their fairness round, in the creator's transaction under the agents' new-work
+ * turns: per key of the batch, its rounds taken at once (StoreAdapter.keyRounds, the one rule:
+ * max(last_round + 1, agent.admit_round) onward). Rows without a key keep round 0. Returns the rows
+ * (new objects where a round was set). `room`: a lone `check` row takes its round only while the
+ * agent's backlog has room for it; null: it has none, and nothing was written.
  */
-export async function assignRounds<R extends NewExecution>(tx: Tx, rows: readonly R[]): Promise<readonly R[]> {
+export async function assignRounds<R extends NewExecution>(
+  tx: Tx,
+  store: StoreAdapter,
+  rows: readonly R[],
+  room = false,
+): Promise<readonly R[] | null> {
   let keyed = false;
   for (const r of rows) if (r.flow_key != null && r.status === 'queued') keyed = true;
   if (!keyed) return rows;
@@ -35,23 +42,9 @@ export async function assignRounds<R extends NewExecution>(tx: Tx, rows: readonl
   for (const g of groups.values()) {
     const { agent, flow_key } = g[0]!;
     const n = g.length;
-    // CASE rather than greatest/max: the two dialects name that function differently.
-    const { last_round } = await tx
-      .insertInto('flow_keys')
-      .values({
-        agent,
-        flow_key: flow_key!,
-        last_round: sql<number>`(SELECT admit_round FROM agents WHERE name = ${agent}) + ${n - 1}`,
-      })
-      .onConflict((oc) =>
-        oc.columns(['agent', 'flow_key']).doUpdateSet({
-          last_round: sql<number>`CASE WHEN flow_keys.last_round + ${n} > excluded.last_round
-            THEN flow_keys.last_round + ${n} ELSE excluded.last_round END`,
-        }),
-      )
-      .returning('last_round')
-      .executeTakeFirstOrThrow();
-    g.forEach((r, i) => round.set(r, Number(last_round) - n + 1 + i));
+    const last = await store.keyRounds(tx, { agent, key: flow_key!, n, room });
+    if (last === null) return null;
+    g.forEach((r, i) => round.set(r, last - n + 1 + i));
   }
   // Every row names its round when some do: a bulk insert writes the columns of all its rows, and
   // a row without the column would write null there, not the default.

@@ -53,6 +53,20 @@ export interface StoreCheck {
   detail: string;
 }
 
+/**
+ * A key's fairness rounds (src/domain/flow.ts: a keyed task takes round max(last round of its key
+ * + 1, agent.admit_round)), taken by a creator holding the agent's new-work turn: `n` rounds, the
+ * last returned. `room`: only while the agent's backlog has room for `n` more (a `check` creation,
+ * so a refused task takes no round; null returned); false: the caller counted the room itself.
+ * StoreAdapter.keyRounds; src/store/key-rounds.ts.
+ */
+export interface KeyRoundsRequest {
+  agent: string;
+  key: string;
+  n: number;
+  room: boolean;
+}
+
 export interface StoreAdapter {
   readonly kind: StoreKind;
   /** What to show of the store in logs and status answers (readyz, GET /v1/history); nothing decides by it. */
@@ -240,6 +254,14 @@ export interface StoreAdapter {
    * sorted; the rows found are returned in that order.
    */
   holdForNewWork(tx: Tx, names: readonly string[]): Promise<AgentRow[]>;
+
+  /**
+   * Take `n` fairness rounds of a key for a creation, holding the agent's new-work turn
+   * (src/store/key-rounds.ts): the last round, or null where `room` was asked and the agent's
+   * backlog has none (nothing written). PostgreSQL: its function baton_key_rounds, which its
+   * one-call submit runs too; SQLite: the same statement in process.
+   */
+  keyRounds(tx: Tx, r: KeyRoundsRequest): Promise<number | null>;
 
   /**
    * Insert many rows in few statements (the scheduler's batch path). Columns are the union of

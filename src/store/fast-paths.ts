@@ -21,7 +21,10 @@ export type SubmitFields = Omit<
   retry_policy: string | null;
 };
 
-/** One plain submit: the row's fields, when and by whom, and its creation audit's detail (JSON). */
+/**
+ * One plain submit: the row's fields (a key, but no debounce or singleton: those are decided in
+ * the engine's transaction), when and by whom, and its creation audit's detail (JSON).
+ */
 export interface SubmitRequest {
   id: string;
   f: SubmitFields;

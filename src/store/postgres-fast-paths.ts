@@ -36,9 +36,10 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
 }
 
 /**
- * A plain submit as one statement (`baton_submit`): the new-work turn, backlog check, row and
- * creation audit that transitions/create.ts createExecutions makes with `check` under
- * lockAgentsForNewWork in four round trips. The agent's contract defaults come from the agent row
+ * A plain submit as one statement (`baton_submit`): the new-work turn, backlog check, row (a keyed
+ * one with its fairness round, by baton_key_rounds as StoreAdapter.keyRounds takes it) and creation
+ * audit that transitions/create.ts createExecutions makes with `check` under lockAgentsForNewWork
+ * in four round trips (five with a key). The agent's contract defaults come from the agent row
  * it locks. test/cost/one-statement.test.ts holds its rows equal to the transaction path's.
  */
 async function submitOne(db: Kysely<DB>, s: SubmitRequest): Promise<Submitted> {
@@ -47,7 +48,8 @@ async function submitOne(db: Kysely<DB>, s: SubmitRequest): Promise<Submitted> {
     // Whether the agent is paused rides along (the submit's answer says so): read at the
     // statement's start, as a read just before the submit would.
     const call = sql`baton_submit(${f.id}, ${f.agent}, ${f.trigger_kind}, ${f.origin}, ${f.message}, ${f.payload}, ${f.priority}::int,
-      ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${s.auditDetail})`;
+      ${f.run_after ?? null}::bigint, ${f.idempotency_key ?? null}, ${f.retry_policy}, ${now}::bigint, ${actor}, ${s.auditDetail},
+      ${f.flow_key ?? null})`;
     const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
       FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
     const { _agent_paused, ...row } = rows[0]!;
@@ -66,7 +68,7 @@ async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): 
     ${column((i) => i.f.trigger_kind)}::text[], ${column((i) => i.f.origin)}::text[], ${column((i) => i.f.message)}::text[],
     ${column((i) => i.f.payload)}::text[], ${column((i) => i.f.priority)}::int[], ${column((i) => i.f.run_after ?? null)}::bigint[],
     ${column((i) => i.f.idempotency_key ?? null)}::text[], ${column((i) => i.f.retry_policy)}::text[], ${column((i) => i.now)}::bigint[],
-    ${column((i) => i.actor)}::text[], ${column((i) => i.auditDetail)}::text[])`;
+    ${column((i) => i.actor)}::text[], ${column((i) => i.auditDetail)}::text[], ${column((i) => i.f.flow_key ?? null)}::text[])`;
   const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
     FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
   return new Map(rows.map(({ _agent_paused, ...row }) => [row.id, { row, agentPaused: _agent_paused === true }]));

@@ -13,8 +13,10 @@ import {
   type StoreAdapter,
   type StoreCheck,
   type StoreKind,
+  type KeyRoundsRequest,
   type Tx,
 } from './adapter.ts';
+import { postgresKeyRounds } from './key-rounds.ts';
 import type { FastPaths } from './fast-paths.ts';
 import { historySizePostgres, type HistorySize } from './history-size.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
@@ -191,6 +193,10 @@ class PostgresStore implements StoreAdapter {
       .orderBy('name')
       .execute();
     return rows.map(({ _turn, ...row }) => row);
+  }
+
+  keyRounds(tx: Tx, r: KeyRoundsRequest): Promise<number | null> {
+    return postgresKeyRounds(tx, r);
   }
 
   async insertMany<T extends BulkTable>(tx: Tx, table: T, rows: Array<Insertable<DB[T]>>): Promise<void> {

@@ -13,8 +13,10 @@ import {
   type StoreAdapter,
   type StoreCheck,
   type StoreKind,
+  type KeyRoundsRequest,
   type Tx,
 } from './adapter.ts';
+import { sqliteKeyRounds } from './key-rounds.ts';
 import { historySizeSqlite, type HistorySize } from './history-size.ts';
 import { preparedQuery } from './prepared-query.ts';
 import { deleteChainsSqlite, PRUNE_BATCH } from './prune-deletes.ts';
@@ -284,6 +286,10 @@ class SqliteStore implements StoreAdapter {
     return names.length === 1
       ? holdOne(tx, { name: names[0]! })
       : tx.selectFrom('agents').selectAll().where('name', 'in', names).orderBy('name').execute();
+  }
+
+  keyRounds(tx: Tx, r: KeyRoundsRequest): Promise<number | null> {
+    return sqliteKeyRounds(tx, r);
   }
 
   async insertMany<T extends BulkTable>(tx: Tx, table: T, rows: Array<Insertable<DB[T]>>): Promise<void> {

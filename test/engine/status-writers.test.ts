@@ -258,7 +258,7 @@ describe('the writers of execution status', () => {
     // PostgreSQL runs plain submits as one function call (baton_submit: a call of
     // baton_submit_many with one element, which reads the backlog counters and writes the call's
     // rows in one INSERT): the same turn, backlog rule, row and audit as createExecutions, held
-    // equal to it by test/cost/one-statement.test.ts.
+    // equal to it by test/cost/one-statement.test.ts (a keyed row, its round: test/cost/keyed-submit.test.ts).
     // The baseline holds today's functions; legacy/ the chains it replaced, run only on old stores.
     const dir = join(SRC, 'store', 'migrations');
     const inserting = readdirSync(dir)
@@ -268,6 +268,7 @@ describe('the writers of execution status', () => {
       .sort();
     expect(inserting).toEqual([
       'postgres/0100_baseline.sql',
+      'postgres/0109_keyed_submit.sql',
       'postgres/legacy/0020_submit_function.sql',
       'postgres/legacy/0024_submit_many.sql',
       'postgres/legacy/0031_backlog_counter.sql',

@@ -95,7 +95,8 @@ export async function createExecutions(
   req: (CreateOne | CreateMany) & Backlog,
 ): Promise<ExecutionRow | undefined | void> {
   if (req.backlog === 'counted') {
-    const rows = await assignRounds(tx, (req as CreateMany).rows);
+    // The caller counted the room: every queued keyed row takes its round.
+    const rows = (await assignRounds(tx, store, (req as CreateMany).rows))!;
     const held = new Set(req.agents.map((a) => a.name));
     for (const r of rows) {
       if (r.status !== 'queued' && r.status !== 'skipped')
@@ -111,11 +112,14 @@ export async function createExecutions(
     await audit(tx, store, req.audit as CreateAudit<NewExecution>, rows);
     return;
   }
-  // A keyed row takes its fairness round (src/domain/flow.ts).
-  const one = (req as CreateOne).row;
-  const values = withFacts(one.flow_key == null ? one : (await assignRounds(tx, [one]))[0]!);
-  if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
   const check = req.backlog === 'check' ? req.agent : undefined;
+  // A keyed row takes its fairness round (src/domain/flow.ts); with `check`, only while the backlog
+  // has room (the same read as the insert's, under the same turn), so a refused row takes none.
+  const one = (req as CreateOne).row;
+  const keyed = one.flow_key == null ? [one] : await assignRounds(tx, store, [one], check !== undefined);
+  if (!keyed) return undefined;
+  const values = withFacts(keyed[0]!);
+  if (values.status !== 'queued') throw new Error(`a new execution starts queued, not ${values.status} (${values.id})`);
   if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);
   // The statement's shape (preparedQuery): the backlog rule and the columns given.
   const shape = `${check ? 'check' : 'exempt'}:${Object.keys(values).join(',')}`;

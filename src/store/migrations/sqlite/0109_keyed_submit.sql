@@ -1,0 +1,4 @@
+-- PostgreSQL's keyed submit in one call and its round function (baton_key_rounds); SQLite has no
+-- functions: its creation transaction takes the rounds with the statement in src/store/key-rounds.ts.
+-- Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
