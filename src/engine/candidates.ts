@@ -93,8 +93,7 @@ const HEADS_PER_STATEMENT = 32;
 
 /**
  * The first `limit` candidates of `agent` outside the `shut` keys, taken (PostgreSQL: locked,
- * skipping rows another transaction holds; re-read, so a row that left `queued` meanwhile is not
- * returned). See the top of this file.
+ * skipping rows another transaction holds; see take). See the top of this file.
  */
 export async function keyedCandidates(
   store: StoreAdapter,
@@ -109,9 +108,9 @@ export async function keyedCandidates(
   const prefixRows = walkRows(limit);
   const prefix = await prefixOf(tx, p, prefixRows);
   let found: Candidate[] = prefix.filter(open).slice(0, limit);
-  // The whole queue was read, or the prefix held enough: these are the first candidates.
+  // Unless the prefix held enough or was the whole queue, the first candidates lie past it.
   if (found.length < limit && prefix.length === prefixRows) found = await fromHeads(tx, p, limit, closed);
-  return take(store, tx, found);
+  return take(store, tx, found, p.now);
 }
 
 /** The agent's queued keys and the priorities it has queued tasks at: one seek each (a loose index scan). */
@@ -183,16 +182,19 @@ function admissionOrder(x: Ordered, y: Ordered): number {
 
 /**
  * Take the candidates found without locks: lock each (PostgreSQL: FOR NO KEY UPDATE SKIP LOCKED,
- * by primary key) and keep those still queued, in the order found. A row another transaction
- * holds (a cancel in flight) is left to the next claim, as the walk that takes rows skips it.
+ * by primary key) and keep those still queued and due, in the order found: the locked read
+ * returns each row's latest version, so a task cancelled or debounced again (its start moved on)
+ * since it was read is not taken. A row another transaction holds (a cancel in flight) is left to
+ * the next claim, as the walk that takes rows skips it. The checks are made here rather than in
+ * the statement, whose only condition is the primary key: no plan can walk a backlog for it.
  */
-async function take(store: StoreAdapter, tx: Tx, found: Candidate[]): Promise<Candidate[]> {
+async function take(store: StoreAdapter, tx: Tx, found: Candidate[], now: number): Promise<Candidate[]> {
   if (found.length === 0) return [];
   const held = await store
     .lockRows(
       tx
         .selectFrom('executions')
-        .select(['id', 'status'])
+        .select(['id', 'status', 'run_after'])
         .where(
           'id',
           'in',
@@ -201,6 +203,8 @@ async function take(store: StoreAdapter, tx: Tx, found: Candidate[]): Promise<Ca
       'skip',
     )
     .execute();
-  const queued = new Set(held.filter((r) => r.status === 'queued').map((r) => r.id));
+  const queued = new Set(
+    held.filter((r) => r.status === 'queued' && (r.run_after === null || Number(r.run_after) <= now)).map((r) => r.id),
+  );
   return found.filter((c) => queued.has(c.id));
 }
