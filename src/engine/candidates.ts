@@ -113,15 +113,22 @@ export async function keyedCandidates(
   return take(store, tx, found, p.now);
 }
 
+/**
+ * executions_key_admission's order: the keys are stepped through in it, so that no plan takes
+ * executions_key_queued, smaller (its entries deduplicate) but led by status, which PostgreSQL then
+ * reads from its first page for any agent (0109_key_heads.sql says why).
+ */
+const KEY_ORDER = sql.raw('flow_key, priority, fair_round, queued_at, id');
+
 /** The agent's queued keys and the priorities it has queued tasks at: one seek each (a loose index scan). */
 async function queuedGroups(tx: Tx, agent: string): Promise<{ keys: string[]; priorities: number[] }> {
   const { rows } = await sql<{ flow_key: string | null; priority: number | null }>`
     WITH RECURSIVE keys(k) AS (
       SELECT (SELECT flow_key FROM executions
-        WHERE agent = ${agent} AND status = ${QUEUED} AND flow_key IS NOT NULL ORDER BY flow_key LIMIT 1)
+        WHERE agent = ${agent} AND status = ${QUEUED} AND flow_key IS NOT NULL ORDER BY ${KEY_ORDER} LIMIT 1)
       UNION ALL
       SELECT (SELECT flow_key FROM executions
-        WHERE agent = ${agent} AND status = ${QUEUED} AND flow_key > keys.k ORDER BY flow_key LIMIT 1)
+        WHERE agent = ${agent} AND status = ${QUEUED} AND flow_key > keys.k ORDER BY ${KEY_ORDER} LIMIT 1)
       FROM keys WHERE keys.k IS NOT NULL
     ), priorities(p) AS (
       SELECT (SELECT priority FROM executions WHERE agent = ${agent} AND status = ${QUEUED} ORDER BY priority LIMIT 1)
