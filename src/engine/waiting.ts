@@ -129,26 +129,25 @@ async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView
   return { execution_id: failed.id, code: failed.error_code, message: failed.error_message, at: iso(failed.completed_at) };
 }
 
-/** Queued rows of the agent admitted before this one (priority, fair_round, queued_at, id), counted up to the cap plus one. */
+/**
+ * Queued rows of the agent admitted before this one (priority, fair_round, queued_at, id), counted
+ * up to the cap plus one. Four ranges of executions_admission, each bounded by its leading
+ * columns: lower priorities; this priority, earlier rounds; this round, queued earlier; queued in
+ * the same millisecond, smaller id. (One row comparison would say the same, but PostgreSQL stops a
+ * range scan only on the comparison's first column: with one priority it read every queued row of
+ * the agent.) Reads at most as many rows as it counts, plus one per range.
+ */
 async function countAhead(db: Kysely<DB>, row: Queued, queuedAt: number, round: number): Promise<number> {
+  const queued = () => db.selectFrom('executions').select('id').where('agent', '=', row.agent).where('status', '=', statusIs('queued'));
+  const same = () => queued().where('priority', '=', row.priority);
+  const ranges = same()
+    .where('fair_round', '<', round)
+    .unionAll(same().where('fair_round', '=', round).where('queued_at', '<', queuedAt))
+    .unionAll(same().where('fair_round', '=', round).where('queued_at', '=', queuedAt).where('id', '<', row.id))
+    .unionAll(queued().where('priority', '<', row.priority))
+    .limit(AHEAD_COUNT_CAP + 1);
   const ahead = await db
-    .selectFrom((eb) =>
-      eb
-        .selectFrom('executions')
-        .select('id')
-        .where('agent', '=', row.agent)
-        .where('status', '=', statusIs('queued'))
-        .where((e) =>
-          e.or([
-            e('priority', '<', row.priority),
-            e.and([e('priority', '=', row.priority), e('fair_round', '<', round)]),
-            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '<', queuedAt)]),
-            e.and([e('priority', '=', row.priority), e('fair_round', '=', round), e('queued_at', '=', queuedAt), e('id', '<', row.id)]),
-          ]),
-        )
-        .limit(AHEAD_COUNT_CAP + 1)
-        .as('a'),
-    )
+    .selectFrom(ranges.as('a'))
     .select((eb) => eb.fn.countAll<number>().as('n'))
     .executeTakeFirstOrThrow();
   return Number(ahead.n);

@@ -382,6 +382,9 @@ CREATE INDEX executions_group ON executions (group_id, group_index) WHERE group_
 
 CREATE INDEX executions_group_open ON executions (group_id) WHERE group_id IS NOT NULL AND status IN ('queued', 'running');
 
+CREATE INDEX executions_key_admission ON executions (agent, flow_key, priority, fair_round, queued_at, id)
+  WHERE status = 'queued' AND flow_key IS NOT NULL;
+
 CREATE INDEX executions_key_live ON executions (agent, flow_key, status) WHERE flow_key IS NOT NULL AND status IN ('queued', 'running');
 
 CREATE INDEX executions_key_queued ON executions (status, agent, flow_key, run_after) WHERE status = 'queued' AND flow_key IS NOT NULL;

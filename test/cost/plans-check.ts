@@ -40,6 +40,7 @@ export const LIVE_INDEXES = new Set([
   'executions_key_running',
   'executions_key_live',
   'executions_key_queued',
+  'executions_key_admission',
   'executions_debounce_open',
 ]);
 /** Indexes over all history: a seek into one is fine; a walk through one is not. */

@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import { CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
 import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
@@ -7,6 +6,7 @@ import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
+import { candidatesFor, keyedCandidates } from '../candidates.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
@@ -17,7 +17,7 @@ import { endPoolWaits } from '../pool-turns.ts';
 import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { parsePools } from '../../domain/pools.ts';
 import { clearLapseHold } from './lapse.ts';
-import { QUEUED, RUNNING, stamp } from './stamp.ts';
+import { stamp } from './stamp.ts';
 
 export interface AdmitOptions {
   now: number;
@@ -78,74 +78,6 @@ const admitRow = preparedQuery(
       .where('status', '=', 'queued')
       .returningAll(),
 );
-
-/**
- * The next queued rows an agent may admit in admission order (ADMISSION_ORDER in
- * src/domain/flow.ts), at most `limit` (the shape: SQLite writes it in the text), skipping rows
- * another transaction holds (PostgreSQL), rows whose serial key runs and rows of `shut` keys (full
- * or throttled).
- */
-const candidateQuery = (store: StoreAdapter, db: Tx, p: { agent: string; now: number }, limit: number, shut: readonly string[] = []) =>
-  store.lockRows(
-    db
-      .selectFrom('executions')
-      .select(['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key', 'flow_key', 'fair_round'])
-      // What the row adds to the answer (octet_length reads the stored length, not the text).
-      .select(sql<number>`octet_length(message) + octet_length(payload)`.as('bytes'))
-      .where('agent', '=', p.agent)
-      .where('status', '=', QUEUED)
-      .where((eb) => eb.or([eb('run_after', 'is', null), eb('run_after', '<=', p.now)]))
-      // A serial key (schedule overlap policy 'queue') waits while a row with the same key runs.
-      // `SELECT 1`: the partial index executions_serial_running then covers the check, and
-      // SQLite picks it even on a store never analysed (with `k.id` it walked every running
-      // row through executions_status_recent instead).
-      .where((eb) =>
-        eb.or([
-          eb('serial_key', 'is', null),
-          eb.not(
-            eb.exists(
-              eb
-                .selectFrom('executions as k')
-                .select(sql.lit(1).as('one'))
-                .whereRef('k.serial_key', '=', 'executions.serial_key')
-                .where('k.status', '=', RUNNING),
-            ),
-          ),
-        ]),
-      )
-      .$if(shut.length > 0, (q) => q.where((eb) => eb.or([eb('flow_key', 'is', null), eb('flow_key', 'not in', shut)])))
-      .orderBy('priority')
-      .orderBy('fair_round')
-      .orderBy('queued_at')
-      .orderBy('id')
-      .limit(limit),
-    'skip',
-  );
-/** candidateQuery without shut keys, one per store (row locks differ), built once per limit (preparedQuery). */
-const candidatesFor = perStore((store) =>
-  preparedQuery((db: Tx, p: { agent: string; now: number }, limit: number) => candidateQuery(store, db, p, limit)),
-);
-
-/**
- * candidateQuery with `n` shut keys (the values `s0` … `s<n-1>`), built once per limit and count
- * (preparedQuery): a keyed agent's claim runs it every time, and building it was client CPU spent
- * while the agent's lock is held.
- */
-const PREPARED_SHUT_KEYS = 16;
-const keyedCandidatesFor = perStore((store) =>
-  preparedQuery((db: Tx, p: Record<string, string | number>, shape: string) => {
-    const [limit, n] = shape.split(':').map(Number) as [number, number];
-    const shut = Array.from({ length: n }, (_, i) => p[`s${i}`] as string);
-    return candidateQuery(store, db, p as { agent: string; now: number }, limit, shut);
-  }),
-);
-const keyedCandidates = (store: StoreAdapter, tx: Tx, p: { agent: string; now: number }, limit: number, shut: readonly string[]) => {
-  // Many shut keys (closed throttles of many keys) would keep a statement per count: built each time.
-  if (shut.length > PREPARED_SHUT_KEYS) return candidateQuery(store, tx, p, limit, shut).execute();
-  const values: Record<string, string | number> = { ...p };
-  shut.forEach((k, i) => (values[`s${i}`] = k));
-  return keyedCandidatesFor(store)(tx, values, `${limit}:${shut.length}`);
-};
 
 /**
  * Take `rows` (queued → running), in admission order: each admission event counts the seats in
