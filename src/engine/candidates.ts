@@ -116,7 +116,7 @@ export async function keyedCandidates(
 /**
  * executions_key_admission's order: the keys are stepped through in it, so that no plan takes
  * executions_key_queued, smaller (its entries deduplicate) but led by status, which PostgreSQL then
- * reads from its first page for any agent (0109_key_heads.sql says why).
+ * reads from its first page for any agent (migration 0110, key_heads, says why).
  */
 const KEY_ORDER = sql.raw('flow_key, priority, fair_round, queued_at, id');
 
