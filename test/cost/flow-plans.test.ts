@@ -9,7 +9,18 @@ import type { StoreAdapter } from '../../src/store/adapter.ts';
 import type { ExecutionRow, NewExecution } from '../../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import { AHEAD_COUNT_CAP } from '../../src/domain/admission.ts';
-import { checkRecorded, during, expectBacklogUnread, expectPlansSeek, HISTORY_TABLES, planStore, recordingStore } from './plans-check.ts';
+import {
+  checkRecorded,
+  compiledOf,
+  during,
+  expectBacklogUnread,
+  expectPlansSeek,
+  HISTORY_TABLES,
+  nestedPlans,
+  planStore,
+  recorded,
+  recordingStore,
+} from './plans-check.ts';
 
 // Flow control over history (the check of test/cost/plans.test.ts): every read and write behind
 // concurrency keys, pools, throttles and pool budgets, run by the real functions against a store
@@ -337,7 +348,8 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       'complete pool budget',
       'claim pool budget spent',
       'waiting pool budget',
-      'keyed submit',
+      // (On PostgreSQL a keyed submit is a call of baton_submit: its plans are read below.)
+      ...(store.kind === 'sqlite' ? ['keyed submit'] : []),
       'claim keyed',
       'waiting key busy',
       'waiting key throttled',
@@ -373,5 +385,22 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
     // Counting the tasks ahead reads no more rows than it counts (up to the cap), and a few more.
     await expectBacklogUnread(['backlog waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['backlog waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
+
+    // A keyed submit on PostgreSQL, a call of baton_submit (its round taken inside): its own
+    // statements' plans (made again under a new id, rolled back), custom and generic: rounds and
+    // backlogs by primary key, no executions read.
+    if (store.kind === 'postgres') {
+      const call = recorded
+        .filter((r) => r.label === 'keyed submit')
+        .map(compiledOf)
+        .find((c) => c.sql.includes('baton_submit('));
+      expect(call, 'a keyed submit called baton_submit').toBeDefined();
+      const again = [`${call!.parameters[0] as string}-again`, ...call!.parameters.slice(1)];
+      for (const generic of [false, true]) {
+        const plans = await nestedPlans(call!.sql, again, generic);
+        expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
+        expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
+      }
+    }
   });
 });
