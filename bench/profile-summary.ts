@@ -2,7 +2,10 @@
  * Summarise a V8 .cpuprofile (from `node --cpu-prof`): where the samples landed, by package /
  * source file and by function, self time and inclusive time.
  *
- *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [--top 30] [--filter src/] [--long-tasks 30]
+ *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [--top 30] [--filter src/] [--long-tasks 30] [--from 5] [--to 9]
+ *
+ * `--from S` / `--to S`: only the samples taken that many seconds into the profile (a phase of a
+ * run, without the start's module loading).
  *
  * `--long-tasks N`: also list each stretch of at least N ms in which the thread was never idle
  * (a synchronous step holding the event loop), with the functions that took most of it.
@@ -34,7 +37,13 @@ interface Profile {
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { top: { type: 'string', default: '30' }, filter: { type: 'string' }, 'long-tasks': { type: 'string' } },
+  options: {
+    top: { type: 'string', default: '30' },
+    filter: { type: 'string' },
+    'long-tasks': { type: 'string' },
+    from: { type: 'string' },
+    to: { type: 'string' },
+  },
 });
 if (positionals.length === 0) {
   console.error('usage: profile-summary.ts <file.cpuprofile> [--top N] [--filter substring]');
@@ -64,7 +73,12 @@ for (const file of positionals) {
   const parent = new Map<number, number>();
   for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const selfUs = new Map<number, number>();
+  const fromUs = values.from === undefined ? -Infinity : Number(values.from) * 1e6;
+  const toUs = values.to === undefined ? Infinity : Number(values.to) * 1e6;
+  let at = 0;
   for (let i = 0; i < p.samples.length; i++) {
+    at += p.timeDeltas[i] ?? 0;
+    if (at < fromUs || at > toUs) continue;
     const id = p.samples[i]!;
     const dt = p.timeDeltas[i + 1] ?? 0;
     selfUs.set(id, (selfUs.get(id) ?? 0) + dt);

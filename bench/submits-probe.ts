@@ -10,6 +10,9 @@
  * is measured over 4 s of an idle server before the phase, and `server_cpu_ms_per_submit_net`
  * subtracts it for the phase's duration.
  *
+ * On a shared machine, BATON_TEST_PORTS=lo-hi puts the server on a port of that range and
+ * BENCH_LABEL names the PostgreSQL schema (bench_<label>_…).
+ *
  *   node --import tsx bench/submits-probe.ts sqlite|postgres [N=5000] [cpu-profile dir]
  */
 import { startServer } from './lib/server.ts';
@@ -20,8 +23,10 @@ import { proc } from './lib/cpu.ts';
 const store = (process.argv[2] ?? 'sqlite') as 'sqlite' | 'postgres';
 const N = Number(process.argv[3] ?? 5000);
 const prof = process.argv[4];
-const db = freshDb(store, 'postgres://postgres@127.0.0.1:5432/test', 'uprof');
-const server = await startServer(db, 'spawn', prof ? { cpuProfDir: prof } : {});
+const db = freshDb(store, 'postgres://postgres@127.0.0.1:5432/test', process.env.BENCH_LABEL ?? 'uprof');
+const range = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
+const port = range ? Number(range[1]) + Math.floor(Math.random() * (Number(range[2]) - Number(range[1]) + 1)) : 0;
+const server = await startServer(db, 'spawn', { port, ...(prof ? { cpuProfDir: prof } : {}) });
 const c = new BatonClient({ server: server.url, key: server.key, transport: nodeHttpTransport });
 const agents = Array.from({ length: 100 }, (_, i) => `a${i}`);
 for (const a of agents) await c.createAgent({ name: a, max_parallel: 3, max_backlog: 100000 });

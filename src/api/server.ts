@@ -11,6 +11,7 @@ import { guardConnections, proxyMatcher } from './connections.ts';
 import { boundUnreadAnswers, UnreadLedger } from './slow-readers.ts';
 import { parseAroundRawPaths, parseBytesAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { readChunks } from './body-chunks.ts';
+import { lazyRequestLogger } from './request-logger.ts';
 import { declareCommonAnswers, openApiTransform } from './contract.ts';
 import type { ApiDeps, ConnectionLimits } from './deps.ts';
 import { registerMetrics } from './metrics.ts';
@@ -78,6 +79,8 @@ async function buildApp(opts: ServerOptions) {
     loggerInstance: (opts.logger || undefined) as FastifyBaseLogger | undefined,
     // One log line per request would cost more than the request on the worker protocol.
     logController: new LogController({ disableRequestLogging: true }),
+    // A request's logger is made when it first logs (request-logger.ts).
+    childLoggerFactory: lazyRequestLogger,
     bodyLimit: 1024 * 1024,
     // Long-poll claims wait up to 60 s; keep sockets open past that.
     keepAliveTimeout: 75_000,

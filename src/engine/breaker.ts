@@ -10,7 +10,7 @@ import {
 } from '../domain/breaker.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
-import { preparedQuery } from '../store/prepared-query.ts';
+import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
 import { factsMayChange, poolBudgeted, refreshFastPathFacts, subscribedAsSource } from './fast-path-facts.ts';
@@ -62,9 +62,7 @@ export async function countTowardBreakers(
     const seen = known?.get(agent) ?? (await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst());
     if (!seen || seen.breaker_config === null) continue;
     if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, now))) continue;
-    const row = await store
-      .lockRows(tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent), 'admission')
-      .executeTakeFirst();
+    const [row] = await lockedBreaker(store)(tx, { agent });
     if (!row) continue;
     let state = row;
     let patch: BreakerPatch = {};
@@ -77,9 +75,30 @@ export async function countTowardBreakers(
     }
     // The facts change with the breaker only where it closes, opens, or its window turns clean or not.
     if (factsMayChange(row, patch)) await refreshFastPathFacts(tx, agent, { pending: patch });
-    else if (Object.keys(patch).length > 0) await tx.updateTable('agents').set(patch).where('name', '=', agent).execute();
+    else {
+      // The columns set, as Kysely's set() takes them (an undefined value is left out).
+      const columns = Object.keys(patch).filter((c) => patch[c as keyof BreakerPatch] !== undefined);
+      if (columns.length > 0) await writeBreaker(tx, { ...patch, agent }, columns.join(','));
+    }
   }
 }
+
+/** countTowardBreakers' locked read of an agent's breaker, built once per store (its row lock differs). */
+const lockedBreaker = perStore((store) =>
+  preparedQuery((tx: Tx, p: { agent: string }) =>
+    store.lockRows(tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', p.agent), 'admission'),
+  ),
+);
+
+/**
+ * countTowardBreakers' write of a patch that leaves the fast-path facts as they are, built once per
+ * shape (the columns it sets, comma-separated): a closed breaker's window filling is one shape.
+ */
+const writeBreaker = preparedQuery((tx: Tx, p: BreakerPatch & { agent: string }, shape: string) => {
+  const set: Record<string, unknown> = {};
+  for (const c of shape.split(',')) set[c] = p[c as keyof BreakerPatch];
+  return tx.updateTable('agents').set(set).where('name', '=', p.agent);
+});
 
 /** Whether counting `e` on a breaker in state `row` would leave every column as it is. */
 function changesNothing(row: BreakerColumns, e: Ended, now: number): boolean {

@@ -6,6 +6,14 @@ class Slot {
   constructor(readonly key: string) {}
 }
 
+/** Handles whose statements run at once on the connection they hold (sqlite-connection.ts, heldHandle): the text and values → rows. */
+const atOnce = new WeakMap<object, (text: string, parameters: readonly unknown[]) => unknown[]>();
+
+/** Mark `handle` as one whose prepared statements `run` runs at once, without Kysely's pipeline. */
+export function runsAtOnce(handle: object, run: (text: string, parameters: readonly unknown[]) => unknown[]): void {
+  atOnce.set(handle, run);
+}
+
 /**
  * A statement built and compiled by Kysely once per store (per dialect: SQLite and PostgreSQL
  * compile differently) and then run with each call's values: a hot statement whose text never
@@ -41,6 +49,10 @@ export function preparedQuery<H extends Kysely<any>, P extends Record<string, un
     }
     // An undefined value binds as NULL, as both drivers bind it in a statement Kysely built.
     const parameters = query.parameters.map((v) => (v instanceof Slot ? (values[v.key] ?? null) : v));
+    // On a handle that holds its connection (a group commit's), run at once: nothing else can run
+    // meanwhile, and a handle with plugins (a test recording statements) is never such a handle.
+    const direct = atOnce.get(db);
+    if (direct) return direct(query.sql, parameters) as R[];
     // The compiled statement with this run's values (its query node and id as compiled: no plugin
     // transforms it again). No value import of Kysely here: the CLI's HTTP-only commands load this
     // module and must not load Kysely (test/server/package.test.ts).

@@ -6,7 +6,9 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import { SqliteDialect, type Driver, type SqliteDatabase, type SqliteStatement } from 'kysely';
+import { Kysely, SqliteDialect, type DatabaseConnection, type Driver, type SqliteDatabase, type SqliteStatement } from 'kysely';
+import { runsAtOnce } from './prepared-query.ts';
+import type { DB } from './schema.ts';
 import { SqliteLiteralLimitCompiler } from './sqlite-compiler.ts';
 import { rowsAsObjects } from './sqlite-rows.ts';
 
@@ -65,6 +67,9 @@ export function cachedStatements(raw: Database.Database): SqliteDatabase {
  */
 export class WatchedSqliteDialect extends SqliteDialect {
   waiting = 0;
+  /** The driver Kysely made, and its one connection once first taken (for heldHandle). */
+  driver: Driver | undefined;
+  connection: DatabaseConnection | undefined;
   override createQueryCompiler() {
     return new SqliteLiteralLimitCompiler();
   }
@@ -74,13 +79,38 @@ export class WatchedSqliteDialect extends SqliteDialect {
     driver.acquireConnection = async () => {
       this.waiting++;
       try {
-        return await acquire();
+        return (this.connection = await acquire());
       } finally {
         this.waiting--;
       }
     };
+    this.driver = driver;
     return driver;
   }
+}
+
+/**
+ * A handle on the main connection for code that already holds the connection's turn (the
+ * transactions of a group commit, sqlite-group-commit.ts): each statement runs at once, when it
+ * is called, instead of queueing for the turn again behind a promise chain (Kysely's
+ * single-connection mutex) that cost a hot transaction more than some of its statements. The
+ * statements still run one at a time and in the order they are called, since better-sqlite3 runs
+ * each synchronously; a prepared statement (prepared-query.ts) runs straight on its cached
+ * better-sqlite3 statement. Use it only while holding the turn: call it after
+ * `db.connection().execute` has begun, and never after that callback ends.
+ */
+export function heldHandle(dialect: WatchedSqliteDialect, statements: SqliteDatabase, executorOf: Kysely<DB>): Kysely<DB> {
+  const connection = dialect.connection;
+  if (!connection || !dialect.driver) throw new Error('heldHandle: the connection has not been taken yet');
+  const executor = executorOf.getExecutor().withConnectionProvider({ provideConnection: (consume) => consume(connection) });
+  const held = new Kysely<DB>({ config: { dialect }, dialect, driver: dialect.driver, executor });
+  runsAtOnce(held, (text, parameters) => {
+    const stmt = statements.prepare(text);
+    if (stmt.reader) return stmt.all(parameters) as unknown[];
+    stmt.run(parameters);
+    return [];
+  });
+  return held;
 }
 
 /**

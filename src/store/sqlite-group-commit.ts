@@ -67,10 +67,16 @@ export class GroupCommit {
    */
   private readonly control: Record<'begin' | 'commit' | 'rollback' | 'savepoint' | 'release' | 'rollbackTo', Database.Statement>;
 
+  /**
+   * `held` gives the handle the members run on once the group holds the connection's turn
+   * (sqlite-connection.ts, heldHandle: its statements run at once); by default, the connection
+   * Kysely hands the group.
+   */
   constructor(
     private readonly db: Kysely<DB>,
     private readonly raw: Database.Database,
     private readonly limits: GroupLimits = GROUP_LIMITS,
+    private readonly held?: () => Kysely<DB>,
   ) {
     this.control = {
       begin: raw.prepare('BEGIN IMMEDIATE'),
@@ -118,7 +124,8 @@ export class GroupCommit {
   private async flush(): Promise<void> {
     let taken: Member[] = [];
     try {
-      await this.db.connection().execute(async (conn) => {
+      await this.db.connection().execute(async (turn) => {
+        const conn = this.held?.() ?? turn;
         taken = this.queue.splice(0, this.limits.maxTransactions);
         const ran = taken.length === 1 ? await this.runAlone(conn, taken[0]!) : await this.runGroup(conn, taken);
         // Members the work bound left out go first in the next group.

@@ -30,7 +30,7 @@ import {
   WRITER_AUTOCHECKPOINT_PAGES,
   type CheckpointStats,
 } from './sqlite-checkpoints.ts';
-import { cachedStatements, createPrivately, openMainConnection, WatchedSqliteDialect } from './sqlite-connection.ts';
+import { cachedStatements, createPrivately, heldHandle, openMainConnection, WatchedSqliteDialect } from './sqlite-connection.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
 import { lockSqliteStore, type StoreLock } from './sqlite-lock.ts';
 import { migrateSqlite, sqliteMigrationStatus } from './sqlite-migrate.ts';
@@ -130,11 +130,18 @@ class SqliteStore implements StoreAdapter {
     private readonly lock: StoreLock | undefined,
   ) {
     this.raw = openMainConnection(file);
-    this.dialect = new WatchedSqliteDialect({ database: cachedStatements(this.raw) });
+    const statements = cachedStatements(this.raw);
+    this.dialect = new WatchedSqliteDialect({ database: statements });
     this.db = new Kysely<DB>({ dialect: this.dialect });
+    let held: Kysely<DB> | undefined;
     this.reader = file === ':memory:' ? this.db : openSqliteReader(file);
     this.writerThread = file === ':memory:' ? undefined : openSqliteWriterThread(file);
-    this.groups = new GroupCommit(this.db, this.raw, { ...GROUP_LIMITS, ...opts.groupLimits });
+    this.groups = new GroupCommit(
+      this.db,
+      this.raw,
+      { ...GROUP_LIMITS, ...opts.groupLimits },
+      () => (held ??= heldHandle(this.dialect, statements, this.db)),
+    );
     const everyMs = opts.checkpointEveryMs ?? BACKGROUND_CHECKPOINT_MS;
     if (this.writerThread && everyMs > 0) {
       this.background = new BackgroundCheckpoints({
