@@ -925,6 +925,7 @@ async function main(): Promise<void> {
           pgUrl,
           redis: { host: redis.hostname, port: Number(redis.port || 6379), prefix: a['redis-prefix']! },
           graphileConcurrency: int('graphile-concurrency', a['graphile-concurrency'], 1),
+          port: nextPort,
           workloads: a['users-workloads']!.split(',').map((w) => choice('users-workloads', w, ['w1', 'w2'] as const)[0]!),
           log,
         },

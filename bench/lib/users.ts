@@ -41,6 +41,8 @@ export interface UsersConfig {
   pgUrl: string;
   redis: { host: string; port: number; prefix: string };
   graphileConcurrency: number;
+  /** The port for each Baton server (BATON_TEST_PORTS in bench/run.ts); default: one the OS picks. */
+  port?: () => number;
   /** Which workloads run (default both). */
   workloads?: Array<'w1' | 'w2'>;
   log: (msg: string) => void;
@@ -260,7 +262,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
 async function batonTarget(cfg: UsersConfig, store: StoreKind, names: string[], cap: number, backlog: number): Promise<Target> {
   const db = freshDb(store, cfg.pgUrl, 'users');
   // BENCH_USERS_CPU_PROF=<dir>: the server writes a .cpuprofile there (bench/profile-summary.ts reads it).
-  const server = await startServer(db, 'spawn', { cpuProfDir: process.env.BENCH_USERS_CPU_PROF });
+  const server = await startServer(db, 'spawn', { cpuProfDir: process.env.BENCH_USERS_CPU_PROF, port: cfg.port?.() });
   const client = new BatonClient({ server: server.url, key: server.key, transport: nodeHttpTransport });
   for (const name of names) await client.createAgent({ name, max_parallel: cap, max_backlog: backlog });
   return {

@@ -142,7 +142,7 @@ export class Engine {
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
-      if (status !== 'running') this.claimWaits.seatFreed(agent);
+      if (status !== 'running') this.claimWaits.seatFreed(agent, local ? ids : []);
       for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.claimWaits.wake(agent, true));
@@ -240,6 +240,8 @@ export class Engine {
         return { refused: agent.max_backlog, row: undefined };
       }
       await onCreated?.(tx, row); // e.g. the idempotent answer, stored with the row
+      // A claimer parked on the agent admits it in this commit where the store shares commits.
+      if (row.status === 'queued' && !keyed.folded) this.store.shareCommit?.(tx, () => this.claimWaits.wakeBeforeCommit(agentName, row.id));
       return { row, refused: undefined };
     });
     if (!out.row) throw new BacklogFull(agentName, out.refused!);

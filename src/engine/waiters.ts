@@ -20,15 +20,16 @@ export class Waiters {
    * for one claimer; waking them all makes every loser queue on the agent lock), or all of them
    * (`everyone`, e.g. after the cap was raised).
    */
-  wake(agent: string, everyone = false, why: Wake = 'signal'): void {
+  wake(agent: string, everyone = false, why: Wake = 'signal'): boolean {
     const set = this.byAgent.get(agent);
-    if (!set) return;
+    if (!set) return false;
     for (const fire of set) {
       set.delete(fire);
       fire(why);
       if (!everyone) break;
     }
     if (set.size === 0) this.byAgent.delete(agent);
+    return true;
   }
 
   /** The agents that have an armed waiter. */
@@ -98,6 +99,24 @@ export class ClaimWaits {
   /** See Waiters.wake. */
   wake(agent: string, everyone = false): void {
     this.waiters.wake(agent, everyone);
+  }
+
+  /**
+   * Executions whose claimer was woken before their commit (wakeBeforeCommit): the announcement
+   * after the commit wakes nobody more for them. Bounded: an entry stays only when the commit
+   * failed (no announcement came), and clearing them costs at most an extra look each.
+   */
+  private readonly wokenEarly = new Set<string>();
+
+  /**
+   * `id` was just queued for `agent` in a transaction that has not committed yet, and claims that
+   * start now join its commit (StoreAdapter.shareCommit): wake one claimer of the agent now, so
+   * its admission runs in that same commit rather than in a transaction of its own after it.
+   */
+  wakeBeforeCommit(agent: string, id: string): void {
+    if (!this.waiters.wake(agent)) return;
+    if (this.wokenEarly.size >= 1_000) this.wokenEarly.clear();
+    this.wokenEarly.add(id);
   }
 
   /** The safety re-check: one waiting claimer of each agent that has one looks again. */
@@ -170,8 +189,8 @@ export class ClaimWaits {
    * freed with it; each such agent's claimer looks, and admission gives the seat to whichever
    * takes the pool's lock first).
    */
-  seatFreed(agent: string): void {
-    this.waiters.wake(agent);
+  seatFreed(agent: string, ids: readonly string[] = []): void {
+    if (!(ids.length === 1 && this.wokenEarly.delete(ids[0]!))) this.waiters.wake(agent);
     for (const p of this.poolsOf.get(agent) ?? []) {
       for (const m of this.membersOf.get(p) ?? []) if (m !== agent) this.waiters.wake(m);
     }

@@ -143,6 +143,17 @@ export interface StoreAdapter {
   offLoopTransaction?<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
 
   /**
+   * SQLite: call `fn` once `tx`'s own work is done, before its COMMIT, and let the transactions
+   * `fn` starts at once (within the microtasks it sets off) join that COMMIT: they run after `tx`
+   * in the same BEGIN … COMMIT, each in its own savepoint, see what `tx` wrote, and settle after
+   * the COMMIT, failing with it if it fails. Not called if `tx` fails. A claimer parked on the
+   * agent of a task just submitted is so admitted without a transaction of its own, and its
+   * answer leaves with the submit's. Absent where each transaction commits alone (PostgreSQL):
+   * the announcement after the commit wakes claimers there.
+   */
+  shareCommit?(tx: Tx, fn: () => void): void;
+
+  /**
    * Run `fn` over one consistent read-only snapshot (REPEATABLE READ on PostgreSQL). On SQLite
    * it runs on the reader connection (see `reader`), so a long snapshot never holds the writer.
    */

@@ -37,6 +37,15 @@ interface Member {
   fn: (tx: Tx) => Promise<unknown>;
   resolve(value: unknown): void;
   reject(err: unknown): void;
+  /** Called once the member's own work is done, before the COMMIT (shareCommit). */
+  onDone?: Array<() => void>;
+}
+
+/** The members of one BEGIN … COMMIT: those that ran, those refused (rolled back to their savepoint). */
+interface Group {
+  committed: Array<{ m: Member; value: unknown }>;
+  refused: Array<{ m: Member; err: unknown }>;
+  started: number;
 }
 
 /**
@@ -53,6 +62,10 @@ interface Member {
  *   promise resolves, so no signal ever names an uncommitted row. If the COMMIT fails, every
  *   member that would have committed gets that error.
  * - Durability is unchanged: the COMMIT is the same WAL commit with synchronous=NORMAL.
+ * - A member may ask (shareCommit) that transactions its work sets off join its COMMIT: a submit
+ *   wakes a claimer parked on its agent, and the claimer's admission runs after it in the same
+ *   BEGIN … COMMIT, so the task is admitted without a second transaction and both answers go out
+ *   after the one COMMIT (a failed COMMIT fails both).
  */
 export class GroupCommit {
   readonly stats: GroupCommitStats = { transactions: 0, commits: 0, groups: 0, largestGroup: 0 };
@@ -60,6 +73,10 @@ export class GroupCommit {
   private scheduled = false;
   private running: Promise<void> | undefined;
   private closed = false;
+  /** The member running on the connection now (one at a time). */
+  private current: Member | undefined;
+  /** A member asked (shareCommit) that what its work set off may join this group's COMMIT. */
+  private joinWanted = false;
   /**
    * The group's own statements, prepared once on the connection's handle and run straight on it
    * while the group holds the connection. Through Kysely each went through its query pipeline and
@@ -94,6 +111,16 @@ export class GroupCommit {
       this.queue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
       this.schedule();
     });
+  }
+
+  /**
+   * Call `fn` once the member running now has done its work (its savepoint released), before the
+   * group's COMMIT; transactions `fn` starts then join that COMMIT (joinLate). Not called if the
+   * member fails. Outside a member (no group is running one) nothing is called.
+   */
+  shareCommit(fn: () => void): void {
+    const m = this.current;
+    if (m) (m.onDone ??= []).push(fn);
   }
 
   /** Refuse new transactions; resolves once the queued ones have run (the store closes after). */
@@ -138,72 +165,145 @@ export class GroupCommit {
     }
   }
 
-  /** One transaction with nobody to share with: as before grouping, no savepoint. */
+  /** One transaction with nobody to share with: as before grouping, no savepoint (unless others join it: joinLate). */
   private async runAlone(conn: Kysely<DB>, m: Member): Promise<number> {
     this.stats.groups++;
     this.stats.transactions++;
-    this.stats.largestGroup = Math.max(this.stats.largestGroup, 1);
-    this.control.begin.run();
+    const g = this.begin();
     let value: unknown;
+    this.current = m;
     try {
       value = await m.fn(conn as Tx);
-      this.control.commit.run();
     } catch (err) {
       this.rollback();
       m.reject(err);
       return 1;
+    } finally {
+      this.current = undefined;
     }
-    this.stats.commits++;
-    m.resolve(value);
+    g.committed.push({ m, value });
+    this.done(m);
+    if (this.joinWanted && !(await this.joinLate(conn, g))) return 1;
+    this.commitAndSettle(g);
     return 1;
   }
 
   /** Returns how many of `batch` ran (the rest wait for the next group). */
   private async runGroup(conn: Kysely<DB>, batch: Member[]): Promise<number> {
     this.stats.groups++;
-    const started = performance.now();
+    let g: Group;
     try {
-      this.control.begin.run();
+      g = this.begin();
     } catch (err) {
       // Another process holds the write lock past busy_timeout: each would have failed alone.
       for (const m of batch) m.reject(err);
       return batch.length;
     }
-    const committed: Array<{ m: Member; value: unknown }> = [];
-    const refused: Array<{ m: Member; err: unknown }> = [];
     let ran = 0;
     for (; ran < batch.length; ran++) {
-      if (ran > 0 && performance.now() - started >= this.limits.maxWorkMs) break;
-      const m = batch[ran]!;
-      this.stats.transactions++;
+      if (ran > 0 && performance.now() - g.started >= this.limits.maxWorkMs) break;
+      if (!(await this.runMember(conn, batch[ran]!, g))) return ran + 1;
+    }
+    if (this.joinWanted && !(await this.joinLate(conn, g))) return ran;
+    this.commitAndSettle(g);
+    return ran;
+  }
+
+  private begin(): Group {
+    this.joinWanted = false;
+    this.control.begin.run();
+    return { committed: [], refused: [], started: performance.now() };
+  }
+
+  /**
+   * One member in its savepoint: refused alone if it throws. False when the whole transaction
+   * was lost with it; every member of `g` and `m` are then settled.
+   */
+  private async runMember(conn: Kysely<DB>, m: Member, g: Group): Promise<boolean> {
+    this.stats.transactions++;
+    this.current = m;
+    try {
+      this.control.savepoint.run();
+      const value = await m.fn(conn as Tx);
+      this.control.release.run();
+      g.committed.push({ m, value });
+    } catch (err) {
+      if (!this.raw.inTransaction) {
+        // SQLite itself ended the whole transaction (disk full, I/O error, interrupt): the
+        // members before this one lost their writes with it, so they fail with its error.
+        this.fail(g, err);
+        m.reject(err);
+        return false;
+      }
       try {
-        this.control.savepoint.run();
-        const value = await m.fn(conn as Tx);
+        this.control.rollbackTo.run();
         this.control.release.run();
-        committed.push({ m, value });
-      } catch (err) {
-        if (!this.raw.inTransaction) {
-          // SQLite itself ended the whole transaction (disk full, I/O error, interrupt): the
-          // members before this one lost their writes with it, so they fail with its error.
-          for (const c of committed) c.m.reject(err);
-          for (const r of refused) r.m.reject(r.err);
-          m.reject(err);
-          return ran + 1;
-        }
-        try {
-          this.control.rollbackTo.run();
-          this.control.release.run();
-        } catch (undo) {
-          this.rollback();
-          for (const c of committed) c.m.reject(undo);
-          for (const r of refused) r.m.reject(r.err);
-          m.reject(err);
-          return ran + 1;
-        }
-        refused.push({ m, err });
+      } catch (undo) {
+        this.rollback();
+        this.fail(g, undo);
+        m.reject(err);
+        return false;
+      }
+      g.refused.push({ m, err });
+      return true;
+    } finally {
+      this.current = undefined;
+    }
+    this.done(m);
+    return true;
+  }
+
+  /** A member's work is done: what it asked to run then (shareCommit) runs now, and may start transactions that join. */
+  private done(m: Member): void {
+    const fns = m.onDone;
+    if (!fns) return;
+    m.onDone = undefined;
+    this.joinWanted = true;
+    for (const fn of fns) {
+      try {
+        fn();
+      } catch {
+        // The caller's wake-up, not the transaction's: the member's own work stands.
       }
     }
-    this.stats.largestGroup = Math.max(this.stats.largestGroup, ran);
+  }
+
+  /**
+   * Transactions that finished members set off (shareCommit) join the group before its COMMIT.
+   * One turn of the event loop lets them start (the connection stays held meanwhile, so nothing
+   * else runs on it); those queued by then run here, each in its savepoint, within the group's
+   * bounds. False when the transaction was lost (every member settled; the late ones not run go
+   * back to the queue).
+   */
+  private async joinLate(conn: Kysely<DB>, g: Group): Promise<boolean> {
+    while (this.joinWanted) {
+      this.joinWanted = false;
+      const room = this.limits.maxTransactions - g.committed.length - g.refused.length;
+      if (room <= 0 || performance.now() - g.started >= this.limits.maxWorkMs) return true;
+      await new Promise((r) => setImmediate(r));
+      const late = this.queue.splice(0, room);
+      for (let i = 0; i < late.length; i++) {
+        if (performance.now() - g.started >= this.limits.maxWorkMs) {
+          this.queue.unshift(...late.slice(i));
+          return true;
+        }
+        if (!(await this.runMember(conn, late[i]!, g))) {
+          this.queue.unshift(...late.slice(i + 1));
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /** The members before a failure that ended the transaction lose their writes with it. */
+  private fail(g: Group, err: unknown): void {
+    for (const c of g.committed) c.m.reject(err);
+    for (const r of g.refused) r.m.reject(r.err);
+  }
+
+  private commitAndSettle(g: Group): void {
+    this.stats.largestGroup = Math.max(this.stats.largestGroup, g.committed.length + g.refused.length);
     let commitError: unknown;
     try {
       this.control.commit.run();
@@ -214,12 +314,11 @@ export class GroupCommit {
     }
     // Settled only now, after the COMMIT: a caller's continuation (its announce, its response)
     // must never run before its rows are durable and visible.
-    for (const c of committed) {
+    for (const c of g.committed) {
       if (commitError === undefined) c.m.resolve(c.value);
       else c.m.reject(commitError);
     }
-    for (const r of refused) r.m.reject(r.err);
-    return ran;
+    for (const r of g.refused) r.m.reject(r.err);
   }
 
   private rollback(): void {

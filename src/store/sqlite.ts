@@ -197,6 +197,10 @@ class SqliteStore implements StoreAdapter {
     return this.groups.run(fn);
   }
 
+  shareCommit(_tx: Tx, fn: () => void): void {
+    this.groups.shareCommit(fn);
+  }
+
   snapshot<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
     return this.inTransaction(this.reader, 'BEGIN', fn);
   }

@@ -211,6 +211,56 @@ describeGroupCommit('group commit (sqlite)', () => {
     }
   });
 
+  it("admits a task to the claim parked on its agent in the submit's own commit, and answers both after it", async () => {
+    await engine.agents.create({ name: 'handoff', max_parallel: 1, max_backlog: 100 }, 'test');
+    const early: string[] = [];
+    const claim = engine.claim('handoff', { owner: 'w', max: 1, waitMs: 10_000 }).then((rows) => {
+      for (const r of rows) if (!visible(r.id)) early.push(`claim ${r.id}`);
+      return rows;
+    });
+    // The claim looks, finds nothing and parks.
+    for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+    const before = { ...stats(t) };
+    const wal = walCommits(file);
+    const submitted = await engine.submit('handoff', { message: 'at once' }, 'test');
+    if (!visible(submitted.id)) early.push(`submit ${submitted.id}`);
+    const claimed = await claim;
+    expect(claimed.map((r) => [r.id, r.status])).toEqual([[submitted.id, 'running']]);
+    expect(early).toEqual([]);
+    // One BEGIN … COMMIT for the submit and the admission it woke.
+    expect(stats(t).transactions - before.transactions).toBe(2);
+    expect(stats(t).commits - before.commits).toBe(1);
+    expect(walCommits(file) - wal).toBe(1);
+  });
+
+  it('rolls back a transaction that joined a commit alone, and never calls back for a caller that failed', async () => {
+    const before = { ...stats(t) };
+    const own = new Error('the joiner gave up');
+    let joined: Promise<unknown> | undefined;
+    let calledBack = false;
+    const results = await Promise.allSettled([
+      t.store.transaction(async (tx) => {
+        await insertAgent(tx, 'gc-join-a');
+        t.store.shareCommit!(tx, () => {
+          joined = t.store.transaction(async (tx2) => {
+            await insertAgent(tx2, 'gc-join-b');
+            throw own;
+          });
+        });
+      }),
+      t.store.transaction(async (tx) => {
+        await insertAgent(tx, 'gc-join-c');
+        t.store.shareCommit!(tx, () => (calledBack = true));
+        throw new Error('c gave up');
+      }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+    await expect(joined).rejects.toBe(own);
+    expect(calledBack).toBe(false);
+    expect(['gc-join-a', 'gc-join-b', 'gc-join-c'].map(agentExists)).toEqual([true, false, false]);
+    expect(stats(t).commits - before.commits).toBe(1);
+  });
+
   it('never lets another caller run statements while one awaits outside the database', async () => {
     const log: string[] = [];
     const slow = t.store.transaction(async (tx) => {
