@@ -1,6 +1,5 @@
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { judgeActivity, type Checkpoint, type EventsRead } from './activity.ts';
-import { EVENTS_READ_BUDGET_MS } from './events.ts';
 import type { AlertSink } from './alerts.ts';
 import { CATALOGUE, H01, isActivity, isState } from './catalogue.ts';
 import { H01_CHECKPOINT, judgeH01, readEvidence, type Evidence } from './evidence.ts';
@@ -29,7 +28,7 @@ export interface CanaryRunOptions {
   invariants?: readonly Invariant[];
   /** Judge all history (in bounded chunks) instead of the activity since the checkpoints. Default false. */
   full?: boolean;
-  /** Wall time after which a cycle reads no further chunk of events. Default EVENTS_READ_BUDGET_MS. */
+  /** Wall time after which a cycle reads no further chunk of events. Default none; the canary's own cycles (Canary) use EVENTS_READ_BUDGET_MS. */
   readBudgetMs?: number;
 }
 
@@ -135,7 +134,7 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
         timing,
         checkpoints,
         open,
-        readBudgetMs: opts.readBudgetMs ?? EVENTS_READ_BUDGET_MS,
+        readBudgetMs: opts.readBudgetMs ?? Infinity,
       });
       const moves: CheckpointMove[] = [];
       for (const a of activity.results) {

@@ -7,6 +7,7 @@ import type { StoreAdapter } from '../store/adapter.ts';
 import { deliverAlertsOnce, type AlertSink } from './alerts.ts';
 import { CATALOGUE, diagnose, isActivity } from './catalogue.ts';
 import { type CanaryTiming } from './graces.ts';
+import { EVENTS_READ_BUDGET_MS } from './events.ts';
 import { runCanaryOnce, type CycleReport } from './run.ts';
 import type { Invariant } from './types.ts';
 
@@ -38,7 +39,7 @@ export interface CanaryOptions {
   /** Default the store's clock (StoreAdapter.now). */
   clock?: () => number;
   timing?: Partial<CanaryTiming>;
-  /** See CanaryRunOptions.readBudgetMs. */
+  /** See CanaryRunOptions.readBudgetMs (default EVENTS_READ_BUDGET_MS). */
   readBudgetMs?: number;
 }
 
@@ -105,7 +106,7 @@ export class Canary {
   private readonly nodeId: string;
   private readonly clock: () => number;
   private readonly timing: Partial<CanaryTiming>;
-  private readonly readBudgetMs: number | undefined;
+  private readonly readBudgetMs: number;
   /** The timer lease (a row of canary_state): the cycle pass is leader-only under it. */
   readonly lease: Lease = { acquire: () => this.acquireLease(), release: () => this.releaseLease() };
 
@@ -116,7 +117,7 @@ export class Canary {
     this.sinks = opts.sinks ?? [];
     this.clock = opts.clock ?? (() => opts.store.now());
     this.timing = opts.timing ?? {};
-    this.readBudgetMs = opts.readBudgetMs;
+    this.readBudgetMs = opts.readBudgetMs ?? EVENTS_READ_BUDGET_MS;
   }
 
   get enabled(): boolean {

@@ -32,9 +32,9 @@ afterAll(async () => {
   await ts.cleanup();
 });
 
-// No read budget unless a test sets one: how many events a cycle reads must not hang on the machine's speed.
-const cycle = (o: { full?: boolean; readBudgetMs?: number } = {}) =>
-  runCanaryOnce({ store: ts.store, clock, readBudgetMs: Infinity, ...o });
+const cycle = (o: { full?: boolean; readBudgetMs?: number } = {}) => runCanaryOnce({ store: ts.store, clock, ...o });
+// The timer's cycles stop at a read budget: these count the events a cycle reads, whatever the machine's speed.
+const NO_BUDGET = { readBudgetMs: Infinity };
 const newAgent = agentMaker(() => engine, 'cp', { max_parallel: 1, max_backlog: 100 });
 const findings = (r: CycleReport, id: string, subject: string) =>
   r.checks
@@ -91,7 +91,7 @@ describe('checkpoints', () => {
   it('advance to the newest event, persist, and a new Canary instance continues from them', async () => {
     const agent = await newAgent();
     await runToCompletion(agent, 2);
-    const a = new Canary({ store: ts.store, nodeId: 'node-a', clock, intervalMs: 60_000, readBudgetMs: Infinity });
+    const a = new Canary({ store: ts.store, nodeId: 'node-a', clock, intervalMs: 60_000, ...NO_BUDGET });
     const first = await a.runOnce();
     expect(first.events).toMatchObject({ after: 0, caught_up: true });
     const head = await headEvent();
@@ -103,7 +103,7 @@ describe('checkpoints', () => {
     await engine.submit(agent, { message: 'held' }, 'test');
     const [held] = await engine.claim(agent, { owner: 'worker:test' });
     // Another process (or this one after a restart) continues from the stored checkpoints.
-    const b = new Canary({ store: ts.store, nodeId: 'node-b', clock, intervalMs: 60_000, readBudgetMs: Infinity });
+    const b = new Canary({ store: ts.store, nodeId: 'node-b', clock, intervalMs: 60_000, ...NO_BUDGET });
     const second = await b.runOnce();
     expect(second.events).toEqual({ after: head, through: head + 2, read: 2, caught_up: true });
     expect(JSON.parse((await checkpoints()).get('S-02')!.state!).seats[agent]).toEqual([held!.id]);
@@ -159,7 +159,7 @@ describe('checkpoints', () => {
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${2 * EVENTS_PER_CYCLE + 10})
       INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
       SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
-    const timer = new Canary({ store: ts.store, nodeId: 'node-timer', clock, intervalMs: 60_000, readBudgetMs: Infinity });
+    const timer = new Canary({ store: ts.store, nodeId: 'node-timer', clock, intervalMs: 60_000, ...NO_BUDGET });
     const report = await timer.tick();
     expect(report!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
@@ -231,7 +231,7 @@ describe('checkpoints', () => {
     await sql`WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ${2 * EVENTS_PER_CYCLE + 10})
       INSERT INTO execution_events (execution_id, agent, from_status, to_status, at, actor, reason, attempt)
       SELECT ${row.id}, ${agent}, 'queued', 'queued', cast(${clock()} as bigint), 'test', 'noise', 0 FROM k`.execute(ts.store.db);
-    const leaving = new Canary({ store: ts.store, nodeId: 'node-leaving', clock, intervalMs: 60_000, readBudgetMs: Infinity });
+    const leaving = new Canary({ store: ts.store, nodeId: 'node-leaving', clock, intervalMs: 60_000, ...NO_BUDGET });
     expect(await leaving.acquireLease()).toBe(true);
     const stopping = new AbortController();
     stopping.abort();
@@ -239,7 +239,7 @@ describe('checkpoints', () => {
     expect(report.events).toMatchObject({ read: EVENTS_PER_CYCLE, caught_up: false });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(from + EVENTS_PER_CYCLE);
     await leaving.releaseLease();
-    const next = new Canary({ store: ts.store, nodeId: 'node-next', clock, intervalMs: 60_000, readBudgetMs: Infinity });
+    const next = new Canary({ store: ts.store, nodeId: 'node-next', clock, intervalMs: 60_000, ...NO_BUDGET });
     expect((await next.tick())!.events).toMatchObject({ caught_up: true });
     expect((await checkpoints()).get('E-02')!.event_id).toBe(await headEvent());
     await next.releaseLease();

@@ -170,7 +170,7 @@ async function seed(): Promise<void> {
  * that the rechecks run too.
  */
 async function canaryCycle(groupId: string, chainSourceId: string): Promise<void> {
-  for (let i = 0; i < 100; i++) if ((await runCanaryOnce({ store, clock: () => now, readBudgetMs: Infinity })).events?.caught_up) break;
+  for (let i = 0; i < 100; i++) if ((await runCanaryOnce({ store, clock: () => now })).events?.caught_up) break;
   const cancelled = await engine.submit(AGENTS[2]!, { message: 'cancel me' }, 'test');
   await engine.cancel(cancelled.id, 'test');
   const old = [historyRow(100), historyRow(200), historyRow(300)];
