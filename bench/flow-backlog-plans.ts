@@ -16,7 +16,8 @@
  * plans: on PostgreSQL autovacuum is off for the run's tables) and after ANALYZE (SQLite: and
  * again without statistics, as deployed).
  * Options: --store sqlite|postgres, --n N (default 1000000), --backlog N (default 100000),
- * --reuse <file|schema> (its backlog is kept: --backlog 0), --keep, --pg-url URL.
+ * --reuse <file|schema> (its backlog is kept: --backlog 0), --schema NAME (a fresh PostgreSQL store's),
+ * --keep, --pg-url URL.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -43,6 +44,7 @@ const { values: a } = parseArgs({
     n: { type: 'string', default: '1000000' },
     backlog: { type: 'string', default: '100000' },
     reuse: { type: 'string' },
+    schema: { type: 'string' },
     keep: { type: 'boolean', default: false },
     'pg-url': { type: 'string', default: process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' },
   },
@@ -102,7 +104,7 @@ async function open(): Promise<{ store: StoreAdapter; where: string; fresh: bool
     await store.migrate();
     return { store, where: file, fresh: !a.reuse };
   }
-  const schema = a.reuse ?? `backlog_plans_${process.pid}_${Date.now().toString(36)}`;
+  const schema = a.reuse ?? a.schema ?? `backlog_plans_${process.pid}_${Date.now().toString(36)}`;
   const store = openPostgres({ url: a['pg-url']!, schema });
   await store.migrate();
   return { store, where: schema, fresh: !a.reuse };
@@ -197,8 +199,12 @@ async function runReads(store: StoreAdapter, now: number): Promise<void> {
 async function explainAll(store: StoreAdapter, db: Kysely<DB>, heading: string): Promise<void> {
   log(`\n═══ ${heading} ═══`);
   const seen = new Set<string>();
+  // The planner settings a statement ran with (src/engine/candidates.ts, inIndexOrder): replayed.
+  let noSort = false;
   for (const { label: l, compiled } of recorded) {
     const text = compiled.sql;
+    if (/set_config\('enable_sort', 'off', true\)/.test(text)) noSort = true;
+    else if (/set_config\('enable_sort', \$1, true\)/.test(text)) noSort = false;
     if (!/^\s*(select|with)\b/i.test(text) || /^\s*(insert|update|delete)\b|\binsert into\b/i.test(text) || !/"executions"/.test(text))
       continue;
     const key = `${l}\u0000${text}`;
@@ -212,10 +218,19 @@ async function explainAll(store: StoreAdapter, db: Kysely<DB>, heading: string):
       for (let i = 0; i < 20; i++) rows = (await db.executeQuery(CompiledQuery.raw(text, [...compiled.parameters]))).rows.length;
       log(`  ${plan.rows.map((r) => r.detail).join('\n  ')}\n  → ${rows} rows, ${((performance.now() - t0) / 20).toFixed(2)} ms a run`);
     } else {
-      const out = await db.executeQuery<{ 'QUERY PLAN': string }>(
-        CompiledQuery.raw(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [...compiled.parameters]),
-      );
-      log(`  ${out.rows.map((r) => r['QUERY PLAN']).join('\n  ')}`);
+      const sorts = !noSort;
+      const out = await db.connection().execute(async (conn) => {
+        await conn.executeQuery(CompiledQuery.raw('BEGIN'));
+        try {
+          if (!sorts) await conn.executeQuery(CompiledQuery.raw('SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off'));
+          return await conn.executeQuery<{ 'QUERY PLAN': string }>(
+            CompiledQuery.raw(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [...compiled.parameters]),
+          );
+        } finally {
+          await conn.executeQuery(CompiledQuery.raw('ROLLBACK'));
+        }
+      });
+      log(`  ${sorts ? '' : '(enable_sort = off)\n  '}${out.rows.map((r) => r['QUERY PLAN']).join('\n  ')}`);
     }
   }
 }

@@ -1,4 +1,4 @@
-import { sql, type ExpressionBuilder } from 'kysely';
+import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import { ADMISSION_ORDER } from '../domain/flow.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
@@ -106,12 +106,38 @@ export async function keyedCandidates(
   const closed = new Set(shut);
   const open = (c: Candidate) => c.flow_key === null || !closed.has(c.flow_key);
   const prefixRows = walkRows(limit);
-  const prefix = await prefixOf(tx, p, prefixRows);
-  let found: Candidate[] = prefix.filter(open).slice(0, limit);
-  // Unless the prefix held enough or was the whole queue, the first candidates lie past it.
-  if (found.length < limit && prefix.length === prefixRows) found = await fromHeads(tx, p, limit, closed);
+  const found = await inIndexOrder(store, tx, async () => {
+    const prefix = await prefixOf(tx, p, prefixRows);
+    const kept = prefix.filter(open).slice(0, limit);
+    // Unless the prefix held enough or was the whole queue, the first candidates lie past it.
+    return kept.length < limit && prefix.length === prefixRows ? fromHeads(tx, p, limit, closed) : kept;
+  });
   return take(store, tx, found, p.now);
 }
+
+/**
+ * Run `reads` with no sorting plan left to PostgreSQL (enable_sort and enable_incremental_sort
+ * off, then set back), so that each ordered read walks the index that delivers its order
+ * (executions_admission, executions_key_admission) whatever the statistics say. With statistics of
+ * before a backlog grew (autovacuum analyses executions after a tenth of it changed) PostgreSQL
+ * estimates one queued row and would read every queued row through executions_status_recent, led
+ * by status, or through executions_key_queued, and sort them (docs/benchmarks.md, "Deep backlogs
+ * and busy agents"; test/cost/flow-plans-stale.test.ts). baton_claim_many runs with enable_sort
+ * off for the same reason. The settings are set with their transaction's scope (set_config(…, true)).
+ */
+export async function inIndexOrder<T>(store: Pick<StoreAdapter, 'kind'>, tx: Kysely<DB>, reads: () => Promise<T>): Promise<T> {
+  if (store.kind !== 'postgres') return reads();
+  const { rows } = await sql<{ sort: string; incremental: string }>`SELECT current_setting('enable_sort') AS sort,
+    current_setting('enable_incremental_sort') AS incremental, ${NO_SORT}`.execute(tx);
+  const out = await reads();
+  const was = rows[0]!;
+  await sql`SELECT set_config('enable_sort', ${was.sort}, true), set_config('enable_incremental_sort', ${was.incremental}, true)`.execute(
+    tx,
+  );
+  return out;
+}
+/** The settings inIndexOrder reads under (test/cost/plans-check.ts and bench/flow-backlog-plans.ts replay them). */
+export const NO_SORT = sql.raw(`set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true)`);
 
 /**
  * executions_key_admission's order: the keys are stepped through in it, so that no plan takes

@@ -34,5 +34,5 @@ export async function readExecutionDetail(engine: DetailContext, id: string) {
 async function waiting(engine: DetailContext, execution: ExecutionRow): Promise<WaitingView | null> {
   if (execution.status !== 'queued') return null;
   const agent = await engine.store.db.selectFrom('agents').selectAll().where('name', '=', execution.agent).executeTakeFirst();
-  return waitingFor(engine.store.db, execution, agent, engine.now(), engine.backlogExpiryMs);
+  return waitingFor(engine.store.db, execution, agent, engine.now(), engine.backlogExpiryMs, engine.store.kind);
 }

@@ -132,7 +132,12 @@ export class KeyGate {
             .whereRef('executions.agent', '=', 'flow_keys.agent')
             .whereRef('executions.flow_key', '=', 'flow_keys.flow_key')
             .where('executions.status', '=', statusIs('queued'))
-            .where((q) => q.or([q('executions.run_after', 'is', null), q('executions.run_after', '<=', now)])),
+            .where((q) => q.or([q('executions.run_after', 'is', null), q('executions.run_after', '<=', now)]))
+            // An OFFSET keeps PostgreSQL from making the EXISTS a join: with statistics of before
+            // a backlog grew it merged the keys with every queued row of the agent; as a subplan
+            // it seeks each closed key and stops at its first due task.
+            .limit(1)
+            .offset(0),
         ),
       )
       .executeTakeFirstOrThrow();

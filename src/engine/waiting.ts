@@ -1,6 +1,8 @@
-import type { Kysely } from 'kysely';
+import type { Kysely, SelectQueryBuilder } from 'kysely';
 import { AHEAD_COUNT_CAP, describeWaiting, NO_WORKER_AFTER_MS, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
+import type { StoreKind } from '../store/adapter.ts';
 import type { AgentRow, DB, ExecutionRow } from '../store/schema.ts';
+import { inIndexOrder } from './candidates.ts';
 import { keyWaiting } from './flow-keys.ts';
 import { admissionNow } from './holds.ts';
 import { flowWaiting, poolView } from './pools.ts';
@@ -24,12 +26,13 @@ export async function waitingFor(
   agent: AgentRow | undefined,
   now: number,
   backlogExpiryMs: number,
+  kind: StoreKind,
 ): Promise<WaitingView | null> {
   if (!agent) return null; // the agent was deleted: its queued work is being cancelled
   // Admission order is (priority, fair_round, queued_at, id): count the rows before this one, up to the cap.
   const queuedAt = row.queued_at ?? 0;
   const round = Number(row.fair_round ?? 0);
-  const aheadN = await countAhead(db, row, queuedAt, round);
+  const aheadN = await countAhead(db, kind, row, queuedAt, round);
   const since = Math.max(Number(row.started_at ?? queuedAt), Number(row.run_after ?? 0));
   const base: Omit<WaitingView, 'summary' | 'reason'> = {
     ahead: Math.min(aheadN, AHEAD_COUNT_CAP),
@@ -135,23 +138,41 @@ async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView
  * columns: lower priorities; this priority, earlier rounds; this round, queued earlier; queued in
  * the same millisecond, smaller id. (One row comparison would say the same, but PostgreSQL stops a
  * range scan only on the comparison's first column: with one priority it read every queued row of
- * the agent.) Reads at most as many rows as it counts, plus one per range.
+ * the agent.) Reads at most as many rows as it counts, plus one per range. Each range is read in
+ * admission order, and on PostgreSQL with no sorting plan (inIndexOrder, src/engine/candidates.ts):
+ * only executions_admission delivers that order, so statistics of before a backlog grew, which make
+ * PostgreSQL expect one queued row, cannot send a range through executions_status_recent.
  */
-async function countAhead(db: Kysely<DB>, row: Queued, queuedAt: number, round: number): Promise<number> {
-  const queued = () => db.selectFrom('executions').select('id').where('agent', '=', row.agent).where('status', '=', statusIs('queued'));
-  const same = () => queued().where('priority', '=', row.priority);
-  const ranges = same()
-    .where('fair_round', '<', round)
-    .unionAll(same().where('fair_round', '=', round).where('queued_at', '<', queuedAt))
-    .unionAll(same().where('fair_round', '=', round).where('queued_at', '=', queuedAt).where('id', '<', row.id))
-    .unionAll(queued().where('priority', '<', row.priority))
-    .limit(AHEAD_COUNT_CAP + 1);
-  const ahead = await db
-    .selectFrom(ranges.as('a'))
-    .select((eb) => eb.fn.countAll<number>().as('n'))
-    .executeTakeFirstOrThrow();
-  return Number(ahead.n);
+async function countAhead(db: Kysely<DB>, kind: StoreKind, row: Queued, queuedAt: number, round: number): Promise<number> {
+  const count = async (q: Kysely<DB>) => {
+    const queued = (i: number, where: (s: Range) => Range) =>
+      q
+        .selectFrom(
+          where(q.selectFrom('executions').select('id').where('agent', '=', row.agent).where('status', '=', statusIs('queued')))
+            .orderBy('priority')
+            .orderBy('fair_round')
+            .orderBy('queued_at')
+            .orderBy('id')
+            .limit(AHEAD_COUNT_CAP + 1)
+            .as(`r${i}`),
+        )
+        .select('id');
+    const same = (s: Range) => s.where('priority', '=', row.priority);
+    const ranges = queued(0, (s) => same(s).where('fair_round', '<', round))
+      .unionAll(queued(1, (s) => same(s).where('fair_round', '=', round).where('queued_at', '<', queuedAt)))
+      .unionAll(queued(2, (s) => same(s).where('fair_round', '=', round).where('queued_at', '=', queuedAt).where('id', '<', row.id)))
+      .unionAll(queued(3, (s) => s.where('priority', '<', row.priority)))
+      .limit(AHEAD_COUNT_CAP + 1);
+    const ahead = await q
+      .selectFrom(ranges.as('a'))
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .executeTakeFirstOrThrow();
+    return Number(ahead.n);
+  };
+  if (kind !== 'postgres') return count(db);
+  return db.transaction().execute((tx) => inIndexOrder({ kind }, tx, () => count(tx)));
 }
+type Range = SelectQueryBuilder<DB, 'executions', { id: string }>;
 
 /** The agent's seats when all are taken: the oldest holders first, a few of them. */
 async function seatHolders(db: Kysely<DB>, agentName: string, maxParallel: number, runningN: number, now: number) {

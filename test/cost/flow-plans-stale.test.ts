@@ -1,0 +1,146 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { F02 } from '../../src/canary/invariants/flow.ts';
+import { AHEAD_COUNT_CAP } from '../../src/domain/admission.ts';
+import { Engine } from '../../src/engine/engine.ts';
+import { KeyGate, keyWaiting } from '../../src/engine/flow-keys.ts';
+import type { StoreAdapter } from '../../src/store/adapter.ts';
+import type { NewExecution } from '../../src/store/schema.ts';
+import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { during, expectBacklogUnread, planStore, recordingStore } from './plans-check.ts';
+
+// The reads beside a shut key's deep backlog (test/cost/flow-plans.test.ts) with the statistics
+// of before the backlog, as an old store has them: autovacuum analyses executions only after a
+// tenth of it changed, so a backlog of 100,000 over 1,000,000 past executions is planned as if
+// the queue were empty. PostgreSQL then estimates one queued row and, left to its costs, reads an
+// agent's queued rows through executions_status_recent (led by status), every one of them, for
+// the claim's prefix and key heads and for each range of the count of tasks ahead. Here the store
+// is analysed with 30,000 past executions and none queued, then 3,000 tasks are queued on
+// one key of fp-deep (autovacuum off for the table), and the rows each read takes are counted.
+
+const HISTORY = 30_000;
+const BACKLOG = 3_000;
+const AGENTS = ['fp-deep', 'fp-a', 'fp-b', 'fp-c'];
+
+let ts: TestStore;
+let store: StoreAdapter;
+let engine: Engine;
+const now = Date.now();
+
+function historyRow(i: number): NewExecution {
+  const agent = AGENTS[i % AGENTS.length]!;
+  const created = now - 30 * 86_400_000 + i * 60_000;
+  return {
+    id: `ex_stale_${String(i).padStart(7, '0')}`,
+    agent,
+    trigger_kind: 'api',
+    origin: '{}',
+    message: `history task ${i}`,
+    payload: JSON.stringify({ n: i }),
+    priority: 0,
+    status: 'succeeded',
+    attempt: 1,
+    max_redeliveries: 3,
+    timeout_seconds: 600,
+    lease_ttl_seconds: 30,
+    lease_owner: 'w',
+    lease_token: `tok_${i}`,
+    heartbeat_at: created + 1000,
+    created_at: created,
+    queued_at: created,
+    started_at: created + 1000,
+    completed_at: created + 5000,
+    duration_ms: 4000,
+    flow_key: i % 2 === 0 ? `user:${i % 997}` : null,
+    changed_at: created + 5000,
+    changed_by: 'seed',
+    change_reason: 'succeeded',
+  } as NewExecution;
+}
+
+async function seed(): Promise<void> {
+  const throttle = { limit: 1, period_seconds: 3600, burst: 0 };
+  for (const name of AGENTS)
+    await engine.agents.create({ name, max_parallel: 4, max_backlog: 1_000_000, key_max_parallel: 1, key_throttle: throttle }, 'seed');
+  for (let i = 0; i < HISTORY; i += 1000)
+    await store.transaction((tx) =>
+      store.insertMany(
+        tx,
+        'executions',
+        Array.from({ length: 1000 }, (_, j) => historyRow(i + j)),
+      ),
+    );
+  if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
+  else {
+    await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(store.db);
+    for (const table of ['executions', 'agents', 'flow_keys']) await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
+  }
+  for (let i = 0; i < BACKLOG; i += 1000)
+    await engine.submitMany(
+      'fp-deep',
+      Array.from({ length: 1000 }, (_, j) => ({ message: `deep ${i + j}`, key: 'deep' })),
+      'seed',
+    );
+}
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  store = ts.store;
+  planStore(ts);
+  engine = new Engine({ store: recordingStore(store), nodeId: 'flow-plans-stale', clock: () => now });
+  await seed();
+}, 120_000);
+afterAll(async () => {
+  engine?.close();
+  await ts?.cleanup();
+});
+
+describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND})`, () => {
+  it('the claim of a keyed agent with a shut key and the count of tasks ahead follow their indexes', async () => {
+    const [held] = await engine.claim('fp-deep', { owner: 'w', max: 1 });
+    expect(held!.flow_key).toBe('deep');
+    const behind = await engine.submit('fp-deep', { message: 'behind', key: 'other', priority: 1 }, 'test');
+    const claim = () => engine.claim('fp-deep', { owner: 'w', max: 1 });
+    expect((await during('stale claim key shut', claim)).map((r) => r.id)).toEqual([behind.id]);
+    expect(await during('stale claim all shut', claim)).toEqual([]);
+    const queue = await store.db
+      .selectFrom('executions')
+      .select('id')
+      .where('agent', '=', 'fp-deep')
+      .where('status', '=', 'queued')
+      .orderBy('fair_round')
+      .execute();
+    const waitingOf = async (what: string, i: number) => (await during(what, () => engine.getExecution(queue[i]!.id))).waiting;
+    expect(await waitingOf('stale waiting head', 0)).toMatchObject({ reason: 'key_busy', ahead: 0 });
+    expect(await waitingOf('stale waiting 500 deep', 500)).toMatchObject({ ahead: 500, ahead_capped: false });
+    expect(await waitingOf('stale waiting 2000 deep', 2000)).toMatchObject({ ahead: AHEAD_COUNT_CAP, ahead_capped: true });
+    const deep = await store.db.selectFrom('agents').selectAll().where('name', '=', 'fp-deep').executeTakeFirstOrThrow();
+    await during('stale key seat holders', () => keyWaiting(engine.store.db, deep, 'deep', now));
+    await during('stale key reopensAt', () =>
+      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(tx, now)),
+    );
+    await during('stale debounce', () => engine.submit('fp-deep', { message: 'b', key: 'burst', debounce_seconds: 60 }, 'test'));
+    const folded = await during('stale debounce fold', () =>
+      engine.submit('fp-deep', { message: 'b2', key: 'burst', debounce_seconds: 60 }, 'test'),
+    );
+    expect(folded.message).toBe('b2');
+    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    expect(await during('stale canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
+
+    // PostgreSQL: the rows each statement takes, counted as it runs (SQLite reports none).
+    await expectBacklogUnread(
+      [
+        'stale claim key shut',
+        'stale claim all shut',
+        'stale waiting head',
+        'stale key seat holders',
+        'stale key reopensAt',
+        'stale debounce fold',
+        'stale canary F-02',
+      ],
+      BACKLOG / 10,
+    );
+    await expectBacklogUnread(['stale waiting 500 deep'], 500 + 10);
+    await expectBacklogUnread(['stale waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
+  });
+});
