@@ -122,9 +122,10 @@ export interface FastPaths {
   /**
    * Within the admission transaction `tx`: the agent's row locked as admission locks it, with its
    * running tasks per concurrency key read after the lock (as src/engine/flow-keys.ts
-   * runningPerKey), in one call. Reads only; undefined: no such agent.
+   * runningPerKey) and whether a pool it draws from has a budget (src/engine/fast-path-facts.ts
+   * poolBudgeted), in one call. Reads only; undefined: no such agent.
    */
-  lockAgent(tx: Kysely<DB>, agent: string): Promise<{ row: AgentRow; running: Map<string, number> } | undefined>;
+  lockAgent(tx: Kysely<DB>, agent: string): Promise<{ row: AgentRow; running: Map<string, number>; poolBudgeted: boolean } | undefined>;
 }
 
 /** FastPaths.lockPools' answer: the pools locked, in name order, and each seated pool's seats in use and waits. */

@@ -31,11 +31,11 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
         ).rows,
       lockPools: (tx, names) => lockPools(tx, names),
       lockAgent: async (tx, agent) => {
-        const { rows } = await sql<AgentRow & { _running: Record<string, number> | null }>`SELECT (f.agent).*, f.running AS _running
-          FROM baton_lock_agent(${agent}) f`.execute(tx);
+        const { rows } = await sql<AgentRow & { _running: Record<string, number> | null; _pool_budgeted: boolean }>`SELECT (f.agent).*,
+          f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
         if (rows.length === 0) return undefined;
-        const { _running, ...row } = rows[0]!;
-        return { row, running: new Map(Object.entries(_running ?? {})) };
+        const { _running, _pool_budgeted, ...row } = rows[0]!;
+        return { row, running: new Map(Object.entries(_running ?? {})), poolBudgeted: _pool_budgeted };
       },
     };
     made.set(db, fast);

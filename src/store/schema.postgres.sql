@@ -628,7 +628,7 @@ AS $function$
 $function$;
 
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text)
- RETURNS TABLE(agent agents, running jsonb)
+ RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean)
  LANGUAGE plpgsql
 AS $function$
 BEGIN
@@ -636,6 +636,8 @@ BEGIN
   IF NOT FOUND THEN
     RETURN;
   END IF;
+  pool_budgeted := agent.pools IS NOT NULL AND EXISTS (
+    SELECT 1 FROM agent_pools ap JOIN pools x ON x.name = ap.pool WHERE ap.agent = p_agent AND x.budget IS NOT NULL);
   running := NULL;
   IF agent.running_count > 0 THEN
     SELECT jsonb_object_agg(k.flow_key, k.n) INTO running FROM (

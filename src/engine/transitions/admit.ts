@@ -167,7 +167,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
+  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: locked?.poolBudgeted }, opts.now);
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
   const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
   if (hold !== null) return stopped();

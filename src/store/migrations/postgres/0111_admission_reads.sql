@@ -6,15 +6,19 @@
 
 -- The agent's row locked (as admission's locked read: FOR NO KEY UPDATE), with its running tasks
 -- per concurrency key (as src/engine/flow-keys.ts runningPerKey: executions_key_running, at most
--- its running count; null where none runs) read after the lock (FastPaths.lockAgent). No row: no
--- such agent.
+-- its running count; null where none runs) and its fact pool_budgeted (as
+-- src/engine/fast-path-facts.ts poolBudgeted: a pool it draws from has a budget; kept under the
+-- agent's lock by whatever sets a pool's budget) read after the lock (FastPaths.lockAgent). No
+-- row: no such agent.
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text)
-RETURNS TABLE (agent agents, running jsonb) LANGUAGE plpgsql VOLATILE AS $$
+RETURNS TABLE (agent agents, running jsonb, pool_budgeted boolean) LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   SELECT a.* INTO agent FROM agents a WHERE a.name = p_agent FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     RETURN;
   END IF;
+  pool_budgeted := agent.pools IS NOT NULL AND EXISTS (
+    SELECT 1 FROM agent_pools ap JOIN pools x ON x.name = ap.pool WHERE ap.agent = p_agent AND x.budget IS NOT NULL);
   running := NULL;
   IF agent.running_count > 0 THEN
     SELECT jsonb_object_agg(k.flow_key, k.n) INTO running FROM (
