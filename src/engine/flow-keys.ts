@@ -87,11 +87,14 @@ export class KeyGate {
     private readonly throttleShut: boolean,
   ) {}
 
-  /** The gate of `agent` (null: no per-key limit), read under the agent's admission lock. */
-  static async open(tx: Tx, agent: string, columns: KeyLimitColumns, now: number): Promise<KeyGate | null> {
+  /**
+   * The gate of `agent` (null: no per-key limit), read under the agent's admission lock.
+   * `running`: its running tasks per key, where the caller read them with the lock (else read here).
+   */
+  static async open(tx: Tx, agent: string, columns: KeyLimitColumns, now: number, known?: Map<string, number>): Promise<KeyGate | null> {
     const limits = keyLimits(columns);
     if (!limits) return null;
-    const running = await runningPerKey(tx, agent);
+    const running = known ?? (await runningPerKey(tx, agent));
     const shut: string[] = [];
     for (const [key, n] of running) {
       const cap = keyCap(limits, key);

@@ -6,10 +6,14 @@ import { poolBudgetSpent } from './pool-budget.ts';
 import type { Executor } from './transitions/stamp.ts';
 
 /** The agent columns a hold is decided from. */
-export type HoldColumns = { name: string; budget: string | null; pools: string | null; fast_complete?: number } & Omit<
-  AdmissionState,
-  'budget_spent' | 'breaker_hold' | 'pool_budget_spent'
-> &
+export type HoldColumns = {
+  name: string;
+  budget: string | null;
+  pools: string | null;
+  fast_complete?: number;
+  /** The fact poolBudgeted (src/engine/fast-path-facts.ts), where the caller read it after the agent's lock. */
+  pool_budgeted?: boolean;
+} & Omit<AdmissionState, 'budget_spent' | 'breaker_hold' | 'pool_budget_spent'> &
   BreakerColumns;
 
 /**
@@ -31,7 +35,8 @@ export async function admissionNow(db: Executor, agent: HoldColumns, now: number
   const breaker = breakerAdmission(agent, now, probeRunning);
   // fast_complete is 0 wherever a pool of the agent has a budget (its pool_budget fact,
   // src/domain/fast-paths.ts, written under the agent's lock by whatever sets a pool's budget):
-  // a row that says 1 needs no read of its pools.
-  const pool_budget_spent = Number(agent.fast_complete) === 1 ? null : await poolBudgetSpent(db, agent.pools, now);
+  // a row that says 1 needs no read of its pools, nor does one whose pool_budgeted fact was read false.
+  const unbudgeted = Number(agent.fast_complete) === 1 || agent.pool_budgeted === false;
+  const pool_budget_spent = unbudgeted ? null : await poolBudgetSpent(db, agent.pools, now);
   return { hold: admissionHold({ ...agent, budget_spent, pool_budget_spent, breaker_hold: breaker.hold }), probe: breaker.probe };
 }

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { DeliveryMode } from '../domain/delivery.ts';
-import type { DB, ExecutionRow, NewExecution } from './schema.ts';
+import type { AgentRow, DB, ExecutionRow, NewExecution } from './schema.ts';
 
 /** A plain submit's own fields: the new row without what its agent gives (the contract defaults). */
 export type SubmitFields = Omit<
@@ -113,4 +113,23 @@ export interface FastPaths {
    * one, in one call. Returns the rows updated, in the order given (one not queued is left out).
    */
   takeRows(tx: Kysely<DB>, t: { ids: string[]; tokens: string[]; owner: string; now: number }): Promise<ExecutionRow[]>;
+  /**
+   * Within the admission transaction `tx`, holding the agent's lock: the pools `names` locked in
+   * name order (as src/engine/pools.ts lockPools), each with a seat limit read after the locks for
+   * its seats in use and its waits for a turn (as seatsAndWaits), in one call. Reads only.
+   */
+  lockPools(tx: Kysely<DB>, names: readonly string[]): Promise<LockedPools>;
+  /**
+   * Within the admission transaction `tx`: the agent's row locked as admission locks it, with its
+   * running tasks per concurrency key read after the lock (as src/engine/flow-keys.ts
+   * runningPerKey) and whether a pool it draws from has a budget (src/engine/fast-path-facts.ts
+   * poolBudgeted), in one call. Reads only; undefined: no such agent.
+   */
+  lockAgent(tx: Kysely<DB>, agent: string): Promise<{ row: AgentRow; running: Map<string, number>; poolBudgeted: boolean } | undefined>;
+}
+
+/** FastPaths.lockPools' answer: the pools locked, in name order, and each seated pool's seats in use and waits. */
+export interface LockedPools {
+  pools: Array<{ name: string; max_parallel: number | null; throttle: string | null; throttle_tat: number | null }>;
+  seats: Map<string, { inUse: number; waits: Array<{ agent: string; since: number; seen_at: number }> }>;
 }

@@ -3,8 +3,8 @@ import { CLAIM_STAMP_EVERY_MS } from '../domain/admission.ts';
 import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import { BacklogFull, NotFound } from '../domain/errors.ts';
 import { newLeaseToken } from '../domain/ids.ts';
-import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitted } from './fast-paths.ts';
-import type { DB, ExecutionRow } from './schema.ts';
+import type { ClaimRequest, CompletionRequest, FastPaths, LockedPools, SubmitRequest, Submitted } from './fast-paths.ts';
+import type { AgentRow, DB, ExecutionRow } from './schema.ts';
 
 const made = new WeakMap<Kysely<DB>, FastPaths>();
 
@@ -29,6 +29,14 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
             tx,
           )
         ).rows,
+      lockPools: (tx, names) => lockPools(tx, names),
+      lockAgent: async (tx, agent) => {
+        const { rows } = await sql<AgentRow & { _running: Record<string, number> | null; _pool_budgeted: boolean }>`SELECT (f.agent).*,
+          f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
+        if (rows.length === 0) return undefined;
+        const { _running, _pool_budgeted, ...row } = rows[0]!;
+        return { row, running: new Map(Object.entries(_running ?? {})), poolBudgeted: _pool_budgeted };
+      },
     };
     made.set(db, fast);
   }
@@ -124,4 +132,32 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
     db,
   );
   return new Map(rows.map((r) => [r.id, r]));
+}
+
+/** FastPaths.lockPools: one call of baton_lock_pools (a row per pool, then a row per wait). */
+async function lockPools(tx: Kysely<DB>, names: readonly string[]): Promise<LockedPools> {
+  const { rows } = await sql<{
+    pool: string;
+    max_parallel: number | null;
+    throttle: string | null;
+    throttle_tat: string | number | null;
+    agent: string | null;
+    since: string | number | null;
+    seen_at: string | number | null;
+  }>`SELECT * FROM baton_lock_pools(${[...names]}::text[])`.execute(tx);
+  const out: LockedPools = { pools: [], seats: new Map() };
+  for (const r of rows) {
+    if (r.agent !== null) {
+      out.seats.get(r.pool)?.waits.push({ agent: r.agent, since: Number(r.since), seen_at: Number(r.seen_at) });
+      continue;
+    }
+    out.pools.push({
+      name: r.pool,
+      max_parallel: r.max_parallel,
+      throttle: r.throttle,
+      throttle_tat: r.throttle_tat === null ? null : Number(r.throttle_tat),
+    });
+    if (r.max_parallel !== null) out.seats.set(r.pool, { inUse: Number(r.since), waits: [] });
+  }
+  return out;
 }

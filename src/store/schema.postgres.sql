@@ -627,6 +627,52 @@ AS $function$
   RETURNING last_round
 $function$;
 
+CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text)
+ RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean)
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  SELECT a.* INTO agent FROM agents a WHERE a.name = p_agent FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  pool_budgeted := agent.pools IS NOT NULL AND EXISTS (
+    SELECT 1 FROM agent_pools ap JOIN pools x ON x.name = ap.pool WHERE ap.agent = p_agent AND x.budget IS NOT NULL);
+  running := NULL;
+  IF agent.running_count > 0 THEN
+    SELECT jsonb_object_agg(k.flow_key, k.n) INTO running FROM (
+      SELECT e.flow_key, count(*) AS n FROM executions e
+      WHERE e.agent = p_agent AND e.status = 'running' AND e.flow_key IS NOT NULL GROUP BY e.flow_key
+    ) k;
+  END IF;
+  RETURN NEXT;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION baton_lock_pools(p_names text[])
+ RETURNS TABLE(pool text, max_parallel integer, throttle text, throttle_tat bigint, agent text, since bigint, seen_at bigint)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  p record;
+BEGIN
+  FOR p IN SELECT x.name, x.max_parallel, x.throttle, x.throttle_tat FROM pools x
+    WHERE x.name = ANY (p_names) ORDER BY x.name FOR NO KEY UPDATE LOOP
+    pool := p.name; max_parallel := p.max_parallel; throttle := p.throttle; throttle_tat := p.throttle_tat;
+    agent := NULL; since := NULL; seen_at := NULL;
+    IF p.max_parallel IS NOT NULL THEN
+      SELECT coalesce(sum(a.running_count), 0) INTO since
+        FROM agent_pools ap JOIN agents a ON a.name = ap.agent WHERE ap.pool = p.name;
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+  -- The waits after every pool's lock and seats (each statement a new snapshot, after the locks).
+  RETURN QUERY SELECT w.pool, NULL::integer, NULL::text, NULL::bigint, w.agent, w.since, w.seen_at
+    FROM pool_waits w JOIN pools x ON x.name = w.pool
+    WHERE w.pool = ANY (p_names) AND x.max_parallel IS NOT NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION baton_seat_row()
  RETURNS trigger
  LANGUAGE plpgsql

@@ -401,6 +401,19 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
         expect(plans, "auto_explain reported the function's statements").toMatch(/INSERT INTO executions/);
         expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
       }
+      // A keyed agent's admission on PostgreSQL locks its row and reads its running tasks per key
+      // in one call of baton_lock_agent (its tasks running then: the per-key read is made): that
+      // read seeks the agent's running keyed rows, custom and generic.
+      const lock = recorded
+        .filter((r) => r.label === 'claim keyed refused')
+        .map(compiledOf)
+        .find((c) => c.sql.includes('baton_lock_agent('));
+      expect(lock, 'a keyed claim called baton_lock_agent').toBeDefined();
+      for (const generic of [false, true]) {
+        const plans = await nestedPlans(lock!.sql, lock!.parameters, generic);
+        expect(plans, "auto_explain reported the function's statements").toMatch(/executions_key_running/);
+        expect(plans).not.toMatch(/Seq Scan on executions\b/);
+      }
     }
   });
 });

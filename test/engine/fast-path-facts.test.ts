@@ -244,6 +244,8 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
         return out;
       },
       takeRows: (tx, t) => inner.takeRows(tx, t),
+      lockPools: (tx, n) => inner.lockPools(tx, n),
+      lockAgent: (tx, a) => inner.lockAgent(tx, a),
     };
     const store = Object.create(ts.store) as StoreAdapter;
     Object.defineProperty(store, 'fastPaths', { value: spy });

@@ -136,9 +136,11 @@ const admissionAgentFor = perStore((store) =>
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = (
-    await admissionAgentFor(store)(tx, { agent: agentName })
-  )[0];
+  // Where the store has fast paths, the lock and the running tasks per key (read after it) are one call.
+  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName) : undefined;
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths
+    ? locked?.row
+    : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
   if (!agent) throw new NotFound('agent', agentName);
   if (agent.delivery !== opts.delivery) {
     throw new BatonError(
@@ -165,7 +167,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName }, opts.now);
+  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: locked?.poolBudgeted }, opts.now);
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
   const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
   if (hold !== null) return stopped();
@@ -176,7 +178,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const want = Math.min(probe ? 1 : opts.max, free);
   // Per-key caps and throttles (src/engine/flow-keys.ts): shut keys are left out of the query, and
   // as rows of one key may fill it within the batch, it reads more than it may take.
-  const keys = await KeyGate.open(tx, agentName, agent, opts.now);
+  const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked?.running);
   const p = { agent: agentName, now: opts.now };
   const candidates = keys ? await keyedCandidates(store, tx, p, want * 2, keys.shut) : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {

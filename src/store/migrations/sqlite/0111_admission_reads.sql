@@ -1,0 +1,4 @@
+-- PostgreSQL's functions that take an admission's locks and the reads that follow them in one call
+-- each (FastPaths.lockAgent, FastPaths.lockPools); SQLite has no functions: its admission
+-- transaction reads them in process (it is the one writer). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
