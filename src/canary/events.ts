@@ -14,8 +14,8 @@ export const EVENTS_PER_CYCLE = 10_000;
 /**
  * A cycle also stops reading events after the chunk during which it had spent this long reading
  * and judging them (wall time). EVENTS_PER_CYCLE bounds the work, this bounds the snapshot's
- * length on a slow or busy machine: a catch-up cycle over a long history took 1.3 s at a load of
- * 5–8 on two cores with the cap alone. The next cycle goes on from the checkpoint at once.
+ * length on a slow or busy machine, where the cap alone let a catch-up cycle over a long history
+ * run past a second. The next cycle goes on from the checkpoint at once.
  */
 export const EVENTS_READ_BUDGET_MS = 300;
 /** Executions per keyset chunk of a full check. */

@@ -121,8 +121,8 @@ export async function keyedCandidates(
  * (executions_admission, executions_key_admission) whatever the statistics say. With statistics of
  * before a backlog grew (autovacuum analyses executions after a tenth of it changed) PostgreSQL
  * estimates one queued row and would read every queued row through executions_status_recent, led
- * by status, or through executions_key_queued, and sort them (docs/benchmarks.md, "Deep backlogs
- * and busy agents"; test/cost/flow-plans-stale.test.ts). baton_claim_many runs with enable_sort
+ * by status, or through executions_key_queued, and sort them (test/cost/flow-plans-stale.test.ts).
+ * baton_claim_many runs with enable_sort
  * off for the same reason. The settings are set with their transaction's scope (set_config(…, true)).
  */
 export async function inIndexOrder<T>(store: Pick<StoreAdapter, 'kind'>, tx: Kysely<DB>, reads: () => Promise<T>): Promise<T> {
@@ -142,7 +142,7 @@ export const NO_SORT = sql.raw(`set_config('enable_sort', 'off', true), set_conf
 /**
  * executions_key_admission's order: the keys are stepped through in it, so that no plan takes
  * executions_key_queued, smaller (its entries deduplicate) but led by status, which PostgreSQL then
- * reads from its first page for any agent (migration 0110, key_heads, says why).
+ * reads from its first page for any agent (the migration that made executions_key_admission says why).
  */
 const KEY_ORDER = sql.raw('flow_key, priority, fair_round, queued_at, id');
 

@@ -134,11 +134,14 @@ async function lastPushError(db: Kysely<DB>, agent: string): Promise<WaitingView
 
 /**
  * Queued rows of the agent admitted before this one (priority, fair_round, queued_at, id), counted
- * up to the cap plus one. Four ranges of executions_admission, each bounded by its leading
- * columns: lower priorities; this priority, earlier rounds; this round, queued earlier; queued in
- * the same millisecond, smaller id. (One row comparison would say the same, but PostgreSQL stops a
- * range scan only on the comparison's first column: with one priority it read every queued row of
- * the agent.) Reads at most as many rows as it counts, plus one per range. Each range is read in
+ * up to the cap plus one. Three ranges of executions_admission, each bounded by its leading
+ * columns: lower priorities; this priority, earlier rounds; this priority and round, before it by
+ * (queued_at, id). (One row comparison over all four columns would say the same, but PostgreSQL
+ * stops a range scan only on the comparison's first column: with one priority it read every queued
+ * row of the agent. The last range keeps queued_at in its comparison: with `id <` alone, the other
+ * columns fixed, the primary key delivers its order too, and a plan walked every execution with a
+ * smaller id, history included.) Reads at most as many rows as it counts, plus one per range, and
+ * the rest of its round's rows queued in the same millisecond. Each range is read in
  * admission order, and on PostgreSQL with no sorting plan (inIndexOrder, src/engine/candidates.ts):
  * only executions_admission delivers that order, so statistics of before a backlog grew, which make
  * PostgreSQL expect one queued row, cannot send a range through executions_status_recent.
@@ -159,9 +162,14 @@ async function countAhead(db: Kysely<DB>, kind: StoreKind, row: Queued, queuedAt
         .select('id');
     const same = (s: Range) => s.where('priority', '=', row.priority);
     const ranges = queued(0, (s) => same(s).where('fair_round', '<', round))
-      .unionAll(queued(1, (s) => same(s).where('fair_round', '=', round).where('queued_at', '<', queuedAt)))
-      .unionAll(queued(2, (s) => same(s).where('fair_round', '=', round).where('queued_at', '=', queuedAt).where('id', '<', row.id)))
-      .unionAll(queued(3, (s) => s.where('priority', '<', row.priority)))
+      .unionAll(
+        queued(1, (s) =>
+          same(s)
+            .where('fair_round', '=', round)
+            .where((eb) => eb(eb.refTuple('queued_at', 'id'), '<', eb.tuple(queuedAt, row.id))),
+        ),
+      )
+      .unionAll(queued(2, (s) => s.where('priority', '<', row.priority)))
       .limit(AHEAD_COUNT_CAP + 1);
     const ahead = await q
       .selectFrom(ranges.as('a'))
