@@ -21,9 +21,7 @@ import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution } from './transitions/cancel.ts';
 import { completeWithLease, completionRequest } from './transitions/complete.ts';
-import { Gathered } from './gather.ts';
 import { createExecutions, queuedValues } from './transitions/create.ts';
-import type { ClaimRequest, CompletionRequest, SubmitRequest, Submitted } from '../store/fast-paths.ts';
 import { outcomeMayCompleteFast } from '../domain/fast-paths.ts';
 import { reapOnce } from './reap.ts';
 import { lockExecution } from './transitions/lease.ts';
@@ -43,7 +41,8 @@ import { newRow, refusal, submitFields, type SubmitInput } from './submit-input.
 import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
 import { Subscriptions } from './composition/subscriptions.ts';
-import { ClaimWaits } from './waiters.ts';
+import { ClaimWaits, type ClaimHint, type Handoff } from './waiters.ts';
+import { plainCalls, type PlainCalls } from './plain-calls.ts';
 import { Groups } from './composition/group-service.ts';
 import { Agents } from './agents.ts';
 import { StoreSpace } from './store-space.ts';
@@ -92,11 +91,8 @@ export class Engine {
   readonly space: StoreSpace;
   /** Long-poll claims waiting for work; close() wakes them all so shutdown does not wait for them. */
   private readonly claimWaits: ClaimWaits;
-  /** Plain submits and completions that cause nothing else, many to a call (store.fastPaths; gather.ts). */
-  private readonly plainSubmits: Gathered<SubmitRequest, Submitted> | undefined;
-  private readonly loneCompletions: Gathered<CompletionRequest, ExecutionRow | undefined> | undefined;
-  /** Claims, many agents to a call (store.fastPaths; gather.ts); each answers with its rows, or undefined: admit in a transaction. */
-  private readonly plainClaims: Gathered<ClaimRequest, ExecutionRow[] | undefined> | undefined;
+  /** Plain submits, claims and completions that cause nothing else, many to a call (store.fastPaths; plain-calls.ts). */
+  private readonly plain: PlainCalls | undefined;
   private readonly unsubscribe: () => void;
 
   constructor(opts: EngineOptions) {
@@ -112,23 +108,7 @@ export class Engine {
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
     this.space = new StoreSpace(this.store, this.events, this.nodeId, this.clock);
     const fast = this.store.fastPaths;
-    if (fast) {
-      // A submit the call refused is made alone, which says why.
-      const submitOne = (i: SubmitRequest) => fast.submitOne(i);
-      this.plainSubmits = new Gathered({ many: (items) => fast.submitGathered(items), one: submitOne, absent: submitOne });
-      this.loneCompletions = new Gathered({
-        many: (items) => fast.completeMany(items),
-        one: async (i) => (await fast.completeMany([i])).get(i.id),
-        // Not completed alone: its transaction does what it causes, or explains the refusal.
-        absent: async () => undefined,
-      });
-      this.plainClaims = new Gathered({
-        many: (items) => fast.claimMany(items),
-        one: async (i) => (await fast.claimMany([i])).get(i.id),
-        // Not decided by the call (a hold may apply, a serial key, an unknown agent): its transaction decides.
-        absent: async () => undefined,
-      });
-    }
+    this.plain = fast && plainCalls(fast, this.claimWaits, () => this.now());
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this, this.schedules);
@@ -199,14 +179,18 @@ export class Engine {
       execution_id: id,
       detail: { trigger },
     });
-    if (!onCreated && this.plainSubmits && (!input.key || (!input.debounce_seconds && !input.singleton))) {
+    if (!onCreated && this.plain && (!input.key || (!input.debounce_seconds && !input.singleton))) {
       // Nothing else to write with the row: one call with the plain submits asked for with it (create.ts);
       // a keyed row takes its round in that call. A debounce or singleton is decided below (flow-submit.ts).
       const f = submitFields(agentName, input);
       try {
         const auditDetail = auditRow(audit(f.id, f.trigger_kind)).detail;
-        const { row, agentPaused } = await this.plainSubmits.run({ id: f.id, f, now, actor, auditDetail });
-        announce(this.store, [row]);
+        const { row, agentPaused, after } = await this.plain.submits.run({ id: f.id, f, now, actor, auditDetail });
+        try {
+          announce(this.store, [row]);
+        } finally {
+          after?.(); // a claim its call admitted the row to gets its answer now
+        }
         seen?.({ paused: agentPaused });
         return row;
       } catch (err) {
@@ -290,9 +274,15 @@ export class Engine {
     // claimer that does wait (wake() wakes one), and no abort plumbing is built.
     if ((opts.waitMs ?? 0) <= 0)
       return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => f.pools && this.claimWaits.notePools(agent, f.pools) });
-    return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, (hint) =>
-      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint) }),
-    );
+    // Parked, it may be taken by a submit of its agent, which admits it in its own call (plain-calls.ts).
+    const { owner, delivery, keyId } = admitOpts;
+    const handoff: Handoff | undefined = this.plain && {
+      request: { owner, max, delivery, keyId },
+      admitted: (rows) => this.admitted(rows),
+      giveBack: (rows) => this.giveBack(rows, owner),
+    };
+    const admit = (hint: ClaimHint) => this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint) });
+    return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, admit, handoff);
   }
 
   /**
@@ -312,14 +302,22 @@ export class Engine {
     };
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
     const rows =
-      (await this.plainClaims?.run({ id: agent, ...opts })) ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+      (await this.plain?.claims.run({ id: agent, ...opts })) ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
     // A free pool seat is held for other members' turns: their claimers (in whatever process) look now.
     for (const t of turns) this.store.publish('agent', t);
-    if (rows.length > 0) {
-      announce(this.store, rows);
-      this.events.emit('execution:admitted', rows);
-    }
+    if (rows.length > 0) this.admitted(rows);
     return rows;
+  }
+
+  /** Rows just leased to a claimer, told to every process and to in-process listeners. */
+  private admitted(rows: ExecutionRow[]): void {
+    announce(this.store, rows);
+    this.events.emit('execution:admitted', rows);
+  }
+
+  /** Rows leased to a claimer that left before its answer: back to the queue (release), each on its own. */
+  private async giveBack(rows: readonly ExecutionRow[], owner: string): Promise<void> {
+    await Promise.all(rows.map((r) => this.release(r.id, r.lease_token!, owner).catch(() => undefined)));
   }
 
   /** Renew a lease. Says whether cancellation was requested. */
@@ -347,7 +345,7 @@ export class Engine {
     // A completion that causes nothing else is one statement, shared with the others of its turn
     // (store.fastPaths; which outcomes may: src/domain/fast-paths.ts).
     const alone = outcomeMayCompleteFast(outcome)
-      ? await this.loneCompletions?.run(completionRequest(id, token, outcome, now, actor))
+      ? await this.plain?.completions.run(completionRequest(id, token, outcome, now, actor))
       : undefined;
     if (alone) {
       announce(this.store, [alone]);

@@ -1,11 +1,38 @@
+import type { ClaimRequest } from '../store/fast-paths.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 
 /**
  * Why a waiting claimer was woken: `signal` (work queued, a seat freed, the agent changed), or
  * `poll` (the safety re-check, or a throttle reopening: nobody said there is work, so a claimer
- * that finds some passes the look on to the next claimer of its agent).
+ * that finds some passes the look on to the next claimer of its agent), or `taken` (a submit of
+ * its agent runs the claim in its own call: ClaimWaits.takeParked).
  */
-export type Wake = 'signal' | 'poll';
+export type Wake = 'signal' | 'poll' | 'taken';
+
+/** The claim a parked claimer would make, without its agent and time (both given when it is made). */
+export type ParkedRequest = Omit<ClaimRequest, 'id' | 'now'>;
+
+/** A parked claim a submit took (ClaimWaits.takeParked): its request, and how its answer reaches it. */
+export interface TakenClaim {
+  request: ParkedRequest;
+  /** The rows the call admitted to it, or undefined (not decided, or the call failed): it then looks itself. Call once. */
+  settle(rows: ExecutionRow[] | undefined): void;
+}
+
+/** What a waiting claim offers to a submit of its agent (ClaimWaits.wait). */
+export interface Handoff {
+  request: ParkedRequest;
+  /** Rows taken for it reached it: announce them (as an admission of its own is announced). */
+  admitted(rows: ExecutionRow[]): void;
+  /** Its caller left while the call that took them was out: put them back in the queue. */
+  giveBack(rows: ExecutionRow[]): Promise<void>;
+}
+
+/** An armed waiter: how to wake it, and while it is parked, the claim a submit may take. */
+interface Armed {
+  signal: AbortSignal | undefined;
+  offer: TakenClaim | undefined;
+}
 
 /**
  * Long-poll wake-ups. A claimer arms a waiter *before* it looks at the queue, so a signal that
@@ -13,7 +40,7 @@ export type Wake = 'signal' | 'poll';
  */
 export class Waiters {
   /** Per agent, its armed waiters in the order they armed (a claimer re-arms after each look). */
-  private readonly byAgent = new Map<string, Set<(why: Wake) => void>>();
+  private readonly byAgent = new Map<string, Map<(why: Wake) => void, Armed>>();
 
   /**
    * Wake one waiter of `agent`, the one armed longest (one queued task or one freed seat is work
@@ -23,7 +50,7 @@ export class Waiters {
   wake(agent: string, everyone = false, why: Wake = 'signal'): boolean {
     const set = this.byAgent.get(agent);
     if (!set) return false;
-    for (const fire of set) {
+    for (const fire of set.keys()) {
       set.delete(fire);
       fire(why);
       if (!everyone) break;
@@ -32,13 +59,34 @@ export class Waiters {
     return true;
   }
 
+  /**
+   * Take the parked claim of `agent` that offers itself and armed longest, its caller still there:
+   * it is woken as `taken` and waits for its answer (TakenClaim.settle).
+   */
+  take(agent: string): TakenClaim | undefined {
+    const set = this.byAgent.get(agent);
+    if (!set) return undefined;
+    for (const [fire, armed] of set) {
+      if (!armed.offer || armed.signal?.aborted) continue;
+      set.delete(fire);
+      if (set.size === 0) this.byAgent.delete(agent);
+      fire('taken');
+      return armed.offer;
+    }
+    return undefined;
+  }
+
   /** The agents that have an armed waiter. */
   agents(): string[] {
     return [...this.byAgent.keys()];
   }
 
   /** Returns `wait(ms)`, resolving early, with why, when `agent` is woken after this call. */
-  arm(agent: string, signal?: AbortSignal): { wait: (ms: number) => Promise<Wake | undefined>; disarm: () => void } {
+  /** `offer(o)`: until woken, a submit of `agent` may take the claim `o` (take). */
+  arm(
+    agent: string,
+    signal?: AbortSignal,
+  ): { wait: (ms: number) => Promise<Wake | undefined>; disarm: () => void; offer: (o: TakenClaim) => void } {
     let fired: Wake | undefined;
     let resolve: (() => void) | undefined;
     const fire = (why: Wake) => {
@@ -46,8 +94,9 @@ export class Waiters {
       resolve?.();
     };
     let set = this.byAgent.get(agent);
-    if (!set) this.byAgent.set(agent, (set = new Set()));
-    set.add(fire);
+    if (!set) this.byAgent.set(agent, (set = new Map()));
+    const armed: Armed = { signal, offer: undefined };
+    set.set(fire, armed);
     const disarm = () => {
       const s = this.byAgent.get(agent);
       s?.delete(fire);
@@ -65,7 +114,7 @@ export class Waiters {
         resolve = done;
         signal?.addEventListener('abort', done, { once: true });
       });
-    return { wait, disarm };
+    return { wait, disarm, offer: (o) => void (armed.offer = o) };
   }
 }
 
@@ -102,9 +151,10 @@ export class ClaimWaits {
   }
 
   /**
-   * Executions whose claimer was woken before their commit (wakeBeforeCommit): the announcement
-   * after the commit wakes nobody more for them. Bounded: an entry stays only when the commit
-   * failed (no announcement came), and clearing them costs at most an extra look each.
+   * Executions whose claimer was woken before their commit (wakeBeforeCommit), or that a claim
+   * taken by their submit holds already (served): the announcement after the commit wakes nobody
+   * more for them. Bounded: an entry stays only when the commit failed (no announcement came), and
+   * clearing them costs at most an extra look each.
    */
   private readonly wokenEarly = new Set<string>();
 
@@ -114,7 +164,20 @@ export class ClaimWaits {
    * its admission runs in that same commit rather than in a transaction of its own after it.
    */
   wakeBeforeCommit(agent: string, id: string): void {
-    if (!this.waiters.wake(agent)) return;
+    if (this.waiters.wake(agent)) this.served(id);
+  }
+
+  /**
+   * Take one claim parked on `agent` (its caller still there), for a submit to run in its own call
+   * and commit (FastPaths.submitClaim); undefined when none is parked or offers itself. The claimer
+   * waits for `settle`, whatever happens to its caller meanwhile.
+   */
+  takeParked(agent: string): TakenClaim | undefined {
+    return this.waiters.take(agent);
+  }
+
+  /** `id`'s claimer has it, or is woken for it, before its queued state is announced: that announcement wakes nobody here. */
+  served(id: string): void {
     if (this.wokenEarly.size >= 1_000) this.wokenEarly.clear();
     this.wokenEarly.add(id);
   }
@@ -140,6 +203,7 @@ export class ClaimWaits {
     waitMs: number,
     given: AbortSignal | undefined,
     admitOnce: (hint: ClaimHint) => Promise<ExecutionRow[]>,
+    handoff?: Handoff,
   ): Promise<ExecutionRow[]> {
     const deadline = performance.now() + waitMs;
     const local = new AbortController();
@@ -150,7 +214,7 @@ export class ClaimWaits {
     this.activeClaims.add(local);
     if (!this.ticker && !this.closed) this.ticker = setInterval(() => this.pollOnce(), this.pollMs);
     try {
-      return await this.claimLoop(agent, admitOnce, deadline, signal);
+      return await this.claimLoop(agent, admitOnce, deadline, signal, handoff);
     } finally {
       this.activeClaims.delete(local);
       given?.removeEventListener('abort', onAbort);
@@ -216,6 +280,7 @@ export class ClaimWaits {
     admitOnce: (hint: ClaimHint) => Promise<ExecutionRow[]>,
     deadline: number,
     signal: AbortSignal,
+    handoff: Handoff | undefined,
   ): Promise<ExecutionRow[]> {
     let woken: Wake | undefined;
     for (;;) {
@@ -238,13 +303,35 @@ export class ClaimWaits {
         // (its commit may have taken a while). A look that finds it still closed (the timer fired a
         // little early) says the reopening again, so the timer is set again rather than the poll awaited.
         if (hint.reopensAt !== undefined) this.reopenIn(agent, hint.reopensAt - this.now());
+        // Parked: a submit of the agent may take this claim into its own call (takeParked).
+        let answer: Promise<ExecutionRow[] | undefined> | undefined;
+        if (handoff) answer = new Promise((settle) => armed.offer({ request: handoff.request, settle }));
         woken = await armed.wait(remaining);
+        if (woken === 'taken') {
+          const rows = await answer!;
+          if (rows && rows.length > 0) return await this.handedOver(rows, signal, handoff!);
+          // Nothing taken for it (not decided there, or the call failed): it looks itself, as woken.
+        }
         // Aborted while waiting (the client left, the key was revoked, shutdown): admit nothing more.
         if (signal.aborted) return [];
       } finally {
         armed.disarm();
       }
     }
+  }
+
+  /**
+   * Rows a submit's call took for this claim, committed with it. Its caller may have left while
+   * the call was out (the claim cannot withdraw from a call already sent, as an admission already
+   * begun cannot): the rows then go back to the queue at once (their delivery not charged), and
+   * their announcement wakes the next claimer, rather than waiting leased to nobody for the lease
+   * to lapse. At shutdown they are answered: the server still answers the requests it holds.
+   */
+  private async handedOver(rows: ExecutionRow[], signal: AbortSignal, handoff: Handoff): Promise<ExecutionRow[]> {
+    handoff.admitted(rows);
+    if (!signal.aborted || this.closed) return rows;
+    await handoff.giveBack(rows);
+    return [];
   }
 }
 

@@ -94,6 +94,16 @@ export interface FastPaths {
    */
   submitGathered(s: readonly SubmitRequest[]): Promise<Map<string, Submitted>>;
   /**
+   * submitGathered and then claimMany in one call and one commit: the submits as submitGathered
+   * makes them, then the claims (of claimers parked on those agents) as claimMany admits them,
+   * seeing the rows just submitted. Answers each as those two would; if the call fails neither
+   * part was written. Ids distinct, claim agents distinct.
+   */
+  submitClaim(
+    s: readonly SubmitRequest[],
+    c: readonly ClaimRequest[],
+  ): Promise<{ submitted: Map<string, Submitted>; claimed: Map<string, ExecutionRow[]> }>;
+  /**
    * Claims of several agents in one call: each agent whose delivery matches and whose fact allows
    * admits FIFO up to its free seats and its answer's bytes, as transitions/admit.ts would. Returns
    * the rows each agent admitted (perhaps none), by agent; an agent missing from the map was not

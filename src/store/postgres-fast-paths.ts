@@ -20,6 +20,7 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
       alone: (statement) => lone(() => statement(db)),
       submitOne: (s) => lone(() => submitOne(db, s)),
       submitGathered: (s) => lone(() => submitGathered(db, s)),
+      submitClaim: (s, c) => lone(() => submitClaim(db, s, c)),
       claimMany: (c) => lone(() => claimMany(db, c)),
       completeMany: (c) => lone(() => completeMany(db, c)),
       // Inside the caller's transaction: a conflict ends that transaction, which is retried whole.
@@ -69,17 +70,49 @@ async function submitOne(db: Kysely<DB>, s: SubmitRequest): Promise<Submitted> {
   }
 }
 
-/** Plain submits in one call (`baton_submit_many`): the call's rows in one INSERT (FastPaths.submitGathered). */
-async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): Promise<Map<string, Submitted>> {
+/** The arguments of `baton_submit_many` for `items`, one array per column. */
+function submitColumns(items: readonly SubmitRequest[]) {
   const column = <T>(get: (i: SubmitRequest) => T) => items.map(get);
-  const call = sql`baton_submit_many(${column((i) => i.f.id)}::text[], ${column((i) => i.f.agent)}::text[],
+  return sql`${column((i) => i.f.id)}::text[], ${column((i) => i.f.agent)}::text[],
     ${column((i) => i.f.trigger_kind)}::text[], ${column((i) => i.f.origin)}::text[], ${column((i) => i.f.message)}::text[],
     ${column((i) => i.f.payload)}::text[], ${column((i) => i.f.priority)}::int[], ${column((i) => i.f.run_after ?? null)}::bigint[],
     ${column((i) => i.f.idempotency_key ?? null)}::text[], ${column((i) => i.f.retry_policy)}::text[], ${column((i) => i.now)}::bigint[],
-    ${column((i) => i.actor)}::text[], ${column((i) => i.auditDetail)}::text[], ${column((i) => i.f.flow_key ?? null)}::text[])`;
+    ${column((i) => i.actor)}::text[], ${column((i) => i.auditDetail)}::text[], ${column((i) => i.f.flow_key ?? null)}::text[]`;
+}
+
+/** Plain submits in one call (`baton_submit_many`): the call's rows in one INSERT (FastPaths.submitGathered). */
+async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): Promise<Map<string, Submitted>> {
   const { rows } = await sql<ExecutionRow & { _agent_paused: boolean }>`SELECT e.*, a.paused_at IS NOT NULL AS _agent_paused
-    FROM ${call} e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
+    FROM baton_submit_many(${submitColumns(items)}) e LEFT JOIN agents a ON a.name = e.agent`.execute(db);
   return new Map(rows.map(({ _agent_paused, ...row }) => [row.id, { row, agentPaused: _agent_paused === true }]));
+}
+
+/**
+ * Plain submits and the claims of claimers parked on their agents in one call
+ * (`baton_submit_claim`: `baton_submit_many`, then `baton_claim_many`), so one commit makes both
+ * durable (FastPaths.submitClaim). Whether each submit's agent was paused is read at the
+ * statement's start, as submitGathered reads it; the function returns rows in its own order
+ * (the submits', then the claims' as claimMany reads them), which a scalar read keeps.
+ */
+async function submitClaim(
+  db: Kysely<DB>,
+  items: readonly SubmitRequest[],
+  claims: readonly ClaimRequest[],
+): Promise<{ submitted: Map<string, Submitted>; claimed: Map<string, ExecutionRow[]> }> {
+  const { rows } = await sql<ClaimedRow & { _agent_paused: boolean | null }>`SELECT f.claim_agent, f.claim_state, (f.claimed).*,
+      CASE WHEN f.claim_state = 'submitted' THEN (SELECT a.paused_at IS NOT NULL FROM agents a WHERE a.name = (f.claimed).agent) END
+        AS _agent_paused
+    FROM baton_submit_claim(${submitColumns(items)}, ${claimColumns(claims)}) f`.execute(db);
+  const submitted = new Map<string, Submitted>();
+  const rest: ClaimedRow[] = [];
+  for (const { _agent_paused, ...r } of rows) {
+    if (r.claim_state !== 'submitted') rest.push(r);
+    else {
+      const { claim_agent: _a, claim_state: _s, ...row } = r;
+      submitted.set(row.id, { row: row as ExecutionRow, agentPaused: _agent_paused === true });
+    }
+  }
+  return { submitted, claimed: claimedBy(rest) };
 }
 
 /**
@@ -93,6 +126,16 @@ async function submitGathered(db: Kysely<DB>, items: readonly SubmitRequest[]): 
  * (test/cost/claim-plan-young.test.ts).
  */
 async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promise<Map<string, ExecutionRow[]>> {
+  const { rows } =
+    await sql<ClaimedRow>`SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${claimColumns(items)}) f`.execute(db);
+  return claimedBy(rows);
+}
+
+/** A row of `baton_claim_many`: a row taken, or the end of an agent's answer (decided or not). */
+type ClaimedRow = ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' | 'submitted' };
+
+/** The arguments of `baton_claim_many` for `items`, each with a new lease token per row it may take. */
+function claimColumns(items: readonly ClaimRequest[]) {
   const tokens: string[] = [];
   const from: number[] = [];
   for (const item of items) {
@@ -100,13 +143,14 @@ async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promis
     for (let k = 0; k < item.max; k++) tokens.push(newLeaseToken());
   }
   const column = <K extends keyof ClaimRequest>(k: K) => items.map((i) => i[k]);
-  const { rows } = await sql<ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' }>`
-    SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${column('id')}::text[], ${column('delivery')}::text[],
-      ${column('owner')}::text[], ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[],
-      ${column('now')}::bigint[], ${CLAIM_STAMP_EVERY_MS}::bigint,
-      ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[], ${items.map((i) => i.keyId ?? null)}::text[]) f`.execute(
-    db,
-  );
+  return sql`${column('id')}::text[], ${column('delivery')}::text[], ${column('owner')}::text[],
+    ${items.map((i) => Math.max(0, i.max))}::int[], ${tokens}::text[], ${from}::int[], ${column('now')}::bigint[],
+    ${CLAIM_STAMP_EVERY_MS}::bigint, ${items.map((i) => i.maxBytes ?? CONTRACT_DEFAULTS.claimAnswerBytes)}::bigint[],
+    ${items.map((i) => i.keyId ?? null)}::text[]`;
+}
+
+/** `baton_claim_many`'s rows, in its order, by agent: the rows each decided agent took (an undecided agent is left out). */
+function claimedBy(rows: readonly ClaimedRow[]): Map<string, ExecutionRow[]> {
   const out = new Map<string, ExecutionRow[]>();
   const taken = new Map<string, ExecutionRow[]>();
   for (const { claim_agent, claim_state, ...row } of rows) {

@@ -233,6 +233,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
       alone: (s) => inner.alone(s),
       submitOne: (s) => inner.submitOne(s),
       submitGathered: (s) => inner.submitGathered(s),
+      submitClaim: (s, c) => inner.submitClaim(s, c),
       claimMany: async (c) => {
         const out = await inner.claimMany(c);
         calls.push({ op: 'claim', decided: [...out.keys()] });

@@ -1,0 +1,4 @@
+-- PostgreSQL's function that runs plain submits and the claims parked on their agents in one call
+-- (FastPaths.submitClaim); SQLite has no functions: a submit's transaction lets the claim it wakes
+-- join its commit (StoreAdapter.shareCommit). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.

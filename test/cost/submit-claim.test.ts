@@ -1,0 +1,85 @@
+/**
+ * A submit to an agent with a claim parked on it in this process costs one commit for both: on
+ * PostgreSQL one statement (the submit's call, which admits the parked claim: FastPaths.submitClaim)
+ * and one transaction, read from the rows themselves (every row the submit and the admission wrote
+ * carries the same xmin); on SQLite one group COMMIT (StoreAdapter.shareCommit). Statements are
+ * counted as the engine sends them (a recording Kysely plugin), as test/cost/one-statement.test.ts does.
+ */
+import { sql, type Kysely, type KyselyPlugin } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
+import { Engine } from '../../src/engine/engine.ts';
+import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
+import type { DB, ExecutionRow } from '../../src/store/schema.ts';
+import { commitStats } from '../../src/store/sqlite.ts';
+import { agentMaker } from '../helpers/agents.ts';
+import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+
+let ts: TestStore;
+let engine: Engine;
+let sent = 0;
+let transactions = 0;
+const pg = STORE_KIND === 'postgres';
+
+/** The same store, counting every statement sent through it and every transaction begun. */
+function countingStore(inner: StoreAdapter): StoreAdapter {
+  const plugin: KyselyPlugin = {
+    transformQuery: ({ node }) => node,
+    transformResult: async ({ result }) => {
+      sent++;
+      return result;
+    },
+  };
+  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
+  return Object.assign(Object.create(inner) as StoreAdapter, {
+    db: wrap(inner.db),
+    transaction: <T>(fn: (tx: Tx) => Promise<T>) => {
+      transactions++;
+      return inner.transaction((tx) => fn(wrap(tx)));
+    },
+  });
+}
+
+type Admit = (agent: string) => Promise<ExecutionRow[]>;
+
+const newAgent = agentMaker(() => engine, 'cost-sc', { max_parallel: 1, max_backlog: 100, breaker: null });
+
+beforeAll(async () => {
+  ts = await openTestStore();
+  engine = new Engine({ store: countingStore(ts.store), nodeId: 'cost-submit-claim', claimPollMs: 600_000 });
+});
+afterAll(async () => {
+  engine?.close();
+  await ts?.cleanup();
+});
+
+describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})`, () => {
+  it('admits the parked claim in the submit’s own statement and commit', async () => {
+    const agent = await newAgent();
+    const spy: MockInstance<Admit> = vi.spyOn(engine as unknown as { admitOnce: Admit }, 'admitOnce');
+    try {
+      const claim = engine.claim(agent, { owner: 'w', waitMs: 20_000 });
+      await vi.waitFor(() => expect(spy).toHaveBeenCalledTimes(1), { timeout: 20_000, interval: 2 });
+      await spy.mock.results[0]!.value;
+      for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+      sent = 0;
+      transactions = 0;
+      const commits = commitStats(ts.store)?.commits ?? 0;
+      const made = await engine.submit(agent, { message: 'one commit' }, 'test');
+      const [got] = await claim;
+      expect([got?.id, got?.status]).toEqual([made.id, 'running']);
+      expect(spy).toHaveBeenCalledTimes(pg ? 1 : 2); // SQLite: the woken claim's admission, in the submit's commit
+      if (pg) {
+        expect({ sent, transactions }).toEqual({ sent: 1, transactions: 0 });
+        // Every row written for the task, by the submit and by the admission, in one transaction.
+        const xmins = await sql<{ xmin: string }>`
+          SELECT xmin::text FROM executions WHERE id = ${made.id}
+          UNION ALL SELECT xmin::text FROM execution_events WHERE execution_id = ${made.id}
+          UNION ALL SELECT xmin::text FROM audit_log WHERE execution_id = ${made.id}`.execute(ts.store.db);
+        expect(xmins.rows.length).toBe(4); // the row, its queued and running events, its creation audit
+        expect(new Set(xmins.rows.map((r) => r.xmin)).size).toBe(1);
+      } else expect(commitStats(ts.store)!.commits - commits).toBe(1);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+});
