@@ -149,7 +149,8 @@ export interface StoreAdapter {
    * the COMMIT, failing with it if it fails. Not called if `tx` fails. A claimer parked on the
    * agent of a task just submitted is so admitted without a transaction of its own, and its
    * answer leaves with the submit's. Absent where each transaction commits alone (PostgreSQL):
-   * the announcement after the commit wakes claimers there.
+   * there a plain submit's own call takes such a claimer (FastPaths.submitClaim), and the
+   * announcement after the commit wakes the others.
    */
   shareCommit?(tx: Tx, fn: () => void): void;
 

@@ -13,6 +13,11 @@ CREATE FUNCTION baton_submit_claim(p_id text[], p_agent text[], p_trigger_kind t
 -- Each row made by the submits (claim_state 'submitted', claim_agent null), then baton_claim_many's rows.
 RETURNS TABLE (claim_agent text, claim_state text, claimed executions) LANGUAGE plpgsql AS $$
 BEGIN
+  -- The claims' agent rows first, in name order, as baton_claim_many locks them: then no agent row
+  -- is waited for while a new-work turn is held. A transaction that holds an agent's row and then
+  -- asks for a turn (a completion whose follow-up work goes to that agent) waits for this call, or
+  -- this call for it, never each for the other.
+  PERFORM 1 FROM agents a WHERE a.name = ANY (c_agent) ORDER BY a.name FOR NO KEY UPDATE;
   RETURN QUERY SELECT NULL::text, 'submitted'::text, s
     FROM baton_submit_many(p_id, p_agent, p_trigger_kind, p_origin, p_message, p_payload, p_priority, p_run_after,
       p_idempotency_key, p_retry_policy, p_at, p_actor, p_audit_detail, p_flow_key) s;
