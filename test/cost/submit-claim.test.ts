@@ -52,15 +52,20 @@ afterAll(async () => {
   await ts?.cleanup();
 });
 
+/** Resolves once the spy has seen `count` admissions, they have ended, and their claims have parked. */
+async function parked(spy: MockInstance<Admit>, count: number): Promise<void> {
+  await vi.waitFor(() => expect(spy.mock.calls.length).toBeGreaterThanOrEqual(count), { timeout: 20_000, interval: 2 });
+  await Promise.allSettled(spy.mock.results.map((r) => r.value));
+  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+}
+
 describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})`, () => {
   it('admits the parked claim in the submit’s own statement and commit', async () => {
     const agent = await newAgent();
     const spy: MockInstance<Admit> = vi.spyOn(engine as unknown as { admitOnce: Admit }, 'admitOnce');
     try {
       const claim = engine.claim(agent, { owner: 'w', waitMs: 20_000 });
-      await vi.waitFor(() => expect(spy).toHaveBeenCalledTimes(1), { timeout: 20_000, interval: 2 });
-      await spy.mock.results[0]!.value;
-      for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+      await parked(spy, 1);
       sent = 0;
       transactions = 0;
       const made = await engine.submit(agent, { message: 'one commit' }, 'test');
@@ -79,6 +84,24 @@ describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})
       }
       // SQLite's one COMMIT is counted with the WAL's own frames in test/store/store.group-commit.test.ts,
       // on a store nothing else writes to.
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  it('submits gathered into one call take the claims parked on their agents: still one statement for all', async () => {
+    const agents = await Promise.all([newAgent(), newAgent(), newAgent()]);
+    const spy: MockInstance<Admit> = vi.spyOn(engine as unknown as { admitOnce: Admit }, 'admitOnce');
+    try {
+      const claims = agents.map((a, i) => engine.claim(a, { owner: `w${i}`, waitMs: 20_000 }));
+      await parked(spy, agents.length);
+      sent = 0;
+      transactions = 0;
+      const made = await Promise.all(agents.map((a) => engine.submit(a, { message: a }, 'test')));
+      const got = await Promise.all(claims);
+      expect(got.map((rows) => rows.map((r) => r.id))).toEqual(made.map((m) => [m.id]));
+      if (pg) expect({ sent, transactions }).toEqual({ sent: 1, transactions: 0 });
+      expect(spy).toHaveBeenCalledTimes(pg ? agents.length : 2 * agents.length);
     } finally {
       spy.mockRestore();
     }
