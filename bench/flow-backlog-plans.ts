@@ -186,10 +186,10 @@ async function runReads(store: StoreAdapter, now: number): Promise<void> {
     await during('key throttle reopensAt', () =>
       rec.transaction(async (tx) => {
         const gate = await KeyGate.open(tx, KEYED, agent, now);
-        return gate?.reopensAt(tx, now);
+        return gate?.reopensAt(store, tx, now);
       }),
     );
-    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     await during('canary F-02', () => rec.snapshot((tx) => F02.population(tx, ctx)));
   } finally {
     engine.close();

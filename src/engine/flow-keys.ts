@@ -4,6 +4,7 @@ import { keyCap, keyLimits, type KeyLimitColumns, type KeyLimits } from '../doma
 import { afterStart, describeThrottle, emissionMs, nextStartAt, throttleAdmits } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { NewExecution } from '../store/schema.ts';
+import { inIndexOrder } from './candidates.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
 import { iso } from './views.ts';
@@ -119,31 +120,34 @@ export class KeyGate {
    * When the first closed key throttle that holds back a queued task due by `now` reopens (null:
    * none). For an admission that found no candidate: its claim waits until then, not a poll.
    */
-  async reopensAt(tx: Tx, now: number): Promise<number | null> {
+  async reopensAt(store: Pick<StoreAdapter, 'kind'>, tx: Tx, now: number): Promise<number | null> {
     const t = this.limits.throttle;
     if (!t || !this.throttleShut) return null;
-    const { tat } = await tx
-      .selectFrom('flow_keys')
-      .select((eb) => eb.fn.min('throttle_tat').as('tat'))
-      .where('flow_keys.agent', '=', this.agent)
-      .where('throttle_tat', '>', now + t.burst * emissionMs(t))
-      .where((eb) =>
-        eb.exists(
-          eb
-            .selectFrom('executions')
-            .select(sql.lit(1).as('one'))
-            .whereRef('executions.agent', '=', 'flow_keys.agent')
-            .whereRef('executions.flow_key', '=', 'flow_keys.flow_key')
-            .where('executions.status', '=', statusIs('queued'))
-            .where((q) => q.or([q('executions.run_after', 'is', null), q('executions.run_after', '<=', now)]))
-            // An OFFSET keeps PostgreSQL from making the EXISTS a join: with statistics of before
-            // a backlog grew it merged the keys with every queued row of the agent; as a subplan
-            // it seeks each closed key and stops at its first due task.
-            .limit(1)
-            .offset(0),
-        ),
-      )
-      .executeTakeFirstOrThrow();
+    // Per closed key, its first queued task in executions_key_queued's order (run_after, a null
+    // first): one index entry says whether the key has a task due, however deep its backlog. An
+    // OFFSET keeps it a subplan PostgreSQL runs per key; inIndexOrder keeps it on that index.
+    const { tat } = await inIndexOrder(store, tx, () =>
+      tx
+        .selectFrom('flow_keys')
+        .select((eb) => eb.fn.min('throttle_tat').as('tat'))
+        .where('flow_keys.agent', '=', this.agent)
+        .where('throttle_tat', '>', now + t.burst * emissionMs(t))
+        .where(
+          (eb) =>
+            eb
+              .selectFrom('executions')
+              .select(sql<number>`coalesce(executions.run_after, 0)`.as('due'))
+              .whereRef('executions.agent', '=', 'flow_keys.agent')
+              .whereRef('executions.flow_key', '=', 'flow_keys.flow_key')
+              .where('executions.status', '=', statusIs('queued'))
+              .orderBy('executions.run_after', (ob) => ob.asc().nullsFirst())
+              .limit(1)
+              .offset(0),
+          '<=',
+          now,
+        )
+        .executeTakeFirstOrThrow(),
+    );
     return tat === null ? null : nextStartAt(t, Number(tat), now);
   }
 

@@ -117,14 +117,14 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
     const deep = await store.db.selectFrom('agents').selectAll().where('name', '=', 'fp-deep').executeTakeFirstOrThrow();
     await during('stale key seat holders', () => keyWaiting(engine.store.db, deep, 'deep', now));
     await during('stale key reopensAt', () =>
-      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(tx, now)),
+      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(engine.store, tx, now)),
     );
     await during('stale debounce', () => engine.submit('fp-deep', { message: 'b', key: 'burst', debounce_seconds: 60 }, 'test'));
     const folded = await during('stale debounce fold', () =>
       engine.submit('fp-deep', { message: 'b2', key: 'burst', debounce_seconds: 60 }, 'test'),
     );
     expect(folded.message).toBe('b2');
-    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     expect(await during('stale canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
 
     // PostgreSQL: the rows each statement takes, counted as it runs (SQLite reports none).
