@@ -13,6 +13,7 @@ import {
   checkRecorded,
   compiledOf,
   during,
+  expectAgentSeek,
   expectBacklogUnread,
   expectPlansSeek,
   HISTORY_TABLES,
@@ -383,6 +384,9 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       BACKLOG / 10,
     );
     // Counting the tasks ahead reads no more rows than it counts (up to the cap), and a few more.
+    // Each flow read of one agent's queued keyed rows seeks its index by agent (analysed statistics).
+    await expectAgentSeek(['backlog key reopensAt'], 'executions_key_queued', 40);
+    await expectAgentSeek(['backlog debounce fold', 'backlog canary F-02'], 'executions_debounce_open', 40);
     await expectBacklogUnread(['backlog waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['backlog waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
 
