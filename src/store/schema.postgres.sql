@@ -810,7 +810,7 @@ $function$;
 CREATE OR REPLACE FUNCTION json_valid(t text)
  RETURNS integer
  LANGUAGE plpgsql
- IMMUTABLE PARALLEL SAFE
+ IMMUTABLE
 AS $function$
 BEGIN
   PERFORM t::json;

@@ -14,3 +14,9 @@ DROP INDEX executions_debounce_open;
 CREATE INDEX executions_debounce_open ON executions (agent, flow_key, run_after)
   WHERE status = 'queued' AND flow_key IS NOT NULL AND debounce_seconds IS NOT NULL;
 
+
+-- json_valid catches a failed cast in an exception block, a subtransaction, which PostgreSQL
+-- refuses in a parallel plan ("cannot start subtransactions during a parallel operation"): marked
+-- parallel safe, a read of many rows (canary E-04 over a deep backlog, analysed) went parallel and
+-- failed. Unsafe, no plan that calls it is parallel.
+ALTER FUNCTION json_valid(text) PARALLEL UNSAFE;
