@@ -408,7 +408,7 @@ export async function expectAgentSeek(labels: readonly string[], index: string, 
       if (/set_config\('enable_sort', 'off', true\)/.test(compiled.sql)) noSort = true;
       else if (/set_config\('enable_sort', \$1, true\)/.test(compiled.sql)) noSort = false;
     }
-    if (!labels.includes(r.label) || !/^\s*(select|with)\b/i.test(compiled.sql) || !/"executions"/.test(compiled.sql)) continue;
+    if (!labels.includes(r.label) || !/^\s*(select|with)\b/i.test(compiled.sql) || !/\bexecutions\b/.test(compiled.sql)) continue;
     if (store.kind === 'sqlite') {
       const out = await store.db.executeQuery<{ detail: string }>(
         CompiledQuery.raw(`EXPLAIN QUERY PLAN ${compiled.sql}`, [...compiled.parameters]),
