@@ -12,7 +12,8 @@
  *      spent in the longest stretch between timer turns (against an idle baseline: on a shared
  *      machine the delay alone is mostly scheduling noise),
  *   4. optionally (`--full`) one full check over all history.
- * Options: --store sqlite|postgres, --n N (default 200000), --reuse <file|schema>, --keep,
+ * Options: --store sqlite|postgres, --n N (default 200000), --reuse <file|schema>, --schema NAME
+ * (a fresh PostgreSQL store's), --keep,
  * --full, --catch-up (run cycles until the checkpoint reaches the head), --pg-url URL.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -35,6 +36,7 @@ const { values: a } = parseArgs({
     store: { type: 'string', default: 'sqlite' },
     n: { type: 'string', default: '200000' },
     reuse: { type: 'string' },
+    schema: { type: 'string' },
     keep: { type: 'boolean', default: false },
     full: { type: 'boolean', default: false },
     'catch-up': { type: 'boolean', default: false },
@@ -53,7 +55,7 @@ async function open(): Promise<{ store: StoreAdapter; where: string; fresh: bool
     await store.migrate();
     return { store, where: file, fresh: !a.reuse };
   }
-  const schema = a.reuse ?? `canary_bench_${Date.now().toString(36)}`;
+  const schema = a.reuse ?? a.schema ?? `canary_bench_${Date.now().toString(36)}`;
   const store = openPostgres({ url: a['pg-url']!, schema });
   await store.migrate();
   return { store, where: schema, fresh: !a.reuse };

@@ -186,10 +186,10 @@ async function runReads(store: StoreAdapter, now: number): Promise<void> {
     await during('key throttle reopensAt', () =>
       rec.transaction(async (tx) => {
         const gate = await KeyGate.open(tx, KEYED, agent, now);
-        return gate?.reopensAt(tx, now);
+        return gate?.reopensAt(store, tx, now);
       }),
     );
-    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     await during('canary F-02', () => rec.snapshot((tx) => F02.population(tx, ctx)));
   } finally {
     engine.close();
@@ -205,7 +205,7 @@ async function explainAll(store: StoreAdapter, db: Kysely<DB>, heading: string):
     const text = compiled.sql;
     if (/set_config\('enable_sort', 'off', true\)/.test(text)) noSort = true;
     else if (/set_config\('enable_sort', \$1, true\)/.test(text)) noSort = false;
-    if (!/^\s*(select|with)\b/i.test(text) || /^\s*(insert|update|delete)\b|\binsert into\b/i.test(text) || !/"executions"/.test(text))
+    if (!/^\s*(select|with)\b/i.test(text) || /^\s*(insert|update|delete)\b|\binsert into\b/i.test(text) || !/\bexecutions\b/.test(text))
       continue;
     const key = `${l}\u0000${text}`;
     if (seen.has(key)) continue;

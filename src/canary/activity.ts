@@ -1,4 +1,4 @@
-import type { Tx } from '../store/adapter.ts';
+import type { StoreKind, Tx } from '../store/adapter.ts';
 import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, FULL_ROWS_PER_CHUNK, Frontier, readEvents } from './events.ts';
 import type { CanaryTiming } from './graces.ts';
 import {
@@ -40,6 +40,7 @@ export interface ActivityResult {
 
 export interface ActivityOptions {
   full: boolean;
+  kind: StoreKind;
   now: number;
   timing: CanaryTiming;
   checkpoints: ReadonlyMap<string, Checkpoint>;
@@ -85,7 +86,7 @@ export async function judgeActivity(
       state,
       findings: new Findings(new Set((o.open.get(inv.id) ?? []).map((v) => v.subject))),
       judged: new RecentlySeen(),
-      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, note: (t) => notes.push(t) },
+      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
     };
   });
   for (const r of runs) if (r.inv.state?.prune) await r.inv.state.prune(tx, r.state);

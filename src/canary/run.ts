@@ -1,4 +1,4 @@
-import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { StoreAdapter, StoreKind, Tx } from '../store/adapter.ts';
 import { judgeActivity, type Checkpoint, type EventsRead } from './activity.ts';
 import type { AlertSink } from './alerts.ts';
 import { CATALOGUE, H01, isActivity, isState } from './catalogue.ts';
@@ -62,9 +62,9 @@ function finish(id: string, found: Findings, checkedAt: number, notes: string[] 
   };
 }
 
-async function judgeState(tx: Tx, inv: StateInvariant, now: number, timing: CanaryTiming, open: ReadonlySet<string>) {
+async function judgeState(tx: Tx, kind: StoreKind, inv: StateInvariant, now: number, timing: CanaryTiming, open: ReadonlySet<string>) {
   const notes: string[] = [];
-  const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, note: (t) => notes.push(t) };
+  const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, kind, note: (t) => notes.push(t) };
   const population = await inv.population(tx, ctx);
   const found = new Findings(open);
   found.add(inv.evaluate(population, ctx));
@@ -124,12 +124,13 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
 
       const byId = new Map<string, CheckResult>();
       for (const inv of invariants.filter(isState)) {
-        const { cutNew: _c, ...r } = await judgeState(tx, inv, clock(), timing, openSubjects(inv.id));
+        const { cutNew: _c, ...r } = await judgeState(tx, store.kind, inv, clock(), timing, openSubjects(inv.id));
         byId.set(inv.id, r);
         await yieldToLoop();
       }
       const activity = await judgeActivity(tx, invariants.filter(isActivity), {
         full,
+        kind: store.kind,
         now: clock(),
         timing,
         checkpoints,

@@ -3,7 +3,7 @@
  * in docs/concepts.md#glossary.
  */
 import type { CheckStatus, Severity, Tier } from '../domain/canary.ts';
-import type { Tx } from '../store/adapter.ts';
+import type { StoreKind, Tx } from '../store/adapter.ts';
 import type { CanaryTiming } from './graces.ts';
 
 export type { Severity, Tier };
@@ -24,6 +24,8 @@ export interface CheckContext {
   /** This check's grace in ms (0 for tier A). */
   graceMs: number;
   timing: CanaryTiming;
+  /** The store read: a read may ask for its index's order (src/engine/candidates.ts inIndexOrder). */
+  kind: StoreKind;
   /** Say something about a partial check. */
   note(text: string): void;
 }

@@ -208,7 +208,7 @@ export class Engine {
       const [agent] = await lockAgentsForNewWork(tx, this.store, [agentName]);
       if (!agent) throw new NotFound('agent', agentName);
       // A key's debounce folds the submit into its task; a singleton key refuses (flow-submit.ts).
-      const keyed = await keyedSubmit(tx, agentName, input, now, actor);
+      const keyed = await keyedSubmit(this.store, tx, agentName, input, now, actor);
       seen?.({ paused: agent.paused_at !== null, debounced: keyed.folded !== undefined });
       const row =
         keyed.folded ??

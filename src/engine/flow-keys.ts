@@ -1,9 +1,10 @@
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import { AHEAD_COUNT_CAP, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import { keyCap, keyLimits, type KeyLimitColumns, type KeyLimits } from '../domain/flow.ts';
 import { afterStart, describeThrottle, emissionMs, nextStartAt, throttleAdmits } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
-import type { NewExecution } from '../store/schema.ts';
+import type { DB, NewExecution } from '../store/schema.ts';
+import { inIndexOrder } from './candidates.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
 import { iso } from './views.ts';
@@ -119,31 +120,37 @@ export class KeyGate {
    * When the first closed key throttle that holds back a queued task due by `now` reopens (null:
    * none). For an admission that found no candidate: its claim waits until then, not a poll.
    */
-  async reopensAt(tx: Tx, now: number): Promise<number | null> {
+  async reopensAt(store: Pick<StoreAdapter, 'kind'>, tx: Tx, now: number): Promise<number | null> {
     const t = this.limits.throttle;
     if (!t || !this.throttleShut) return null;
-    const { tat } = await tx
-      .selectFrom('flow_keys')
-      .select((eb) => eb.fn.min('throttle_tat').as('tat'))
-      .where('flow_keys.agent', '=', this.agent)
-      .where('throttle_tat', '>', now + t.burst * emissionMs(t))
-      .where((eb) =>
-        eb.exists(
-          eb
+    // Per closed key, its first queued task in executions_key_queued's order (run_after, a null
+    // first): one index entry says whether the key has a task due, however deep its backlog. An
+    // OFFSET keeps it a subplan PostgreSQL runs per key; inIndexOrder keeps it on that index.
+    // SQLite's analysed statistics average an agent's keys and rate a seek of the agent's queue
+    // with a sort below that one entry, so there the index is named (INDEXED BY).
+    const firstOfKey = (eb: ExpressionBuilder<DB, 'flow_keys'>) =>
+      store.kind === 'sqlite'
+        ? sql<number>`(SELECT coalesce(e.run_after, 0) FROM executions AS e INDEXED BY executions_key_queued
+            WHERE e.agent = flow_keys.agent AND e.flow_key = flow_keys.flow_key AND e.status = ${statusIs('queued')}
+            ORDER BY e.run_after LIMIT 1)`
+        : eb
             .selectFrom('executions')
-            .select(sql.lit(1).as('one'))
+            .select(sql<number>`coalesce(executions.run_after, 0)`.as('due'))
             .whereRef('executions.agent', '=', 'flow_keys.agent')
             .whereRef('executions.flow_key', '=', 'flow_keys.flow_key')
             .where('executions.status', '=', statusIs('queued'))
-            .where((q) => q.or([q('executions.run_after', 'is', null), q('executions.run_after', '<=', now)]))
-            // An OFFSET keeps PostgreSQL from making the EXISTS a join: with statistics of before
-            // a backlog grew it merged the keys with every queued row of the agent; as a subplan
-            // it seeks each closed key and stops at its first due task.
+            .orderBy('executions.run_after', (ob) => ob.asc().nullsFirst())
             .limit(1)
-            .offset(0),
-        ),
-      )
-      .executeTakeFirstOrThrow();
+            .offset(0);
+    const { tat } = await inIndexOrder(store, tx, () =>
+      tx
+        .selectFrom('flow_keys')
+        .select((eb) => eb.fn.min('throttle_tat').as('tat'))
+        .where('flow_keys.agent', '=', this.agent)
+        .where('throttle_tat', '>', now + t.burst * emissionMs(t))
+        .where((eb) => eb(firstOfKey(eb), '<=', now))
+        .executeTakeFirstOrThrow(),
+    );
     return tat === null ? null : nextStartAt(t, Number(tat), now);
   }
 

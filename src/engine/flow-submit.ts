@@ -1,7 +1,8 @@
 import { AlreadyRunning } from '../domain/errors.ts';
-import type { Tx } from '../store/adapter.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { appendAudit } from './audit.ts';
+import { inIndexOrder } from './candidates.ts';
 import { foldDebounced } from './transitions/debounce.ts';
 import type { SubmitInput } from './submit-input.ts';
 import { LIVE_STATUSES, statusIs } from './status-sql.ts';
@@ -14,6 +15,7 @@ import { LIVE_STATUSES, statusIs } from './status-sql.ts';
  * whose key has a live task.
  */
 export async function keyedSubmit(
+  store: Pick<StoreAdapter, 'kind'>,
   tx: Tx,
   agent: string,
   input: SubmitInput,
@@ -24,17 +26,21 @@ export async function keyedSubmit(
   if (!key) return { input };
   const window = input.debounce_seconds ?? null;
   if (window !== null) {
-    // The key's debounced task still queued and not due (executions_key_live).
-    const open = await tx
-      .selectFrom('executions')
-      .select('id')
-      .where('agent', '=', agent)
-      .where('flow_key', '=', key)
-      .where('status', '=', statusIs('queued'))
-      .where('debounce_seconds', 'is not', null)
-      .where('run_after', '>', now)
-      .limit(1)
-      .executeTakeFirst();
+    // The key's debounced task still queued and not due: a seek of executions_debounce_open, led
+    // by agent, in its order (inIndexOrder: no plan reads the agent's queue by status and sorts).
+    const open = await inIndexOrder(store, tx, () =>
+      tx
+        .selectFrom('executions')
+        .select('id')
+        .where('agent', '=', agent)
+        .where('flow_key', '=', key)
+        .where('status', '=', statusIs('queued'))
+        .where('debounce_seconds', 'is not', null)
+        .where('run_after', '>', now)
+        .orderBy('run_after')
+        .limit(1)
+        .executeTakeFirst(),
+    );
     if (open) {
       const payload = input.payloadJson ?? JSON.stringify(input.payload ?? null);
       const folded = await foldDebounced(tx, open.id, { message: input.message, payload, window, now });

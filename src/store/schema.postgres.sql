@@ -828,7 +828,7 @@ $function$;
 CREATE OR REPLACE FUNCTION json_valid(t text)
  RETURNS integer
  LANGUAGE plpgsql
- IMMUTABLE PARALLEL SAFE
+ IMMUTABLE
 AS $function$
 BEGIN
   PERFORM t::json;
@@ -919,12 +919,12 @@ CREATE INDEX executions_agent_recent ON executions USING btree (agent, created_a
 CREATE INDEX executions_agent_status_recent ON executions USING btree (agent, status, created_at DESC, id DESC);
 CREATE INDEX executions_caused_by ON executions USING btree (caused_by) WHERE caused_by IS NOT NULL;
 CREATE INDEX executions_completed ON executions USING btree (completed_at, id) WHERE completed_at IS NOT NULL;
-CREATE INDEX executions_debounce_open ON executions USING btree (status, agent, flow_key, run_after) WHERE status::text = 'queued'::text AND flow_key IS NOT NULL AND debounce_seconds IS NOT NULL;
+CREATE INDEX executions_debounce_open ON executions USING btree (agent, flow_key, run_after) WHERE status::text = 'queued'::text AND flow_key IS NOT NULL AND debounce_seconds IS NOT NULL;
 CREATE INDEX executions_group ON executions USING btree (group_id, group_index) WHERE group_id IS NOT NULL;
 CREATE INDEX executions_group_open ON executions USING btree (group_id) WHERE group_id IS NOT NULL AND (status::text = ANY (ARRAY['queued'::text, 'running'::text]));
 CREATE INDEX executions_key_admission ON executions USING btree (agent, flow_key, priority, fair_round, queued_at, id) WHERE status::text = 'queued'::text AND flow_key IS NOT NULL;
 CREATE INDEX executions_key_live ON executions USING btree (agent, flow_key, status) WHERE flow_key IS NOT NULL AND (status::text = ANY (ARRAY['queued'::text, 'running'::text]));
-CREATE INDEX executions_key_queued ON executions USING btree (status, agent, flow_key, run_after) WHERE status::text = 'queued'::text AND flow_key IS NOT NULL;
+CREATE INDEX executions_key_queued ON executions USING btree (agent, flow_key, run_after NULLS FIRST) WHERE status::text = 'queued'::text AND flow_key IS NOT NULL;
 CREATE INDEX executions_key_running ON executions USING btree (agent, flow_key) WHERE flow_key IS NOT NULL AND status::text = 'running'::text;
 CREATE INDEX executions_recent ON executions USING btree (created_at DESC, id DESC);
 CREATE INDEX executions_retry_of ON executions USING btree (retry_of) WHERE retry_of IS NOT NULL;

@@ -375,7 +375,7 @@ CREATE INDEX executions_caused_by ON executions (caused_by) WHERE caused_by IS N
 
 CREATE INDEX executions_completed ON executions (completed_at, id) WHERE completed_at IS NOT NULL;
 
-CREATE INDEX executions_debounce_open ON executions (status, agent, flow_key, run_after)
+CREATE INDEX executions_debounce_open ON executions (agent, flow_key, run_after)
   WHERE status = 'queued' AND flow_key IS NOT NULL AND debounce_seconds IS NOT NULL;
 
 CREATE INDEX executions_group ON executions (group_id, group_index) WHERE group_id IS NOT NULL;
@@ -387,7 +387,7 @@ CREATE INDEX executions_key_admission ON executions (agent, flow_key, priority, 
 
 CREATE INDEX executions_key_live ON executions (agent, flow_key, status) WHERE flow_key IS NOT NULL AND status IN ('queued', 'running');
 
-CREATE INDEX executions_key_queued ON executions (status, agent, flow_key, run_after) WHERE status = 'queued' AND flow_key IS NOT NULL;
+CREATE INDEX executions_key_queued ON executions (agent, flow_key, run_after) WHERE status = 'queued' AND flow_key IS NOT NULL;
 
 CREATE INDEX executions_key_running ON executions (agent, flow_key) WHERE flow_key IS NOT NULL AND status = 'running';
 

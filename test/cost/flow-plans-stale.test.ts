@@ -7,7 +7,7 @@ import { KeyGate, keyWaiting } from '../../src/engine/flow-keys.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import type { NewExecution } from '../../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { during, expectBacklogUnread, planStore, recordingStore } from './plans-check.ts';
+import { during, expectAgentSeek, expectBacklogUnread, planStore, recordingStore } from './plans-check.ts';
 
 // The reads beside a shut key's deep backlog (test/cost/flow-plans.test.ts) with the statistics
 // of before the backlog, as an old store has them: autovacuum analyses executions only after a
@@ -21,6 +21,8 @@ import { during, expectBacklogUnread, planStore, recordingStore } from './plans-
 const HISTORY = 30_000;
 const BACKLOG = 3_000;
 const AGENTS = ['fp-deep', 'fp-a', 'fp-b', 'fp-c'];
+/** Pages one statement of an agent seek may read (index descent and a few rows per agent). */
+const AGENT_SEEK_PAGES = 40;
 
 let ts: TestStore;
 let store: StoreAdapter;
@@ -117,14 +119,14 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
     const deep = await store.db.selectFrom('agents').selectAll().where('name', '=', 'fp-deep').executeTakeFirstOrThrow();
     await during('stale key seat holders', () => keyWaiting(engine.store.db, deep, 'deep', now));
     await during('stale key reopensAt', () =>
-      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(tx, now)),
+      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(engine.store, tx, now)),
     );
     await during('stale debounce', () => engine.submit('fp-deep', { message: 'b', key: 'burst', debounce_seconds: 60 }, 'test'));
     const folded = await during('stale debounce fold', () =>
       engine.submit('fp-deep', { message: 'b2', key: 'burst', debounce_seconds: 60 }, 'test'),
     );
     expect(folded.message).toBe('b2');
-    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     expect(await during('stale canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
 
     // PostgreSQL: the rows each statement takes, counted as it runs (SQLite reports none).
@@ -140,6 +142,10 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
       ],
       BACKLOG / 10,
     );
+    // Each flow read of one agent's queued keyed rows seeks its index by agent, a few pages however
+    // deep the backlog: the statistics saw no queued row, and the read asks for the index's order.
+    await expectAgentSeek(['stale key reopensAt'], 'executions_key_queued', AGENT_SEEK_PAGES);
+    await expectAgentSeek(['stale debounce fold', 'stale canary F-02'], 'executions_debounce_open', AGENT_SEEK_PAGES);
     await expectBacklogUnread(['stale waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['stale waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
   });

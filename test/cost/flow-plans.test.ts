@@ -13,6 +13,7 @@ import {
   checkRecorded,
   compiledOf,
   during,
+  expectAgentSeek,
   expectBacklogUnread,
   expectPlansSeek,
   HISTORY_TABLES,
@@ -319,13 +320,13 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
     const held = await during('backlog key seat holders', () => keyWaiting(engine.store.db, deep, 'deep', now));
     expect(held).toMatchObject({ reason: 'key_busy', key: { running: 1 } });
     const reopens = await during('backlog key reopensAt', () =>
-      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(tx, now)),
+      engine.store.transaction(async (tx) => (await KeyGate.open(tx, 'fp-deep', deep, now))!.reopensAt(engine.store, tx, now)),
     );
     expect(reopens).toBeGreaterThan(now);
     await during('backlog debounce', () => submit('fp-deep', 'b', { key: 'burst', debounce_seconds: 60 }));
     const folded = await during('backlog debounce fold', () => submit('fp-deep', 'b2', { key: 'burst', debounce_seconds: 60 }));
     expect(folded.message).toBe('b2');
-    const ctx = { now, graceMs: 0, timing: {} as never, note: () => {} };
+    const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     expect(await during('backlog canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
 
     // The canary's flow invariants over the new events (seats per key and per pool, throttle
@@ -383,6 +384,9 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       BACKLOG / 10,
     );
     // Counting the tasks ahead reads no more rows than it counts (up to the cap), and a few more.
+    // Each flow read of one agent's queued keyed rows seeks its index by agent (analysed statistics).
+    await expectAgentSeek(['backlog key reopensAt'], 'executions_key_queued', 40);
+    await expectAgentSeek(['backlog debounce fold', 'backlog canary F-02'], 'executions_debounce_open', 40);
     await expectBacklogUnread(['backlog waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['backlog waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
 

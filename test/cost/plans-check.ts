@@ -384,3 +384,58 @@ export async function expectBacklogUnread(labels: readonly string[], most: numbe
   for (const l of labels) expect(seen, `no statement recorded for ${l}`).toContain(l);
   expect(problems.join('\n')).toBe('');
 }
+
+interface PgBuffers extends PgRun {
+  'Index Cond'?: string;
+  'Shared Hit Blocks': number;
+  'Shared Read Blocks': number;
+  Plans?: PgBuffers[];
+}
+
+/**
+ * The statements recorded for `labels` that read executions seek `index` by agent (its first
+ * column: the agent's entries only), and on PostgreSQL read at most `most` pages each, counted as
+ * they ran (EXPLAIN (ANALYZE, BUFFERS), rolled back, under the planner settings they ran with).
+ * SQLite: by its plan (SEARCH … USING INDEX index (agent=?…)).
+ */
+export async function expectAgentSeek(labels: readonly string[], index: string, most: number): Promise<void> {
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  let noSort = false;
+  for (const r of recorded) {
+    const compiled = compiledOf(r);
+    if (store.kind === 'postgres' && r.label) {
+      if (/set_config\('enable_sort', 'off', true\)/.test(compiled.sql)) noSort = true;
+      else if (/set_config\('enable_sort', \$1, true\)/.test(compiled.sql)) noSort = false;
+    }
+    if (!labels.includes(r.label) || !/^\s*(select|with)\b/i.test(compiled.sql) || !/\bexecutions\b/.test(compiled.sql)) continue;
+    if (store.kind === 'sqlite') {
+      const out = await store.db.executeQuery<{ detail: string }>(
+        CompiledQuery.raw(`EXPLAIN QUERY PLAN ${compiled.sql}`, [...compiled.parameters]),
+      );
+      const lines = out.rows.map((x) => x.detail);
+      if (lines.some((l) => new RegExp(`USING (COVERING )?INDEX ${index} \\(agent=\\?`).test(l))) seen.add(r.label);
+      continue;
+    }
+    const root = await store.db.connection().execute(async (conn) => {
+      await conn.executeQuery(CompiledQuery.raw('BEGIN'));
+      try {
+        if (noSort) await conn.executeQuery(CompiledQuery.raw('SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off'));
+        const out = await conn.executeQuery<{ 'QUERY PLAN': Array<{ Plan: PgBuffers }> }>(
+          CompiledQuery.raw(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${compiled.sql}`, [...compiled.parameters]),
+        );
+        return out.rows[0]!['QUERY PLAN'][0]!.Plan;
+      } finally {
+        await conn.executeQuery(CompiledQuery.raw('ROLLBACK'));
+      }
+    });
+    const nodes: PgBuffers[] = [];
+    const walk = (n: PgBuffers) => (nodes.push(n), (n.Plans ?? []).forEach(walk));
+    walk(root);
+    if (nodes.some((n) => n['Index Name'] === index && /^\(+(\w+\.)?agent = /.test(n['Index Cond'] ?? ''))) seen.add(r.label);
+    const pages = root['Shared Hit Blocks'] + root['Shared Read Blocks'];
+    if (pages > most) problems.push(`[${r.label}] read ${pages} pages: ${compiled.sql}`);
+  }
+  for (const l of labels) expect(seen, `${l}: no statement sought ${index} by agent`).toContain(l);
+  expect(problems.join('\n')).toBe('');
+}

@@ -1,4 +1,5 @@
 import { waitingSince } from '../../engine/backlog.ts';
+import { inIndexOrder } from '../../engine/candidates.ts';
 import { BREAKER_COLUMNS } from '../../engine/breaker.ts';
 import { admissionNow } from '../../engine/holds.ts';
 import { FLOW_COLUMNS, flowGate } from '../../engine/pools.ts';
@@ -151,24 +152,34 @@ export const B06: StateInvariant<BacklogCount> = {
       'more executions were accepted than max_backlog allows: the submit path did not count the backlog under the agent lock (Engine.submit, transitions/create.ts)',
   },
   grace: () => 0,
-  async population(tx) {
+  async population(tx, ctx) {
     // Per agent (one row each, as S-05 reads), a count of its queued rows created after its
-    // settings changed: a range seek into executions_agent_status_recent (a GROUP BY over every
-    // queued row would sort them first). evaluate keeps the agents over their limit.
-    const rows = await tx
-      .selectFrom('agents as a')
-      .select(['a.name as agent', 'a.max_backlog'])
-      .select((eb) =>
-        eb
-          .selectFrom('executions as e')
-          .select((e) => e.fn.countAll<number>().as('n'))
-          .whereRef('e.agent', '=', 'a.name')
-          .where('e.status', '=', status('queued'))
-          .whereRef('e.created_at', '>', 'a.updated_at')
-          .where('e.started_at', 'is', null)
-          .as('fresh_queued'),
-      )
-      .execute();
+    // settings changed, read on PostgreSQL in executions_admission's order under inIndexOrder: a
+    // walk of that agent's queued rows only (SQLite seeks by agent unasked). Left to choose, PostgreSQL with statistics of before the queue
+    // grew seeks executions_status_recent by status and reads every agent's queued rows for each
+    // agent. evaluate keeps the agents over their limit.
+    const rows = await inIndexOrder({ kind: ctx.kind }, tx, () =>
+      tx
+        .selectFrom('agents as a')
+        .select(['a.name as agent', 'a.max_backlog'])
+        .select((eb) =>
+          eb
+            .selectFrom(
+              eb
+                .selectFrom('executions as e')
+                .select('e.id')
+                .whereRef('e.agent', '=', 'a.name')
+                .where('e.status', '=', status('queued'))
+                .whereRef('e.created_at', '>', 'a.updated_at')
+                .where('e.started_at', 'is', null)
+                .$if(ctx.kind === 'postgres', (q) => q.orderBy('e.priority').orderBy('e.fair_round').orderBy('e.queued_at').orderBy('e.id'))
+                .as('q'),
+            )
+            .select((q) => q.fn.countAll<number>().as('n'))
+            .as('fresh_queued'),
+        )
+        .execute(),
+    );
     return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: Number(r.fresh_queued) }));
   },
   evaluate(rows) {

@@ -2,6 +2,7 @@ import { keyCap, keyLimits, type KeyLimits } from '../../domain/flow.ts';
 import { parsePools } from '../../domain/pools.ts';
 import { parseThrottle, type Throttle } from '../../domain/throttle.ts';
 import { sql } from 'kysely';
+import { inIndexOrder } from '../../engine/candidates.ts';
 import type { Tx } from '../../store/adapter.ts';
 import { status } from '../sql.ts';
 import { type ActivityInvariant, type EventRow, type Finding, type StateInvariant } from '../types.ts';
@@ -203,7 +204,7 @@ interface DebounceRow {
 /**
  * F-02: a debounced burst is one run. While a key's debounced task is queued and not yet due,
  * every debounced submit on that key folds into it, so two of them at once mean a burst split in
- * two. Reads the queued keyed rows through executions_key_live: cost follows live work.
+ * two. Reads the waiting debounced rows through executions_debounce_open: cost follows live work.
  */
 export const F02: StateInvariant<DebounceRow> = {
   kind: 'state',
@@ -217,23 +218,33 @@ export const F02: StateInvariant<DebounceRow> = {
   },
   grace: () => 0,
   async population(tx, ctx) {
-    // Per agent (a seek of its queued rows, live work only): two waiting debounced tasks of one key
-    // show as more such tasks than keys; only then are that agent's keys named.
-    const agents = await tx
-      .selectFrom('agents as a')
-      .select('a.name')
-      .select((eb) =>
-        eb
-          .selectFrom('executions as e')
-          .select(sql<number>`count(*) - count(distinct e.flow_key)`.as('extra'))
-          .whereRef('e.agent', '=', 'a.name')
-          .where('e.status', '=', status('queued'))
-          .where('e.flow_key', 'is not', null)
-          .where('e.debounce_seconds', 'is not', null)
-          .where('e.run_after', '>', ctx.now)
-          .as('extra'),
-      )
-      .execute();
+    // Per agent, a seek of executions_debounce_open (led by agent) in its order: two waiting
+    // debounced tasks of one key show as more such tasks than keys; only then are that agent's
+    // keys named. The ordered inner read, under inIndexOrder, is what keeps PostgreSQL on that
+    // index: a plan through executions_status_recent would have to sort (SQLite seeks it unasked).
+    const agents = await inIndexOrder({ kind: ctx.kind }, tx, () =>
+      tx
+        .selectFrom('agents as a')
+        .select('a.name')
+        .select((eb) =>
+          eb
+            .selectFrom(
+              eb
+                .selectFrom('executions as e')
+                .select('e.flow_key')
+                .whereRef('e.agent', '=', 'a.name')
+                .where('e.status', '=', status('queued'))
+                .where('e.flow_key', 'is not', null)
+                .where('e.debounce_seconds', 'is not', null)
+                .where('e.run_after', '>', ctx.now)
+                .$if(ctx.kind === 'postgres', (q) => q.orderBy('e.flow_key').orderBy('e.run_after'))
+                .as('w'),
+            )
+            .select(sql<number>`count(*) - count(distinct w.flow_key)`.as('extra'))
+            .as('extra'),
+        )
+        .execute(),
+    );
     const out: DebounceRow[] = [];
     for (const a of agents) {
       if (Number(a.extra ?? 0) <= 0) continue;

@@ -1,16 +1,38 @@
 import type { ExpressionBuilder } from 'kysely';
 import { queuedExpr } from '../../engine/backlog.ts';
+import { inIndexOrder } from '../../engine/candidates.ts';
+import type { StoreKind } from '../../store/adapter.ts';
 import type { DB } from '../../store/schema.ts';
 import { status } from '../sql.ts';
 import type { Finding, StateInvariant } from '../types.ts';
 
-/** The number of `agents as a`'s executions in `s`, counted through the partial index for it. */
-const rowsOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>, s: 'running' | 'queued') =>
+/** The number of `agents as a`'s running executions, counted through the partial index executions_running. */
+const runningOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>) =>
   eb
     .selectFrom('executions as e')
     .select((e) => e.fn.countAll<number>().as('n'))
     .whereRef('e.agent', '=', 'a.name')
-    .where('e.status', '=', status(s));
+    .where('e.status', '=', status('running'));
+
+/**
+ * The number of `agents as a`'s queued executions, walked in executions_admission's order on
+ * PostgreSQL: read under inIndexOrder, no plan but that index's (the agent's queued entries) can
+ * deliver it (SQLite, with no statistics, seeks by agent unasked and would sort). Left to
+ * choose, PostgreSQL with statistics of before the queue grew seeks executions_status_recent by
+ * status and reads every agent's queued rows for each agent.
+ */
+const queuedOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>, kind: StoreKind) =>
+  eb
+    .selectFrom(
+      eb
+        .selectFrom('executions as e')
+        .select('e.id')
+        .whereRef('e.agent', '=', 'a.name')
+        .where('e.status', '=', status('queued'))
+        .$if(kind === 'postgres', (q) => q.orderBy('e.priority').orderBy('e.fair_round').orderBy('e.queued_at').orderBy('e.id'))
+        .as('q'),
+    )
+    .select((q) => q.fn.countAll<number>().as('n'));
 
 interface SeatRow {
   name: string;
@@ -39,7 +61,7 @@ export const S04: StateInvariant<SeatRow> = {
     return tx
       .selectFrom('agents as a')
       .select(['a.name', 'a.running_count'])
-      .select((eb) => rowsOfAgent(eb, 'running').as('running_rows'))
+      .select((eb) => runningOfAgent(eb).as('running_rows'))
       .execute() as Promise<SeatRow[]>;
   },
   evaluate(rows) {
@@ -65,8 +87,8 @@ interface BacklogRow {
  * S-05. Creation decides from the backlog counters (`agent_backlog.queued_in - agents.queued_out`,
  * engine/backlog.ts), as do the agents list and /metrics: a counter that drifted from the rows
  * would let an agent's queue grow past max_backlog (too low) or refuse its work (too high). Reads
- * one row per agent and counts its queued rows through the partial index executions_admission:
- * cost follows the agents and their backlogs, never history.
+ * one row per agent and counts its queued rows through the partial index executions_admission
+ * (queuedOfAgent): cost follows the agents and their backlogs, never history.
  */
 export const S05: StateInvariant<BacklogRow> = {
   kind: 'state',
@@ -79,13 +101,15 @@ export const S05: StateInvariant<BacklogRow> = {
       "an agent's queued_in - queued_out differs from its queued rows: the triggers that keep them (migration 0023 SQLite / 0031 PostgreSQL) are missing or were bypassed, or a row changed agent; creation trusts the counters (engine/backlog.ts)",
   },
   grace: () => 0,
-  async population(tx) {
-    return tx
-      .selectFrom('agents as a')
-      .leftJoin('agent_backlog as b', 'b.agent', 'a.name')
-      .select(['a.name', queuedExpr().as('backlog')])
-      .select((eb) => rowsOfAgent(eb, 'queued').as('queued_rows'))
-      .execute() as Promise<BacklogRow[]>;
+  async population(tx, ctx) {
+    return inIndexOrder({ kind: ctx.kind }, tx, () =>
+      tx
+        .selectFrom('agents as a')
+        .leftJoin('agent_backlog as b', 'b.agent', 'a.name')
+        .select(['a.name', queuedExpr().as('backlog')])
+        .select((eb) => queuedOfAgent(eb, ctx.kind).as('queued_rows'))
+        .execute(),
+    ) as Promise<BacklogRow[]>;
   },
   evaluate(rows) {
     const out: Finding[] = [];

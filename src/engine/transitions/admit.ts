@@ -183,7 +183,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const candidates = keys ? await keyedCandidates(store, tx, p, want * 2, keys.shut) : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
-    if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(tx, opts.now) });
+    if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
     return stopped();
   }
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
