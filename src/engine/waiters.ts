@@ -81,8 +81,10 @@ export class Waiters {
     return [...this.byAgent.keys()];
   }
 
-  /** Returns `wait(ms)`, resolving early, with why, when `agent` is woken after this call. */
-  /** `offer(o)`: until woken, a submit of `agent` may take the claim `o` (take). */
+  /**
+   * Returns `wait(ms)`, resolving early, with why, when `agent` is woken after this call; and
+   * `offer(o)`: until woken, a submit of `agent` may take the claim `o` (take).
+   */
   arm(
     agent: string,
     signal?: AbortSignal,
