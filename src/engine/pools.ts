@@ -14,7 +14,7 @@ import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '..
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { AgentRow } from '../store/schema.ts';
-import { preparedQuery } from '../store/prepared-query.ts';
+import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import { writePoolWait } from './pool-turns.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
@@ -62,15 +62,30 @@ interface LockedPool {
   throttle_tat: number | null;
 }
 
+/** The pools named `n0`, `n1`, … (`count` of them), in name order: built once per count and lock. */
+const poolsQuery = (tx: Executor, p: Record<string, string>, count: number) =>
+  tx
+    .selectFrom('pools')
+    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
+    .where(
+      'name',
+      'in',
+      Array.from({ length: count }, (_, i) => p[`n${i}`]!),
+    )
+    .orderBy('name');
+const lockedPools = perStore((store) =>
+  preparedQuery((tx: Executor, p: Record<string, string>, count: number) => {
+    const q = poolsQuery(tx, p, count);
+    return store.lockRows(q as never as typeof q, 'admission');
+  }),
+);
+const unlockedPools = preparedQuery(poolsQuery);
+
 /** The pools' rows, locked in name order (after the agent's: nothing locks a pool and then an agent). */
 async function lockPools(tx: Executor, store: StoreAdapter | null, names: readonly string[]): Promise<LockedPool[]> {
   if (names.length === 0) return [];
-  const q = tx
-    .selectFrom('pools')
-    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
-    .where('name', 'in', [...names])
-    .orderBy('name');
-  return (store ? store.lockRows(q as never as typeof q, 'admission') : q).execute();
+  const p = Object.fromEntries(names.map((n, i) => [`n${i}`, n]));
+  return store ? lockedPools(store)(tx, p, names.length) : unlockedPools(tx, p, names.length);
 }
 
 /**

@@ -9,7 +9,7 @@ import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import { candidatesFor, keyedCandidates } from '../candidates.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
-import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
+import { factsMayChange, poolBudgeted, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
 import { requireLiveKey } from '../claim-key.ts';
 import { admissionNow } from '../holds.ts';
@@ -115,10 +115,16 @@ async function takeRows(
   return taken;
 }
 
-/** The agent row admission decides from, locked (see admit). */
+/**
+ * The agent row admission decides from, locked (see admit), with its fact pool_budgeted read in
+ * the same statement (a pool's budget is read only where it is true).
+ */
 const admissionAgentFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string }) =>
-    store.lockRows(db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).where('name', '=', p.agent), 'admission'),
+    store.lockRows(
+      db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).select(poolBudgeted).where('name', '=', p.agent),
+      'admission',
+    ),
   ),
 );
 
@@ -138,10 +144,11 @@ const admissionAgentFor = perStore((store) =>
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
   // Where the store has fast paths, the lock and the running tasks per key (read after it) are one call.
   const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName) : undefined;
-  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths
-    ? locked?.row
-    : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
+  const read = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : read;
   if (!agent) throw new NotFound('agent', agentName);
+  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+  const poolBudgetedNow = locked ? locked.poolBudgeted : Boolean(read!.pool_budgeted);
   if (agent.delivery !== opts.delivery) {
     throw new BatonError(
       'wrong_delivery',
@@ -167,7 +174,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: locked?.poolBudgeted }, opts.now);
+  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: poolBudgetedNow }, opts.now);
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
   const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
   if (hold !== null) return stopped();
