@@ -13,6 +13,7 @@ import {
 import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '../domain/pool-turns.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { LockedPools } from '../store/fast-paths.ts';
 import type { AgentRow } from '../store/schema.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import { writePoolWait } from './pool-turns.ts';
@@ -151,6 +152,8 @@ export async function flowGate(
   agent: FlowColumns,
   now: number,
   want: number,
+  /** The agent's pools as FastPaths.lockAgent locked them with the agent's row, if it did. */
+  locked?: LockedPools,
 ): Promise<FlowGate | null> {
   const own = parseThrottle(agent.throttle);
   const names = parsePools(agent.pools);
@@ -184,7 +187,7 @@ export async function flowGate(
   }
   // Where the store has fast paths, the locks, the seats and the waits are one call (one round
   // trip less while the pools are locked); else a statement for the locks and one for each pool's seats.
-  const fast = store?.fastPaths && names.length > 0 ? await store.fastPaths.lockPools(tx, names) : null;
+  const fast = store?.fastPaths && names.length > 0 ? (locked ?? (await store.fastPaths.lockPools(tx, names))) : null;
   for (const p of fast ? fast.pools : await lockPools(tx, store, names)) {
     if (p.max_parallel !== null) {
       const { inUse, waits } = fast?.seats.get(p.name) ?? (await seatsAndWaits(tx, p.name));

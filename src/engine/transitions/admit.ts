@@ -142,13 +142,18 @@ const admissionAgentFor = perStore((store) =>
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  // Where the store has fast paths, the lock and the running tasks per key (read after it) are one call.
-  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName) : undefined;
-  const read = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
-  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : read;
+  // Where the store has fast paths, the lock, the running tasks per key, the candidates and, where
+  // there are some, the pools' locks with their seats and waits (read after it) are one call. It
+  // reads as many candidates as a keyed claim may (twice the rows asked: see below) before the
+  // holds and seats are decided, as one statement costs less than a round trip; the rows and pools
+  // locked and not used stay locked until the transaction ends.
+  const read = opts.max > 0 ? { limit: 2 * opts.max, now: opts.now } : undefined;
+  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName, read) : undefined;
+  const row = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : row;
   if (!agent) throw new NotFound('agent', agentName);
   // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  const poolBudgetedNow = locked ? locked.poolBudgeted : Boolean(read!.pool_budgeted);
+  const poolBudgetedNow = locked ? locked.poolBudgeted : Boolean(row!.pool_budgeted);
   if (agent.delivery !== opts.delivery) {
     throw new BatonError(
       'wrong_delivery',
@@ -187,7 +192,15 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // as rows of one key may fill it within the batch, it reads more than it may take.
   const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked?.running);
   const p = { agent: agentName, now: opts.now };
-  const candidates = keys ? await keyedCandidates(store, tx, p, want * 2, keys.shut) : await candidatesFor(store)(tx, p, want);
+  // The candidates read with the lock are the first rows of the same walk: enough unless keys are shut.
+  const early = locked?.candidates;
+  const candidates = keys
+    ? early && keys.shut.length === 0
+      ? early.slice(0, want * 2)
+      : await keyedCandidates(store, tx, p, want * 2, keys.shut)
+    : early
+      ? early.slice(0, want)
+      : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
@@ -199,7 +212,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     candidates.map((c) => c.flow_key),
   );
   // The agent's throttle and its pools (locked after the agent row, in name order).
-  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length);
+  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length, locked?.pools);
   if (gate)
     opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null, turns: gate.room === 0 ? gate.turns : [] });
   const room = Math.min(want, gate ? gate.room : want);
