@@ -43,7 +43,7 @@
  * `--flow-parts pool` for the noisy neighbour by pool alone): W1 with keys, with pools and with both beside
  * plain W1, interleaved, in-process and over HTTP (--mode; --tasks, --agents …; --flow-shapes
  * plain,keys,pools,keys_pools; --flow-repeat N rounds, default 2; bench/lib/flow-w1.ts; --flow-statements: in-process
- * on PostgreSQL, each run's most sent statements a task), in-process the noisy
+ * on either store, each run's most sent statements a task, counting costs SQLite's CPU), in-process the noisy
  * neighbour by key and by pool (--flow-flood N, default 10000; --flow-quiet N quiet tasks one a second,
  * default 30; --flow-work-ms, default 20; bench/lib/flow.ts), and the throttle (--flow-throttle-tasks,
  * default 300; bench/lib/flow-throttle.ts): on PostgreSQL across three processes, on SQLite in its one
@@ -705,8 +705,9 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       const driver = await shapedDriver(admin, base, w1.agents, shape);
       const cfg: W1Config = { ...w1, submitBatch: 1, tasks, agentPrefix: 'w1-' };
       const agents = await setupAgents(driver, cfg, tasks);
-      // In-process on PostgreSQL: the statements and transactions the engine sends, per task.
-      const counter = store === 'postgres' && mode === 'inproc' ? installCounter() : undefined;
+      // In-process on PostgreSQL (on SQLite too with --flow-statements): the statements and
+      // transactions the engine sends, per task.
+      const counter = mode === 'inproc' && (store === 'postgres' || a['flow-statements']) ? installCounter() : undefined;
       counter?.take();
       counter?.takeTransactions();
       counter?.takeTexts();

@@ -4,6 +4,7 @@ import { keyCap, keyLimits, type KeyLimitColumns, type KeyLimits } from '../doma
 import { afterStart, describeThrottle, emissionMs, nextStartAt, throttleAdmits } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { DB, NewExecution } from '../store/schema.ts';
+import { preparedQuery } from '../store/prepared-query.ts';
 import { inIndexOrder } from './candidates.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
@@ -57,16 +58,19 @@ export type KeyAdmissionColumns = KeyLimitColumns & { admit_round: number };
 export const KEY_ADMISSION_COLUMNS = ['admit_round', 'key_max_parallel', 'key_overrides', 'key_throttle'] as const;
 
 /** Running tasks per key of an agent, through executions_key_running (at most its running count). */
-export async function runningPerKey(db: Tx, agent: string): Promise<Map<string, number>> {
-  const rows = await db
+const runningPerKeyQuery = preparedQuery((db: Tx, p: { agent: string }) =>
+  db
     .selectFrom('executions')
     .select(['flow_key'])
     .select((eb) => eb.fn.countAll<number>().as('n'))
-    .where('agent', '=', agent)
+    .where('agent', '=', p.agent)
     .where('status', '=', statusIs('running'))
     .where('flow_key', 'is not', null)
-    .groupBy('flow_key')
-    .execute();
+    .groupBy('flow_key'),
+);
+
+export async function runningPerKey(db: Tx, agent: string): Promise<Map<string, number>> {
+  const rows = await runningPerKeyQuery(db, { agent });
   return new Map(rows.map((r) => [r.flow_key!, Number(r.n)]));
 }
 
@@ -205,8 +209,11 @@ export class KeyGate {
 export async function raiseAdmitRound(tx: Tx, agent: string, current: number, rows: readonly { fair_round: number }[]): Promise<void> {
   let top = 0;
   for (const r of rows) top = Math.max(top, Number(r.fair_round));
-  if (top > Number(current)) await tx.updateTable('agents').set({ admit_round: top }).where('name', '=', agent).execute();
+  if (top > Number(current)) await setAdmitRound(tx, { agent, top });
 }
+const setAdmitRound = preparedQuery((tx: Tx, p: { agent: string; top: number }) =>
+  tx.updateTable('agents').set({ admit_round: p.top }).where('name', '=', p.agent),
+);
 
 /**
  * Whether a queued task waits on its key: key_busy (its cap is held; the holders, longest-running

@@ -13,8 +13,9 @@ import {
 import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '../domain/pool-turns.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { LockedPools } from '../store/fast-paths.ts';
 import type { AgentRow } from '../store/schema.ts';
-import { preparedQuery } from '../store/prepared-query.ts';
+import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import { writePoolWait } from './pool-turns.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
@@ -62,15 +63,30 @@ interface LockedPool {
   throttle_tat: number | null;
 }
 
+/** The pools named `n0`, `n1`, … (`count` of them), in name order: built once per count and lock. */
+const poolsQuery = (tx: Executor, p: Record<string, string>, count: number) =>
+  tx
+    .selectFrom('pools')
+    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
+    .where(
+      'name',
+      'in',
+      Array.from({ length: count }, (_, i) => p[`n${i}`]!),
+    )
+    .orderBy('name');
+const lockedPools = perStore((store) =>
+  preparedQuery((tx: Executor, p: Record<string, string>, count: number) => {
+    const q = poolsQuery(tx, p, count);
+    return store.lockRows(q as never as typeof q, 'admission');
+  }),
+);
+const unlockedPools = preparedQuery(poolsQuery);
+
 /** The pools' rows, locked in name order (after the agent's: nothing locks a pool and then an agent). */
 async function lockPools(tx: Executor, store: StoreAdapter | null, names: readonly string[]): Promise<LockedPool[]> {
   if (names.length === 0) return [];
-  const q = tx
-    .selectFrom('pools')
-    .select(['name', 'max_parallel', 'throttle', 'throttle_tat'])
-    .where('name', 'in', [...names])
-    .orderBy('name');
-  return (store ? store.lockRows(q as never as typeof q, 'admission') : q).execute();
+  const p = Object.fromEntries(names.map((n, i) => [`n${i}`, n]));
+  return store ? lockedPools(store)(tx, p, names.length) : unlockedPools(tx, p, names.length);
 }
 
 /**
@@ -136,6 +152,8 @@ export async function flowGate(
   agent: FlowColumns,
   now: number,
   want: number,
+  /** The agent's pools as FastPaths.lockAgent locked them with the agent's row, if it did. */
+  locked?: LockedPools,
 ): Promise<FlowGate | null> {
   const own = parseThrottle(agent.throttle);
   const names = parsePools(agent.pools);
@@ -169,7 +187,7 @@ export async function flowGate(
   }
   // Where the store has fast paths, the locks, the seats and the waits are one call (one round
   // trip less while the pools are locked); else a statement for the locks and one for each pool's seats.
-  const fast = store?.fastPaths && names.length > 0 ? await store.fastPaths.lockPools(tx, names) : null;
+  const fast = store?.fastPaths && names.length > 0 ? (locked ?? (await store.fastPaths.lockPools(tx, names))) : null;
   for (const p of fast ? fast.pools : await lockPools(tx, store, names)) {
     if (p.max_parallel !== null) {
       const { inUse, waits } = fast?.seats.get(p.name) ?? (await seatsAndWaits(tx, p.name));

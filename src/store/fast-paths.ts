@@ -133,9 +133,29 @@ export interface FastPaths {
    * Within the admission transaction `tx`: the agent's row locked as admission locks it, with its
    * running tasks per concurrency key read after the lock (as src/engine/flow-keys.ts
    * runningPerKey) and whether a pool it draws from has a budget (src/engine/fast-path-facts.ts
-   * poolBudgeted), in one call. Reads only; undefined: no such agent.
+   * poolBudgeted), in one call; with `read`, also its first `read.limit` candidates at `read.now`,
+   * taken (as src/engine/candidates.ts candidatesFor), after the lock, and where it found some
+   * and the agent draws from pools, its pools locked after it (as lockPools). Reads only;
+   * undefined: no such agent.
    */
-  lockAgent(tx: Kysely<DB>, agent: string): Promise<{ row: AgentRow; running: Map<string, number>; poolBudgeted: boolean } | undefined>;
+  lockAgent(
+    tx: Kysely<DB>,
+    agent: string,
+    read?: { limit: number; now: number },
+  ): Promise<
+    { row: AgentRow; running: Map<string, number>; poolBudgeted: boolean; candidates?: LockedCandidate[]; pools?: LockedPools } | undefined
+  >;
+}
+
+/** A candidate FastPaths.lockAgent read (src/engine/candidates.ts Candidate). */
+export interface LockedCandidate {
+  id: string;
+  lease_ttl_seconds: number;
+  timeout_seconds: number;
+  serial_key: string | null;
+  flow_key: string | null;
+  fair_round: number;
+  bytes: number;
 }
 
 /** FastPaths.lockPools' answer: the pools locked, in name order, and each seated pool's seats in use and waits. */

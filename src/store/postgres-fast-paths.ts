@@ -3,7 +3,7 @@ import { CLAIM_STAMP_EVERY_MS } from '../domain/admission.ts';
 import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import { BacklogFull, NotFound } from '../domain/errors.ts';
 import { newLeaseToken } from '../domain/ids.ts';
-import type { ClaimRequest, CompletionRequest, FastPaths, LockedPools, SubmitRequest, Submitted } from './fast-paths.ts';
+import type { ClaimRequest, CompletionRequest, FastPaths, LockedCandidate, LockedPools, SubmitRequest, Submitted } from './fast-paths.ts';
 import type { AgentRow, DB, ExecutionRow } from './schema.ts';
 
 const made = new WeakMap<Kysely<DB>, FastPaths>();
@@ -31,18 +31,46 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
           )
         ).rows,
       lockPools: (tx, names) => lockPools(tx, names),
-      lockAgent: async (tx, agent) => {
-        const { rows } = await sql<AgentRow & { _running: Record<string, number> | null; _pool_budgeted: boolean }>`SELECT (f.agent).*,
-          f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
+      lockAgent: async (tx, agent, read) => {
+        type Locked = AgentRow & {
+          _running: Record<string, number> | null;
+          _pool_budgeted: boolean;
+          _candidates?: LockedCandidate[];
+          _pools?: LockedPoolRow[] | null;
+        };
+        const { rows } = read
+          ? await sql<Locked>`SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
+              f.candidates AS _candidates, f.pools AS _pools FROM baton_lock_agent(${agent}, ${read.limit}::int, ${read.now}::bigint) f`.execute(
+              tx,
+            )
+          : await sql<Locked>`SELECT (f.agent).*,
+              f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
         if (rows.length === 0) return undefined;
-        const { _running, _pool_budgeted, ...row } = rows[0]!;
-        return { row, running: new Map(Object.entries(_running ?? {})), poolBudgeted: _pool_budgeted };
+        const { _running, _pool_budgeted, _candidates, _pools, ...row } = rows[0]!;
+        return {
+          row,
+          running: new Map(Object.entries(_running ?? {})),
+          poolBudgeted: _pool_budgeted,
+          ...(_candidates ? { candidates: _candidates.map(candidateOf) } : {}),
+          ...(_pools ? { pools: lockedPools(_pools) } : {}),
+        };
       },
     };
     made.set(db, fast);
   }
   return fast;
 }
+
+/** A candidate as baton_lock_agent's JSON carries it (numbers as JSON numbers), with candidatesFor's columns only. */
+const candidateOf = (c: LockedCandidate): LockedCandidate => ({
+  id: c.id,
+  lease_ttl_seconds: Number(c.lease_ttl_seconds),
+  timeout_seconds: Number(c.timeout_seconds),
+  serial_key: c.serial_key,
+  flow_key: c.flow_key,
+  fair_round: Number(c.fair_round),
+  bytes: Number(c.bytes),
+});
 
 /**
  * A plain submit as one statement (`baton_submit`): the new-work turn, backlog check, row (a keyed
@@ -180,15 +208,23 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
 
 /** FastPaths.lockPools: one call of baton_lock_pools (a row per pool, then a row per wait). */
 async function lockPools(tx: Kysely<DB>, names: readonly string[]): Promise<LockedPools> {
-  const { rows } = await sql<{
-    pool: string;
-    max_parallel: number | null;
-    throttle: string | null;
-    throttle_tat: string | number | null;
-    agent: string | null;
-    since: string | number | null;
-    seen_at: string | number | null;
-  }>`SELECT * FROM baton_lock_pools(${[...names]}::text[])`.execute(tx);
+  const { rows } = await sql<LockedPoolRow>`SELECT * FROM baton_lock_pools(${[...names]}::text[])`.execute(tx);
+  return lockedPools(rows);
+}
+
+/** A row of baton_lock_pools. */
+interface LockedPoolRow {
+  pool: string;
+  max_parallel: number | null;
+  throttle: string | null;
+  throttle_tat: string | number | null;
+  agent: string | null;
+  since: string | number | null;
+  seen_at: string | number | null;
+}
+
+/** baton_lock_pools' rows (a pool, then the waits of the seated pools) as LockedPools. */
+function lockedPools(rows: readonly LockedPoolRow[]): LockedPools {
   const out: LockedPools = { pools: [], seats: new Map() };
   for (const r of rows) {
     if (r.agent !== null) {

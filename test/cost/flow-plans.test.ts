@@ -349,9 +349,9 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       'complete pool budget',
       'claim pool budget spent',
       'waiting pool budget',
-      // (On PostgreSQL a keyed submit is a call of baton_submit: its plans are read below.)
-      ...(store.kind === 'sqlite' ? ['keyed submit'] : []),
-      'claim keyed',
+      // (On PostgreSQL a keyed submit is a call of baton_submit, and a keyed claim with no key
+      // shut reads in its call of baton_lock_agent: their plans are read below.)
+      ...(store.kind === 'sqlite' ? ['keyed submit', 'claim keyed'] : []),
       'waiting key busy',
       'waiting key throttled',
       'debounce fold',
@@ -406,8 +406,9 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
         expect(plans).not.toMatch(/Scan (using \w+ )?on executions\b/);
       }
       // A keyed agent's admission on PostgreSQL locks its row and reads its running tasks per key
-      // in one call of baton_lock_agent (its tasks running then: the per-key read is made): that
-      // read seeks the agent's running keyed rows, custom and generic.
+      // and its candidates in one call of baton_lock_agent (its tasks running then: the per-key
+      // read is made): the per-key read seeks the agent's running keyed rows and the candidates
+      // walk the agent's queue in admission order, custom and generic.
       const lock = recorded
         .filter((r) => r.label === 'claim keyed refused')
         .map(compiledOf)
@@ -416,6 +417,7 @@ describe(`flow control's plans over ${HISTORY.toLocaleString('en')} executions o
       for (const generic of [false, true]) {
         const plans = await nestedPlans(lock!.sql, lock!.parameters, generic);
         expect(plans, "auto_explain reported the function's statements").toMatch(/executions_key_running/);
+        expect(plans).toMatch(/Index Scan using executions_admission on executions/);
         expect(plans).not.toMatch(/Seq Scan on executions\b/);
       }
     }

@@ -246,7 +246,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
       },
       takeRows: (tx, t) => inner.takeRows(tx, t),
       lockPools: (tx, n) => inner.lockPools(tx, n),
-      lockAgent: (tx, a) => inner.lockAgent(tx, a),
+      lockAgent: (tx, a, r) => inner.lockAgent(tx, a, r),
     };
     const store = Object.create(ts.store) as StoreAdapter;
     Object.defineProperty(store, 'fastPaths', { value: spy });

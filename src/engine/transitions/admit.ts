@@ -9,7 +9,7 @@ import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import { candidatesFor, keyedCandidates } from '../candidates.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
-import { factsMayChange, refreshFastPathFacts } from '../fast-path-facts.ts';
+import { factsMayChange, poolBudgeted, refreshFastPathFacts } from '../fast-path-facts.ts';
 import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
 import { requireLiveKey } from '../claim-key.ts';
 import { admissionNow } from '../holds.ts';
@@ -115,10 +115,16 @@ async function takeRows(
   return taken;
 }
 
-/** The agent row admission decides from, locked (see admit). */
+/**
+ * The agent row admission decides from, locked (see admit), with its fact pool_budgeted read in
+ * the same statement (a pool's budget is read only where it is true).
+ */
 const admissionAgentFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string }) =>
-    store.lockRows(db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).where('name', '=', p.agent), 'admission'),
+    store.lockRows(
+      db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).select(poolBudgeted).where('name', '=', p.agent),
+      'admission',
+    ),
   ),
 );
 
@@ -136,12 +142,18 @@ const admissionAgentFor = perStore((store) =>
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
 export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
-  // Where the store has fast paths, the lock and the running tasks per key (read after it) are one call.
-  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName) : undefined;
-  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths
-    ? locked?.row
-    : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
+  // Where the store has fast paths, the lock, the running tasks per key, the candidates and, where
+  // there are some, the pools' locks with their seats and waits (read after it) are one call. It
+  // reads as many candidates as a keyed claim may (twice the rows asked: see below) before the
+  // holds and seats are decided, as one statement costs less than a round trip; the rows and pools
+  // locked and not used stay locked until the transaction ends.
+  const read = opts.max > 0 ? { limit: 2 * opts.max, now: opts.now } : undefined;
+  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName, read) : undefined;
+  const row = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
+  let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : row;
   if (!agent) throw new NotFound('agent', agentName);
+  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+  const poolBudgetedNow = locked ? locked.poolBudgeted : Boolean(row!.pool_budgeted);
   if (agent.delivery !== opts.delivery) {
     throw new BatonError(
       'wrong_delivery',
@@ -167,7 +179,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // tasks cost when they finish). The breaker (src/domain/breaker.ts): half-open admits one
   // probe, and the next admission, in whatever process, sees it recorded (or sees it no longer
   // running: put back in the queue or ended without a verdict, and takes another).
-  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: locked?.poolBudgeted }, opts.now);
+  const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: poolBudgetedNow }, opts.now);
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
   const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
   if (hold !== null) return stopped();
@@ -180,7 +192,15 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // as rows of one key may fill it within the batch, it reads more than it may take.
   const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked?.running);
   const p = { agent: agentName, now: opts.now };
-  const candidates = keys ? await keyedCandidates(store, tx, p, want * 2, keys.shut) : await candidatesFor(store)(tx, p, want);
+  // The candidates read with the lock are the first rows of the same walk: enough unless keys are shut.
+  const early = locked?.candidates;
+  const candidates = keys
+    ? early && keys.shut.length === 0
+      ? early.slice(0, want * 2)
+      : await keyedCandidates(store, tx, p, want * 2, keys.shut)
+    : early
+      ? early.slice(0, want)
+      : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
@@ -192,7 +212,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     candidates.map((c) => c.flow_key),
   );
   // The agent's throttle and its pools (locked after the agent row, in name order).
-  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length);
+  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length, locked?.pools);
   if (gate)
     opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null, turns: gate.room === 0 ? gate.turns : [] });
   const room = Math.min(want, gate ? gate.room : want);

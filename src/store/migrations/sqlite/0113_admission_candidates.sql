@@ -1,0 +1,4 @@
+-- PostgreSQL's call that locks an admission's agent and reads its candidates after the lock
+-- (FastPaths.lockAgent with a limit); SQLite has no functions: its admission transaction reads
+-- them in process (it is the one writer). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
