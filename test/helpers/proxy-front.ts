@@ -1,5 +1,5 @@
 /**
- * What the reverse-proxy tests (test/server/nginx.test.ts, caddy.test.ts) share: the proxy's
+ * What the reverse-proxy test (test/server/proxies.test.ts) runs through each proxy: the proxy's
  * configuration read from docs/operations.md as it stands, ports, and the traffic run through the
  * proxy with its checks.
  */

@@ -10,6 +10,7 @@ import { ApiError, BatonClient, Unreachable } from '../../src/client.ts';
 import { isTerminal } from '../../src/domain/states.ts';
 import { describeMultiProcess, openTestStore, type TestStore } from '../helpers/store.ts';
 import { freePort, startBatonUp, type Child } from '../helpers/process.ts';
+import { until } from '../helpers/proxy-front.ts';
 
 let ts: TestStore;
 const children: Child[] = [];
@@ -38,6 +39,7 @@ describeMultiProcess('SIGKILL of baton up mid-traffic (PostgreSQL)', () => {
     let stop = false;
     const submitted: string[] = [];
     let transportErrors = 0;
+    let claimed = 0;
     const tolerate = async (fn: () => Promise<void>) => {
       try {
         await fn();
@@ -57,6 +59,7 @@ describeMultiProcess('SIGKILL of baton up mid-traffic (PostgreSQL)', () => {
           await tolerate(async () => {
             const [task] = await api.claim('crashy', { wait_seconds: 0.5, worker_id: `w${w}` });
             if (!task) return;
+            claimed++;
             await sleep(Math.random() * 20);
             await api.complete(task.execution_id, { lease_token: task.lease_token, status: 'succeeded' });
           });
@@ -64,14 +67,17 @@ describeMultiProcess('SIGKILL of baton up mid-traffic (PostgreSQL)', () => {
       })(),
     );
 
-    await sleep(2_000);
+    // Killed once traffic is under way (submits made, tasks claimed), however fast the machine is.
+    await until('submits and claims under way', () => submitted.length > 10 && claimed >= 4, 60_000);
     const before = submitted.length;
     server.proc.kill('SIGKILL');
     await server.exited;
-    await sleep(500); // traffic keeps failing against the dead server
+    await until('traffic failing against the dead server', () => transportErrors > 0, 60_000);
     server = await startBatonUp(env, port);
     children.push(server);
-    await sleep(2_000);
+    // Traffic carries on against the restarted server.
+    const restarted = submitted.length;
+    await until('submits to the restarted server', () => submitted.length > restarted + 10, 60_000);
     stop = true;
     await Promise.all([submitter, ...workers]);
     expect(before).toBeGreaterThan(10);
