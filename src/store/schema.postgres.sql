@@ -652,6 +652,9 @@ $function$;
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text, p_limit integer, p_now bigint)
  RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean, candidates jsonb, pools jsonb)
  LANGUAGE plpgsql
+ SET enable_sort TO 'off'
+ SET enable_incremental_sort TO 'off'
+ SET jit TO 'off'
 AS $function$
 DECLARE
   l record;

@@ -7,7 +7,16 @@ import { KeyGate, keyWaiting } from '../../src/engine/flow-keys.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import type { NewExecution } from '../../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { during, expectAgentSeek, expectBacklogUnread, planStore, recordingStore } from './plans-check.ts';
+import {
+  compiledOf,
+  during,
+  expectAgentSeek,
+  expectBacklogUnread,
+  nestedPlans,
+  planStore,
+  recorded,
+  recordingStore,
+} from './plans-check.ts';
 
 // The reads beside a shut key's deep backlog (test/cost/flow-plans.test.ts) with the statistics
 // of before the backlog, as an old store has them: autovacuum analyses executions only after a
@@ -146,6 +155,23 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
     // deep the backlog: the statistics saw no queued row, and the read asks for the index's order.
     await expectAgentSeek(['stale key reopensAt'], 'executions_key_queued', AGENT_SEEK_PAGES);
     await expectAgentSeek(['stale debounce fold', 'stale canary F-02'], 'executions_debounce_open', AGENT_SEEK_PAGES);
+    // PostgreSQL: a keyed claim reads its candidates inside its call of baton_lock_agent, planned
+    // with the same stale statistics: it must walk the agent's queue in admission order, never
+    // read every queued row by status and sort them, custom and generic.
+    if (store.kind === 'postgres') {
+      const lock = recorded
+        .filter((r) => r.label === 'stale claim key shut')
+        .map(compiledOf)
+        .find((c) => c.sql.includes('baton_lock_agent('));
+      expect(lock, 'a keyed claim called baton_lock_agent').toBeDefined();
+      for (const generic of [false, true]) {
+        const plans = (await nestedPlans(lock!.sql, lock!.parameters, generic)).split('Query Text:');
+        const candidates = plans.find((p) => p.includes('jsonb_agg(to_jsonb(c)'));
+        expect(candidates, "auto_explain reported the candidates' read").toBeDefined();
+        expect(candidates).toMatch(/Index Scan using executions_admission on executions e\b/);
+        expect(candidates).not.toMatch(/Sort Key: e\.priority/);
+      }
+    }
     await expectBacklogUnread(['stale waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['stale waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
   });

@@ -12,9 +12,17 @@
 -- key), as a JSON array of its columns. Where it found some and the agent draws from pools, the
 -- rows of baton_lock_pools for them (locked after the agent's row, in name order, as admission
 -- locks them), as a JSON array in its order; else null. No row: no such agent.
+-- No sorting plan is left to the planner, as for baton_claim_many: with statistics of before a
+-- backlog grew it estimates one queued row, and would read every queued row of every agent through
+-- executions_status_recent and sort them for each claim; so the candidates walk
+-- executions_admission in order whatever the statistics say (test/cost/flow-plans-stale.test.ts).
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text, p_limit integer, p_now bigint)
 RETURNS TABLE (agent agents, running jsonb, pool_budgeted boolean, candidates jsonb, pools jsonb)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+SET enable_sort = off
+SET enable_incremental_sort = off
+SET jit = off
+AS $$
 DECLARE
   l record;
 BEGIN
