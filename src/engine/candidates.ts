@@ -1,6 +1,7 @@
 import { sql, type ExpressionBuilder, type Kysely } from 'kysely';
 import { ADMISSION_ORDER } from '../domain/flow.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { LockedCandidate } from '../store/fast-paths.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import type { DB } from '../store/schema.ts';
 import { QUEUED, RUNNING } from './transitions/stamp.ts';
@@ -21,17 +22,8 @@ import { QUEUED, RUNNING } from './transitions/stamp.ts';
  * keys, never the depth of a shut key's backlog (test/cost/flow-plans.test.ts counts the rows read).
  */
 
-/** What admission reads of a candidate. */
-export interface Candidate {
-  id: string;
-  lease_ttl_seconds: number;
-  timeout_seconds: number;
-  serial_key: string | null;
-  flow_key: string | null;
-  fair_round: number;
-  /** Its message and payload, in bytes (octet_length reads the stored length, not the text). */
-  bytes: number;
-}
+/** What admission reads of a candidate (one shape wherever it is read: the store's fast path too). */
+export type Candidate = LockedCandidate;
 type Ordered = Candidate & { priority: number; queued_at: number | null };
 
 const CANDIDATE_COLUMNS = ['id', 'lease_ttl_seconds', 'timeout_seconds', 'serial_key', 'flow_key', 'fair_round'] as const;

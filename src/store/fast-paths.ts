@@ -147,7 +147,7 @@ export interface FastPaths {
   >;
 }
 
-/** A candidate FastPaths.lockAgent read (src/engine/candidates.ts Candidate). */
+/** What admission reads of a candidate row (src/engine/candidates.ts), here or in FastPaths.lockAgent. */
 export interface LockedCandidate {
   id: string;
   lease_ttl_seconds: number;
@@ -155,6 +155,7 @@ export interface LockedCandidate {
   serial_key: string | null;
   flow_key: string | null;
   fair_round: number;
+  /** Its message and payload, in bytes (octet_length reads the stored length, not the text). */
   bytes: number;
 }
 
