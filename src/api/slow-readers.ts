@@ -179,6 +179,10 @@ export function boundUnreadAnswers(app: FastifyInstance, ledger: UnreadLedger): 
     if (payload.length < SLICED_FROM_BYTES / (typeof payload === 'string' ? 3 : 1)) return done(null, payload);
     const bytes = typeof payload === 'string' ? Buffer.byteLength(payload) : payload.length;
     if (bytes < SLICED_FROM_BYTES) return done(null, payload);
+    // The connection is gone (closed over a bound, or by its client) while requests it had
+    // pipelined were still being answered: no one will read this, and its close has passed, so
+    // an answer held for it would never be let go. The response itself goes nowhere.
+    if (req.raw.socket.destroyed) return done(null, payload);
     reply.header('content-length', bytes);
     done(null, ledger.answer(req.raw.socket, payload, bytes));
   });
