@@ -31,7 +31,7 @@ The API is up: see <a href="/openapi.json">/openapi.json</a>.</p>`;
  * /assets, talking only to its own origin (fetch and EventSource); it has no inline script or
  * style element (React and uPlot set styles through the DOM, which style-src does not govern),
  * so nothing is allowed inline and nothing from elsewhere. `data:` images: the empty favicon.
- * test/server/browser.tour.test.ts runs the dashboard under it and fails on any violation.
+ * test/server/browser.overview.test.ts runs the dashboard under it and fails on any violation.
  */
 export const DASHBOARD_CSP = [
   "default-src 'none'",
