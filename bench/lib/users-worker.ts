@@ -1,8 +1,11 @@
 /**
  * The worker process of the users' shape (bench/lib/users.ts): one process serving every agent,
  * as a deployment runs it. Started with one JSON argument (WorkerProcessConfig); speaks JSON
- * lines on stdout: {"ready":true} once it is serving, {"start":"<id>"} when a task's handler
- * starts (W2), {"done":N} when N tasks were reported (W1), then it stops on SIGTERM or stdin end.
+ * lines on stdout: {"ready":true} once it is serving, {"start":"<id>","at":"<ns>"} when a task's
+ * handler starts (W2; `at` is process.hrtime.bigint() taken as the handler starts: CLOCK_MONOTONIC
+ * on Linux, one clock for every process on the machine, so the bench compares it with its own
+ * stamp at the submit call), {"done":N} when N tasks were reported (W1), then it stops on SIGTERM
+ * or stdin end.
  *
  * Systems:
  * - sdk:     the worker SDK, one createWorker serving all the agents (`agents`);
@@ -54,7 +57,9 @@ const reportedOne = () => {
   if (++reported === cfg.tasks && cfg.workload === 'w1') say({ done: reported, connections });
 };
 const started = (id: string) => {
-  if (cfg.workload === 'w2') say({ start: id });
+  if (cfg.workload !== 'w2') return;
+  const at = process.hrtime.bigint(); // before the line is built and written: the pipe is not the user's latency
+  say({ start: id, at: String(at) });
 };
 
 const stops: Array<() => Promise<void>> = [];

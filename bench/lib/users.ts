@@ -13,8 +13,11 @@
  *
  * W2-users: an idle system; `agents` agents capped at 1, each with a waiting worker in the one
  * worker process; sequential submits round robin over the agents, `settleMs` apart. Latency:
- * just before the submit call → the worker process says the task's handler started (a line on
- * its stdout, read here; the same path for every system). BullMQ: a queue and a Worker per agent.
+ * process.hrtime.bigint() just before the submit call → the same clock read in the worker
+ * process as the task's handler starts (CLOCK_MONOTONIC on Linux, shared by every process on the
+ * machine; the worker sends its stamp on its stdout). `wake_pipe` is the older figure: until that
+ * line arrives here, which adds the pipe and this process's wake-up (a hop no user has). The same
+ * stamps for every system. BullMQ: a queue and a Worker per agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -65,8 +68,18 @@ export interface UsersRow {
     cpu_ms_per_task: { producer: number; server: number | null; worker: number };
     /** TCP connections the worker process opened to the server (Baton systems), from start to its last report. */
     worker_connections?: number;
+    /** Baton: requests the server answered per task, by route and status (its /metrics), over the whole phase. */
+    requests_per_task?: Record<string, number>;
   };
-  w2?: { submits: number; agents: number; wake: LatencySummary; submit_call: LatencySummary };
+  w2?: {
+    submits: number;
+    agents: number;
+    /** Submit call → the handler started, both stamped on the machine's monotonic clock. */
+    wake: LatencySummary;
+    /** Submit call → the worker's start line arrived in the bench process (adds the pipe hop). */
+    wake_pipe: LatencySummary;
+    submit_call: LatencySummary;
+  };
   verification?: Verification;
   verified?: boolean;
   error?: string;
@@ -76,6 +89,8 @@ export interface UsersRow {
 interface Target {
   /** The Baton server's process, if any. */
   serverPid?: number;
+  /** Baton: requests answered so far by route and status (the server's /metrics). */
+  requests?(): Promise<Record<string, number>>;
   submit(agent: string, i: number): Promise<string>;
   workerConfig: Partial<WorkerProcessConfig>;
   agentNames: string[];
@@ -142,6 +157,7 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
   const calls: number[] = [];
   let next = 0;
   const pids = [process.pid, target.serverPid, proc.child.pid!];
+  const requests0 = await target.requests?.();
   const ticks0 = pids.map((p) => (p === undefined ? null : cpuTicks(p)));
   const t0 = performance.now();
   const submitter = async () => {
@@ -161,6 +177,8 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
     const after = p === undefined ? null : cpuTicks(p);
     return before === null || before === undefined || after === null ? null : round(((after - before) * 10) / cfg.tasks, 3);
   });
+  // Read after the CPU ticks: rendering /metrics is not the phase's work.
+  const requests = await target.requests?.();
   return {
     tasks: cfg.tasks,
     seconds: round(seconds, 3),
@@ -169,33 +187,65 @@ async function w1(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promis
     submit_call: summarize(calls),
     cpu_ms_per_task: { producer: perTask[0]!, server: perTask[1] ?? null, worker: perTask[2]! },
     ...(connections !== undefined ? { worker_connections: connections } : {}),
+    ...(requests ? { requests_per_task: perTaskCounts(requests, requests0 ?? {}, cfg.tasks) } : {}),
   };
+}
+
+/** Requests answered during the phase, per task. */
+function perTaskCounts(after: Record<string, number>, before: Record<string, number>, tasks: number): Record<string, number> {
+  return Object.fromEntries(Object.entries(after).map(([k, n]) => [k, round((n - (before[k] ?? 0)) / tasks, 3)]));
+}
+
+/** Requests answered by route and status, from Prometheus text (the HTTP histogram's counts). */
+async function scrapeRequests(url: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(/^baton_http_request_duration_seconds_count\{([^}]*)\} (\d+)/gm)) {
+    const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+    if (labels.route === '/metrics') continue;
+    out[`${labels.method} ${labels.route} ${labels.status_code}`] = Number(m[2]);
+  }
+  return out;
 }
 
 async function w2(cfg: UsersConfig, target: Target, proc: WorkerProcess): Promise<NonNullable<UsersRow['w2']>> {
   const wake: number[] = [];
+  const wakePipe: number[] = [];
   const calls: number[] = [];
   for (let i = 0; i < cfg.w2Warmup + cfg.w2Submits; i++) {
     await sleep(cfg.settleMs);
     const t0 = performance.now();
+    const stamp = process.hrtime.bigint();
     const id = await target.submit(target.agentNames[i % target.agentNames.length]!, i);
     const t1 = performance.now();
-    const at = await proc.started(id);
+    const s = await proc.started(id);
     if (i >= cfg.w2Warmup) {
-      wake.push(at - t0);
+      wake.push(Number(s.stamp - stamp) / 1e6);
+      wakePipe.push(s.arrived - t0);
       calls.push(t1 - t0);
     }
   }
-  return { submits: cfg.w2Submits, agents: target.agentNames.length, wake: summarize(wake), submit_call: summarize(calls) };
+  return {
+    submits: cfg.w2Submits,
+    agents: target.agentNames.length,
+    wake: summarize(wake),
+    wake_pipe: summarize(wakePipe),
+    submit_call: summarize(calls),
+  };
 }
 
 interface WorkerProcess {
   child: ChildProcess;
   ready: Promise<void>;
   done: Promise<{ connections?: number }>;
-  /** When the task's start line arrived (performance.now()). */
-  started(id: string): Promise<number>;
+  /** When the task's handler started (the worker's hrtime stamp) and when its line arrived here (performance.now()). */
+  started(id: string): Promise<Started>;
   stop(): Promise<void>;
+}
+
+interface Started {
+  stamp: bigint;
+  arrived: number;
 }
 
 function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
@@ -210,8 +260,8 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     stderr = (stderr + c).slice(-10_000);
     if (process.env.BENCH_WORKER_STDERR) process.stderr.write(c);
   });
-  const starts = new Map<string, number>();
-  const waiters = new Map<string, (at: number) => void>();
+  const starts = new Map<string, Started>();
+  const waiters = new Map<string, (s: Started) => void>();
   let ready!: () => void;
   let done!: (d: { connections?: number }) => void;
   let failed!: (err: Error) => void;
@@ -226,13 +276,14 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     partial = lines.pop()!;
     for (const line of lines) {
       if (!line.startsWith('{')) continue; // a peer's own log line (graphile-worker logs to stdout)
-      const m = JSON.parse(line) as { ready?: true; start?: string; done?: number; connections?: number };
+      const m = JSON.parse(line) as { ready?: true; start?: string; at?: string; done?: number; connections?: number };
       if (m.ready) ready();
       else if (m.done !== undefined) done({ connections: m.connections });
       else if (m.start !== undefined) {
+        const s: Started = { stamp: BigInt(m.at!), arrived: now };
         const w = waiters.get(m.start);
-        if (w) w(now);
-        else starts.set(m.start, now);
+        if (w) w(s);
+        else starts.set(m.start, s);
       }
     }
   });
@@ -248,7 +299,7 @@ function startWorkerProcess(wp: WorkerProcessConfig): WorkerProcess {
     started(id) {
       const at = starts.get(id);
       if (at !== undefined) return Promise.resolve(at);
-      return Promise.race([new Promise<number>((r) => waiters.set(id, r)), failure]);
+      return Promise.race([new Promise<Started>((r) => waiters.set(id, r)), failure]);
     },
     async stop() {
       child.stdin!.end();
@@ -267,6 +318,7 @@ async function batonTarget(cfg: UsersConfig, store: StoreKind, names: string[], 
   for (const name of names) await client.createAgent({ name, max_parallel: cap, max_backlog: backlog });
   return {
     serverPid: server.pid,
+    requests: () => scrapeRequests(server.url),
     agentNames: names,
     workerConfig: { baton: { url: server.url, key: server.key } },
     async submit(agent, i) {
@@ -379,7 +431,9 @@ export const USERS_HEAD = [
   'submit p50 ms',
   'start p50 ms',
   'start p99 ms',
+  'start p50 ms, via pipe',
   'CPU ms/task producer/server/worker',
+  'requests/task (worker)',
   'check',
 ];
 
@@ -396,7 +450,7 @@ export function usersTableRows(rows: UsersRow[]): string[][] {
     n === undefined ? '' : n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d });
   return rows.map((r) => {
     const base = [SYSTEM_LABEL[r.system], r.store, r.workload === 'w1' ? 'W1-users' : 'W2-users'];
-    if (r.error) return [...base, 'ERROR', '', '', '', '', '', r.error.split('\n')[0]!.slice(0, 80)];
+    if (r.error) return [...base, 'ERROR', '', '', '', '', '', '', '', r.error.split('\n')[0]!.slice(0, 80)];
     const check =
       r.verification === undefined
         ? ''
@@ -406,8 +460,28 @@ export function usersTableRows(rows: UsersRow[]): string[][] {
     if (r.w1) {
       const c = r.w1.cpu_ms_per_task;
       const cpu = `${f(c.producer, 2)} / ${c.server === null ? '–' : f(c.server, 2)} / ${f(c.worker, 2)}`;
-      return [...base, f(r.w1.tasks_per_s), f(r.w1.submits_per_s), f(r.w1.submit_call.p50, 2), '', '', cpu, check];
+      return [
+        ...base,
+        f(r.w1.tasks_per_s),
+        f(r.w1.submits_per_s),
+        f(r.w1.submit_call.p50, 2),
+        '',
+        '',
+        '',
+        cpu,
+        workerRequests(r.w1),
+        check,
+      ];
     }
-    return [...base, '', '', f(r.w2!.submit_call.p50, 2), f(r.w2!.wake.p50, 2), f(r.w2!.wake.p99, 2), '', check];
+    const w = r.w2!;
+    return [...base, '', '', f(w.submit_call.p50, 2), f(w.wake.p50, 2), f(w.wake.p99, 2), f(w.wake_pipe.p50, 2), '', '', check];
   });
+}
+
+/** The worker's requests per task: every answered request but the producer's submits. */
+function workerRequests(w1: NonNullable<UsersRow['w1']>): string {
+  if (!w1.requests_per_task) return '';
+  let n = 0;
+  for (const [k, v] of Object.entries(w1.requests_per_task)) if (!k.startsWith('POST /v1/agents/:agent/executions ')) n += v;
+  return n.toFixed(2);
 }
