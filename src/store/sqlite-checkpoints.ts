@@ -25,8 +25,16 @@ export const SWEEP_AUTOCHECKPOINT_PAGES = 100_000;
  * the reader's snapshot already).
  */
 export const WRITER_AUTOCHECKPOINT_PAGES = 40_000;
-/** How often the worker thread checkpoints the WAL, when something was committed since the last time. */
-export const BACKGROUND_CHECKPOINT_MS = 100;
+/**
+ * How often the worker thread checkpoints the WAL, when something was committed since the last time.
+ * A pass copies the newest version of every page written since the one before and syncs the WAL
+ * and the database file: under steady writes the same pages (the last leaves of the tables and
+ * their indexes, the agents' counters) are written again and again between passes, and one copy
+ * and one pair of syncs cover all of those writes: the rarer the passes, the less they cost the
+ * process per write. A checkpoint is not durability (a commit is durable in the WAL): a longer wait
+ * leaves only more frames to copy at the next pass, which checks the WAL's bound (WAL_RESTART_FRAMES).
+ */
+export const BACKGROUND_CHECKPOINT_MS = 1000;
 /**
  * The WAL length (frames) at which a background checkpoint also lets the WAL start over. SQLite
  * starts it over only when a writer begins with every frame copied, and under steady writes the
