@@ -13,7 +13,7 @@ import {
 import { poolTurn, POOL_TURN_REFRESH_MS, type PoolTurn, type PoolWait } from '../domain/pool-turns.ts';
 import { nextStartAt, parseThrottle, type Throttle } from '../domain/throttle.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
-import type { LockedPools } from '../store/fast-paths.ts';
+import { lockedPools as poolsFromRows, type LockedPools } from '../store/fast-paths.ts';
 import type { AgentRow } from '../store/schema.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
 import { writePoolWait } from './pool-turns.ts';
@@ -81,6 +81,56 @@ const lockedPools = perStore((store) =>
   }),
 );
 const unlockedPools = preparedQuery(poolsQuery);
+
+/**
+ * SQLite: the pools named `n0`, `n1`, … with each seated pool's seats in use and its waits, in one
+ * statement, as FastPaths.lockPools answers on PostgreSQL (a row per pool, in name order, its
+ * seats in use as `since`; then a row per wait of a seated pool). One statement suffices there: the
+ * admission transaction is the one writer (BEGIN IMMEDIATE) and locks no rows, so reading the
+ * pools, their seats and their waits apart saw the same state.
+ */
+const sqlitePoolsQuery = preparedQuery((tx: Executor, p: Record<string, string>, count: number) => {
+  const names = Array.from({ length: count }, (_, i) => p[`n${i}`]!);
+  return tx
+    .selectFrom('pools as x')
+    .select([
+      sql<number>`0`.as('part'),
+      'x.name as pool',
+      'x.max_parallel',
+      'x.throttle',
+      'x.throttle_tat',
+      sql<string | null>`null`.as('agent'),
+      sql<number | null>`CASE WHEN x.max_parallel IS NOT NULL THEN (SELECT coalesce(sum(a.running_count), 0)
+        FROM agent_pools ap JOIN agents a ON a.name = ap.agent WHERE ap.pool = x.name) END`.as('since'),
+      sql<number | null>`null`.as('seen_at'),
+    ])
+    .where('x.name', 'in', names)
+    .unionAll(
+      tx
+        .selectFrom('pool_waits as w')
+        .innerJoin('pools as x', 'x.name', 'w.pool')
+        .select([
+          sql<number>`1`.as('part'),
+          'w.pool',
+          sql<number | null>`null`.as('max_parallel'),
+          sql<string | null>`null`.as('throttle'),
+          sql<number | null>`null`.as('throttle_tat'),
+          'w.agent',
+          'w.since',
+          'w.seen_at',
+        ])
+        .where('w.pool', 'in', names)
+        .where('x.max_parallel', 'is not', null),
+    )
+    .orderBy('part')
+    .orderBy('pool')
+    .orderBy('agent');
+});
+
+async function sqlitePools(tx: Executor, names: readonly string[]): Promise<LockedPools> {
+  const rows = await sqlitePoolsQuery(tx, Object.fromEntries(names.map((n, i) => [`n${i}`, n])), names.length);
+  return poolsFromRows(rows);
+}
 
 /** The pools' rows, locked in name order (after the agent's: nothing locks a pool and then an agent). */
 async function lockPools(tx: Executor, store: StoreAdapter | null, names: readonly string[]): Promise<LockedPool[]> {
@@ -186,8 +236,16 @@ export async function flowGate(
     room = Math.min(room, starts);
   }
   // Where the store has fast paths, the locks, the seats and the waits are one call (one round
-  // trip less while the pools are locked); else a statement for the locks and one for each pool's seats.
-  const fast = store?.fastPaths && names.length > 0 ? (locked ?? (await store.fastPaths.lockPools(tx, names))) : null;
+  // trip less while the pools are locked), and on SQLite one statement; else a statement for the
+  // locks and one for each pool's seats.
+  const fast =
+    !store || names.length === 0
+      ? null
+      : store.fastPaths
+        ? (locked ?? (await store.fastPaths.lockPools(tx, names)))
+        : store.kind === 'sqlite'
+          ? await sqlitePools(tx, names)
+          : null;
   for (const p of fast ? fast.pools : await lockPools(tx, store, names)) {
     if (p.max_parallel !== null) {
       const { inUse, waits } = fast?.seats.get(p.name) ?? (await seatsAndWaits(tx, p.name));

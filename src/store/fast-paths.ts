@@ -164,3 +164,33 @@ export interface LockedPools {
   pools: Array<{ name: string; max_parallel: number | null; throttle: string | null; throttle_tat: number | null }>;
   seats: Map<string, { inUse: number; waits: Array<{ agent: string; since: number; seen_at: number }> }>;
 }
+
+/** A row of baton_lock_pools (PostgreSQL) or of the pools' one read on SQLite (src/engine/pools.ts). */
+export interface LockedPoolRow {
+  pool: string;
+  max_parallel: number | null;
+  throttle: string | null;
+  throttle_tat: string | number | null;
+  agent: string | null;
+  since: string | number | null;
+  seen_at: string | number | null;
+}
+
+/** Those rows (a pool, then the waits of the seated pools) as LockedPools. */
+export function lockedPools(rows: readonly LockedPoolRow[]): LockedPools {
+  const out: LockedPools = { pools: [], seats: new Map() };
+  for (const r of rows) {
+    if (r.agent !== null) {
+      out.seats.get(r.pool)?.waits.push({ agent: r.agent, since: Number(r.since), seen_at: Number(r.seen_at) });
+      continue;
+    }
+    out.pools.push({
+      name: r.pool,
+      max_parallel: r.max_parallel,
+      throttle: r.throttle,
+      throttle_tat: r.throttle_tat === null ? null : Number(r.throttle_tat),
+    });
+    if (r.max_parallel !== null) out.seats.set(r.pool, { inUse: Number(r.since), waits: [] });
+  }
+  return out;
+}

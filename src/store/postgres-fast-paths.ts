@@ -3,7 +3,17 @@ import { CLAIM_STAMP_EVERY_MS } from '../domain/admission.ts';
 import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import { BacklogFull, NotFound } from '../domain/errors.ts';
 import { newLeaseToken } from '../domain/ids.ts';
-import type { ClaimRequest, CompletionRequest, FastPaths, LockedCandidate, LockedPools, SubmitRequest, Submitted } from './fast-paths.ts';
+import {
+  lockedPools,
+  type ClaimRequest,
+  type CompletionRequest,
+  type FastPaths,
+  type LockedCandidate,
+  type LockedPoolRow,
+  type LockedPools,
+  type SubmitRequest,
+  type Submitted,
+} from './fast-paths.ts';
 import type { AgentRow, DB, ExecutionRow } from './schema.ts';
 
 const made = new WeakMap<Kysely<DB>, FastPaths>();
@@ -210,34 +220,4 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
 async function lockPools(tx: Kysely<DB>, names: readonly string[]): Promise<LockedPools> {
   const { rows } = await sql<LockedPoolRow>`SELECT * FROM baton_lock_pools(${[...names]}::text[])`.execute(tx);
   return lockedPools(rows);
-}
-
-/** A row of baton_lock_pools. */
-interface LockedPoolRow {
-  pool: string;
-  max_parallel: number | null;
-  throttle: string | null;
-  throttle_tat: string | number | null;
-  agent: string | null;
-  since: string | number | null;
-  seen_at: string | number | null;
-}
-
-/** baton_lock_pools' rows (a pool, then the waits of the seated pools) as LockedPools. */
-function lockedPools(rows: readonly LockedPoolRow[]): LockedPools {
-  const out: LockedPools = { pools: [], seats: new Map() };
-  for (const r of rows) {
-    if (r.agent !== null) {
-      out.seats.get(r.pool)?.waits.push({ agent: r.agent, since: Number(r.since), seen_at: Number(r.seen_at) });
-      continue;
-    }
-    out.pools.push({
-      name: r.pool,
-      max_parallel: r.max_parallel,
-      throttle: r.throttle,
-      throttle_tat: r.throttle_tat === null ? null : Number(r.throttle_tat),
-    });
-    if (r.max_parallel !== null) out.seats.set(r.pool, { inUse: Number(r.since), waits: [] });
-  }
-  return out;
 }

@@ -13,10 +13,13 @@ type MakeRow = (r: unknown[]) => Record<string, unknown>;
  * name keeps the last value).
  *
  * SQLite prepares a statement again by itself when the schema changed (another process ran
- * `baton migrate`), and its columns may then differ: after each run the connection's schema
- * cookie (`schemaVersion`, cheap inside a transaction, where every hot statement runs) is
- * compared with the one the function was made for, and a change makes it again from the columns
- * of the program that just ran.
+ * `baton migrate`), and a statement that takes its columns from the tables (`SELECT *`, `t.*`,
+ * `RETURNING *`) may then return others: after each run of such a statement the connection's
+ * schema cookie (`schemaVersion`) is compared with the one the function was made for, and a
+ * change makes it again from the columns of the program that just ran. A statement without `*`
+ * names each of its columns in its text (by alias or by column), so prepared again it returns the
+ * same names in the same order, or fails to prepare where one is gone: it is made once and runs
+ * without the check.
  */
 export function rowsAsObjects(stmt: Database.Statement, schemaVersion: () => number): SqliteStatement {
   if (!stmt.reader) return stmt;
@@ -33,10 +36,13 @@ export function rowsAsObjects(stmt: Database.Statement, schemaVersion: () => num
     return new Function('r', `return { ${body} };`) as MakeRow;
   };
   make = remake(schemaVersion());
+  const fromTables = stmt.source.includes('*');
   const rows = stmt.raw(true);
   const toObjects = (arrays: unknown[][]): Record<string, unknown>[] => {
-    const version = schemaVersion();
-    if (version !== made) make = remake(version);
+    if (fromTables) {
+      const version = schemaVersion();
+      if (version !== made) make = remake(version);
+    }
     const out = new Array<Record<string, unknown>>(arrays.length);
     if (make) for (let i = 0; i < arrays.length; i++) out[i] = make(arrays[i]!);
     else {

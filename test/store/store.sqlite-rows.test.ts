@@ -56,6 +56,17 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite rows as arrays', () => {
     }
     const each = [...rowsAsObjects(db.prepare('SELECT * FROM t ORDER BY id'), () => version.get() as number).iterate([])];
     expect(each).toStrictEqual(db.prepare('SELECT * FROM t ORDER BY id').all());
+    // The cookie is read after each run only where the columns come from the tables (`*`).
+    let reads = 0;
+    const counted = () => (reads++, version.get() as number);
+    const named = rowsAsObjects(db.prepare('SELECT id, name FROM t ORDER BY id'), counted);
+    named.all([]);
+    named.all([]);
+    expect(reads).toBe(1);
+    const starred = rowsAsObjects(db.prepare('SELECT * FROM t ORDER BY id'), counted);
+    starred.all([]);
+    starred.all([]);
+    expect(reads).toBe(4);
     // A statement that returns no rows runs as before.
     const run = rowsAsObjects(db.prepare("UPDATE t SET note = 'y' WHERE id = 1"), () => version.get() as number);
     expect(run.reader).toBe(false);
@@ -75,6 +86,12 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite rows as arrays', () => {
         .selectAll()
         .execute();
     expect(await read()).toEqual([{ id: 1, a: 'A', b: 'B' }]);
+    const readNamed = () =>
+      store.db
+        .selectFrom('shapes' as never)
+        .select(['a', 'id'] as never)
+        .execute();
+    expect(await readNamed()).toEqual([{ a: 'A', id: 1 }]);
     const other = new Database(file);
     try {
       // A column added: the same statement text, one more column.
@@ -87,6 +104,13 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite rows as arrays', () => {
       const rows = await read();
       expect(rows).toEqual([{ c: 'C', b: 'B', id: 1, a: 'A' }]);
       expect(Object.keys(rows[0] as object)).toEqual(['c', 'b', 'id', 'a']);
+      // A statement naming its columns returns those names in its own order, whatever the table's.
+      const named = await readNamed();
+      expect(named).toEqual([{ a: 'A', id: 1 }]);
+      expect(Object.keys(named[0] as object)).toEqual(['a', 'id']);
+      // One whose column is gone fails, rather than return other columns.
+      other.exec('ALTER TABLE shapes DROP COLUMN a');
+      await expect(readNamed()).rejects.toThrow(/no such column/);
     } finally {
       other.close();
       await store.close();

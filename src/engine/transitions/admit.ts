@@ -4,13 +4,14 @@ import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
 import type { DeliveryMode } from '../../domain/delivery.ts';
 import { newLeaseToken } from '../../domain/ids.ts';
+import { sql } from 'kysely';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
 import { candidatesFor, keyedCandidates } from '../candidates.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
 import { factsMayChange, poolBudgeted, refreshFastPathFacts } from '../fast-path-facts.ts';
-import { KEY_ADMISSION_COLUMNS, KeyGate, raiseAdmitRound } from '../flow-keys.ts';
+import { KEY_ADMISSION_COLUMNS, KeyGate, keyRunningColumn, keyRunningOf, raiseAdmitRound } from '../flow-keys.ts';
 import { requireLiveKey } from '../claim-key.ts';
 import { admissionNow } from '../holds.ts';
 import { endPoolWaits } from '../pool-turns.ts';
@@ -122,7 +123,14 @@ async function takeRows(
 const admissionAgentFor = perStore((store) =>
   preparedQuery((db: Tx, p: { agent: string }) =>
     store.lockRows(
-      db.selectFrom('agents').select(ADMISSION_COLUMNS).select(BREAKER_COLUMNS).select(poolBudgeted).where('name', '=', p.agent),
+      db
+        .selectFrom('agents')
+        .select(ADMISSION_COLUMNS)
+        .select(BREAKER_COLUMNS)
+        .select(poolBudgeted)
+        // On SQLite the running tasks per key ride along (keyRunningColumn says why only there).
+        .select(store.kind === 'sqlite' ? keyRunningColumn : sql<null>`NULL`.as('key_running'))
+        .where('name', '=', p.agent),
       'admission',
     ),
   ),
@@ -190,7 +198,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   const want = Math.min(probe ? 1 : opts.max, free);
   // Per-key caps and throttles (src/engine/flow-keys.ts): shut keys are left out of the query, and
   // as rows of one key may fill it within the batch, it reads more than it may take.
-  const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked?.running);
+  const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked ? locked.running : keyRunningOf(row!.key_running));
   const p = { agent: agentName, now: opts.now };
   // The candidates read with the lock are the first rows of the same walk: enough unless keys are shut.
   const early = locked?.candidates;
