@@ -1,7 +1,7 @@
 /**
  * The `history` scenario: does Baton stay fast as its history grows?
  *
- * One database per store (SQLite file under /tmp/bench-history-*, or a PostgreSQL schema
+ * One database per store (SQLite file under $TMPDIR/bench-history-*, or a PostgreSQL schema
  * bench_history_*), 100 agents `hist-000`…`hist-099` created through the engine. Then:
  *   1. empty store: start `baton up` (its own process, port 7600+), run the probes, stop it;
  *   2. fill N past executions through the fast path (bench/lib/history-fill.ts), ANALYZE,
@@ -29,6 +29,7 @@
  * at N; worst /healthz ≤ 100 ms throughout; pruning ≥ 20,000 executions/s.
  */
 import { mkdtempSync, rmSync, statSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import Database from 'better-sqlite3';
@@ -249,7 +250,7 @@ function historyDb(kind: StoreKind, pgUrl: string): HistoryDb {
 }
 
 function makeHistoryDb(kind: StoreKind, pgUrl: string): HistoryDb {
-  const dataDir = mkdtempSync(`/tmp/bench-history-${kind}-`);
+  const dataDir = mkdtempSync(join(tmpdir(), `bench-history-${kind}-`));
   if (kind === 'sqlite') {
     const file = join(dataDir, 'baton.sqlite');
     return {

@@ -13,6 +13,7 @@ import {
   type Finding,
   type Invariant,
   type OpenViolation,
+  type SliceCursor,
   type StateInvariant,
 } from './types.ts';
 
@@ -30,6 +31,27 @@ export interface CanaryRunOptions {
   full?: boolean;
   /** Wall time after which a cycle reads no further chunk of events. Default none; the canary's own cycles (Canary) use EVENTS_READ_BUDGET_MS. */
   readBudgetMs?: number;
+  /** Rows a state invariant that reads its population in slices (E-04) reads a cycle. Default SLICE_ROWS. */
+  sliceRows?: number;
+}
+
+/**
+ * Queued rows E-04 reads a cycle: a cycle's read stays bounded however deep the backlog, and each
+ * queued row is read within ceil(queued / SLICE_ROWS) + 1 cycles.
+ */
+export const SLICE_ROWS = 10_000;
+
+/**
+ * Where each sliced state invariant stopped, per store, in this process: a restarted process
+ * starts its laps over, which reads some rows sooner and skips none.
+ */
+const places = new WeakMap<StoreAdapter, Map<string, unknown>>();
+
+function sliceCursor(store: StoreAdapter, id: string, rows: number): SliceCursor {
+  let byInvariant = places.get(store);
+  if (!byInvariant) places.set(store, (byInvariant = new Map()));
+  const m = byInvariant;
+  return { rows, get: () => m.get(id), set: (place) => m.set(id, place) };
 }
 
 /** What one cycle found. Ids and reason codes only. */
@@ -62,9 +84,25 @@ function finish(id: string, found: Findings, checkedAt: number, notes: string[] 
   };
 }
 
-async function judgeState(tx: Tx, kind: StoreKind, inv: StateInvariant, now: number, timing: CanaryTiming, open: ReadonlySet<string>) {
+async function judgeState(
+  tx: Tx,
+  kind: StoreKind,
+  inv: StateInvariant,
+  now: number,
+  timing: CanaryTiming,
+  open: ReadonlySet<string>,
+  slices: SliceCursor | undefined,
+) {
   const notes: string[] = [];
-  const ctx: CheckContext = { now, graceMs: inv.grace(timing), timing, kind, note: (t) => notes.push(t) };
+  const ctx: CheckContext = {
+    now,
+    graceMs: inv.grace(timing),
+    timing,
+    kind,
+    note: (t) => notes.push(t),
+    open,
+    ...(slices ? { slices } : {}),
+  };
   const population = await inv.population(tx, ctx);
   const found = new Findings(open);
   found.add(inv.evaluate(population, ctx));
@@ -124,7 +162,8 @@ export async function runCanaryOnce(opts: CanaryRunOptions): Promise<CycleReport
 
       const byId = new Map<string, CheckResult>();
       for (const inv of invariants.filter(isState)) {
-        const { cutNew: _c, ...r } = await judgeState(tx, store.kind, inv, clock(), timing, openSubjects(inv.id));
+        const slices = full ? undefined : sliceCursor(store, inv.id, opts.sliceRows ?? SLICE_ROWS);
+        const { cutNew: _c, ...r } = await judgeState(tx, store.kind, inv, clock(), timing, openSubjects(inv.id), slices);
         byId.set(inv.id, r);
         await yieldToLoop();
       }

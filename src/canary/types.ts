@@ -28,6 +28,20 @@ export interface CheckContext {
   kind: StoreKind;
   /** Say something about a partial check. */
   note(text: string): void;
+  /** A state invariant's open subjects, judged again each cycle by one that reads its population in slices. */
+  open?: ReadonlySet<string>;
+  /**
+   * Where a state invariant that reads its population in slices stopped last cycle, kept by the
+   * canary's process (absent in a full check, which reads the whole population).
+   */
+  slices?: SliceCursor;
+}
+
+/** A state invariant's place in its population between cycles, and how many rows a slice holds. */
+export interface SliceCursor {
+  rows: number;
+  get(): unknown;
+  set(place: unknown): void;
 }
 
 interface InvariantMeta {

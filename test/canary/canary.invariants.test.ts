@@ -206,6 +206,52 @@ describe('E-04 queued rows carry valid metadata', () => {
   });
 });
 
+describe('E-04 reads the queue a slice a cycle', () => {
+  const queuedRows = async () =>
+    Number(
+      (
+        await ts.store.db
+          .selectFrom('executions')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .where('status', '=', 'queued')
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
+
+  it('finds a broken row within a lap of the queue, keeps it open while other slices are read, and resolves it once fixed', async () => {
+    const agent = await newAgent();
+    // A cycle with the default slice reads the whole queue and starts the next lap at its newest row.
+    await cycle();
+    const t = clock();
+    const bad = await writeRow(ts.store, t, { agent, payload: '{sliced' });
+    for (let i = 1; i <= 4; i++) await writeRow(ts.store, t, { agent, created_at: t + i });
+    const sliced = () => runCanaryOnce({ store: ts.store, clock, sliceRows: 2 });
+    // Four rows are newer than the broken one: the first slice of two does not reach it.
+    expect(await findings('E-04', bad.id, await sliced())).toEqual([]);
+    const lap = Math.ceil((await queuedRows()) / 2) + 1;
+    let found = 0;
+    for (let i = 0; i < lap && !found; i++) if ((await findings('E-04', bad.id, await sliced())).length) found = i + 1;
+    expect(found).toBeGreaterThan(0);
+    // Later cycles read other slices, and the open violation is judged again in each.
+    for (let i = 0; i < 3; i++) expect(await findings('E-04', bad.id, await sliced())).toEqual(['payload_invalid']);
+    expect((await openViolation('E-04', bad.id))?.reason).toBe('payload_invalid');
+    await ts.store.db.updateTable('executions').set({ payload: '{}' }).where('id', '=', bad.id).execute();
+    expect(await findings('E-04', bad.id, await sliced())).toEqual([]);
+    expect(await openViolation('E-04', bad.id)).toBeUndefined();
+  });
+
+  it('reads the whole queue in a full check', async () => {
+    const agent = await newAgent();
+    await cycle();
+    const t = clock();
+    const bad = await writeRow(ts.store, t, { agent, origin: 'not json' });
+    for (let i = 1; i <= 4; i++) await writeRow(ts.store, t, { agent, created_at: t + i });
+    const r = await runCanaryOnce({ store: ts.store, clock, sliceRows: 2, full: true });
+    expect(await findings('E-04', bad.id, r)).toEqual(['origin_invalid']);
+    await ts.store.db.updateTable('executions').set({ status: 'cancelled', completed_at: t }).where('id', '=', bad.id).execute();
+  });
+});
+
 describe('E-06 no enabled schedule overdue beyond its misfire grace', () => {
   const grace = graces.schedulerLag(DEFAULT_TIMING);
   let sid = 0;

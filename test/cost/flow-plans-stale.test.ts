@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { F02 } from '../../src/canary/invariants/flow.ts';
+import { E04 } from '../../src/canary/invariants/queue.ts';
 import { AHEAD_COUNT_CAP } from '../../src/domain/admission.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { KeyGate, keyWaiting } from '../../src/engine/flow-keys.ts';
@@ -32,6 +33,8 @@ const BACKLOG = 3_000;
 const AGENTS = ['fp-deep', 'fp-a', 'fp-b', 'fp-c'];
 /** Pages one statement of an agent seek may read (index descent and a few rows per agent). */
 const AGENT_SEEK_PAGES = 40;
+/** Queued rows a slice of canary E-04 holds here. */
+const SLICE = 100;
 
 let ts: TestStore;
 let store: StoreAdapter;
@@ -137,6 +140,14 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
     expect(folded.message).toBe('b2');
     const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     expect(await during('stale canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
+    // Canary E-04 reads the queue a slice a cycle: two slices, the second from where the first
+    // stopped, each a range of executions_status_recent in its order, never the whole queue sorted.
+    let place: unknown;
+    const slices = { rows: SLICE, get: () => place, set: (p: unknown) => (place = p) };
+    const sliced = { ...ctx, open: new Set<string>(), slices };
+    for (const label of ['stale canary E-04', 'stale canary E-04 next'])
+      expect(await during(label, () => engine.store.snapshot((tx) => E04.population(tx, sliced)))).toEqual([]);
+    expect(place).toBeDefined();
 
     // PostgreSQL: the rows each statement takes, counted as it runs (SQLite reports none).
     await expectBacklogUnread(
@@ -172,6 +183,7 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
         expect(candidates).not.toMatch(/Sort Key: e\.priority/);
       }
     }
+    await expectBacklogUnread(['stale canary E-04', 'stale canary E-04 next'], SLICE + 10);
     await expectBacklogUnread(['stale waiting 500 deep'], 500 + 10);
     await expectBacklogUnread(['stale waiting 2000 deep'], AHEAD_COUNT_CAP + 10);
   });

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { waitingSince } from '../../engine/backlog.ts';
 import { inIndexOrder } from '../../engine/candidates.ts';
 import { BREAKER_COLUMNS } from '../../engine/breaker.ts';
@@ -5,6 +6,7 @@ import { admissionNow } from '../../engine/holds.ts';
 import { FLOW_COLUMNS, flowGate } from '../../engine/pools.ts';
 import { graces } from '../graces.ts';
 import { status } from '../sql.ts';
+import { queuedOfAgent } from './seats.ts';
 import { MAX_FINDINGS, type Finding, type StateInvariant } from '../types.ts';
 
 const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
@@ -131,7 +133,8 @@ export const B05: StateInvariant<StaleQueued> = {
 interface BacklogCount {
   agent: string;
   max_backlog: number;
-  fresh_queued: number;
+  /** Null when the agent's queued rows are within max_backlog, so its fresh ones are too. */
+  fresh_queued: number | null;
 }
 
 /**
@@ -139,7 +142,9 @@ interface BacklogCount {
  * changed. The submit path refuses at max_backlog by counters of *every* queued row (S-05), so those rows
  * alone can never exceed it — whereas the full queued count legitimately can: the reaper
  * re-queues lapsed rows and a release hands rows back regardless of max_backlog, and lowering
- * max_backlog leaves the existing queue in place.
+ * max_backlog leaves the existing queue in place. The fresh rows are a part of the queued ones,
+ * so they are counted (from the rows: a heap read each) only for an agent whose queued rows,
+ * counted from executions_admission alone, exceed max_backlog.
  */
 export const B06: StateInvariant<BacklogCount> = {
   kind: 'state',
@@ -153,17 +158,16 @@ export const B06: StateInvariant<BacklogCount> = {
   },
   grace: () => 0,
   async population(tx, ctx) {
-    // Per agent (one row each, as S-05 reads), a count of its queued rows created after its
-    // settings changed, read on PostgreSQL in executions_admission's order under inIndexOrder: a
-    // walk of that agent's queued rows only (SQLite seeks by agent unasked). Left to choose, PostgreSQL with statistics of before the queue
-    // grew seeks executions_status_recent by status and reads every agent's queued rows for each
-    // agent. evaluate keeps the agents over their limit.
+    // Per agent (one row each, as S-05 reads), counts read on PostgreSQL in executions_admission's
+    // order under inIndexOrder: a walk of that agent's queued rows only (SQLite seeks by agent
+    // unasked). Left to choose, PostgreSQL with statistics of before the queue grew seeks
+    // executions_status_recent by status and reads every agent's queued rows for each agent.
     const rows = await inIndexOrder({ kind: ctx.kind }, tx, () =>
       tx
         .selectFrom('agents as a')
         .select(['a.name as agent', 'a.max_backlog'])
-        .select((eb) =>
-          eb
+        .select((eb) => {
+          const fresh = eb
             .selectFrom(
               eb
                 .selectFrom('executions as e')
@@ -175,16 +179,16 @@ export const B06: StateInvariant<BacklogCount> = {
                 .$if(ctx.kind === 'postgres', (q) => q.orderBy('e.priority').orderBy('e.fair_round').orderBy('e.queued_at').orderBy('e.id'))
                 .as('q'),
             )
-            .select((q) => q.fn.countAll<number>().as('n'))
-            .as('fresh_queued'),
-        )
+            .select((q) => q.fn.countAll<number>().as('n'));
+          return sql<number | null>`CASE WHEN (${queuedOfAgent(eb, ctx.kind)}) > a.max_backlog THEN (${fresh}) END`.as('fresh_queued');
+        })
         .execute(),
     );
-    return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: Number(r.fresh_queued) }));
+    return rows.map((r) => ({ agent: r.agent, max_backlog: Number(r.max_backlog), fresh_queued: n(r.fresh_queued) }));
   },
   evaluate(rows) {
     return rows
-      .filter((r) => r.fresh_queued > r.max_backlog)
+      .filter((r) => r.fresh_queued !== null && r.fresh_queued > r.max_backlog)
       .map((r): Finding => ({
         subject: r.agent,
         agent: r.agent,

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { isTerminal } from '../../domain/states.ts';
 import { graces } from '../graces.ts';
 import { forScope, inScope, status, statuses } from '../sql.ts';
-import type { ActivityInvariant, Finding, StateInvariant } from '../types.ts';
+import type { ActivityInvariant, Finding } from '../types.ts';
 
 const zero = () => 0;
 const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
@@ -65,59 +65,6 @@ function judgeEnded(rows: Ended[]): Finding[] {
   }
   return out;
 }
-
-interface QueuedRow {
-  id: string;
-  agent: string;
-  agent_exists: string | null;
-  /** 1 when the payload is JSON (json_valid, in the database: no payload is read here). */
-  payload_ok: number;
-  origin_ok: number;
-  attempt: number;
-  max_redeliveries: number;
-}
-
-/** E-04. Checks every queued row's payload once per cycle, in the database: its cost grows with the backlog, never with history. */
-export const E04: StateInvariant<QueuedRow> = {
-  kind: 'state',
-  id: 'E-04',
-  tier: 'A',
-  severity: 'critical',
-  holds: 'queued rows carry valid metadata: their agent exists, payload and origin parse, attempts are within the redelivery limit',
-  diagnoses: {
-    agent_missing:
-      'a queued execution names an agent that does not exist: agent deletion did not cancel its queue, or a create path skipped the agent lookup (Agents.delete in engine/agents.ts, transitions/create.ts)',
-    payload_invalid: 'a queued execution carries a payload that is not JSON: a create path stored it unserialised (transitions/create.ts)',
-    origin_invalid: 'a queued execution carries an origin that is not JSON: a create path stored it unserialised (transitions/create.ts)',
-    attempt_out_of_range:
-      'a queued execution has spent more deliveries than its limit: the reaper should have parked it as poisoned (transitions/expire.ts)',
-  },
-  grace: zero,
-  async population(tx) {
-    return (
-      tx
-        .selectFrom('executions as e')
-        .leftJoin('agents as a', 'a.name', 'e.agent')
-        .select(['e.id', 'e.agent', 'a.name as agent_exists', 'e.attempt', 'e.max_redeliveries'])
-        // SQLite's json_valid, or the function of that name the PostgreSQL schema defines.
-        .select([sql<number>`json_valid(e.payload)`.as('payload_ok'), sql<number>`json_valid(e.origin)`.as('origin_ok')])
-        .where('e.status', '=', status('queued'))
-        .execute()
-    );
-  },
-  evaluate(rows) {
-    const out: Finding[] = [];
-    for (const r of rows) {
-      const f = (reason: string, detail?: Finding['detail']) => out.push({ subject: r.id, agent: r.agent, reason, detail });
-      if (r.agent_exists === null) f('agent_missing');
-      else if (Number(r.payload_ok) !== 1) f('payload_invalid');
-      else if (Number(r.origin_ok) !== 1) f('origin_invalid');
-      else if (r.attempt < 0 || r.attempt > r.max_redeliveries)
-        f('attempt_out_of_range', { attempt: r.attempt, max_redeliveries: r.max_redeliveries });
-    }
-    return out;
-  },
-};
 
 interface RetryRow {
   id: string;

@@ -21,7 +21,7 @@ const runningOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>) =>
  * choose, PostgreSQL with statistics of before the queue grew seeks executions_status_recent by
  * status and reads every agent's queued rows for each agent.
  */
-const queuedOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>, kind: StoreKind) =>
+export const queuedOfAgent = (eb: ExpressionBuilder<DB & { a: DB['agents'] }, 'a'>, kind: StoreKind) =>
   eb
     .selectFrom(
       eb
