@@ -1,7 +1,7 @@
 import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitted } from '../store/fast-paths.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
-import { gatheredAdmissions, type Admission } from './admissions.ts';
+import { Admissions } from './admissions.ts';
 import { Gathered } from './gather.ts';
 import type { ClaimWaits, TakenClaim } from './waiters.ts';
 
@@ -20,7 +20,7 @@ export interface PlainCalls {
   /** Claims, many agents to a call; each answers with its rows, or undefined: admit in a transaction. */
   claims: Gathered<ClaimRequest, ExecutionRow[] | undefined>;
   /** Admissions the claims' call left undecided, many agents to a transaction (admissions.ts). */
-  admissions: Gathered<Admission, ExecutionRow[]>;
+  admissions: Admissions;
 }
 
 /** The gathered calls on `fast`; submits take the claims parked in `waits` on their agents. */
@@ -46,7 +46,7 @@ export function plainCalls(store: StoreAdapter, fast: FastPaths, waits: ClaimWai
       // Not decided by the call (a hold may apply, a serial key, an unknown agent): its transaction decides.
       absent: async () => undefined,
     }),
-    admissions: gatheredAdmissions(store),
+    admissions: new Admissions(store),
   };
 }
 
