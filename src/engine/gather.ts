@@ -22,7 +22,7 @@ export interface GatherOptions<I, O> {
  * those asked for in one turn of the event loop, and those asked for while a call is out, go as one
  * call — one round trip and one commit instead of one each. Used for plain submits
  * (fastPaths.submitGathered), completions that cause nothing else (completeMany) and claims
- * (claimMany, one per agent: the id is the agent's name). Each caller still gets its own answer, the one it would get alone: an
+ * (claimMany, one per agent: the id is the agent's name), and the admissions claimMany leaves undecided (admissions.ts: a transaction, not a call). Each caller still gets its own answer, the one it would get alone: an
  * item the call left out gets `absent` (a refused submit is made alone, which says why; a
  * completion, or a claim the call could not decide, goes to its transaction), and if the call
  * fails each item is made alone, so one cause of failure reaches only the callers it concerns.
