@@ -28,7 +28,8 @@ export interface GatherOptions<I, O> {
  * fails each item is made alone, so one cause of failure reaches only the callers it concerns.
  *
  * One call is out at a time per kind per engine, so this process's calls never wait on each
- * other's row locks. The same id twice waits for the next call.
+ * other's row locks (admissions: one per lane; lanes may wait on each other, in lock order). The
+ * same id twice waits for the next call.
  */
 export class Gathered<I extends { id: string }, O> {
   private queue: Array<Waiting<I, O>> = [];
