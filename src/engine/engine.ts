@@ -108,7 +108,7 @@ export class Engine {
     this.secrets = opts.secrets ?? NO_SECRET_BOX;
     this.space = new StoreSpace(this.store, this.events, this.nodeId, this.clock);
     const fast = this.store.fastPaths;
-    this.plain = fast && plainCalls(fast, this.claimWaits, () => this.now());
+    this.plain = fast && plainCalls(this.store, fast, this.claimWaits, () => this.now());
     // Sub-services see the engine only as their context (store, clock): built once, here.
     this.schedules = new Schedules(this);
     this.webhooks = new Webhooks(this, this.schedules);
@@ -302,7 +302,8 @@ export class Engine {
     };
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
     const rows =
-      (await this.plain?.claims.run({ id: agent, ...opts })) ?? (await this.store.transaction((tx) => admit(tx, this.store, agent, opts)));
+      (await this.plain?.claims.run({ id: agent, ...opts })) ??
+      (await (this.plain?.admissions.run({ id: agent, opts }) ?? this.store.transaction((tx) => admit(tx, this.store, agent, opts))));
     // A free pool seat is held for other members' turns: their claimers (in whatever process) look now.
     for (const t of turns) this.store.publish('agent', t);
     if (rows.length > 0) this.admitted(rows);

@@ -22,13 +22,14 @@ export interface GatherOptions<I, O> {
  * those asked for in one turn of the event loop, and those asked for while a call is out, go as one
  * call — one round trip and one commit instead of one each. Used for plain submits
  * (fastPaths.submitGathered), completions that cause nothing else (completeMany) and claims
- * (claimMany, one per agent: the id is the agent's name). Each caller still gets its own answer, the one it would get alone: an
+ * (claimMany, one per agent: the id is the agent's name), and the admissions claimMany leaves undecided (admissions.ts: a transaction, not a call). Each caller still gets its own answer, the one it would get alone: an
  * item the call left out gets `absent` (a refused submit is made alone, which says why; a
  * completion, or a claim the call could not decide, goes to its transaction), and if the call
  * fails each item is made alone, so one cause of failure reaches only the callers it concerns.
  *
  * One call is out at a time per kind per engine, so this process's calls never wait on each
- * other's row locks. The same id twice waits for the next call.
+ * other's row locks (admissions: one per lane; lanes may wait on each other, in lock order). The
+ * same id twice waits for the next call.
  */
 export class Gathered<I extends { id: string }, O> {
   private queue: Array<Waiting<I, O>> = [];

@@ -1,5 +1,7 @@
 import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitted } from '../store/fast-paths.ts';
+import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { Admissions } from './admissions.ts';
 import { Gathered } from './gather.ts';
 import type { ClaimWaits, TakenClaim } from './waiters.ts';
 
@@ -17,10 +19,12 @@ export interface PlainCalls {
   completions: Gathered<CompletionRequest, ExecutionRow | undefined>;
   /** Claims, many agents to a call; each answers with its rows, or undefined: admit in a transaction. */
   claims: Gathered<ClaimRequest, ExecutionRow[] | undefined>;
+  /** Admissions the claims' call left undecided, many agents to a transaction (admissions.ts). */
+  admissions: Admissions;
 }
 
 /** The gathered calls on `fast`; submits take the claims parked in `waits` on their agents. */
-export function plainCalls(fast: FastPaths, waits: ClaimWaits, now: () => number): PlainCalls {
+export function plainCalls(store: StoreAdapter, fast: FastPaths, waits: ClaimWaits, now: () => number): PlainCalls {
   // A submit the call refused is made alone, which says why.
   const submitOne = (i: SubmitRequest) => fast.submitOne(i);
   return {
@@ -42,6 +46,7 @@ export function plainCalls(fast: FastPaths, waits: ClaimWaits, now: () => number
       // Not decided by the call (a hold may apply, a serial key, an unknown agent): its transaction decides.
       absent: async () => undefined,
     }),
+    admissions: new Admissions(store),
   };
 }
 

@@ -1,0 +1,122 @@
+import { parsePools } from '../domain/pools.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+import { Gathered } from './gather.ts';
+import type { FlowReport } from './pools.ts';
+import { admit, type AdmitOptions } from './transitions/admit.ts';
+
+/** One agent's admission, to be made with others (`id`: the agent's name). */
+export interface Admission {
+  id: string;
+  opts: AdmitOptions;
+}
+
+/** Admissions out at once per engine, each a transaction of its own. */
+export const ADMISSION_LANES = 8;
+
+/**
+ * Admissions that the gathered claim call could not decide (keys, pools, throttles, a hold that
+ * may apply), several agents' in one transaction: one BEGIN and one COMMIT for all of them, and
+ * their pools locked once for all. Each agent's admission is the transaction path's own
+ * (transitions/admit.ts), made in turn inside it, so each reads its pools' seats, waits and
+ * throttles after the admissions made before it in the same transaction, as it would after their
+ * commits. A failure makes each alone.
+ *
+ * Agents that draw from the same pools would wait on each other's pool locks in any case, so they
+ * go to the same lane, one transaction out at a time (Gathered); agents of other pools go to other
+ * lanes, whose transactions run beside it. An agent's pools are as its last admission here
+ * reported them (FlowReport); until then, or without pools, its lane follows its name. A lane
+ * is only where the agent's claim waits: every transaction takes its locks in the order below,
+ * whatever the lanes.
+ */
+export class Admissions {
+  private readonly lanes: Array<Gathered<Admission, ExecutionRow[]>>;
+  private readonly poolsOf = new Map<string, string>();
+
+  constructor(store: StoreAdapter) {
+    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store));
+  }
+
+  run(a: Admission): Promise<ExecutionRow[]> {
+    const lane = this.lanes[laneOf(this.poolsOf.get(a.id) ?? a.id)]!;
+    const report = a.opts.onFlow;
+    const onFlow: FlowReport = (f) => {
+      if (f.pools) this.note(a.id, f.pools);
+      report?.(f);
+    };
+    return lane.run({ id: a.id, opts: { ...a.opts, onFlow } });
+  }
+
+  private note(agent: string, pools: readonly string[]): void {
+    // Bounded: agents deleted or renamed leave entries behind.
+    if (this.poolsOf.size >= 10_000 && !this.poolsOf.has(agent)) this.poolsOf.clear();
+    if (pools.length > 0) this.poolsOf.set(agent, pools.join('\u0000'));
+    else this.poolsOf.delete(agent);
+  }
+}
+
+const laneOf = (s: string): number => {
+  let h = 0;
+  for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0;
+  return Math.abs(h) % ADMISSION_LANES;
+};
+
+/** One lane's admissions: up to GATHER_MAX agents to a transaction. */
+function gatheredAdmissions(store: StoreAdapter): Gathered<Admission, ExecutionRow[]> {
+  const one = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, a.opts));
+  return new Gathered<Admission, ExecutionRow[]>({
+    many: (items) => store.transaction((tx) => admitMany(tx, store, items)),
+    one,
+    // An agent not found by the batch's lock is made alone, which says so.
+    absent: one,
+  });
+}
+
+/**
+ * The locks first, as every admission takes them: the agent rows in name order, then their pools
+ * in name order. Where the agents, taken in the order of their pools, lock each pool they meet
+ * after every pool locked before (an agent drawing from one pool always does), admitting them in
+ * that order keeps that lock order without locking the pools up front; otherwise the union of
+ * their pools is locked here, in name order, before any admission.
+ */
+export async function admitMany(tx: Tx, store: StoreAdapter, items: readonly Admission[]): Promise<Map<string, ExecutionRow[]>> {
+  const names = items.map((i) => i.id).sort();
+  const found = await store
+    .lockRows(tx.selectFrom('agents').select(['name', 'pools']).where('name', 'in', names).orderBy('name'), 'admission')
+    .execute();
+  const byName = new Map(items.map((i) => [i.id, i]));
+  const agents = found.map((a) => ({ name: a.name, pools: parsePools(a.pools) }));
+  const { order, inOrder } = poolOrder(agents);
+  if (!inOrder) {
+    const union = [...new Set(agents.flatMap((a) => a.pools))].sort();
+    await store.lockRows(tx.selectFrom('pools').select('name').where('name', 'in', union).orderBy('name'), 'admission').execute();
+  }
+  const out = new Map<string, ExecutionRow[]>();
+  for (const name of order) out.set(name, await admit(tx, store, name, byName.get(name)!.opts));
+  return out;
+}
+
+const before = (a: readonly string[], b: readonly string[]): number => {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i]! < b[i]! ? -1 : 1;
+  return a.length - b.length;
+};
+
+/**
+ * The agents ordered by their pools (each agent's in name order, as parsePools gives them), and
+ * whether admitting them in that order locks every pool not yet locked after all those locked
+ * before it: then no two such transactions can wait on each other's pools in a cycle.
+ */
+export function poolOrder(agents: ReadonlyArray<{ name: string; pools: readonly string[] }>): { order: string[]; inOrder: boolean } {
+  const sorted = [...agents].sort((x, y) => before(x.pools, y.pools) || (x.name < y.name ? -1 : x.name > y.name ? 1 : 0));
+  const held = new Set<string>();
+  let last: string | null = null;
+  let inOrder = true;
+  for (const a of sorted)
+    for (const p of a.pools) {
+      if (held.has(p)) continue;
+      if (last !== null && p < last) inOrder = false;
+      held.add(p);
+      last = p;
+    }
+  return { order: sorted.map((a) => a.name), inOrder };
+}
