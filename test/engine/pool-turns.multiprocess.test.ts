@@ -59,10 +59,13 @@ describeMultiProcess(`turns among a pool's agents across processes (${STORE_KIND
       await engine.agents.create({ name: b, max_parallel: 1, max_backlog: B_TASKS, lease_ttl_seconds: 30, pools: [pool] }, 'test');
       for (let i = 0; i < A_TASKS; i++) await engine.submit(a, { message: `a ${i}` }, 'test');
       // A's claims outnumber B's and look again at once; B's look on their own only every 2 s.
-      // A's tasks are held long enough that a seat turns over less often than a woken claim looks.
+      // A's tasks are held long enough that a seat turns over less often than a woken claim looks,
+      // also on a loaded machine, where B's wake-up from the submit's notification to its first
+      // look is slow: until that look B waits for no turn, so a seat freed before it goes to A by
+      // right, and with shorter holds more than the pool's seats could turn over meanwhile.
       const children: Child[] = [
-        claimer(a, 1, 4, 200, A_TASKS, [150, 250]),
-        claimer(a, 2, 4, 200, A_TASKS, [150, 250]),
+        claimer(a, 1, 4, 200, A_TASKS, [400, 600]),
+        claimer(a, 2, 4, 200, A_TASKS, [400, 600]),
         claimer(b, 1, 1, 2000, B_TASKS, [0, 20]),
         claimer(b, 2, 1, 2000, B_TASKS, [0, 20]),
       ];
