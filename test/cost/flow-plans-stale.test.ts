@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { B05 } from '../../src/canary/invariants/backlog.ts';
 import { F02 } from '../../src/canary/invariants/flow.ts';
 import { E04 } from '../../src/canary/invariants/queue.ts';
 import { AHEAD_COUNT_CAP } from '../../src/domain/admission.ts';
@@ -140,6 +141,11 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
     expect(folded.message).toBe('b2');
     const ctx = { now, graceMs: 0, timing: {} as never, kind: store.kind, note: () => {} };
     expect(await during('stale canary F-02', () => engine.store.snapshot((tx) => F02.population(tx, ctx)))).toEqual([]);
+    // Canary B-05 reads the oldest queued rows past the expiry: a range of executions_status_recent
+    // from its oldest end (none here: every queued row is younger), never every queued row through
+    // executions_admission, sorted by creation.
+    const expiry = { ...ctx, graceMs: 60_000 };
+    expect(await during('stale canary B-05', () => engine.store.snapshot((tx) => B05.population(tx, expiry)))).toEqual([]);
     // Canary E-04 reads the queue a slice a cycle: two slices, the second from where the first
     // stopped, each a range of executions_status_recent in its order, never the whole queue sorted.
     let place: unknown;
@@ -159,6 +165,7 @@ describe(`flow reads beside a backlog the statistics have not seen (${STORE_KIND
         'stale key reopensAt',
         'stale debounce fold',
         'stale canary F-02',
+        'stale canary B-05',
       ],
       BACKLOG / 10,
     );

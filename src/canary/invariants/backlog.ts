@@ -109,18 +109,23 @@ export const B05: StateInvariant<StaleQueued> = {
     queued_past_expiry: 'a queued execution outlived the backlog expiry: the reaper backlog sweep is not running (transitions/expire.ts)',
   },
   grace: graces.backlogExpiry,
-  async population(tx, { now, graceMs }) {
+  async population(tx, { now, graceMs, kind }) {
     const cutoff = now - graceMs;
-    const rows = await tx
-      .selectFrom('executions')
-      .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
-      .where((eb) => waitingSince(eb, cutoff))
-      // Oldest first, in the order of executions_status_recent: its range of queued rows created
-      // before the cutoff is walked until the limit, never sorted (a backlog may be deep).
-      .orderBy('created_at')
-      .orderBy('id')
-      .limit(MAX_FINDINGS + 1)
-      .execute();
+    // Oldest first, in the order of executions_status_recent: its range of queued rows created
+    // before the cutoff is walked until the limit, never sorted (a backlog may be deep). Read
+    // under inIndexOrder: with statistics of before the queue grew, PostgreSQL estimated one queued
+    // row and walked every queued row through executions_admission, then sorted them (at
+    // 1,000,000 past executions and 2,600 queued: 2,793 buffers against 3).
+    const rows = await inIndexOrder({ kind }, tx, () =>
+      tx
+        .selectFrom('executions')
+        .select(['id', 'agent', (eb) => eb.fn.coalesce('started_at', 'queued_at').as('waiting_since')])
+        .where((eb) => waitingSince(eb, cutoff))
+        .orderBy('created_at')
+        .orderBy('id')
+        .limit(MAX_FINDINGS + 1)
+        .execute(),
+    );
     return rows.map((r) => ({ id: r.id, agent: r.agent, waiting_since: Number(r.waiting_since) }));
   },
   evaluate(rows, { now, graceMs }) {
