@@ -114,30 +114,46 @@ async function burst(s: Side, n: number, keep: boolean): Promise<void> {
   }
 }
 
-const A = await side('A', dirA);
-const B = await side('B', dirB);
-for (const s of [A, B]) await burst(s, WARMUP, false);
-const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-for (let b = 0; b < BURSTS; b++) for (const s of b % 2 ? [B, A] : [A, B]) await burst(s, PER, true);
-const q = (v: number[], p: number) => +[...v].sort((x, y) => x - y)[Math.floor(p * (v.length - 1))]!.toFixed(3);
-const view = (s: Side) => ({ start_p50: q(s.start, 0.5), start_p90: q(s.start, 0.9), call_p50: q(s.call, 0.5), call_p90: q(s.call, 0.9) });
-console.log(
-  JSON.stringify({
-    store,
-    system: SYSTEM,
-    submits_each: A.start.length,
-    load: `${load0} → ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`,
-    A: view(A),
-    B: view(B),
-    start_p50_B_over_A: +(q(B.start, 0.5) / q(A.start, 0.5)).toFixed(3),
-  }),
-);
-closeConnections();
-for (const s of [A, B]) {
-  s.worker.stdin!.end();
-  s.worker.kill('SIGTERM');
-  await new Promise((r) => s.worker.once('exit', r));
-  s.server.kill('SIGTERM');
-  await new Promise((r) => s.server.once('exit', r));
-  await s.db.cleanup();
+const sides: Side[] = [];
+/** Stops what was started and drops its databases, also after a failure (no schema is left behind). */
+async function stopAll(): Promise<void> {
+  closeConnections();
+  for (const s of sides) {
+    const gone = (c: ChildProcess) =>
+      c.exitCode !== null || c.signalCode !== null ? Promise.resolve() : new Promise((r) => c.once('exit', r));
+    s.worker.stdin!.end();
+    s.worker.kill('SIGTERM');
+    await gone(s.worker);
+    s.server.kill('SIGTERM');
+    await gone(s.server);
+    await s.db.cleanup();
+  }
+}
+try {
+  sides.push(await side('A', dirA));
+  sides.push(await side('B', dirB));
+  const [A, B] = sides as [Side, Side];
+  for (const s of [A, B]) await burst(s, WARMUP, false);
+  const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  for (let b = 0; b < BURSTS; b++) for (const s of b % 2 ? [B, A] : [A, B]) await burst(s, PER, true);
+  const q = (v: number[], p: number) => +[...v].sort((x, y) => x - y)[Math.floor(p * (v.length - 1))]!.toFixed(3);
+  const view = (s: Side) => ({
+    start_p50: q(s.start, 0.5),
+    start_p90: q(s.start, 0.9),
+    call_p50: q(s.call, 0.5),
+    call_p90: q(s.call, 0.9),
+  });
+  console.log(
+    JSON.stringify({
+      store,
+      system: SYSTEM,
+      submits_each: A.start.length,
+      load: `${load0} → ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`,
+      A: view(A),
+      B: view(B),
+      start_p50_B_over_A: +(q(B.start, 0.5) / q(A.start, 0.5)).toFixed(3),
+    }),
+  );
+} finally {
+  await stopAll();
 }
