@@ -192,7 +192,7 @@ export class Engine {
           after?.(); // a claim its call admitted the row to gets its answer now
         }
         seen?.({ paused: agentPaused });
-        return row;
+        return this.claimWaits.answerAfter(row);
       } catch (err) {
         if (err instanceof BacklogFull)
           await this.store.db
@@ -230,7 +230,7 @@ export class Engine {
     });
     if (!out.row) throw new BacklogFull(agentName, out.refused!);
     announce(this.store, [out.row]);
-    return out.row;
+    return this.claimWaits.answerAfter(out.row);
   }
 
   /** Many submits to one agent in one transaction, answered per item: see submitMany in submit-many.ts. */

@@ -159,6 +159,8 @@ export class ClaimWaits {
    * clearing them costs at most an extra look each.
    */
   private readonly wokenEarly = new Set<string>();
+  /** Executions a claim was woken for or holds (served) whose submit has not answered yet (answerAfter). */
+  private readonly answerFirst = new Set<string>();
 
   /**
    * `id` was just queued for `agent` in a transaction that has not committed yet, and claims that
@@ -182,6 +184,23 @@ export class ClaimWaits {
   served(id: string): void {
     if (this.wokenEarly.size >= 1_000) this.wokenEarly.clear();
     this.wokenEarly.add(id);
+    if (this.answerFirst.size >= 1_000) this.answerFirst.clear();
+    this.answerFirst.add(id);
+  }
+
+  /**
+   * `row`, for its submit's answer, once its commit and announcement are done: at once, or, when a
+   * claim was woken for it or was handed it (served), after the promise continuations already
+   * queued have run. That claim's answer, which a worker waits on to start the task, is built and
+   * written by such continuations of the same commit, so it goes out first and the submit's answer
+   * right after it, in the same turn of the event loop. Both go out only after the one commit; only
+   * the order of the two writes changes. Answered first, the submit (its view built, serialised
+   * and written) would hold the claim's answer back, and the submitter's process would wake beside
+   * the worker's, competing for the same few cores.
+   */
+  answerAfter<T extends { id: string }>(row: T): T | Promise<T> {
+    if (!this.answerFirst.delete(row.id)) return row;
+    return new Promise((resolve) => process.nextTick(resolve, row));
   }
 
   /** The safety re-check: one waiting claimer of each agent that has one looks again. */

@@ -108,6 +108,21 @@ describe(`a submit admits the claim parked on its agent in its own commit (${STO
     }
   });
 
+  it('answers the claim before the submit that handed it its task (the worker waits on it; both after the one commit)', async () => {
+    const agent = await newAgent();
+    const spy = spyAdmissions(engine);
+    try {
+      const order: string[] = [];
+      const claim = engine.claim(agent, { owner: 'w1', waitMs: 20_000 }).then((rows) => order.push(`claim ${rows.length}`));
+      await parked(spy, agent);
+      const submit = engine.submit(agent, { message: 'x' }, 'test').then(() => order.push('submit'));
+      await Promise.all([claim, submit]);
+      expect(order).toEqual(['claim 1', 'submit']);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
   it('submits to several agents at once: each parked claim gets its own agent’s task', async () => {
     const agents = await Promise.all([newAgent(), newAgent(), newAgent()]);
     const spy = spyAdmissions(engine);
