@@ -4,7 +4,10 @@
  * - W1 with keys and pools: bench/lib/flow-w1.ts;
  * - noisy neighbour: key A floods N tasks, key B submits one task a second; B's wait
  *   (started_at − queued_at) against its wait with no flood. Then the same with a pool shared by
- *   two agents: agent A floods, agent B one a second;
+ *   two agents: agent A floods, agent B one a second. Each shape in two configurations: isolated,
+ *   as a user who wants tenants isolated deploys it (a key cap one below the agent's seats; in the
+ *   pool, each agent's seats one below the pool's), so a flood can never hold every seat; and
+ *   uncapped, fairness alone (B is next in turn but waits for a seat the flood holds to free);
  * - throttle accuracy and wake latency: bench/lib/flow-throttle.ts.
  *
  * After each run the canary runs one full cycle on the database: F-01 and F-02 must find
@@ -52,8 +55,16 @@ export interface NoisyConfig {
   maxParallel: number;
 }
 
+/**
+ * `isolated`: key_max_parallel = maxParallel − 1 (key shape), or each agent's max_parallel =
+ * maxParallel − 1 under a pool of maxParallel (pool shape). `uncapped`: no key cap, agents as
+ * large as the pool.
+ */
+export type NoisyConfiguration = 'isolated' | 'uncapped';
+
 export interface NoisyResult {
   shape: 'key' | 'pool';
+  configuration: NoisyConfiguration;
   flood: number;
   quiet: number;
   /** B's wait (started_at − queued_at), ms, with the flood and without it. */
@@ -97,6 +108,7 @@ async function noisyOnce(
   store: StoreAdapter,
   shape: 'key' | 'pool',
   cfg: NoisyConfig,
+  configuration: NoisyConfiguration,
   flood: number,
   prefix: string,
 ): Promise<{ waits: number[]; floodQueuedAtEnd: number }> {
@@ -108,12 +120,15 @@ async function noisyOnce(
     const agentA = `${prefix}a`;
     const agentB = shape === 'key' ? agentA : `${prefix}b`;
     const backlog = flood + cfg.quiet + 10;
+    const below = Math.max(1, cfg.maxParallel - 1);
     if (shape === 'key') {
-      await engine.agents.create({ name: agentA, max_parallel: cfg.maxParallel, max_backlog: backlog }, 'bench');
+      const keyCap = configuration === 'isolated' ? below : null;
+      await engine.agents.create({ name: agentA, max_parallel: cfg.maxParallel, key_max_parallel: keyCap, max_backlog: backlog }, 'bench');
     } else {
       await engine.pools.create({ name: `${prefix}pool`, max_parallel: cfg.maxParallel }, 'bench');
+      const seats = configuration === 'isolated' ? below : cfg.maxParallel;
       for (const name of [agentA, agentB])
-        await engine.agents.create({ name, max_parallel: cfg.maxParallel, max_backlog: backlog, pools: [`${prefix}pool`] }, 'bench');
+        await engine.agents.create({ name, max_parallel: seats, max_backlog: backlog, pools: [`${prefix}pool`] }, 'bench');
     }
     const loops: Promise<void>[] = [];
     for (const agent of new Set([agentA, agentB]))
@@ -170,20 +185,21 @@ async function noisyOnce(
 export async function runNoisy(
   open: (label: string) => Promise<{ store: StoreAdapter; done(): Promise<void> }>,
   shape: 'key' | 'pool',
+  configuration: NoisyConfiguration,
   cfg: NoisyConfig,
 ): Promise<NoisyResult> {
-  const alone = await open(`noisy_${shape}_alone`);
+  const alone = await open(`noisy_${shape}_${configuration}_alone`);
   let base;
   try {
-    base = await noisyOnce(alone.store, shape, cfg, 0, 'nn-');
+    base = await noisyOnce(alone.store, shape, cfg, configuration, 0, 'nn-');
   } finally {
     await alone.done();
   }
-  const flooded = await open(`noisy_${shape}_flood`);
+  const flooded = await open(`noisy_${shape}_${configuration}_flood`);
   let withFlood;
   let check: FlowCheck;
   try {
-    withFlood = await noisyOnce(flooded.store, shape, cfg, cfg.flood, 'nn-');
+    withFlood = await noisyOnce(flooded.store, shape, cfg, configuration, cfg.flood, 'nn-');
     check = await checkFlow(flooded.store, 'nn-');
   } finally {
     await flooded.done();
@@ -192,6 +208,7 @@ export async function runNoisy(
   const a = waitStats(base.waits);
   return {
     shape,
+    configuration,
     flood: cfg.flood,
     quiet: cfg.quiet,
     with_flood: w,
