@@ -813,7 +813,7 @@ async function mainFlow(): Promise<void> {
       out.push({ store, workload: `noisy_${shape}_${configuration}`, ...r });
       const how = configuration === 'isolated' ? NOISY_ISOLATED[shape] : 'uncapped, fairness alone: B waits at most one turn';
       lines.push(
-        `${store} noisy neighbour (${shape}, ${how}): B p99 wait ${fmt(r.with_flood.p99, 1)} ms with a ${fmt(r.flood)}-task flood vs ${fmt(r.alone.p99, 1)} ms alone = ${r.ratio_p99}× (≤ 2 ${r.ratio_p99 <= 2 ? 'met' : 'MISSED'}); p50 ${fmt(r.with_flood.p50, 1)} / ${fmt(r.alone.p50, 1)} ms, max ${fmt(r.with_flood.max, 1)} ms; flood queued at the end ${fmt(r.flood_queued_at_end)}; ${ok(r.check)}`,
+        `${store} noisy neighbour (${shape}, ${how}): B p99 wait ${fmt(r.with_flood.p99, 1)} ms with a ${fmt(r.flood)}-task flood vs ${fmt(r.alone.p99, 1)} ms alone = ${r.ratio_p99}× (≤ 2 ${r.ratio_p99 <= 2 ? 'met' : 'MISSED'}); p50 ${fmt(r.with_flood.p50, 1)} / ${fmt(r.alone.p50, 1)} ms, max ${fmt(r.with_flood.max, 1)} ms; flood queued at the end ${fmt(r.flood_queued_at_end)}; longest waits ${r.longest.join(', ')} ms, event loop's longest delay ${fmt(r.loop_delay_max_ms, 1)} ms${r.wal_holds === null ? '' : `, ${r.wal_holds} WAL checkpoint(s) holding the writer`}; ${ok(r.check)}`,
       );
       log(lines[lines.length - 1]!);
     }

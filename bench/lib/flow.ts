@@ -14,9 +14,11 @@
  * nothing, and every task must have run once (succeeded, attempt 1).
  */
 import { setMaxListeners } from 'node:events';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
+import { checkpointStats } from '../../src/store/sqlite.ts';
 import { percentile, round } from './stats.ts';
 import type { W1Config } from './w1.ts';
 
@@ -71,6 +73,10 @@ export interface NoisyResult {
   with_flood: { p50: number; p99: number; max: number };
   alone: { p50: number; p99: number; max: number };
   ratio_p99: number;
+  /** Why B's longest waits: the five longest with the flood, ms; the event loop's longest delay in that run, ms; SQLite's checkpoints that held the writer's turn in it (null: PostgreSQL). */
+  longest: number[];
+  loop_delay_max_ms: number;
+  wal_holds: number | null;
   /** Flood tasks still queued when the last quiet task started (the flood was really there). */
   flood_queued_at_end: number;
   check: FlowCheck;
@@ -111,7 +117,10 @@ async function noisyOnce(
   configuration: NoisyConfiguration,
   flood: number,
   prefix: string,
-): Promise<{ waits: number[]; floodQueuedAtEnd: number }> {
+): Promise<{ waits: number[]; floodQueuedAtEnd: number; loopDelayMax: number; walHolds: number | null }> {
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  const holdsBefore = checkpointStats(store)?.held;
   const engine = new Engine({ store, nodeId: 'bench' });
   const stop = new AbortController();
   // Every claim loop's long-poll listens on this one signal.
@@ -172,11 +181,16 @@ async function noisyOnce(
       if (Number(n) === 0) break;
       await sleep(200);
     }
+    loop.disable();
+    const holdsAfter = checkpointStats(store)?.held;
     return {
       waits: rows.map((r) => Number(r.started_at) - Number(r.queued_at)),
       floodQueuedAtEnd: Number(floodQueued),
+      loopDelayMax: loop.max / 1e6,
+      walHolds: holdsBefore === undefined || holdsAfter === undefined ? null : holdsAfter - holdsBefore,
     };
   } finally {
+    loop.disable();
     stop.abort();
     engine.close();
   }
@@ -214,6 +228,9 @@ export async function runNoisy(
     with_flood: w,
     alone: a,
     ratio_p99: round(w.p99 / Math.max(1, a.p99), 2),
+    longest: [...withFlood.waits].sort((x, y) => y - x).slice(0, 5),
+    loop_delay_max_ms: round(withFlood.loopDelayMax, 1),
+    wal_holds: withFlood.walHolds,
     flood_queued_at_end: withFlood.floodQueuedAtEnd,
     check,
   };
