@@ -93,10 +93,13 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 };
 const perTask = (r: FlowW1Run) =>
-  r.statements_per_task === undefined ? '' : `, ${r.statements_per_task} statements and ${r.transactions_per_task} transactions a task`;
+  (r.cpu_us_per_task === undefined ? '' : `, ${r.cpu_us_per_task} µs of CPU a task`) +
+  (r.statements_per_task === undefined ? '' : `, ${r.statements_per_task} statements and ${r.transactions_per_task} transactions a task`);
 
 export type FlowW1Run = W1Result & {
   check: FlowCheck;
+  /** In-process: the process's CPU (user + system, every thread) per task, µs. */
+  cpu_us_per_task?: number;
   /** In-process on PostgreSQL: statements and transactions sent per task. */
   statements_per_task?: number;
   transactions_per_task?: number;
@@ -110,6 +113,8 @@ export interface FlowW1Summary {
   /** Each repetition's tasks/s over the plain run of the same repetition. */
   ratios: number[];
   median_ratio: number;
+  /** In-process: each repetition's CPU a task over the plain run's of the same repetition. */
+  cpu_ratios?: number[];
   checks_ok: boolean;
 }
 
@@ -143,11 +148,18 @@ export async function runFlowW1(
         const plain = all.find((p) => p.mode === mode && p.shape === 'plain' && p.rep === r.rep)!;
         return round(r.run.tasks_per_s / plain.run.tasks_per_s, 2);
       });
+      const cpu = mine.map((r) => {
+        const plain = all.find((p) => p.mode === mode && p.shape === 'plain' && p.rep === r.rep)!;
+        return r.run.cpu_us_per_task === undefined || !plain.run.cpu_us_per_task
+          ? undefined
+          : round(r.run.cpu_us_per_task / plain.run.cpu_us_per_task, 2);
+      });
       summaries.push({
         mode,
         shape,
         runs: mine.map((r) => r.run.tasks_per_s),
         ratios,
+        ...(cpu.every((x) => x !== undefined) ? { cpu_ratios: cpu as number[] } : {}),
         median_ratio: round(median(ratios), 2),
         checks_ok: mine.every((r) => r.run.check.ok),
       });

@@ -4,16 +4,21 @@
  * - W1 with keys and pools: bench/lib/flow-w1.ts;
  * - noisy neighbour: key A floods N tasks, key B submits one task a second; B's wait
  *   (started_at − queued_at) against its wait with no flood. Then the same with a pool shared by
- *   two agents: agent A floods, agent B one a second;
+ *   two agents: agent A floods, agent B one a second. Each shape in two configurations: isolated,
+ *   as a user who wants tenants isolated deploys it (a key cap one below the agent's seats; in the
+ *   pool, each agent's seats one below the pool's), so a flood can never hold every seat; and
+ *   uncapped, fairness alone (B is next in turn but waits for a seat the flood holds to free);
  * - throttle accuracy and wake latency: bench/lib/flow-throttle.ts.
  *
  * After each run the canary runs one full cycle on the database: F-01 and F-02 must find
  * nothing, and every task must have run once (succeeded, attempt 1).
  */
 import { setMaxListeners } from 'node:events';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { runCanaryOnce } from '../../src/canary/run.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
+import { checkpointStats } from '../../src/store/sqlite.ts';
 import { percentile, round } from './stats.ts';
 import type { W1Config } from './w1.ts';
 
@@ -52,14 +57,26 @@ export interface NoisyConfig {
   maxParallel: number;
 }
 
+/**
+ * `isolated`: key_max_parallel = maxParallel − 1 (key shape), or each agent's max_parallel =
+ * maxParallel − 1 under a pool of maxParallel (pool shape). `uncapped`: no key cap, agents as
+ * large as the pool.
+ */
+export type NoisyConfiguration = 'isolated' | 'uncapped';
+
 export interface NoisyResult {
   shape: 'key' | 'pool';
+  configuration: NoisyConfiguration;
   flood: number;
   quiet: number;
   /** B's wait (started_at − queued_at), ms, with the flood and without it. */
   with_flood: { p50: number; p99: number; max: number };
   alone: { p50: number; p99: number; max: number };
   ratio_p99: number;
+  /** Why B's longest waits: the five longest with the flood, ms; the event loop's longest delay in that run, ms; SQLite's checkpoints that held the writer's turn in it (null: PostgreSQL). */
+  longest: number[];
+  loop_delay_max_ms: number;
+  wal_holds: number | null;
   /** Flood tasks still queued when the last quiet task started (the flood was really there). */
   flood_queued_at_end: number;
   check: FlowCheck;
@@ -97,9 +114,13 @@ async function noisyOnce(
   store: StoreAdapter,
   shape: 'key' | 'pool',
   cfg: NoisyConfig,
+  configuration: NoisyConfiguration,
   flood: number,
   prefix: string,
-): Promise<{ waits: number[]; floodQueuedAtEnd: number }> {
+): Promise<{ waits: number[]; floodQueuedAtEnd: number; loopDelayMax: number; walHolds: number | null }> {
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  const holdsBefore = checkpointStats(store)?.held;
   const engine = new Engine({ store, nodeId: 'bench' });
   const stop = new AbortController();
   // Every claim loop's long-poll listens on this one signal.
@@ -108,12 +129,15 @@ async function noisyOnce(
     const agentA = `${prefix}a`;
     const agentB = shape === 'key' ? agentA : `${prefix}b`;
     const backlog = flood + cfg.quiet + 10;
+    const below = Math.max(1, cfg.maxParallel - 1);
     if (shape === 'key') {
-      await engine.agents.create({ name: agentA, max_parallel: cfg.maxParallel, max_backlog: backlog }, 'bench');
+      const keyCap = configuration === 'isolated' ? below : null;
+      await engine.agents.create({ name: agentA, max_parallel: cfg.maxParallel, key_max_parallel: keyCap, max_backlog: backlog }, 'bench');
     } else {
       await engine.pools.create({ name: `${prefix}pool`, max_parallel: cfg.maxParallel }, 'bench');
+      const seats = configuration === 'isolated' ? below : cfg.maxParallel;
       for (const name of [agentA, agentB])
-        await engine.agents.create({ name, max_parallel: cfg.maxParallel, max_backlog: backlog, pools: [`${prefix}pool`] }, 'bench');
+        await engine.agents.create({ name, max_parallel: seats, max_backlog: backlog, pools: [`${prefix}pool`] }, 'bench');
     }
     const loops: Promise<void>[] = [];
     for (const agent of new Set([agentA, agentB]))
@@ -157,11 +181,16 @@ async function noisyOnce(
       if (Number(n) === 0) break;
       await sleep(200);
     }
+    loop.disable();
+    const holdsAfter = checkpointStats(store)?.held;
     return {
       waits: rows.map((r) => Number(r.started_at) - Number(r.queued_at)),
       floodQueuedAtEnd: Number(floodQueued),
+      loopDelayMax: loop.max / 1e6,
+      walHolds: holdsBefore === undefined || holdsAfter === undefined ? null : holdsAfter - holdsBefore,
     };
   } finally {
+    loop.disable();
     stop.abort();
     engine.close();
   }
@@ -170,20 +199,21 @@ async function noisyOnce(
 export async function runNoisy(
   open: (label: string) => Promise<{ store: StoreAdapter; done(): Promise<void> }>,
   shape: 'key' | 'pool',
+  configuration: NoisyConfiguration,
   cfg: NoisyConfig,
 ): Promise<NoisyResult> {
-  const alone = await open(`noisy_${shape}_alone`);
+  const alone = await open(`noisy_${shape}_${configuration}_alone`);
   let base;
   try {
-    base = await noisyOnce(alone.store, shape, cfg, 0, 'nn-');
+    base = await noisyOnce(alone.store, shape, cfg, configuration, 0, 'nn-');
   } finally {
     await alone.done();
   }
-  const flooded = await open(`noisy_${shape}_flood`);
+  const flooded = await open(`noisy_${shape}_${configuration}_flood`);
   let withFlood;
   let check: FlowCheck;
   try {
-    withFlood = await noisyOnce(flooded.store, shape, cfg, cfg.flood, 'nn-');
+    withFlood = await noisyOnce(flooded.store, shape, cfg, configuration, cfg.flood, 'nn-');
     check = await checkFlow(flooded.store, 'nn-');
   } finally {
     await flooded.done();
@@ -192,11 +222,15 @@ export async function runNoisy(
   const a = waitStats(base.waits);
   return {
     shape,
+    configuration,
     flood: cfg.flood,
     quiet: cfg.quiet,
     with_flood: w,
     alone: a,
     ratio_p99: round(w.p99 / Math.max(1, a.p99), 2),
+    longest: [...withFlood.waits].sort((x, y) => y - x).slice(0, 5),
+    loop_delay_max_ms: round(withFlood.loopDelayMax, 1),
+    wal_holds: withFlood.walHolds,
     flood_queued_at_end: withFlood.floodQueuedAtEnd,
     check,
   };

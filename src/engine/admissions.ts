@@ -11,6 +11,16 @@ export interface Admission {
   opts: AdmitOptions;
 }
 
+/**
+ * A claim stamped with the time its call leaves, not the time it was asked for: a claim that
+ * waited for its turn in a gathered call (or for a lane's transaction, admissions.ts) may admit
+ * rows submitted meanwhile, whose queued_at must not come after their started_at. Never earlier
+ * than asked (a clock measured again may step back).
+ */
+export function atSend<T extends { now: number }>(request: T, now: () => number): T {
+  return { ...request, now: Math.max(request.now, now()) };
+}
+
 /** Admissions out at once per engine, each a transaction of its own. */
 export const ADMISSION_LANES = 8;
 
@@ -33,8 +43,8 @@ export class Admissions {
   private readonly lanes: Array<Gathered<Admission, ExecutionRow[]>>;
   private readonly poolsOf = new Map<string, string>();
 
-  constructor(store: StoreAdapter) {
-    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store));
+  constructor(store: StoreAdapter, now: () => number) {
+    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now));
   }
 
   run(a: Admission): Promise<ExecutionRow[]> {
@@ -61,11 +71,15 @@ const laneOf = (s: string): number => {
   return Math.abs(h) % ADMISSION_LANES;
 };
 
-/** One lane's admissions: up to GATHER_MAX agents to a transaction. */
-function gatheredAdmissions(store: StoreAdapter): Gathered<Admission, ExecutionRow[]> {
-  const one = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, a.opts));
+/**
+ * One lane's admissions: up to GATHER_MAX agents to a transaction, each stamped with the time its
+ * transaction runs (atSend: it may take rows submitted while it waited for the lane).
+ */
+function gatheredAdmissions(store: StoreAdapter, now: () => number): Gathered<Admission, ExecutionRow[]> {
+  const fresh = (a: Admission): Admission => ({ id: a.id, opts: atSend(a.opts, now) });
+  const one = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, fresh(a).opts));
   return new Gathered<Admission, ExecutionRow[]>({
-    many: (items) => store.transaction((tx) => admitMany(tx, store, items)),
+    many: (items) => store.transaction((tx) => admitMany(tx, store, items.map(fresh))),
     one,
     // An agent not found by the batch's lock is made alone, which says so.
     absent: one,

@@ -42,7 +42,7 @@ import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
 import { Subscriptions } from './composition/subscriptions.ts';
 import { ClaimWaits, type ClaimHint, type Handoff } from './waiters.ts';
-import { plainCalls, type PlainCalls } from './plain-calls.ts';
+import { atSend, plainCalls, type PlainCalls } from './plain-calls.ts';
 import { Groups } from './composition/group-service.ts';
 import { Agents } from './agents.ts';
 import { StoreSpace } from './store-space.ts';
@@ -303,7 +303,8 @@ export class Engine {
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
     const rows =
       (await this.plain?.claims.run({ id: agent, ...opts })) ??
-      (await (this.plain?.admissions.run({ id: agent, opts }) ?? this.store.transaction((tx) => admit(tx, this.store, agent, opts))));
+      (await (this.plain?.admissions.run({ id: agent, opts }) ??
+        this.store.transaction((tx) => admit(tx, this.store, agent, atSend(opts, this.clock)))));
     // A free pool seat is held for other members' turns: their claimers (in whatever process) look now.
     for (const t of turns) this.store.publish('agent', t);
     if (rows.length > 0) this.admitted(rows);

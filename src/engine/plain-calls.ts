@@ -1,9 +1,12 @@
 import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitted } from '../store/fast-paths.ts';
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
-import { Admissions } from './admissions.ts';
+import { Admissions, atSend } from './admissions.ts';
 import { Gathered } from './gather.ts';
 import type { ClaimWaits, TakenClaim } from './waiters.ts';
+
+/** Claims are stamped when their call leaves (admissions.ts). */
+export { atSend };
 
 /**
  * A plain submit's answer. `after`: call it once the submit's row is announced; a claim its call
@@ -41,12 +44,12 @@ export function plainCalls(store: StoreAdapter, fast: FastPaths, waits: ClaimWai
       absent: async () => undefined,
     }),
     claims: new Gathered({
-      many: (items) => fast.claimMany(items),
-      one: async (i) => (await fast.claimMany([i])).get(i.id),
+      many: (items) => fast.claimMany(items.map((i) => atSend(i, now))),
+      one: async (i) => (await fast.claimMany([atSend(i, now)])).get(i.id),
       // Not decided by the call (a hold may apply, a serial key, an unknown agent): its transaction decides.
       absent: async () => undefined,
     }),
-    admissions: new Admissions(store),
+    admissions: new Admissions(store, now),
   };
 }
 

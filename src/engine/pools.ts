@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { AHEAD_COUNT_CAP, SEAT_HOLDERS_SHOWN, type WaitingView } from '../domain/admission.ts';
 import { BatonError } from '../domain/errors.ts';
 import {
@@ -83,6 +83,15 @@ const lockedPools = perStore((store) =>
 const unlockedPools = preparedQuery(poolsQuery);
 
 /**
+ * A pool's seats in use: the running tasks of the agents that draw from it now, the sum of their
+ * running_count (a seek of agent_pools_pool and an agent row per member). The one text of that sum
+ * for every read in TypeScript; PostgreSQL's admission reads the same sum inside baton_lock_pools,
+ * after the pool's lock in the same call (the differential test holds them equal).
+ */
+const seatsInUse = (pool: RawBuilder<string> | string) =>
+  sql<number>`(SELECT coalesce(sum(a.running_count), 0) FROM agent_pools ap JOIN agents a ON a.name = ap.agent WHERE ap.pool = ${pool})`;
+
+/**
  * SQLite: the pools named `n0`, `n1`, … with each seated pool's seats in use and its waits, in one
  * statement, as FastPaths.lockPools answers on PostgreSQL (a row per pool, in name order, its
  * seats in use as `since`; then a row per wait of a seated pool). One statement suffices there: the
@@ -100,8 +109,7 @@ const sqlitePoolsQuery = preparedQuery((tx: Executor, p: Record<string, string>,
       'x.throttle',
       'x.throttle_tat',
       sql<string | null>`null`.as('agent'),
-      sql<number | null>`CASE WHEN x.max_parallel IS NOT NULL THEN (SELECT coalesce(sum(a.running_count), 0)
-        FROM agent_pools ap JOIN agents a ON a.name = ap.agent WHERE ap.pool = x.name) END`.as('since'),
+      sql<number | null>`CASE WHEN x.max_parallel IS NOT NULL THEN ${seatsInUse(sql.ref('x.name'))} END`.as('since'),
       sql<number | null>`null`.as('seen_at'),
     ])
     .where('x.name', 'in', names)
@@ -140,19 +148,13 @@ async function lockPools(tx: Executor, store: StoreAdapter | null, names: readon
 }
 
 /**
- * A pool's seats in use: the running tasks of the agents that draw from it now, the sum of their
- * running_count. Read after the pool's lock: every admission into the pool holds that lock when it
- * raises a count (the trigger raises it in the admitting statement) and until it commits, so the
- * sum read here includes every admission that went before; a count lowered meanwhile (a task that
- * ended) can only make it smaller.
+ * A pool's seats in use (seatsInUse). Read after the pool's lock: every admission into the pool
+ * holds that lock when it raises a count (the trigger raises it in the admitting statement) and
+ * until it commits, so the sum read here includes every admission that went before; a count
+ * lowered meanwhile (a task that ended) can only make it smaller.
  */
 export async function poolSeatsInUse(db: Executor, pool: string): Promise<number> {
-  const r = await db
-    .selectFrom('agent_pools')
-    .innerJoin('agents', 'agents.name', 'agent_pools.agent')
-    .select(sql<number>`coalesce(sum(agents.running_count), 0)`.as('n'))
-    .where('agent_pools.pool', '=', pool)
-    .executeTakeFirstOrThrow();
+  const r = await db.selectNoFrom(seatsInUse(pool).as('n')).executeTakeFirstOrThrow();
   return Number(r.n);
 }
 
@@ -167,17 +169,7 @@ const seatsAndWaitsQuery = preparedQuery((db: Executor, p: { pool: string }) =>
     .selectFrom('pool_waits')
     .select(['agent', 'since', 'seen_at'])
     .where('pool', '=', p.pool)
-    .unionAll(
-      db
-        .selectFrom('agent_pools')
-        .innerJoin('agents', 'agents.name', 'agent_pools.agent')
-        .select([
-          sql<string>`null`.as('agent'),
-          sql<number>`coalesce(sum(agents.running_count), 0)`.as('since'),
-          sql<number>`0`.as('seen_at'),
-        ])
-        .where('agent_pools.pool', '=', p.pool),
-    ),
+    .unionAll(db.selectNoFrom([sql<string>`null`.as('agent'), seatsInUse(p.pool).as('since'), sql<number>`0`.as('seen_at')])),
 );
 
 async function seatsAndWaits(db: Executor, pool: string): Promise<{ inUse: number; waits: PoolWait[] }> {
