@@ -64,8 +64,8 @@ export class Waiters {
   /**
    * A seat of `agent` freed: wake the waiter armed longest whose look did not find the agent's
    * queue empty. One that found it empty stays parked: only work queued can give it anything, and
-   * that is announced (wake). A seat-freed wake is a look that finds nothing otherwise: a worker
-   * whose claim waits while its own tasks run would pay one per task it completes.
+   * that is announced (wake). Woken, it would look and find nothing: a worker whose claim waits
+   * while its own tasks run would cost the server such a look per task it completes.
    */
   wakeForSeat(agent: string): void {
     const set = this.byAgent.get(agent);
