@@ -122,7 +122,7 @@ export class Engine {
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
-      if (status !== 'running') this.claimWaits.seatFreed(agent, local ? ids : []);
+      if (status !== 'running') this.claimWaits.seatFreed(agent, local ? ids : [], status === 'queued');
       for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.claimWaits.wake(agent, true));
@@ -281,7 +281,8 @@ export class Engine {
       admitted: (rows) => this.admitted(rows),
       giveBack: (rows) => this.giveBack(rows, owner),
     };
-    const admit = (hint: ClaimHint) => this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint) });
+    const admit = (hint: ClaimHint) =>
+      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint), onNothingQueued: () => void (hint.nothingQueued = true) });
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, admit, handoff);
   }
 

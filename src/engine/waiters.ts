@@ -32,6 +32,8 @@ export interface Handoff {
 interface Armed {
   signal: AbortSignal | undefined;
   offer: TakenClaim | undefined;
+  /** Its look found no queued row of its agent: a freed seat gives it nothing, work queued does. */
+  nothingQueued: boolean;
 }
 
 /**
@@ -57,6 +59,24 @@ export class Waiters {
     }
     if (set.size === 0) this.byAgent.delete(agent);
     return true;
+  }
+
+  /**
+   * A seat of `agent` freed: wake the waiter armed longest whose look did not find the agent's
+   * queue empty. One that found it empty stays parked: only work queued can give it anything, and
+   * that is announced (wake). Woken, it would look and find nothing: a worker whose claim waits
+   * while its own tasks run would cost the server such a look per task it completes.
+   */
+  wakeForSeat(agent: string): void {
+    const set = this.byAgent.get(agent);
+    if (!set) return;
+    for (const [fire, armed] of set) {
+      if (armed.nothingQueued) continue;
+      set.delete(fire);
+      if (set.size === 0) this.byAgent.delete(agent);
+      fire('signal');
+      return;
+    }
   }
 
   /**
@@ -88,7 +108,13 @@ export class Waiters {
   arm(
     agent: string,
     signal?: AbortSignal,
-  ): { wait: (ms: number) => Promise<Wake | undefined>; disarm: () => void; offer: (o: TakenClaim) => void } {
+  ): {
+    wait: (ms: number) => Promise<Wake | undefined>;
+    disarm: () => void;
+    offer: (o: TakenClaim) => void;
+    /** Its look found the agent's queue empty (see wakeForSeat). */
+    nothingQueued: () => void;
+  } {
     let fired: Wake | undefined;
     let resolve: (() => void) | undefined;
     const fire = (why: Wake) => {
@@ -97,7 +123,7 @@ export class Waiters {
     };
     let set = this.byAgent.get(agent);
     if (!set) this.byAgent.set(agent, (set = new Map()));
-    const armed: Armed = { signal, offer: undefined };
+    const armed: Armed = { signal, offer: undefined, nothingQueued: false };
     set.set(fire, armed);
     const disarm = () => {
       const s = this.byAgent.get(agent);
@@ -116,7 +142,7 @@ export class Waiters {
         resolve = done;
         signal?.addEventListener('abort', done, { once: true });
       });
-    return { wait, disarm, offer: (o) => void (armed.offer = o) };
+    return { wait, disarm, offer: (o) => void (armed.offer = o), nothingQueued: () => void (armed.nothingQueued = true) };
   }
 }
 
@@ -269,15 +295,17 @@ export class ClaimWaits {
   private readonly membersOf = new Map<string, Set<string>>();
 
   /**
-   * Work was queued for `agent` or one of its seats freed: wake one of its claimers, and one
-   * claimer of every other agent known here to draw from a pool it draws from (a seat of the pool
-   * freed with it; each such agent's claimer looks, and admission gives the seat to whichever
-   * takes the pool's lock first).
+   * Work was queued for `agent` (`queued`) or one of its seats freed: wake one of its claimers,
+   * and one claimer of every other agent known here to draw from a pool it draws from (a seat of
+   * the pool freed with it; each such agent's claimer looks, and admission gives the seat to
+   * whichever takes the pool's lock first). For a freed seat, claimers whose look found their
+   * agent's queue empty are passed over (Waiters.wakeForSeat).
    */
-  seatFreed(agent: string, ids: readonly string[] = []): void {
-    if (!(ids.length === 1 && this.wokenEarly.delete(ids[0]!))) this.waiters.wake(agent);
+  seatFreed(agent: string, ids: readonly string[] = [], queued = true): void {
+    const wake = (a: string) => (queued ? this.waiters.wake(a) : this.waiters.wakeForSeat(a));
+    if (!(ids.length === 1 && this.wokenEarly.delete(ids[0]!))) wake(agent);
     for (const p of this.poolsOf.get(agent) ?? []) {
-      for (const m of this.membersOf.get(p) ?? []) if (m !== agent) this.waiters.wake(m);
+      for (const m of this.membersOf.get(p) ?? []) if (m !== agent) wake(m);
     }
   }
 
@@ -319,6 +347,7 @@ export class ClaimWaits {
         }
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal.aborted) return [];
+        if (hint.nothingQueued) armed.nothingQueued();
         // A closed throttle reopens at a known time: a claimer of the agent looks again then (a timer,
         // not a faster poll), counted from now on the engine's clock, not from when admission said it
         // (its commit may have taken a while). A look that finds it still closed (the timer fired a
@@ -362,4 +391,6 @@ export interface ClaimHint {
   reopensAt?: number;
   /** The pools the agent draws from. */
   pools?: string[];
+  /** The agent had no queued row (admit.ts, onNothingQueued): a freed seat gives this claim nothing. */
+  nothingQueued?: boolean;
 }

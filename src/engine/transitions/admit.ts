@@ -18,7 +18,7 @@ import { endPoolWaits } from '../pool-turns.ts';
 import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { parsePools } from '../../domain/pools.ts';
 import { clearLapseHold } from './lapse.ts';
-import { stamp } from './stamp.ts';
+import { QUEUED, stamp } from './stamp.ts';
 
 export interface AdmitOptions {
   now: number;
@@ -39,6 +39,11 @@ export interface AdmitOptions {
   onFlow?: FlowReport;
   /** The API key the claim is made with: refused (Unauthorized, nothing admitted) unless it is live (claim-key.ts). */
   keyId?: string;
+  /**
+   * A waiting claim's: called when the agent had no queued row at all, so no seat freeing can
+   * give it work until work is queued (ClaimWaits.seatFreed wakes it only then).
+   */
+  onNothingQueued?: () => void;
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
@@ -212,6 +217,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
+    if (opts.onNothingQueued && (await anyQueued(tx, { agent: agentName })).length === 0) opts.onNothingQueued();
     return stopped();
   }
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
@@ -280,3 +286,12 @@ export function mayBeCutShort(
   for (const r of rows) bytes += Buffer.byteLength(r.message) + Buffer.byteLength(r.payload);
   return bytes > maxBytes / 2;
 }
+
+/**
+ * One queued row of the agent, if it has any (one seek into executions_admission). Rows the
+ * candidates skip (run_after ahead, a running serial key, a shut key, locked elsewhere) count:
+ * a seat freeing may be what lets them start.
+ */
+const anyQueued = preparedQuery((db: Tx, p: { agent: string }) =>
+  db.selectFrom('executions').select('id').where('agent', '=', p.agent).where('status', '=', QUEUED).limit(1),
+);
