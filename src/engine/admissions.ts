@@ -1,6 +1,7 @@
 import { parsePools } from '../domain/pools.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { AdmissionCarry, AdmissionWrites } from './admission-carry.ts';
 import { Gathered } from './gather.ts';
 import type { FlowReport } from './pools.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
@@ -105,8 +106,23 @@ export async function admitMany(tx: Tx, store: StoreAdapter, items: readonly Adm
     const union = [...new Set(agents.flatMap((a) => a.pools))].sort();
     await store.lockRows(tx.selectFrom('pools').select('name').where('name', 'in', union).orderBy('name'), 'admission').execute();
   }
+  // Where the store has fast paths, every agent's reads and its pools' locks in that order in one
+  // round trip, each admission then reading the pools as those before it left them (AdmissionCarry).
+  const reads = store.fastPaths
+    ? await store.fastPaths.lockAgents(
+        tx,
+        order.map((name) => {
+          const o = byName.get(name)!.opts;
+          return { agent: name, limit: Math.max(0, 2 * o.max), now: o.now };
+        }),
+      )
+    : undefined;
+  const carry = new AdmissionCarry();
+  const writes = store.fastPaths ? new AdmissionWrites() : undefined;
   const out = new Map<string, ExecutionRow[]>();
-  for (const name of order) out.set(name, await admit(tx, store, name, byName.get(name)!.opts));
+  for (const name of order)
+    out.set(name, await admit(tx, store, name, byName.get(name)!.opts, reads && { locked: reads.get(name), carry, writes }));
+  if (writes) for (const [name, rows] of await writes.flush(tx, store.fastPaths!)) out.set(name, rows);
   return out;
 }
 

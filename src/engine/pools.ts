@@ -16,6 +16,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { lockedPools as poolsFromRows, type LockedPools } from '../store/fast-paths.ts';
 import type { AgentRow } from '../store/schema.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
+import type { AdmissionCarry } from './admission-carry.ts';
 import { writePoolWait } from './pool-turns.ts';
 import { statusIs } from './status-sql.ts';
 import type { Executor } from './transitions/stamp.ts';
@@ -196,6 +197,8 @@ export async function flowGate(
   want: number,
   /** The agent's pools as FastPaths.lockAgent locked them with the agent's row, if it did. */
   locked?: LockedPools,
+  /** In a gathered transaction: the pools as its admissions before this one left them. */
+  carry?: AdmissionCarry,
 ): Promise<FlowGate | null> {
   const own = parseThrottle(agent.throttle);
   const names = parsePools(agent.pools);
@@ -207,7 +210,7 @@ export async function flowGate(
   let reopensAt = -Infinity;
   const turns: string[] = [];
   const seatPools: Array<{ name: string; turn: PoolTurn; stored: boolean }> = [];
-  const throttled: Array<{ t: Throttle; tat: number | null; write: (tat: number | null) => Promise<unknown> }> = [];
+  const throttled: Array<{ t: Throttle; tat: number | null; write: (tat: number | null) => Promise<unknown>; pool?: string }> = [];
   const close = (l: FlowLimit) => {
     limit ??= l;
     if (l.kind === 'pool_full' || l.kind === 'pool_turn') seatsClosed = true;
@@ -216,8 +219,8 @@ export async function flowGate(
       reopensAt = Math.max(reopensAt, l.next_admit_at);
     }
   };
-  const throttle = (t: Throttle, tat: number | null, write: (tat: number | null) => Promise<unknown>): number => {
-    throttled.push({ t, tat, write });
+  const throttle = (t: Throttle, tat: number | null, write: (tat: number | null) => Promise<unknown>, pool?: string): number => {
+    throttled.push({ t, tat, write, ...(pool !== undefined ? { pool } : {}) });
     return startsAllowed(t, tat === null ? null : Number(tat), now, want).starts;
   };
   if (own) {
@@ -230,7 +233,7 @@ export async function flowGate(
   // Where the store has fast paths, the locks, the seats and the waits are one call (one round
   // trip less while the pools are locked), and on SQLite one statement; else a statement for the
   // locks and one for each pool's seats.
-  const fast =
+  const read =
     !store || names.length === 0
       ? null
       : store.fastPaths
@@ -238,6 +241,7 @@ export async function flowGate(
         : store.kind === 'sqlite'
           ? await sqlitePools(tx, names)
           : null;
+  const fast = read && carry ? carry.through(read) : read;
   for (const p of fast ? fast.pools : await lockPools(tx, store, names)) {
     if (p.max_parallel !== null) {
       const { inUse, waits } = fast?.seats.get(p.name) ?? (await seatsAndWaits(tx, p.name));
@@ -256,8 +260,11 @@ export async function flowGate(
     }
     const pt = parseThrottle(p.throttle);
     if (pt) {
-      const starts = throttle(pt, p.throttle_tat, (tat) =>
-        tx.updateTable('pools').set({ throttle_tat: tat }).where('name', '=', p.name).execute(),
+      const starts = throttle(
+        pt,
+        p.throttle_tat,
+        (tat) => tx.updateTable('pools').set({ throttle_tat: tat }).where('name', '=', p.name).execute(),
+        p.name,
       );
       if (starts === 0) close({ kind: 'pool_throttled', pool: p.name, next_admit_at: nextStartAt(pt, Number(p.throttle_tat), now) });
       room = Math.min(room, starts);
@@ -271,11 +278,19 @@ export async function flowGate(
     reopensAt: limit !== null ? reopensAt : null,
     turns,
     async commit(n: number) {
-      if (n > 0) for (const x of throttled) await x.write(afterStarts(x.t, x.tat === null ? null : Number(x.tat), now, n));
+      if (n > 0)
+        for (const x of throttled) {
+          const tat = afterStarts(x.t, x.tat === null ? null : Number(x.tat), now, n);
+          await x.write(tat);
+          if (x.pool !== undefined) carry?.throttled(x.pool, tat);
+        }
       // A wait is kept only where the pool's seats alone refused it: a member that could not use a
       // seat (a throttle closed) must not hold one back from the others.
-      for (const s of seatPools)
-        await writePoolWait(tx, s.name, agent.name, s.turn, s.stored, s.turn.room === 0 && !throttleClosed && n === 0, now);
+      for (const s of seatPools) {
+        const refused = s.turn.room === 0 && !throttleClosed && n === 0;
+        const wait = await writePoolWait(tx, s.name, agent.name, s.turn, s.stored, refused, now);
+        carry?.seated(s.name, agent.name, n, wait);
+      }
     },
   };
 }

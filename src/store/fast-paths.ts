@@ -138,13 +138,38 @@ export interface FastPaths {
    * and the agent draws from pools, its pools locked after it (as lockPools). Reads only;
    * undefined: no such agent.
    */
-  lockAgent(
-    tx: Kysely<DB>,
-    agent: string,
-    read?: { limit: number; now: number },
-  ): Promise<
-    { row: AgentRow; running: Map<string, number>; poolBudgeted: boolean; candidates?: LockedCandidate[]; pools?: LockedPools } | undefined
-  >;
+  lockAgent(tx: Kysely<DB>, agent: string, read?: { limit: number; now: number }): Promise<LockedAgent | undefined>;
+  /**
+   * lockAgent with `read` for each agent of `items`, one after another in the order given, in one
+   * round trip: each agent's lock, then its reads and its pools' locks, before the next agent's.
+   * Call it holding every one of the agents' locks already (src/engine/admissions.ts), so the
+   * only locks it takes in turn are the pools', in that order. Reads only; an agent missing from
+   * the map was not found.
+   */
+  lockAgents(tx: Kysely<DB>, items: ReadonlyArray<{ agent: string; limit: number; now: number }>): Promise<Map<string, LockedAgent>>;
+  /**
+   * Within the admission transaction `tx`, holding the agents' locks: what the admissions of
+   * several agents decided to write to their agent rows and their rows to take, in two calls
+   * whatever the number of agents. First each agent's claim stamp (`stamp`: its last_claim_at)
+   * and admit_round raised to `round` (kept where higher), then each take as takeRows makes it,
+   * agent after agent in the order given. Returns every row taken, in that order.
+   */
+  admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow[]>;
+}
+
+/** FastPaths.admitWrites' writes. */
+export interface AdmitWrites {
+  agents: Array<{ agent: string; stamp: number | null; round: number | null }>;
+  takes: Array<{ ids: string[]; tokens: string[]; owner: string; now: number }>;
+}
+
+/** What FastPaths.lockAgent read of one agent. */
+export interface LockedAgent {
+  row: AgentRow;
+  running: Map<string, number>;
+  poolBudgeted: boolean;
+  candidates?: LockedCandidate[];
+  pools?: LockedPools;
 }
 
 /** What admission reads of a candidate row (src/engine/candidates.ts), here or in FastPaths.lockAgent. */

@@ -5,9 +5,11 @@ import { BacklogFull, NotFound } from '../domain/errors.ts';
 import { newLeaseToken } from '../domain/ids.ts';
 import {
   lockedPools,
+  type AdmitWrites,
   type ClaimRequest,
   type CompletionRequest,
   type FastPaths,
+  type LockedAgent,
   type LockedCandidate,
   type LockedPoolRow,
   type LockedPools,
@@ -42,33 +44,49 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
         ).rows,
       lockPools: (tx, names) => lockPools(tx, names),
       lockAgent: async (tx, agent, read) => {
-        type Locked = AgentRow & {
-          _running: Record<string, number> | null;
-          _pool_budgeted: boolean;
-          _candidates?: LockedCandidate[];
-          _pools?: LockedPoolRow[] | null;
-        };
         const { rows } = read
-          ? await sql<Locked>`SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
+          ? await sql<LockedRow>`SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
               f.candidates AS _candidates, f.pools AS _pools FROM baton_lock_agent(${agent}, ${read.limit}::int, ${read.now}::bigint) f`.execute(
               tx,
             )
-          : await sql<Locked>`SELECT (f.agent).*,
+          : await sql<LockedRow>`SELECT (f.agent).*,
               f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
-        if (rows.length === 0) return undefined;
-        const { _running, _pool_budgeted, _candidates, _pools, ...row } = rows[0]!;
-        return {
-          row,
-          running: new Map(Object.entries(_running ?? {})),
-          poolBudgeted: _pool_budgeted,
-          ...(_candidates ? { candidates: _candidates.map(candidateOf) } : {}),
-          ...(_pools ? { pools: lockedPools(_pools) } : {}),
-        };
+        return rows.length === 0 ? undefined : lockedAgent(rows[0]!);
       },
+      // The function runs once per agent, in the array's order (a lateral call for each element
+      // of the unnest, which yields them in order), so the pools are locked in that order.
+      lockAgents: async (tx, items) => {
+        const { rows } = await sql<LockedRow>`SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
+            f.candidates AS _candidates, f.pools AS _pools
+          FROM unnest(${items.map((i) => i.agent)}::text[], ${items.map((i) => i.limit)}::int[], ${items.map((i) => i.now)}::bigint[])
+            WITH ORDINALITY AS a(agent, lim, now, n)
+          CROSS JOIN LATERAL baton_lock_agent(a.agent, a.lim, a.now) f ORDER BY a.n`.execute(tx);
+        return new Map(rows.map((r) => [r.name, lockedAgent(r)]));
+      },
+      admitWrites: (tx, w) => admitWrites(tx, w),
     };
     made.set(db, fast);
   }
   return fast;
+}
+
+type LockedRow = AgentRow & {
+  _running: Record<string, number> | null;
+  _pool_budgeted: boolean;
+  _candidates?: LockedCandidate[];
+  _pools?: LockedPoolRow[] | null;
+};
+
+/** A row of baton_lock_agent as FastPaths.lockAgent answers it. */
+function lockedAgent(r: LockedRow): LockedAgent {
+  const { _running, _pool_budgeted, _candidates, _pools, ...row } = r;
+  return {
+    row,
+    running: new Map(Object.entries(_running ?? {})),
+    poolBudgeted: _pool_budgeted,
+    ...(_candidates ? { candidates: _candidates.map(candidateOf) } : {}),
+    ...(_pools ? { pools: lockedPools(_pools) } : {}),
+  };
 }
 
 /** A candidate as baton_lock_agent's JSON carries it (numbers as JSON numbers), with candidatesFor's columns only. */
@@ -214,6 +232,32 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
     db,
   );
   return new Map(rows.map((r) => [r.id, r]));
+}
+
+/**
+ * FastPaths.admitWrites: the agent rows in one UPDATE, then every take as one call of
+ * baton_take_rows per agent, each on its slice of the ids and tokens, in the order given (a
+ * lateral call per element of the unnest, which yields them in order).
+ */
+async function admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow[]> {
+  const a = w.agents;
+  if (a.length > 0)
+    await sql`UPDATE agents x SET last_claim_at = coalesce(v.stamp, x.last_claim_at), admit_round = greatest(x.admit_round, coalesce(v.round, 0))
+      FROM unnest(${a.map((i) => i.agent)}::text[], ${a.map((i) => i.stamp)}::bigint[], ${a.map((i) => i.round)}::bigint[]) AS v(name, stamp, round)
+      WHERE x.name = v.name`.execute(tx);
+  if (w.takes.length === 0) return [];
+  const lo: number[] = [];
+  const hi: number[] = [];
+  for (const t of w.takes) {
+    lo.push(lo.length === 0 ? 1 : hi[hi.length - 1]! + 1);
+    hi.push(lo[lo.length - 1]! + t.ids.length - 1);
+  }
+  const { rows } =
+    await sql<ExecutionRow>`SELECT t.* FROM unnest(${w.takes.map((t) => t.owner)}::text[], ${w.takes.map((t) => t.now)}::bigint[],
+      ${lo}::int[], ${hi}::int[]) WITH ORDINALITY AS a(owner, now, lo, hi, n)
+    CROSS JOIN LATERAL baton_take_rows((${w.takes.flatMap((t) => t.ids)}::text[])[a.lo:a.hi],
+      (${w.takes.flatMap((t) => t.tokens)}::text[])[a.lo:a.hi], a.owner, a.now) t`.execute(tx);
+  return rows;
 }
 
 /** FastPaths.lockPools: one call of baton_lock_pools (a row per pool, then a row per wait). */

@@ -91,6 +91,58 @@ describe(`admissions gathered into one transaction (${STORE_KIND})`, () => {
     expect((n['ad-y'] ?? 0) + (n['ad-v'] ?? 0)).toBe(2);
   });
 
+  it("carries each pool's throttle and waits, and the serial keys taken, from one agent's admission to the next", async () => {
+    // A pool throttle with a burst of 2: three starts at once in all, whoever takes them.
+    await engine.pools.create({ name: 'ad-t', throttle: { limit: 1, period_seconds: 60, burst: 2 } }, 'test');
+    // One seat: the first agent takes it, the others wait in turn, each behind the one before.
+    await engine.pools.create({ name: 'ad-w', max_parallel: 1 }, 'test');
+    const throttled = ['ad-t1', 'ad-t2', 'ad-t3'];
+    const seated = ['ad-w1', 'ad-w2', 'ad-w3'];
+    const serial = ['ad-s1', 'ad-s2'];
+    for (const agent of [...throttled, ...seated, ...serial]) {
+      const pools = throttled.includes(agent) ? ['ad-t'] : seated.includes(agent) ? ['ad-w'] : [];
+      await engine.agents.create({ name: agent, max_parallel: 5, pools }, 'test');
+      for (let i = 0; i < 2; i++) {
+        clock.advance(1);
+        await engine.submit(agent, { message: `t${i}` }, 'key:test');
+      }
+    }
+    // Both serial agents' first rows share a serial key (a schedule's runs, say, moved from one
+    // agent to the other): one of them may run at a time.
+    for (const agent of serial) {
+      const first = await ts.store.db
+        .selectFrom('executions')
+        .select('id')
+        .where('agent', '=', agent)
+        .orderBy('queued_at')
+        .executeTakeFirstOrThrow();
+      await ts.store.db.updateTable('executions').set({ serial_key: 'ad-serial' }).where('id', '=', first.id).execute();
+    }
+    const agents = [...throttled, ...seated, ...serial];
+    const opts = { now: clock(), owner: 'w', max: 10, delivery: 'pull' as const };
+    const taken = await ts.store.transaction((tx) =>
+      admitMany(
+        tx,
+        ts.store,
+        agents.map((id) => ({ id, opts })),
+      ),
+    );
+    const got = (names: string[]) => names.reduce((n, a) => n + taken.get(a)!.length, 0);
+    expect(got(throttled)).toBe(3);
+    expect(got(seated)).toBe(1);
+    const waits = await ts.store.db
+      .selectFrom('pool_waits')
+      .select(['agent', 'since'])
+      .where('pool', '=', 'ad-w')
+      .orderBy('since')
+      .execute();
+    expect(waits.map((w) => w.agent)).toEqual(['ad-w2', 'ad-w3']);
+    expect(Number(waits[1]!.since)).toBeGreaterThan(Number(waits[0]!.since));
+    const runs = [...taken.get('ad-s1')!, ...taken.get('ad-s2')!];
+    expect(runs.filter((r) => r.serial_key === 'ad-serial')).toHaveLength(1);
+    expect(runs).toHaveLength(3);
+  });
+
   it('a claim that fails fails alone: the others claimed with it are admitted', async () => {
     await engine.pools.create({ name: 'ad-q', max_parallel: 4 }, 'test');
     for (const agent of ['ad-e1', 'ad-e2', 'ad-e3']) {

@@ -17,6 +17,8 @@ import { admissionNow } from '../holds.ts';
 import { endPoolWaits } from '../pool-turns.ts';
 import { FLOW_COLUMNS, flowGate, type FlowReport } from '../pools.ts';
 import { parsePools } from '../../domain/pools.ts';
+import type { LockedAgent } from '../../store/fast-paths.ts';
+import type { AdmissionCarry, AdmissionWrites } from '../admission-carry.ts';
 import { clearLapseHold } from './lapse.ts';
 import { QUEUED, stamp } from './stamp.ts';
 
@@ -154,14 +156,27 @@ const admissionAgentFor = perStore((store) =>
  * Holds (a paused agent, src/domain/admission.ts) are read from that same locked row: a pause
  * commits under the same row lock, so once it has committed no admission in any process admits.
  */
-export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts: AdmitOptions): Promise<ExecutionRow[]> {
+export async function admit(
+  tx: Tx,
+  store: StoreAdapter,
+  agentName: string,
+  opts: AdmitOptions,
+  /**
+   * In a gathered transaction (src/engine/admissions.ts): the agent as FastPaths.lockAgents read it
+   * (with `read` below), and what the admissions before this one changed since (AdmissionCarry).
+   */
+  gathered?: { locked: LockedAgent | undefined; carry: AdmissionCarry; writes?: AdmissionWrites },
+): Promise<ExecutionRow[]> {
   // Where the store has fast paths, the lock, the running tasks per key, the candidates and, where
   // there are some, the pools' locks with their seats and waits (read after it) are one call. It
   // reads as many candidates as a keyed claim may (twice the rows asked: see below) before the
   // holds and seats are decided, as one statement costs less than a round trip; the rows and pools
   // locked and not used stay locked until the transaction ends.
   const read = opts.max > 0 ? { limit: 2 * opts.max, now: opts.now } : undefined;
-  const locked = store.fastPaths ? await store.fastPaths.lockAgent(tx, agentName, read) : undefined;
+  const locked = store.fastPaths ? (gathered?.locked ?? (await store.fastPaths.lockAgent(tx, agentName, read))) : undefined;
+  const carry = gathered?.carry;
+  // The writes the caller makes at the transaction's end (its rows then come from there).
+  const writes = gathered?.writes;
   const row = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
   let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : row;
   if (!agent) throw new NotFound('agent', agentName);
@@ -177,7 +192,8 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // A claimer was here (even one that takes nothing): what "no worker has claimed for N s" reads.
   // Throttled, as the row is already locked the write is cheap but a new row version each time.
   if (agent.last_claim_at === null || opts.now - Number(agent.last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
-    await tx.updateTable('agents').set({ last_claim_at: opts.now }).where('name', '=', agentName).execute();
+    if (writes) writes.stamp(agentName, opts.now);
+    else await tx.updateTable('agents').set({ last_claim_at: opts.now }).where('name', '=', agentName).execute();
   }
   // A shared-cause lapse hold ends when a worker of the agent is seen again, and a claim is that
   // sign: it ends the hold and is admitted at once (it is a live worker; making it wait gains
@@ -194,7 +210,12 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
   // running: put back in the queue or ended without a verdict, and takes another).
   const { hold, probe } = await admissionNow(tx, { ...agent, name: agentName, pool_budgeted: poolBudgetedNow }, opts.now);
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
-  const stopped = async () => (await endPoolWaits(tx, agentName, parsePools(agent.pools)), []);
+  const stopped = async () => {
+    const pools = parsePools(agent.pools);
+    await endPoolWaits(tx, agentName, pools);
+    carry?.left(agentName, pools);
+    return [];
+  };
   if (hold !== null) return stopped();
   if (opts.max <= 0 || agent.max_parallel <= 0) return stopped();
 
@@ -226,7 +247,7 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     candidates.map((c) => c.flow_key),
   );
   // The agent's throttle and its pools (locked after the agent row, in name order).
-  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length, locked?.pools);
+  const gate = await flowGate(tx, store, { ...agent, name: agentName }, opts.now, candidates.length, locked?.pools, carry);
   if (gate)
     opts.onFlow?.({ pools: gate.pools, reopensAt: gate.room === 0 ? gate.reopensAt : null, turns: gate.room === 0 ? gate.turns : [] });
   const room = Math.min(want, gate ? gate.room : want);
@@ -243,17 +264,30 @@ export async function admit(tx: Tx, store: StoreAdapter, agentName: string, opts
     if (taking.length > 0 && bytes + Number(c.bytes) > maxBytes) break;
     if (keys && !keys.admits(c.flow_key, opts.now)) continue;
     if (c.serial_key !== null) {
-      if (serials.has(c.serial_key)) continue; // one run per serial key, also within one batch
+      // One run per serial key, also within one batch and one gathered transaction.
+      if (serials.has(c.serial_key) || carry?.serials.has(c.serial_key)) continue;
       serials.add(c.serial_key);
     }
     taking.push(c);
     bytes += Number(c.bytes);
     keys?.took(c.flow_key, opts.now);
   }
-  const admitted = await takeRows(tx, store, taking, opts);
+  // A probe's row is written at once: the breaker's write below names it.
+  const later = writes && !probe ? writes : undefined;
+  later?.take(
+    agentName,
+    taking.map((c) => c.id),
+    opts.owner,
+    opts.now,
+  );
+  const admitted = later ? [] : await takeRows(tx, store, taking, opts);
+  for (const k of serials) carry?.serials.add(k);
   await keys?.save(tx);
-  await raiseAdmitRound(tx, agentName, agent.admit_round, admitted);
-  await gate?.commit(admitted.length);
+  if (later) {
+    const top = Math.max(0, ...taking.map((c) => Number(c.fair_round)));
+    if (top > Number(agent.admit_round)) later.round(agentName, top);
+  } else await raiseAdmitRound(tx, agentName, agent.admit_round, admitted);
+  await gate?.commit(taking.length);
   if (probe && admitted.length > 0) {
     const theProbe = admitted[0]!;
     const halfOpen = { breaker_state: 'half_open', breaker_probe_id: theProbe.id } as const;
