@@ -5,9 +5,6 @@ import { Admissions, atSend } from './admissions.ts';
 import { Gathered } from './gather.ts';
 import type { ClaimWaits, TakenClaim } from './waiters.ts';
 
-/** Claims are stamped when their call leaves (admissions.ts). */
-export { atSend };
-
 /**
  * A plain submit's answer. `after`: call it once the submit's row is announced; a claim its call
  * admitted that row to gets its answer then, so every listener hears `queued` before `running`.
