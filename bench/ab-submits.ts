@@ -11,6 +11,7 @@
 import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { nextPort } from './lib/server.ts';
 import { freshDb, type BenchDb } from './lib/stores.ts';
 import { BatonClient } from '../src/client.ts';
 import { closeConnections, nodeHttpTransport } from '../src/worker/http.ts';
@@ -28,12 +29,10 @@ const cpuNs = (pid: number, others = false) => {
   }
   return s;
 };
-const range = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
-let port = range ? Number(range[1]) + Math.floor(Math.random() * (Number(range[2]) - Number(range[1]) - 1)) : 0;
 async function up(dir: string, db: BenchDb) {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of Object.keys(env)) if (k.startsWith('BATON_')) delete env[k];
-  Object.assign(env, db.env, { BATON_PORT: String(port ? port++ : 0), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' });
+  Object.assign(env, db.env, { BATON_PORT: String(nextPort()), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' });
   const child = spawn(process.execPath, ['bin/baton.js', 'up'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'ignore'] });
   const url = await new Promise<string>((res, rej) => {
     let part = '';

@@ -27,7 +27,8 @@ import pg from 'pg';
 import { CATALOGUE, isActivity } from '../src/canary/catalogue.ts';
 import { runCanaryOnce } from '../src/canary/run.ts';
 import { Engine } from '../src/engine/engine.ts';
-import type { StoreAdapter, Tx } from '../src/store/adapter.ts';
+import type { StoreAdapter } from '../src/store/adapter.ts';
+import { wrapStore } from './lib/wrap-store.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import type { DB } from '../src/store/schema.ts';
 import { openSqlite } from '../src/store/sqlite.ts';
@@ -69,12 +70,7 @@ function recording(inner: StoreAdapter): StoreAdapter {
     }) as typeof w.executeQuery;
     return w;
   };
-  return Object.assign(Object.create(inner) as StoreAdapter, {
-    db: wrap(inner.db),
-    reader: wrap(inner.reader),
-    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
-    snapshot: <T>(fn: (tx: Tx) => Promise<T>) => inner.snapshot((tx) => fn(wrap(tx))),
-  });
+  return wrapStore(inner, wrap);
 }
 
 // ── counting ────────────────────────────────────────────────────────────────

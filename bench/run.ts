@@ -73,7 +73,7 @@ import type { StoreKind } from '../src/store/adapter.ts';
 import { installCounter, probeAnatomy, type OpAnatomy } from './lib/anatomy.ts';
 import { cpuMeter, pgBackendTicks, waitForQuiet, type CpuUse } from './lib/cpu.ts';
 import { engineDriver, httpDriver, type Driver } from './lib/drivers.ts';
-import { killChildren, startServer, type RunningServer } from './lib/server.ts';
+import { killChildren, nextPort, startServer, type RunningServer } from './lib/server.ts';
 import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
@@ -296,18 +296,6 @@ interface Ctx {
   serverPid: number;
   /** The server, over HTTP. */
   server?: RunningServer;
-}
-
-/**
- * The port for the next spawned server: the next of BATON_TEST_PORTS (lo-hi) when it is set, so
- * runs on a shared machine stay in their range; else 0 (the OS picks).
- */
-let portsUsed = 0;
-function nextPort(): number {
-  const m = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
-  if (!m) return 0;
-  const lo = Number(m[1]);
-  return lo + (portsUsed++ % (Number(m[2]) - lo + 1));
 }
 
 /** Runs `fn` with a driver on a fresh database, then tears everything down (then `after`, on the closed database). */

@@ -15,7 +15,7 @@
  *
  *   node --import tsx bench/submits-probe.ts sqlite|postgres [N=5000] [cpu-profile dir]
  */
-import { startServer } from './lib/server.ts';
+import { nextPort, startServer } from './lib/server.ts';
 import { freshDb } from './lib/stores.ts';
 import { BatonClient } from '../src/client.ts';
 import { closeConnections, nodeHttpTransport } from '../src/worker/http.ts';
@@ -24,9 +24,7 @@ const store = (process.argv[2] ?? 'sqlite') as 'sqlite' | 'postgres';
 const N = Number(process.argv[3] ?? 5000);
 const prof = process.argv[4];
 const db = freshDb(store, 'postgres://postgres@127.0.0.1:5432/test', process.env.BENCH_LABEL ?? 'uprof');
-const range = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
-const port = range ? Number(range[1]) + Math.floor(Math.random() * (Number(range[2]) - Number(range[1]) + 1)) : 0;
-const server = await startServer(db, 'spawn', { port, ...(prof ? { cpuProfDir: prof } : {}) });
+const server = await startServer(db, 'spawn', { port: nextPort(), ...(prof ? { cpuProfDir: prof } : {}) });
 const c = new BatonClient({ server: server.url, key: server.key, transport: nodeHttpTransport });
 const agents = Array.from({ length: 100 }, (_, i) => `a${i}`);
 for (const a of agents) await c.createAgent({ name: a, max_parallel: 3, max_backlog: 100000 });

@@ -14,6 +14,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { nextPort } from './lib/server.ts';
 import { freshDb, type BenchDb } from './lib/stores.ts';
 import { sleep } from './lib/stats.ts';
 import { BatonClient } from '../src/client.ts';
@@ -26,8 +27,6 @@ const SYSTEM = (process.argv[7] ?? 'sdk') as 'sdk' | 'hand';
 const WARMUP = 20;
 const PAUSE_MS = 10;
 const agents = Array.from({ length: 100 }, (_, i) => `w${i}`);
-const range = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
-let port = range ? Number(range[1]) + Math.floor(Math.random() * (Number(range[2]) - Number(range[1]) - 1)) : 0;
 
 /** JSON lines of a child's stdout, each handed to `on`. */
 function lines(child: ChildProcess, on: (j: Record<string, unknown>) => void): void {
@@ -59,7 +58,7 @@ async function side(name: 'A' | 'B', dir: string): Promise<Side> {
   const db = freshDb(store, 'postgres://postgres@127.0.0.1:5432/test', `${process.env.BENCH_LABEL ?? 'w2'}_${name.toLowerCase()}`);
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of Object.keys(env)) if (k.startsWith('BATON_')) delete env[k];
-  Object.assign(env, db.env, { BATON_PORT: String(port ? port++ : 0), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' });
+  Object.assign(env, db.env, { BATON_PORT: String(nextPort()), BATON_HOST: '127.0.0.1', BATON_LOG_LEVEL: 'info' });
   const serverArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const server = spawn(process.execPath, [...serverArgs, 'bin/baton.js', 'up'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'ignore'] });
   const url = await new Promise<string>((res, rej) => {

@@ -134,3 +134,18 @@ export function killChildren(): void {
   for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
   children.clear();
 }
+
+/**
+ * The port for the next server a bench starts: within BATON_TEST_PORTS (lo-hi) when it is set, so
+ * runs on a shared machine stay in their range, from a random place in it (two benches started
+ * side by side in one range seldom collide) and then the next each time; else 0 (the OS picks).
+ */
+let portOffset: number | undefined;
+export function nextPort(): number {
+  const m = /^(\d+)-(\d+)$/.exec(process.env.BATON_TEST_PORTS ?? '');
+  if (!m) return 0;
+  const lo = Number(m[1]);
+  const size = Number(m[2]) - lo + 1;
+  portOffset = portOffset === undefined ? Math.floor(Math.random() * size) : portOffset + 1;
+  return lo + (portOffset % size);
+}
