@@ -31,6 +31,8 @@ export class PostgresSignals {
   private listening: Promise<void> | undefined;
   /** The LISTEN connection once it listens on every topic: this process's NOTIFYs go out on it. */
   private sender: pg.Client | undefined;
+  /** The sender while a NOTIFY is out on it: the next one takes the pool rather than wait behind it. */
+  private busy: pg.Client | undefined;
   private closed = false;
 
   constructor(
@@ -80,13 +82,21 @@ export class PostgresSignals {
    * process's own copy (dropped here by its origin) to the same backend and connection in the
    * same answer, so a NOTIFY wakes one backend and this process reads once. From a pool
    * connection it wakes that connection's backend, which signals the listening one, and this
-   * process reads the answer and its copy apart. Where there is no such connection, or the send
-   * on it fails, the pool's.
+   * process reads the answer and its copy apart. Where there is no such connection, while a
+   * NOTIFY is still out on it (a slow or stalled connection never holds up the next one), or when
+   * the send on it fails, the pool's.
    */
   private notify(query: { name: string; text: string; values: string[] }): Promise<unknown> {
     const viaPool = () => this.pool.query(query.text, query.values).catch(() => {});
     const sender = this.sender;
-    return sender ? sender.query(query).catch(viaPool) : viaPool();
+    if (!sender || this.busy === sender) return viaPool();
+    this.busy = sender;
+    return sender
+      .query(query)
+      .catch(viaPool)
+      .finally(() => {
+        if (this.busy === sender) this.busy = undefined;
+      });
   }
 
   private startListening(): Promise<void> {
