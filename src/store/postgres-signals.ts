@@ -29,6 +29,10 @@ export class PostgresSignals {
   private outbox = new Map<Topic, string[]>();
   private listener: pg.Client | undefined;
   private listening: Promise<void> | undefined;
+  /** The LISTEN connection once it listens on every topic: this process's NOTIFYs go out on it. */
+  private sender: pg.Client | undefined;
+  /** The sender while a NOTIFY is out on it: the next one takes the pool rather than wait behind it. */
+  private busy: pg.Client | undefined;
   private closed = false;
 
   constructor(
@@ -68,9 +72,31 @@ export class PostgresSignals {
     for (let i = 0; i < batch.length && !this.closed; i += NOTIFY_BATCH) {
       const part = batch.slice(i, i + NOTIFY_BATCH);
       const calls = part.map((_, j) => `pg_notify($${2 * j + 1}, $${2 * j + 2})`).join(', ');
-      sent.push(this.pool.query(`SELECT ${calls}`, part.flat()).catch(() => {}));
+      sent.push(this.notify({ name: `baton_notify_${part.length}`, text: `SELECT ${calls}`, values: part.flat() }));
     }
     return Promise.all(sent);
+  }
+
+  /**
+   * One NOTIFY statement, on the LISTEN connection while it listens: PostgreSQL then hands this
+   * process's own copy (dropped here by its origin) to the same backend and connection in the
+   * same answer, so a NOTIFY wakes one backend and this process reads once. From a pool
+   * connection it wakes that connection's backend, which signals the listening one, and this
+   * process reads the answer and its copy apart. Where there is no such connection, while a
+   * NOTIFY is still out on it (a slow or stalled connection never holds up the next one), or when
+   * the send on it fails, the pool's.
+   */
+  private notify(query: { name: string; text: string; values: string[] }): Promise<unknown> {
+    const viaPool = () => this.pool.query(query.text, query.values).catch(() => {});
+    const sender = this.sender;
+    if (!sender || this.busy === sender) return viaPool();
+    this.busy = sender;
+    return sender
+      .query(query)
+      .catch(viaPool)
+      .finally(() => {
+        if (this.busy === sender) this.busy = undefined;
+      });
   }
 
   private startListening(): Promise<void> {
@@ -86,6 +112,7 @@ export class PostgresSignals {
       client.on('end', () => this.reconnect());
       await client.connect();
       for (const t of TOPICS) await client.query(`LISTEN ${this.channel(t)}`);
+      if (this.listener === client && !this.closed) this.sender = client;
     })().catch(() => this.reconnect());
     return this.listening;
   }
@@ -95,6 +122,7 @@ export class PostgresSignals {
     this.listener?.removeAllListeners();
     this.listener?.end().catch(() => {});
     this.listener = undefined;
+    this.sender = undefined;
     this.listening = undefined;
     // Waiters also poll, so a lost listener only costs latency until it is back.
     setTimeout(() => {
@@ -110,6 +138,7 @@ export class PostgresSignals {
   async close(): Promise<void> {
     await Promise.race([this.flush(), new Promise((r) => setTimeout(r, 1_000).unref())]);
     this.closed = true;
+    this.sender = undefined;
     this.local.clear();
     const listener = this.listener;
     if (listener) {

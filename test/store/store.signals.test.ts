@@ -62,6 +62,42 @@ describeMultiProcess('signals on PostgreSQL', () => {
     off();
   });
 
+  it('sends what a listening process announces on its LISTEN connection, not through its pool', async () => {
+    const heard: string[] = [];
+    const off = mine.store.subscribe('agent', (message) => void heard.push(message));
+    const sender = openPostgres({ url: PG_URL, schema: mine.location.schema, poolMax: 1 });
+    const offSender = sender.subscribe('agent', () => {});
+    try {
+      await untilHearing(mine.store, sender);
+      await untilHearing(sender, mine.store); // its LISTEN connection is up
+      // Every NOTIFY the pool is asked to send, counted (a spy on the real pool: it still sends).
+      const pool = (sender as unknown as { pool: { query: (...args: unknown[]) => Promise<unknown> } }).pool;
+      const query = pool.query.bind(pool);
+      let viaPool = 0;
+      pool.query = (...args: unknown[]) => {
+        if (String(args[0]).includes('pg_notify')) viaPool++;
+        return query(...args);
+      };
+      // Its LISTEN statements finish just after the one that hears: the first sends may still take the pool.
+      await expect
+        .poll(
+          async () => {
+            const before = viaPool;
+            const message = `on-its-listener-${heard.length}`;
+            sender.publish('agent', message);
+            await expect.poll(() => heard, { timeout: 10_000 }).toContain(message);
+            return viaPool - before;
+          },
+          { timeout: 10_000 },
+        )
+        .toBe(0);
+    } finally {
+      offSender();
+      off();
+      await sender.close();
+    }
+  });
+
   it('names channels per schema, within PostgreSQL’s 63-byte identifiers', () => {
     expect(channelName(undefined, 'execution')).toBe('baton_execution');
     expect(channelName('tenant_a', 'execution')).toBe('baton_tenant_a_execution');
