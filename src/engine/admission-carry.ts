@@ -69,7 +69,7 @@ export class AdmissionCarry {
 /**
  * The writes of a gathered transaction's admissions that nothing after them in it reads from the
  * store (each agent's claim stamp, its admit_round, the rows it takes), made for all of them at its
- * end in two round trips (FastPaths.admitWrites). What each admission decides from them is already
+ * end in one round trip (FastPaths.admitWrites). What each admission decides from them is already
  * decided and carried: its own row's seats are its own (no other admission of the transaction reads
  * them), a pool's seats are carried (AdmissionCarry: every pool of an agent that takes rows is
  * carried before it takes them), and the serial keys taken are carried.

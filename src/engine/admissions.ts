@@ -43,6 +43,8 @@ export const ADMISSION_LANES = 8;
 export class Admissions {
   private readonly lanes: Array<Gathered<Admission, ExecutionRow[]>>;
   private readonly poolsOf = new Map<string, string>();
+  /** Agents whose claims the store's claim call left to a transaction, as their last admission here read them. */
+  private readonly undecided = new Set<string>();
 
   constructor(store: StoreAdapter, now: () => number) {
     this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now));
@@ -55,7 +57,22 @@ export class Admissions {
       if (f.pools) this.note(a.id, f.pools);
       report?.(f);
     };
-    return lane.run({ id: a.id, opts: { ...a.opts, onFlow } });
+    const onFastClaim = (decides: boolean) => {
+      if (decides) this.undecided.delete(a.id);
+      else if (this.undecided.size < 10_000) this.undecided.add(a.id);
+      a.opts.onFastClaim?.(decides);
+    };
+    return lane.run({ id: a.id, opts: { ...a.opts, onFlow, onFastClaim } });
+  }
+
+  /**
+   * Whether `agent`'s claims go straight to a transaction: its last admission here read that the
+   * claim call cannot decide them (its keys, pools, throttles or a hold), so asking it first costs
+   * a round trip that answers "undecided". A hint only: the transaction decides exactly either way,
+   * and it reads the fact again, so an agent the call can decide again is asked again.
+   */
+  transactional(agent: string): boolean {
+    return this.undecided.has(agent);
   }
 
   private note(agent: string, pools: readonly string[]): void {

@@ -303,10 +303,11 @@ export class Engine {
       admitOpts.onFlow?.(f);
     };
     const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
-    const rows =
-      (await this.plain?.claims.run({ id: agent, ...opts })) ??
-      (await (this.plain?.admissions.run({ id: agent, opts }) ??
-        this.store.transaction((tx) => admit(tx, this.store, agent, atSend(opts, this.clock)))));
+    const plain = this.plain;
+    const rows = plain
+      ? ((plain.admissions.transactional(agent) ? undefined : await plain.claims.run({ id: agent, ...opts })) ??
+        (await plain.admissions.run({ id: agent, opts })))
+      : await this.store.transaction((tx) => admit(tx, this.store, agent, atSend(opts, this.clock)));
     // A free pool seat is held for other members' turns: their claimers (in whatever process) look now.
     for (const t of turns) this.store.publish('agent', t);
     if (rows.length > 0) this.admitted(rows);

@@ -149,7 +149,7 @@ export interface FastPaths {
   lockAgents(tx: Kysely<DB>, items: ReadonlyArray<{ agent: string; limit: number; now: number }>): Promise<Map<string, LockedAgent>>;
   /**
    * Within the admission transaction `tx`, holding the agents' locks: what the admissions of
-   * several agents decided to write to their agent rows and their rows to take, in two calls
+   * several agents decided to write to their agent rows and their rows to take, in one call
    * whatever the number of agents. First each agent's claim stamp (`stamp`: its last_claim_at)
    * and admit_round raised to `round` (kept where higher), then each take as takeRows makes it,
    * agent after agent in the order given. Returns every row taken, in that order.

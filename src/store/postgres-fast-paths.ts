@@ -235,28 +235,38 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
 }
 
 /**
- * FastPaths.admitWrites: the agent rows in one UPDATE, then every take as one call of
- * baton_take_rows per agent, each on its slice of the ids and tokens, in the order given (a
- * lateral call per element of the unnest, which yields them in order).
+ * FastPaths.admitWrites in one statement: the agent rows in one UPDATE, then every take as one
+ * call of baton_take_rows per agent, each on its slice of the ids and tokens, in the order given
+ * (a lateral call per element of the unnest, which yields them in order). The UPDATE is a CTE the
+ * takes wait for (a one-time filter on its count, evaluated before the first row is read): each
+ * take's event trigger then writes the agent row after it, in a later command of the statement,
+ * as it would after the UPDATE sent alone.
  */
 async function admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow[]> {
   const a = w.agents;
-  if (a.length > 0)
-    await sql`UPDATE agents x SET last_claim_at = coalesce(v.stamp, x.last_claim_at), admit_round = greatest(x.admit_round, coalesce(v.round, 0))
+  const stamps =
+    a.length === 0
+      ? undefined
+      : sql`UPDATE agents x SET last_claim_at = coalesce(v.stamp, x.last_claim_at), admit_round = greatest(x.admit_round, coalesce(v.round, 0))
       FROM unnest(${a.map((i) => i.agent)}::text[], ${a.map((i) => i.stamp)}::bigint[], ${a.map((i) => i.round)}::bigint[]) AS v(name, stamp, round)
-      WHERE x.name = v.name`.execute(tx);
-  if (w.takes.length === 0) return [];
+      WHERE x.name = v.name`;
+  if (w.takes.length === 0) {
+    if (stamps) await stamps.execute(tx);
+    return [];
+  }
   const lo: number[] = [];
   const hi: number[] = [];
   for (const t of w.takes) {
     lo.push(lo.length === 0 ? 1 : hi[hi.length - 1]! + 1);
     hi.push(lo[lo.length - 1]! + t.ids.length - 1);
   }
-  const { rows } =
-    await sql<ExecutionRow>`SELECT t.* FROM unnest(${w.takes.map((t) => t.owner)}::text[], ${w.takes.map((t) => t.now)}::bigint[],
+  const takes = sql`SELECT t.* FROM unnest(${w.takes.map((t) => t.owner)}::text[], ${w.takes.map((t) => t.now)}::bigint[],
       ${lo}::int[], ${hi}::int[]) WITH ORDINALITY AS a(owner, now, lo, hi, n)
     CROSS JOIN LATERAL baton_take_rows((${w.takes.flatMap((t) => t.ids)}::text[])[a.lo:a.hi],
-      (${w.takes.flatMap((t) => t.tokens)}::text[])[a.lo:a.hi], a.owner, a.now) t`.execute(tx);
+      (${w.takes.flatMap((t) => t.tokens)}::text[])[a.lo:a.hi], a.owner, a.now) t`;
+  const { rows } = stamps
+    ? await sql<ExecutionRow>`WITH stamped AS (${stamps} RETURNING 1) ${takes} WHERE (SELECT count(*) FROM stamped) >= 0`.execute(tx)
+    : await sql<ExecutionRow>`${takes}`.execute(tx);
   return rows;
 }
 

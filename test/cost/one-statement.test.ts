@@ -444,6 +444,28 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     expect(await seats(serial)).toBe(1);
   });
 
+  it('an agent the claim call cannot decide is admitted by its transaction without asking the call again, until it can be', async () => {
+    const agent = await newAgent({ breaker: null });
+    for (let i = 0; i < 3; i++) {
+      await engine.submit(agent, { message: `h${i}` }, 'test');
+      clock.advance(1);
+    }
+    await engine.agents.pause(agent, 'test', 'test');
+    // The first claim asks the call, which leaves a paused agent to the transaction (which stamps
+    // the claim); the next goes there at once: its one read of the locked agent, where the hold stops it.
+    expect(await engine.claim(agent, { owner: 'w', max: 1 })).toEqual([]);
+    const next = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
+    expect(next.out).toEqual([]);
+    expect(next.statements).toBe(1);
+    await engine.agents.resume(agent, 'test');
+    // Its transaction reads that the call can decide it again: the claim after is the call's one statement.
+    const again = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
+    const fast = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
+    expect([...again.out, ...fast.out].map((r) => r.message)).toEqual(['h0', 'h1']);
+    if (pg) expect(fast.statements).toBe(1);
+    expect(await seats(agent)).toBe(2);
+  });
+
   it('the counter follows every way out of running: completion, release, cancellation, the reaper', async () => {
     const agent = await newAgent({ max_parallel: 4, breaker: null, lease_ttl_seconds: 30 });
     for (let i = 0; i < 4; i++) await engine.submit(agent, { message: `r${i}` }, 'test');

@@ -46,6 +46,11 @@ export interface AdmitOptions {
    * give it work until work is queued (ClaimWaits.seatFreed wakes it only then).
    */
   onNothingQueued?: () => void;
+  /**
+   * Told, where the store has fast paths, whether the agent's row as locked here lets the store's
+   * claim call decide its claims (its fact fast_claim, src/domain/fast-paths.ts).
+   */
+  onFastClaim?: (decides: boolean) => void;
 }
 
 /** The agent columns admission decides from (the cap, delivery, holds, the claim stamp). */
@@ -180,6 +185,7 @@ export async function admit(
   const row = store.fastPaths ? undefined : (await admissionAgentFor(store)(tx, { agent: agentName }))[0];
   let agent: Pick<AgentRow, AdmissionColumns | (typeof BREAKER_COLUMNS)[number]> | undefined = store.fastPaths ? locked?.row : row;
   if (!agent) throw new NotFound('agent', agentName);
+  if (locked) opts.onFastClaim?.(Number(locked.row.fast_claim) === 1);
   // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
   const poolBudgetedNow = locked ? locked.poolBudgeted : Boolean(row!.pool_budgeted);
   if (agent.delivery !== opts.delivery) {
