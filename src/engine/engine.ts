@@ -123,7 +123,7 @@ export class Engine {
     // agent when work was queued or a seat freed, and tell in-process listeners (SSE, metrics).
     const offExecution = this.store.subscribe('execution', (message, local) => {
       const { agent, ids, status } = parseAnnouncement(message);
-      if (status !== 'running') this.claimWaits.seatFreed(agent, local ? ids : [], status === 'queued');
+      if (status !== 'running') this.claimWaits.seatFreed(agent, ids, status === 'queued', local);
       for (const id of ids) this.events.emit('execution:changed', { id, agent, status, local });
     });
     const offAgent = this.store.subscribe('agent', (agent) => this.claimWaits.wake(agent, true));

@@ -42,19 +42,20 @@ interface Armed {
  */
 export class Waiters {
   /** Per agent, its armed waiters in the order they armed (a claimer re-arms after each look). */
-  private readonly byAgent = new Map<string, Map<(why: Wake) => void, Armed>>();
+  private readonly byAgent = new Map<string, Map<(why: Wake, work: readonly string[]) => void, Armed>>();
 
   /**
    * Wake one waiter of `agent`, the one armed longest (one queued task or one freed seat is work
    * for one claimer; waking them all makes every loser queue on the agent lock), or all of them
-   * (`everyone`, e.g. after the cap was raised).
+   * (`everyone`, e.g. after the cap was raised). `work`: the executions just queued that the wake
+   * is for (the woken claimer passes the wake on if its look takes none of them).
    */
-  wake(agent: string, everyone = false, why: Wake = 'signal'): boolean {
+  wake(agent: string, everyone = false, why: Wake = 'signal', work: readonly string[] = []): boolean {
     const set = this.byAgent.get(agent);
     if (!set) return false;
     for (const fire of set.keys()) {
       set.delete(fire);
-      fire(why);
+      fire(why, work);
       if (!everyone) break;
     }
     if (set.size === 0) this.byAgent.delete(agent);
@@ -74,7 +75,7 @@ export class Waiters {
       if (armed.nothingQueued) continue;
       set.delete(fire);
       if (set.size === 0) this.byAgent.delete(agent);
-      fire('signal');
+      fire('signal', []);
       return;
     }
   }
@@ -90,7 +91,7 @@ export class Waiters {
       if (!armed.offer || armed.signal?.aborted) continue;
       set.delete(fire);
       if (set.size === 0) this.byAgent.delete(agent);
-      fire('taken');
+      fire('taken', []);
       return armed.offer;
     }
     return undefined;
@@ -114,11 +115,15 @@ export class Waiters {
     offer: (o: TakenClaim) => void;
     /** Its look found the agent's queue empty (see wakeForSeat). */
     nothingQueued: () => void;
+    /** The executions just queued that the wake-up, if any, was for (Waiters.wake's `work`). */
+    work: () => readonly string[];
   } {
     let fired: Wake | undefined;
+    let work: readonly string[] = [];
     let resolve: (() => void) | undefined;
-    const fire = (why: Wake) => {
+    const fire = (why: Wake, w: readonly string[]) => {
       fired = why;
+      work = w;
       resolve?.();
     };
     let set = this.byAgent.get(agent);
@@ -142,7 +147,13 @@ export class Waiters {
         resolve = done;
         signal?.addEventListener('abort', done, { once: true });
       });
-    return { wait, disarm, offer: (o) => void (armed.offer = o), nothingQueued: () => void (armed.nothingQueued = true) };
+    return {
+      wait,
+      disarm,
+      offer: (o) => void (armed.offer = o),
+      nothingQueued: () => void (armed.nothingQueued = true),
+      work: () => work,
+    };
   }
 }
 
@@ -156,6 +167,7 @@ export class Waiters {
  * again (pollOnce), not every claimer: idle claimers cost one admission per agent per poll, however
  * many are parked. One that the poll (or a throttle's reopening) woke and that finds rows wakes
  * the next claimer of its agent, which does the same, so a backlog the poll finds drains at once.
+ * One woken for work just queued that takes other rows wakes the next claimer for that work (passOn).
  */
 export class ClaimWaits {
   private readonly waiters = new Waiters();
@@ -194,7 +206,7 @@ export class ClaimWaits {
    * its admission runs in that same commit rather than in a transaction of its own after it.
    */
   wakeBeforeCommit(agent: string, id: string): void {
-    if (this.waiters.wake(agent)) this.served(id);
+    if (this.waiters.wake(agent, false, 'signal', [id])) this.served(id);
   }
 
   /**
@@ -301,9 +313,9 @@ export class ClaimWaits {
    * whichever takes the pool's lock first). For a freed seat, claimers whose look found their
    * agent's queue empty are passed over (Waiters.wakeForSeat).
    */
-  seatFreed(agent: string, ids: readonly string[] = [], queued = true): void {
-    const wake = (a: string) => (queued ? this.waiters.wake(a) : this.waiters.wakeForSeat(a));
-    if (!(ids.length === 1 && this.wokenEarly.delete(ids[0]!))) wake(agent);
+  seatFreed(agent: string, ids: readonly string[] = [], queued = true, local = true): void {
+    const wake = (a: string) => (queued ? this.waiters.wake(a, false, 'signal', a === agent ? ids : []) : this.waiters.wakeForSeat(a));
+    if (!(local && ids.length === 1 && this.wokenEarly.delete(ids[0]!))) wake(agent);
     for (const p of this.poolsOf.get(agent) ?? []) {
       for (const m of this.membersOf.get(p) ?? []) if (m !== agent) wake(m);
     }
@@ -332,6 +344,8 @@ export class ClaimWaits {
     handoff: Handoff | undefined,
   ): Promise<ExecutionRow[]> {
     let woken: Wake | undefined;
+    // Executions just queued that a wake-up of this claim was for, and its next look must take or pass on.
+    let owed: readonly string[] = [];
     for (;;) {
       // Armed before the look: a wake meanwhile is not missed.
       const armed = this.waiters.arm(agent, signal);
@@ -340,9 +354,8 @@ export class ClaimWaits {
         const rows = await admitOnce(hint);
         if (hint.pools !== undefined) this.notePools(agent, hint.pools);
         if (rows.length > 0) {
-          // Found by a look nobody signalled: more may be there unannounced, so the next claimer looks too.
           armed.disarm();
-          if (woken === 'poll') this.waiters.wake(agent, false, 'poll');
+          this.passOn(agent, woken, [...owed, ...armed.work()], rows);
           return rows;
         }
         const remaining = deadline - performance.now();
@@ -357,6 +370,7 @@ export class ClaimWaits {
         let answer: Promise<ExecutionRow[] | undefined> | undefined;
         if (handoff) answer = new Promise((settle) => armed.offer({ request: handoff.request, settle }));
         woken = await armed.wait(remaining);
+        owed = armed.work();
         if (woken === 'taken') {
           const rows = await answer!;
           if (rows && rows.length > 0) return await this.handedOver(rows, signal, handoff!);
@@ -368,6 +382,21 @@ export class ClaimWaits {
         armed.disarm();
       }
     }
+  }
+
+  /**
+   * A claim woken for work just queued (`work`) took `rows` without it: its look began before that
+   * work was committed, or admission gave its seat to other work first (the key's or the agent's
+   * turn, a task come due). The work is still queued and its announcement was spent on this claim,
+   * so the next claimer of the agent is woken for it; one that finds nothing admissible parks, so
+   * the wake-up goes no further than the work it announces can.
+   */
+  private passOn(agent: string, woken: Wake | undefined, work: readonly string[], rows: readonly ExecutionRow[]): void {
+    const taken = new Set(rows.map((r) => r.id));
+    const left = work.filter((id) => !taken.has(id));
+    // Found by a look nobody signalled (the poll, a reopening): more may be there unannounced, so the next claimer looks too.
+    if (woken === 'poll') this.waiters.wake(agent, false, 'poll', left);
+    else if (left.length > 0) this.waiters.wake(agent, false, 'signal', left);
   }
 
   /**
