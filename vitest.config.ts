@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { configDefaults, defineConfig } from 'vitest/config';
+import LongestFirst from './test/setup/sequencer.ts';
 
 // One suite, every store: each test file runs once per project, and the project picks the
 // store through BATON_TEST_STORE. With no PostgreSQL reachable at BATON_TEST_DATABASE_URL the
@@ -21,6 +22,8 @@ export default defineConfig({
     hookTimeout: 60_000,
     pool: 'forks',
     maxWorkers: Math.max(2, availableParallelism() - 1),
+    // The longest files first, across the projects (test/setup/sequencer.ts says why).
+    sequence: { sequencer: LongestFirst },
     projects: [
       { extends: true, test: { name: 'sqlite', exclude: [...configDefaults.exclude, COST], env: { BATON_TEST_STORE: 'sqlite' } } },
       // The postgres project uses the machine's server, or starts an embedded one when none answers.
