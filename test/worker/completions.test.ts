@@ -69,6 +69,27 @@ describe(`batch completions (${STORE_KIND})`, () => {
     expect((await api.getExecution(a!.execution_id)).result).toEqual({ n: 1 });
   });
 
+  it("holds each item to a single completion's size: a result over 4 MiB refuses that item alone (413)", async () => {
+    await api.createAgent({ name: 'cm-large', max_parallel: 5, max_backlog: 100 });
+    const [a, b] = await claimed('cm-large', 2);
+    const big = 'x'.repeat(4 * 1024 * 1024 + 10);
+    const kept = { text: 'y'.repeat(300_000) }; // long enough to be stored as sent, unparsed
+    const r = await post({
+      completions: [
+        { execution_id: a!.execution_id, lease_token: a!.lease_token, status: 'succeeded', result: big },
+        { execution_id: b!.execution_id, lease_token: b!.lease_token, status: 'succeeded', result: kept },
+      ],
+    });
+    expect(r.status).toBe(200);
+    expect(r.body.items).toMatchObject([
+      { index: 0, http_status: 413, error: 'payload_too_large', message: expect.stringContaining('body.completions.0.result') },
+      { index: 1, http_status: 200, completed: { status: 'succeeded' } },
+    ]);
+    expect(r.body.items[1].completed.result).toEqual(kept);
+    expect(await status(a!.execution_id)).toBe('running');
+    expect((await api.getExecution(b!.execution_id)).result).toEqual(kept);
+  });
+
   it('refuses a malformed body as a whole (400 naming the field), writing nothing', async () => {
     await api.createAgent({ name: 'cm-bad', max_parallel: 5, max_backlog: 100 });
     const [a, b] = await claimed('cm-bad', 2);
@@ -169,7 +190,6 @@ describe(`batch completions (${STORE_KIND})`, () => {
     // A request is counted once its answer has gone out, a moment after its commit.
     await new Promise((r) => setTimeout(r, 200));
     const sent = (await requests()) - before;
-    console.log(`${N} completions in ${sent} requests`);
     expect(sent).toBeGreaterThan(0);
     expect(sent).toBeLessThan(N / 2);
     expect(new Set(seen).size).toBe(N);
