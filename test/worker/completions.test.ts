@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiError, BatonClient, type Task } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
-import { createWorker } from '../../src/worker/sdk.ts';
+import { createWorker, outcome } from '../../src/worker/sdk.ts';
 import { startTestNode, until } from '../helpers/delivery.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
@@ -197,5 +197,48 @@ describe(`batch completions (${STORE_KIND})`, () => {
     const rows = (await api.listExecutions({ agent, limit: 200 })).executions;
     expect(rows.every((r) => r.status === 'succeeded' && r.attempt === 1)).toBe(true);
     for (const r of rows) expect((await api.getExecution(r.id)).result).toEqual({ done: r.id });
+  });
+
+  it('the worker SDK: an outcome the server refuses fails only its own task, whatever batch it went in', async () => {
+    const agent = 'cm-refused';
+    const N = 8;
+    await api.createAgent({ name: agent, max_parallel: N, max_backlog: 100 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const w = createWorker({
+      server: node.url,
+      key,
+      agent,
+      concurrency: N,
+      claimWaitSeconds: 1,
+      async handler(task) {
+        await gate;
+        // Usage that is not a count: the server refuses it (400), and the worker reports the failure instead.
+        if (task.message === 'bad') return outcome({ status: 'succeeded', usage: { input_tokens: -1 } });
+        return { ok: true };
+      },
+    });
+    await w.start();
+    try {
+      const created = await api.submitMany(
+        agent,
+        Array.from({ length: N }, (_, i) => ({ message: i === 3 ? 'bad' : `ok${i}` })),
+      );
+      await until('every task running', () => w.active === N);
+      release();
+      await until('all ended', async () => {
+        const rows = (await api.listExecutions({ agent, limit: 200 })).executions;
+        return rows.every((r) => r.status === 'succeeded' || r.status === 'failed') || undefined;
+      });
+      const bad = created.items[3] as { execution_id: string };
+      const rows = (await api.listExecutions({ agent, limit: 200 })).executions;
+      for (const r of rows) expect(r.attempt).toBe(1);
+      expect(rows.filter((r) => r.status === 'succeeded')).toHaveLength(N - 1);
+      const failed = await api.getExecution(bad.execution_id);
+      expect(failed).toMatchObject({ status: 'failed', error: { code: 'invalid_outcome' } });
+    } finally {
+      release();
+      await w.stop();
+    }
   });
 });
