@@ -36,6 +36,10 @@ export type ClaimBody = z.input<typeof S.ClaimBody>;
 export type CompleteBody = z.input<typeof B.CompleteAndClaimBody>;
 /** The completed execution; `tasks` (and `claim_error`) when the completion asked to claim. */
 export type Completed = z.infer<typeof B.Completed>;
+/** One completion of a batch: what `complete` takes, plus the execution it completes. */
+export type CompletionItem = B.CompletionsBody['completions'][number];
+/** A batch completion's answer for one item: the single route's 200 answer, or its refusal. */
+export type CompletionAnswer = B.CompletionAnswer;
 export type SubmitBatchBody = B.SubmitBatchBody;
 export type BatchItem = z.input<typeof B.BatchItem>;
 export type SubmitBatchAnswer = B.SubmitBatchAnswer;
@@ -236,6 +240,12 @@ export class BatonClient {
   heartbeat = (id: string, lease_token: string) => this.call<Heartbeat>('POST', `/v1/executions/${enc(id)}/heartbeat`, { lease_token });
   /** Report the outcome; with `body.claim`, the answer's `tasks` are the agent's next tasks, claimed in the same request. */
   complete = (id: string, body: CompleteBody) => this.call<Completed>('POST', `/v1/executions/${enc(id)}/complete`, body);
+  /**
+   * Report many outcomes in one request (at most 100): an answer per item, in order, each what
+   * `complete` would have answered (`completed`) or thrown (`http_status`, `error`, `message`).
+   */
+  completeMany = async (completions: CompletionItem[]) =>
+    (await this.call<B.CompletionsAnswer>('POST', '/v1/completions', { completions })).items;
   release = (id: string, lease_token: string) => this.call<Execution>('POST', `/v1/executions/${enc(id)}/release`, { lease_token });
   appendLogs = (id: string, lease_token: string, lines: Array<{ stream?: 'stdout' | 'stderr'; line: string }>) =>
     this.call<LogAppendResult>('POST', `/v1/executions/${enc(id)}/logs`, { lease_token, lines });

@@ -59,10 +59,32 @@ const FASTIFY_CODES: Record<string, { status: number; error: ApiErrorCode; messa
 /** The HTTP status a domain error code maps to. */
 export const httpStatusOf = (code: ErrorCode): number => STATUS[code];
 
+const errorBody = (err: BatonError) => ({ error: err.code, message: err.message, ...err.details });
+
+const unavailableMessage = (err: unknown) =>
+  isStoreFull(err)
+    ? "the database's disk is full; nothing was changed; retry once space is freed"
+    : 'the database is unavailable right now; nothing was changed; retry shortly';
+
+/**
+ * The answer a route would have given for `err`, as one item of a batch answers it (the batch
+ * completion): a domain error or an unavailable database as errorHandler sends them; anything
+ * else is an internal error, logged.
+ */
+export function itemAnswer(
+  err: unknown,
+  log: FastifyRequest['log'],
+): { http_status: number; error: string; message: string; [k: string]: unknown } {
+  if (err instanceof BatonError) return { http_status: STATUS[err.code], ...errorBody(err) };
+  if (isStoreUnavailable(err)) return { http_status: 503, error: 'unavailable', message: unavailableMessage(err) };
+  log.error({ err }, 'unhandled error in a batch item');
+  return { http_status: 500, error: 'internal', message: 'internal error; see the server log' };
+}
+
 export function errorHandler(err: FastifyError, req: FastifyRequest, reply: FastifyReply) {
   if (err instanceof BatonError) {
     if (err.code === 'unavailable') reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
-    return reply.code(STATUS[err.code]).send({ error: err.code, message: err.message, ...err.details });
+    return reply.code(STATUS[err.code]).send(errorBody(err));
   }
   if (req.raw.readableAborted) {
     // The client closed the connection before its body arrived (its socket's ECONNRESET is not
@@ -74,10 +96,7 @@ export function errorHandler(err: FastifyError, req: FastifyRequest, reply: Fast
     // Weather, not a fault: nothing was written (the transaction rolled back); try again shortly.
     req.log.warn({ code: (err as { code?: string }).code }, 'database unavailable');
     reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
-    const message = isStoreFull(err)
-      ? "the database's disk is full; nothing was changed; retry once space is freed"
-      : 'the database is unavailable right now; nothing was changed; retry shortly';
-    return reply.code(503).send({ error: 'unavailable', message });
+    return reply.code(503).send({ error: 'unavailable', message: unavailableMessage(err) });
   }
   if (hasZodFastifySchemaValidationErrors(err)) {
     const where = err.validationContext ?? 'request';

@@ -17,3 +17,18 @@ export const BATCH = Object.freeze({
 
 /** An idempotency key: 1-255 visible ASCII characters. */
 export const IDEMPOTENCY_KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+
+/**
+ * Bounds of a completion (`POST /v1/executions/{id}/complete`) and of the batch of them
+ * (`POST /v1/completions`). A batch's items are what its single route takes, each within the
+ * single route's bound; the batch bounds the count, so its answer stays small and its items'
+ * statements fit the store's gathered calls.
+ */
+export const COMPLETION = Object.freeze({
+  /** Largest body of one completion (its result, mostly). */
+  bodyLimitBytes: 4 * 1024 * 1024,
+  /** Most completions in one batch. */
+  batchMaxItems: 100,
+  /** Largest batch body: many small results; a large one goes alone. */
+  batchBodyLimitBytes: 8 * 1024 * 1024,
+});

@@ -24,6 +24,7 @@ import { hostname } from 'node:os';
 import { ApiError, BatonClient, type Task as TaskView } from '../client.ts';
 import { LeaseKeeper } from '../domain/lease.ts';
 import { redactJson } from '../domain/redact.ts';
+import { CompletionBatcher } from './completions.ts';
 import type { WorkerEvent } from './events.ts';
 import { nodeHttpTransport } from './http.ts';
 import { Lane } from './lane.ts';
@@ -133,6 +134,8 @@ function agentsOf(opts: WorkerOptions): string[] {
 
 class WorkerImpl implements Worker {
   private readonly client: BatonClient;
+  /** Completions ready in the same turn go as one request. */
+  private readonly completions: CompletionBatcher;
   private readonly concurrency: number;
   private readonly workerId: string;
   private readonly lanes: Lane[];
@@ -145,6 +148,7 @@ class WorkerImpl implements Worker {
 
   constructor(private readonly opts: WorkerOptions) {
     this.client = new BatonClient({ server: opts.server, key: opts.key, transport: nodeHttpTransport });
+    this.completions = new CompletionBatcher(this.client);
     this.concurrency = Math.max(1, opts.concurrency ?? 1);
     this.lanes = agentsOf(opts).map((agent) => new Lane(agent, this.concurrency));
     this.workerId = opts.workerId ?? `${hostname()}:${process.pid}`;
@@ -412,7 +416,7 @@ class WorkerImpl implements Worker {
       this.retry(
         'complete',
         () =>
-          this.client.complete(id, {
+          this.completions.complete(id, {
             lease_token: token,
             status: o.status,
             result: redactJson(o.result),

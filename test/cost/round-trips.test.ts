@@ -602,7 +602,10 @@ describe(`the SDK worker uses them (${STORE_KIND})`, () => {
     expect(rows.every((r) => r.attempt === 1 && r.status === 'succeeded')).toBe(true);
     const after = await requestCounts();
     const delta = (k: string) => (after.get(k) ?? 0) - (before.get(k) ?? 0);
-    expect(delta('POST /v1/executions/:id/complete')).toBe(N);
+    // One completion request per task at most: those ready in the same turn go as one (POST /v1/completions).
+    const completions = delta('POST /v1/executions/:id/complete') + delta('POST /v1/completions');
+    expect(completions).toBeGreaterThan(0);
+    expect(completions).toBeLessThanOrEqual(N);
     // Most tasks came with a completion: separate claims are the first ones and the few after an empty answer.
     expect(delta('POST /v1/agents/:agent/claim')).toBeLessThan(N / 3);
   });

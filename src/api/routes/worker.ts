@@ -5,7 +5,10 @@ import { DEFAULTS } from '../../config.ts';
 import { executionView, iso } from '../../engine/views.ts';
 import { actorOf, requireAgentAccess, requireExecutionAccess } from '../auth.ts';
 import { AgentParams, ClaimBody, ClaimResponse, ErrorBody, Execution, ExecutionParams, HeartbeatResponse, LeaseBody } from '../schemas.ts';
-import { CompleteAndClaimBody, Completed } from '../schemas/batch.ts';
+import { CompleteAndClaimBody, Completed, CompletionsAnswer, CompletionsBody, type CompletionAnswer } from '../schemas/batch.ts';
+import { COMPLETION } from '../../domain/batch.ts';
+import { RawJson } from '../../domain/json.ts';
+import { itemAnswer } from '../errors.ts';
 import { BatonError, Unauthorized } from '../../domain/errors.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
 import { RawAnswer } from '../raw-json.ts';
@@ -96,13 +99,51 @@ function leaseRoutes(app: RouteApp, deps: ApiDeps): void {
   );
 }
 
-/** Complete an execution (and claim the next); release it back to the queue. */
+/**
+ * One completion, as the single route and each item of the batch take it: access checked, the
+ * outcome landed (fenced by the lease token), and with `claim` the agent's next tasks claimed.
+ * Returns the 200 answer; a refusal throws.
+ */
+async function completeOne(deps: ApiDeps, req: FastifyRequest, reply: FastifyReply, raw: RawAnswer, id: string, b: CompleteAndClaimBody) {
+  const { engine } = deps;
+  await requireExecutionAccess(engine, req, id);
+  const error = b.error
+    ? { code: b.error.code ?? (b.status === 'failed' ? 'failed' : b.status), message: b.error.message }
+    : b.status === 'failed'
+      ? { code: 'failed', message: 'the worker reported failure without a message' }
+      : null;
+  const row = await engine.complete(id, b.lease_token, { status: b.status, result: b.result, error, usage: b.usage }, actorOf(req));
+  const answer = <E extends object>(extra: E) => Object.assign(raw.execution(row), extra);
+  if (!b.claim) return answer({});
+  // The completion has committed: whatever the claim meets, the answer is 200 with the
+  // completion (a worker must not report a finished task twice), and a failed claim says why.
+  try {
+    const tasks = await claimFor(deps, req, reply, row.agent, b.claim, 0, raw);
+    return answer({ tasks });
+  } catch (err) {
+    if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
+    const claim_error =
+      err instanceof BatonError
+        ? { error: err.code, message: err.message }
+        : { error: 'unavailable', message: 'the claim failed; claim again' };
+    return answer({ tasks: [], claim_error });
+  }
+}
+
+/** An item's result over the single route's bound (its size as the single route's body would count it). */
+function resultTooLarge(result: unknown): boolean {
+  if (result === undefined) return false;
+  const text = result instanceof RawJson ? result.text : JSON.stringify(result);
+  return Buffer.byteLength(text) > COMPLETION.bodyLimitBytes;
+}
+
+/** Complete an execution (and claim the next), or many at once; release it back to the queue. */
 function outcomeRoutes(app: RouteApp, deps: ApiDeps): void {
   const { engine } = deps;
   app.post(
     '/v1/executions/:id/complete',
     {
-      bodyLimit: 4 * 1024 * 1024,
+      bodyLimit: COMPLETION.bodyLimitBytes,
       // A result is stored, never read here: in a large body, checked and serialised off the event loop.
       config: { agentKeys: true, rawJsonPaths: ['result'] },
       schema: {
@@ -114,35 +155,45 @@ function outcomeRoutes(app: RouteApp, deps: ApiDeps): void {
       },
     },
     async (req, reply) => {
-      await requireExecutionAccess(engine, req, req.params.id);
-      const b = req.body;
-      const error = b.error
-        ? { code: b.error.code ?? (b.status === 'failed' ? 'failed' : b.status), message: b.error.message }
-        : b.status === 'failed'
-          ? { code: 'failed', message: 'the worker reported failure without a message' }
-          : null;
-      const row = await engine.complete(
-        req.params.id,
-        b.lease_token,
-        { status: b.status, result: b.result, error, usage: b.usage },
-        actorOf(req),
-      );
       const raw = new RawAnswer();
-      const answer = <E extends object>(extra: E) => raw.answer(reply, Object.assign(raw.execution(row), extra));
-      if (!b.claim) return answer({});
-      // The completion has committed: whatever the claim meets, the answer is 200 with the
-      // completion (a worker must not report a finished task twice), and a failed claim says why.
-      try {
-        const tasks = await claimFor(deps, req, reply, row.agent, b.claim, 0, raw);
-        return answer({ tasks });
-      } catch (err) {
-        if (!(err instanceof BatonError)) req.log.warn({ err }, 'claim after completion failed');
-        const claim_error =
-          err instanceof BatonError
-            ? { error: err.code, message: err.message }
-            : { error: 'unavailable', message: 'the claim failed; claim again' };
-        return answer({ tasks: [], claim_error });
-      }
+      return raw.answer(reply, await completeOne(deps, req, reply, raw, req.params.id, req.body));
+    },
+  );
+
+  app.post(
+    '/v1/completions',
+    {
+      bodyLimit: COMPLETION.batchBodyLimitBytes,
+      config: { agentKeys: true, rawJsonPaths: ['completions.*.result'] },
+      schema: {
+        tags: ['worker protocol'],
+        summary: `Report up to ${COMPLETION.batchMaxItems} outcomes at once: each item as POST /v1/executions/{id}/complete takes and answers it, decided on its own`,
+        body: CompletionsBody,
+        response: { 200: CompletionsAnswer },
+      },
+    },
+    async (req, reply) => {
+      const raw = new RawAnswer();
+      // A body within the single route's bound holds no item over it: only a larger one is measured.
+      const measure = Number(req.headers['content-length'] ?? Infinity) > COMPLETION.bodyLimitBytes;
+      // Concurrent, as completions from many requests would be: the store lands them together
+      // (SQLite's group commit, PostgreSQL's gathered calls).
+      const items = await Promise.all(
+        req.body.completions.map(async ({ execution_id, ...body }, index): Promise<CompletionAnswer> => {
+          try {
+            if (measure && resultTooLarge(body.result)) {
+              throw new BatonError(
+                'payload_too_large',
+                `body.completions.${index}.result: larger than ${COMPLETION.bodyLimitBytes.toLocaleString('en-US')} bytes, a completion's limit`,
+              );
+            }
+            return { index, http_status: 200, completed: await completeOne(deps, req, reply, raw, execution_id, body) };
+          } catch (err) {
+            return { index, ...itemAnswer(err, req.log) };
+          }
+        }),
+      );
+      return raw.answer(reply, { items });
     },
   );
 

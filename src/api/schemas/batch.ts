@@ -1,11 +1,11 @@
 /**
- * Fewer round trips: the batch submit, and a completion that claims the next tasks
- * in the same request.
+ * Fewer round trips: the batch submit, a completion that claims the next tasks in the same
+ * request, and the batch of completions.
  */
 import { z } from 'zod';
-import { BATCH, IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
+import { BATCH, COMPLETION, IDEMPOTENCY_KEY_PATTERN } from '../../domain/batch.ts';
 import { CONTRACT_DEFAULTS as DEFAULTS } from '../../domain/defaults.ts';
-import { ClaimBody, CompleteBody, Execution, ExecutionStatus, SubmitBody, Task } from '../schemas.ts';
+import { ClaimBody, CompleteBody, Execution, ExecutionParams, ExecutionStatus, SubmitBody, Task } from '../schemas.ts';
 
 // A batch item takes a concurrency key (caps, throttle and fairness apply per key, as to a single
 // submit), but not debounce or singleton: their answer (a task folded, a refusal naming the live
@@ -83,3 +83,36 @@ export const Completed = Execution.extend({
     .describe('the claim failed (the completion stands): claim again with POST /v1/agents/{agent}/claim'),
 });
 export type Completed = z.infer<typeof Completed>;
+
+export const CompletionsBody = z.strictObject({
+  completions: z
+    .array(CompleteAndClaimBody.extend({ execution_id: ExecutionParams.shape.id.describe('the execution this item completes') }))
+    .min(1)
+    .max(COMPLETION.batchMaxItems)
+    .describe(
+      `the completions (1 to ${COMPLETION.batchMaxItems}), each what POST /v1/executions/{id}/complete takes plus its execution_id; the whole body at most ${COMPLETION.batchBodyLimitBytes / 1024 / 1024} MiB, each item at most ${COMPLETION.bodyLimitBytes / 1024 / 1024} MiB`,
+    ),
+});
+export type CompletionsBody = z.input<typeof CompletionsBody>;
+
+export const CompletionAnswer = z.union([
+  z.object({
+    index: z.number().int().describe('position in body.completions'),
+    http_status: z.literal(200),
+    completed: Completed.describe("the single route's 200 answer"),
+  }),
+  z
+    .object({
+      index: z.number().int(),
+      http_status: z.number().int().describe('the status the single route would have answered: 404 not_found, 409 lease_lost, …'),
+      error: z.string(),
+      message: z.string(),
+    })
+    .loose(),
+]);
+export type CompletionAnswer = z.infer<typeof CompletionAnswer>;
+
+export const CompletionsAnswer = z.object({
+  items: z.array(CompletionAnswer).describe('one answer per completion, in the order of body.completions'),
+});
+export type CompletionsAnswer = z.infer<typeof CompletionsAnswer>;
