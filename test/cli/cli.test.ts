@@ -2,11 +2,10 @@
  * The real `baton` command as a child process, against a server started in this process. The
  * children are spawned asynchronously: a synchronous spawn would block the server they talk to.
  */
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXIT } from '../../src/cli/exit.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
-import { cliRunner, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
+import { cliRunner, freePort, SPAWN_TIMEOUT_MS } from '../helpers/process.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 import { exits } from '../helpers/expect.ts';
 
@@ -231,12 +230,7 @@ describe(`baton CLI (${STORE_KIND})`, { timeout: 2 * SPAWN_TIMEOUT_MS }, () => {
     await node.engine.agents.create({ name: a, max_backlog: 1 }, 'test');
     await node.engine.submit(a, { message: 'fills the backlog' }, 'test');
     const workerKey = (await node.keys.create({ name: 'cli-worker', scope: 'agent', agent: a }, 'test')).key;
-    const closedPort = await new Promise<number>((resolve) => {
-      const s = createServer().listen(0, '127.0.0.1', () => {
-        const { port } = s.address() as { port: number };
-        s.close(() => resolve(port));
-      });
-    });
+    const closedPort = await freePort();
 
     const [noAgent, badKey, scopedKey, full, unreachable, badPayload, badInt, unknownCommand, badName, duplicate, viaFlags] =
       await Promise.all([

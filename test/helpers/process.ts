@@ -8,15 +8,38 @@ import { fileURLToPath } from 'node:url';
  */
 export const BATON_BIN = fileURLToPath(new URL('./baton.js', import.meta.url));
 
-/** A port that was free a moment ago. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/** Ports tests hand to the processes they start: below Linux's ephemeral range (32768-60999). */
+const PORTS = { from: 20_000, to: 32_767 };
+/** Slices of the range, one per Vitest worker (VITEST_POOL_ID); more than any maxWorkers used here. */
+const SLICES = 8;
+let cursor = -1;
+
+/**
+ * A port that was free a moment ago, for a process the test starts to listen on. It is taken from
+ * this Vitest worker's own slice of a range below the kernel's ephemeral ports (which Linux draws
+ * from for every outgoing connection and every `listen(0)`): between this check and the child's
+ * bind, no file running beside this one picks the same port, and no connection's local port can
+ * be it. BATON_TEST_PORTS=FROM-TO sets the range instead (a machine shared with other runs).
+ */
+export async function freePort(): Promise<number> {
+  const set = process.env.BATON_TEST_PORTS?.match(/^(\d+)-(\d+)$/);
+  const range = set ? { from: Number(set[1]), to: Number(set[2]) } : PORTS;
+  const size = Math.floor((range.to - range.from + 1) / SLICES);
+  const slice = (Number(process.env.VITEST_POOL_ID ?? 1) - 1) % SLICES;
+  const first = range.from + slice * size;
+  if (cursor < 0) cursor = Math.floor(Math.random() * size);
+  for (let i = 0; i < size; i++) {
+    const port = first + (cursor++ % size);
+    if (await isFree(port)) return port;
+  }
+  throw new Error(`no free port in ${first}-${first + size - 1}`);
+}
+
+function isFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
 }
 

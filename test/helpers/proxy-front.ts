@@ -6,12 +6,10 @@
 import { execSync, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { Agent, request, type IncomingMessage } from 'node:http';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 import { counterValue, requestFrom, type Answer } from './http-from.ts';
-import { freePort } from './process.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -29,23 +27,6 @@ export function replaceOnce(text: string, from: string, to: string): string {
   const parts = text.split(from);
   if (parts.length !== 2) throw new Error(`the documented block must contain '${from}' exactly once`);
   return parts.join(to);
-}
-
-/** A free port; from BATON_TEST_PORTS=FROM-TO when set (a machine shared with other runs). */
-export async function testPort(): Promise<number> {
-  const range = process.env.BATON_TEST_PORTS?.match(/^(\d+)-(\d+)$/);
-  if (!range) return freePort();
-  const [from, to] = [Number(range[1]), Number(range[2])];
-  for (let i = 0; i <= to - from; i++) {
-    const p = from + ((Math.floor(Math.random() * (to - from + 1)) + i) % (to - from + 1));
-    const free = await new Promise<boolean>((resolve) => {
-      const srv = createServer();
-      srv.once('error', () => resolve(false));
-      srv.listen(p, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-    if (free) return p;
-  }
-  throw new Error(`no free port in BATON_TEST_PORTS=${process.env.BATON_TEST_PORTS}`);
 }
 
 export async function until(what: string, ok: () => boolean, timeoutMs = 30_000): Promise<void> {

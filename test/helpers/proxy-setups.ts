@@ -7,8 +7,8 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startBatonUp, stopChild, type Child } from './process.ts';
-import { documentedBlock, ensureDebianBinary, replaceOnce, startFront, testPort, type Front } from './proxy-front.ts';
+import { freePort, startBatonUp, stopChild, type Child } from './process.ts';
+import { documentedBlock, ensureDebianBinary, replaceOnce, startFront, type Front } from './proxy-front.ts';
 import { openTestStore, type TestStore } from './store.ts';
 
 /** How docs/operations.md marks the block this test runs for `proxy`. */
@@ -38,7 +38,7 @@ async function behind(name: string, front: (dir: string, batonPort: string) => P
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    baton = await startBatonUp({ ...ts.env, BATON_TRUSTED_PROXIES: '127.0.0.1', BATON_CANARY_INTERVAL_MS: '0' }, await testPort());
+    baton = await startBatonUp({ ...ts.env, BATON_TRUSTED_PROXIES: '127.0.0.1', BATON_CANARY_INTERVAL_MS: '0' }, await freePort());
     proxy = await front(dir, new URL(baton.url).port);
   } catch (err) {
     await stop();
@@ -52,7 +52,7 @@ async function behind(name: string, front: (dir: string, batonPort: string) => P
 export function startNginx(): Promise<Proxied> {
   ensureDebianBinary(NGINX, 'nginx');
   return behind('nginx', async (dir, batonPort) => {
-    const nginxPort = await testPort();
+    const nginxPort = await freePort();
     let site = replaceOnce(documentedBlock('nginx', marker('nginx')), 'server 127.0.0.1:7070;', `server 127.0.0.1:${batonPort};`);
     site = replaceOnce(site, 'listen 8080;', `listen 127.0.0.1:${nginxPort};`);
     writeFileSync(join(dir, 'baton.conf'), site);
@@ -80,7 +80,7 @@ export function startNginx(): Promise<Proxied> {
 export function startCaddy(): Promise<Proxied> {
   ensureDebianBinary(CADDY, 'caddy');
   return behind('caddy', async (dir, batonPort) => {
-    const caddyPort = await testPort();
+    const caddyPort = await freePort();
     let site = replaceOnce(documentedBlock('caddyfile', marker('Caddy')), 'baton.example.com {', `http://127.0.0.1:${caddyPort} {`);
     site = replaceOnce(site, 'reverse_proxy 127.0.0.1:7070', `reverse_proxy 127.0.0.1:${batonPort}`);
     writeFileSync(join(dir, 'Caddyfile'), `{\n\tadmin off\n}\n\n${site}`);

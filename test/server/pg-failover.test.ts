@@ -14,7 +14,7 @@ import { BatonClient } from '../../src/client.ts';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import { until } from '../helpers/delivery.ts';
 import { query, replicateTo, startPgCluster, startPgStandby, type PgCluster } from '../helpers/pg-cluster.ts';
-import { testPort } from '../helpers/proxy-front.ts';
+import { freePort } from '../helpers/process.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import { STORE_KIND, untilHearing } from '../helpers/store.ts';
@@ -35,12 +35,12 @@ describeFailover('PostgreSQL failover (a SQLite store is one file with no standb
     work = mkdtempSync(join(tmpdir(), 'baton-failover-'));
     // The clusters run as the postgres user: it must be able to enter the directory.
     chmodSync(work, 0o755);
-    primary = startPgCluster({ dataDir: join(work, 'a'), workDir: join(work, 'a-work'), port: await testPort() });
+    primary = startPgCluster({ dataDir: join(work, 'a'), workDir: join(work, 'a-work'), port: await freePort() });
     standby = startPgStandby({
       primaryPort: primary.port,
       dataDir: join(work, 'b'),
       workDir: join(work, 'b-work'),
-      port: await testPort(),
+      port: await freePort(),
     });
     // Synchronous from here: a commit is acknowledged once the standby has it too.
     await replicateTo(primary.url, 'sync');

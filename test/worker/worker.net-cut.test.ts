@@ -17,9 +17,8 @@ import { BatonClient } from '../../src/client.ts';
 import { LeaseKeeper, TaskAborted } from '../../src/domain/lease.ts';
 import { createWorker, type Worker, type WorkerEvent } from '../../src/worker/sdk.ts';
 import { groupGone, groupMembers, killGroup, until } from '../helpers/delivery.ts';
-import { BATON_BIN, spawnChild, startBatonUp, type Child } from '../helpers/process.ts';
+import { BATON_BIN, freePort, spawnChild, startBatonUp, type Child } from '../helpers/process.ts';
 import { startProxy, type Proxy } from '../helpers/proxy.ts';
-import { testPort } from '../helpers/proxy-front.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 const TTL_S = 2;
@@ -109,8 +108,8 @@ describe('a cut network between workers and the server', () => {
     ts = await openTestStore();
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(join(dir, 'pids'), { recursive: true });
-    PORTS.server = await testPort();
-    do PORTS.proxy = await testPort();
+    PORTS.server = await freePort();
+    do PORTS.proxy = await freePort();
     while (PORTS.proxy === PORTS.server);
     server = await startBatonUp({ ...ts.env, BATON_CANARY_INTERVAL_MS: '0' }, PORTS.server);
     children.push(server);
