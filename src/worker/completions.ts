@@ -13,7 +13,7 @@
  * by another's fault; a transport error or a 5xx fails every item of it, and each is retried on
  * its own schedule.
  */
-import { ApiError, type BatonClient, type CompleteBody, type Completed, type CompletionItem } from '../client.ts';
+import { ApiError, type BatonClient, type Completed, type CompletionItem } from '../client.ts';
 import { COMPLETION } from '../domain/batch.ts';
 import { isTransient } from './retry.ts';
 
@@ -38,8 +38,8 @@ export class CompletionBatcher {
 
   constructor(private readonly client: BatonClient) {}
 
-  /** Report one outcome; settles as BatonClient.complete(id, body) would. */
-  complete(id: string, body: CompleteBody): Promise<Completed> {
+  /** Report one outcome; settles as BatonClient.complete(id, body) would. Its claim, if any, does not wait. */
+  complete(id: string, body: Omit<CompletionItem, 'execution_id'>): Promise<Completed> {
     return new Promise((resolve, reject) => {
       this.queue.push({ item: { execution_id: id, ...body }, resolve, reject });
       this.schedule();

@@ -104,6 +104,8 @@ describe(`batch completions (${STORE_KIND})`, () => {
       ],
       [{ completions: [good, { execution_id: b!.execution_id, status: 'succeeded' }] }, 'body.completions.1.lease_token'],
       [{ completions: [good], extra: 1 }, 'body'],
+      // A claim that waited would hold every other item's answer back.
+      [{ completions: [{ ...good, claim: { max: 1, wait_seconds: 5 } }] }, 'body.completions.0.claim.wait_seconds'],
     ];
     for (const [body, field] of cases) {
       const r = await post(body);

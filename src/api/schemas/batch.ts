@@ -86,7 +86,18 @@ export type Completed = z.infer<typeof Completed>;
 
 export const CompletionsBody = z.strictObject({
   completions: z
-    .array(CompleteAndClaimBody.extend({ execution_id: ExecutionParams.shape.id.describe('the execution this item completes') }))
+    .array(
+      CompleteAndClaimBody.extend({
+        execution_id: ExecutionParams.shape.id.describe('the execution this item completes'),
+        // One answer for every item: a claim that waited would hold the other items' answers back.
+        claim: ClaimAfter.extend({
+          wait_seconds: z
+            .literal(0)
+            .optional()
+            .describe('0 (the default): a batch answers once every item is decided, so its claims do not wait'),
+        }).optional(),
+      }),
+    )
     .min(1)
     .max(COMPLETION.batchMaxItems)
     .describe(
