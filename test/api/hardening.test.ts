@@ -382,6 +382,7 @@ describe(`rights (${STORE_KIND})`, () => {
     'GET /v1/agents/{agent}/series',
     'POST /v1/agents/{agent}/claim',
     'POST /v1/executions/{id}/complete',
+    'POST /v1/completions',
     'POST /v1/executions/{id}/heartbeat',
     'POST /v1/executions/{id}/release',
     'GET /v1/executions/{id}/logs',
