@@ -264,10 +264,7 @@ export class Engine {
     return followFinals(tx, ctx, rows);
   }
 
-  /**
-   * Admit up to `max` queued executions of `agent` to the caller, waiting up to `waitMs` for
-   * work to become admissible. Returns [] when nothing came.
-   */
+  /** Admit up to `max` queued executions of `agent`, waiting up to `waitMs` for work to become admissible ([]: none came). */
   async claim(agent: string, opts: ClaimOptions): Promise<ExecutionRow[]> {
     const max = opts.max ?? 1;
     const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
@@ -287,10 +284,7 @@ export class Engine {
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, admit, handoff);
   }
 
-  /**
-   * The long-poll safety re-check (ClaimWaits.pollOnce): one waiting claim of each agent looks
-   * again. A timer runs it every `claimPollMs` while claims wait; tests call it directly.
-   */
+  /** The long-poll re-check (ClaimWaits.pollOnce), every `claimPollMs` while claims wait; tests call it directly. */
   pollWaitingClaims(): void {
     this.claimWaits.pollOnce();
   }
