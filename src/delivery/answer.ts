@@ -25,8 +25,12 @@ import { redactSecrets } from '../domain/redact.ts';
 import { isCompletionStatus } from '../domain/states.ts';
 import { canonicalJsonOffThread, jsonShapesOffThread, OffThreadJsonError } from '../engine/json-thread.ts';
 
-const snippet = (text: string) => {
-  const t = redactSecrets(text.replace(/\u0000/g, '\uFFFD').trim());
+/** What a push answer's text may not show in a stored error (the push URL's secret parts); applied before the text is cut short. */
+export type Scrub = (text: string) => string;
+const same: Scrub = (text) => text;
+
+const snippet = (text: string, scrub: Scrub) => {
+  const t = redactSecrets(scrub(text.replace(/\u0000/g, '\uFFFD')).trim());
   return t.length > 500 ? t.slice(0, 500) + '…' : t;
 };
 
@@ -40,14 +44,14 @@ const ANSWER_MEMBERS = ['status', 'error', 'usage'];
  * skipped unparsed. What is left is parsed here as before, once the JSON thread has counted its
  * object shapes when it is itself large (MAX_JSON_SHAPES, as for a request body).
  */
-export async function interpretAnswer(res: { status: number; text: string }): Promise<Outcome> {
+export async function interpretAnswer(res: { status: number; text: string }, scrub: Scrub = same): Promise<Outcome> {
   const s = res.status;
-  if (s < 200 || s >= 300 || res.text.length <= LARGE_JSON_CHARS) return interpret(res);
+  if (s < 200 || s >= 300 || res.text.length <= LARGE_JSON_CHARS) return interpret(res, scrub);
   const refused = shapeRefusal(res.text, s);
   if (refused) return refused;
   const notJson = (err: unknown, what: string) => {
     if (!(err instanceof OffThreadJsonError)) throw err;
-    return invalidAnswer(`HTTP ${s} but ${what} is not JSON: ${snippet(err.message)}`);
+    return invalidAnswer(`HTTP ${s} but ${what} is not JSON: ${snippet(err.message, scrub)}`);
   };
   if (!/^\s*\{/.test(res.text)) {
     try {
@@ -78,7 +82,7 @@ export async function interpretAnswer(res: { status: number; text: string }): Pr
       return notJson(err, "the body's result");
     }
   }
-  const out = interpret({ status: s, text: rest });
+  const out = interpret({ status: s, text: rest }, scrub);
   if (text !== undefined && out.result === mark + result) out.result = new RawJson(text);
   return out;
 }
@@ -100,8 +104,8 @@ function shapeRefusal(text: string, s: number): Outcome | undefined {
   return invalidAnswer(`HTTP ${s} but ${why}`);
 }
 
-/** The agent's answer → the execution's outcome. */
-export function interpret(res: { status: number; text: string }): Outcome {
+/** The agent's answer → the execution's outcome (`scrub` applied to any of its text an error quotes). */
+export function interpret(res: { status: number; text: string }, scrub: Scrub = same): Outcome {
   const s = res.status;
   if (s >= 200 && s < 300) {
     if (res.text.trim() === '') return { status: 'succeeded', result: null };
@@ -111,7 +115,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
     try {
       b = JSON.parse(res.text);
     } catch {
-      return invalidAnswer(`HTTP ${s} but the body is not JSON: ${snippet(res.text) || '(empty)'}`);
+      return invalidAnswer(`HTTP ${s} but the body is not JSON: ${snippet(res.text, scrub) || '(empty)'}`);
     }
     // Results and usage are redacted where every outcome is, in Engine.complete.
     if (typeof b !== 'object' || b === null || Array.isArray(b)) return { status: 'succeeded', result: b };
@@ -130,7 +134,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
           : status === 'failed'
             ? ('agent_failed' satisfies BatonErrorCode)
             : ('cancelled' satisfies BatonErrorCode);
-      error = { code, message: snippet(message) || `the agent reported ${status} without a message` };
+      error = { code, message: snippet(message, scrub) || `the agent reported ${status} without a message` };
     }
     return { status, result: b.result, error, usage };
   }
@@ -139,7 +143,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
       status: 'failed',
       error: {
         code: 'push_rejected' satisfies BatonErrorCode,
-        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'} (a 4xx is not re-delivered)`,
+        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text, scrub)}` : ' with an empty body'} (a 4xx is not re-delivered)`,
       },
     };
   }
@@ -148,7 +152,7 @@ export function interpret(res: { status: number; text: string }): Outcome {
       status: 'failed',
       error: {
         code: 'push_server_error' satisfies BatonErrorCode,
-        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text)}` : ' with an empty body'}`,
+        message: `the agent answered HTTP ${s}${res.text.trim() ? `: ${snippet(res.text, scrub)}` : ' with an empty body'}`,
       },
     };
   }

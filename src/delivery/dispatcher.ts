@@ -18,6 +18,7 @@ import type { Engine } from '../engine/engine.ts';
 import { reportLoopError } from '../engine/loop.ts';
 import { mayBeCutShort } from '../engine/transitions/admit.ts';
 import { iso } from '../engine/views.ts';
+import { redactUrlSecretsIn } from '../domain/urls.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { interpretAnswer } from './answer.ts';
 
@@ -226,7 +227,9 @@ export class Dispatcher {
         try {
           if (secret !== undefined) headers['x-baton-signature'] = `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
           const res = await this.post(agent.push_url, body, headers, lease.signal);
-          out = await interpretAnswer(res);
+          // An error page may echo the request's path or query, which name no URL for the
+          // stored error's redaction to find (Engine.complete): the push URL's secrets go here.
+          out = await interpretAnswer(res, (text) => redactUrlSecretsIn(text, agent.push_url!));
           // A large answer was read in this turn: the completion stores it in the next.
           if (res.text.length > LARGE_JSON_CHARS) await new Promise((r) => setImmediate(r));
         } catch (err) {
@@ -270,7 +273,7 @@ export class Dispatcher {
       };
     const e = err as NodeJS.ErrnoException & { cause?: any };
     const code = e?.code ?? e?.cause?.code;
-    const text = (e?.message || String(err) || 'unknown error').trim();
+    const text = redactUrlSecretsIn((e?.message || String(err) || 'unknown error').trim(), url);
     if (e instanceof ResponseTooLarge)
       return { status: 'failed', error: { code: 'push_invalid_response' satisfies BatonErrorCode, message: text } };
     return {

@@ -71,3 +71,40 @@ export function redactUrlsIn(text: string): string {
     return redacted === plain ? found : redacted + trailing;
   });
 }
+
+/**
+ * The parts of `url` that redactUrl takes out, as they may appear written elsewhere: user and
+ * password, query values (and a key that stands alone), the fragment, a segment's parameters and
+ * each token-like segment, both as written in the URL and decoded. Parts shorter than 6 characters
+ * are left out: found anywhere in a text they would take ordinary words with them.
+ */
+export function urlSecrets(url: string): string[] {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return [];
+  }
+  const parts = [u.username, u.password, u.hash.slice(1)];
+  for (const [k, v] of u.searchParams) parts.push(v === '' ? k : v);
+  for (const segment of u.pathname.split('/')) {
+    const [plain, ...params] = segment.split(';');
+    if (TOKEN_SEGMENT.test(decodeSegment(plain!))) parts.push(plain!);
+    parts.push(...params);
+  }
+  const all = new Set<string>();
+  for (const p of parts) for (const form of [p, decodeSegment(p)]) if (form.length >= 6) all.add(form);
+  // The longest first, so a secret that contains another is taken whole.
+  return [...all].sort((a, b) => b.length - a.length);
+}
+
+/**
+ * `text` with every secret part of `url` (urlSecrets) replaced by `redacted` wherever it appears:
+ * a push endpoint's error page that echoes the request's path or query ("Cannot POST /hooks/<token>")
+ * names no full URL for redactUrlsIn to find.
+ */
+export function redactUrlSecretsIn(text: string, url: string): string {
+  let out = text;
+  for (const secret of urlSecrets(url)) if (out.includes(secret)) out = out.split(secret).join('redacted');
+  return out;
+}

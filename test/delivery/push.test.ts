@@ -1,7 +1,8 @@
 /**
  * Push delivery against real local HTTP agents: success with usage, 4xx, 5xx, an answer that
  * comes after the deadline, a hang, signatures, cancellation aborting the request, a refused
- * connection (its stored error naming the URL redacted), and the push secret never leaving the
+ * connection (its stored error naming the URL redacted), an error page echoing the URL's path
+ * (its token and query redacted), and the push secret never leaving the
  * server in plain text.
  */
 import { createHmac, randomBytes } from 'node:crypto';
@@ -317,5 +318,27 @@ describe('push delivery', () => {
     });
     expect(chained.payload).toContain('push_unreachable');
     expect(chained.payload + chained.message).not.toContain(token);
+  });
+
+  it("an error page echoing the push URL's path or query stores it redacted (4xx and 5xx)", async () => {
+    const token = 'Ech0edT0kenSegment1234567890';
+    const path = `/hooks/${token}/task?sig=qs3cretEcho`;
+    // As a web framework's error page does: the request's path and query, no scheme or host.
+    const a = await agentServer((_s, res) => {
+      res.writeHead(_s.body.message === 'five' ? 503 : 404, { 'content-type': 'text/html' });
+      res.end(`<pre>Cannot POST ${path}</pre> (decoded: ${decodeURIComponent(path)})`);
+    });
+    await api.createAgent({ name: 'push-echo', delivery: 'push', push_url: a.url.replace('/task', path) });
+    for (const [message, code] of [
+      ['four', 'push_rejected'],
+      ['five', 'push_server_error'],
+    ]) {
+      const { execution_id } = await api.submit('push-echo', { message });
+      const e = await terminal(execution_id);
+      expect(e.error?.code).toBe(code);
+      expect(e.error?.message).toContain('Cannot POST /hooks/redacted/task?sig=redacted');
+      expect(e.error?.message).not.toContain(token);
+      expect(e.error?.message).not.toContain('qs3cretEcho');
+    }
   });
 });
