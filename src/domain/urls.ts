@@ -86,7 +86,9 @@ export function urlSecrets(url: string): string[] {
     return [];
   }
   const parts = [u.username, u.password, u.hash.slice(1)];
+  // Each query value as written in the URL (an echo of the request shows it so) and as decoded.
   for (const [k, v] of u.searchParams) parts.push(v === '' ? k : v);
+  for (const pair of u.search.slice(1).split('&')) parts.push(pair.includes('=') ? pair.slice(pair.indexOf('=') + 1) : pair);
   for (const segment of u.pathname.split('/')) {
     const [plain, ...params] = segment.split(';');
     if (TOKEN_SEGMENT.test(decodeSegment(plain!))) parts.push(plain!);
