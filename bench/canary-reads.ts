@@ -14,8 +14,11 @@
  *     logs touched (returned + filtered out), with the plan's scans;
  *   SQLite: the sqlite3 shell's `.stats` on a fresh connection per statement: page cache misses
  *     (pages read into the cache), hits, and virtual machine steps, with EXPLAIN QUERY PLAN.
+ * With `--cpu N` (PostgreSQL, the server on this machine) each such read also runs N more times,
+ * each in its own transaction, rolled back, under the same settings, and the CPU the serving backend
+ * spent on it is read from /proc: the first run's and the median of the others (microseconds).
  * Options: --store sqlite|postgres, --reuse <file|schema>, --schema NAME (a fresh PostgreSQL
- * store's), --keep, --activity N (tasks submitted before the cycle; default 300), --pg-url URL.
+ * store's), --keep, --activity N (tasks submitted before the cycle; default 300), --cpu N, --pg-url URL.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -41,6 +44,7 @@ const { values: a } = parseArgs({
     schema: { type: 'string' },
     keep: { type: 'boolean', default: false },
     activity: { type: 'string', default: '300' },
+    cpu: { type: 'string', default: '0' },
     'pg-url': { type: 'string', default: process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' },
   },
 });
@@ -80,6 +84,8 @@ interface Count {
   rows: number;
   steps: number;
   plan: string;
+  /** Backend CPU (µs) of the first timed run and the median of the others (--cpu). */
+  cpu?: { first: number; median: number };
 }
 
 interface PgNode {
@@ -121,6 +127,31 @@ async function countPostgres(db: Kysely<DB>, q: CompiledQuery, noSort: boolean):
   const root = out.rows[0]!['QUERY PLAN'][0]!.Plan;
   const s = scans(root, { rows: 0, names: [] });
   return { pages: root['Shared Hit Blocks'] + root['Shared Read Blocks'], rows: s.rows, steps: 0, plan: s.names.join(', ') };
+}
+
+/** CPU time (ns) a process has run, from /proc (the scheduler's own count). */
+const ranNs = (pid: number) => Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+
+/** The serving backend's CPU (µs) for `runs` runs of `q`, each in a transaction rolled back. */
+async function cpuPostgres(db: Kysely<DB>, q: CompiledQuery, noSort: boolean, runs: number): Promise<Count['cpu']> {
+  const us = await db.connection().execute(async (conn) => {
+    const pid = (await conn.executeQuery<{ pid: number }>(CompiledQuery.raw('SELECT pg_backend_pid() AS pid'))).rows[0]!.pid;
+    const out: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      await conn.executeQuery(CompiledQuery.raw('BEGIN'));
+      try {
+        if (noSort) await conn.executeQuery(CompiledQuery.raw('SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off'));
+        const t = ranNs(pid);
+        await conn.executeQuery(CompiledQuery.raw(q.sql, [...q.parameters]));
+        out.push((ranNs(pid) - t) / 1000);
+      } finally {
+        await conn.executeQuery(CompiledQuery.raw('ROLLBACK'));
+      }
+    }
+    return out;
+  });
+  const rest = us.slice(1).sort((x, y) => x - y);
+  return { first: Math.round(us[0]!), median: Math.round(rest[Math.floor((rest.length - 1) / 2)] ?? us[0]!) };
 }
 
 /** A bound value as an SQLite literal for the shell (numbers bare, text quoted). */
@@ -223,16 +254,21 @@ async function main() {
         continue;
       }
       const c = kind === 'postgres' ? await countPostgres(store.db, q, noSort) : await countSqlite(store.db, where, q);
+      if (kind === 'postgres' && Number(a.cpu) > 0) c.cpu = await cpuPostgres(store.db, q, noSort, Number(a.cpu) + 1);
       seen.set(key, rows.length);
       rows.push({ ...c, sql: q.sql, times: 1 });
     }
     let total = 0;
+    let cpu = 0;
     for (const r of rows) {
       total += r.pages * r.times;
-      const what = kind === 'postgres' ? `${r.pages} pages, ${r.rows} rows` : `${r.pages} pages missed, ${r.steps} VM steps`;
+      cpu += (r.cpu?.median ?? 0) * r.times;
+      const what =
+        (kind === 'postgres' ? `${r.pages} pages, ${r.rows} rows` : `${r.pages} pages missed, ${r.steps} VM steps`) +
+        (r.cpu ? `, backend CPU ${r.cpu.first} µs first, ${r.cpu.median} µs median` : '');
       log(`\n${what}${r.times > 1 ? ` (×${r.times})` : ''}: ${r.sql.replace(/\s+/g, ' ').slice(0, 400)}\n  ${r.plan}`);
     }
-    log(`\ntotal: ${rows.length} distinct reads of history, ${total} pages`);
+    log(`\ntotal: ${rows.length} distinct reads of history, ${total} pages${a.cpu !== '0' ? `, backend CPU ${cpu} µs (medians)` : ''}`);
   } finally {
     engine.close();
     await store.close();

@@ -1,6 +1,7 @@
 import type { StoreKind, Tx } from '../store/adapter.ts';
 import { EVENTS_PER_CHUNK, EVENTS_PER_CYCLE, FULL_ROWS_PER_CHUNK, Frontier, readEvents } from './events.ts';
 import type { CanaryTiming } from './graces.ts';
+import { TouchedRows } from './touched.ts';
 import {
   Findings,
   RecentlySeen,
@@ -75,6 +76,7 @@ export async function judgeActivity(
   invariants: readonly ActivityInvariant<any>[],
   o: ActivityOptions,
 ): Promise<{ results: ActivityResult[]; events: EventsRead }> {
+  const rowsRead = new TouchedRows();
   const runs: Run[] = invariants.map((inv) => {
     const notes: string[] = [];
     const cp = o.full ? undefined : o.checkpoints.get(inv.id);
@@ -86,7 +88,7 @@ export async function judgeActivity(
       state,
       findings: new Findings(new Set((o.open.get(inv.id) ?? []).map((v) => v.subject))),
       judged: new RecentlySeen(),
-      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t) },
+      ctx: { now: o.now, graceMs: inv.grace(o.timing), timing: o.timing, kind: o.kind, note: (t) => notes.push(t), touched: rowsRead },
     };
   });
   for (const r of runs) if (r.inv.state?.prune) await r.inv.state.prune(tx, r.state);

@@ -35,6 +35,32 @@ export interface CheckContext {
    * canary's process (absent in a full check, which reads the whole population).
    */
   slices?: SliceCursor;
+  /** The rows of the executions the cycle judges, read once for every activity invariant that judges them (src/canary/touched.ts). */
+  touched?: SharedRows;
+}
+
+/**
+ * What the invariants that judge an execution by its row (E-03, E-07, G-03, G-04, C-01, C-02,
+ * C-03) read of it. `suspect`: a client-supplied column holds a secret pattern's prefix (G-04
+ * reads those columns for such rows only).
+ */
+export interface Touched {
+  id: string;
+  agent: string;
+  status: string;
+  queued_at: number | null;
+  started_at: number | null;
+  completed_at: number | null;
+  duration_ms: number | null;
+  retry_of: string | null;
+  group_id: string | null;
+  caused_by: string | null;
+  suspect: boolean;
+}
+
+/** The rows of the executions in a scope, read once in a snapshot (src/canary/touched.ts TouchedRows). */
+export interface SharedRows {
+  read(tx: Tx, scope: RowScope): Promise<Touched[]>;
 }
 
 /** A state invariant's place in its population between cycles, and how many rows a slice holds. */

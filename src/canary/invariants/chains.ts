@@ -1,8 +1,9 @@
 import { SUBSCRIPTION_ON } from '../../domain/chains.ts';
 import { TERMINAL_STATES } from '../../domain/states.ts';
 import type { Tx } from '../../store/adapter.ts';
-import { forScope, inScope, statuses } from '../sql.ts';
-import type { ActivityInvariant, Finding, RowScope } from '../types.ts';
+import { forScope, statuses } from '../sql.ts';
+import { touchedRows } from '../touched.ts';
+import type { ActivityInvariant, CheckContext, Finding, RowScope } from '../types.ts';
 
 const zero = () => 0;
 
@@ -29,20 +30,12 @@ interface Chained {
  * The chained tasks in scope (primary-key seeks, or a keyset range in a full check), each with
  * its source (primary key) and its link (chain_links primary key). Retries of a chained task do
  * not copy caused_by, so only the task a subscription created is read. Which executions in scope
- * are chained is read first, with no condition on caused_by: given one, PostgreSQL may AND the
- * id seeks with a walk of the whole executions_caused_by partial index (as E-07 found with
- * retry_of).
+ * are chained comes from the rows every row invariant shares (src/canary/touched.ts), read with no
+ * condition on caused_by: given one, PostgreSQL may AND the id seeks with a walk of the whole
+ * executions_caused_by partial index.
  */
-async function chained(tx: Tx, part: RowScope): Promise<Chained[]> {
-  const ids = (
-    await tx
-      .selectFrom('executions')
-      .select(['id', 'caused_by'])
-      .where((eb) => inScope(eb, 'id', part))
-      .execute()
-  )
-    .filter((r) => r.caused_by !== null)
-    .map((r) => r.id);
+async function chained(tx: Tx, part: RowScope, ctx: CheckContext): Promise<Chained[]> {
+  const ids = (await touchedRows(tx, part, ctx)).filter((r) => r.caused_by !== null).map((r) => r.id);
   if (ids.length === 0) return [];
   const rows = await tx
     .selectFrom('executions as e')
@@ -100,9 +93,9 @@ export const C02: ActivityInvariant = {
   },
   grace: zero,
   fullWalksRows: true,
-  rows: (tx, scope) =>
+  rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
-      const rows = await chained(tx, part);
+      const rows = await chained(tx, part, ctx);
       if (rows.length === 0) return [];
       // The sources' terminal events at or before each task's creation: a seek per source on
       // execution_events (execution_id, id).
@@ -209,9 +202,9 @@ export const C03: ActivityInvariant = {
   },
   grace: zero,
   fullWalksRows: true,
-  rows: (tx, scope) =>
+  rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
-      const rows = await chained(tx, part);
+      const rows = await chained(tx, part, ctx);
       if (rows.length === 0) return [];
       const sources = [...new Set(rows.map((r) => r.caused_by))];
       // Sources their retry policy retried: a seek per source on executions_retry_of. A policy's

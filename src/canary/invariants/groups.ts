@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Tx } from '../../store/adapter.ts';
-import { forScope, inScope, statuses } from '../sql.ts';
+import { forScope, statuses } from '../sql.ts';
+import { touchedRows } from '../touched.ts';
 import { idChunks, RecentlySeen, type ActivityInvariant, type CheckContext, type Finding } from '../types.ts';
 
 const zero = () => 0;
@@ -131,13 +132,7 @@ export const C01: ActivityInvariant = {
   fullWalksRows: true,
   rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
-      // Every row in scope comes back: a condition on group_id could make PostgreSQL walk the
-      // executions_group partial index beside the id seeks (see E-07).
-      const rows = await tx
-        .selectFrom('executions')
-        .select('group_id')
-        .where((eb) => inScope(eb, 'id', part))
-        .execute();
+      const rows = await touchedRows(tx, part, ctx);
       return judgeGroups(
         tx,
         rows.flatMap((r) => (r.group_id === null ? [] : [r.group_id])),

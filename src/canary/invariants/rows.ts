@@ -1,20 +1,10 @@
-import { sql } from 'kysely';
 import { isTerminal } from '../../domain/states.ts';
 import { graces } from '../graces.ts';
-import { forScope, inScope, status, statuses } from '../sql.ts';
-import type { ActivityInvariant, Finding } from '../types.ts';
+import { forScope } from '../sql.ts';
+import { touchedRows } from '../touched.ts';
+import type { ActivityInvariant, Finding, Touched } from '../types.ts';
 
 const zero = () => 0;
-const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
-
-interface Ended {
-  id: string;
-  agent: string;
-  status: string;
-  started_at: number | null;
-  completed_at: number | null;
-  duration_ms: number | null;
-}
 
 /** E-03, over the executions the events since the checkpoint touched (an execution ends by an event). */
 export const E03: ActivityInvariant = {
@@ -31,30 +21,10 @@ export const E03: ActivityInvariant = {
   },
   grace: zero,
   fullWalksRows: true,
-  rows: (tx, scope) =>
-    forScope(scope, async (part) => {
-      const rows: Ended[] = await tx
-        .selectFrom('executions')
-        .select(['id', 'agent', 'status', 'started_at', 'completed_at', 'duration_ms'])
-        .where((eb) => inScope(eb, 'id', part))
-        // Finished, said as "not live", which no index seeks: with `status IN (the finished
-        // states)` SQLite without statistics read a full check's id range as a seek per status
-        // into executions_status_recent (every finished row, once per chunk), not the primary key.
-        .where('status', 'not in', statuses(['queued', 'running']))
-        .where((eb) =>
-          eb.or([
-            eb('completed_at', 'is', null),
-            eb.and([eb('status', '<>', status('skipped')), eb('started_at', 'is not', null), eb('duration_ms', 'is', null)]),
-          ]),
-        )
-        .execute();
-      return judgeEnded(
-        rows.map((r) => ({ ...r, started_at: n(r.started_at), completed_at: n(r.completed_at), duration_ms: n(r.duration_ms) })),
-      );
-    }),
+  rows: (tx, scope, ctx) => forScope(scope, async (part) => judgeEnded(await touchedRows(tx, part, ctx))),
 };
 
-function judgeEnded(rows: Ended[]): Finding[] {
+function judgeEnded(rows: readonly Touched[]): Finding[] {
   const out: Finding[] = [];
   for (const r of rows) {
     if (!isTerminal(r.status)) continue;
@@ -64,13 +34,6 @@ function judgeEnded(rows: Ended[]): Finding[] {
       out.push({ subject: r.id, agent: r.agent, reason: 'ran_without_duration', detail: { status: r.status } });
   }
   return out;
-}
-
-interface RetryRow {
-  id: string;
-  agent: string;
-  retry_of: string;
-  target_agent: string | null;
 }
 
 /** E-07, over touched executions: retry_of is set when the retry is created (an event). */
@@ -87,35 +50,23 @@ export const E07: ActivityInvariant = {
   },
   grace: zero,
   fullWalksRows: true,
-  rows: (tx, scope) =>
+  rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
-      // Every row in scope comes back (id, agent, two ids): filtering on retry_of in SQL would
-      // let the planner walk the executions_retry_of partial index instead of seeking the ids.
-      const rows = (await tx
-        .selectFrom('executions as e')
-        .leftJoin('executions as r', 'r.id', 'e.retry_of')
-        .select(['e.id', 'e.agent', 'e.retry_of', 'r.agent as target_agent'])
-        .where((eb) => inScope(eb, 'e.id', part))
-        .execute()) as Array<Omit<RetryRow, 'retry_of'> & { retry_of: string | null }>;
-      return rows.flatMap((r): Finding[] => {
-        if (r.retry_of === null) return [];
+      const retries = (await touchedRows(tx, part, ctx)).filter((r) => r.retry_of !== null);
+      if (retries.length === 0) return [];
+      // The targets as they are now, by primary key (most are among the rows read already).
+      const others = retries.filter((r) => r.retry_of !== r.id).map((r) => r.retry_of!);
+      const targets = new Map((await touchedRows(tx, { ids: others }, ctx)).map((t) => [t.id, t.agent]));
+      return retries.flatMap((r): Finding[] => {
         if (r.retry_of === r.id) return [{ subject: r.id, agent: r.agent, reason: 'retry_self' }];
-        if (r.target_agent === null)
+        const target = targets.get(r.retry_of!);
+        if (target === undefined)
           return [{ subject: r.id, agent: r.agent, reason: 'retry_target_missing', detail: { retry_of: r.retry_of } }];
-        if (r.target_agent !== r.agent)
-          return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
+        if (target !== r.agent) return [{ subject: r.id, agent: r.agent, reason: 'retry_other_agent', detail: { retry_of: r.retry_of } }];
         return [];
       });
     }),
 };
-
-interface Times {
-  id: string;
-  agent: string;
-  queued_at: number | null;
-  started_at: number | null;
-  completed_at: number | null;
-}
 
 /** G-03, over touched executions (each timestamp is written by a transition, with its event). Allows the stated clock skew. */
 export const G03: ActivityInvariant = {
@@ -131,25 +82,12 @@ export const G03: ActivityInvariant = {
   },
   grace: graces.clockSkew,
   fullWalksRows: true,
-  rows: (tx, scope, { graceMs }) =>
+  rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
-      const g = sql<number>`cast(${graceMs} as bigint)`;
-      const rows = await tx
-        .selectFrom('executions')
-        .select(['id', 'agent', 'queued_at', 'started_at', 'completed_at'])
-        .where((eb) => inScope(eb, 'id', part))
-        .where((eb) =>
-          eb.or([
-            eb('queued_at', '>', sql<number>`started_at + ${g}`),
-            eb('started_at', '>', sql<number>`completed_at + ${g}`),
-            eb('queued_at', '>', sql<number>`completed_at + ${g}`),
-          ]),
-        )
-        .execute();
+      const { graceMs } = ctx;
       const out: Finding[] = [];
       const after = (a: number | null, b: number | null) => a !== null && b !== null && a > b + graceMs;
-      for (const raw of rows) {
-        const r: Times = { ...raw, queued_at: n(raw.queued_at), started_at: n(raw.started_at), completed_at: n(raw.completed_at) };
+      for (const r of await touchedRows(tx, part, ctx)) {
         if (after(r.queued_at, r.started_at))
           out.push({ subject: r.id, agent: r.agent, reason: 'started_before_queued', detail: { early_ms: r.queued_at! - r.started_at! } });
         else if (after(r.started_at, r.completed_at))

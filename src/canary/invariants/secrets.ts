@@ -1,26 +1,15 @@
-import { sql } from 'kysely';
-import { findSecret, SECRET_PATTERNS } from '../../domain/secrets.ts';
+import { findSecret } from '../../domain/secrets.ts';
 import { forScope, inScope } from '../sql.ts';
-import type { ActivityInvariant, Finding } from '../types.ts';
-
-/** Every column a client supplies: the task (payload, message) and the outcome (result, error, usage). */
-type Field = 'payload' | 'message' | 'result' | 'error_code' | 'error_message' | 'usage';
-const FIELDS: readonly Field[] = ['payload', 'message', 'result', 'error_code', 'error_message', 'usage'];
-
-/** The database prefilter: rows whose column contains any pattern's prefix (src/domain/secrets.ts, shared with the redactor). */
-const LIKES = SECRET_PATTERNS.flatMap((p) => p.like);
-const anyLike = (column: string) =>
-  sql<boolean>`(${sql.join(
-    LIKES.map((like) => sql`${sql.ref(column)} LIKE ${like}`),
-    sql` OR `,
-  )})`;
+import { anyLike, CLIENT_FIELDS, touchedRows } from '../touched.ts';
+import { idChunks, type ActivityInvariant, type Finding } from '../types.ts';
 
 /**
  * G-04, over touched executions: payload and message are written at creation, result and error
  * message at the end, each with its event. Log lines are appended while an execution runs (no
  * event), so they are checked with the execution's next event — at the latest when it ends.
- * The LIKE prefilter runs in the database over the executions in scope only (a primary-key
- * seek each; execution_logs by its (execution_id, seq) key); the patterns decide.
+ * The LIKE prefilter runs in the database over the executions in scope only, in the read of them
+ * every row invariant shares (src/canary/touched.ts), and over execution_logs by its
+ * (execution_id, seq) key; the columns of the rows it flags are read, and the patterns decide.
  */
 export const G04: ActivityInvariant = {
   kind: 'activity',
@@ -44,17 +33,21 @@ export const G04: ActivityInvariant = {
   },
   grace: () => 0,
   fullWalksRows: true,
-  rows: (tx, scope) =>
+  rows: (tx, scope, ctx) =>
     forScope(scope, async (part) => {
       const out: Finding[] = [];
-      const rows = await tx
-        .selectFrom('executions')
-        .select(['id', 'agent', 'payload', 'message', 'result', 'error_code', 'error_message', 'usage'])
-        .where((eb) => inScope(eb, 'id', part))
-        .where(sql<boolean>`(${sql.join(FIELDS.map(anyLike), sql` OR `)})`)
-        .execute();
+      const suspects = (await touchedRows(tx, part, ctx)).filter((r) => r.suspect).map((r) => r.id);
+      const rows = [];
+      for (const ids of idChunks(suspects))
+        rows.push(
+          ...(await tx
+            .selectFrom('executions')
+            .select(['id', 'agent', 'payload', 'message', 'result', 'error_code', 'error_message', 'usage'])
+            .where('id', 'in', ids)
+            .execute()),
+        );
       for (const r of rows) {
-        for (const field of FIELDS) {
+        for (const field of CLIENT_FIELDS) {
           const kind = findSecret(r[field]);
           if (kind) {
             out.push({ subject: r.id, agent: r.agent, reason: `secret_in_${field}`, detail: { kind } });
