@@ -2,10 +2,11 @@
  * How fast GET /healthz answers while a `baton up` (a spawned process of its own) is under load:
  * (a) four clients each sending ~7.8 MiB batch submits back to back, (b) 190 open event streams
  * (GET /v1/events) while tasks are submitted in batches and claimed and completed, so every
- * change fans out to every stream. A loop here asks /healthz one request after another; the
- * figures are its latency percentiles per scenario. Goal: the worst ≤ 100 ms.
+ * change fans out to every stream, (c) 150 connections each asking for a 5 MiB log page or a
+ * 4 MB execution and never reading it (slow readers). A loop here asks /healthz one request after
+ * another; the figures are its latency percentiles per scenario. Goal: the worst ≤ 100 ms.
  *
- *   node --import tsx bench/healthz-load.ts [sqlite|postgres] [port]
+ *   node --import tsx bench/healthz-load.ts [sqlite|postgres] [port] [batches|streams|readers]
  *
  * A measurement, not a test: run it on an otherwise quiet machine and read the spread. With
  * BENCH_LOOP_STALLS=<file> (Linux), each scenario also prints the server's event-loop stalls over
@@ -13,6 +14,7 @@
  * the server did on its loop against what the machine's other threads took.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { BATCH } from '../src/domain/batch.ts';
 import { DEFAULTS } from '../src/config.ts';
@@ -22,7 +24,7 @@ import { freshDb } from './lib/stores.ts';
 
 const store = (process.argv[2] ?? 'sqlite') as StoreKind;
 const port = Number(process.argv[3] ?? 0);
-/** `batches` or `streams`: only that scenario (default both). */
+/** `batches`, `streams` or `readers`: only that scenario (default all three). */
 const only = process.argv[4];
 const PG_URL = process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -104,8 +106,9 @@ async function main() {
     await new Promise((r) => setTimeout(r, 5_000));
     await report('idle, 5 s');
 
-    if (only !== 'streams') await batches();
-    if (only !== 'batches') await streams();
+    if (only === undefined || only === 'batches') await batches();
+    if (only === undefined || only === 'streams') await streams();
+    if (only === undefined || only === 'readers') await readers();
   } finally {
     await pinger.terminate();
     await server.stop();
@@ -183,6 +186,46 @@ async function main() {
     const received = open.reduce((n, s) => n + s.bytes(), 0);
     console.log(JSON.stringify({ stream_bytes_received: received }));
     for (const s of open) s.ac.abort();
+  }
+
+  async function readers() {
+    // (c) 150 connections asking for large answers and never reading them.
+    await call('POST', '/v1/agents', { name: 'talker' });
+    const id = (await call('POST', '/v1/agents/talker/executions', { message: 'talk a lot' })).json.execution_id as string;
+    const [task] = (await call('POST', '/v1/agents/talker/claim', {})).json.tasks as Array<{ lease_token: string }>;
+    const line = (i: number) => `${i} `.padEnd(16_000, 'abcdefghij');
+    for (let part = 0; part < 2; part++)
+      await call('POST', `/v1/executions/${id}/logs`, {
+        lease_token: task!.lease_token,
+        lines: Array.from({ length: 165 }, (_, i) => ({ line: line(part * 165 + i) })),
+      });
+    await call('POST', `/v1/executions/${id}/complete`, {
+      lease_token: task!.lease_token,
+      status: 'succeeded',
+      result: { text: 'r'.repeat(4_000_000) },
+    });
+    const answered = async () =>
+      Number(/^baton_http_sliced_answers_total (\S+)$/m.exec(await (await fetch(server.url + '/metrics')).text())?.[1] ?? 0);
+    const before = await answered();
+    await new Promise((r) => setTimeout(r, 300));
+    await take();
+    const { hostname, port: p } = new URL(server.url);
+    const sockets: Socket[] = Array.from({ length: 150 }, (_, i) => {
+      const s = connect({ host: hostname, port: Number(p) }, () => {
+        s.pause();
+        const path = i % 2 ? `/v1/executions/${id}` : `/v1/executions/${id}/logs?limit=5000`;
+        s.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: ${H.authorization}\r\n\r\n`);
+      });
+      s.on('error', () => undefined);
+      return s;
+    });
+    const t = performance.now();
+    while ((await answered()) < before + 150) await new Promise((r) => setTimeout(r, 100));
+    const took = performance.now() - t;
+    await report(
+      `150 connections asking for a 5 MiB log page or a 4 MB execution, not reading: all answered in ${(took / 1000).toFixed(1)} s`,
+    );
+    for (const s of sockets) s.destroy();
   }
 }
 

@@ -9,6 +9,7 @@ import { infiniteMessage, jsonShape, LARGE_JSON_CHARS, MAX_JSON_VALUES, tooDeepM
 import { authenticate } from './auth.ts';
 import { guardConnections, proxyMatcher } from './connections.ts';
 import { boundUnreadAnswers, UnreadLedger } from './slow-readers.ts';
+import { AnswerLane, laneLargeAnswers } from './answer-lane.ts';
 import { parseAroundRawPaths, parseBytesAroundRawPaths, parseMeasured } from './json-off-thread.ts';
 import { readChunks } from './body-chunks.ts';
 import { lazyRequestLogger } from './request-logger.ts';
@@ -109,6 +110,7 @@ async function buildApp(opts: ServerOptions) {
   guardConnections(app as unknown as FastifyInstance, limits, trusted);
   const unread = new UnreadLedger(limits);
   boundUnreadAnswers(app as unknown as FastifyInstance, unread);
+  laneLargeAnswers(app as unknown as FastifyInstance, new AnswerLane());
 
   acceptBodies(app as unknown as FastifyInstance);
 

@@ -150,6 +150,7 @@ function executionReadRoutes(app: RouteApp, { engine }: ApiDeps): void {
   app.get(
     '/v1/executions/:id',
     {
+      config: { largeAnswer: true },
       schema: {
         tags: ['executions'],
         summary: 'Read one execution with its event timeline, and why it is waiting when queued',

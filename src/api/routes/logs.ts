@@ -53,6 +53,8 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
     {
       config: {
         agentKeys: true,
+        // A page, not a stream: a stream's lines go out a page of 64 at a time as they come.
+        largeAnswer: (req) => !(req.query as { follow?: boolean }).follow,
         sse: 'with follow=true: `event: log` per line (`id:` its seq, `data:` the line as in a page), then one `event: end` {execution_id, status, next_after} once the execution has ended and every line was sent',
       },
       schema: {
