@@ -712,12 +712,12 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
         if (a['flow-statements']) {
           const most = Object.entries(counter.takeTexts()).sort((x, y) => y[1] - x[1]);
           log(`  ${shape}: statements a task, most sent first`);
-          for (const [text, n] of most.slice(0, 25)) log(`    ${(n / tasks).toFixed(2)}  ${text}`);
+          for (const [text, n] of most.slice(0, 25)) log(`    ${(n / tasks).toFixed(4)}  ${text}`);
         }
         return {
           ...w,
-          statements_per_task: round(statements / tasks, 1),
-          transactions_per_task: round(counter.takeTransactions() / tasks, 1),
+          statements_per_task: round(statements / tasks, 3),
+          transactions_per_task: round(counter.takeTransactions() / tasks, 3),
         };
       } finally {
         counter?.uninstall();

@@ -77,6 +77,7 @@ export class AdmissionCarry {
 export class AdmissionWrites {
   private readonly agents = new Map<string, { stamp: number | null; round: number | null }>();
   private readonly takes: Array<{ agent: string; ids: string[]; tokens: string[]; owner: string; now: number }> = [];
+  private readonly ends: Array<{ agent: string; pools: string[] }> = [];
 
   /** `agent`'s claim stamp at `now`. */
   stamp(agent: string, now: number): void {
@@ -86,6 +87,14 @@ export class AdmissionWrites {
   /** `agent`'s admit_round raised to `round`. */
   round(agent: string, round: number): void {
     this.agents.set(agent, { stamp: null, ...this.agents.get(agent), round });
+  }
+
+  /**
+   * `agent`'s waits in `pools` end (an admission stopped before its pools): no admission after it
+   * in the transaction reads the waits from the store (AdmissionCarry.left carries them).
+   */
+  endWaits(agent: string, pools: readonly string[]): void {
+    if (pools.length > 0) this.ends.push({ agent, pools: [...pools] });
   }
 
   /** `agent` takes `ids` (in admission order, each with a new lease token). */
@@ -100,7 +109,10 @@ export class AdmissionWrites {
    */
   async flush(tx: Tx, fast: FastPaths): Promise<Map<string, ExecutionRow[]>> {
     const agents = [...this.agents].map(([agent, w]) => ({ agent, ...w }));
-    const rows = agents.length > 0 || this.takes.length > 0 ? await fast.admitWrites(tx, { agents, takes: this.takes }) : [];
+    const rows =
+      agents.length > 0 || this.takes.length > 0 || this.ends.length > 0
+        ? await fast.admitWrites(tx, { agents, takes: this.takes, ends: this.ends })
+        : [];
     const out = new Map<string, ExecutionRow[]>();
     for (const r of rows) out.set(r.agent, [...(out.get(r.agent) ?? []), r]);
     for (const t of this.takes) {

@@ -4,6 +4,7 @@ import type { ExecutionRow } from '../store/schema.ts';
 import { AdmissionCarry, AdmissionWrites } from './admission-carry.ts';
 import { Gathered } from './gather.ts';
 import type { FlowReport } from './pools.ts';
+import type { LockedAgent } from '../store/fast-paths.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 
 /** One agent's admission, to be made with others (`id`: the agent's name). */
@@ -45,9 +46,10 @@ export class Admissions {
   private readonly poolsOf = new Map<string, string>();
   /** Agents whose claims the store's claim call left to a transaction, as their last admission here read them. */
   private readonly undecided = new Set<string>();
+  private readonly membership = new PoolMembership();
 
   constructor(store: StoreAdapter, now: () => number) {
-    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now));
+    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now, this.membership));
   }
 
   run(a: Admission): Promise<ExecutionRow[]> {
@@ -91,17 +93,64 @@ const laneOf = (s: string): number => {
 
 /**
  * One lane's admissions: up to GATHER_MAX agents to a transaction, each stamped with the time its
- * transaction runs (atSend: it may take rows submitted while it waited for the lane).
+ * transaction runs (atSend: it may take rows submitted while it waited for the lane). Where the
+ * store has fast paths, an admission alone is a gathered transaction of one (its reads and writes
+ * one call each, fewer round trips than the transaction path's statements), made again on that
+ * path where its agent's pools were not as known or its agent was not found (which it says).
  */
-function gatheredAdmissions(store: StoreAdapter, now: () => number): Gathered<Admission, ExecutionRow[]> {
+function gatheredAdmissions(store: StoreAdapter, now: () => number, known: PoolMembership): Gathered<Admission, ExecutionRow[]> {
   const fresh = (a: Admission): Admission => ({ id: a.id, opts: atSend(a.opts, now) });
-  const one = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, fresh(a).opts));
+  const alone = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, fresh(a).opts));
+  const one = !store.fastPaths
+    ? alone
+    : async (a: Admission) => {
+        try {
+          const out = (await store.transaction((tx) => admitMany(tx, store, [fresh(a)], known))).get(a.id);
+          if (out) return out;
+        } catch (err) {
+          if (!(err instanceof StaleMembership)) throw err;
+        }
+        return alone(a);
+      };
   return new Gathered<Admission, ExecutionRow[]>({
-    many: (items) => store.transaction((tx) => admitMany(tx, store, items.map(fresh))),
+    many: (items) => store.transaction((tx) => admitMany(tx, store, items.map(fresh), known)),
     one,
     // An agent not found by the batch's lock is made alone, which says so.
-    absent: one,
+    absent: alone,
   });
+}
+
+/** An agent's pools were not as PoolMembership knew them: the transaction admitted nothing, and is to be made again. */
+export class StaleMembership extends Error {
+  constructor(agent: string) {
+    super(`agent '${agent}' draws from other pools than this process knew`);
+  }
+}
+
+/**
+ * Each agent's pools (its raw column) as the last admission in this process locked them: the
+ * lock order of a gathered transaction is computed from them, and the call that locks the agents
+ * checks them (FastPaths.lockAgentsAs), so the separate read of every agent's pools is made only
+ * for agents not known yet. Bounded: agents deleted or renamed leave entries behind.
+ */
+export class PoolMembership {
+  private readonly pools = new Map<string, string | null>();
+
+  note(agent: string, pools: string | null): void {
+    if (this.pools.size >= 10_000 && !this.pools.has(agent)) this.pools.clear();
+    this.pools.set(agent, pools);
+  }
+
+  /** The agents' pools, if every one is known. */
+  of(agents: readonly string[]): Map<string, string | null> | undefined {
+    const out = new Map<string, string | null>();
+    for (const a of agents) {
+      const p = this.pools.get(a);
+      if (p === undefined) return undefined;
+      out.set(a, p);
+    }
+    return out;
+  }
 }
 
 /**
@@ -111,29 +160,53 @@ function gatheredAdmissions(store: StoreAdapter, now: () => number): Gathered<Ad
  * that order keeps that lock order without locking the pools up front; otherwise the union of
  * their pools is locked here, in name order, before any admission.
  */
-export async function admitMany(tx: Tx, store: StoreAdapter, items: readonly Admission[]): Promise<Map<string, ExecutionRow[]>> {
-  const names = items.map((i) => i.id).sort();
-  const found = await store
-    .lockRows(tx.selectFrom('agents').select(['name', 'pools']).where('name', 'in', names).orderBy('name'), 'admission')
-    .execute();
+export async function admitMany(
+  tx: Tx,
+  store: StoreAdapter,
+  items: readonly Admission[],
+  known?: PoolMembership,
+): Promise<Map<string, ExecutionRow[]>> {
   const byName = new Map(items.map((i) => [i.id, i]));
-  const agents = found.map((a) => ({ name: a.name, pools: parsePools(a.pools) }));
-  const { order, inOrder } = poolOrder(agents);
-  if (!inOrder) {
-    const union = [...new Set(agents.flatMap((a) => a.pools))].sort();
-    await store.lockRows(tx.selectFrom('pools').select('name').where('name', 'in', union).orderBy('name'), 'admission').execute();
+  const read = (name: string) => {
+    const o = byName.get(name)!.opts;
+    return { agent: name, limit: Math.max(0, 2 * o.max), now: o.now };
+  };
+  const fast = store.fastPaths;
+  // Every agent's pools known and their order locking each pool after those before: the agents'
+  // locks, reads and pools' locks in one call, which checks the pools the order came from.
+  const cached = fast && known ? known.of(items.map((i) => i.id)) : undefined;
+  const planned = cached && poolOrder([...cached].map(([name, p]) => ({ name, pools: parsePools(p) })));
+  let order: string[];
+  let reads: Map<string, LockedAgent> | undefined;
+  if (fast && cached && planned?.inOrder) {
+    reads = await fast.lockAgentsAs(
+      tx,
+      planned.order.map((name) => ({ ...read(name), pools: cached.get(name)! })),
+    );
+    let stale: string | undefined;
+    for (const [name, r] of reads) {
+      if (r.row.pools !== cached.get(name)) stale = name;
+      known!.note(name, r.row.pools);
+    }
+    if (stale !== undefined) throw new StaleMembership(stale);
+    order = planned.order.filter((name) => reads!.has(name));
+  } else {
+    const names = items.map((i) => i.id).sort();
+    const found = await store
+      .lockRows(tx.selectFrom('agents').select(['name', 'pools']).where('name', 'in', names).orderBy('name'), 'admission')
+      .execute();
+    for (const a of found) known?.note(a.name, a.pools);
+    const agents = found.map((a) => ({ name: a.name, pools: parsePools(a.pools) }));
+    const sorted = poolOrder(agents);
+    order = sorted.order;
+    if (!sorted.inOrder) {
+      const union = [...new Set(agents.flatMap((a) => a.pools))].sort();
+      await store.lockRows(tx.selectFrom('pools').select('name').where('name', 'in', union).orderBy('name'), 'admission').execute();
+    }
+    // Where the store has fast paths, every agent's reads and its pools' locks in that order in one
+    // round trip, each admission then reading the pools as those before it left them (AdmissionCarry).
+    reads = fast ? await fast.lockAgents(tx, order.map(read)) : undefined;
   }
-  // Where the store has fast paths, every agent's reads and its pools' locks in that order in one
-  // round trip, each admission then reading the pools as those before it left them (AdmissionCarry).
-  const reads = store.fastPaths
-    ? await store.fastPaths.lockAgents(
-        tx,
-        order.map((name) => {
-          const o = byName.get(name)!.opts;
-          return { agent: name, limit: Math.max(0, 2 * o.max), now: o.now };
-        }),
-      )
-    : undefined;
   const carry = new AdmissionCarry();
   const writes = store.fastPaths ? new AdmissionWrites() : undefined;
   const out = new Map<string, ExecutionRow[]>();

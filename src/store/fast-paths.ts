@@ -148,10 +148,22 @@ export interface FastPaths {
    */
   lockAgents(tx: Kysely<DB>, items: ReadonlyArray<{ agent: string; limit: number; now: number }>): Promise<Map<string, LockedAgent>>;
   /**
+   * lockAgents without holding the agents' locks first: the same call takes them, in name order,
+   * before any agent's reads (so it takes them as lockAgents' caller would), then makes lockAgents'
+   * reads in the order given, for each agent whose `pools` column is `pools` (the raw column, null
+   * for none): the order was computed from them (src/engine/admissions.ts). An agent whose column
+   * differs gets no candidates and no pools locked, so no pool is locked out of that order; its
+   * row says what the column is, and the caller must not admit from this call.
+   */
+  lockAgentsAs(
+    tx: Kysely<DB>,
+    items: ReadonlyArray<{ agent: string; pools: string | null; limit: number; now: number }>,
+  ): Promise<Map<string, LockedAgent>>;
+  /**
    * Within the admission transaction `tx`, holding the agents' locks: what the admissions of
    * several agents decided to write to their agent rows and their rows to take, in one call
    * whatever the number of agents. First each agent's claim stamp (`stamp`: its last_claim_at)
-   * and admit_round raised to `round` (kept where higher), then each take as takeRows makes it,
+   * and admit_round raised to `round` (kept where higher) and the waits ended, then each take as takeRows makes it,
    * agent after agent in the order given. Returns every row taken, in that order.
    */
   admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow[]>;
@@ -161,6 +173,8 @@ export interface FastPaths {
 export interface AdmitWrites {
   agents: Array<{ agent: string; stamp: number | null; round: number | null }>;
   takes: Array<{ ids: string[]; tokens: string[]; owner: string; now: number }>;
+  /** Agents whose waits in these pools end (as src/engine/pool-turns.ts endPoolWaits), before the takes. */
+  ends?: Array<{ agent: string; pools: string[] }>;
 }
 
 /** What FastPaths.lockAgent read of one agent. */

@@ -2,6 +2,7 @@
  * The connections of a PostgreSQL store (postgres.ts): the pool's settings, statements named
  * per connection, and the retry of work PostgreSQL ended on a conflict.
  */
+import { PostgresDialect, type DatabaseConnection, type Driver, type TransactionSettings } from 'kysely';
 import pg from 'pg';
 import { parseHosts, PrimaryResolver, primaryClientClass } from './postgres-hosts.ts';
 
@@ -101,6 +102,9 @@ export function openPool(o: {
     connectionString: o.url,
     max: o.poolMax ?? 10,
     options: o.options,
+    // Each query written at once, answered in order (PipelinedBegin): the store's code awaits each
+    // statement before the next, so only a BEGIN is ever written ahead of another.
+    pipeline: true,
     types,
     ...(o.Client ? { Client: o.Client } : {}),
   } as pg.PoolConfig);
@@ -114,4 +118,37 @@ export function openPool(o: {
     if (o.namedStatements ?? true) nameStatements(client);
   });
   return pool;
+}
+
+/**
+ * PostgreSQL's dialect with a transaction's BEGIN written with its first statement instead of a
+ * round trip before it: the pool's clients pipeline (openPool), and the driver does not wait for
+ * BEGIN's answer before the first statement is written. That statement's answer waits for
+ * BEGIN's and fails with BEGIN's error, so the transaction fails (and is rolled back) whenever
+ * BEGIN did. BEGIN fails only with its connection, which fails the statement written after it.
+ */
+export class PipelinedBeginDialect extends PostgresDialect {
+  override createDriver(): Driver {
+    const driver = super.createDriver();
+    const begin = driver.beginTransaction.bind(driver);
+    driver.beginTransaction = async (connection: DatabaseConnection, settings: TransactionSettings) => {
+      const begun = begin(connection, settings);
+      begun.catch(() => {});
+      const own = connection as { executeQuery: DatabaseConnection['executeQuery'] };
+      const execute = own.executeQuery;
+      own.executeQuery = async (query) => {
+        // The first statement only: the next ones are the connection's own method again.
+        own.executeQuery = execute;
+        const answer = execute.call(connection, query);
+        try {
+          await begun;
+        } catch (err) {
+          await answer.catch(() => {});
+          throw err;
+        }
+        return answer as never;
+      };
+    };
+    return driver;
+  }
 }

@@ -63,6 +63,23 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
           CROSS JOIN LATERAL baton_lock_agent(a.agent, a.lim, a.now) f ORDER BY a.n`.execute(tx);
         return new Map(rows.map((r) => [r.name, lockedAgent(r)]));
       },
+      // The agents locked in name order first (a materialised CTE that a one-time filter reads in
+      // full before the first call), then the calls as lockAgents makes them. Their pools are
+      // compared in a scalar subquery, not a join, so the calls stay in the unnest's order.
+      lockAgentsAs: async (tx, items) => {
+        const names = [...new Set(items.map((i) => i.agent))].sort();
+        const { rows } = await sql<LockedRow>`WITH held AS MATERIALIZED (
+            SELECT name, pools FROM agents WHERE name = ANY (${names}::text[]) ORDER BY name FOR NO KEY UPDATE)
+          SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
+            f.candidates AS _candidates, f.pools AS _pools
+          FROM unnest(${items.map((i) => i.agent)}::text[], ${items.map((i) => i.pools)}::text[], ${items.map((i) => i.limit)}::int[],
+            ${items.map((i) => i.now)}::bigint[]) WITH ORDINALITY AS a(agent, pools, lim, now, n)
+          CROSS JOIN LATERAL baton_lock_agent(a.agent,
+            CASE WHEN (SELECT h.pools FROM held h WHERE h.name = a.agent) IS NOT DISTINCT FROM a.pools THEN a.lim ELSE 0 END, a.now) f
+          WHERE (SELECT count(*) FROM held) >= 0
+          ORDER BY a.n`.execute(tx);
+        return new Map(rows.map((r) => [r.name, lockedAgent(r)]));
+      },
       admitWrites: (tx, w) => admitWrites(tx, w),
     };
     made.set(db, fast);
@@ -235,23 +252,42 @@ async function completeMany(db: Kysely<DB>, items: readonly CompletionRequest[])
 }
 
 /**
- * FastPaths.admitWrites in one statement: the agent rows in one UPDATE, then every take as one
- * call of baton_take_rows per agent, each on its slice of the ids and tokens, in the order given
- * (a lateral call per element of the unnest, which yields them in order). The UPDATE is a CTE the
- * takes wait for (a one-time filter on its count, evaluated before the first row is read): each
- * take's event trigger then writes the agent row after it, in a later command of the statement,
- * as it would after the UPDATE sent alone.
+ * FastPaths.admitWrites in one statement: the agent rows in one UPDATE and the waits ended in one
+ * DELETE, then every take as one call of baton_take_rows per agent, each on its slice of the ids
+ * and tokens, in the order given (a lateral call per element of the unnest, which yields them in
+ * order). The UPDATE and DELETE are CTEs the takes wait for (a one-time filter on their counts,
+ * evaluated before the first row is read): each take's event trigger then writes the agent row
+ * after it, in a later command of the statement, as it would after the UPDATE sent alone.
  */
 async function admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow[]> {
   const a = w.agents;
-  const stamps =
-    a.length === 0
-      ? undefined
-      : sql`UPDATE agents x SET last_claim_at = coalesce(v.stamp, x.last_claim_at), admit_round = greatest(x.admit_round, coalesce(v.round, 0))
+  const ends = (w.ends ?? []).flatMap((e) => e.pools.map((pool) => ({ agent: e.agent, pool })));
+  const ctes = [
+    ...(a.length === 0
+      ? []
+      : [
+          sql`stamped AS (UPDATE agents x SET last_claim_at = coalesce(v.stamp, x.last_claim_at), admit_round = greatest(x.admit_round, coalesce(v.round, 0))
       FROM unnest(${a.map((i) => i.agent)}::text[], ${a.map((i) => i.stamp)}::bigint[], ${a.map((i) => i.round)}::bigint[]) AS v(name, stamp, round)
-      WHERE x.name = v.name`;
+      WHERE x.name = v.name RETURNING 1)`,
+        ]),
+    ...(ends.length === 0
+      ? []
+      : [
+          sql`ended AS (DELETE FROM pool_waits x USING unnest(${ends.map((e) => e.agent)}::text[], ${ends.map((e) => e.pool)}::text[]) AS v(agent, pool)
+      WHERE x.agent = v.agent AND x.pool = v.pool RETURNING 1)`,
+        ]),
+  ];
+  const first = ctes.length === 0 ? undefined : sql`WITH ${sql.join(ctes)}`;
+  const after = sql.join(
+    [
+      ...(a.length === 0 ? [] : [sql`(SELECT count(*) FROM stamped) >= 0`]),
+      ...(ends.length === 0 ? [] : [sql`(SELECT count(*) FROM ended) >= 0`]),
+    ],
+    sql` AND `,
+  );
   if (w.takes.length === 0) {
-    if (stamps) await stamps.execute(tx);
+    // Data-modifying CTEs run to completion whether or not the query reads them.
+    if (first) await sql`${first} SELECT 1`.execute(tx);
     return [];
   }
   const lo: number[] = [];
@@ -264,8 +300,8 @@ async function admitWrites(tx: Kysely<DB>, w: AdmitWrites): Promise<ExecutionRow
       ${lo}::int[], ${hi}::int[]) WITH ORDINALITY AS a(owner, now, lo, hi, n)
     CROSS JOIN LATERAL baton_take_rows((${w.takes.flatMap((t) => t.ids)}::text[])[a.lo:a.hi],
       (${w.takes.flatMap((t) => t.tokens)}::text[])[a.lo:a.hi], a.owner, a.now) t`;
-  const { rows } = stamps
-    ? await sql<ExecutionRow>`WITH stamped AS (${stamps} RETURNING 1) ${takes} WHERE (SELECT count(*) FROM stamped) >= 0`.execute(tx)
+  const { rows } = first
+    ? await sql<ExecutionRow>`${first} ${takes} WHERE ${after}`.execute(tx)
     : await sql<ExecutionRow>`${takes}`.execute(tx);
   return rows;
 }

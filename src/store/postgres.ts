@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { Kysely, PostgresDialect, sql, type Insertable, type RawBuilder, type SelectQueryBuilder } from 'kysely';
+import { Kysely, sql, type Insertable, type RawBuilder, type SelectQueryBuilder } from 'kysely';
 import {
   BULK_CHUNK,
   bulkChunkEnd,
@@ -22,7 +22,7 @@ import { historySizePostgres, type HistorySize } from './history-size.ts';
 import { migrationPlan, migrationStatusOf, MIGRATIONS_TABLE_SQL } from './migrations.ts';
 import { checkAutovacuum, missingSchema } from './postgres-checks.ts';
 import { DatabaseClock } from './postgres-clock.ts';
-import { clientFor, openPool, retryConflicts, sessionOptions } from './postgres-connection.ts';
+import { clientFor, openPool, PipelinedBeginDialect, retryConflicts, sessionOptions } from './postgres-connection.ts';
 import { postgresFastPaths } from './postgres-fast-paths.ts';
 import { PostgresSignals } from './postgres-signals.ts';
 import { deleteChainsPostgres, PRUNE_BATCH } from './prune-deletes.ts';
@@ -97,7 +97,7 @@ class PostgresStore implements StoreAdapter {
     // Several hosts in the URL: each connection goes to the one taking writes (postgres-hosts.ts).
     const { url, Client } = clientFor(opts.url, options);
     this.pool = openPool({ url, options, poolMax: opts.poolMax, namedStatements: opts.namedStatements, Client });
-    this.db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: this.pool }) });
+    this.db = new Kysely<DB>({ dialect: new PipelinedBeginDialect({ pool: this.pool }) });
     this.reader = this.db;
     this.fastPathsOn = opts.fastPaths !== false;
     this.signals = new PostgresSignals(this.pool, { url, options, schema, Client });

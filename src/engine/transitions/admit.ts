@@ -218,7 +218,8 @@ export async function admit(
   // Stopped before its pools: it could not use a seat of theirs, so it holds no turn in them.
   const stopped = async () => {
     const pools = parsePools(agent.pools);
-    await endPoolWaits(tx, agentName, pools);
+    if (writes) writes.endWaits(agentName, pools);
+    else await endPoolWaits(tx, agentName, pools);
     carry?.left(agentName, pools);
     return [];
   };
