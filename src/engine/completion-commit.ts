@@ -43,12 +43,13 @@ export async function commitCompletion(tx: Tx, c: CompletionContext, job: Comple
   return whatItCauses(tx, c, job, await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor));
 }
 
-async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, done: ExecutionRow): Promise<Committed> {
+/** `locked`: the agent's row is locked in this transaction already (commitTogether). */
+async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, done: ExecutionRow, locked = false): Promise<Committed> {
   const { now, actor } = job;
   const agent = await readCompletionProfile(tx, done.agent);
   await accrueBudget(tx, done, now, c.alertSinks, agent ? agent.budget : null);
   await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
-  await countTowardBreakers(tx, c.store, [done], now, actor, c.alertSinks, agent && new Map([[done.agent, agent]]));
+  await countTowardBreakers(tx, c.store, [done], now, actor, c.alertSinks, agent && new Map([[done.agent, agent]]), locked);
   const retry = done.status === 'failed' ? await insertRetry(tx, c.store, done, now, actor) : undefined;
   // With a retry to come the failure is not final: the retry's outcome is followed instead.
   const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
@@ -84,10 +85,12 @@ export function gatheredCompletions(c: CompletionContext): { run(job: Completion
 }
 
 /**
- * Many completions in one transaction, in their agents' name order, the order admission locks
- * agents in (a completion writes its agent's row), so two transactions never wait on each other
- * the wrong way round. An item whose compare-and-set is refused gets that refusal, as alone; any
- * other error fails the transaction, and each item is then committed alone (gather.ts).
+ * Many completions in one transaction. Their agents' rows are locked first, in name order (the
+ * order admission locks agents in; a completion writes its agent's row), so two transactions never
+ * wait on each other the wrong way round, and what each completion then reads of its agent (the
+ * breaker) stays as read until the commit: the breaker's count needs no locked read of its own.
+ * An item whose compare-and-set is refused gets that refusal, as alone; any other error fails the
+ * transaction, and each item is then committed alone (gather.ts).
  */
 async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly CompletionJob[]): Promise<Map<string, Landed>> {
   const rows = await tx
@@ -104,6 +107,9 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
     .filter((j) => agentOf.has(j.id))
     .sort((a, b) => (agentOf.get(a.id)! < agentOf.get(b.id)! ? -1 : agentOf.get(a.id)! > agentOf.get(b.id)! ? 1 : a.id < b.id ? -1 : 1));
   const out = new Map<string, Landed>();
+  if (order.length === 0) return out;
+  const agents = [...new Set(order.map((j) => agentOf.get(j.id)!))].sort();
+  await c.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
   for (const job of order) {
     let done: ExecutionRow;
     try {
@@ -114,7 +120,7 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
       out.set(job.id, { refused: err });
       continue;
     }
-    out.set(job.id, { committed: await whatItCauses(tx, c, job, done) });
+    out.set(job.id, { committed: await whatItCauses(tx, c, job, done, true) });
   }
   return out;
 }
