@@ -60,24 +60,38 @@ async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, do
 type Landed = { committed: Committed } | { refused: BatonError };
 
 /**
+ * Shared transactions out at once. One would hold every completion of this kind behind the
+ * statements of the one out, one after another on one connection; a few keep them moving while
+ * one commits. Each locks its agents in name order first, so they never wait on each other in a cycle.
+ */
+const LANES = 4;
+
+/**
  * Completions that take the engine's transaction, those asked for together (one turn, or while a
  * transaction of them is out) in one transaction: on PostgreSQL one BEGIN and COMMIT and one
  * connection for all of them instead of one each; each still the same statements, in the same
- * order, as alone. A completion alone is its own transaction, as before.
+ * order, as alone. A completion alone is its own transaction, as before. A completion goes to
+ * the first lane with no transaction out, or, when all have one, to the next in turn.
  */
 export function gatheredCompletions(c: CompletionContext): { run(job: CompletionJob): Promise<Committed> } {
   const alone = async (job: CompletionJob): Promise<Landed> => ({
     committed: await c.store.transaction((tx) => commitCompletion(tx, c, job)),
   });
-  const gathered = new Gathered<CompletionJob, Landed>({
-    many: (jobs) => c.store.transaction((tx) => commitTogether(tx, c, jobs)),
-    one: alone,
-    // An execution the agents' read did not find: alone, which says why.
-    absent: alone,
-  });
+  const lanes = Array.from(
+    { length: LANES },
+    () =>
+      new Gathered<CompletionJob, Landed>({
+        many: (jobs) => c.store.transaction((tx) => commitTogether(tx, c, jobs)),
+        one: alone,
+        // An execution the agents' read did not find: alone, which says why.
+        absent: alone,
+      }),
+  );
+  let next = 0;
   return {
     async run(job) {
-      const landed = await gathered.run(job);
+      const lane = lanes.find((l) => !l.out) ?? lanes[next++ % LANES]!;
+      const landed = await lane.run(job);
       if ('refused' in landed) throw landed.refused;
       return landed.committed;
     },
