@@ -50,6 +50,8 @@ export async function countTowardBreakers(
   sinks: readonly AlertSinkKind[],
   /** Breaker columns the caller read already in this transaction, by agent (see readCompletionProfile). */
   known?: ReadonlyMap<string, BreakerColumns>,
+  /** Whether `known` was read with those agents' rows already locked (admission's lock) in this transaction. */
+  knownLocked = false,
 ): Promise<void> {
   const relevant = ended.filter((e) => breakerOutcome(e.status, e.error_code) !== null);
   const agents = [...new Set(relevant.map((e) => e.agent))].sort();
@@ -62,7 +64,7 @@ export async function countTowardBreakers(
     const seen = known?.get(agent) ?? (await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst());
     if (!seen || seen.breaker_config === null) continue;
     if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, now))) continue;
-    const [row] = await lockedBreaker(store)(tx, { agent });
+    const [row] = knownLocked && known?.has(agent) ? [seen] : await lockedBreaker(store)(tx, { agent });
     if (!row) continue;
     let state = row;
     let patch: BreakerPatch = {};

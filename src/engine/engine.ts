@@ -11,7 +11,6 @@ import { announce, parseAnnouncement } from './announce.ts';
 import { appendAudit, auditRow } from './audit.ts';
 import { readExecutionDetail } from './execution-detail.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
-import { countTowardBreakers, readCompletionProfile } from './breaker.ts';
 import { retryFailedExecution } from './manual-retry.ts';
 import { listExecutions, type ExecutionFilter, type ExecutionListRow } from './list-executions.ts';
 import { Logs } from './logs.ts';
@@ -20,18 +19,16 @@ import { redactOutcome } from '../domain/redact.ts';
 import { EngineEvents } from './events.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 import { cancelExecution } from './transitions/cancel.ts';
-import { completeWithLease, completionRequest } from './transitions/complete.ts';
+import { completionRequest } from './transitions/complete.ts';
+import { commitCompletion, gatheredCompletions } from './completion-commit.ts';
 import { createExecutions, queuedValues } from './transitions/create.ts';
 import { outcomeMayCompleteFast } from '../domain/fast-paths.ts';
 import { reapOnce } from './reap.ts';
 import { lockExecution } from './transitions/lease.ts';
 import { followFinals, type Followed } from './composition/follow.ts';
 import { releaseAlone, releaseLease } from './transitions/release.ts';
-import { insertRetry } from './transitions/retry.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
-import { accrueBudget } from './budget.ts';
-import { accruePoolBudgets } from './pool-budget.ts';
 import { Pools } from './pool-service.ts';
 import { flowHint, type FlowReport } from './pools.ts';
 import { Idempotency } from './triggers/idempotency.ts';
@@ -94,6 +91,8 @@ export class Engine {
   private readonly claimWaits: ClaimWaits;
   /** Plain submits, claims and completions that cause nothing else, many to a call (store.fastPaths; plain-calls.ts). */
   private readonly plain: PlainCalls | undefined;
+  /** Completions that take a transaction, those asked for together in one (completion-commit.ts). */
+  private readonly completions = gatheredCompletions(this);
   private readonly unsubscribe: () => void;
 
   constructor(opts: EngineOptions) {
@@ -351,25 +350,14 @@ export class Engine {
       this.events.emit('execution:completed', alone);
       return alone;
     }
-    // The completion commits with what it causes: its budget spending, its breaker count, the
-    // retry its policy asks for (a crash loses neither the failure nor its retry), and the work
-    // its final outcome starts. One read of the agent tells which of those need more statements.
-    // A long result is written off the event loop where the store can (SQLite's writer thread).
-    const commit = async (tx: Tx) => {
-      const done = await completeWithLease(tx, id, token, outcome, now, actor);
-      const agent = await readCompletionProfile(tx, done.agent);
-      await accrueBudget(tx, done, now, this.alertSinks, agent ? agent.budget : null);
-      await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
-      await countTowardBreakers(tx, this.store, [done], now, actor, this.alertSinks, agent && new Map([[done.agent, agent]]));
-      const retry = done.status === 'failed' ? await insertRetry(tx, this.store, done, now, actor) : undefined;
-      // With a retry to come the failure is not final: the retry's outcome is followed instead.
-      const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
-      return { row: done, retry, followed: await this.follow(tx, now, actor, retry ? [] : [done], unsubscribed) };
-    };
+    // The completion commits with what it causes (completion-commit.ts); those asked for together
+    // share one transaction. A long result is written off the event loop where the store can
+    // (SQLite's writer thread).
+    const job = { id, token, outcome, now, actor };
     const large = (outcome.result?.length ?? 0) > LARGE_JSON_CHARS;
     const { row, retry, followed } = await (large && this.store.offLoopTransaction
-      ? this.store.offLoopTransaction(commit)
-      : this.store.transaction(commit));
+      ? this.store.offLoopTransaction((tx) => commitCompletion(tx, this, job))
+      : this.completions.run(job));
     announce(this.store, [row, ...(retry ? [retry] : []), ...followed.created, ...followed.ended]);
     this.events.emit('execution:completed', row);
     return row;

@@ -38,6 +38,11 @@ export class Gathered<I extends { id: string }, O> {
 
   constructor(private readonly o: GatherOptions<I, O>) {}
 
+  /** Whether a call of these is out now (what is asked for meanwhile waits for the next one). */
+  get out(): boolean {
+    return this.running;
+  }
+
   run(item: I): Promise<O> {
     return new Promise((resolve, reject) => {
       this.queue.push({ item, resolve, reject });

@@ -1,0 +1,140 @@
+import type { AlertSinkKind } from '../domain/canary.ts';
+import { BatonError } from '../domain/errors.ts';
+import type { StoredOutcome } from '../domain/outcomes.ts';
+import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+import { countTowardBreakers, readCompletionProfile } from './breaker.ts';
+import { accrueBudget } from './budget.ts';
+import type { Followed } from './composition/follow.ts';
+import { Gathered } from './gather.ts';
+import { accruePoolBudgets } from './pool-budget.ts';
+import { completeWithLease } from './transitions/complete.ts';
+import { insertRetry } from './transitions/retry.ts';
+
+/** A completion that takes the engine's transaction (its outcome redacted, its time taken). */
+export interface CompletionJob {
+  id: string;
+  token: string;
+  outcome: StoredOutcome;
+  now: number;
+  actor: string;
+}
+
+/** A completion committed with what it caused: announce them all after the commit. */
+export interface Committed {
+  row: ExecutionRow;
+  retry?: ExecutionRow;
+  followed: Followed;
+}
+
+/** What a completion's transaction needs of the engine. */
+export interface CompletionContext {
+  store: StoreAdapter;
+  alertSinks: readonly AlertSinkKind[];
+  follow(tx: Tx, now: number, actor: string, rows: readonly ExecutionRow[], unsubscribed?: ReadonlySet<string>): Promise<Followed>;
+}
+
+/**
+ * The completion commits with what it causes: its budget spending, its breaker count, the retry
+ * its policy asks for (a crash loses neither the failure nor its retry), and the work its final
+ * outcome starts. One read of the agent tells which of those need more statements.
+ */
+export async function commitCompletion(tx: Tx, c: CompletionContext, job: CompletionJob): Promise<Committed> {
+  return whatItCauses(tx, c, job, await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor));
+}
+
+/** `locked`: the agent's row is locked in this transaction already (commitTogether). */
+async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, done: ExecutionRow, locked = false): Promise<Committed> {
+  const { now, actor } = job;
+  const agent = await readCompletionProfile(tx, done.agent);
+  await accrueBudget(tx, done, now, c.alertSinks, agent ? agent.budget : null);
+  await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
+  await countTowardBreakers(tx, c.store, [done], now, actor, c.alertSinks, agent && new Map([[done.agent, agent]]), locked);
+  const retry = done.status === 'failed' ? await insertRetry(tx, c.store, done, now, actor) : undefined;
+  // With a retry to come the failure is not final: the retry's outcome is followed instead.
+  const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
+  return { row: done, retry, followed: await c.follow(tx, now, actor, retry ? [] : [done], unsubscribed) };
+}
+
+/** A gathered completion's answer: committed, or refused by its compare-and-set (it wrote nothing). */
+type Landed = { committed: Committed } | { refused: BatonError };
+
+/**
+ * Shared transactions out at once. One would hold every completion of this kind behind the
+ * statements of the one out, one after another on one connection; a few keep them moving while
+ * one commits. Each locks its agents in name order first, so they never wait on each other in a cycle.
+ */
+const LANES = 4;
+
+/**
+ * Completions that take the engine's transaction, those asked for together (one turn, or while a
+ * transaction of them is out) in one transaction: on PostgreSQL one BEGIN and COMMIT and one
+ * connection for all of them instead of one each; each still the same statements, in the same
+ * order, as alone. A completion alone is its own transaction, as before. A completion goes to
+ * the first lane with no transaction out, or, when all have one, to the next in turn.
+ */
+export function gatheredCompletions(c: CompletionContext): { run(job: CompletionJob): Promise<Committed> } {
+  const alone = async (job: CompletionJob): Promise<Landed> => ({
+    committed: await c.store.transaction((tx) => commitCompletion(tx, c, job)),
+  });
+  const lanes = Array.from(
+    { length: LANES },
+    () =>
+      new Gathered<CompletionJob, Landed>({
+        many: (jobs) => c.store.transaction((tx) => commitTogether(tx, c, jobs)),
+        one: alone,
+        // An execution the agents' read did not find: alone, which says why.
+        absent: alone,
+      }),
+  );
+  let next = 0;
+  return {
+    async run(job) {
+      const lane = lanes.find((l) => !l.out) ?? lanes[next++ % LANES]!;
+      const landed = await lane.run(job);
+      if ('refused' in landed) throw landed.refused;
+      return landed.committed;
+    },
+  };
+}
+
+/**
+ * Many completions in one transaction. Their agents' rows are locked first, in name order (the
+ * order admission locks agents in; a completion writes its agent's row), so two transactions never
+ * wait on each other the wrong way round, and what each completion then reads of its agent (the
+ * breaker) stays as read until the commit: the breaker's count needs no locked read of its own.
+ * An item whose compare-and-set is refused gets that refusal, as alone; any other error fails the
+ * transaction, and each item is then committed alone (gather.ts).
+ */
+async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly CompletionJob[]): Promise<Map<string, Landed>> {
+  const rows = await tx
+    .selectFrom('executions')
+    .select(['id', 'agent'])
+    .where(
+      'id',
+      'in',
+      jobs.map((j) => j.id),
+    )
+    .execute();
+  const agentOf = new Map(rows.map((r) => [r.id, r.agent]));
+  const order = jobs
+    .filter((j) => agentOf.has(j.id))
+    .sort((a, b) => (agentOf.get(a.id)! < agentOf.get(b.id)! ? -1 : agentOf.get(a.id)! > agentOf.get(b.id)! ? 1 : a.id < b.id ? -1 : 1));
+  const out = new Map<string, Landed>();
+  if (order.length === 0) return out;
+  const agents = [...new Set(order.map((j) => agentOf.get(j.id)!))].sort();
+  await c.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
+  for (const job of order) {
+    let done: ExecutionRow;
+    try {
+      done = await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor);
+    } catch (err) {
+      // A refusal reads and throws: nothing was written, the transaction goes on.
+      if (!(err instanceof BatonError)) throw err;
+      out.set(job.id, { refused: err });
+      continue;
+    }
+    out.set(job.id, { committed: await whatItCauses(tx, c, job, done, true) });
+  }
+  return out;
+}
