@@ -7,48 +7,24 @@
  * the limits of its new pools. Counted on the statements the engine sends (a recording Kysely
  * plugin; BEGIN and COMMIT not included); on SQLite the answers are checked alike.
  */
-import type { Kysely, KyselyPlugin } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
-import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
-import type { DB } from '../../src/store/schema.ts';
 import { agentMaker } from '../helpers/agents.ts';
 import { manualClock } from '../helpers/clock.ts';
+import { counted, countingStore, noneSent } from '../helpers/counting-store.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let sent = 0;
-
-/** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
-function countingStore(inner: StoreAdapter): StoreAdapter {
-  const plugin: KyselyPlugin = {
-    transformQuery: ({ node }) => node,
-    transformResult: async ({ result }) => {
-      sent++;
-      return result;
-    },
-  };
-  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
-  return Object.assign(Object.create(inner) as StoreAdapter, {
-    db: wrap(inner.db),
-    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
-  });
-}
-
-async function counted<T>(fn: () => Promise<T>): Promise<{ out: T; statements: number }> {
-  sent = 0;
-  const out = await fn();
-  return { out, statements: sent };
-}
+const sent = noneSent();
 
 const newAgent = agentMaker(() => engine, 'gathered', { max_parallel: 5, max_backlog: 100 });
 const pg = STORE_KIND === 'postgres';
 
 beforeAll(async () => {
   ts = await openTestStore();
-  engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'gathered-admission', claimPollMs: 600_000 });
+  engine = new Engine({ store: countingStore(ts.store, sent), clock, nodeId: 'gathered-admission', claimPollMs: 600_000 });
   clock.set(Date.UTC(2026, 0, 10, 12, 0, 5));
 });
 afterAll(async () => {
@@ -71,10 +47,10 @@ describe(`a gathered admission's statements (${STORE_KIND})`, () => {
     // First: the claim call says it cannot decide (pools), and the transaction reads the agents' pools.
     expect((await Promise.all([claim(a), claim(b), claim(c)])).map((r) => r.length)).toEqual([1, 1, 1]);
     // Then, the pools known: the lock with every read, and the writes.
-    const alone = await counted(() => claim(b));
+    const alone = await counted(sent, () => claim(b));
     expect(alone.out.map((r) => r.message)).toEqual([`${b}-1`]);
     if (pg) expect(alone.statements).toBe(2);
-    const together = await counted(() => Promise.all([claim(b), claim(c)]));
+    const together = await counted(sent, () => Promise.all([claim(b), claim(c)]));
     expect(together.out.map((r) => r.map((x) => x.message))).toEqual([[`${b}-2`], [`${c}-1`]]);
     if (pg) expect(together.statements).toBe(2);
     // b moves to the pool whose one seat a holds: its claim, though this process knew its old
@@ -85,7 +61,7 @@ describe(`a gathered admission's statements (${STORE_KIND})`, () => {
     expect((await claim(b)).map((r) => r.message)).toEqual([`${b}-3`]);
     clock.advance(1);
     await engine.submit(b, { message: `${b}-4` }, 'test');
-    const again = await counted(() => claim(b));
+    const again = await counted(sent, () => claim(b));
     expect(again.out.map((r) => r.message)).toEqual([`${b}-4`]);
     if (pg) expect(again.statements).toBe(2);
   });

@@ -4,35 +4,18 @@
  * path takes rounds with (StoreAdapter.keyRounds). Counted on the statements the engine sends (a
  * recording Kysely plugin); on SQLite the same expectations hold for its transaction.
  */
-import { sql, type Kysely, type KyselyPlugin } from 'kysely';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
-import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
-import type { DB } from '../../src/store/schema.ts';
 import { agentMaker } from '../helpers/agents.ts';
 import { manualClock } from '../helpers/clock.ts';
+import { countingStore, noneSent } from '../helpers/counting-store.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let sent = 0;
-
-/** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
-function countingStore(inner: StoreAdapter): StoreAdapter {
-  const plugin: KyselyPlugin = {
-    transformQuery: ({ node }) => node,
-    transformResult: async ({ result }) => {
-      sent++;
-      return result;
-    },
-  };
-  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
-  return Object.assign(Object.create(inner) as StoreAdapter, {
-    db: wrap(inner.db),
-    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
-  });
-}
+const sent = noneSent();
 
 const newAgent = agentMaker(() => engine, 'keyed', { max_parallel: 5, max_backlog: 100, key_max_parallel: 1 });
 const pg = STORE_KIND === 'postgres';
@@ -58,7 +41,7 @@ const lastRounds = async (agent: string) =>
 
 beforeAll(async () => {
   ts = await openTestStore();
-  engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'keyed-submit' });
+  engine = new Engine({ store: countingStore(ts.store, sent), clock, nodeId: 'keyed-submit' });
 });
 afterAll(async () => {
   engine.close();
@@ -78,9 +61,9 @@ describe(`a keyed submit (${STORE_KIND})`, () => {
       ['b1', 'k2'],
     ];
     for (const [message, key] of plan) {
-      sent = 0;
+      sent.statements = 0;
       await engine.submit(alone, { message, key }, 'test');
-      if (pg) expect(sent).toBe(1);
+      if (pg) expect(sent.statements).toBe(1);
       await engine.submit(inTx, { message, key }, 'test', async () => {});
       clock.advance(1);
     }
@@ -119,12 +102,12 @@ describe(`a keyed submit (${STORE_KIND})`, () => {
       ['m4', 'k1'],
       ['m5', 'k2'], // past the backlog: refused, takes no round
     ];
-    sent = 0;
+    sent.statements = 0;
     const out = await Promise.allSettled(asked.map(([message, key]) => engine.submit(agent, { message, key }, 'test')));
     expect(out.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
     expect(out[4]).toMatchObject({ reason: { code: 'backlog_full' } });
     // PostgreSQL: the call, and the refusal's audit row (the refused submit, made alone to say why, fails).
-    if (pg) expect(sent).toBe(2);
+    if (pg) expect(sent.statements).toBe(2);
     expect((await rounds(agent)).sort()).toEqual(['m1:k1:0', 'm2:k2:0', 'm3:k1:1', 'm4:k1:2']);
     expect(await lastRounds(agent)).toEqual({ k1: 2, k2: 0 });
   });

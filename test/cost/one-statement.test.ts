@@ -4,47 +4,22 @@
  * on both stores: SQLite keeps its group-committed transactions, so its counts only show the
  * fallbacks taken there are the same code.
  */
-import type { KyselyPlugin } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BREAKER_DEFAULTS } from '../../src/domain/breaker.ts';
 import { Engine } from '../../src/engine/engine.ts';
-import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
-import type { DB, ExecutionRow } from '../../src/store/schema.ts';
+import type { ExecutionRow } from '../../src/store/schema.ts';
 import type { Outcome } from '../../src/domain/outcomes.ts';
-import type { Kysely } from 'kysely';
 import { commitStats } from '../../src/store/sqlite.ts';
 import { manualClock } from '../helpers/clock.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
+import { counted, countingStore, noneSent } from '../helpers/counting-store.ts';
 import { openTestStore, PG_URL, STORE_KIND, untilHearing, type TestStore } from '../helpers/store.ts';
 import { agentMaker } from '../helpers/agents.ts';
 
 let ts: TestStore;
 let engine: Engine;
 const clock = manualClock();
-let sent = 0;
-
-/** The same store, counting every statement sent through it (transactions' BEGIN/COMMIT not included). */
-function countingStore(inner: StoreAdapter): StoreAdapter {
-  const plugin: KyselyPlugin = {
-    // Once per statement executed (transformQuery also sees each CTE's own query builder).
-    transformQuery: ({ node }) => node,
-    transformResult: async ({ result }) => {
-      sent++;
-      return result;
-    },
-  };
-  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
-  return Object.assign(Object.create(inner) as StoreAdapter, {
-    db: wrap(inner.db),
-    transaction: <T>(fn: (tx: Tx) => Promise<T>) => inner.transaction((tx) => fn(wrap(tx))),
-  });
-}
-
-async function counted<T>(fn: () => Promise<T>): Promise<{ out: T; statements: number }> {
-  sent = 0;
-  const out = await fn();
-  return { out, statements: sent };
-}
+const sent = noneSent();
 
 const newAgent = agentMaker(() => engine, 'one', { max_parallel: 2, max_backlog: 100 });
 
@@ -59,7 +34,7 @@ const count = async (agent: string, status: 'queued' | 'running') =>
 
 beforeAll(async () => {
   ts = await openTestStore();
-  engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'one-statement' });
+  engine = new Engine({ store: countingStore(ts.store, sent), clock, nodeId: 'one-statement' });
 });
 afterAll(async () => {
   engine.close();
@@ -75,14 +50,14 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       await engine.submit(agent, { message: `t${i}` }, 'test');
       clock.advance(1); // FIFO is by queued_at, then id
     }
-    const first = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
+    const first = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 3 }));
     expect(first.out.map((r) => r.message)).toEqual(['t0', 't1']); // FIFO, up to the free seats
     expect(await seats(agent)).toBe(2);
     if (pg) expect(first.statements).toBe(1); // the claim, with the first stamp of last_claim_at
     const stamp = async () =>
       (await ts.store.db.selectFrom('agents').select('last_claim_at').where('name', '=', agent).executeTakeFirstOrThrow()).last_claim_at;
     expect(Number(await stamp())).toBe(clock());
-    const empty = await counted(() => engine.claim(agent, { owner: 'w', max: 3 }));
+    const empty = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 3 }));
     expect(empty.out).toEqual([]);
     if (pg) expect(empty.statements).toBe(1); // no free seat
     expect(Number(await stamp())).toBe(clock());
@@ -104,13 +79,13 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     await ts.store.db.updateTable('executions').set({ serial_key: 'k1' }).where('id', '=', keyed.id).execute();
     // Agents the call decides, together: one statement (rows, an empty answer, stamps and all).
     const idle = await newAgent({ breaker: null });
-    const decided = await counted(() =>
+    const decided = await counted(sent, () =>
       Promise.all([engine.claim(plain[0]!, { owner: 'w1', max: 1 }), engine.claim(idle, { owner: 'w1', max: 1 })]),
     );
     expect(decided.out.map((r) => r.map((x) => x.message))).toEqual([[`${plain[0]}-0`], []]);
     if (pg) expect(decided.statements).toBe(1);
     // With those it cannot decide: each of these goes on to its transaction, which decides or refuses.
-    const asked = await counted(() =>
+    const asked = await counted(sent, () =>
       Promise.allSettled([
         engine.claim(plain[0]!, { owner: 'w1', max: 2 }),
         engine.claim(plain[1]!, { owner: 'w2', max: 5 }),
@@ -144,7 +119,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
         .where('subject', '=', agent)
         .where('action', '=', action)
         .execute();
-    const made = await counted(() => engine.submit(agent, { message: 'a' }, 'key:one'));
+    const made = await counted(sent, () => engine.submit(agent, { message: 'a' }, 'key:one'));
     expect(made.out.status).toBe('queued');
     if (pg) expect(made.statements).toBe(1); // the submit function's one call
     expect(await audits('execution.create')).toEqual([{ execution_id: made.out.id, actor: 'key:one' }]);
@@ -167,7 +142,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       ['no-such-agent', 'x'],
       [big, 'b2'],
     ];
-    const { out, statements } = await counted(() =>
+    const { out, statements } = await counted(sent, () =>
       Promise.allSettled(asked.map(([agent, message]) => engine.submit(agent, { message }, 'key:many'))),
     );
     expect(out.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'fulfilled', 'rejected', 'rejected', 'fulfilled']);
@@ -218,9 +193,9 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       },
     ];
     for (const input of inputs) {
-      const alone = await counted(() => engine.submit(agent, input, 'key:two'));
+      const alone = await counted(sent, () => engine.submit(agent, input, 'key:two'));
       // A no-op follow-up keeps the submit in its transaction (createExecutions under the hold).
-      const inTx = await counted(() => engine.submit(agent, input, 'key:two', async () => {}));
+      const inTx = await counted(sent, () => engine.submit(agent, input, 'key:two', async () => {}));
       if (pg) {
         expect(alone.statements).toBe(1);
         expect(inTx.statements).toBeGreaterThan(1);
@@ -265,7 +240,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       if (twin) await untilHearing(twin, ts.store);
       const row = await engine.submit(agent, { message: 'heard' }, 'test');
       const [claimed] = await engine.claim(agent, { owner: 'w', max: 1 });
-      const done = await counted(() => engine.complete(claimed!.id, claimed!.lease_token!, { status: 'succeeded' }, 'w'));
+      const done = await counted(sent, () => engine.complete(claimed!.id, claimed!.lease_token!, { status: 'succeeded' }, 'w'));
       if (pg) expect(done.statements).toBe(1);
       const expected = ['queued', 'running', 'succeeded'].map((status) => `${agent}\t${row.id}\t${status}`);
       await expect.poll(() => here, { timeout: 5_000 }).toEqual(expected);
@@ -283,14 +258,14 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const agent = await newAgent({ breaker: null });
     await engine.submit(agent, { message: 'a' }, 'test');
     const [row] = await engine.claim(agent, { owner: 'w', max: 1 });
-    const done = await counted(() => engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w'));
+    const done = await counted(sent, () => engine.complete(row!.id, row!.lease_token!, { status: 'succeeded', result: { ok: true } }, 'w'));
     expect(done.out.status).toBe('succeeded');
     expect(await seats(agent)).toBe(0);
     if (pg) expect(done.statements).toBe(1);
     // A failure may retry: the transaction decides it, whatever the agent.
     await engine.submit(agent, { message: 'b' }, 'test');
     const [b] = await engine.claim(agent, { owner: 'w', max: 1 });
-    const failed = await counted(() =>
+    const failed = await counted(sent, () =>
       engine.complete(b!.id, b!.lease_token!, { status: 'failed', error: { code: 'agent_error', message: 'x' } }, 'w'),
     );
     expect(failed.out.status).toBe('failed');
@@ -309,7 +284,9 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `p${i}` }, 'test');
       rows.push(...(await engine.claim(agent, { owner: 'w', max: 3 })));
     }
-    const done = await counted(() => Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w'))));
+    const done = await counted(sent, () =>
+      Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w'))),
+    );
     expect(done.out.map((r) => r.status)).toEqual(rows.map(() => 'succeeded'));
     if (pg) expect(done.statements).toBe(1);
     for (const agent of agents) expect(await seats(agent)).toBe(0);
@@ -351,7 +328,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
       [b3!, b3!.lease_token!, ok],
       ...[c0!, c1!, c2!, c3!].map((r): [ExecutionRow, string, Outcome] => [r, r.lease_token!, ok]), // the breaker counts: transactions
     ];
-    const { out, statements } = await counted(() =>
+    const { out, statements } = await counted(sent, () =>
       Promise.allSettled(asked.map(([r, token, outcome]) => engine.complete(r.id, token, outcome, 'w'))),
     );
     const answer = (i: number) => out[i]!;
@@ -411,7 +388,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     for (let i = 0; i < BREAKER_DEFAULTS.window + 2; i++) {
       await engine.submit(agent, { message: `s${i}` }, 'test');
       const [r] = await engine.claim(agent, { owner: 'w', max: 1 });
-      statements.push((await counted(() => engine.complete(r!.id, r!.lease_token!, { status: 'succeeded' }, 'w'))).statements);
+      statements.push((await counted(sent, () => engine.complete(r!.id, r!.lease_token!, { status: 'succeeded' }, 'w'))).statements);
     }
     const row = await ts.store.db
       .selectFrom('agents')
@@ -454,13 +431,13 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     // The first claim asks the call, which leaves a paused agent to the transaction (which stamps
     // the claim); the next goes there at once: its one read of the locked agent, where the hold stops it.
     expect(await engine.claim(agent, { owner: 'w', max: 1 })).toEqual([]);
-    const next = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
+    const next = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 1 }));
     expect(next.out).toEqual([]);
     expect(next.statements).toBe(1);
     await engine.agents.resume(agent, 'test');
     // Its transaction reads that the call can decide it again: the claim after is the call's one statement.
-    const again = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
-    const fast = await counted(() => engine.claim(agent, { owner: 'w', max: 1 }));
+    const again = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 1 }));
+    const fast = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 1 }));
     expect([...again.out, ...fast.out].map((r) => r.message)).toEqual(['h0', 'h1']);
     if (pg) expect(fast.statements).toBe(1);
     expect(await seats(agent)).toBe(2);
@@ -485,7 +462,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     for (let i = 0; i < 3; i++) await engine.submit(agent, { message: `l${i}` }, 'test');
     const rows = await engine.claim(agent, { owner: 'w', max: 3 });
     expect(await seats(agent)).toBe(3);
-    const back = await counted(() => engine.release(rows[0]!.id, rows[0]!.lease_token!, 'w'));
+    const back = await counted(sent, () => engine.release(rows[0]!.id, rows[0]!.lease_token!, 'w'));
     if (pg) expect(back.statements).toBe(1);
     expect(back.out).toMatchObject({ status: 'queued', attempt: 0, lease_expires_at: null, deadline_at: null, change_reason: 'released' });
     expect(await seats(agent)).toBe(2);
@@ -501,7 +478,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     await expect(engine.release(rows[1]!.id, 'ls_wrong', 'w')).rejects.toMatchObject({ code: 'lease_lost' });
     // A cancellation asked of a running row: its release cancels it, in the transaction path.
     await engine.cancel(rows[1]!.id, 'test');
-    const ended = await counted(() => engine.release(rows[1]!.id, rows[1]!.lease_token!, 'w'));
+    const ended = await counted(sent, () => engine.release(rows[1]!.id, rows[1]!.lease_token!, 'w'));
     if (pg) expect(ended.statements).toBeGreaterThan(1);
     expect(ended.out.status).toBe('cancelled');
     expect(await seats(agent)).toBe(1);
@@ -531,7 +508,7 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     const rows = await engine.claim(agent, { owner: 'w', max: 8 });
     expect(rows).toHaveLength(8);
     clock.advance(1_000);
-    const one = await counted(() => engine.heartbeat(rows[0]!.id, rows[0]!.lease_token!));
+    const one = await counted(sent, () => engine.heartbeat(rows[0]!.id, rows[0]!.lease_token!));
     expect(one.out.lease_expires_at).toBe(clock() + 30_000);
     if (pg) expect(one.statements).toBe(1);
     const before = { ...commitStats(ts.store) };

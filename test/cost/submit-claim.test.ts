@@ -6,38 +6,18 @@
  * (StoreAdapter.shareCommit). Statements are
  * counted as the engine sends them (a recording Kysely plugin), as test/cost/one-statement.test.ts does.
  */
-import { sql, type Kysely, type KyselyPlugin } from 'kysely';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
-import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
-import type { DB, ExecutionRow } from '../../src/store/schema.ts';
+import type { ExecutionRow } from '../../src/store/schema.ts';
 import { agentMaker } from '../helpers/agents.ts';
+import { countingStore, noneSent } from '../helpers/counting-store.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
-let sent = 0;
-let transactions = 0;
+const sent = noneSent();
 const pg = STORE_KIND === 'postgres';
-
-/** The same store, counting every statement sent through it and every transaction begun. */
-function countingStore(inner: StoreAdapter): StoreAdapter {
-  const plugin: KyselyPlugin = {
-    transformQuery: ({ node }) => node,
-    transformResult: async ({ result }) => {
-      sent++;
-      return result;
-    },
-  };
-  const wrap = <K extends Kysely<DB>>(k: K) => k.withPlugin(plugin) as K;
-  return Object.assign(Object.create(inner) as StoreAdapter, {
-    db: wrap(inner.db),
-    transaction: <T>(fn: (tx: Tx) => Promise<T>) => {
-      transactions++;
-      return inner.transaction((tx) => fn(wrap(tx)));
-    },
-  });
-}
 
 type Admit = (agent: string) => Promise<ExecutionRow[]>;
 
@@ -45,7 +25,7 @@ const newAgent = agentMaker(() => engine, 'cost-sc', { max_parallel: 1, max_back
 
 beforeAll(async () => {
   ts = await openTestStore();
-  engine = new Engine({ store: countingStore(ts.store), nodeId: 'cost-submit-claim', claimPollMs: 600_000 });
+  engine = new Engine({ store: countingStore(ts.store, sent), nodeId: 'cost-submit-claim', claimPollMs: 600_000 });
 });
 afterAll(async () => {
   engine?.close();
@@ -66,14 +46,14 @@ describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})
     try {
       const claim = engine.claim(agent, { owner: 'w', waitMs: 20_000 });
       await parked(spy, 1);
-      sent = 0;
-      transactions = 0;
+      sent.statements = 0;
+      sent.transactions = 0;
       const made = await engine.submit(agent, { message: 'one commit' }, 'test');
       const [got] = await claim;
       expect([got?.id, got?.status]).toEqual([made.id, 'running']);
       expect(spy).toHaveBeenCalledTimes(pg ? 1 : 2); // SQLite: the woken claim's admission, in the submit's commit
       if (pg) {
-        expect({ sent, transactions }).toEqual({ sent: 1, transactions: 0 });
+        expect(sent).toEqual({ statements: 1, transactions: 0 });
         // Every row written for the task, by the submit and by the admission, in one transaction.
         const xmins = await sql<{ xmin: string }>`
           SELECT xmin::text FROM executions WHERE id = ${made.id}
@@ -95,12 +75,12 @@ describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})
     try {
       const claims = agents.map((a, i) => engine.claim(a, { owner: `w${i}`, waitMs: 20_000 }));
       await parked(spy, agents.length);
-      sent = 0;
-      transactions = 0;
+      sent.statements = 0;
+      sent.transactions = 0;
       const made = await Promise.all(agents.map((a) => engine.submit(a, { message: a }, 'test')));
       const got = await Promise.all(claims);
       expect(got.map((rows) => rows.map((r) => r.id))).toEqual(made.map((m) => [m.id]));
-      if (pg) expect({ sent, transactions }).toEqual({ sent: 1, transactions: 0 });
+      if (pg) expect(sent).toEqual({ statements: 1, transactions: 0 });
       expect(spy).toHaveBeenCalledTimes(pg ? agents.length : 2 * agents.length);
     } finally {
       spy.mockRestore();
