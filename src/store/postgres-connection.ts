@@ -126,16 +126,35 @@ export function openPool(o: {
  * BEGIN's answer before the first statement is written. That statement's answer waits for
  * BEGIN's and fails with BEGIN's error, so the transaction fails (and is rolled back) whenever
  * BEGIN did. BEGIN fails only with its connection, which fails the statement written after it.
+ *
+ * It relies on what Kysely's driver and pg do today, and checks each when the Kysely instance is
+ * made, so an upgrade that changes them stops the process at start instead of quietly costing a
+ * round trip a transaction (test/cost/begin-round-trips.test.ts counts them on the wire).
  */
 export class PipelinedBeginDialect extends PostgresDialect {
+  readonly #pool: pg.Pool;
+
+  constructor(config: { pool: pg.Pool }) {
+    super(config);
+    this.#pool = config.pool;
+  }
+
   override createDriver(): Driver {
+    assertPipelines(this.#pool);
     const driver = super.createDriver();
+    if (typeof driver.beginTransaction !== 'function') {
+      throw new Error(
+        "PipelinedBeginDialect: Kysely's PostgreSQL driver has no beginTransaction to write BEGIN ahead of the first statement",
+      );
+    }
     const begin = driver.beginTransaction.bind(driver);
+    assertBeginWrittenAtOnce(begin);
     driver.beginTransaction = async (connection: DatabaseConnection, settings: TransactionSettings) => {
-      const begun = begin(connection, settings);
-      begun.catch(() => {});
       const own = connection as { executeQuery: DatabaseConnection['executeQuery'] };
       const execute = own.executeQuery;
+      if (typeof execute !== 'function') throw new Error('PipelinedBeginDialect: a connection without executeQuery');
+      const begun = begin(connection, settings);
+      begun.catch(() => {});
       own.executeQuery = async (query) => {
         // The first statement only: the next ones are the connection's own method again.
         own.executeQuery = execute;
@@ -150,5 +169,37 @@ export class PipelinedBeginDialect extends PostgresDialect {
       };
     };
     return driver;
+  }
+}
+
+/** The pool's clients write each query at once (pg ≥ 8.23 with `pipeline: true`), or BEGIN would still wait for its answer. */
+function assertPipelines(pool: pg.Pool): void {
+  const { options, Client } = pool as unknown as { options?: pg.PoolConfig & { pipeline?: boolean }; Client?: typeof pg.Client };
+  const clientPipelines = (new (Client ?? pg.Client)({ pipeline: true } as pg.ClientConfig) as { pipeline?: unknown }).pipeline === true;
+  if (options?.pipeline !== true || !clientPipelines) {
+    throw new Error(
+      "PipelinedBeginDialect: the pool's clients do not pipeline (pg ≥ 8.23 with pipeline: true), so BEGIN would cost a round trip of its own",
+    );
+  }
+}
+
+/**
+ * The driver's beginTransaction writes BEGIN through the connection's executeQuery before it
+ * first waits: the wrapper hands the first statement to that same connection right after. Tried
+ * on a stand-in connection, which answers at once and sends nothing.
+ */
+function assertBeginWrittenAtOnce(begin: Driver['beginTransaction']): void {
+  let written: string | undefined;
+  const probe = {
+    executeQuery: async (query: { sql: string }) => {
+      written ??= query.sql;
+      return { rows: [] };
+    },
+  } as unknown as DatabaseConnection;
+  begin(probe, {}).catch(() => {});
+  if (!/^(begin|start transaction)\b/i.test(written ?? '')) {
+    throw new Error(
+      `PipelinedBeginDialect: Kysely's beginTransaction did not write BEGIN through the connection's executeQuery at once (it wrote ${JSON.stringify(written)}), so the first statement could not ride with it`,
+    );
   }
 }
