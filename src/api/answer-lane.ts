@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { z } from 'zod';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -97,6 +98,16 @@ export class AnswerLane {
       return;
     }
   }
+}
+
+/**
+ * A `largeAnswer` predicate on the route's query as `schema` parsed it: the lane's preHandler runs
+ * after validation, so the query is the schema's output, and the predicate is typed by the same
+ * schema as the route's handler (a renamed or retyped parameter fails the type check here too).
+ * `_schema` is read for its type only: Fastify types a route's config without its schemas.
+ */
+export function largeAnswerWhen<Q extends z.ZodType>(_schema: Q, when: (query: z.output<Q>) => boolean): (req: FastifyRequest) => boolean {
+  return (req) => when(req.query as z.output<Q>);
 }
 
 /** Routes configured with `largeAnswer` build their answers in `lane`. */

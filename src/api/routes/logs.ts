@@ -11,6 +11,7 @@ import { ErrorBody, ExecutionParams } from '../schemas.ts';
 import { LogAppendBody, LogAppendResponse, LogPage, LogQuery } from '../schemas/logs.ts';
 import type { ApiDeps } from '../deps.ts';
 import { lineView, LogTails } from '../log-tails.ts';
+import { largeAnswerWhen } from '../answer-lane.ts';
 import { openSse, SSE_HEARTBEAT_MS } from './events.ts';
 
 /** Agent-scoped keys reach only their agent's executions; others look nonexistent to them. */
@@ -54,7 +55,7 @@ export const logRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, { engine })
       config: {
         agentKeys: true,
         // A page, not a stream: a stream's lines go out a page of 64 at a time as they come.
-        largeAnswer: (req) => !(req.query as { follow?: boolean }).follow,
+        largeAnswer: largeAnswerWhen(LogQuery, (query) => !query.follow),
         sse: 'with follow=true: `event: log` per line (`id:` its seq, `data:` the line as in a page), then one `event: end` {execution_id, status, next_after} once the execution has ended and every line was sent',
       },
       schema: {
