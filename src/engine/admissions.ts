@@ -2,6 +2,7 @@ import { parsePools } from '../domain/pools.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { AdmissionCarry, AdmissionWrites } from './admission-carry.ts';
+import { setRecent } from './bounded.ts';
 import { Gathered } from './gather.ts';
 import type { FlowReport } from './pools.ts';
 import type { LockedAgent } from '../store/fast-paths.ts';
@@ -131,14 +132,14 @@ export class StaleMembership extends Error {
  * Each agent's pools (its raw column) as the last admission in this process locked them: the
  * lock order of a gathered transaction is computed from them, and the call that locks the agents
  * checks them (FastPaths.lockAgentsAs), so the separate read of every agent's pools is made only
- * for agents not known yet. Bounded: agents deleted or renamed leave entries behind.
+ * for agents not known yet. Bounded (the agents noted longest ago go first): agents deleted or
+ * renamed leave entries behind.
  */
 export class PoolMembership {
   private readonly pools = new Map<string, string | null>();
 
   note(agent: string, pools: string | null): void {
-    if (this.pools.size >= 10_000 && !this.pools.has(agent)) this.pools.clear();
-    this.pools.set(agent, pools);
+    setRecent(this.pools, agent, pools, 10_000);
   }
 
   /** The agents' pools, if every one is known. */

@@ -1,5 +1,12 @@
 import type { ClaimRequest } from '../store/fast-paths.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { addRecent } from './bounded.ts';
+
+/**
+ * Executions remembered as served (ClaimWaits.served) at most: far more than the submits a process
+ * has in flight at once, so what is dropped is only what a failed commit left behind.
+ */
+const SERVED_BOUND = 1_000;
 
 /**
  * Why a waiting claimer was woken: `signal` (work queued, a seat freed, the agent changed), or
@@ -193,8 +200,8 @@ export class ClaimWaits {
   /**
    * Executions whose claimer was woken before their commit (wakeBeforeCommit), or that a claim
    * taken by their submit holds already (served): the announcement after the commit wakes nobody
-   * more for them. Bounded: an entry stays only when the commit failed (no announcement came), and
-   * clearing them costs at most an extra look each.
+   * more for them. Bounded (SERVED_BOUND): an entry stays only when the commit failed (no
+   * announcement came); the oldest go first, and one dropped costs at most an extra look.
    */
   private readonly wokenEarly = new Set<string>();
   /** Executions a claim was woken for or holds (served) whose submit has not answered yet (answerAfter). */
@@ -220,10 +227,8 @@ export class ClaimWaits {
 
   /** `id`'s claimer has it, or is woken for it, before its queued state is announced: that announcement wakes nobody here. */
   served(id: string): void {
-    if (this.wokenEarly.size >= 1_000) this.wokenEarly.clear();
-    this.wokenEarly.add(id);
-    if (this.answerFirst.size >= 1_000) this.answerFirst.clear();
-    this.answerFirst.add(id);
+    addRecent(this.wokenEarly, id, SERVED_BOUND);
+    addRecent(this.answerFirst, id, SERVED_BOUND);
   }
 
   /**

@@ -1,0 +1,77 @@
+/**
+ * The engine's bounded memos (src/engine/bounded.ts) drop their oldest entries at the bound, not
+ * all of them: an agent's pools noted lately (PoolMembership) and a claim woken for a commit in
+ * flight (ClaimWaits.served) outlive the entries left behind before them. No store: plain memory.
+ */
+import { describe, expect, it } from 'vitest';
+import { PoolMembership } from '../../src/engine/admissions.ts';
+import { addRecent, setRecent } from '../../src/engine/bounded.ts';
+import { ClaimWaits } from '../../src/engine/waiters.ts';
+
+const turn = () => new Promise((r) => setImmediate(r));
+
+describe('bounded memos', () => {
+  it('drop the entry made or renewed longest ago, one for one', () => {
+    const set = new Set<string>();
+    const map = new Map<string, number>();
+    for (const k of ['a', 'b', 'c']) {
+      addRecent(set, k, 3);
+      setRecent(map, k, 0, 3);
+    }
+    addRecent(set, 'a', 3); // renewed: now the newest
+    setRecent(map, 'a', 1, 3);
+    addRecent(set, 'd', 3);
+    setRecent(map, 'd', 0, 3);
+    expect([...set]).toEqual(['c', 'a', 'd']);
+    expect([...map]).toEqual([
+      ['c', 0],
+      ['a', 1],
+      ['d', 0],
+    ]);
+  });
+
+  it('PoolMembership at its bound forgets the agent noted longest ago, and still knows the others', () => {
+    const known = new PoolMembership();
+    for (let i = 0; i < 10_000; i++) known.note(`a${i}`, i % 2 ? 'p' : null);
+    known.note('a0', 'p'); // admitted again: noted anew
+    known.note('new', 'q');
+    expect(known.of(['a1'])).toBeUndefined();
+    expect(known.of(['a0', 'a2', 'a9999', 'new'])).toEqual(
+      new Map<string, string | null>([
+        ['a0', 'p'],
+        ['a2', null],
+        ['a9999', 'p'],
+        ['new', 'q'],
+      ]),
+    );
+  });
+
+  it("ClaimWaits at its bound of served executions still knows one served lately: its commit's announcement wakes nobody", async () => {
+    const waits = new ClaimWaits(60_000, () => Date.now());
+    const stop = new AbortController();
+    let looks = 0;
+    const claim = waits.wait('agent', 60_000, stop.signal, async () => {
+      looks++;
+      return [];
+    });
+    try {
+      await turn();
+      expect(looks).toBe(1); // parked
+      // Served, their commits failed (no announcement came); then one whose commit is in flight,
+      // and one more: the bound.
+      for (let i = 0; i < 999; i++) waits.served(`ex_failed_${i}`);
+      waits.served('ex_live');
+      waits.served('ex_later');
+      waits.seatFreed('agent', ['ex_live']); // its announcement: its claimer was served already
+      await turn();
+      expect(looks).toBe(1);
+      waits.seatFreed('agent', ['ex_failed_0']); // dropped at the bound: announced, it wakes a claimer
+      await turn();
+      expect(looks).toBe(2);
+    } finally {
+      stop.abort();
+      waits.close();
+    }
+    expect(await claim).toEqual([]);
+  });
+});
