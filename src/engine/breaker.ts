@@ -33,6 +33,8 @@ export interface Ended {
   agent: string;
   status: string;
   error_code: string | null;
+  /** When it ended and by whom, where ended executions counted together differ (else the call's). */
+  ended?: { now: number; actor: string };
 }
 
 /**
@@ -63,17 +65,18 @@ export async function countTowardBreakers(
     // again below under the lock admission takes.
     const seen = known?.get(agent) ?? (await tx.selectFrom('agents').select(BREAKER_COLUMNS).where('name', '=', agent).executeTakeFirst());
     if (!seen || seen.breaker_config === null) continue;
-    if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, now))) continue;
+    if (relevant.every((e) => e.agent !== agent || changesNothing(seen, e, e.ended?.now ?? now))) continue;
     const [row] = knownLocked && known?.has(agent) ? [seen] : await lockedBreaker(store)(tx, { agent });
     if (!row) continue;
     let state = row;
     let patch: BreakerPatch = {};
     for (const e of relevant.filter((x) => x.agent === agent)) {
-      const step = breakerOnOutcome(state, e.id, breakerOutcome(e.status, e.error_code), now);
+      const at = e.ended ?? { now, actor };
+      const step = breakerOnOutcome(state, e.id, breakerOutcome(e.status, e.error_code), at.now);
       if (!step) continue;
       patch = { ...patch, ...step.patch };
       state = { ...state, ...step.patch };
-      if (step.change) await recordBreakerChange(tx, agent, step.change, actor, now, sinks, e.id);
+      if (step.change) await recordBreakerChange(tx, agent, step.change, at.actor, at.now, sinks, e.id);
     }
     // The facts change with the breaker only where it closes, opens, or its window turns clean or not.
     if (factsMayChange(row, patch)) await refreshFastPathFacts(tx, agent, { pending: patch });
@@ -196,6 +199,25 @@ const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
  */
 export async function readCompletionProfile(tx: Tx, agent: string): Promise<CompletionProfile | undefined> {
   const [row] = await completionProfile(tx, { agent });
-  // EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
-  return row && { ...row, subscribed: Boolean(row.subscribed), pool_budgeted: Boolean(row.pool_budgeted) };
+  return row && profileOf(row);
 }
+
+/** readCompletionProfile for several agents in one read, by name (an agent that is gone is left out). */
+export async function readCompletionProfiles(tx: Tx, agents: readonly string[]): Promise<Map<string, CompletionProfile>> {
+  if (agents.length === 0) return new Map();
+  const rows = await tx
+    .selectFrom('agents')
+    .select(['name', 'budget', 'pools', ...BREAKER_COLUMNS])
+    .select(subscribedAsSource)
+    .select(poolBudgeted)
+    .where('name', 'in', agents)
+    .execute();
+  return new Map(rows.map(({ name, ...row }) => [name, profileOf(row)]));
+}
+
+// EXISTS comes back as 1/0 on SQLite and a boolean on PostgreSQL.
+const profileOf = <R extends { subscribed: unknown; pool_budgeted: unknown }>(row: R) => ({
+  ...row,
+  subscribed: Boolean(row.subscribed),
+  pool_budgeted: Boolean(row.pool_budgeted),
+});

@@ -3,7 +3,7 @@ import { BatonError } from '../domain/errors.ts';
 import type { StoredOutcome } from '../domain/outcomes.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
-import { countTowardBreakers, readCompletionProfile } from './breaker.ts';
+import { countTowardBreakers, readCompletionProfile, readCompletionProfiles, type CompletionProfile } from './breaker.ts';
 import { accrueBudget } from './budget.ts';
 import type { Followed } from './composition/follow.ts';
 import { Gathered } from './gather.ts';
@@ -43,13 +43,24 @@ export async function commitCompletion(tx: Tx, c: CompletionContext, job: Comple
   return whatItCauses(tx, c, job, await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor));
 }
 
-/** `locked`: the agent's row is locked in this transaction already (commitTogether). */
-async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, done: ExecutionRow, locked = false): Promise<Committed> {
+async function whatItCauses(tx: Tx, c: CompletionContext, job: CompletionJob, done: ExecutionRow): Promise<Committed> {
   const { now, actor } = job;
   const agent = await readCompletionProfile(tx, done.agent);
   await accrueBudget(tx, done, now, c.alertSinks, agent ? agent.budget : null);
   await accruePoolBudgets(tx, done, now, agent?.pool_budgeted ? agent.pools : null);
-  await countTowardBreakers(tx, c.store, [done], now, actor, c.alertSinks, agent && new Map([[done.agent, agent]]), locked);
+  await countTowardBreakers(tx, c.store, [done], now, actor, c.alertSinks, agent && new Map([[done.agent, agent]]));
+  return followUp(tx, c, job, done, agent);
+}
+
+/** The retry a failure's policy asks for, and the work its final outcome starts. */
+async function followUp(
+  tx: Tx,
+  c: CompletionContext,
+  job: CompletionJob,
+  done: ExecutionRow,
+  agent?: CompletionProfile,
+): Promise<Committed> {
+  const { now, actor } = job;
   const retry = done.status === 'failed' ? await insertRetry(tx, c.store, done, now, actor) : undefined;
   // With a retry to come the failure is not final: the retry's outcome is followed instead.
   const unsubscribed = agent?.subscribed ? undefined : new Set([done.agent]);
@@ -69,8 +80,8 @@ const LANES = 4;
 /**
  * Completions that take the engine's transaction, those asked for together (one turn, or while a
  * transaction of them is out) in one transaction: on PostgreSQL one BEGIN and COMMIT and one
- * connection for all of them instead of one each; each still the same statements, in the same
- * order, as alone. A completion alone is its own transaction, as before. A completion goes to
+ * connection for all of them instead of one each, and their agents read and their breakers written
+ * once for all of them (commitTogether). A completion alone is its own transaction. A completion goes to
  * the first lane with no transaction out, or, when all have one, to the next in turn.
  */
 export function gatheredCompletions(c: CompletionContext): { run(job: CompletionJob): Promise<Committed> } {
@@ -101,8 +112,11 @@ export function gatheredCompletions(c: CompletionContext): { run(job: Completion
 /**
  * Many completions in one transaction. Their agents' rows are locked first, in name order (the
  * order admission locks agents in; a completion writes its agent's row), so two transactions never
- * wait on each other the wrong way round, and what each completion then reads of its agent (the
+ * wait on each other the wrong way round, and what the completions then read of their agents (the
  * breaker) stays as read until the commit: the breaker's count needs no locked read of its own.
+ * The compare-and-sets go first, then one read of their agents, each completion's spending, one
+ * count on each agent's breaker (its completions in turn, as one after the other would count),
+ * then each one's retry and follow-up work: statements a batch, not a completion, where they can.
  * An item whose compare-and-set is refused gets that refusal, as alone; any other error fails the
  * transaction, and each item is then committed alone (gather.ts).
  */
@@ -124,17 +138,29 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
   if (order.length === 0) return out;
   const agents = [...new Set(order.map((j) => agentOf.get(j.id)!))].sort();
   await c.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
+  const landed: Array<{ job: CompletionJob; done: ExecutionRow }> = [];
   for (const job of order) {
-    let done: ExecutionRow;
     try {
-      done = await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor);
+      landed.push({ job, done: await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor) });
     } catch (err) {
       // A refusal reads and throws: nothing was written, the transaction goes on.
       if (!(err instanceof BatonError)) throw err;
       out.set(job.id, { refused: err });
-      continue;
     }
-    out.set(job.id, { committed: await whatItCauses(tx, c, job, done, true) });
   }
+  if (landed.length === 0) return out;
+  // What the completions cause, their agents read once for all of them: locked above, so each
+  // row stays as read but for what the breakers write below, which counts them in turn.
+  const profiles = await readCompletionProfiles(tx, [...new Set(landed.map((l) => l.done.agent))]);
+  for (const { job, done } of landed) {
+    const agent = profiles.get(done.agent);
+    await accrueBudget(tx, done, job.now, c.alertSinks, agent ? agent.budget : null);
+    await accruePoolBudgets(tx, done, job.now, agent?.pool_budgeted ? agent.pools : null);
+  }
+  // Each counted with its own time and actor, an agent's in their order: one write an agent.
+  const ended = landed.map(({ job, done }) => ({ ...done, ended: { now: job.now, actor: job.actor } }));
+  const first = landed[0]!.job;
+  await countTowardBreakers(tx, c.store, ended, first.now, first.actor, c.alertSinks, profiles, true);
+  for (const { job, done } of landed) out.set(job.id, { committed: await followUp(tx, c, job, done, profiles.get(done.agent)) });
   return out;
 }

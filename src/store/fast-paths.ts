@@ -50,6 +50,11 @@ export interface ClaimRequest {
   maxBytes?: number;
   /** The API key the claim is made with: a claim whose key is not live is left undecided (engine/claim-key.ts). */
   keyId?: string;
+  /**
+   * Called when the claim had a free seat and its agent no queued row at all (as admit.ts's
+   * onNothingQueued): a freed seat can give a waiting claim nothing then (Waiters.wakeForSeat).
+   */
+  onNothingQueued?: () => void;
 }
 
 /** One completion: the execution, its lease token, and the values it writes (transitions/complete.ts). */

@@ -185,7 +185,7 @@ async function submitClaim(
       submitted.set(row.id, { row: row as ExecutionRow, agentPaused: _agent_paused === true });
     }
   }
-  return { submitted, claimed: claimedBy(rest) };
+  return { submitted, claimed: claimedBy(rest, claims) };
 }
 
 /**
@@ -201,11 +201,14 @@ async function submitClaim(
 async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promise<Map<string, ExecutionRow[]>> {
   const { rows } =
     await sql<ClaimedRow>`SELECT f.claim_agent, f.claim_state, (f.claimed).* FROM baton_claim_many(${claimColumns(items)}) f`.execute(db);
-  return claimedBy(rows);
+  return claimedBy(rows, items);
 }
 
-/** A row of `baton_claim_many`: a row taken, or the end of an agent's answer (decided or not). */
-type ClaimedRow = ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'undecided' | 'submitted' };
+/**
+ * A row of `baton_claim_many`: a row taken, or the end of an agent's answer: decided, decided with
+ * no queued row of the agent at all ('empty'), or undecided.
+ */
+type ClaimedRow = ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'empty' | 'undecided' | 'submitted' };
 
 /** The arguments of `baton_claim_many` for `items`, each with a new lease token per row it may take. */
 function claimColumns(items: readonly ClaimRequest[]) {
@@ -222,8 +225,11 @@ function claimColumns(items: readonly ClaimRequest[]) {
     ${items.map((i) => i.keyId ?? null)}::text[]`;
 }
 
-/** `baton_claim_many`'s rows, in its order, by agent: the rows each decided agent took (an undecided agent is left out). */
-function claimedBy(rows: readonly ClaimedRow[]): Map<string, ExecutionRow[]> {
+/**
+ * `baton_claim_many`'s rows, in its order, by agent: the rows each decided agent took (an undecided
+ * agent is left out). The request of an agent whose queue was empty is told (its onNothingQueued).
+ */
+function claimedBy(rows: readonly ClaimedRow[], items: readonly ClaimRequest[]): Map<string, ExecutionRow[]> {
   const out = new Map<string, ExecutionRow[]>();
   const taken = new Map<string, ExecutionRow[]>();
   for (const { claim_agent, claim_state, ...row } of rows) {
@@ -231,7 +237,10 @@ function claimedBy(rows: readonly ClaimedRow[]): Map<string, ExecutionRow[]> {
       const list = taken.get(claim_agent) ?? [];
       list.push(row as ExecutionRow);
       taken.set(claim_agent, list);
-    } else if (claim_state === 'decided') out.set(claim_agent, taken.get(claim_agent) ?? []);
+    } else if (claim_state === 'decided' || claim_state === 'empty') {
+      out.set(claim_agent, taken.get(claim_agent) ?? []);
+      if (claim_state === 'empty') items.find((i) => i.id === claim_agent)?.onNothingQueued?.();
+    }
   }
   return out;
 }

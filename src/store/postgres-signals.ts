@@ -10,6 +10,14 @@ import { LocalSignals, packMessages, TOPICS, type Topic } from './signals.ts';
 const NOTIFY_BATCH = 100;
 /** Bytes of one notification's payload: PostgreSQL refuses 8,000 or more. */
 const NOTIFY_PAYLOAD_BYTES = 7_900;
+/**
+ * A NOTIFY statement's own transaction commits without waiting for its WAL flush. A NOTIFY takes
+ * a transaction id, so its commit writes a commit record that `synchronous_commit` on would flush
+ * to disk before the answer: a wait and a flush for a transaction that wrote no data. Notifications
+ * never outlive a crash whatever the setting (listeners poll as well), and this changes only this
+ * transaction (set_config's `is_local`): every state change still commits with its flush.
+ */
+const NOTIFY_COMMIT = `set_config('synchronous_commit', 'off', true)`;
 
 /**
  * The LISTEN/NOTIFY channel of a topic. Channels belong to the database, not to a schema, so a
@@ -72,7 +80,7 @@ export class PostgresSignals {
     for (let i = 0; i < batch.length && !this.closed; i += NOTIFY_BATCH) {
       const part = batch.slice(i, i + NOTIFY_BATCH);
       const calls = part.map((_, j) => `pg_notify($${2 * j + 1}, $${2 * j + 2})`).join(', ');
-      sent.push(this.notify({ name: `baton_notify_${part.length}`, text: `SELECT ${calls}`, values: part.flat() }));
+      sent.push(this.notify({ name: `baton_notify_${part.length}`, text: `SELECT ${NOTIFY_COMMIT}, ${calls}`, values: part.flat() }));
     }
     return Promise.all(sent);
   }

@@ -524,7 +524,8 @@ BEGIN
     IF stamped IS NULL OR p_now[i] - stamped >= p_stamp_every THEN
       UPDATE agents SET last_claim_at = p_now[i] WHERE name = p_agent[i] AND (last_claim_at IS NULL OR last_claim_at < p_now[i]);
     END IF;
-    claim_state := 'decided';
+    claim_state := CASE WHEN free > 0 AND places IS NULL AND NOT EXISTS (
+        SELECT 1 FROM executions e WHERE e.agent = p_agent[i] AND e.status = 'queued') THEN 'empty' ELSE 'decided' END;
     claimed := NULL;
     RETURN NEXT;
   END LOOP;

@@ -8,12 +8,15 @@ import { Engine } from '../../src/engine/engine.ts';
 import type { StoreAdapter, Tx } from '../../src/store/adapter.ts';
 import type { ExecutionRow } from '../../src/store/schema.ts';
 import { agentMaker } from '../helpers/agents.ts';
+import { countingStore as countingStatements, noneSent } from '../helpers/counting-store.ts';
 import { manualClock } from '../helpers/clock.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let engine: Engine;
 let transactions = 0;
+/** The statements the engine's store sent (a transaction's BEGIN and COMMIT not included). */
+const sent = noneSent();
 /** Set: the next transaction fails once its work is done (as a failed COMMIT would): nothing of it stays. */
 let failNext = false;
 /** Set: the next transaction waits for this before it starts its work. */
@@ -51,7 +54,7 @@ const breakerRecent = async (agent: string) =>
 
 beforeAll(async () => {
   ts = await openTestStore();
-  engine = new Engine({ store: countingStore(ts.store), clock, nodeId: 'together' });
+  engine = new Engine({ store: countingStore(countingStatements(ts.store, sent)), clock, nodeId: 'together' });
 });
 afterAll(async () => {
   engine.close();
@@ -76,6 +79,43 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
     // Each success counted on its agent's breaker, as alone.
     expect(await breakerRecent(a)).toBe('000');
     expect(await breakerRecent(b)).toBe('00');
+  });
+
+  it('their agents are read once and each breaker written once, not once a completion', async () => {
+    const [a, b] = [await newAgent(), await newAgent()];
+    const rows = [...(await claimed(a, 3)), ...(await claimed(b, 3))];
+    transactions = 0;
+    sent.statements = 0;
+    await Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w')));
+    expect(transactions).toBe(1);
+    // The rows' agents, the agents locked, a compare-and-set each, the agents' profiles, a breaker
+    // write each agent; on PostgreSQL first the fast path's one call, which their facts refuse.
+    expect(sent.statements).toBe((STORE_KIND === 'postgres' ? 1 : 0) + 1 + 1 + 6 + 1 + 2);
+    expect(await breakerRecent(a)).toBe('000');
+    expect(await breakerRecent(b)).toBe('000');
+  });
+
+  it('failures counted together open the breaker once, at the failure that opens it alone', async () => {
+    const agent = await newAgent();
+    const rows = await claimed(agent, 6);
+    transactions = 0;
+    const fail = { status: 'failed' as const, error: { code: 'boom', message: 'no' } };
+    await Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, fail, 'w')));
+    expect(transactions).toBe(1);
+    const row = await ts.store.db
+      .selectFrom('agents')
+      .select(['breaker_state', 'breaker_consecutive', 'fast_claim'])
+      .where('name', '=', agent)
+      .executeTakeFirstOrThrow();
+    expect(row).toEqual({ breaker_state: 'open', breaker_consecutive: 0, fast_claim: 0 });
+    const opened = await ts.store.db
+      .selectFrom('audit_log')
+      .select(['execution_id'])
+      .where('action', '=', 'agent.breaker')
+      .where('subject', '=', agent)
+      .execute();
+    // Counted in id order (the shared transaction's order): the fifth opens it, the sixth is not counted.
+    expect(opened.map((o) => o.execution_id)).toEqual([[...rows].map((r) => r.id).sort()[4]]);
   });
 
   it('a completion alone is its own transaction', async () => {

@@ -1,8 +1,8 @@
 /**
  * Which parked claims a freed seat wakes, on both stores. A claim whose look found its agent's
  * queue empty stays parked when a seat frees (only work queued can give it anything, and that
- * wakes it) where admission says so (the transaction path, SQLite's); one whose look found queued work it could not take (seats full, a task not yet due)
- * is woken. Admissions are counted by a spy on the engine's one admission function, which calls
+ * wakes it): admission says so on the transaction path and in PostgreSQL's claim call alike. One
+ * whose look found queued work it could not take (seats full, a task not yet due) is woken. Admissions are counted by a spy on the engine's one admission function, which calls
  * through. The poll is off (claimPollMs of ten minutes): only signals wake the claims here.
  */
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from 'vitest';
@@ -68,8 +68,7 @@ describe(`a freed seat and the parked claims (${STORE_KIND})`, () => {
       engine.events.off('execution:changed', heard);
       await new Promise((r) => setImmediate(r));
       await admissionsOf(spy, a).settled;
-      // PostgreSQL's claim function does not say the queue was empty: the freed seat wakes the claim there.
-      expect(admissionsOf(spy, a).count).toBe(STORE_KIND === 'sqlite' ? 1 : 2);
+      expect(admissionsOf(spy, a).count).toBe(1);
       const next = await engine.submit(a, { message: 'next' }, 'key:test');
       expect((await claim).map((r) => r.id)).toEqual([next.id]);
     } finally {

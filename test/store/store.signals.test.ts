@@ -3,6 +3,7 @@
  * its own processes and never another deployment's in the same database. (SQLite's signals stay
  * in the process; the engine tests cover them.)
  */
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { channelName, openPostgres } from '../../src/store/postgres.ts';
 import { packMessages } from '../../src/store/signals.ts';
@@ -93,6 +94,34 @@ describeMultiProcess('signals on PostgreSQL', () => {
         .toBe(0);
     } finally {
       offSender();
+      off();
+      await sender.close();
+    }
+  });
+
+  it("commits a NOTIFY's own transaction without its flush, and leaves the connection's setting as it was", async () => {
+    const heard: string[] = [];
+    const off = mine.store.subscribe('agent', (message) => void heard.push(message));
+    // No listener of its own: its NOTIFYs take its pool's one connection.
+    const sender = openPostgres({ url: PG_URL, schema: mine.location.schema, poolMax: 1 });
+    const pool = (sender as unknown as { pool: { query: (...args: unknown[]) => Promise<unknown> } }).pool;
+    const query = pool.query.bind(pool);
+    const texts: string[] = [];
+    pool.query = (...args: unknown[]) => {
+      texts.push(String(args[0]));
+      return query(...args);
+    };
+    try {
+      await untilHearing(mine.store, sender);
+      sender.publish('agent', 'not-flushed');
+      await expect.poll(() => heard, { timeout: 10_000 }).toContain('not-flushed');
+      const notify = texts.filter((t) => t.includes('pg_notify'));
+      expect(notify.length).toBeGreaterThan(0);
+      for (const t of notify) expect(t).toMatch(/^SELECT set_config\('synchronous_commit', 'off', true\), pg_notify/);
+      // The same connection's next transactions (state changes) still wait for their flush.
+      const { rows } = await sql<{ synchronous_commit: string }>`SHOW synchronous_commit`.execute(sender.db);
+      expect(rows[0]!.synchronous_commit).toBe('on');
+    } finally {
       off();
       await sender.close();
     }

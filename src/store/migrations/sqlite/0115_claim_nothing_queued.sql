@@ -1,0 +1,4 @@
+-- PostgreSQL's claim call now says when a claim found no queued row of its agent (baton_claim_many,
+-- claim_state 'empty'); SQLite has no functions: its admission transaction asks that itself
+-- (src/engine/transitions/admit.ts, onNothingQueued). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
