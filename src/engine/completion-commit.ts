@@ -5,6 +5,7 @@ import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { countTowardBreakers, readCompletionProfile, readCompletionProfiles, type CompletionProfile } from './breaker.ts';
 import { accrueBudget } from './budget.ts';
+import { setRecent } from './bounded.ts';
 import type { Followed } from './composition/follow.ts';
 import { Gathered } from './gather.ts';
 import { accruePoolBudgets } from './pool-budget.ts';
@@ -77,14 +78,28 @@ type Landed = { committed: Committed } | { refused: BatonError };
  */
 const LANES = 4;
 
+/** Rows leased in this process whose agents a completion's lane is chosen by: the latest, at most this many. */
+const LEASED_KEPT = 20_000;
+
 /**
  * Completions that take the engine's transaction, those asked for together (one turn, or while a
  * transaction of them is out) in one transaction: on PostgreSQL one BEGIN and COMMIT and one
  * connection for all of them instead of one each, and their agents read and their breakers written
- * once for all of them (commitTogether). A completion alone is its own transaction. A completion goes to
- * the first lane with no transaction out, or, when all have one, to the next in turn.
+ * once for all of them (commitTogether). A completion alone is its own transaction.
+ *
+ * A completion of an agent that a lane holds (queued there or in its transaction out) goes to that
+ * lane: each transaction locks its agents' rows first, so a second lane's transaction with that
+ * agent would wait for the first's COMMIT holding the locks of every other agent it took (measured
+ * under W1 with keys and pools: the lanes' transactions waiting on each other were about half a
+ * connection's time). Any other goes to the first lane with no transaction out, or, when all have
+ * one, to the next in turn. The agent is known from the rows this process leased (`leased`); a
+ * completion of a row leased elsewhere is placed without it, and its transaction may wait, in lock
+ * order, as before.
  */
-export function gatheredCompletions(c: CompletionContext): { run(job: CompletionJob): Promise<Committed> } {
+export function gatheredCompletions(c: CompletionContext): {
+  run(job: CompletionJob): Promise<Committed>;
+  leased(rows: readonly ExecutionRow[]): void;
+} {
   const alone = async (job: CompletionJob): Promise<Landed> => ({
     committed: await c.store.transaction((tx) => commitCompletion(tx, c, job)),
   });
@@ -98,11 +113,27 @@ export function gatheredCompletions(c: CompletionContext): { run(job: Completion
         absent: alone,
       }),
   );
+  const agentOf = new Map<string, string>();
+  const held = new Map<string, { lane: Gathered<CompletionJob, Landed>; n: number }>();
   let next = 0;
   return {
+    leased(rows) {
+      // Rows completed elsewhere or released leave entries behind: the oldest go at the bound.
+      for (const r of rows) setRecent(agentOf, r.id, r.agent, LEASED_KEPT);
+    },
     async run(job) {
-      const lane = lanes.find((l) => !l.out) ?? lanes[next++ % LANES]!;
-      const landed = await lane.run(job);
+      const agent = agentOf.get(job.id);
+      agentOf.delete(job.id);
+      const holding = agent === undefined ? undefined : held.get(agent);
+      const lane = holding?.lane ?? lanes.find((l) => !l.out) ?? lanes[next++ % LANES]!;
+      if (agent !== undefined) held.set(agent, { lane, n: (holding?.n ?? 0) + 1 });
+      let landed: Landed;
+      try {
+        landed = await lane.run(job);
+      } finally {
+        const h = agent === undefined ? undefined : held.get(agent);
+        if (h && --h.n === 0) held.delete(agent!);
+      }
       if ('refused' in landed) throw landed.refused;
       return landed.committed;
     },

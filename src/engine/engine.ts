@@ -309,6 +309,7 @@ export class Engine {
 
   /** Rows just leased to a claimer, told to every process and to in-process listeners. */
   private admitted(rows: ExecutionRow[]): void {
+    this.completions.leased(rows);
     announce(this.store, rows);
     this.events.emit('execution:admitted', rows);
   }

@@ -21,6 +21,8 @@ const sent = noneSent();
 let failNext = false;
 /** Set: the next transaction waits for this before it starts its work. */
 let holdNext: Promise<void> | undefined;
+/** Set: the next transaction, its work done (its locks taken), calls `reached` and waits for `until` before its COMMIT. */
+let holdBeforeCommit: { until: Promise<void>; reached: () => void } | undefined;
 const clock = manualClock();
 
 /** The same store, counting the transactions begun through it. */
@@ -31,6 +33,15 @@ function countingStore(inner: StoreAdapter): StoreAdapter {
       const hold = holdNext;
       holdNext = undefined;
       if (hold) return inner.transaction(async (tx) => (await hold, fn(tx)));
+      const before = holdBeforeCommit;
+      holdBeforeCommit = undefined;
+      if (before)
+        return inner.transaction(async (tx) => {
+          const out = await fn(tx);
+          before.reached();
+          await before.until;
+          return out;
+        });
       if (!failNext) return inner.transaction(fn);
       failNext = false;
       return inner.transaction(async (tx) => {
@@ -155,5 +166,28 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
     release();
     expect(done).not.toBe('waited');
     expect((await held).map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
+  });
+
+  // A second lane's transaction with the agent would wait for the first's COMMIT, holding the
+  // locks of the other agents it took (completion-commit.ts); SQLite has one writer anyway.
+  it.skipIf(STORE_KIND === 'sqlite')('a completion of an agent whose transaction is out goes to that lane, not beside it', async () => {
+    const [a, b] = [await newAgent(), await newAgent()];
+    const [a1, a2, a3] = await claimed(a, 3);
+    const [b1] = await claimed(b, 1);
+    let release!: () => void;
+    let reached!: () => void;
+    const locked = new Promise<void>((r) => (reached = r));
+    holdBeforeCommit = { until: new Promise<void>((r) => (release = r)), reached };
+    const complete = (rows: ExecutionRow[]) =>
+      Promise.all(rows.map((r) => engine.complete(r.id, r.lease_token!, { status: 'succeeded' }, 'w')));
+    const held = complete([a1!, a2!]);
+    await locked; // a's row is locked by the first transaction, which has not committed
+    const later = complete([a3!]);
+    const done = await Promise.race([complete([b1!]), new Promise((r) => setTimeout(() => r('waited'), 5_000))]);
+    release();
+    expect(done).not.toBe('waited');
+    expect((await held).map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
+    expect((await later).map((r) => r.status)).toEqual(['succeeded']);
+    expect(await breakerRecent(a)).toBe('000');
   });
 });
