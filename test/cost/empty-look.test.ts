@@ -42,9 +42,12 @@ describe(`a claim's look at an empty queue (${STORE_KIND})`, () => {
     expect(look.out).toEqual([]);
     const waiting = await counted(sent, () => engine.claim(agent, { owner: 'w', max: 3, waitMs: 30 }));
     expect(waiting.out).toEqual([]);
-    // The waiting claim looks as it arrives and once more as its wait ends: two looks of one
-    // statement each (on SQLite the agent read; on PostgreSQL the store's claim call).
-    expect([look.statements, waiting.statements]).toEqual([1, 2]);
+    // One statement a look (on SQLite the agent read; on PostgreSQL the store's claim call). The
+    // waiting claim looks as it arrives, and once more as its wait ends unless the first look
+    // outlasted the wait (a loaded machine): one or two looks.
+    expect(look.statements).toBe(1);
+    expect(waiting.statements).toBeGreaterThanOrEqual(1);
+    expect(waiting.statements).toBeLessThanOrEqual(2);
   });
 
   it('walks the queue when a task is queued but not due, and takes it once it is', async () => {
