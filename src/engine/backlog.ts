@@ -31,6 +31,16 @@ export function backlogOf(eb: ExpressionBuilder<DB, any>, agent: string) {
     .where('b.agent', '=', agent);
 }
 
+/**
+ * SQLite: the agent's queued rows as a column of a read of `agents` (`queued`; admission's agent
+ * read, admit.ts), so a look at an agent with nothing queued walks no queue. Only SQLite, as
+ * keyRunningColumn (flow-keys.ts) says why: on PostgreSQL the statement's snapshot would be older
+ * than the agent's row lock.
+ */
+export const queuedColumn = sql<number>`(SELECT b.queued_in FROM agent_backlog b WHERE b.agent = agents.name) - agents.queued_out`.as(
+  'queued',
+);
+
 /** The backlog of `agents as a` joined to `agent_backlog as b`. */
 export const queuedExpr = () => sql<number>`b.queued_in - a.queued_out`;
 

@@ -42,10 +42,9 @@ export function openMainConnection(file: string): Database.Database {
  * keep them prepared. (A micro-benchmark of Kysely insert+select pairs ran about twice as fast
  * with the cache on this machine.)
  */
-export function cachedStatements(raw: Database.Database): SqliteDatabase {
+export function cachedStatements(raw: Database.Database, schema = new SchemaCookie(raw)): SqliteDatabase {
   const prepared = new Map<string, SqliteStatement>();
-  const schemaCookie = raw.prepare('PRAGMA schema_version').pluck();
-  const schemaVersion = () => schemaCookie.get() as number;
+  const schemaVersion = () => schema.read();
   return {
     prepare(text: string) {
       let stmt = prepared.get(text);
@@ -58,6 +57,34 @@ export function cachedStatements(raw: Database.Database): SqliteDatabase {
     },
     close: () => raw.close(),
   };
+}
+
+/**
+ * The connection's schema cookie (PRAGMA schema_version), which rowsAsObjects (sqlite-rows.ts)
+ * compares after each run of a statement that takes its columns from the tables. While a group
+ * commit holds BEGIN IMMEDIATE no other connection can change the schema (that takes the write
+ * lock) and the group's members run no DDL, so the cookie read once at its BEGIN (pin) stands for
+ * every statement of the group: a task's transactions ran the PRAGMA about seven times. Outside a
+ * pinned transaction each read asks SQLite.
+ */
+export class SchemaCookie {
+  private readonly cookie: Database.Statement;
+  private pinned: number | undefined;
+  constructor(private readonly raw: Database.Database) {
+    this.cookie = raw.prepare('PRAGMA schema_version').pluck();
+  }
+  read(): number {
+    if (this.pinned !== undefined && this.raw.inTransaction) return this.pinned;
+    return this.cookie.get() as number;
+  }
+  /** Call just after BEGIN IMMEDIATE: the cookie now holds until unpin. */
+  pin(): void {
+    this.pinned = this.cookie.get() as number;
+  }
+  /** Call as the transaction ends (COMMIT, ROLLBACK, or SQLite ending it itself). */
+  unpin(): void {
+    this.pinned = undefined;
+  }
 }
 
 /**

@@ -94,6 +94,8 @@ export class GroupCommit {
     private readonly raw: Database.Database,
     private readonly limits: GroupLimits = GROUP_LIMITS,
     private readonly held?: () => Kysely<DB>,
+    /** Pinned for each group's BEGIN … COMMIT (sqlite-connection.ts, SchemaCookie). */
+    private readonly schema?: { pin(): void; unpin(): void },
   ) {
     this.control = {
       begin: raw.prepare('BEGIN IMMEDIATE'),
@@ -212,6 +214,7 @@ export class GroupCommit {
   private begin(): Group {
     this.joinWanted = false;
     this.control.begin.run();
+    this.schema?.pin();
     return { committed: [], refused: [], started: performance.now() };
   }
 
@@ -229,6 +232,7 @@ export class GroupCommit {
       g.committed.push({ m, value });
     } catch (err) {
       if (!this.raw.inTransaction) {
+        this.schema?.unpin();
         // SQLite itself ended the whole transaction (disk full, I/O error, interrupt): the
         // members before this one lost their writes with it, so they fail with its error.
         this.fail(g, err);
@@ -312,6 +316,7 @@ export class GroupCommit {
       commitError = err ?? new Error('COMMIT failed');
       this.rollback();
     }
+    this.schema?.unpin();
     // Settled only now, after the COMMIT: a caller's continuation (its announce, its response)
     // must never run before its rows are durable and visible.
     for (const c of g.committed) {
@@ -322,6 +327,7 @@ export class GroupCommit {
   }
 
   private rollback(): void {
+    this.schema?.unpin();
     if (!this.raw.inTransaction) return;
     try {
       this.control.rollback.run();

@@ -30,7 +30,14 @@ import {
   WRITER_AUTOCHECKPOINT_PAGES,
   type CheckpointStats,
 } from './sqlite-checkpoints.ts';
-import { cachedStatements, createPrivately, heldHandle, openMainConnection, WatchedSqliteDialect } from './sqlite-connection.ts';
+import {
+  cachedStatements,
+  createPrivately,
+  heldHandle,
+  openMainConnection,
+  SchemaCookie,
+  WatchedSqliteDialect,
+} from './sqlite-connection.ts';
 import { GROUP_LIMITS, GroupCommit, type GroupCommitStats, type GroupLimits } from './sqlite-group-commit.ts';
 import { lockSqliteStore, type StoreLock } from './sqlite-lock.ts';
 import { migrateSqlite, sqliteMigrationStatus } from './sqlite-migrate.ts';
@@ -130,7 +137,8 @@ class SqliteStore implements StoreAdapter {
     private readonly lock: StoreLock | undefined,
   ) {
     this.raw = openMainConnection(file);
-    const statements = cachedStatements(this.raw);
+    const schema = new SchemaCookie(this.raw);
+    const statements = cachedStatements(this.raw, schema);
     this.dialect = new WatchedSqliteDialect({ database: statements });
     this.db = new Kysely<DB>({ dialect: this.dialect });
     let held: Kysely<DB> | undefined;
@@ -141,6 +149,7 @@ class SqliteStore implements StoreAdapter {
       this.raw,
       { ...GROUP_LIMITS, ...opts.groupLimits },
       () => (held ??= heldHandle(this.dialect, statements, this.db)),
+      schema,
     );
     const everyMs = opts.checkpointEveryMs ?? BACKGROUND_CHECKPOINT_MS;
     if (this.writerThread && everyMs > 0) {

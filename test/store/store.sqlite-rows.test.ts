@@ -116,4 +116,49 @@ describe.runIf(STORE_KIND === 'sqlite')('SQLite rows as arrays', () => {
       await store.close();
     }
   });
+
+  it('reads the schema cookie once per group commit, and follows a change made between groups', async () => {
+    const file = tempFile();
+    const store = openSqlite(file);
+    await store.migrate();
+    await sql`CREATE TABLE shapes (id INTEGER PRIMARY KEY, a TEXT)`.execute(store.db);
+    await sql`INSERT INTO shapes (a) VALUES ('A')`.execute(store.db);
+    const read = () =>
+      store.transaction((tx) =>
+        tx
+          .selectFrom('shapes' as never)
+          .selectAll()
+          .execute(),
+      );
+    expect(await read()).toEqual([{ id: 1, a: 'A' }]);
+    // Every better-sqlite3 statement shares one prototype: count the cookie's reads there.
+    const proto = Object.getPrototypeOf(new Database(':memory:').prepare('SELECT 1')) as { get: (...a: unknown[]) => unknown };
+    const get = proto.get;
+    let cookieReads = 0;
+    proto.get = function (this: { source: string }, ...a: unknown[]) {
+      if (this.source === 'PRAGMA schema_version') cookieReads++;
+      return get.apply(this, a);
+    };
+    const other = new Database(file);
+    try {
+      // Asked for in one turn: one group, one BEGIN … COMMIT, three statements that take their columns from the table.
+      const rows = await Promise.all([read(), read(), read()]);
+      expect(rows).toEqual([0, 1, 2].map(() => [{ id: 1, a: 'A' }]));
+      expect(cookieReads).toBe(1);
+      other.exec("ALTER TABLE shapes ADD COLUMN c TEXT NOT NULL DEFAULT 'C'");
+      expect(await read()).toEqual([{ id: 1, a: 'A', c: 'C' }]);
+      // Outside a group each statement asks again.
+      other.exec("ALTER TABLE shapes ADD COLUMN d TEXT NOT NULL DEFAULT 'D'");
+      expect(
+        await store.db
+          .selectFrom('shapes' as never)
+          .selectAll()
+          .execute(),
+      ).toEqual([{ id: 1, a: 'A', c: 'C', d: 'D' }]);
+    } finally {
+      proto.get = get;
+      other.close();
+      await store.close();
+    }
+  });
 });

@@ -7,6 +7,7 @@ import { newLeaseToken } from '../../domain/ids.ts';
 import { sql } from 'kysely';
 import { type StoreAdapter, type Tx } from '../../store/adapter.ts';
 import { perStore, preparedQuery } from '../../store/prepared-query.ts';
+import { queuedColumn } from '../backlog.ts';
 import { candidatesFor, keyedCandidates } from '../candidates.ts';
 import type { AgentRow, ExecutionRow } from '../../store/schema.ts';
 import { BREAKER_COLUMNS, recordBreakerChange } from '../breaker.ts';
@@ -142,6 +143,7 @@ const admissionAgentFor = perStore((store) =>
         .select(poolBudgeted)
         // On SQLite the running tasks per key ride along (keyRunningColumn says why only there).
         .select(store.kind === 'sqlite' ? keyRunningColumn : sql<null>`NULL`.as('key_running'))
+        .select(store.kind === 'sqlite' ? queuedColumn : sql<null>`NULL`.as('queued'))
         .where('name', '=', p.agent),
       'admission',
     ),
@@ -235,17 +237,22 @@ export async function admit(
   const p = { agent: agentName, now: opts.now };
   // The candidates read with the lock are the first rows of the same walk: enough unless keys are shut.
   const early = locked?.candidates;
-  const candidates = keys
-    ? early && keys.shut.length === 0
-      ? early.slice(0, want * 2)
-      : await keyedCandidates(store, tx, p, want * 2, keys.shut)
-    : early
-      ? early.slice(0, want)
-      : await candidatesFor(store)(tx, p, want);
+  // An agent with no queued row (its counters, read with it on SQLite) has no candidate to walk for:
+  // a waiting claim's look, after each task it took, mostly finds that.
+  const noneQueued = row?.queued != null && Number(row.queued) <= 0;
+  const candidates = noneQueued
+    ? []
+    : keys
+      ? early && keys.shut.length === 0
+        ? early.slice(0, want * 2)
+        : await keyedCandidates(store, tx, p, want * 2, keys.shut)
+      : early
+        ? early.slice(0, want)
+        : await candidatesFor(store)(tx, p, want);
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
-    if (opts.onNothingQueued && (await anyQueued(tx, { agent: agentName })).length === 0) opts.onNothingQueued();
+    if (opts.onNothingQueued && (noneQueued || (await anyQueued(tx, { agent: agentName })).length === 0)) opts.onNothingQueued();
     return stopped();
   }
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);
