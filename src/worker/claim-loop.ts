@@ -33,6 +33,12 @@ export const CLAIM_MAX = CLAIM_ANY.maxPerAgent;
  */
 const STOP_CUT_MS = 2_000;
 
+/**
+ * A withdrawal that found no claim waiting is sent again after these delays while the claim is
+ * still out: it may have overtaken the claim on its way to the server.
+ */
+const WITHDRAW_RETRIES_MS = [50, 500, 5_000];
+
 export interface ClaimLoopOptions {
   client: BatonClient;
   workerId: string;
@@ -85,10 +91,18 @@ export class ClaimLoop {
   private withdraw(out: Out): void {
     if (out.withdrawn || this.lanes.length === 1) return;
     out.withdrawn = true;
-    this.o.client.withdrawClaim(out.id).catch((err: unknown) => {
-      // The claim still answers when its wait ends; only the new capacity waits until then.
-      this.o.emit({ type: 'transport:error', op: 'withdraw', error: (err as Error)?.message ?? String(err), retryInMs: 0 });
-    });
+    const attempt = (n: number) => {
+      if (this.out !== out) return;
+      this.o.client.withdrawClaim(out.id).then(
+        // Not waiting yet (the withdrawal overtook the claim on its way) or its answer is on the
+        // way: look again a little later while it is still out.
+        (r) => void (!r.withdrawn && n < WITHDRAW_RETRIES_MS.length && setTimeout(attempt, WITHDRAW_RETRIES_MS[n], n + 1).unref()),
+        // The claim still answers when its wait ends; only the new capacity waits until then.
+        (err: unknown) =>
+          this.o.emit({ type: 'transport:error', op: 'withdraw', error: (err as Error)?.message ?? String(err), retryInMs: 0 }),
+      );
+    };
+    attempt(0);
   }
 
   private stopping(): void {
