@@ -8,6 +8,7 @@ import type * as T from './api/schemas/triggers.ts';
 import type * as L from './api/schemas/logs.ts';
 import type * as C from './api/schemas/canary.ts';
 import type * as B from './api/schemas/batch.ts';
+import type * as CA from './api/schemas/claim-any.ts';
 import type * as K from './api/schemas/composition.ts';
 import type { BudgetAnswer } from './api/schemas/budget.ts';
 import type * as P from './api/schemas/pools.ts';
@@ -33,6 +34,7 @@ export type SubmitBody = z.input<typeof S.SubmitBody>;
 export type Created = z.infer<typeof S.Created>;
 export type Task = z.infer<typeof S.Task>;
 export type ClaimBody = z.input<typeof S.ClaimBody>;
+export type ClaimAnyBody = z.input<typeof CA.ClaimAnyBody>;
 export type CompleteBody = z.input<typeof B.CompleteAndClaimBody>;
 /** The completed execution; `tasks` (and `claim_error`) when the completion asked to claim. */
 export type Completed = z.infer<typeof B.Completed>;
@@ -237,6 +239,13 @@ export class BatonClient {
     const r = await this.request<{ tasks: Task[] } | null>('POST', `/v1/agents/${enc(agent)}/claim`, body, { signal });
     return r.status === 204 || !r.body ? [] : r.body.tasks;
   }
+  /** One long-poll claim for several agents, each up to its `max` (POST /v1/claim). */
+  async claimAny(body: ClaimAnyBody, signal?: AbortSignal): Promise<Task[]> {
+    const r = await this.request<{ tasks: Task[] } | null>('POST', '/v1/claim', body, { signal });
+    return r.status === 204 || !r.body ? [] : r.body.tasks;
+  }
+  /** End the wait of this key's claim made with `claim_id`: it answers now, with what it took. */
+  withdrawClaim = (claim_id: string) => this.call<{ withdrawn: boolean }>('POST', '/v1/claim/withdraw', { claim_id });
   heartbeat = (id: string, lease_token: string) => this.call<Heartbeat>('POST', `/v1/executions/${enc(id)}/heartbeat`, { lease_token });
   /** Report the outcome; with `body.claim`, the answer's `tasks` are the agent's next tasks, claimed in the same request. */
   complete = (id: string, body: CompleteBody) => this.call<Completed>('POST', `/v1/executions/${enc(id)}/complete`, body);

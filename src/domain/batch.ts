@@ -32,3 +32,11 @@ export const COMPLETION = Object.freeze({
   /** Largest batch body: many small results; a large one goes alone. */
   batchBodyLimitBytes: 8 * 1024 * 1024,
 });
+
+/** One claim for several agents (POST /v1/claim). */
+export const CLAIM_ANY = Object.freeze({
+  /** Most agents one claim lists: a worker process serving more sends several claims. */
+  maxAgents: 1000,
+  /** Most tasks one agent's item asks for (as a single claim's `max`). */
+  maxPerAgent: 100,
+});

@@ -30,7 +30,7 @@ import { releaseAlone, releaseLease } from './transitions/release.ts';
 import { renewLease, type Renewed } from './transitions/renew.ts';
 import { clearLapseHold } from './transitions/lapse.ts';
 import { Pools } from './pool-service.ts';
-import { flowHint, type FlowReport } from './pools.ts';
+import type { FlowReport } from './pools.ts';
 import { Idempotency } from './triggers/idempotency.ts';
 import { keyedSubmit } from './flow-submit.ts';
 import { submitMany, type BatchOutcome, type SubmitManyItem, type SubmitManyOptions } from './submit-many.ts';
@@ -39,6 +39,7 @@ import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
 import { Subscriptions } from './composition/subscriptions.ts';
 import { ClaimWaits, type ClaimHint, type Handoff } from './waiters.ts';
+import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem } from './claim-any.ts';
 import { plainCalls, type PlainCalls } from './plain-calls.ts';
 import { atSend } from './admissions.ts';
 import { Groups } from './composition/group-service.ts';
@@ -278,9 +279,19 @@ export class Engine {
       admitted: (rows) => this.admitted(rows),
       giveBack: (rows) => this.giveBack(rows, owner),
     };
-    const admit = (hint: ClaimHint) =>
-      this.admitOnce(agent, { ...admitOpts, onFlow: flowHint(hint), onNothingQueued: () => void (hint.nothingQueued = true) });
+    const admit = (hint: ClaimHint) => this.admitOnce(agent, { ...admitOpts, ...reportTo(hint) });
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, admit, handoff);
+  }
+
+  /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
+  async claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
+    const base = { now: 0, owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
+    const admit: AdmitAgent = (i, hint, maxBytes) => this.admitOnce(i.agent, { ...base, max: i.max, maxBytes, ...reportTo(hint) });
+    const rows = await waitAny(this.claimWaits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end }, admit);
+    if (rows.length === 0 || !opts.signal?.aborted) return rows;
+    // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
+    await this.giveBack(rows, opts.owner);
+    return [];
   }
 
   /** The long-poll re-check (ClaimWaits.pollOnce), every `claimPollMs` while claims wait; tests call it directly. */

@@ -1,6 +1,7 @@
-import type { ClaimRequest } from '../store/fast-paths.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { addRecent } from './bounded.ts';
+import { IdleAgents } from './idle-agents.ts';
+import { Waiters, type ParkedRequest, type TakenClaim, type Wake } from './waiter-set.ts';
 
 /**
  * Executions remembered as served (ClaimWaits.served) at most: far more than the submits a process
@@ -8,23 +9,7 @@ import { addRecent } from './bounded.ts';
  */
 const SERVED_BOUND = 1_000;
 
-/**
- * Why a waiting claimer was woken: `signal` (work queued, a seat freed, the agent changed), or
- * `poll` (the safety re-check, or a throttle reopening: nobody said there is work, so a claimer
- * that finds some passes the look on to the next claimer of its agent), or `taken` (a submit of
- * its agent runs the claim in its own call: ClaimWaits.takeParked).
- */
-export type Wake = 'signal' | 'poll' | 'taken';
-
-/** The claim a parked claimer would make, without its agent and time (both given when it is made). */
-export type ParkedRequest = Omit<ClaimRequest, 'id' | 'now'>;
-
-/** A parked claim a submit took (ClaimWaits.takeParked): its request, and how its answer reaches it. */
-export interface TakenClaim {
-  request: ParkedRequest;
-  /** The rows the call admitted to it, or undefined (not decided, or the call failed): it then looks itself. Call once. */
-  settle(rows: ExecutionRow[] | undefined): void;
-}
+export type { ParkedRequest, TakenClaim, Wake };
 
 /** What a waiting claim offers to a submit of its agent (ClaimWaits.wait). */
 export interface Handoff {
@@ -33,135 +18,6 @@ export interface Handoff {
   admitted(rows: ExecutionRow[]): void;
   /** Its caller left while the call that took them was out: put them back in the queue. */
   giveBack(rows: ExecutionRow[]): Promise<void>;
-}
-
-/** An armed waiter: how to wake it, and while it is parked, the claim a submit may take. */
-interface Armed {
-  signal: AbortSignal | undefined;
-  offer: TakenClaim | undefined;
-  /** Its look found no queued row of its agent: a freed seat gives it nothing, work queued does. */
-  nothingQueued: boolean;
-}
-
-/**
- * Long-poll wake-ups. A claimer arms a waiter *before* it looks at the queue, so a signal that
- * lands between "nothing admissible" and "start waiting" is not lost.
- */
-export class Waiters {
-  /** Per agent, its armed waiters in the order they armed (a claimer re-arms after each look). */
-  private readonly byAgent = new Map<string, Map<(why: Wake, work: readonly string[]) => void, Armed>>();
-
-  /**
-   * Wake one waiter of `agent`, the one armed longest (one queued task or one freed seat is work
-   * for one claimer; waking them all makes every loser queue on the agent lock), or all of them
-   * (`everyone`, e.g. after the cap was raised). `work`: the executions just queued that the wake
-   * is for (the woken claimer passes the wake on if its look takes none of them).
-   */
-  wake(agent: string, everyone = false, why: Wake = 'signal', work: readonly string[] = []): boolean {
-    const set = this.byAgent.get(agent);
-    if (!set) return false;
-    for (const fire of set.keys()) {
-      set.delete(fire);
-      fire(why, work);
-      if (!everyone) break;
-    }
-    if (set.size === 0) this.byAgent.delete(agent);
-    return true;
-  }
-
-  /**
-   * A seat of `agent` freed: wake the waiter armed longest whose look did not find the agent's
-   * queue empty. One that found it empty stays parked: only work queued can give it anything, and
-   * that is announced (wake). Woken, it would look and find nothing: a worker whose claim waits
-   * while its own tasks run would cost the server such a look per task it completes.
-   */
-  wakeForSeat(agent: string): void {
-    const set = this.byAgent.get(agent);
-    if (!set) return;
-    for (const [fire, armed] of set) {
-      if (armed.nothingQueued) continue;
-      set.delete(fire);
-      if (set.size === 0) this.byAgent.delete(agent);
-      fire('signal', []);
-      return;
-    }
-  }
-
-  /**
-   * Take the parked claim of `agent` that offers itself and armed longest, its caller still there:
-   * it is woken as `taken` and waits for its answer (TakenClaim.settle).
-   */
-  take(agent: string): TakenClaim | undefined {
-    const set = this.byAgent.get(agent);
-    if (!set) return undefined;
-    for (const [fire, armed] of set) {
-      if (!armed.offer || armed.signal?.aborted) continue;
-      set.delete(fire);
-      if (set.size === 0) this.byAgent.delete(agent);
-      fire('taken', []);
-      return armed.offer;
-    }
-    return undefined;
-  }
-
-  /** The agents that have an armed waiter. */
-  agents(): string[] {
-    return [...this.byAgent.keys()];
-  }
-
-  /**
-   * Returns `wait(ms)`, resolving early, with why, when `agent` is woken after this call; and
-   * `offer(o)`: until woken, a submit of `agent` may take the claim `o` (take).
-   */
-  arm(
-    agent: string,
-    signal?: AbortSignal,
-  ): {
-    wait: (ms: number) => Promise<Wake | undefined>;
-    disarm: () => void;
-    offer: (o: TakenClaim) => void;
-    /** Its look found the agent's queue empty (see wakeForSeat). */
-    nothingQueued: () => void;
-    /** The executions just queued that the wake-up, if any, was for (Waiters.wake's `work`). */
-    work: () => readonly string[];
-  } {
-    let fired: Wake | undefined;
-    let work: readonly string[] = [];
-    let resolve: (() => void) | undefined;
-    const fire = (why: Wake, w: readonly string[]) => {
-      fired = why;
-      work = w;
-      resolve?.();
-    };
-    let set = this.byAgent.get(agent);
-    if (!set) this.byAgent.set(agent, (set = new Map()));
-    const armed: Armed = { signal, offer: undefined, nothingQueued: false };
-    set.set(fire, armed);
-    const disarm = () => {
-      const s = this.byAgent.get(agent);
-      s?.delete(fire);
-      if (s && s.size === 0) this.byAgent.delete(agent);
-    };
-    const wait = (ms: number) =>
-      new Promise<Wake | undefined>((res) => {
-        if (fired || signal?.aborted) return res(fired);
-        const timer = setTimeout(done, ms);
-        function done() {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', done);
-          res(fired);
-        }
-        resolve = done;
-        signal?.addEventListener('abort', done, { once: true });
-      });
-    return {
-      wait,
-      disarm,
-      offer: (o) => void (armed.offer = o),
-      nothingQueued: () => void (armed.nothingQueued = true),
-      work: () => work,
-    };
-  }
 }
 
 /**
@@ -177,7 +33,8 @@ export class Waiters {
  * One woken for work just queued that takes other rows wakes the next claimer for that work (passOn).
  */
 export class ClaimWaits {
-  private readonly waiters = new Waiters();
+  /** Armed waiters per agent (a claim on several agents arms its own: claim-any.ts). */
+  readonly waiters = new Waiters();
   /** Waiting long-poll claims; close() wakes them all so shutdown does not wait for them. */
   private readonly activeClaims = new Set<AbortController>();
   private closed = false;
@@ -186,14 +43,20 @@ export class ClaimWaits {
   /** Per agent, the one timer at the earliest moment a closed throttle of it reopens. */
   private readonly reopens = new Map<string, { at: number; timer: ReturnType<typeof setTimeout> }>();
 
+  /** Agents known to have nothing queued, for claims on many agents (IdleAgents). */
+  readonly idle: IdleAgents;
+
   constructor(
     private readonly pollMs: number,
     /** The engine's clock, the one admission's reopening times are on. */
-    private readonly now: () => number,
-  ) {}
+    readonly now: () => number,
+  ) {
+    this.idle = new IdleAgents(pollMs);
+  }
 
   /** See Waiters.wake. */
   wake(agent: string, everyone = false): void {
+    this.idle.changed(agent);
     this.waiters.wake(agent, everyone);
   }
 
@@ -213,6 +76,7 @@ export class ClaimWaits {
    * its admission runs in that same commit rather than in a transaction of its own after it.
    */
   wakeBeforeCommit(agent: string, id: string): void {
+    this.idle.changed(agent);
     if (this.waiters.wake(agent, false, 'signal', [id])) this.served(id);
   }
 
@@ -270,20 +134,31 @@ export class ClaimWaits {
     handoff?: Handoff,
   ): Promise<ExecutionRow[]> {
     const deadline = performance.now() + waitMs;
+    const { signal, leave } = this.track(given);
+    try {
+      return await this.claimLoop(agent, admitOnce, deadline, signal, handoff);
+    } finally {
+      leave();
+    }
+  }
+
+  /**
+   * A claim starts waiting: its signal aborts when `given` does or close() ends every claim, and
+   * the poll runs while any claim waits. Call `leave` once it stops.
+   */
+  track(given: AbortSignal | undefined): { signal: AbortSignal; leave(): void } {
     const local = new AbortController();
-    const signal = local.signal;
     const onAbort = () => local.abort();
     if (given?.aborted || this.closed) local.abort();
     given?.addEventListener('abort', onAbort, { once: true });
     this.activeClaims.add(local);
     if (!this.ticker && !this.closed) this.ticker = setInterval(() => this.pollOnce(), this.pollMs);
-    try {
-      return await this.claimLoop(agent, admitOnce, deadline, signal, handoff);
-    } finally {
+    const leave = () => {
       this.activeClaims.delete(local);
       given?.removeEventListener('abort', onAbort);
       if (this.activeClaims.size === 0) this.stopTimers();
-    }
+    };
+    return { signal: local.signal, leave };
   }
 
   private stopTimers(): void {
@@ -294,7 +169,7 @@ export class ClaimWaits {
   }
 
   /** A closed throttle of `agent` reopens in `ms`: one claimer of it looks then (passing the look on if it gets rows). */
-  private reopenIn(agent: string, ms: number): void {
+  reopenIn(agent: string, ms: number): void {
     const at = performance.now() + Math.max(0, ms);
     const known = this.reopens.get(agent);
     if (known && known.at <= at) return;
@@ -319,6 +194,7 @@ export class ClaimWaits {
    * agent's queue empty are passed over (Waiters.wakeForSeat).
    */
   seatFreed(agent: string, ids: readonly string[] = [], queued = true, local = true): void {
+    if (queued) this.idle.changed(agent);
     const wake = (a: string) => (queued ? this.waiters.wake(a, false, 'signal', a === agent ? ids : []) : this.waiters.wakeForSeat(a));
     if (!(local && ids.length === 1 && this.wokenEarly.delete(ids[0]!))) wake(agent);
     for (const p of this.poolsOf.get(agent) ?? []) {
@@ -396,7 +272,7 @@ export class ClaimWaits {
    * so the next claimer of the agent is woken for it; one that finds nothing admissible parks, so
    * the wake-up goes no further than the work it announces can.
    */
-  private passOn(agent: string, woken: Wake | undefined, work: readonly string[], rows: readonly ExecutionRow[]): void {
+  passOn(agent: string, woken: Wake | undefined, work: readonly string[], rows: readonly ExecutionRow[]): void {
     const taken = new Set(rows.map((r) => r.id));
     const left = work.filter((id) => !taken.has(id));
     // Found by a look nobody signalled (the poll, a reopening): more may be there unannounced, so the next claimer looks too.

@@ -19,11 +19,10 @@ export class Lane {
    */
   outstanding = 0;
   handedOver = 0;
-  /** The claim loop's own claim is in flight (a long-poll, most of the time). */
+  /** The claim loop's claim in flight asks for this agent (a long-poll, most of the time). */
   claiming = false;
-  /** Wakes the claim loop waiting for a free slot. */
-  slotFreed: (() => void) | undefined;
-  loop: Promise<void> | undefined;
+  /** Told when a slot frees (the claim loop: claim-loop.ts). */
+  onFree: (() => void) | undefined;
 
   constructor(
     readonly agent: string,
@@ -39,13 +38,6 @@ export class Lane {
   finish(id: string, handedOver: boolean): void {
     this.running.delete(id);
     if (handedOver) this.handedOver--;
-    this.wake();
-  }
-
-  /** Wakes the claim loop if it waits for a slot. */
-  wake(): void {
-    const wake = this.slotFreed;
-    this.slotFreed = undefined;
-    wake?.();
+    this.onFree?.();
   }
 }

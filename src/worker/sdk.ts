@@ -8,9 +8,10 @@
  *   await worker.start();                      // throws on unknown agent, bad key, unreachable server
  *   process.on('SIGTERM', () => worker.stop()); // stop claiming, let tasks finish, release the rest
  *
- * One worker serves many agents with `agents: [...]` instead of `agent`: one client and one pool
- * of connections, each agent with its own `concurrency` slots and its own long-poll (a process
- * serving 100 agents needs one worker, not 100).
+ * One worker serves many agents with `agents: [...]` instead of `agent`: one client, one pool
+ * of connections and one long-poll claim for them all (claim-loop.ts), each agent with its own
+ * `concurrency` slots (a process serving 100 agents needs one worker, one claim loop and one set
+ * of timers, not 100).
  *
  * What it does for every task: heartbeats every third of the lease TTL and aborts `task.signal`
  * when cancellation is requested, the deadline passes or the lease is lost (the lease keeper,
@@ -28,6 +29,8 @@ import { CompletionBatcher } from './completions.ts';
 import type { WorkerEvent } from './events.ts';
 import { nodeHttpTransport } from './http.ts';
 import { Lane } from './lane.ts';
+import { CLAIM_MAX, ClaimLoop } from './claim-loop.ts';
+import { CLAIM_ANY } from '../domain/batch.ts';
 import { LogShipper } from './logs.ts';
 import { decideReport, refusedOutcome, type Settled, type TaskOutcome } from './outcome.ts';
 import { backoffMs, isLeaseLost, isTransient, sleep } from './retry.ts';
@@ -113,9 +116,6 @@ export interface Worker {
   readonly failure: unknown;
 }
 
-/** Most tasks one claim asks for (the API's bound on `max`). */
-const CLAIM_MAX = 100;
-
 /** Agents whose details start() reads at once. */
 const START_READS = 8;
 
@@ -139,6 +139,7 @@ class WorkerImpl implements Worker {
   private readonly concurrency: number;
   private readonly workerId: string;
   private readonly lanes: Lane[];
+  private readonly loops: Promise<void>[] = [];
   private readonly stopCtrl = new AbortController();
   private starting: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
@@ -184,7 +185,19 @@ class WorkerImpl implements Worker {
         }
       };
       await Promise.all(Array.from({ length: Math.min(START_READS, this.lanes.length) }, check));
-      for (const lane of this.lanes) lane.loop = this.claimLoop(lane);
+      // One claim loop for every agent, or one per CLAIM_ANY.maxAgents of them (a claim's bound).
+      for (let i = 0; i < this.lanes.length; i += CLAIM_ANY.maxAgents) {
+        const loop = new ClaimLoop(this.lanes.slice(i, i + CLAIM_ANY.maxAgents), {
+          client: this.client,
+          workerId: this.workerId,
+          waitSeconds: this.opts.claimWaitSeconds ?? 20,
+          stop: this.stopCtrl.signal,
+          start: (lane, tasks) => this.startTasks(lane, tasks),
+          emit: (e) => this.emit(e),
+          fail: (err) => this.fail(err),
+        });
+        this.loops.push(loop.done);
+      }
     })().catch((err) => {
       this.starting = undefined; // a start() that failed can be tried again
       throw err;
@@ -218,9 +231,8 @@ class WorkerImpl implements Worker {
     this.stopping ??= (async () => {
       try {
         this.stopCtrl.abort();
-        for (const lane of this.lanes) lane.wake();
         await this.starting?.catch(() => undefined);
-        for (const lane of this.lanes) await lane.loop;
+        await Promise.all(this.loops);
         const grace = this.opts.shutdownGraceMs ?? 30_000;
         const running = () => this.lanes.flatMap((lane) => [...lane.running.values()]);
         const all = () => Promise.all(running().map((r) => r.finished));
@@ -237,47 +249,11 @@ class WorkerImpl implements Worker {
     return this.stopping;
   }
 
-  private async claimLoop(lane: Lane): Promise<void> {
-    const signal = this.stopCtrl.signal;
-    let failures = 0;
-    while (!signal.aborted) {
-      const free = lane.free();
-      if (free <= 0) {
-        // Woken by a task leaving its slot, or by stop() (which wakes every lane's loop).
-        await new Promise<void>((r) => (lane.slotFreed = r));
-        continue;
-      }
-      let tasks: TaskView[];
-      const max = Math.min(free, CLAIM_MAX);
-      lane.outstanding += max;
-      lane.claiming = true;
-      try {
-        tasks = await this.client.claim(
-          lane.agent,
-          { worker_id: this.workerId, wait_seconds: this.opts.claimWaitSeconds ?? 20, max },
-          signal,
-        );
-        if (failures > 0) this.emit({ type: 'transport:recovered', op: 'claim', failures });
-        failures = 0;
-      } catch (err) {
-        if (signal.aborted) break;
-        if (!isTransient(err)) {
-          // A final answer (401, 403, 404, 409): no retry can succeed. Stop as stop() would.
-          this.failure = err;
-          this.emit({ type: 'error', op: 'claim', error: `${(err as Error)?.message ?? String(err)}; the worker stops` });
-          void this.stop();
-          break;
-        }
-        const wait = backoffMs(failures++);
-        this.emit({ type: 'transport:error', op: 'claim', error: (err as Error)?.message ?? String(err), retryInMs: wait });
-        await sleep(wait, signal);
-        continue;
-      } finally {
-        lane.outstanding -= max;
-        lane.claiming = false;
-      }
-      this.startTasks(lane, tasks);
-    }
+  /** A claim got a final answer (401, 403, 404, 409): no retry can succeed. Stop as stop() would. */
+  private fail(err: unknown): void {
+    this.failure ??= err;
+    this.emit({ type: 'error', op: 'claim', error: `${(err as Error)?.message ?? String(err)}; the worker stops` });
+    void this.stop();
   }
 
   /** Run claimed tasks; claimed just as stop() began, they go straight back. */

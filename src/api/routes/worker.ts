@@ -13,6 +13,7 @@ import { BatonError, Unauthorized } from '../../domain/errors.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
 import { RawAnswer } from '../raw-json.ts';
 import { endClaimOnRevoke } from '../revocation.ts';
+import { claimAnyRoutes } from './claim-any.ts';
 
 const workerId = (req: FastifyRequest, given?: string) => given ?? `key:${req.principal.keyId}`;
 
@@ -52,6 +53,7 @@ async function claimFor(
 
 export const workerRoutes: FastifyPluginAsyncZod<ApiDeps> = async (app, deps) => {
   leaseRoutes(app, deps);
+  claimAnyRoutes(app, deps);
   outcomeRoutes(app, deps);
 };
 

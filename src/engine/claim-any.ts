@@ -1,0 +1,174 @@
+import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
+import type { ExecutionRow } from '../store/schema.ts';
+import { flowHint } from './pools.ts';
+import type { AdmitOptions } from './transitions/admit.ts';
+import type { Wake } from './waiter-set.ts';
+import type { ClaimHint, ClaimWaits } from './waiters.ts';
+
+/** One agent of a claim on several: at most `max` of its tasks. */
+export interface ClaimAnyItem {
+  agent: string;
+  max: number;
+}
+
+/** How a claim on several agents waits (engine.claimAny). */
+export interface WaitAnyOptions {
+  waitMs: number;
+  /** Aborts when the caller left (or its key was revoked): stop, admitting nothing more. */
+  signal?: AbortSignal;
+  /**
+   * Aborts when the caller asked to end the wait (a withdrawal): stop as if the wait were over.
+   * A look already begun ends and its rows are answered, so a withdrawal never strands a lease.
+   */
+  end?: AbortSignal;
+}
+
+/** The admission options through which one admission tells a waiting claim its ClaimHint. */
+export function reportTo(hint: ClaimHint): Pick<AdmitOptions, 'onFlow' | 'onNothingQueued'> {
+  return { onFlow: flowHint(hint), onNothingQueued: () => void (hint.nothingQueued = true) };
+}
+
+/** One agent's admission, as the single claim makes it (engine.admitOnce): the rules live there. */
+export type AdmitAgent = (item: ClaimAnyItem, hint: ClaimHint, maxBytes: number) => Promise<ExecutionRow[]>;
+
+/**
+ * A long-poll claim on several agents: one waiter armed on each, one timer for them all. The first
+ * look covers every agent except those known to have nothing queued (IdleAgents); after that it
+ * looks at the agents whose waiters fired, each re-armed before its look (so a signal during the
+ * look is not missed, as for a single claim: ClaimWaits.wait). It answers with the rows of the
+ * first look that admits any, across the agents it looked at, each within its own `max`, cap and
+ * holds (each agent's admission is the single claim's). A look whose admissions all fail throws
+ * the first failure (an unknown agent, push delivery); one where another agent admitted rows
+ * answers those, and the next claim reports the failure.
+ *
+ * It makes no offer to submits (ClaimWaits.takeParked takes single claims only): a submit's
+ * announcement wakes it and it admits in a look of its own.
+ */
+export async function waitAny(
+  waits: ClaimWaits,
+  items: readonly ClaimAnyItem[],
+  o: WaitAnyOptions,
+  admit: AdmitAgent,
+): Promise<ExecutionRow[]> {
+  const deadline = performance.now() + o.waitMs;
+  const { signal, leave } = waits.track(o.signal);
+  const byAgent = new Map(items.map((i) => [i.agent, i]));
+  const armed = new Map<string, ReturnType<ClaimWaits['waiters']['attach']>>();
+  /** Wakes not looked at yet: why, and the executions just queued they were for. */
+  const fired = new Map<string, { why: Wake; work: readonly string[] }>();
+  let ring: (() => void) | undefined;
+  const arm = (agent: string) => {
+    const fire = (why: Wake, work: readonly string[]) => {
+      armed.delete(agent);
+      fired.set(agent, { why, work });
+      ring?.();
+    };
+    armed.set(agent, waits.waiters.attach(agent, fire, signal));
+  };
+  try {
+    for (const i of items) arm(i.agent);
+    // A claim that does not wait looks at every agent: no later wake-up would make up for a skip.
+    let look = o.waitMs > 0 ? items.filter((i) => !waits.idle.known(i.agent)) : [...items];
+    let wakes = new Map<string, { why: Wake; work: readonly string[] }>();
+    for (;;) {
+      const rows = await lookAt(waits, look, armed, admit);
+      if (rows.length > 0) {
+        settleWakes(waits, armed, look, wakes, fired, rows);
+        return rows;
+      }
+      if (performance.now() >= deadline || signal.aborted || o.end?.aborted) return [];
+      if (fired.size === 0) await sleepUntilRung(deadline, signal, o.end, (r) => (ring = r));
+      ring = undefined;
+      if (fired.size === 0) return []; // the wait is over, the caller left or withdrew
+      wakes = new Map(fired);
+      fired.clear();
+      look = [];
+      for (const agent of wakes.keys()) {
+        arm(agent);
+        look.push(byAgent.get(agent)!);
+      }
+    }
+  } finally {
+    for (const a of armed.values()) a.disarm();
+    leave();
+  }
+}
+
+/** One look at `look`'s agents at once: the rows they admitted, or the first failure when none did. */
+async function lookAt(
+  waits: ClaimWaits,
+  look: readonly ClaimAnyItem[],
+  armed: Map<string, { nothingQueued(): void }>,
+  admit: AdmitAgent,
+): Promise<ExecutionRow[]> {
+  if (look.length === 0) return [];
+  // The answer's byte bound, shared: each agent's admission stops at its share (always one row).
+  const maxBytes = Math.ceil(CONTRACT_DEFAULTS.claimAnswerBytes / look.length);
+  const settled = await Promise.allSettled(
+    look.map(async (item) => {
+      const seen = waits.idle.seen(item.agent);
+      const hint: ClaimHint = {};
+      const rows = await admit(item, hint, maxBytes);
+      if (hint.pools !== undefined) waits.notePools(item.agent, hint.pools);
+      if (rows.length === 0) {
+        if (hint.nothingQueued) {
+          waits.idle.mark(item.agent, seen);
+          armed.get(item.agent)?.nothingQueued();
+        }
+        if (hint.reopensAt !== undefined) waits.reopenIn(item.agent, hint.reopensAt - waits.now());
+      }
+      return rows;
+    }),
+  );
+  const rows: ExecutionRow[] = [];
+  let failure: PromiseRejectedResult | undefined;
+  for (const s of settled) {
+    if (s.status === 'fulfilled') rows.push(...s.value);
+    else failure ??= s;
+  }
+  if (rows.length === 0 && failure) throw failure.reason;
+  return rows;
+}
+
+/**
+ * Answering with `rows`: each agent looked at passes on the work its wake was for and its look did
+ * not take (ClaimWaits.passOn), and a wake that fired during the look, not looked at, goes to the
+ * next claimer of its agent. This claim's own waiters are disarmed first, so none takes it back.
+ */
+function settleWakes(
+  waits: ClaimWaits,
+  armed: Map<string, { disarm(): void }>,
+  look: readonly ClaimAnyItem[],
+  wakes: Map<string, { why: Wake; work: readonly string[] }>,
+  fired: Map<string, { why: Wake; work: readonly string[] }>,
+  rows: readonly ExecutionRow[],
+): void {
+  for (const a of armed.values()) a.disarm();
+  armed.clear();
+  for (const { agent } of look) {
+    const w = wakes.get(agent);
+    if (w) waits.passOn(agent, w.why, w.work, rows);
+  }
+  for (const [agent, w] of fired) waits.waiters.wake(agent, false, w.why === 'taken' ? 'signal' : w.why, w.work);
+}
+
+/** Resolves when rung, at `deadline`, or when either signal aborts; leaves no timer behind. */
+function sleepUntilRung(
+  deadline: number,
+  signal: AbortSignal,
+  end: AbortSignal | undefined,
+  setRing: (r: () => void) => void,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      end?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, deadline - performance.now()));
+    signal.addEventListener('abort', done, { once: true });
+    end?.addEventListener('abort', done, { once: true });
+    setRing(done);
+  });
+}

@@ -1,0 +1,180 @@
+/**
+ * The worker's one claim loop (src/worker/sdk.ts): one long-poll claim out at a time for all the
+ * agents it serves, each agent asking for its free slots (POST /v1/claim; one agent alone uses
+ * its own route, POST /v1/agents/{agent}/claim). A worker serving 100 agents keeps one claim and
+ * one connection parked, not 100.
+ *
+ * When an agent gets a free slot that the claim out does not ask for (it was full when the claim
+ * left, and a completion's claim found nothing for it), the loop asks the server to end that
+ * claim's wait (POST /v1/claim/withdraw, with the `claim_id` the claim was sent with), waits for
+ * the claim's answer, and claims again with every agent's free slots. The claim's connection is
+ * never cut for this: a claim answers normally, with the tasks a look already begun took, so no
+ * task is leased to an answer nobody reads. A withdrawal that finds nothing (the answer is on its
+ * way, or the claim waits in another server process) changes nothing: the answer comes as it
+ * would have, at the latest when its wait ends.
+ *
+ * stop() withdraws the same way and cuts the connection only if no answer came within
+ * STOP_CUT_MS (a server that went away): tasks in an answer that arrives are released at once.
+ */
+import { randomUUID } from 'node:crypto';
+import type { BatonClient, Task as TaskView } from '../client.ts';
+import { CLAIM_ANY } from '../domain/batch.ts';
+import type { WorkerEvent } from './events.ts';
+import type { Lane } from './lane.ts';
+import { backoffMs, isTransient, sleep } from './retry.ts';
+
+/** Most tasks one claim asks for per agent (the API's bound on `max`). */
+export const CLAIM_MAX = CLAIM_ANY.maxPerAgent;
+
+/**
+ * After stop() withdrew the claim out, how long its answer gets before the connection is cut. A
+ * server that answers withdraws at once; one that does not answer at all has gone, and a cut then
+ * strands nothing that a wait would save.
+ */
+const STOP_CUT_MS = 2_000;
+
+/**
+ * A withdrawal that found no claim waiting is sent again after these delays while the claim is
+ * still out: it may have overtaken the claim on its way to the server.
+ */
+const WITHDRAW_RETRIES_MS = [50, 500, 5_000];
+
+export interface ClaimLoopOptions {
+  client: BatonClient;
+  workerId: string;
+  waitSeconds: number;
+  /** Aborts on stop(). */
+  stop: AbortSignal;
+  /** Start (or, when stopping, release) the tasks an answer brought, in their agents' lanes. */
+  start(lane: Lane, tasks: readonly TaskView[]): void;
+  emit(e: WorkerEvent): void;
+  /** A claim got a final answer (401, 403, 404, 409): no retry can succeed. */
+  fail(err: unknown): void;
+}
+
+interface Out {
+  id: string;
+  asked: Map<Lane, number>;
+  withdrawn: boolean;
+  /** Cuts the claim's connection (stop() only, after STOP_CUT_MS). */
+  cut: AbortController;
+}
+
+export class ClaimLoop {
+  private out: Out | undefined;
+  /** Wakes the loop when it waits for a free slot. */
+  private idle: (() => void) | undefined;
+  private readonly byAgent: Map<string, Lane>;
+  readonly done: Promise<void>;
+
+  constructor(
+    private readonly lanes: readonly Lane[],
+    private readonly o: ClaimLoopOptions,
+  ) {
+    this.byAgent = new Map(lanes.map((l) => [l.agent, l]));
+    for (const lane of lanes) lane.onFree = () => this.freed(lane);
+    o.stop.addEventListener('abort', () => this.stopping(), { once: true });
+    this.done = this.run();
+  }
+
+  /** A slot of `lane` freed: wake the loop if it waits, or withdraw a claim that cannot fill it. */
+  private freed(lane: Lane): void {
+    const idle = this.idle;
+    if (idle) {
+      this.idle = undefined;
+      return idle();
+    }
+    const out = this.out;
+    if (out && !out.asked.has(lane) && lane.free() > 0) this.withdraw(out);
+  }
+
+  private withdraw(out: Out): void {
+    if (out.withdrawn || this.lanes.length === 1) return;
+    out.withdrawn = true;
+    const attempt = (n: number) => {
+      if (this.out !== out) return;
+      this.o.client.withdrawClaim(out.id).then(
+        // Not waiting yet (the withdrawal overtook the claim on its way) or its answer is on the
+        // way: look again a little later while it is still out.
+        (r) => void (!r.withdrawn && n < WITHDRAW_RETRIES_MS.length && setTimeout(attempt, WITHDRAW_RETRIES_MS[n], n + 1).unref()),
+        // The claim still answers when its wait ends; only the new capacity waits until then.
+        (err: unknown) =>
+          this.o.emit({ type: 'transport:error', op: 'withdraw', error: (err as Error)?.message ?? String(err), retryInMs: 0 }),
+      );
+    };
+    attempt(0);
+  }
+
+  private stopping(): void {
+    this.idle?.();
+    const out = this.out;
+    if (!out) return;
+    if (this.lanes.length === 1) return out.cut.abort();
+    this.withdraw(out);
+    setTimeout(() => out.cut.abort(), STOP_CUT_MS).unref();
+  }
+
+  private async run(): Promise<void> {
+    const stop = this.o.stop;
+    let failures = 0;
+    while (!stop.aborted) {
+      const asked = new Map<Lane, number>();
+      for (const lane of this.lanes) {
+        const free = lane.free();
+        if (free > 0) asked.set(lane, Math.min(free, CLAIM_MAX));
+      }
+      if (asked.size === 0) {
+        // Woken by a task leaving its slot, or by stop().
+        await new Promise<void>((r) => (this.idle = r));
+        this.idle = undefined;
+        continue;
+      }
+      const out: Out = { id: randomUUID(), asked, withdrawn: false, cut: new AbortController() };
+      for (const [lane, max] of asked) {
+        lane.outstanding += max;
+        lane.claiming = true;
+      }
+      this.out = out;
+      let tasks: TaskView[];
+      try {
+        tasks = await this.send(out);
+        if (failures > 0) this.o.emit({ type: 'transport:recovered', op: 'claim', failures });
+        failures = 0;
+      } catch (err) {
+        if (stop.aborted) break;
+        if (!isTransient(err)) {
+          this.o.fail(err);
+          break;
+        }
+        const wait = backoffMs(failures++);
+        this.o.emit({ type: 'transport:error', op: 'claim', error: (err as Error)?.message ?? String(err), retryInMs: wait });
+        await sleep(wait, stop);
+        continue;
+      } finally {
+        this.out = undefined;
+        for (const [lane, max] of asked) {
+          lane.outstanding -= max;
+          lane.claiming = false;
+        }
+      }
+      const byLane = new Map<Lane, TaskView[]>();
+      for (const t of tasks) {
+        const lane = this.byAgent.get(t.agent)!;
+        const list = byLane.get(lane);
+        if (list) list.push(t);
+        else byLane.set(lane, [t]);
+      }
+      for (const [lane, list] of byLane) this.o.start(lane, list);
+    }
+  }
+
+  private send(out: Out): Promise<TaskView[]> {
+    const { client, workerId, waitSeconds } = this.o;
+    if (this.lanes.length === 1) {
+      const [[lane, max]] = [...out.asked];
+      return client.claim(lane!.agent, { worker_id: workerId, wait_seconds: waitSeconds, max }, out.cut.signal);
+    }
+    const agents = [...out.asked].map(([lane, max]) => ({ agent: lane.agent, max }));
+    return client.claimAny({ agents, worker_id: workerId, wait_seconds: waitSeconds, claim_id: out.id }, out.cut.signal);
+  }
+}
