@@ -2,8 +2,8 @@ import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { flowHint } from './pools.ts';
 import type { AdmitOptions } from './transitions/admit.ts';
-import type { Wake } from './waiter-set.ts';
-import type { ClaimHint, ClaimWaits } from './waiters.ts';
+import type { ParkedRequest, Wake } from './waiter-set.ts';
+import type { ClaimHint, ClaimWaits, Handoff } from './waiters.ts';
 
 /** One agent of a claim on several: at most `max` of its tasks. */
 export interface ClaimAnyItem {
@@ -21,6 +21,11 @@ export interface WaitAnyOptions {
    * A look already begun ends and its rows are answered, so a withdrawal never strands a lease.
    */
   end?: AbortSignal;
+  /**
+   * Parked, a submit of one of its agents may take it into its own call and commit (ClaimWaits.takeParked),
+   * as a single claim: the request it would make for that agent, and how rows taken for it are announced.
+   */
+  handoff?: Pick<Handoff, 'admitted'> & { request(item: ClaimAnyItem): ParkedRequest };
 }
 
 /** The admission options through which one admission tells a waiting claim its ClaimHint. */
@@ -41,8 +46,10 @@ export type AdmitAgent = (item: ClaimAnyItem, hint: ClaimHint, maxBytes: number)
  * the first failure (an unknown agent, push delivery); one where another agent admitted rows
  * answers those, and the next claim reports the failure.
  *
- * It makes no offer to submits (ClaimWaits.takeParked takes single claims only): a submit's
- * announcement wakes it and it admits in a look of its own.
+ * Parked, it offers itself to a submit of each of its agents (`handoff`), as a single claim does:
+ * the first wake-up of any kind withdraws every offer, so at most one submit takes it, and a taken
+ * claim waits for that submit's answer whatever else happens (its caller leaving included: the
+ * engine then gives the rows back). A submit that took nothing for it leaves that agent to its own look.
  */
 export async function waitAny(
   waits: ClaimWaits,
@@ -57,13 +64,26 @@ export async function waitAny(
   /** Wakes not looked at yet: why, and the executions just queued they were for. */
   const fired = new Map<string, { why: Wake; work: readonly string[] }>();
   let ring: (() => void) | undefined;
+  /** The answers of the offers out, by agent: a submit that took one settles it (TakenClaim.settle). */
+  const answers = new Map<string, Promise<ExecutionRow[] | undefined>>();
+  const withdraw = () => {
+    for (const a of armed.values()) a.offer(undefined);
+  };
   const arm = (agent: string) => {
     const fire = (why: Wake, work: readonly string[]) => {
       armed.delete(agent);
       fired.set(agent, { why, work });
+      withdraw();
       ring?.();
     };
     armed.set(agent, waits.waiters.attach(agent, fire, signal));
+  };
+  const offer = (handoff: NonNullable<WaitAnyOptions['handoff']>) => {
+    answers.clear();
+    for (const [agent, a] of armed) {
+      const request = handoff.request(byAgent.get(agent)!);
+      answers.set(agent, new Promise((settle) => a.offer({ request, settle })));
+    }
   };
   try {
     for (const i of items) arm(i.agent);
@@ -77,8 +97,18 @@ export async function waitAny(
         return rows;
       }
       if (performance.now() >= deadline || signal.aborted || o.end?.aborted) return [];
-      if (fired.size === 0) await sleepUntilRung(deadline, signal, o.end, (r) => (ring = r));
+      if (fired.size === 0) {
+        if (o.handoff) offer(o.handoff);
+        await sleepUntilRung(deadline, signal, o.end, (r) => (ring = r));
+        withdraw();
+      }
       ring = undefined;
+      const taken = await takenRows(fired, answers);
+      if (taken.length > 0) {
+        o.handoff!.admitted(taken);
+        settleWakes(waits, armed, [], new Map(), fired, taken);
+        return taken;
+      }
       if (fired.size === 0) return []; // the wait is over, the caller left or withdrew
       wakes = new Map(fired);
       fired.clear();
@@ -92,6 +122,27 @@ export async function waitAny(
     for (const a of armed.values()) a.disarm();
     leave();
   }
+}
+
+/**
+ * The rows a submit took for this claim (its wake-up `taken`), once that submit has answered; none
+ * when no submit took it. A submit that took nothing for it (not decided there, or its call failed)
+ * leaves its agent woken as by a signal, for the claim's own look.
+ */
+async function takenRows(
+  fired: Map<string, { why: Wake; work: readonly string[] }>,
+  answers: Map<string, Promise<ExecutionRow[] | undefined>>,
+): Promise<ExecutionRow[]> {
+  for (const [agent, w] of fired) {
+    if (w.why !== 'taken') continue;
+    const rows = await answers.get(agent);
+    if (rows && rows.length > 0) {
+      fired.delete(agent);
+      return rows;
+    }
+    fired.set(agent, { why: 'signal', work: w.work });
+  }
+  return [];
 }
 
 /** One look at `look`'s agents at once: the rows they admitted, or the first failure when none did. */

@@ -285,9 +285,12 @@ export class Engine {
 
   /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
   async claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
-    const base = { now: 0, owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
-    const admit: AdmitAgent = (i, hint, maxBytes) => this.admitOnce(i.agent, { ...base, max: i.max, maxBytes, ...reportTo(hint) });
-    const rows = await waitAny(this.claimWaits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end }, admit);
+    const base = { owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId } as const;
+    const admit: AdmitAgent = (i, hint, maxBytes) => this.admitOnce(i.agent, { ...base, now: 0, max: i.max, maxBytes, ...reportTo(hint) });
+    const handoff = this.plain // parked, a submit of one of its agents may take it, as a single claim (claim())
+      ? { request: (i: ClaimAnyItem) => ({ ...base, max: i.max }), admitted: (r: ExecutionRow[]) => this.admitted(r) }
+      : undefined;
+    const rows = await waitAny(this.claimWaits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff }, admit);
     if (rows.length === 0 || !opts.signal?.aborted) return rows;
     // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
     await this.giveBack(rows, opts.owner);

@@ -90,13 +90,14 @@ export class Waiters {
 
   /**
    * Arm `fire` on `agent` until it fires or is disarmed: the bare form of arm(), for a claim that
-   * waits on several agents with one timer of its own (claim-any.ts). It makes no offer (take).
+   * waits on several agents with one timer of its own (claim-any.ts). `offer(undefined)` withdraws
+   * an offer made (take).
    */
   attach(
     agent: string,
     fire: (why: Wake, work: readonly string[]) => void,
     signal?: AbortSignal,
-  ): { disarm(): void; nothingQueued(): void; offer(o: TakenClaim): void } {
+  ): { disarm(): void; nothingQueued(): void; offer(o: TakenClaim | undefined): void } {
     let set = this.byAgent.get(agent);
     if (!set) this.byAgent.set(agent, (set = new Map()));
     const armed: Armed = { signal, offer: undefined, nothingQueued: false };

@@ -86,4 +86,31 @@ describe(`a submit and the claim parked on its agent: one commit (${STORE_KIND})
       spy.mockRestore();
     }
   });
+
+  it('a claim on several agents, parked, is taken by a submit of one of them: one statement, and it answers the submit’s row', async () => {
+    const agents = await Promise.all([newAgent(), newAgent(), newAgent()]);
+    const spy: MockInstance<Admit> = vi.spyOn(engine as unknown as { admitOnce: Admit }, 'admitOnce');
+    try {
+      const claim = engine.claimAny(
+        agents.map((agent) => ({ agent, max: 1 })),
+        { owner: 'w-any', waitMs: 20_000 },
+      );
+      await parked(spy, agents.length);
+      spy.mockClear();
+      sent.statements = 0;
+      sent.transactions = 0;
+      const made = await engine.submit(agents[1]!, { message: 'taken' }, 'test');
+      const got = await claim;
+      expect(got.map((r) => [r.id, r.status, r.lease_owner])).toEqual([[made.id, 'running', 'w-any']]);
+      if (pg) {
+        expect(sent).toEqual({ statements: 1, transactions: 0 });
+        expect(spy).toHaveBeenCalledTimes(0); // the submit's call admitted it: the claim made no look of its own
+      }
+      // Taken once: the other agents' offers were withdrawn, so a second submit finds no claim to take.
+      const other = await engine.submit(agents[2]!, { message: 'not taken' }, 'test');
+      expect((await engine.executionHead(other.id))?.status).toBe('queued');
+    } finally {
+      spy.mockRestore();
+    }
+  });
 });
