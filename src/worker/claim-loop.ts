@@ -15,13 +15,17 @@
  *
  * stop() withdraws the same way and cuts the connection only if no answer came within
  * STOP_CUT_MS (a server that went away): tasks in an answer that arrives are released at once.
+ *
+ * A server without POST /v1/claim (older than this SDK) answers its first claim 404 `no route`:
+ * the loop then gives way to one loop per agent over the agent's own route, as the SDK claimed
+ * before that route existed (perAgent), for the rest of the worker's life.
  */
 import { randomUUID } from 'node:crypto';
 import type { BatonClient, Task as TaskView } from '../client.ts';
 import { CLAIM_ANY } from '../domain/batch.ts';
 import type { WorkerEvent } from './events.ts';
 import type { Lane } from './lane.ts';
-import { backoffMs, isTransient, sleep } from './retry.ts';
+import { backoffMs, isRouteMissing, isTransient, sleep } from './retry.ts';
 
 /** Most tasks one claim asks for per agent (the API's bound on `max`). */
 export const CLAIM_MAX = CLAIM_ANY.maxPerAgent;
@@ -117,6 +121,7 @@ export class ClaimLoop {
   private async run(): Promise<void> {
     const stop = this.o.stop;
     let failures = 0;
+    let routeMissing = false;
     while (!stop.aborted) {
       const asked = new Map<Lane, number>();
       for (const lane of this.lanes) {
@@ -143,7 +148,8 @@ export class ClaimLoop {
       } catch (err) {
         if (stop.aborted) break;
         if (!isTransient(err)) {
-          this.o.fail(err);
+          routeMissing = this.lanes.length > 1 && isRouteMissing(err);
+          if (!routeMissing) this.o.fail(err);
           break;
         }
         const wait = backoffMs(failures++);
@@ -166,6 +172,16 @@ export class ClaimLoop {
       }
       for (const [lane, list] of byLane) this.o.start(lane, list);
     }
+    if (routeMissing) await this.perAgent();
+  }
+
+  /**
+   * One single-agent loop per lane (each claims on POST /v1/agents/{agent}/claim), taking over
+   * the lanes' free-slot calls: a server without POST /v1/claim has no withdrawal either, and a
+   * single claim asks for every free slot of its agent, so none is left to withdraw for.
+   */
+  private async perAgent(): Promise<void> {
+    await Promise.all(this.lanes.map((lane) => new ClaimLoop([lane], this.o).done));
   }
 
   private send(out: Out): Promise<TaskView[]> {

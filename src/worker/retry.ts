@@ -26,3 +26,10 @@ export function isTransient(err: unknown): boolean {
 
 /** The server no longer knows this lease: another worker may own the task now. */
 export const isLeaseLost = (err: unknown) => err instanceof ApiError && (err.code === 'lease_lost' || err.status === 404);
+
+/**
+ * The server has no such route (a server older than the SDK): its router answers 404 without
+ * naming what is missing, where the API's own not_found for an unknown agent or execution names
+ * it (`kind`, `id`). A proxy's 404 page (not JSON) names nothing either.
+ */
+export const isRouteMissing = (err: unknown) => err instanceof ApiError && err.status === 404 && err.body.kind === undefined;
