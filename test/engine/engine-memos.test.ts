@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { PoolMembership } from '../../src/engine/admissions.ts';
 import { addRecent, setRecent } from '../../src/engine/bounded.ts';
+import { IdleAgents } from '../../src/engine/idle-agents.ts';
 import { ClaimWaits } from '../../src/engine/waiters.ts';
 
 const turn = () => new Promise((r) => setImmediate(r));
@@ -73,5 +74,26 @@ describe('bounded memos', () => {
       waits.close();
     }
     expect(await claim).toEqual([]);
+  });
+
+  it('IdleAgents at its bound keeps an agent marked idle lately, and a look that saw a forgotten change never marks', () => {
+    const idle = new IdleAgents(60_000);
+    idle.changed('stale');
+    const seen = idle.seen('stale'); // a look at it begins
+    for (let i = 0; i < 9_000; i++) idle.changed(`old${i}`);
+    idle.changed('recent');
+    idle.mark('recent', idle.seen('recent')); // its look found nothing queued
+    for (let i = 0; i < 2_000; i++) idle.changed(`new${i}`); // past the bound: the oldest go, 'stale' first
+    expect(idle.known('recent')).toBe(true);
+    idle.changed('stale'); // work queued for it while the look was out, after it was forgotten
+    idle.mark('stale', seen); // the look ends finding nothing: it must not mark
+    expect(idle.known('stale')).toBe(false);
+    // An agent not remembered (never changed, or forgotten) is marked by a look no change followed.
+    for (let i = 0; i < 10_000; i++) idle.changed(`more${i}`);
+    const quiet = idle.seen('quiet');
+    idle.mark('quiet', quiet);
+    expect(idle.known('quiet')).toBe(true);
+    idle.changed('quiet');
+    expect(idle.known('quiet')).toBe(false);
   });
 });
