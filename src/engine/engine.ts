@@ -39,7 +39,8 @@ import { Schedules } from './triggers/schedules.ts';
 import { Webhooks } from './triggers/webhooks.ts';
 import { Subscriptions } from './composition/subscriptions.ts';
 import { ClaimWaits, type ClaimHint, type Handoff } from './waiters.ts';
-import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem } from './claim-any.ts';
+import { reportTo, type ClaimAnyItem } from './claim-any.ts';
+import { claimAny } from './claim-any-engine.ts';
 import { plainCalls, type PlainCalls } from './plain-calls.ts';
 import { atSend } from './admissions.ts';
 import { Groups } from './composition/group-service.ts';
@@ -284,17 +285,13 @@ export class Engine {
   }
 
   /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
-  async claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
-    const base = { owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId } as const;
-    const admit: AdmitAgent = (i, hint, maxBytes) => this.admitOnce(i.agent, { ...base, now: 0, max: i.max, maxBytes, ...reportTo(hint) });
-    const handoff = this.plain // parked, a submit of one of its agents may take it, as a single claim (claim())
-      ? { request: (i: ClaimAnyItem) => ({ ...base, max: i.max }), admitted: (r: ExecutionRow[]) => this.admitted(r) }
-      : undefined;
-    const rows = await waitAny(this.claimWaits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff }, admit);
-    if (rows.length === 0 || !opts.signal?.aborted) return rows;
-    // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
-    await this.giveBack(rows, opts.owner);
-    return [];
+  claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
+    const admitted = this.plain && ((rows: ExecutionRow[]) => this.admitted(rows));
+    return claimAny(
+      { waits: this.claimWaits, admitOnce: (a, o) => this.admitOnce(a, o), admitted, giveBack: (r, o) => this.giveBack(r, o) },
+      items,
+      opts,
+    );
   }
 
   /** The long-poll re-check (ClaimWaits.pollOnce), every `claimPollMs` while claims wait; tests call it directly. */

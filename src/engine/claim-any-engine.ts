@@ -1,0 +1,38 @@
+import type { ExecutionRow } from '../store/schema.ts';
+import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem } from './claim-any.ts';
+import type { ClaimOptions } from './engine-options.ts';
+import type { AdmitOptions } from './transitions/admit.ts';
+import type { ClaimWaits } from './waiters.ts';
+
+/** What a claim on several agents takes from the engine (engine.claimAny). */
+export interface ClaimAnyEngine {
+  waits: ClaimWaits;
+  /** One admission for an agent, announced (the single claim's: engine.admitOnce). */
+  admitOnce(agent: string, opts: AdmitOptions): Promise<ExecutionRow[]>;
+  /**
+   * Rows a submit admitted for the claim in its own call, to announce; present only where submits
+   * take parked claims (the plain calls: plain-calls.ts).
+   */
+  admitted: ((rows: ExecutionRow[]) => void) | undefined;
+  /** Rows leased to a caller that left: back to the queue, their attempt given back. */
+  giveBack(rows: readonly ExecutionRow[], owner: string): Promise<void>;
+}
+
+/** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
+export async function claimAny(
+  e: ClaimAnyEngine,
+  items: readonly ClaimAnyItem[],
+  opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal },
+): Promise<ExecutionRow[]> {
+  const base = { owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId } as const;
+  const admit: AdmitAgent = (i, hint, maxBytes) => e.admitOnce(i.agent, { ...base, now: 0, max: i.max, maxBytes, ...reportTo(hint) });
+  const admitted = e.admitted;
+  const handoff = admitted // parked, a submit of one of its agents may take it, as a single claim (engine.claim)
+    ? { request: (i: ClaimAnyItem) => ({ ...base, max: i.max }), admitted }
+    : undefined;
+  const rows = await waitAny(e.waits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff }, admit);
+  if (rows.length === 0 || !opts.signal?.aborted) return rows;
+  // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
+  await e.giveBack(rows, opts.owner);
+  return [];
+}
