@@ -147,6 +147,8 @@ export class Engine {
   subscribe(topic: Topic, listener: (message: string) => void): () => void {
     return this.store.subscribe(topic, listener);
   }
+  /** Tell every process (this one too) a store signal: `claim`, a withdrawal (src/api/parked-claims.ts). */
+  publish = (topic: Topic, message: string): void => this.store.publish(topic, message);
 
   /**
    * The store's kind, whether every known migration is applied, and since when its disk has been

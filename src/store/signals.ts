@@ -8,9 +8,11 @@ import { randomBytes } from 'node:crypto';
  *   log       — `<execution id>` after log lines were appended
  *   agent     — `<agent>` after an agent's settings changed (a raised cap may admit work)
  *   key       — `<key id>` after an API key was revoked (caches drop it, its open streams close)
+ *   claim     — `<key id>\t<claim id>`, each URI-encoded, after a withdrawal of a claim found none
+ *               waiting in its process (src/api/parked-claims.ts)
  */
-export type Topic = 'execution' | 'log' | 'agent' | 'key';
-export const TOPICS: readonly Topic[] = ['execution', 'log', 'agent', 'key'];
+export type Topic = 'execution' | 'log' | 'agent' | 'key' | 'claim';
+export const TOPICS: readonly Topic[] = ['execution', 'log', 'agent', 'key', 'claim'];
 
 /**
  * In-process fan-out with echo suppression: a message published here is delivered to local

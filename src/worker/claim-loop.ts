@@ -9,8 +9,9 @@
  * claim's wait (POST /v1/claim/withdraw, with the `claim_id` the claim was sent with), waits for
  * the claim's answer, and claims again with every agent's free slots. The claim's connection is
  * never cut for this: a claim answers normally, with the tasks a look already begun took, so no
- * task is leased to an answer nobody reads. A withdrawal that finds nothing (the answer is on its
- * way, or the claim waits in another server process) changes nothing: the answer comes as it
+ * task is leased to an answer nobody reads. The server passes a withdrawal on to its other
+ * processes on the same database (behind a balancer the claim may wait in another); one that
+ * finds nothing anywhere (the answer is on its way) changes nothing: the answer comes as it
  * would have, at the latest when its wait ends.
  *
  * stop() withdraws the same way and cuts the connection only if no answer came within

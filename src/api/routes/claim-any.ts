@@ -5,6 +5,7 @@ import { Unauthorized } from '../../domain/errors.ts';
 import { requireAgentAccess } from '../auth.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
 import { RawAnswer } from '../raw-json.ts';
+import { ParkedClaims } from '../parked-claims.ts';
 import { endClaimOnRevoke } from '../revocation.ts';
 import { ErrorBody } from '../schemas.ts';
 import { ClaimAnyBody, ClaimAnyResponse, ClaimWithdrawBody, ClaimWithdrawn } from '../schemas/claim-any.ts';
@@ -17,11 +18,12 @@ import { ClaimAnyBody, ClaimAnyResponse, ClaimWithdrawBody, ClaimWithdrawn } fro
  * out does: with the tasks a look already begun took. Its connection is never cut, so no task
  * leased to it is left unanswered (docs/delivery.md, "One claim for many agents").
  *
- * Claims waiting here that named a `claim_id`, by key and id: a withdrawal reaches only the
- * caller's own claims, in this server process.
+ * A withdrawal reaches only the caller's own claims, in whichever server process of the store
+ * they wait (parked-claims.ts).
  */
 export function claimAnyRoutes(app: RouteApp, deps: ApiDeps): void {
-  const parked = new Map<string, AbortController>();
+  const parked = new ParkedClaims(deps.engine);
+  app.addHook('onClose', async () => parked.close());
   app.post(
     '/v1/claim',
     {
@@ -54,11 +56,7 @@ export function claimAnyRoutes(app: RouteApp, deps: ApiDeps): void {
         response: { 200: ClaimWithdrawn },
       },
     },
-    async (req) => {
-      const claim = parked.get(`${req.principal.keyId}\t${req.body.claim_id}`);
-      claim?.abort();
-      return { withdrawn: claim !== undefined };
-    },
+    async (req) => ({ withdrawn: parked.withdraw(ParkedClaims.nameOf(req.principal.keyId, req.body.claim_id)) }),
   );
 }
 
@@ -67,7 +65,7 @@ async function claimAny(
   req: FastifyRequest,
   reply: FastifyReply,
   body: z.output<typeof ClaimAnyBody>,
-  parked: Map<string, AbortController>,
+  parked: ParkedClaims,
 ) {
   const keyId = req.principal.keyId;
   const owner = body.worker_id ?? `key:${keyId}`;
@@ -82,14 +80,14 @@ async function claimAny(
   };
   reply.raw.once('close', onClose);
   const end = new AbortController();
-  const name = body.claim_id !== undefined ? `${keyId}\t${body.claim_id}` : undefined;
-  if (name !== undefined) parked.set(name, end);
+  const name = body.claim_id !== undefined ? ParkedClaims.nameOf(keyId, body.claim_id) : undefined;
+  if (name !== undefined) parked.park(name, end);
   try {
     const rows = await engine.claimAny(items, { owner, waitMs, signal: abort.signal, end: end.signal, keyId });
     if (rows.length === 0 && revocation.revoked()) throw new Unauthorized('the API key that made this claim was revoked');
     return rows;
   } finally {
-    if (name !== undefined && parked.get(name) === end) parked.delete(name);
+    if (name !== undefined) parked.leave(name, end);
     revocation.off();
     reply.raw.off('close', onClose);
   }

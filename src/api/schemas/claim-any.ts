@@ -38,6 +38,6 @@ export const ClaimWithdrawn = z.object({
   withdrawn: z
     .boolean()
     .describe(
-      'true: a waiting claim of this key with that id was told to end; it answers as its wait would have ended (with any tasks it took). false: none was waiting here (it had answered, or waits on another server process)',
+      'true: a waiting claim of this key with that id was told to end; it answers as its wait would have ended (with any tasks it took). false: none was waiting in the server process that answered; the withdrawal was passed on to the other processes of the same database, and ends such a claim if one waits there',
     ),
 });
