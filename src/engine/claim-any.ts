@@ -50,6 +50,10 @@ export type AdmitAgent = (item: ClaimAnyItem, hint: ClaimHint, maxBytes: number)
  * the first wake-up of any kind withdraws every offer, so at most one submit takes it, and a taken
  * claim waits for that submit's answer whatever else happens (its caller leaving included: the
  * engine then gives the rows back). A submit that took nothing for it leaves that agent to its own look.
+ * It offers itself while it looks too, for each agent the look does not cover or whose admission in
+ * it found nothing: a worker re-claims after every answer, and a submit during that look would
+ * otherwise miss the hand-off and wait for the whole look (its slowest admission) and then for a
+ * look of its own. Taken during a look, it answers the look's rows and the submit's together.
  */
 export async function waitAny(
   waits: ClaimWaits,
@@ -66,7 +70,10 @@ export async function waitAny(
   let ring: (() => void) | undefined;
   /** The answers of the offers out, by agent: a submit that took one settles it (TakenClaim.settle). */
   const answers = new Map<string, Promise<ExecutionRow[] | undefined>>();
+  /** While set, agents offered may be taken by a submit (offerTo); the first wake-up of any kind unsets it. */
+  let open: { handoff: NonNullable<WaitAnyOptions['handoff']>; maxBytes?: number } | undefined;
   const withdraw = () => {
+    open = undefined;
     for (const a of armed.values()) a.offer(undefined);
   };
   const arm = (agent: string) => {
@@ -78,12 +85,18 @@ export async function waitAny(
     };
     armed.set(agent, waits.waiters.attach(agent, fire, signal));
   };
-  const offer = (handoff: NonNullable<WaitAnyOptions['handoff']>) => {
+  /** Offer the claim to a submit of `agent`, while offers are open and no wake-up has come. */
+  const offerTo = (agent: string) => {
+    const a = armed.get(agent);
+    if (!open || !a || fired.size > 0) return;
+    const request = { ...open.handoff.request(byAgent.get(agent)!), ...(open.maxBytes !== undefined ? { maxBytes: open.maxBytes } : {}) };
+    answers.set(agent, new Promise((settle) => a.offer({ request, settle })));
+  };
+  /** Open offers, to each armed agent not in `looking` (answers within `maxBytes` when given). */
+  const offer = (handoff: NonNullable<WaitAnyOptions['handoff']>, looking: ReadonlySet<string>, maxBytes?: number) => {
     answers.clear();
-    for (const [agent, a] of armed) {
-      const request = handoff.request(byAgent.get(agent)!);
-      answers.set(agent, new Promise((settle) => a.offer({ request, settle })));
-    }
+    open = { handoff, maxBytes };
+    for (const agent of armed.keys()) if (!looking.has(agent)) offerTo(agent);
   };
   try {
     for (const i of items) arm(i.agent);
@@ -91,14 +104,26 @@ export async function waitAny(
     let look = o.waitMs > 0 ? items.filter((i) => !waits.idle.known(i.agent)) : [...items];
     let wakes = new Map<string, { why: Wake; work: readonly string[] }>();
     for (;;) {
-      const rows = await lookAt(waits, look, armed, admit);
+      // While it looks, a submit of an agent not in the look, or whose admission in it found nothing,
+      // may take it as if it were parked: the look and that submit's call then answer together, each
+      // agent within its own `max`, the answer's byte bound shared by the look's agents and the one taken.
+      const offering = o.handoff !== undefined && o.waitMs > 0 && look.length > 0;
+      const shares = look.length + (offering ? 1 : 0);
+      if (offering) offer(o.handoff!, new Set(look.map((i) => i.agent)), share(shares));
+      const looked = await lookAt(waits, look, armed, admit, shares, offerTo);
+      withdraw();
+      // A taken claim waits for its submit's answer whatever its look found (rows taken for it are never stranded).
+      const early = await takenRows(fired, answers);
+      if (early.length > 0) o.handoff!.admitted(early);
+      const rows = [...looked.rows, ...early];
       if (rows.length > 0) {
         settleWakes(waits, armed, look, wakes, fired, rows);
         return rows;
       }
+      if (looked.failure) throw looked.failure.reason;
       if (performance.now() >= deadline || signal.aborted || o.end?.aborted) return [];
       if (fired.size === 0) {
-        if (o.handoff) offer(o.handoff);
+        if (o.handoff) offer(o.handoff, new Set());
         await sleepUntilRung(deadline, signal, o.end, (r) => (ring = r));
         withdraw();
       }
@@ -145,16 +170,21 @@ async function takenRows(
   return [];
 }
 
-/** One look at `look`'s agents at once: the rows they admitted, or the first failure when none did. */
+/** The answer's byte bound, shared by `shares` admissions: each stops at its share (always one row). */
+const share = (shares: number) => Math.ceil(CONTRACT_DEFAULTS.claimAnswerBytes / shares);
+
+/** One look at `look`'s agents at once (`shares` admissions share the answer's bytes): the rows they admitted, and the first failure. */
 async function lookAt(
   waits: ClaimWaits,
   look: readonly ClaimAnyItem[],
   armed: Map<string, { nothingQueued(): void }>,
   admit: AdmitAgent,
-): Promise<ExecutionRow[]> {
-  if (look.length === 0) return [];
-  // The answer's byte bound, shared: each agent's admission stops at its share (always one row).
-  const maxBytes = Math.ceil(CONTRACT_DEFAULTS.claimAnswerBytes / look.length);
+  shares: number,
+  /** An agent's admission found nothing: a submit of it may now take the claim. */
+  empty: (agent: string) => void,
+): Promise<{ rows: ExecutionRow[]; failure?: PromiseRejectedResult }> {
+  if (look.length === 0) return { rows: [] };
+  const maxBytes = share(shares);
   const settled = await Promise.allSettled(
     look.map(async (item) => {
       const seen = waits.idle.seen(item.agent);
@@ -167,6 +197,7 @@ async function lookAt(
           armed.get(item.agent)?.nothingQueued();
         }
         if (hint.reopensAt !== undefined) waits.reopenIn(item.agent, hint.reopensAt - waits.now());
+        empty(item.agent);
       }
       return rows;
     }),
@@ -177,8 +208,7 @@ async function lookAt(
     if (s.status === 'fulfilled') rows.push(...s.value);
     else failure ??= s;
   }
-  if (rows.length === 0 && failure) throw failure.reason;
-  return rows;
+  return { rows, failure };
 }
 
 /**

@@ -154,6 +154,46 @@ describe(`a submit admits the claim parked on its agent in its own commit (${STO
       spy.mockRestore();
     }
   });
+
+  it('a claim on several agents is taken by a submit while it looks, for an agent its look found empty, and answers both', async () => {
+    const [slow, fast] = await Promise.all([newAgent(), newAgent()]);
+    const queued = await engine.submit(slow, { message: 'queued first' }, 'test');
+    const original = (engine as unknown as { admitOnce: Admit }).admitOnce;
+    const spy = spyAdmissions(engine);
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    // The look's admission of `slow` is held until the submit of `fast` is made: the look is still out then.
+    spy.mockImplementation(async function (this: Engine, ...args: Parameters<Admit>) {
+      if (args[0] === slow) await gate;
+      return original.apply(this, args);
+    });
+    try {
+      const claim = engine.claimAny(
+        [
+          { agent: slow, max: 1 },
+          { agent: fast, max: 1 },
+        ],
+        { owner: 'w', waitMs: 20_000 },
+      );
+      await parked(spy, fast); // its admission in the look found nothing; `slow`'s is held
+      const made = await engine.submit(fast, { message: 'while it looks' }, 'test');
+      open();
+      const got = await claim;
+      if (pg) {
+        // Taken by the submit's call: one commit made the task and admitted it; `fast` was looked at once.
+        expect(got.map((r) => r.id).sort()).toEqual([queued.id, made.id].sort());
+        expect(looks(spy, fast)).toBe(1);
+        expect((await row(made.id)).lease_owner).toBe('w');
+      } else {
+        // On SQLite the submit wakes the claim's waiter; the look answers with its own row and passes the wake on.
+        expect(got.map((r) => r.id)).toEqual([queued.id]);
+        expect((await row(made.id)).status).toBe('queued');
+      }
+    } finally {
+      open();
+      spy.mockRestore();
+    }
+  });
 });
 
 describe.skipIf(!pg)('the shared call on PostgreSQL', () => {
