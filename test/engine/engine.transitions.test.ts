@@ -264,7 +264,11 @@ describe(`transitions (${STORE_KIND})`, () => {
       { members: Array.from({ length: members }, (_, i) => member(i)), join: { agent: deep, message: 'j' } },
       't',
     );
-    for (let i = 0; i < plain; i++) await engine.submit(deep, { message: `m${i}` }, 't');
+    await engine.submitMany(
+      deep,
+      Array.from({ length: plain }, (_, i) => ({ message: `m${i}` })),
+      't',
+    );
     const queued = plain + 2 * members;
     const counter = countTurns();
     const transactions: number[] = [];

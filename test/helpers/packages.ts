@@ -151,6 +151,23 @@ async function build(root: string, dir: string): Promise<Installed> {
   return installed;
 }
 
+/** False once the process that took `lock` has ended; true while it runs, or before it wrote its pid. */
+function lockHolderAlive(lock: string): boolean {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(join(lock, 'pid'), 'utf8'));
+  } catch {
+    return true; // not written yet: the lock's age decides
+  }
+  if (!Number.isInteger(pid) || pid <= 0) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /**
  * Pack both packages and install them into a fresh project, once per content of the sources:
  * the sqlite and postgres projects (and later runs on unchanged sources) share one install,
@@ -168,14 +185,16 @@ export async function packAndInstall(): Promise<Installed> {
     try {
       mkdirSync(lock);
     } catch {
-      // A lock older than the longest build belongs to a run that died: take it over.
-      if (Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 15 * 60_000)
+      // A lock whose process is gone (a run stopped mid-build), or older than the longest build,
+      // belongs to a run that died: take it over.
+      if (!lockHolderAlive(lock) || Date.now() - (statSync(lock, { throwIfNoEntry: false })?.mtimeMs ?? Date.now()) > 15 * 60_000)
         rmSync(lock, { recursive: true, force: true });
       if (Date.now() > until) throw new Error(`gave up waiting for ${lock}`);
       await new Promise((r) => setTimeout(r, 1000));
       continue;
     }
     try {
+      writeFileSync(join(lock, 'pid'), String(process.pid));
       if (!existsSync(join(dir, 'installed.json'))) return await build(root, dir);
     } finally {
       rmSync(lock, { recursive: true, force: true });

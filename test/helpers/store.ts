@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterEach, describe } from 'vitest';
 import type { StoreAdapter, StoreKind } from '../../src/store/adapter.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
-import { openSqlite } from '../../src/store/sqlite.ts';
+import { openSqlite, type SqliteOptions } from '../../src/store/sqlite.ts';
 
 export const STORE_KIND: StoreKind = process.env.BATON_TEST_STORE === 'postgres' ? 'postgres' : 'sqlite';
 export const PG_URL = process.env.BATON_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -56,10 +56,10 @@ export interface TestStore {
  * A fresh, migrated store for one test file: a new SQLite file, or a new PostgreSQL schema.
  * A file with a failed test keeps its data for inspection (the path is printed).
  */
-export async function openTestStore(opts: { poolMax?: number } = {}): Promise<TestStore> {
+export async function openTestStore(opts: { poolMax?: number; sqlite?: SqliteOptions } = {}): Promise<TestStore> {
   const dataDir = mkdtempSync(join(tmpdir(), 'baton-test-'));
   if (STORE_KIND === 'sqlite') {
-    const store = openSqlite(join(dataDir, 'baton.sqlite'));
+    const store = openSqlite(join(dataDir, 'baton.sqlite'), opts.sqlite);
     await store.migrate();
     return {
       store,
