@@ -702,11 +702,22 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       counter?.takeTexts();
       // In-process, the process's CPU a task (every thread: the engine, SQLite and its readers): on
       // a shared machine it moves with the work done, where tasks a second move with the load too.
+      // In-process on PostgreSQL, the CPU of the backends serving this process too (the other half
+      // of what a task costs on one machine).
+      const backends = () => (mode === 'inproc' && store === 'postgres' ? pgBackendTicks(pgUrl, [process.pid]) : undefined);
+      const pgBefore = await backends();
       const cpu = process.cpuUsage();
       try {
         const run = await runW1(driver, cfg, agents);
         const used = process.cpuUsage(cpu);
-        const w = mode === 'inproc' ? { ...run, cpu_us_per_task: round((used.user + used.system) / tasks, 1) } : run;
+        const pgAfter = await backends();
+        let w: Omit<FlowW1Run, 'check'> =
+          mode === 'inproc' ? { ...run, cpu_us_per_task: round((used.user + used.system) / tasks, 1) } : run;
+        if (pgAfter && pgAfter.size > 0) {
+          let ticks = 0;
+          for (const [pid, t] of pgAfter) ticks += t - (pgBefore?.get(pid) ?? 0);
+          w = { ...w, pg_cpu_us_per_task: round((ticks * 10_000) / tasks, 1) };
+        }
         if (!counter) return w;
         const statements = Object.values(counter.take()).reduce((x, y) => x + y, 0);
         if (a['flow-statements']) {

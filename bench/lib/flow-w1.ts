@@ -94,12 +94,15 @@ const median = (xs: number[]) => {
 };
 const perTask = (r: FlowW1Run) =>
   (r.cpu_us_per_task === undefined ? '' : `, ${r.cpu_us_per_task} µs of CPU a task`) +
+  (r.pg_cpu_us_per_task === undefined ? '' : ` (PostgreSQL's backends ${r.pg_cpu_us_per_task} µs)`) +
   (r.statements_per_task === undefined ? '' : `, ${r.statements_per_task} statements and ${r.transactions_per_task} transactions a task`);
 
 export type FlowW1Run = W1Result & {
   check: FlowCheck;
   /** In-process: the process's CPU (user + system, every thread) per task, µs. */
   cpu_us_per_task?: number;
+  /** In-process on PostgreSQL: the CPU of the backends serving the process (their /proc ticks) per task, µs. */
+  pg_cpu_us_per_task?: number;
   /** In-process on PostgreSQL: statements and transactions sent per task. */
   statements_per_task?: number;
   transactions_per_task?: number;

@@ -9,7 +9,7 @@ type CarriedPool = { row: LockedPools['pools'][number]; seats: { inUse: number; 
 /**
  * What the admissions of one gathered transaction (src/engine/admissions.ts) read once for all
  * of them and then change themselves, carried from one agent's admission to the next: the pools'
- * seats in use, waits for a turn and throttles, and the serial keys taken. FastPaths.lockAgents
+ * seats in use, waits for a turn and throttles, and the serial keys taken. FastPaths.lockAdmissions
  * reads every agent's pools before the first admission; each admission reads a pool as the read
  * found it with what the admissions before it in the transaction wrote since (the same writes, made
  * in memory too), as it would read it after their commits. The read is exact for the rest: the

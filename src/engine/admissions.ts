@@ -2,10 +2,9 @@ import { parsePools } from '../domain/pools.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { AdmissionCarry, AdmissionWrites } from './admission-carry.ts';
-import { setRecent } from './bounded.ts';
 import { Gathered } from './gather.ts';
 import type { FlowReport } from './pools.ts';
-import type { LockedAgent } from '../store/fast-paths.ts';
+import { somePools, type LockedAgent } from '../store/fast-paths.ts';
 import { admit, type AdmitOptions } from './transitions/admit.ts';
 
 /** One agent's admission, to be made with others (`id`: the agent's name). */
@@ -47,10 +46,9 @@ export class Admissions {
   private readonly poolsOf = new Map<string, string>();
   /** Agents whose claims the store's claim call left to a transaction, as their last admission here read them. */
   private readonly undecided = new Set<string>();
-  private readonly membership = new PoolMembership();
 
   constructor(store: StoreAdapter, now: () => number) {
-    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now, this.membership));
+    this.lanes = Array.from({ length: ADMISSION_LANES }, () => gatheredAdmissions(store, now));
   }
 
   run(a: Admission): Promise<ExecutionRow[]> {
@@ -96,107 +94,54 @@ const laneOf = (s: string): number => {
  * One lane's admissions: up to GATHER_MAX agents to a transaction, each stamped with the time its
  * transaction runs (atSend: it may take rows submitted while it waited for the lane). Where the
  * store has fast paths, an admission alone is a gathered transaction of one (its reads and writes
- * one call each, fewer round trips than the transaction path's statements), made again on that
- * path where its agent's pools were not as known or its agent was not found (which it says).
+ * one call each, fewer round trips than the transaction path's statements).
  */
-function gatheredAdmissions(store: StoreAdapter, now: () => number, known: PoolMembership): Gathered<Admission, ExecutionRow[]> {
+function gatheredAdmissions(store: StoreAdapter, now: () => number): Gathered<Admission, ExecutionRow[]> {
   const fresh = (a: Admission): Admission => ({ id: a.id, opts: atSend(a.opts, now) });
   const alone = (a: Admission) => store.transaction((tx) => admit(tx, store, a.id, fresh(a).opts));
-  const one = !store.fastPaths
-    ? alone
-    : async (a: Admission) => {
-        try {
-          const out = (await store.transaction((tx) => admitMany(tx, store, [fresh(a)], known))).get(a.id);
-          if (out) return out;
-        } catch (err) {
-          if (!(err instanceof StaleMembership)) throw err;
-        }
-        return alone(a);
-      };
+  const many = (items: readonly Admission[]) => store.transaction((tx) => admitMany(tx, store, items.map(fresh)));
   return new Gathered<Admission, ExecutionRow[]>({
-    many: (items) => store.transaction((tx) => admitMany(tx, store, items.map(fresh), known)),
-    one,
+    many,
+    one: !store.fastPaths ? alone : async (a) => (await many([a])).get(a.id) ?? alone(a),
     // An agent not found by the batch's lock is made alone, which says so.
     absent: alone,
   });
 }
 
-/** An agent's pools were not as PoolMembership knew them: the transaction admitted nothing, and is to be made again. */
-export class StaleMembership extends Error {
-  constructor(agent: string) {
-    super(`agent '${agent}' draws from other pools than this process knew`);
-  }
-}
-
-/**
- * Each agent's pools (its raw column) as the last admission in this process locked them: the
- * lock order of a gathered transaction is computed from them, and the call that locks the agents
- * checks them (FastPaths.lockAgentsAs), so the separate read of every agent's pools is made only
- * for agents not known yet. Bounded (the agents noted longest ago go first): agents deleted or
- * renamed leave entries behind.
- */
-export class PoolMembership {
-  private readonly pools = new Map<string, string | null>();
-
-  note(agent: string, pools: string | null): void {
-    setRecent(this.pools, agent, pools, 10_000);
-  }
-
-  /** The agents' pools, if every one is known. */
-  of(agents: readonly string[]): Map<string, string | null> | undefined {
-    const out = new Map<string, string | null>();
-    for (const a of agents) {
-      const p = this.pools.get(a);
-      if (p === undefined) return undefined;
-      out.set(a, p);
-    }
-    return out;
-  }
-}
-
 /**
  * The locks first, as every admission takes them: the agent rows in name order, then their pools
- * in name order. Where the agents, taken in the order of their pools, lock each pool they meet
- * after every pool locked before (an agent drawing from one pool always does), admitting them in
- * that order keeps that lock order without locking the pools up front; otherwise the union of
- * their pools is locked here, in name order, before any admission.
+ * in name order. Where the store has fast paths, that is one call (FastPaths.lockAdmissions), which
+ * also makes every agent's reads and reads each pool once, after every agent's lock: the
+ * admissions then read the pools as those before them in the transaction left them
+ * (AdmissionCarry). Else the agent rows in one statement and, unless the agents taken in the order
+ * of their pools lock each new pool after every pool before it (an agent of one pool always does),
+ * the union of their pools in name order, before any admission.
  */
-export async function admitMany(
-  tx: Tx,
-  store: StoreAdapter,
-  items: readonly Admission[],
-  known?: PoolMembership,
-): Promise<Map<string, ExecutionRow[]>> {
+export async function admitMany(tx: Tx, store: StoreAdapter, items: readonly Admission[]): Promise<Map<string, ExecutionRow[]>> {
   const byName = new Map(items.map((i) => [i.id, i]));
-  const read = (name: string) => {
-    const o = byName.get(name)!.opts;
-    return { agent: name, limit: Math.max(0, 2 * o.max), now: o.now };
-  };
+  const names = items.map((i) => i.id).sort();
   const fast = store.fastPaths;
-  // Every agent's pools known and their order locking each pool after those before: the agents'
-  // locks, reads and pools' locks in one call, which checks the pools the order came from.
-  const cached = fast && known ? known.of(items.map((i) => i.id)) : undefined;
-  const planned = cached && poolOrder([...cached].map(([name, p]) => ({ name, pools: parsePools(p) })));
   let order: string[];
   let reads: Map<string, LockedAgent> | undefined;
-  if (fast && cached && planned?.inOrder) {
-    reads = await fast.lockAgentsAs(
+  if (fast) {
+    const locked = await fast.lockAdmissions(
       tx,
-      planned.order.map((name) => ({ ...read(name), pools: cached.get(name)! })),
+      names.map((name) => {
+        const o = byName.get(name)!.opts;
+        return { agent: name, limit: Math.max(0, 2 * o.max), now: o.now };
+      }),
     );
-    let stale: string | undefined;
-    for (const [name, r] of reads) {
-      if (r.row.pools !== cached.get(name)) stale = name;
-      known!.note(name, r.row.pools);
+    reads = new Map();
+    for (const [name, r] of locked.agents) {
+      // Each agent that found candidates reads its own pools out of the transaction's one read.
+      const own = locked.pools && r.candidates?.length ? somePools(locked.pools, parsePools(r.row.pools)) : undefined;
+      reads.set(name, own ? { ...r, pools: own } : r);
     }
-    if (stale !== undefined) throw new StaleMembership(stale);
-    order = planned.order.filter((name) => reads!.has(name));
+    order = poolOrder([...reads.values()].map((r) => ({ name: r.row.name, pools: parsePools(r.row.pools) }))).order;
   } else {
-    const names = items.map((i) => i.id).sort();
     const found = await store
       .lockRows(tx.selectFrom('agents').select(['name', 'pools']).where('name', 'in', names).orderBy('name'), 'admission')
       .execute();
-    for (const a of found) known?.note(a.name, a.pools);
     const agents = found.map((a) => ({ name: a.name, pools: parsePools(a.pools) }));
     const sorted = poolOrder(agents);
     order = sorted.order;
@@ -204,16 +149,13 @@ export async function admitMany(
       const union = [...new Set(agents.flatMap((a) => a.pools))].sort();
       await store.lockRows(tx.selectFrom('pools').select('name').where('name', 'in', union).orderBy('name'), 'admission').execute();
     }
-    // Where the store has fast paths, every agent's reads and its pools' locks in that order in one
-    // round trip, each admission then reading the pools as those before it left them (AdmissionCarry).
-    reads = fast ? await fast.lockAgents(tx, order.map(read)) : undefined;
   }
   const carry = new AdmissionCarry();
-  const writes = store.fastPaths ? new AdmissionWrites() : undefined;
+  const writes = fast ? new AdmissionWrites() : undefined;
   const out = new Map<string, ExecutionRow[]>();
   for (const name of order)
     out.set(name, await admit(tx, store, name, byName.get(name)!.opts, reads && { locked: reads.get(name), carry, writes }));
-  if (writes) for (const [name, rows] of await writes.flush(tx, store.fastPaths!)) out.set(name, rows);
+  if (writes) for (const [name, rows] of await writes.flush(tx, fast!)) out.set(name, rows);
   return out;
 }
 

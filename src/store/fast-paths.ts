@@ -145,25 +145,17 @@ export interface FastPaths {
    */
   lockAgent(tx: Kysely<DB>, agent: string, read?: { limit: number; now: number }): Promise<LockedAgent | undefined>;
   /**
-   * lockAgent with `read` for each agent of `items`, one after another in the order given, in one
-   * round trip: each agent's lock, then its reads and its pools' locks, before the next agent's.
-   * Call it holding every one of the agents' locks already (src/engine/admissions.ts), so the
-   * only locks it takes in turn are the pools', in that order. Reads only; an agent missing from
-   * the map was not found.
+   * Within the admission transaction `tx`: lockAgent with `read` for each agent of `items`, in one
+   * round trip, each agent locked and read in name order (the order every admission locks agent
+   * rows in), its pools not locked; then, after every agent's lock, the pools of the agents that
+   * found candidates, each once, locked in name order with their seats and waits (as lockPools).
+   * Each agent's `queued` says, where it found no candidate, whether it has any queued row at all.
+   * Reads only; an agent missing from the map was not found.
    */
-  lockAgents(tx: Kysely<DB>, items: ReadonlyArray<{ agent: string; limit: number; now: number }>): Promise<Map<string, LockedAgent>>;
-  /**
-   * lockAgents without holding the agents' locks first: the same call takes them, in name order,
-   * before any agent's reads (so it takes them as lockAgents' caller would), then makes lockAgents'
-   * reads in the order given, for each agent whose `pools` column is `pools` (the raw column, null
-   * for none): the order was computed from them (src/engine/admissions.ts). An agent whose column
-   * differs gets no candidates and no pools locked, so no pool is locked out of that order; its
-   * row says what the column is, and the caller must not admit from this call.
-   */
-  lockAgentsAs(
+  lockAdmissions(
     tx: Kysely<DB>,
-    items: ReadonlyArray<{ agent: string; pools: string | null; limit: number; now: number }>,
-  ): Promise<Map<string, LockedAgent>>;
+    items: ReadonlyArray<{ agent: string; limit: number; now: number }>,
+  ): Promise<{ agents: Map<string, LockedAgent>; pools: LockedPools | undefined }>;
   /**
    * Within the admission transaction `tx`, holding the agents' locks: what the admissions of
    * several agents decided to write to their agent rows and their rows to take, in one call
@@ -189,6 +181,8 @@ export interface LockedAgent {
   poolBudgeted: boolean;
   candidates?: LockedCandidate[];
   pools?: LockedPools;
+  /** With candidates read and none found: whether the agent has a queued row at all (FastPaths.lockAdmissions). */
+  queued?: boolean;
 }
 
 /** What admission reads of a candidate row (src/engine/candidates.ts), here or in FastPaths.lockAgent. */
@@ -218,6 +212,16 @@ export interface LockedPoolRow {
   agent: string | null;
   since: string | number | null;
   seen_at: string | number | null;
+}
+
+/** `read` with only the pools named `names` (those found: a pool not locked is left out). */
+export function somePools(read: LockedPools, names: readonly string[]): LockedPools {
+  const out: LockedPools = { pools: read.pools.filter((p) => names.includes(p.name)), seats: new Map() };
+  for (const p of out.pools) {
+    const s = read.seats.get(p.name);
+    if (s) out.seats.set(p.name, s);
+  }
+  return out;
 }
 
 /** Those rows (a pool, then the waits of the seated pools) as LockedPools. */

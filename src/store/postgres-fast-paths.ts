@@ -53,32 +53,19 @@ export function postgresFastPaths(db: Kysely<DB>, lone: <T>(statement: () => Pro
               f.running AS _running, f.pool_budgeted AS _pool_budgeted FROM baton_lock_agent(${agent}) f`.execute(tx);
         return rows.length === 0 ? undefined : lockedAgent(rows[0]!);
       },
-      // The function runs once per agent, in the array's order (a lateral call for each element
-      // of the unnest, which yields them in order), so the pools are locked in that order.
-      lockAgents: async (tx, items) => {
-        const { rows } = await sql<LockedRow>`SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
-            f.candidates AS _candidates, f.pools AS _pools
-          FROM unnest(${items.map((i) => i.agent)}::text[], ${items.map((i) => i.limit)}::int[], ${items.map((i) => i.now)}::bigint[])
-            WITH ORDINALITY AS a(agent, lim, now, n)
-          CROSS JOIN LATERAL baton_lock_agent(a.agent, a.lim, a.now) f ORDER BY a.n`.execute(tx);
-        return new Map(rows.map((r) => [r.name, lockedAgent(r)]));
-      },
-      // The agents locked in name order first (a materialised CTE that a one-time filter reads in
-      // full before the first call), then the calls as lockAgents makes them. Their pools are
-      // compared in a scalar subquery, not a join, so the calls stay in the unnest's order.
-      lockAgentsAs: async (tx, items) => {
-        const names = [...new Set(items.map((i) => i.agent))].sort();
-        const { rows } = await sql<LockedRow>`WITH held AS MATERIALIZED (
-            SELECT name, pools FROM agents WHERE name = ANY (${names}::text[]) ORDER BY name FOR NO KEY UPDATE)
-          SELECT (f.agent).*, f.running AS _running, f.pool_budgeted AS _pool_budgeted,
-            f.candidates AS _candidates, f.pools AS _pools
-          FROM unnest(${items.map((i) => i.agent)}::text[], ${items.map((i) => i.pools)}::text[], ${items.map((i) => i.limit)}::int[],
-            ${items.map((i) => i.now)}::bigint[]) WITH ORDINALITY AS a(agent, pools, lim, now, n)
-          CROSS JOIN LATERAL baton_lock_agent(a.agent,
-            CASE WHEN (SELECT h.pools FROM held h WHERE h.name = a.agent) IS NOT DISTINCT FROM a.pools THEN a.lim ELSE 0 END, a.now) f
-          WHERE (SELECT count(*) FROM held) >= 0
-          ORDER BY a.n`.execute(tx);
-        return new Map(rows.map((r) => [r.name, lockedAgent(r)]));
+      // A row per agent found, then one row with no agent carrying the pools, where any was locked.
+      lockAdmissions: async (tx, items) => {
+        const { rows } = await sql<LockedRow & { _queued: boolean | null }>`SELECT (f.agent).*, f.running AS _running,
+            f.pool_budgeted AS _pool_budgeted, f.candidates AS _candidates, f.pools AS _pools, f.queued AS _queued
+          FROM baton_lock_agents(${items.map((i) => i.agent)}::text[], ${items.map((i) => i.limit)}::int[],
+            ${items.map((i) => i.now)}::bigint[]) f`.execute(tx);
+        const agents = new Map<string, LockedAgent>();
+        let pools: LockedPools | undefined;
+        for (const { _queued, ...r } of rows) {
+          if (r.name === null) pools = r._pools ? lockedPools(r._pools) : undefined;
+          else agents.set(r.name, { ...lockedAgent({ ...r, _pools: null }), ...(_queued === null ? {} : { queued: _queued }) });
+        }
+        return { agents, pools };
       },
       admitWrites: (tx, w) => admitWrites(tx, w),
     };

@@ -652,6 +652,13 @@ $function$;
 
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text, p_limit integer, p_now bigint)
  RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean, candidates jsonb, pools jsonb)
+ LANGUAGE sql
+AS $function$
+  SELECT f.agent, f.running, f.pool_budgeted, f.candidates, f.pools FROM baton_lock_agent(p_agent, p_limit, p_now, TRUE) f
+$function$;
+
+CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text, p_limit integer, p_now bigint, p_pools boolean)
+ RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean, candidates jsonb, pools jsonb, queued boolean)
  LANGUAGE plpgsql
  SET enable_sort TO 'off'
  SET enable_incremental_sort TO 'off'
@@ -664,7 +671,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN;
   END IF;
-  agent := l.agent; running := l.running; pool_budgeted := l.pool_budgeted; pools := NULL;
+  agent := l.agent; running := l.running; pool_budgeted := l.pool_budgeted; pools := NULL; queued := TRUE;
   SELECT coalesce(jsonb_agg(to_jsonb(c) ORDER BY c.priority, c.fair_round, c.queued_at, c.id), '[]'::jsonb) INTO candidates FROM (
     SELECT e.id, e.lease_ttl_seconds, e.timeout_seconds, e.serial_key, e.flow_key, e.fair_round,
       octet_length(e.message) + octet_length(e.payload) AS bytes, e.priority, e.queued_at
@@ -677,12 +684,43 @@ BEGIN
     LIMIT p_limit
     FOR NO KEY UPDATE SKIP LOCKED
   ) c;
-  IF agent.pools IS NOT NULL AND jsonb_array_length(candidates) > 0 THEN
+  IF jsonb_array_length(candidates) = 0 THEN
+    queued := EXISTS (SELECT 1 FROM executions e WHERE e.agent = p_agent AND e.status = 'queued');
+  ELSIF p_pools AND agent.pools IS NOT NULL THEN
     SELECT jsonb_agg(to_jsonb(r) ORDER BY r.n) INTO pools
       FROM baton_lock_pools(ARRAY(SELECT jsonb_array_elements_text(agent.pools::jsonb)))
         WITH ORDINALITY r(pool, max_parallel, throttle, throttle_tat, agent, since, seen_at, n);
   END IF;
   RETURN NEXT;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION baton_lock_agents(p_agent text[], p_limit integer[], p_now bigint[])
+ RETURNS TABLE(agent agents, running jsonb, pool_budgeted boolean, candidates jsonb, pools jsonb, queued boolean)
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  l record;
+  i BIGINT;
+  drawn text[] := '{}';
+BEGIN
+  FOR i IN SELECT u.ord FROM unnest(p_agent) WITH ORDINALITY AS u(name, ord) ORDER BY u.name, u.ord LOOP
+    SELECT * INTO l FROM baton_lock_agent(p_agent[i], p_limit[i], p_now[i], FALSE);
+    CONTINUE WHEN NOT FOUND;
+    agent := l.agent; running := l.running; pool_budgeted := l.pool_budgeted; candidates := l.candidates;
+    pools := NULL; queued := l.queued;
+    IF agent.pools IS NOT NULL AND jsonb_array_length(candidates) > 0 THEN
+      drawn := drawn || ARRAY(SELECT jsonb_array_elements_text(agent.pools::jsonb));
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+  IF cardinality(drawn) > 0 THEN
+    agent := NULL; running := NULL; pool_budgeted := NULL; candidates := NULL; queued := NULL;
+    SELECT jsonb_agg(to_jsonb(r) ORDER BY r.n) INTO pools
+      FROM baton_lock_pools(ARRAY(SELECT DISTINCT d FROM unnest(drawn) AS d ORDER BY d))
+        WITH ORDINALITY r(pool, max_parallel, throttle, throttle_tat, agent, since, seen_at, n);
+    RETURN NEXT;
+  END IF;
 END
 $function$;
 

@@ -1,11 +1,11 @@
 /**
  * A claim that the store's claim call cannot decide (keys, pools) goes to a gathered admission
- * transaction (src/engine/admissions.ts). On PostgreSQL, once the process knows the agents' pools,
- * that transaction is two statements whatever the number of agents: one call that locks the
- * agents, reads them and locks their pools in the order computed from what the process knew,
- * checking it, and one that writes. An agent whose pools changed since is made again, alone, with
- * the limits of its new pools. Counted on the statements the engine sends (a recording Kysely
- * plugin; BEGIN and COMMIT not included); on SQLite the answers are checked alike.
+ * transaction (src/engine/admissions.ts). On PostgreSQL that transaction is two statements
+ * whatever the number of agents: one call that locks the agents in name order, reads them, and then
+ * locks and reads their pools (baton_lock_agents), and one that writes. An agent moved to another
+ * pool gets the limits of its new pool (the call reads its pools from its locked row). Counted on
+ * the statements the engine sends (a recording Kysely plugin; BEGIN and COMMIT not included); on
+ * SQLite the answers are checked alike.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';

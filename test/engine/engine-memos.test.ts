@@ -1,10 +1,9 @@
 /**
  * The engine's bounded memos (src/engine/bounded.ts) drop their oldest entries at the bound, not
- * all of them: an agent's pools noted lately (PoolMembership) and a claim woken for a commit in
- * flight (ClaimWaits.served) outlive the entries left behind before them. No store: plain memory.
+ * all of them: a claim woken for a commit in flight (ClaimWaits.served) outlives the entries left
+ * behind before it. No store: plain memory.
  */
 import { describe, expect, it } from 'vitest';
-import { PoolMembership } from '../../src/engine/admissions.ts';
 import { addRecent, setRecent } from '../../src/engine/bounded.ts';
 import { IdleAgents } from '../../src/engine/idle-agents.ts';
 import { ClaimWaits } from '../../src/engine/waiters.ts';
@@ -29,22 +28,6 @@ describe('bounded memos', () => {
       ['a', 1],
       ['d', 0],
     ]);
-  });
-
-  it('PoolMembership at its bound forgets the agent noted longest ago, and still knows the others', () => {
-    const known = new PoolMembership();
-    for (let i = 0; i < 10_000; i++) known.note(`a${i}`, i % 2 ? 'p' : null);
-    known.note('a0', 'p'); // admitted again: noted anew
-    known.note('new', 'q');
-    expect(known.of(['a1'])).toBeUndefined();
-    expect(known.of(['a0', 'a2', 'a9999', 'new'])).toEqual(
-      new Map<string, string | null>([
-        ['a0', 'p'],
-        ['a2', null],
-        ['a9999', 'p'],
-        ['new', 'q'],
-      ]),
-    );
   });
 
   it("ClaimWaits at its bound of served executions still knows one served lately: its commit's announcement wakes nobody", async () => {

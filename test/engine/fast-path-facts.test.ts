@@ -247,8 +247,7 @@ describe.skipIf(STORE_KIND !== 'postgres')('the fast path is taken where the fac
       takeRows: (tx, t) => inner.takeRows(tx, t),
       lockPools: (tx, n) => inner.lockPools(tx, n),
       lockAgent: (tx, a, r) => inner.lockAgent(tx, a, r),
-      lockAgents: (tx, i) => inner.lockAgents(tx, i),
-      lockAgentsAs: (tx, i) => inner.lockAgentsAs(tx, i),
+      lockAdmissions: (tx, i) => inner.lockAdmissions(tx, i),
       admitWrites: (tx, w) => inner.admitWrites(tx, w),
     };
     const store = Object.create(ts.store) as StoreAdapter;

@@ -169,7 +169,7 @@ export async function admit(
   agentName: string,
   opts: AdmitOptions,
   /**
-   * In a gathered transaction (src/engine/admissions.ts): the agent as FastPaths.lockAgents read it
+   * In a gathered transaction (src/engine/admissions.ts): the agent as FastPaths.lockAdmissions read it
    * (with `read` below), and what the admissions before this one changed since (AdmissionCarry).
    */
   gathered?: { locked: LockedAgent | undefined; carry: AdmissionCarry; writes?: AdmissionWrites },
@@ -235,15 +235,16 @@ export async function admit(
   // as rows of one key may fill it within the batch, it reads more than it may take.
   const keys = await KeyGate.open(tx, agentName, agent, opts.now, locked ? locked.running : keyRunningOf(row!.key_running));
   const p = { agent: agentName, now: opts.now };
-  // The candidates read with the lock are the first rows of the same walk: enough unless keys are shut.
+  // The candidates read with the lock are the first rows of the same walk: enough unless keys are
+  // shut, and where it found none, the walk without the shut keys would find none either.
   const early = locked?.candidates;
   // An agent with no queued row (its counters, read with it on SQLite) has no candidate to walk for:
   // a waiting claim's look, after each task it took, mostly finds that.
-  const noneQueued = row?.queued != null && Number(row.queued) <= 0;
+  const noneQueued = (row?.queued != null && Number(row.queued) <= 0) || locked?.queued === false;
   const candidates = noneQueued
     ? []
     : keys
-      ? early && keys.shut.length === 0
+      ? early && (keys.shut.length === 0 || early.length === 0)
         ? early.slice(0, want * 2)
         : await keyedCandidates(store, tx, p, want * 2, keys.shut)
       : early
@@ -252,7 +253,9 @@ export async function admit(
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
-    if (opts.onNothingQueued && (noneQueued || (await anyQueued(tx, { agent: agentName })).length === 0)) opts.onNothingQueued();
+    // Whether it has queued rows at all: where the store has fast paths, read with the lock.
+    const nothing = async () => noneQueued || (locked?.queued === undefined && (await anyQueued(tx, { agent: agentName })).length === 0);
+    if (opts.onNothingQueued && (await nothing())) opts.onNothingQueued();
     return stopped();
   }
   if (opts.keyId !== undefined) await requireLiveKey(tx, opts.keyId, agentName);

@@ -1,0 +1,4 @@
+-- PostgreSQL's gathered admission now locks and reads its agents in one call and each of their
+-- pools once (baton_lock_agents); SQLite has no functions: its admission transaction is the one
+-- writer and reads the pools in one statement (src/engine/pools.ts). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
