@@ -48,7 +48,9 @@
  * shares) and uncapped (fairness alone) (--flow-flood N, default 10000; --flow-quiet N quiet tasks one a second,
  * default 30; --flow-work-ms, default 20; bench/lib/flow.ts), and the throttle (--flow-throttle-tasks,
  * default 300; bench/lib/flow-throttle.ts): on PostgreSQL across three processes, on SQLite in its one
- * process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5).
+ * process (--flow-throttle-limit per second, default 20; --flow-throttle-burst, default 5). With BENCH_PG_PERF=PREFIX
+ * (PostgreSQL in-process, as root), each W1 flow run records `perf record` samples of the backends serving it to
+ * PREFIX-<shape>.data (BENCH_PG_PERF_G=1: with DWARF call graphs), for `perf report --sort sym`.
  *
  * The history scenario runs only when asked, because at its default size it takes
  * 10–20 minutes per store (filling 1,000,000 executions, probing, pruning half of them):
@@ -71,7 +73,7 @@ import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import type { StoreKind } from '../src/store/adapter.ts';
 import { installCounter, probeAnatomy, type OpAnatomy } from './lib/anatomy.ts';
-import { cpuMeter, pgBackendTicks, waitForQuiet, type CpuUse } from './lib/cpu.ts';
+import { cpuMeter, perfRecord, pgBackendTicks, waitForQuiet, type CpuUse } from './lib/cpu.ts';
 import { engineDriver, httpDriver, type Driver } from './lib/drivers.ts';
 import { killChildren, nextPort, startServer, type RunningServer } from './lib/server.ts';
 import { round } from './lib/stats.ts';
@@ -706,10 +708,12 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       // of what a task costs on one machine).
       const backends = () => (mode === 'inproc' && store === 'postgres' ? pgBackendTicks(pgUrl, [process.pid]) : undefined);
       const pgBefore = await backends();
+      const perf = pgBefore ? perfRecord(process.env.BENCH_PG_PERF, shape, [...pgBefore.keys()]) : undefined;
       const cpu = process.cpuUsage();
       try {
         const run = await runW1(driver, cfg, agents);
         const used = process.cpuUsage(cpu);
+        await perf?.();
         const pgAfter = await backends();
         let w: Omit<FlowW1Run, 'check'> =
           mode === 'inproc' ? { ...run, cpu_us_per_task: round((used.user + used.system) / tasks, 1) } : run;

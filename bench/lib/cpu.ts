@@ -4,7 +4,7 @@
  * shows whether another job disturbed the measurement (for PostgreSQL runs it also contains
  * the PostgreSQL backends serving the benchmark).
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { sleep } from './stats.ts';
@@ -80,6 +80,24 @@ export async function pgBackendTicks(pgUrl: string, pids: number[]): Promise<Map
     await client.end().catch(() => {});
   }
   return out;
+}
+
+/**
+ * `perf record` of the processes `pids` (PostgreSQL backends, from pgBackendTicks) into
+ * `<prefix>-<label>.data` (with DWARF call graphs where BENCH_PG_PERF_G is set), until the
+ * returned function stops it. Nothing where `prefix` is unset or there is no process.
+ */
+export function perfRecord(prefix: string | undefined, label: string, pids: number[]): (() => Promise<void>) | undefined {
+  if (!prefix || pids.length === 0) return undefined;
+  const graph = process.env.BENCH_PG_PERF_G ? ['--call-graph', 'dwarf,16384'] : [];
+  const child = spawn('perf', ['record', ...graph, '-F', '999', '-o', `${prefix}-${label}.data`, '-p', pids.join(',')], {
+    stdio: 'ignore',
+  });
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  return async () => {
+    child.kill('SIGINT');
+    await exited;
+  };
 }
 
 export function cpuMeter(serverPid?: number) {

@@ -891,7 +891,7 @@ BEGIN
       lease_expires_at = p_now + x.lease_ttl_seconds * 1000, heartbeat_at = p_now, started_at = p_now,
       deadline_at = p_now + x.timeout_seconds * 1000,
       changed_at = p_now, changed_by = p_owner, change_reason = 'admitted'
-    WHERE x.id = p_id[i] AND x.status = 'queued'
+    WHERE x.id = p_id[i] AND x.status IS NOT DISTINCT FROM 'queued'
     RETURNING x.* INTO r;
     IF FOUND THEN
       RETURN NEXT r;

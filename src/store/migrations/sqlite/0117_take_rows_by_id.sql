@@ -1,0 +1,4 @@
+-- PostgreSQL's baton_take_rows now finds each row it takes through the primary key whatever its
+-- statistics say; SQLite has no functions (its admission's writes are the engine's own
+-- statements). Nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
