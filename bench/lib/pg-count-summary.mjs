@@ -24,9 +24,19 @@ console.log(
   `  statements ${per(a.statements, b.statements)}  autocommit ${per(a.autocommit, b.autocommit)}  BEGIN ${per(a.begin, b.begin)}  COMMIT ${per(a.commit, b.commit)}`,
 );
 console.log(`  commits (autocommit + COMMIT) ${per(a.autocommit + a.commit, b.autocommit + b.commit)}`);
+// A transaction's BEGIN goes out with its first statement (src/store/postgres-connection.ts), not a round trip of its own.
+console.log(`  round trips (statements less BEGINs) ${per(a.statements - a.begin, b.statements - b.begin)}`);
 const keys = new Set([...Object.keys(a.kinds), ...Object.keys(b.kinds)]);
 const rows = [...keys]
   .map((k) => [k, (b.kinds[k] ?? 0) - (a.kinds[k] ?? 0)])
   .filter(([, n]) => n > 0)
   .sort((x, y) => y[1] - x[1]);
 for (const [k, n] of rows) console.log(`  ${(n / tasks).toFixed(3).padStart(7)}  ${n.toString().padStart(7)}  ${k}`);
+for (const field of ['items', 'states']) {
+  const ka = a[field] ?? {};
+  const kb = b[field] ?? {};
+  for (const k of Object.keys(kb).sort()) {
+    const n = kb[k] - (ka[k] ?? 0);
+    if (n > 0) console.log(`  ${field} ${(n / tasks).toFixed(3).padStart(7)}  ${n.toString().padStart(7)}  ${k}`);
+  }
+}

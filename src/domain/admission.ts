@@ -63,6 +63,11 @@ export type WaitingReason = (typeof WAITING_REASONS)[number];
  */
 export const CLAIM_STAMP_EVERY_MS = 5_000;
 
+/** Whether a claim at `now` stamps `agents.last_claim_at` (last stamped at `last`, null: never). */
+export function claimStampDue(last: number | string | null, now: number): boolean {
+  return last === null || now - Number(last) >= CLAIM_STAMP_EVERY_MS;
+}
+
 /**
  * A pull agent with free seats and no claim for this long has no worker serving it (`no_worker`).
  * Six stamp intervals: a long-polling worker re-checks at least every second, so a live one is

@@ -1,6 +1,7 @@
 import type { ExecutionRow } from '../store/schema.ts';
 import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem } from './claim-any.ts';
 import type { ClaimOptions } from './engine-options.ts';
+import type { EmptyLooks } from './empty-looks.ts';
 import type { AdmitOptions } from './transitions/admit.ts';
 import type { ClaimWaits } from './waiters.ts';
 
@@ -16,6 +17,8 @@ export interface ClaimAnyEngine {
   admitted: ((rows: ExecutionRow[]) => void) | undefined;
   /** Rows leased to a caller that left: back to the queue, their attempt given back. */
   giveBack(rows: readonly ExecutionRow[], owner: string): Promise<void>;
+  /** Where the store has it, the read of agents a look would find nothing for (empty-looks.ts). */
+  emptyLooks?: EmptyLooks;
 }
 
 /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
@@ -30,7 +33,9 @@ export async function claimAny(
   const handoff = admitted // parked, a submit of one of its agents may take it, as a single claim (engine.claim)
     ? { request: (i: ClaimAnyItem) => ({ ...base, max: i.max }), admitted }
     : undefined;
-  const rows = await waitAny(e.waits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff }, admit);
+  const read = e.emptyLooks;
+  const emptyLooks = read && ((agents: readonly string[]) => read(agents, base.delivery));
+  const rows = await waitAny(e.waits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff, emptyLooks }, admit);
   if (rows.length === 0 || !opts.signal?.aborted) return rows;
   // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
   await e.giveBack(rows, opts.owner);

@@ -1,5 +1,6 @@
 import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import type { ExecutionRow } from '../store/schema.ts';
+import { EMPTY_LOOKS_FROM } from './empty-looks.ts';
 import { flowHint } from './pools.ts';
 import type { AdmitOptions } from './transitions/admit.ts';
 import type { ParkedRequest, Wake } from './waiter-set.ts';
@@ -26,6 +27,11 @@ export interface WaitAnyOptions {
    * as a single claim: the request it would make for that agent, and how rows taken for it are announced.
    */
   handoff?: Pick<Handoff, 'admitted'> & { request(item: ClaimAnyItem): ParkedRequest };
+  /**
+   * Of the agents given, those a look would find nothing for and write nothing for (empty-looks.ts):
+   * read first for a look at many agents none of which was woken for work (dropEmpty).
+   */
+  emptyLooks?: (agents: readonly string[]) => Promise<Set<string>>;
 }
 
 /** The admission options through which one admission tells a waiting claim its ClaimHint. */
@@ -104,6 +110,7 @@ export async function waitAny(
     let look = o.waitMs > 0 ? items.filter((i) => !waits.idle.known(i.agent)) : [...items];
     let wakes = new Map<string, { why: Wake; work: readonly string[] }>();
     for (;;) {
+      look = await dropEmpty(waits, look, wakes, armed, o.emptyLooks);
       // While it looks, a submit of an agent not in the look, or whose admission in it found nothing,
       // may take it as if it were parked: the look and that submit's call then answer together, each
       // agent within its own `max`, the answer's byte bound shared by the look's agents and the one taken.
@@ -168,6 +175,39 @@ async function takenRows(
     fired.set(agent, { why: 'signal', work: w.work });
   }
   return [];
+}
+
+/**
+ * `look` without the agents a read says it would find nothing for and write nothing for
+ * (`read`, empty-looks.ts), each marked as its admission finding no queued row would mark it
+ * (IdleAgents, the waiter's nothingQueued). Read only for EMPTY_LOOKS_FROM agents or more not woken
+ * for work just queued (the first look, the poll's): one statement instead of their admissions.
+ * Their waiters were armed before the read, so work committed after its snapshot wakes them, and
+ * an agent whose waiter fired meanwhile is looked at next. A read that fails leaves the look whole.
+ */
+async function dropEmpty(
+  waits: ClaimWaits,
+  look: ClaimAnyItem[],
+  wakes: ReadonlyMap<string, { work: readonly string[] }>,
+  armed: ReadonlyMap<string, { nothingQueued(): void }>,
+  read: WaitAnyOptions['emptyLooks'],
+): Promise<ClaimAnyItem[]> {
+  if (!read) return look;
+  const unfed = look.filter((i) => (wakes.get(i.agent)?.work.length ?? 0) === 0).map((i) => i.agent);
+  if (unfed.length < EMPTY_LOOKS_FROM) return look;
+  const seen = new Map(unfed.map((agent) => [agent, waits.idle.seen(agent)]));
+  let empty: Set<string>;
+  try {
+    empty = await read(unfed);
+  } catch {
+    return look;
+  }
+  if (empty.size === 0) return look;
+  for (const agent of empty) {
+    waits.idle.mark(agent, seen.get(agent)!);
+    armed.get(agent)?.nothingQueued();
+  }
+  return look.filter((i) => !empty.has(i.agent));
 }
 
 /** The answer's byte bound, shared by `shares` admissions: each stops at its share (always one row). */

@@ -9,7 +9,8 @@ import { setRecent } from './bounded.ts';
 import type { Followed } from './composition/follow.ts';
 import { Gathered } from './gather.ts';
 import { accruePoolBudgets } from './pool-budget.ts';
-import { completeWithLease } from './transitions/complete.ts';
+import { completeManyWithLease, completeWithLease } from './transitions/complete.ts';
+import { explainRefusal } from './transitions/lease.ts';
 import { insertRetry } from './transitions/retry.ts';
 
 /** A completion that takes the engine's transaction (its outcome redacted, its time taken). */
@@ -145,7 +146,7 @@ export function gatheredCompletions(c: CompletionContext): {
  * order admission locks agents in; a completion writes its agent's row), so two transactions never
  * wait on each other the wrong way round, and what the completions then read of their agents (the
  * breaker) stays as read until the commit: the breaker's count needs no locked read of its own.
- * The compare-and-sets go first, then one read of their agents, each completion's spending, one
+ * The compare-and-sets go first (one statement on PostgreSQL), then one read of their agents, each completion's spending, one
  * count on each agent's breaker (its completions in turn, as one after the other would count),
  * then each one's retry and follow-up work: statements a batch, not a completion, where they can.
  * An item whose compare-and-set is refused gets that refusal, as alone; any other error fails the
@@ -169,10 +170,14 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
   if (order.length === 0) return out;
   const agents = [...new Set(order.map((j) => agentOf.get(j.id)!))].sort();
   await c.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
+  // On PostgreSQL the compare-and-sets are one statement (a round trip each saved); on SQLite, where
+  // a statement costs no round trip, one each. Either way `landed` keeps the order above.
+  const together = c.store.kind === 'postgres' ? await completeManyWithLease(tx, order) : undefined;
   const landed: Array<{ job: CompletionJob; done: ExecutionRow }> = [];
   for (const job of order) {
     try {
-      landed.push({ job, done: await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor) });
+      const done = together ? together.get(job.id) : await completeWithLease(tx, job.id, job.token, job.outcome, job.now, job.actor);
+      landed.push({ job, done: done ?? (await explainRefusal(tx, job.id, job.token, true)) });
     } catch (err) {
       // A refusal reads and throws: nothing was written, the transaction goes on.
       if (!(err instanceof BatonError)) throw err;

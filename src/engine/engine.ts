@@ -289,11 +289,9 @@ export class Engine {
   /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
   claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
     const admitted = this.plain && ((rows: ExecutionRow[]) => this.admitted(rows));
-    return claimAny(
-      { waits: this.claimWaits, admitOnce: (a, o) => this.admitOnce(a, o), admitted, giveBack: (r, o) => this.giveBack(r, o) },
-      items,
-      opts,
-    );
+    const giveBack = (r: readonly ExecutionRow[], o: string) => this.giveBack(r, o);
+    const emptyLooks = this.plain?.emptyLooks;
+    return claimAny({ waits: this.claimWaits, admitOnce: (a, o) => this.admitOnce(a, o), admitted, giveBack, emptyLooks }, items, opts);
   }
 
   /** The long-poll re-check (ClaimWaits.pollOnce), every `claimPollMs` while claims wait; tests call it directly. */

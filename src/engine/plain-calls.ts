@@ -2,6 +2,7 @@ import type { ClaimRequest, CompletionRequest, FastPaths, SubmitRequest, Submitt
 import type { StoreAdapter } from '../store/adapter.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { Admissions, atSend } from './admissions.ts';
+import { emptyLooksOn, type EmptyLooks } from './empty-looks.ts';
 import { Gathered } from './gather.ts';
 import type { ClaimWaits, TakenClaim } from './waiters.ts';
 
@@ -21,6 +22,8 @@ export interface PlainCalls {
   claims: Gathered<ClaimRequest, ExecutionRow[] | undefined>;
   /** Admissions the claims' call left undecided, many agents to a transaction (admissions.ts). */
   admissions: Admissions;
+  /** Where the store has it, the read of agents a claim's look would find nothing for (empty-looks.ts). */
+  emptyLooks: EmptyLooks | undefined;
 }
 
 /** The gathered calls on `fast`; submits take the claims parked in `waits` on their agents. */
@@ -47,6 +50,7 @@ export function plainCalls(store: StoreAdapter, fast: FastPaths, waits: ClaimWai
       absent: async () => undefined,
     }),
     admissions: new Admissions(store, now),
+    emptyLooks: emptyLooksOn(store, now),
   };
 }
 

@@ -1,4 +1,4 @@
-import { CLAIM_STAMP_EVERY_MS, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
+import { claimStampDue, PUSH_LAPSE_HOLD_MS } from '../../domain/admission.ts';
 import type { AlertSinkKind } from '../../domain/canary.ts';
 import { CONTRACT_DEFAULTS } from '../../domain/defaults.ts';
 import { BatonError, NotFound } from '../../domain/errors.ts';
@@ -199,7 +199,7 @@ export async function admit(
   }
   // A claimer was here (even one that takes nothing): what "no worker has claimed for N s" reads.
   // Throttled, as the row is already locked the write is cheap but a new row version each time.
-  if (agent.last_claim_at === null || opts.now - Number(agent.last_claim_at) >= CLAIM_STAMP_EVERY_MS) {
+  if (claimStampDue(agent.last_claim_at, opts.now)) {
     if (writes) writes.stamp(agentName, opts.now);
     else await tx.updateTable('agents').set({ last_claim_at: opts.now }).where('name', '=', agentName).execute();
   }

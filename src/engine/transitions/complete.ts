@@ -64,6 +64,55 @@ const completeRow = preparedQuery((db: Executor, p: { id: string; token: string 
     .returningAll(),
 );
 
+/** A completion of completeManyWithLease: its execution, lease token and outcome. */
+export interface LeasedCompletion {
+  id: string;
+  token: string;
+  outcome: StoredOutcome;
+  now: number;
+  actor: string;
+}
+
+/**
+ * completeWithLease for many executions in one statement (PostgreSQL: their values as arrays, one
+ * UPDATE … FROM unnest), each with the same compare-and-set and the same values written
+ * (`completion`, given the array's columns): the rows completed, by id. One missing was refused and
+ * nothing was written for it (completeWithLease says why). Ids distinct.
+ */
+export async function completeManyWithLease(db: Executor, jobs: readonly LeasedCompletion[]): Promise<Map<string, ExecutionRow>> {
+  if (jobs.length === 0) return new Map();
+  const values = jobs.map((j) => ({ id: j.id, token: j.token, ...completionValues(j.outcome, j.now, j.actor) }));
+  const column = <K extends keyof (typeof values)[number]>(k: K) => values.map((v) => v[k]);
+  const v = <K extends keyof CompletionValues>(k: K) => sql.ref(`v.${k}`) as unknown as CompletionValues[K];
+  const rows = await db
+    .updateTable('executions')
+    .from(
+      sql<{ id: string; token: string }>`unnest(${column('id')}::text[], ${column('token')}::text[], ${column('status')}::text[],
+        ${column('now')}::bigint[], ${column('actor')}::text[], ${column('result')}::text[], ${column('error_code')}::text[],
+        ${column('error_message')}::text[], ${column('usage')}::text[], ${column('reason')}::text[])`.as<'v'>(
+        sql`v(id, token, status, now, actor, result, error_code, error_message, usage, reason)`,
+      ),
+    )
+    .set(
+      completion({
+        status: v('status'),
+        now: v('now'),
+        actor: v('actor'),
+        result: v('result'),
+        error_code: v('error_code'),
+        error_message: v('error_message'),
+        usage: v('usage'),
+        reason: v('reason'),
+      }),
+    )
+    .whereRef('executions.id', '=', 'v.id')
+    .whereRef('executions.lease_token', '=', 'v.token')
+    .where('executions.status', 'in', ['running', 'queued'])
+    .returningAll('executions')
+    .execute();
+  return new Map(rows.map((r) => [r.id, r as ExecutionRow]));
+}
+
 /**
  * A completion as the store's fast path takes it (StoreAdapter.fastPaths.completeMany): the same
  * compare-and-set as completeWithLease, which the store makes only where the execution's and its
