@@ -1,4 +1,11 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyRequest,
+  onRequestAbortHookHandler,
+  onResponseHookHandler,
+  onSendHookHandler,
+  preHandlerHookHandler,
+} from 'fastify';
 import type { z } from 'zod';
 
 declare module 'fastify' {
@@ -110,25 +117,40 @@ export function largeAnswerWhen<Q extends z.ZodType>(_schema: Q, when: (query: z
   return (req) => when(req.query as z.output<Q>);
 }
 
-/** Routes configured with `largeAnswer` build their answers in `lane`. */
+/**
+ * Routes configured with `largeAnswer` build their answers in `lane`. Their hooks are the route's
+ * own (added as each such route is registered: call this before the routes), so every other route,
+ * the worker protocol's included, runs none of them: no preHandler, onSend or onResponse call and
+ * no listener for the request's abort on each of its requests.
+ */
 export function laneLargeAnswers(app: FastifyInstance, lane: AnswerLane): void {
-  // Callbacks, not promises: these run for every request.
-  app.addHook('preHandler', (req, _reply, done) => {
+  // Callbacks, not promises: these run for every request of such a route.
+  const enter: preHandlerHookHandler = (req, _reply, done) => {
     const large = req.routeOptions.config.largeAnswer;
     if (large === undefined || (large !== true && !large(req))) return done();
     lane.enter(req).then(() => done(), done);
-  });
+  };
   const leave = (req: FastifyRequest) => lane.leave(req);
-  app.addHook('onSend', (req, _reply, payload, done) => {
+  const sent: onSendHookHandler = (req, _reply, payload, done) => {
     leave(req);
     done(null, payload);
-  });
-  app.addHook('onResponse', (req, _reply, done) => {
+  };
+  const answered: onResponseHookHandler = (req, _reply, done) => {
     leave(req);
     done();
-  });
-  app.addHook('onRequestAbort', (req, done) => {
+  };
+  const aborted: onRequestAbortHookHandler = (req, done) => {
     leave(req);
     done();
+  };
+  app.addHook('onRoute', (route) => {
+    if (route.config?.largeAnswer === undefined) return;
+    route.preHandler = [...hooksOf(route.preHandler), enter];
+    route.onSend = [...hooksOf(route.onSend), sent];
+    route.onResponse = [...hooksOf(route.onResponse), answered];
+    route.onRequestAbort = [...hooksOf(route.onRequestAbort), aborted];
   });
 }
+
+/** A route option's hooks as a list (none, one, or several). */
+const hooksOf = <H>(hooks: H | H[] | undefined): H[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);

@@ -1,7 +1,53 @@
 import type { FastifyBaseLogger } from 'fastify';
 
 type Bindings = Record<string, unknown>;
-type LogMethod = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+type Log = (...args: unknown[]) => void;
+
+/**
+ * A request's logger: pino's child made on first use. Its methods are the prototype's, so making
+ * one per request is one small object, not a closure per method.
+ */
+class LazyRequestLogger {
+  private made: FastifyBaseLogger | undefined;
+  constructor(
+    private readonly logger: FastifyBaseLogger,
+    private readonly bindings: Bindings,
+    private readonly opts: object,
+  ) {}
+  private own(): FastifyBaseLogger {
+    return (this.made ??= this.logger.child(this.bindings, this.opts));
+  }
+  get level(): string {
+    return this.own().level;
+  }
+  set level(level: string) {
+    this.own().level = level;
+  }
+  fatal(...args: unknown[]): void {
+    (this.own().fatal as Log)(...args);
+  }
+  error(...args: unknown[]): void {
+    (this.own().error as Log)(...args);
+  }
+  warn(...args: unknown[]): void {
+    (this.own().warn as Log)(...args);
+  }
+  info(...args: unknown[]): void {
+    (this.own().info as Log)(...args);
+  }
+  debug(...args: unknown[]): void {
+    (this.own().debug as Log)(...args);
+  }
+  trace(...args: unknown[]): void {
+    (this.own().trace as Log)(...args);
+  }
+  silent(...args: unknown[]): void {
+    (this.own().silent as Log)(...args);
+  }
+  child(more: Bindings, options?: object): FastifyBaseLogger {
+    return this.own().child(more, options);
+  }
+}
 
 /**
  * Fastify's `childLoggerFactory`: a request's logger (its `reqId` bound) made only when the
@@ -11,26 +57,5 @@ type LogMethod = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'sile
  * to it, so a line logged through it is the line pino's child would have written.
  */
 export function lazyRequestLogger(logger: FastifyBaseLogger, bindings: Bindings, opts: object): FastifyBaseLogger {
-  let child: FastifyBaseLogger | undefined;
-  const made = () => (child ??= logger.child(bindings, opts));
-  const method =
-    (name: LogMethod) =>
-    (...args: unknown[]) =>
-      (made()[name] as (...a: unknown[]) => void)(...args);
-  return {
-    get level() {
-      return made().level;
-    },
-    set level(level: string) {
-      made().level = level;
-    },
-    fatal: method('fatal'),
-    error: method('error'),
-    warn: method('warn'),
-    info: method('info'),
-    debug: method('debug'),
-    trace: method('trace'),
-    silent: method('silent'),
-    child: (more: Bindings, options?: object) => made().child(more, options),
-  } as FastifyBaseLogger;
+  return new LazyRequestLogger(logger, bindings, opts) as unknown as FastifyBaseLogger;
 }

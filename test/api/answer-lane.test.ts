@@ -60,6 +60,27 @@ describe('answer lane', () => {
     expect(seen.most).toBe(10);
   });
 
+  it("runs its hooks on the large routes alone: another route's requests call none of them", async () => {
+    await serve(true);
+    // Each route's lines of the printout: its name, then one line per kind of hook it runs.
+    const routes = new Map<string, string[]>();
+    let at: string[] = [];
+    for (const line of app!.printRoutes({ includeHooks: true, commonPrefix: false }).split('\n')) {
+      const route = /(\/\w+ \((?:GET|HEAD)\))/.exec(line)?.[1];
+      if (route) routes.set(route, (at = []));
+      else if (line.includes('•')) at.push(line.slice(line.indexOf('•') + 2));
+    }
+    // The large route's own hooks: the place taken before its handler, given up however it ends.
+    expect(routes.get('/large (GET)')).toEqual([
+      '(preHandler) ["enter()"]',
+      '(onSend) ["sent()"]',
+      '(onResponse) ["answered()"]',
+      '(onRequestAbort) ["aborted()"]',
+    ]);
+    // The small route: no lane hook, so none of its requests pays for one (nor listens for its abort).
+    expect(routes.get('/small (GET)')).toEqual([]);
+  });
+
   const request = (destroyed = false) => ({ raw: { socket: { destroyed } } }) as unknown as FastifyRequest;
 
   it('passes a place on in a later turn of the event loop, after what was already queued', async () => {
