@@ -52,6 +52,20 @@ interface Side {
   started(id: string): Promise<bigint>;
   start: number[];
   call: number[];
+  url: string;
+}
+
+/** Requests the server answered so far, by `route status` (its HTTP histogram's counts). */
+async function requests(url: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const l of text.split('\n')) {
+    const m = /^baton_http_request_duration_seconds_count\{(.*)\} (\d+)/.exec(l);
+    if (!m) continue;
+    const label = (k: string) => new RegExp(`${k}="([^"]*)"`).exec(m[1]!)?.[1];
+    out.set(`${label('method')} ${label('route')} ${label('status_code')}`, Number(m[2]));
+  }
+  return out;
 }
 
 async function side(name: 'A' | 'B', dir: string): Promise<Side> {
@@ -93,7 +107,7 @@ async function side(name: 'A' | 'B', dir: string): Promise<Side> {
     if (at !== undefined) return Promise.resolve(at);
     return new Promise<bigint>((r) => waiting.set(id, r));
   };
-  return { name, server, worker, client, db, started, start: [], call: [] };
+  return { name, server, worker, client, db, started, start: [], call: [], url };
 }
 
 let sent = 0;
@@ -134,13 +148,23 @@ try {
   const [A, B] = sides as [Side, Side];
   for (const s of [A, B]) await burst(s, WARMUP, false);
   const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  const before = await Promise.all([requests(A.url), requests(B.url)]);
   for (let b = 0; b < BURSTS; b++) for (const s of b % 2 ? [B, A] : [A, B]) await burst(s, PER, true);
+  await sleep(500); // the last task's completion and the claims after it
+  const after = await Promise.all([requests(A.url), requests(B.url)]);
+  const perSubmit = (i: 0 | 1, n: number) =>
+    Object.fromEntries(
+      [...after[i]]
+        .map(([k, v]) => [k, +((v - (before[i].get(k) ?? 0)) / n).toFixed(3)] as const)
+        .filter(([k, v]) => v > 0 && !k.startsWith('GET /metrics')),
+    );
   const q = (v: number[], p: number) => +[...v].sort((x, y) => x - y)[Math.floor(p * (v.length - 1))]!.toFixed(3);
   const view = (s: Side) => ({
     start_p50: q(s.start, 0.5),
     start_p90: q(s.start, 0.9),
     call_p50: q(s.call, 0.5),
     call_p90: q(s.call, 0.9),
+    requests_a_submit: perSubmit(s === A ? 0 : 1, s.start.length),
   });
   console.log(
     JSON.stringify({

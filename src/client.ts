@@ -244,6 +244,9 @@ export class BatonClient {
     const r = await this.request<{ tasks: Task[] } | null>('POST', '/v1/claim', body, { signal });
     return r.status === 204 || !r.body ? [] : r.body.tasks;
   }
+  /** Add agents to this key's waiting claim made with `claim_id` (widened: it took; false: its answer has none of their tasks). */
+  widenClaim = (claim_id: string, agents: ClaimAnyBody['agents']) =>
+    this.call<{ widened: boolean }>('POST', '/v1/claim/widen', { claim_id, agents });
   /** End the wait of this key's claim made with `claim_id`: it answers now, with what it took. */
   withdrawClaim = (claim_id: string) => this.call<{ withdrawn: boolean }>('POST', '/v1/claim/withdraw', { claim_id });
   heartbeat = (id: string, lease_token: string) => this.call<Heartbeat>('POST', `/v1/executions/${enc(id)}/heartbeat`, { lease_token });

@@ -1,4 +1,11 @@
+import type { ClaimAnyItem, Widening } from '../engine/claim-any.ts';
 import type { Engine } from '../engine/engine.ts';
+
+/** A claim parked here: `end` ends its wait (a withdrawal); `widening` adds agents to it (a widening). */
+export interface Parked {
+  end: AbortController;
+  widening: Widening;
+}
 
 /**
  * The claims on several agents (POST /v1/claim) waiting in this process that named a `claim_id`,
@@ -11,13 +18,17 @@ import type { Engine } from '../engine/engine.ts';
  * the id: a withdrawal reaches only its own key's claims, wherever they wait. The message comes
  * back to this process too: a claim that arrived here after its withdrawal was looked up (the
  * withdrawal overtook it) is ended by it.
+ *
+ * A widening (POST /v1/claim/widen) adds agents to a claim waiting in this process only: it is not
+ * passed on, and says whether it took, so a worker whose widening did not take withdraws the claim
+ * instead (src/worker/claim-loop.ts), which reaches every process.
  */
 export class ParkedClaims {
-  private readonly parked = new Map<string, AbortController>();
+  private readonly parked = new Map<string, Parked>();
   private readonly off: () => void;
 
   constructor(private readonly engine: Engine) {
-    this.off = engine.subscribe('claim', (message) => void this.parked.get(message)?.abort());
+    this.off = engine.subscribe('claim', (message) => void this.parked.get(message)?.end.abort());
   }
 
   /** The name a claim is parked under, and the message that withdraws it: no tab or newline in either part. */
@@ -25,20 +36,25 @@ export class ParkedClaims {
     return `${encodeURIComponent(keyId)}\t${encodeURIComponent(claimId)}`;
   }
 
-  /** A claim named `name` waits here until `leave`; `end` aborts when it is withdrawn. */
-  park(name: string, end: AbortController): void {
-    this.parked.set(name, end);
+  /** A claim named `name` waits here until `leave`; its `end` aborts when it is withdrawn. */
+  park(name: string, claim: Parked): void {
+    this.parked.set(name, claim);
   }
 
-  leave(name: string, end: AbortController): void {
-    if (this.parked.get(name) === end) this.parked.delete(name);
+  leave(name: string, claim: Parked): void {
+    if (this.parked.get(name) === claim) this.parked.delete(name);
+  }
+
+  /** Add `items` to the claim named `name`: true when it waits here and took them (Widening). */
+  widen(name: string, items: readonly ClaimAnyItem[]): boolean {
+    return this.parked.get(name)?.widening.add?.(items) ?? false;
   }
 
   /** End the wait of the claim named `name`: true when it waits here; else the other processes are told. */
   withdraw(name: string): boolean {
     const claim = this.parked.get(name);
     if (claim) {
-      claim.abort();
+      claim.end.abort();
       return true;
     }
     this.engine.publish('claim', name);

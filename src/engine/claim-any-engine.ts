@@ -1,5 +1,5 @@
 import type { ExecutionRow } from '../store/schema.ts';
-import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem } from './claim-any.ts';
+import { reportTo, waitAny, type AdmitAgent, type ClaimAnyItem, type Widening } from './claim-any.ts';
 import type { ClaimOptions } from './engine-options.ts';
 import type { EmptyLooks } from './empty-looks.ts';
 import type { AdmitOptions } from './transitions/admit.ts';
@@ -21,12 +21,11 @@ export interface ClaimAnyEngine {
   emptyLooks?: EmptyLooks;
 }
 
+/** A claim on several agents: `end` aborts to end its wait (a withdrawal); `widening` lets its caller add agents while it waits. */
+export type ClaimAnyOptions = Omit<ClaimOptions, 'max'> & { end?: AbortSignal; widening?: Widening };
+
 /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
-export async function claimAny(
-  e: ClaimAnyEngine,
-  items: readonly ClaimAnyItem[],
-  opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal },
-): Promise<ExecutionRow[]> {
+export async function claimAny(e: ClaimAnyEngine, items: readonly ClaimAnyItem[], opts: ClaimAnyOptions): Promise<ExecutionRow[]> {
   const base = { owner: opts.owner, delivery: opts.delivery ?? 'pull', keyId: opts.keyId } as const;
   const admit: AdmitAgent = (i, hint, maxBytes) => e.admitOnce(i.agent, { ...base, now: 0, max: i.max, maxBytes, ...reportTo(hint) });
   const admitted = e.admitted;
@@ -35,7 +34,12 @@ export async function claimAny(
     : undefined;
   const read = e.emptyLooks;
   const emptyLooks = read && ((agents: readonly string[]) => read(agents, base.delivery));
-  const rows = await waitAny(e.waits, items, { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff, emptyLooks }, admit);
+  const rows = await waitAny(
+    e.waits,
+    items,
+    { waitMs: opts.waitMs ?? 0, signal: opts.signal, end: opts.end, handoff, emptyLooks, widening: opts.widening },
+    admit,
+  );
   if (rows.length === 0 || !opts.signal?.aborted) return rows;
   // Its caller left while the look was out: back to the queue now, not leased to nobody until the lease lapses.
   await e.giveBack(rows, opts.owner);

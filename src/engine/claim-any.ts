@@ -1,3 +1,4 @@
+import { CLAIM_ANY } from '../domain/batch.ts';
 import { CONTRACT_DEFAULTS } from '../domain/defaults.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { EMPTY_LOOKS_FROM } from './empty-looks.ts';
@@ -10,6 +11,16 @@ import type { ClaimHint, ClaimWaits, Handoff } from './waiters.ts';
 export interface ClaimAnyItem {
   agent: string;
   max: number;
+}
+
+/**
+ * How the caller of a waiting claim widens it (POST /v1/claim/widen): `add` is set while the claim
+ * waits, and unset as it ends. It adds agents the claim does not ask for yet, each with its `max`,
+ * and says whether it did: false once the claim is answering (its answer then has none of their
+ * tasks), when one of them is in it already, or when they would take it over CLAIM_ANY.maxAgents.
+ */
+export interface Widening {
+  add?: (items: readonly ClaimAnyItem[]) => boolean;
 }
 
 /** How a claim on several agents waits (engine.claimAny). */
@@ -32,6 +43,8 @@ export interface WaitAnyOptions {
    * read first for a look at many agents none of which was woken for work (dropEmpty).
    */
   emptyLooks?: (agents: readonly string[]) => Promise<Set<string>>;
+  /** Lets its caller add agents while it waits. */
+  widening?: Widening;
 }
 
 /** The admission options through which one admission tells a waiting claim its ClaimHint. */
@@ -104,6 +117,25 @@ export async function waitAny(
     open = { handoff, maxBytes };
     for (const agent of armed.keys()) if (!looking.has(agent)) offerTo(agent);
   };
+  let ending = false;
+  const widen = (more: readonly ClaimAnyItem[]): boolean => {
+    if (ending || signal.aborted || o.end?.aborted) return false;
+    if (byAgent.size + more.length > CLAIM_ANY.maxAgents || more.some((i) => byAgent.has(i.agent))) return false;
+    for (const i of more) {
+      byAgent.set(i.agent, i);
+      if (waits.idle.known(i.agent)) {
+        arm(i.agent);
+        offerTo(i.agent);
+      } else {
+        // Armed before its look, as every woken agent is (below).
+        fired.set(i.agent, { why: 'signal', work: [] });
+        withdraw();
+        ring?.();
+      }
+    }
+    return true;
+  };
+  if (o.widening) o.widening.add = widen;
   try {
     for (const i of items) arm(i.agent);
     // A claim that does not wait looks at every agent: no later wake-up would make up for a skip.
@@ -151,6 +183,8 @@ export async function waitAny(
       }
     }
   } finally {
+    ending = true;
+    if (o.widening?.add === widen) o.widening.add = undefined;
     for (const a of armed.values()) a.disarm();
     leave();
   }

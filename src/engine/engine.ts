@@ -40,7 +40,7 @@ import { Webhooks } from './triggers/webhooks.ts';
 import { Subscriptions } from './composition/subscriptions.ts';
 import { ClaimWaits, type ClaimHint, type Handoff } from './waiters.ts';
 import { reportTo, type ClaimAnyItem } from './claim-any.ts';
-import { claimAny } from './claim-any-engine.ts';
+import { claimAny, type ClaimAnyOptions } from './claim-any-engine.ts';
 import { plainCalls, type PlainCalls } from './plain-calls.ts';
 import { atSend } from './admissions.ts';
 import { Groups } from './composition/group-service.ts';
@@ -287,7 +287,7 @@ export class Engine {
   }
 
   /** Admit queued executions of any of `items`' agents, each up to its `max`, waiting up to `waitMs` for one to have work (claim-any.ts). */
-  claimAny(items: readonly ClaimAnyItem[], opts: Omit<ClaimOptions, 'max'> & { end?: AbortSignal }): Promise<ExecutionRow[]> {
+  claimAny(items: readonly ClaimAnyItem[], opts: ClaimAnyOptions): Promise<ExecutionRow[]> {
     const admitted = this.plain && ((rows: ExecutionRow[]) => this.admitted(rows));
     const giveBack = (r: readonly ExecutionRow[], o: string) => this.giveBack(r, o);
     const emptyLooks = this.plain?.emptyLooks;

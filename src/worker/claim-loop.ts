@@ -5,14 +5,21 @@
  * one connection parked, not 100.
  *
  * When an agent gets a free slot that the claim out does not ask for (it was full when the claim
- * left, and a completion's claim found nothing for it), the loop asks the server to end that
- * claim's wait (POST /v1/claim/withdraw, with the `claim_id` the claim was sent with), waits for
- * the claim's answer, and claims again with every agent's free slots. The claim's connection is
+ * left, and a completion's claim found nothing for it), the loop adds the agent to that claim
+ * while it waits (POST /v1/claim/widen, with the `claim_id` the claim was sent with; the agents
+ * freed in one turn of the event loop go in one request), so a claim stays parked for every free
+ * slot. The slots are promised to the claim before the request leaves, and stay promised until
+ * the claim answers: its answer may bring their tasks whatever becomes of the request, and never
+ * more than they can run.
+ *
+ * A widening that does not take (the claim is answering, waits in another server process behind
+ * a balancer, or the request overtook it; or a server without the route) falls back to
+ * withdrawing the claim: the loop asks the server to end its wait (POST /v1/claim/withdraw), waits
+ * for its answer, and claims again with every agent's free slots. The claim's connection is
  * never cut for this: a claim answers normally, with the tasks a look already begun took, so no
  * task is leased to an answer nobody reads. The server passes a withdrawal on to its other
- * processes on the same database (behind a balancer the claim may wait in another); one that
- * finds nothing anywhere (the answer is on its way) changes nothing: the answer comes as it
- * would have, at the latest when its wait ends.
+ * processes on the same database; one that finds nothing anywhere (the answer is on its way)
+ * changes nothing: the answer comes as it would have, at the latest when its wait ends.
  *
  * stop() withdraws the same way and cuts the connection only if no answer came within
  * STOP_CUT_MS (a server that went away): tasks in an answer that arrives are released at once.
@@ -60,6 +67,8 @@ export interface ClaimLoopOptions {
 interface Out {
   id: string;
   asked: Map<Lane, number>;
+  /** Agents promised to it this turn, for the widening sent when the turn ends. */
+  adding: Array<{ agent: string; max: number }>;
   withdrawn: boolean;
   /** Cuts the claim's connection (stop() only, after STOP_CUT_MS). */
   cut: AbortController;
@@ -70,6 +79,8 @@ export class ClaimLoop {
   /** Wakes the loop when it waits for a free slot. */
   private idle: (() => void) | undefined;
   private readonly byAgent: Map<string, Lane>;
+  /** Cleared when the server has no POST /v1/claim/widen (older than this SDK): the loop then withdraws. */
+  private widens = true;
   readonly done: Promise<void>;
 
   constructor(
@@ -82,7 +93,7 @@ export class ClaimLoop {
     this.done = this.run();
   }
 
-  /** A slot of `lane` freed: wake the loop if it waits, or withdraw a claim that cannot fill it. */
+  /** A slot of `lane` freed: wake the loop if it waits, or widen a claim that cannot fill it. */
   private freed(lane: Lane): void {
     const idle = this.idle;
     if (idle) {
@@ -90,7 +101,37 @@ export class ClaimLoop {
       return idle();
     }
     const out = this.out;
-    if (out && !out.asked.has(lane) && lane.free() > 0) this.withdraw(out);
+    if (out && !out.asked.has(lane) && lane.free() > 0) this.widen(out, lane);
+  }
+
+  /** Promise `lane`'s free slots to the claim out and ask the server to add them, with the others freed this turn. */
+  private widen(out: Out, lane: Lane): void {
+    if (out.withdrawn || this.lanes.length === 1 || this.o.stop.aborted) return;
+    if (!this.widens) return this.withdraw(out);
+    const max = Math.min(lane.free(), CLAIM_MAX);
+    out.asked.set(lane, max);
+    lane.outstanding += max;
+    lane.claiming = true;
+    out.adding.push({ agent: lane.agent, max });
+    if (out.adding.length === 1) setImmediate(() => this.sendWidening(out));
+  }
+
+  /**
+   * One widening for the agents promised to `out` this turn; where it does not take, withdraw.
+   * Its slots stay promised until the claim answers (the loop then frees them with the rest).
+   */
+  private sendWidening(out: Out): void {
+    const agents = out.adding.splice(0);
+    // Answered, or being withdrawn: it asks for no more, and its answer frees the slots.
+    if (this.out !== out || out.withdrawn) return;
+    this.o.client.widenClaim(out.id, agents).then(
+      (r) => void (r.widened || this.withdraw(out)),
+      (err: unknown) => {
+        if (isRouteMissing(err)) this.widens = false;
+        else this.o.emit({ type: 'transport:error', op: 'widen', error: (err as Error)?.message ?? String(err), retryInMs: 0 });
+        this.withdraw(out);
+      },
+    );
   }
 
   private withdraw(out: Out): void {
@@ -135,7 +176,7 @@ export class ClaimLoop {
         this.idle = undefined;
         continue;
       }
-      const out: Out = { id: randomUUID(), asked, withdrawn: false, cut: new AbortController() };
+      const out: Out = { id: randomUUID(), asked, adding: [], withdrawn: false, cut: new AbortController() };
       for (const [lane, max] of asked) {
         lane.outstanding += max;
         lane.claiming = true;

@@ -1,8 +1,9 @@
 /**
- * POST /v1/claim: one long-poll claim for several agents, and POST /v1/claim/withdraw. A real
+ * POST /v1/claim: one long-poll claim for several agents, POST /v1/claim/widen and POST /v1/claim/withdraw. A real
  * `baton up` on each store: bad bodies are 400s naming the field, an unknown agent 404 naming it;
  * each agent gives at most its `max` and its free seats; a parked claim wakes for work queued for
- * any of its agents or a seat freed, and ends when withdrawn, answering normally.
+ * any of its agents or a seat freed, takes agents added while it waits, and ends when withdrawn,
+ * answering normally.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
@@ -159,5 +160,39 @@ describe(`POST /v1/claim (${STORE_KIND})`, () => {
     // Answered: its id is free again, and withdrawing it now finds nothing.
     expect((await post('/v1/claim/withdraw', { claim_id: 'c1' })).json).toEqual({ withdrawn: false });
     expect((await post('/v1/claim/withdraw', {})).status).toBe(400);
+  });
+
+  it('takes agents added while it waits (POST /v1/claim/widen), each within its `max`; only its own key, only while it waits', async () => {
+    await api.createAgent({ name: 'ca-wa', max_parallel: 1 });
+    await api.createAgent({ name: 'ca-wb', max_parallel: 1 });
+    await api.createAgent({ name: 'ca-wc', max_parallel: 5 });
+    const { key: other } = await api.createKey({ name: 'ca-wi-other', scope: 'admin' });
+    const { key: scoped } = await api.createKey({ name: 'ca-wi-scoped', scope: 'agent', agent: 'ca-wa' });
+    const widen = (body: unknown, as?: string) => post('/v1/claim/widen', body, as);
+    const ids = (r: { json: any }) => r.json.tasks.map((t: { execution_id: string }) => t.execution_id);
+    // ca-wb known to have nothing queued (a look just found none): armed and offered to its submits, no look.
+    expect((await claim({ agents: [{ agent: 'ca-wb' }], wait_seconds: 0 })).status).toBe(204);
+    const waiting = claim({ agents: [{ agent: 'ca-wa' }], wait_seconds: 30, claim_id: 'w1' });
+    await parked();
+    expect((await widen({ claim_id: 'w1', agents: [{ agent: 'ca-wb' }] }, other)).json).toEqual({ widened: false });
+    expect((await widen({ claim_id: 'w1', agents: [{ agent: 'ca-wb' }] }, scoped)).status).toBe(403);
+    expect((await widen({ claim_id: 'w2', agents: [{ agent: 'ca-wb' }] })).json).toEqual({ widened: false });
+    expect((await widen({ claim_id: 'w1', agents: [{ agent: 'ca-wa' }] })).json).toEqual({ widened: false }); // in it already
+    expect((await widen({ claim_id: 'w1', agents: [{ agent: 'ca-wb' }] })).json).toEqual({ widened: true });
+    const { execution_id } = await api.submit('ca-wb', { message: 'for the widened claim' });
+    const r = await waiting;
+    expect(r.status).toBe(200);
+    expect(ids(r)).toEqual([execution_id]);
+    // Answered: widening it now takes nothing.
+    expect((await widen({ claim_id: 'w1', agents: [{ agent: 'ca-wc' }] })).json).toEqual({ widened: false });
+    expect((await widen({ claim_id: 'w1', agents: [] })).status).toBe(400);
+    // ca-wc has work queued already: the widened claim looks at it, and takes its `max`, exactly.
+    for (let i = 0; i < 3; i++) await api.submit('ca-wc', { message: `queued ${i}` });
+    const waiting2 = claim({ agents: [{ agent: 'ca-wa' }], wait_seconds: 30, claim_id: 'w3' });
+    await parked();
+    expect((await widen({ claim_id: 'w3', agents: [{ agent: 'ca-wc', max: 2 }] })).json).toEqual({ widened: true });
+    const r2 = await waiting2;
+    expect(r2.status).toBe(200);
+    expect(r2.json.tasks.map((t: { agent: string }) => t.agent)).toEqual(['ca-wc', 'ca-wc']);
   });
 });

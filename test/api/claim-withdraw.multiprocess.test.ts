@@ -4,7 +4,8 @@
  * processes, the claim waiting in one, its withdrawal sent to the other. The claim waits 60 s;
  * the withdrawal is sent again every 200 ms (it may overtake the claim, as the SDK's retries
  * allow) for at most 40 s, so without the withdrawal crossing processes the claim does not answer
- * in that time. Another key's withdrawal of the same claim id does not end it.
+ * in that time. Another key's withdrawal of the same claim id does not end it. A widening
+ * (POST /v1/claim/widen) is not passed on: sent to the other process, it does not take.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -36,6 +37,7 @@ describeMultiProcess('withdrawing a claim that waits in another server process (
     const atTwo = new BatonClient({ server: two.url, key });
     await atOne.createAgent({ name: 'wd-a', max_parallel: 1, max_backlog: 10 });
     await atOne.createAgent({ name: 'wd-b', max_parallel: 1, max_backlog: 10 });
+    await atOne.createAgent({ name: 'wd-c', max_parallel: 1, max_backlog: 10 });
     const other = await atOne.createKey({ name: 'another admin', scope: 'admin' });
     const atTwoOtherKey = new BatonClient({ server: two.url, key: other.key });
 
@@ -51,6 +53,9 @@ describeMultiProcess('withdrawing a claim that waits in another server process (
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(answered).toBeUndefined();
+    // A widening takes only in the process the claim waits in: it is not passed on (the SDK then withdraws).
+    expect(await atTwo.widenClaim(claimId, [{ agent: 'wd-c' }])).toEqual({ widened: false });
+    expect(await atOne.widenClaim(claimId, [{ agent: 'wd-c' }])).toEqual({ widened: true });
     while (answered === undefined && Date.now() - start < 40_000) {
       // Not waiting in this process: `withdrawn: false`, and passed on to the one it waits in.
       expect(await atTwo.withdrawClaim(claimId)).toEqual({ withdrawn: false });

@@ -382,6 +382,7 @@ describe(`rights (${STORE_KIND})`, () => {
     'GET /v1/agents/{agent}/series',
     'POST /v1/agents/{agent}/claim',
     'POST /v1/claim',
+    'POST /v1/claim/widen',
     'POST /v1/claim/withdraw',
     'POST /v1/executions/{id}/complete',
     'POST /v1/completions',

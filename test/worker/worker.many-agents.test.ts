@@ -1,7 +1,7 @@
 /**
  * One worker SDK serving many agents, in a process of its own, against a real server: one claim
- * loop for all of them (POST /v1/claim), withdrawn when an agent that it does not ask for gets a
- * free slot. Many tasks in waves: every task succeeds once, at its first attempt; no agent ran
+ * loop for all of them (POST /v1/claim), widened when an agent that it does not ask for gets a
+ * free slot (withdrawn when the widening did not take). Many tasks in waves: every task succeeds once, at its first attempt; no agent ran
  * above its cap or the worker's concurrency; and no lease lapsed. A task leased to an answer the
  * worker never read can only succeed after the reaper re-queues it (attempt 2, the reaper runs every
  * 200 ms), so a lost task shows as an attempt and a reaped row, not as time. The lease TTL is 15 s
@@ -109,7 +109,7 @@ describe(`one worker process serving ${AGENTS} agents (${STORE_KIND})`, () => {
       expect(summary.errors).toEqual([]);
       expect(reaped).toBe(0);
       for (const [i, name] of agents.entries()) expect(summary.most[name] ?? 0, name).toBeLessThanOrEqual(Math.min(cap(i), CONCURRENCY));
-      // The worker claimed through the one route for many agents, and withdrew claims to re-issue them.
+      // The worker claimed through the one route for many agents, and widened its claims for agents they left out.
       const metrics = await (await fetch(`${node.url}/metrics`, { headers: { authorization: `Bearer ${key}` } })).text();
       const hits = (route: string) =>
         metrics
@@ -118,7 +118,7 @@ describe(`one worker process serving ${AGENTS} agents (${STORE_KIND})`, () => {
           .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
       expect(hits('/v1/claim')).toBeGreaterThan(0);
       expect(hits('/v1/agents/:agent/claim')).toBe(0);
-      expect(hits('/v1/claim/withdraw')).toBeGreaterThan(0);
+      expect(hits('/v1/claim/widen')).toBeGreaterThan(0);
     } finally {
       child.kill('SIGKILL');
     }

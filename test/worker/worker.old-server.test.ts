@@ -1,63 +1,18 @@
 /**
- * The worker SDK against a server older than it: one without POST /v1/claim (and its withdrawal),
- * or without POST /v1/completions too. A real server behind a small real HTTP proxy that answers
+ * The worker SDK against a server older than it: one without POST /v1/claim (and its widening and
+ * withdrawal), or without POST /v1/completions too. A real server behind a small real HTTP proxy that answers
  * those paths as such a server's router does (404 `no route`) and passes everything else through.
  * The worker claims per agent over the agent's own route instead, as the SDK did before the route
  * for many agents: every task runs once, within each agent's cap and the worker's concurrency,
  * with heartbeats and no lapse. A 404 that names a missing agent is a final answer still.
  */
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
 import { createWorker, type WorkerEvent } from '../../src/worker/sdk.ts';
 import { startTestNode, until } from '../helpers/delivery.ts';
+import { oldServer } from '../helpers/old-server.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-
-interface OldServer {
-  url: string;
-  /** Requests by `METHOD path`, with ids and agent names in the path replaced by `:x`. */
-  counts: Map<string, number>;
-  close(): Promise<void>;
-}
-
-/** A proxy to `target` whose router has none of `missing` (`METHOD /path`): those answer 404 as Baton's router does. */
-async function oldServer(target: string, missing: readonly string[]): Promise<OldServer> {
-  const upstream = new URL(target);
-  const agent = new http.Agent({ keepAlive: true });
-  const counts = new Map<string, number>();
-  const server = http.createServer((req, res) => {
-    const path = req.url!.split('?')[0]!;
-    const route = `${req.method} ${path.replace(/^(\/v1\/(?:agents|executions))\/[^/]+/, '$1/:x')}`;
-    counts.set(route, (counts.get(route) ?? 0) + 1);
-    if (missing.includes(`${req.method} ${path}`)) {
-      req.resume();
-      res.writeHead(404, { 'content-type': 'application/json' });
-      return res.end(JSON.stringify({ error: 'not_found', message: `no route ${req.method} ${path}` }));
-    }
-    const out = http.request(
-      { host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: req.headers, agent },
-      (answer) => {
-        res.writeHead(answer.statusCode!, answer.headers);
-        answer.pipe(res);
-      },
-    );
-    out.on('error', () => res.destroy());
-    req.pipe(out);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    counts,
-    close: () =>
-      new Promise<void>((r) => {
-        agent.destroy();
-        server.closeAllConnections();
-        server.close(() => r());
-      }),
-  };
-}
 
 describe(`the worker SDK against a server without POST /v1/claim (${STORE_KIND})`, () => {
   let ts: TestStore;
@@ -74,10 +29,10 @@ describe(`the worker SDK against a server without POST /v1/claim (${STORE_KIND})
   });
 
   const cases = [
-    { name: 'without POST /v1/claim', missing: ['POST /v1/claim', 'POST /v1/claim/withdraw'] },
+    { name: 'without POST /v1/claim', missing: ['POST /v1/claim', 'POST /v1/claim/widen', 'POST /v1/claim/withdraw'] },
     {
       name: 'without POST /v1/claim nor POST /v1/completions',
-      missing: ['POST /v1/claim', 'POST /v1/claim/withdraw', 'POST /v1/completions'],
+      missing: ['POST /v1/claim', 'POST /v1/claim/widen', 'POST /v1/claim/withdraw', 'POST /v1/completions'],
     },
   ];
   for (const [n, { name, missing }] of cases.entries()) {

@@ -5,18 +5,20 @@ import { Unauthorized } from '../../domain/errors.ts';
 import { requireAgentAccess } from '../auth.ts';
 import type { ApiDeps, RouteApp } from '../deps.ts';
 import { RawAnswer } from '../raw-json.ts';
-import { ParkedClaims } from '../parked-claims.ts';
+import { ParkedClaims, type Parked } from '../parked-claims.ts';
 import { endClaimOnRevoke } from '../revocation.ts';
 import { ErrorBody } from '../schemas.ts';
-import { ClaimAnyBody, ClaimAnyResponse, ClaimWithdrawBody, ClaimWithdrawn } from '../schemas/claim-any.ts';
+import { ClaimAnyBody, ClaimAnyResponse, ClaimWidenBody, ClaimWidened, ClaimWithdrawBody, ClaimWithdrawn } from '../schemas/claim-any.ts';
 
 /**
- * One long-poll claim for several agents (POST /v1/claim), and its withdrawal by request
- * (POST /v1/claim/withdraw). A worker serving many agents keeps one claim out; when one of its
- * agents gets a free slot that the claim does not ask for, it withdraws the claim and claims again
- * with the new capacity. The withdrawal ends the wait, and the claim answers as a wait that ran
- * out does: with the tasks a look already begun took. Its connection is never cut, so no task
- * leased to it is left unanswered (docs/delivery.md, "One claim for many agents").
+ * One long-poll claim for several agents (POST /v1/claim), its widening (POST /v1/claim/widen)
+ * and its withdrawal (POST /v1/claim/withdraw), by request. A worker serving many agents keeps one
+ * claim out; when one of its agents gets a free slot that the claim does not ask for, it adds that
+ * agent to the claim while it waits. Where the widening does not take (the claim is answering, or
+ * waits in another process), it withdraws the claim and claims again with the new capacity. The
+ * withdrawal ends the wait, and the claim answers as a wait that ran out does: with the tasks a
+ * look already begun took. Its connection is never cut, so no task leased to it is left
+ * unanswered (docs/delivery.md, "One claim for many agents").
  *
  * A withdrawal reaches only the caller's own claims, in whichever server process of the store
  * they wait (parked-claims.ts).
@@ -42,6 +44,25 @@ export function claimAnyRoutes(app: RouteApp, deps: ApiDeps): void {
       const rows = await claimAny(deps, req, reply, req.body, parked);
       if (rows.length === 0) return reply.code(204).send(null);
       return raw.answer(reply, { tasks: rows.map((r) => raw.task(r)) });
+    },
+  );
+
+  app.post(
+    '/v1/claim/widen',
+    {
+      config: { agentKeys: true },
+      schema: {
+        tags: ['worker protocol'],
+        summary:
+          'Add agents to a waiting claim made with `claim_id`, each with its `max`: `widened` says whether it took (it may then answer with their tasks)',
+        body: ClaimWidenBody,
+        response: { 200: ClaimWidened, 400: ErrorBody, 401: ErrorBody, 403: ErrorBody },
+      },
+    },
+    async (req) => {
+      for (const { agent } of req.body.agents) requireAgentAccess(req, agent);
+      const items = req.body.agents.map(({ agent, max }) => ({ agent, max: max ?? 1 }));
+      return { widened: parked.widen(ParkedClaims.nameOf(req.principal.keyId, req.body.claim_id), items) };
     },
   );
 
@@ -79,15 +100,22 @@ async function claimAny(
     if (!reply.raw.writableFinished) abort.abort();
   };
   reply.raw.once('close', onClose);
-  const end = new AbortController();
+  const claim: Parked = { end: new AbortController(), widening: {} };
   const name = body.claim_id !== undefined ? ParkedClaims.nameOf(keyId, body.claim_id) : undefined;
-  if (name !== undefined) parked.park(name, end);
+  if (name !== undefined) parked.park(name, claim);
   try {
-    const rows = await engine.claimAny(items, { owner, waitMs, signal: abort.signal, end: end.signal, keyId });
+    const rows = await engine.claimAny(items, {
+      owner,
+      waitMs,
+      signal: abort.signal,
+      end: claim.end.signal,
+      widening: claim.widening,
+      keyId,
+    });
     if (rows.length === 0 && revocation.revoked()) throw new Unauthorized('the API key that made this claim was revoked');
     return rows;
   } finally {
-    if (name !== undefined) parked.leave(name, end);
+    if (name !== undefined) parked.leave(name, claim);
     revocation.off();
     reply.raw.off('close', onClose);
   }
