@@ -549,7 +549,7 @@ function describeSetup(): string[] {
   if (modes.includes('http')) {
     lines.push(
       serverHow === 'spawn'
-        ? `HTTP: server is \`node bin/baton.js up\` in its own OS process (BATON_PORT=0, fresh BATON_DATA_DIR / BATON_PG_SCHEMA); load generator = BatonClient over node:http (keep-alive; src/worker/http.ts, as the SDK and CLI send) in this process.`
+        ? `HTTP: server is \`baton up\` from dist/ (the compiled JavaScript an installed package runs; BENCH_SERVER_TSX=1: bin/baton.js through tsx) in its own OS process (BATON_PORT=0, fresh BATON_DATA_DIR / BATON_PG_SCHEMA); load generator = BatonClient over node:http (keep-alive; src/worker/http.ts, as the SDK and CLI send) in this process.`
         : `HTTP: server is startNode() in this same process (shares the load generator's event loop); load generator = BatonClient over node:http.`,
     );
   }

@@ -1,12 +1,19 @@
 /**
- * A Baton server for the HTTP benchmarks: by default `node bin/baton.js up` as its own OS
- * process (so the server and the load generator do not share one event loop), or `startNode`
- * in this process (`--server inproc`, for comparison).
+ * A Baton server for the HTTP benchmarks: by default `baton up` as its own OS process (so the
+ * server and the load generator do not share one event loop), or `startNode` in this process
+ * (`--server inproc`, for comparison).
+ *
+ * The spawned server runs the compiled JavaScript in dist/, as an installed package runs it
+ * (brought up to date with src/ first, as the suite does: scripts/dist.ts), not the checkout's
+ * TypeScript through tsx, whose transform adds a `__name` call to every function it defines (2 %
+ * of a W1-users server's busy time, 5 % of the submit route's, in a profile). BENCH_SERVER_TSX=1
+ * runs `bin/baton.js up` from the checkout instead.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildForTests } from '../../scripts/dist.ts';
 import type { BenchDb } from './stores.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -37,6 +44,16 @@ export async function startServer(db: BenchDb, how: 'spawn' | 'inproc', opts: Se
   return how === 'spawn' ? spawnServer(db, opts) : inprocServer(db);
 }
 
+let built = false;
+
+/** How the spawned server starts: dist/'s `baton up`, built once a bench run (see the header). */
+function upEntry(): string[] {
+  if (process.env.BENCH_SERVER_TSX === '1') return ['bin/baton.js', 'up'];
+  if (!built) buildForTests();
+  built = true;
+  return ['bench/lib/baton-dist.mjs', 'up'];
+}
+
 async function inprocServer(db: BenchDb): Promise<RunningServer> {
   const { startNode } = await import('../../src/server/up.ts');
   const node = await startNode({
@@ -58,7 +75,7 @@ async function spawnServer(db: BenchDb, opts: ServerOptions): Promise<RunningSer
   // BENCH_LOOP_STALLS=<file>: the server logs its event loop's stalls there (bench/lib/loop-stalls.mjs).
   if (process.env.BENCH_LOOP_STALLS) extra.push('--import', './bench/lib/loop-stalls.mjs');
   const nodeArgs = [...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []), ...extra];
-  const entry = opts.script ? ['--import', 'tsx', opts.script] : ['bin/baton.js', 'up'];
+  const entry = opts.script ? ['--import', 'tsx', opts.script] : upEntry();
   const child = spawn(process.execPath, [...nodeArgs, ...entry], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(child);
   let stderr = '';

@@ -17,9 +17,15 @@
  * - graphile: graphile-worker's runner (W1 only).
  */
 import type { Socket } from 'node:net';
-import { BatonClient } from '../../src/client.ts';
-import { closeConnections, connectionPools, nodeHttpTransport } from '../../src/worker/http.ts';
-import { createWorker, type Worker } from '../../src/worker/sdk.ts';
+import type { Worker } from '../../src/worker/sdk.ts';
+
+// The client and the SDK as an installed package runs them: dist/'s JavaScript, which the bench
+// brought up to date before starting the server (bench/lib/server.ts); BENCH_SERVER_TSX=1: src/.
+const fromSrc = process.env.BENCH_SERVER_TSX === '1';
+const load = (m: string) => import(fromSrc ? `../../src/${m}.ts` : `../../dist/${m}.js`);
+const { BatonClient } = (await load('client')) as typeof import('../../src/client.ts');
+const { closeConnections, connectionPools, nodeHttpTransport } = (await load('worker/http')) as typeof import('../../src/worker/http.ts');
+const { createWorker } = (await load('worker/sdk')) as typeof import('../../src/worker/sdk.ts');
 
 export type WorkerSystem = 'sdk' | 'sdk-per-agent' | 'hand' | 'bullmq' | 'graphile';
 
