@@ -10,17 +10,18 @@
  * about 20 on 2 cores (2026-12-07, 17:51-17:57 UTC, at 4bffaa8 + this fixture's diagnosis), one
  * run of four had 45 of 600 tasks reaped and run again (attempt 2) while the worker saw no lapse:
  * its event loop's worst delay was 150-220 ms and no heartbeat failed, so the renewal timer was
- * neither starved nor late. It never ran: a task holds its slot 0-20 ms, and the SDK renews a
- * lease from when the claim's answer arrives until the handler returns (src/worker/sdk.ts,
- * LeaseKeeper), a third of the TTL at the earliest. What the lease spent was the server's and the
- * transport's time either side of that: up to 1.8 s from the server's lease start to the handler
- * starting (the claim's answer on its way) and up to 3.7 s from the handler's return to its
- * completion answered (the completion batched behind the batch in flight), together more than
- * 5 s. The child prints these figures each run (`many agents (<store>): {…}`, `claimToStartMs`,
- * `returnToAnsweredMs`). At 15 s all four runs passed, but at a load average of 34-37 (17:58-18:01
- * UTC) the two reached 8.2 s and 9.2 s on PostgreSQL (3.5 s and 6.9 s in the next run): what bounds
- * this test at any TTL is how long a loaded server takes to answer, since nothing renews a lease
- * while its claim's answer or its completion is on the way. The test does not judge that slowness.
+ * neither starved nor late. It never ran: a task holds its slot 0-20 ms, and the SDK then renewed a
+ * lease from when the claim's answer arrived until the handler returned, a third of the TTL at the
+ * earliest. What the lease spent was the server's and the transport's time either side of that:
+ * up to 1.8 s from the server's lease start to the handler starting (the claim's answer on its
+ * way) and up to 3.7 s from the handler's return to its completion answered (the completion
+ * batched behind the batch in flight), together more than 5 s. The child prints these figures
+ * each run (`many agents (<store>): {…}`, `claimToStartMs`, `returnToAnsweredMs`). At 15 s all
+ * four runs passed, but at a load average of 34-37 (17:58-18:01 UTC) the two reached 8.2 s and
+ * 9.2 s on PostgreSQL (3.5 s and 6.9 s in the next run). Since then the SDK keeps renewing after
+ * the handler returns until its completion is answered (src/worker/sdk.ts, LeaseKeeper.workDone;
+ * test/worker/worker.slow-completion.test.ts), so only the claim's answer on its way is unrenewed.
+ * The test does not judge the server's slowness.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
