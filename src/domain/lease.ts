@@ -68,6 +68,13 @@ export interface LeaseKeeperOptions {
  * away (a renewal failed, or the deadline is near), so a worker running thousands of short tasks
  * creates one timer per task, not three. The abort signal is made when first read: work that
  * never looks at it costs no AbortController.
+ *
+ * Once the work has returned, its outcome still has to reach the server (the worker SDK's
+ * completion can wait behind a batch of others, src/worker/completions.ts): `workDone()` keeps
+ * the renewals going until `stop()`, so the reaper does not re-queue a task whose result is on
+ * its way. From then on nothing aborts the work or lapses it (it has nothing left to stop, and a
+ * completion with the latest token lands even after a lapse); a renewal answered that the lease
+ * is gone only sets `lost` and ends the renewals.
  */
 export class LeaseKeeper {
   private ctrl: AbortController | undefined;
@@ -84,6 +91,8 @@ export class LeaseKeeper {
   /** Monotonic ms at which the lease was last granted (see the class comment). */
   private grantedAt: number;
   private stopped = false;
+  /** The work returned (workDone): renew until stop(), but abort and lapse nothing. */
+  private done = false;
   private renewing = false;
   /** The lease expired without a successful renewal (it is also `lost`). */
   lapsed = false;
@@ -121,16 +130,27 @@ export class LeaseKeeper {
   }
 
   abort(reason: AbortReason): void {
-    if (this.aborted) return;
+    if (this.aborted || this.done) return;
     this.aborted = reason;
     this.ctrl?.abort(new TaskAborted(reason));
     for (const fn of this.abortCallbacks.splice(0)) fn();
   }
 
-  /** The lease is gone: stop renewing and abort the work. */
+  /** The lease is gone: stop renewing and abort the work (if it is still running). */
   markLost(): void {
     this.lost = true;
+    if (this.done) clearInterval(this.renewTimer);
     this.abort('lease_lost');
+  }
+
+  /**
+   * The work returned and its outcome is being reported: keep renewing until stop(), but the
+   * deadline, a requested cancellation, a lapse or another abort no longer change anything.
+   */
+  workDone(): void {
+    this.done = true;
+    clearTimeout(this.deadlineTimer);
+    clearTimeout(this.lapseTimer);
   }
 
   /** The work is over: no more renewals, no deadline. */
@@ -148,7 +168,7 @@ export class LeaseKeeper {
 
   /** Arms the expiry's and the deadline's own timers once either is less than an interval away. */
   private lookAhead(): void {
-    if (this.stopped) return;
+    if (this.stopped || this.done) return;
     if (this.deadlineTimer === undefined && this.deadlineDue - performance.now() <= this.intervalMs) {
       const left = Math.max(0, this.deadlineDue - performance.now());
       this.deadlineTimer = setTimeout(() => this.abort('deadline'), Math.min(MAX_TIMER_MS, left));
@@ -160,7 +180,7 @@ export class LeaseKeeper {
   private checkLapse(): void {
     clearTimeout(this.lapseTimer);
     this.lapseTimer = undefined;
-    if (this.stopped || this.lost) return;
+    if (this.stopped || this.lost || this.done) return;
     const left = this.grantedAt + this.ttlMs - this.mono();
     // Renewed meanwhile: the interval's look-ahead arms this again when the expiry nears.
     if (left > this.intervalMs) return;

@@ -16,7 +16,9 @@
  * What it does for every task: heartbeats every third of the lease TTL and aborts `task.signal`
  * when cancellation is requested, the deadline passes or the lease is lost (the lease keeper,
  * src/domain/lease.ts, shared with the push dispatcher); ships `task.log()`
- * lines in order; reports the outcome (retrying transport errors with jittered backoff). A lost
+ * lines in order; reports the outcome (retrying transport errors with jittered backoff). The
+ * heartbeats go on after the handler returns, until the outcome (or the release) is answered:
+ * a completion waiting behind a batch of others must not outlive its lease. A lost
  * lease (`409 lease_lost`) ends that task silently: another worker owns it now. So does a lease
  * that expired (on this worker's monotonic clock) without a successful renewal, say while the
  * network was cut: the server may have re-queued the task, so its run stops and is not reported.
@@ -324,14 +326,21 @@ class WorkerImpl implements Worker {
     };
 
     const settled = await this.settle(task, lease);
-    lease.stop();
-    if (logs && !lease.lost) await logs.close();
-
-    const report = decideReport({ settled, reason: lease.reason, leaseLost: lease.lost, deadlineAt: t.deadline_at });
-    if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
-    else if (report.kind === 'release') await this.handBack(id, token);
-    else return this.complete(lane, id, token, report.outcome);
-    return false;
+    // The lease stays renewed until the outcome is answered (the completion can wait behind a
+    // batch of others): the reaper must not re-queue a task whose result is on its way.
+    lease.workDone();
+    try {
+      if (logs && !lease.lost) await logs.close();
+      // A renewal or a log line answered lease_lost before the outcome left: another owner may
+      // hold the task now, so it is not reported. Once sent, the server's answer decides.
+      const report = decideReport({ settled, reason: lease.reason, leaseLost: lease.lost, deadlineAt: t.deadline_at });
+      if (report.kind === 'lost') this.emit({ type: 'task:end', executionId: id, status: 'lease_lost', reported: 'lost' });
+      else if (report.kind === 'release') await this.handBack(id, token);
+      else return await this.complete(lane, id, token, report.outcome);
+      return false;
+    } finally {
+      lease.stop();
+    }
   }
 
   /** The handler's result; undefined when it has not returned abortWaitMs after the task's signal fired. */
