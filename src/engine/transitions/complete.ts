@@ -84,15 +84,14 @@ export async function completeManyWithLease(db: Executor, jobs: readonly LeasedC
   const values = jobs.map((j) => ({ id: j.id, token: j.token, ...completionValues(j.outcome, j.now, j.actor) }));
   const column = <K extends keyof (typeof values)[number]>(k: K) => values.map((v) => v[k]);
   const v = <K extends keyof CompletionValues>(k: K) => sql.ref(`v.${k}`) as unknown as CompletionValues[K];
+  const given = sql<{ id: string; token: string }>`unnest(${column('id')}::text[], ${column('token')}::text[], ${column('status')}::text[],
+    ${column('now')}::bigint[], ${column('actor')}::text[], ${column('result')}::text[], ${column('error_code')}::text[],
+    ${column('error_message')}::text[], ${column('usage')}::text[], ${column('reason')}::text[])`.as<'v'>(
+    sql`v(id, token, status, now, actor, result, error_code, error_message, usage, reason)`,
+  );
   const rows = await db
     .updateTable('executions')
-    .from(
-      sql<{ id: string; token: string }>`unnest(${column('id')}::text[], ${column('token')}::text[], ${column('status')}::text[],
-        ${column('now')}::bigint[], ${column('actor')}::text[], ${column('result')}::text[], ${column('error_code')}::text[],
-        ${column('error_message')}::text[], ${column('usage')}::text[], ${column('reason')}::text[])`.as<'v'>(
-        sql`v(id, token, status, now, actor, result, error_code, error_message, usage, reason)`,
-      ),
-    )
+    .from(given)
     .set(
       completion({
         status: v('status'),
