@@ -17,6 +17,20 @@ export function statusIs<S extends ExecutionStatus>(status: S): RawBuilder<S> {
 }
 
 /**
+ * A guard's status column as an expression no index answers (`status || ''`: the same text), for
+ * a guarded write that finds its rows by primary key: it keeps to that key whatever the
+ * statistics say. completeManyWithLease (PostgreSQL, UPDATE … FROM unnest) guards on
+ * `status IN ('running', 'queued')`; on a store analysed when few rows were live (an old store's
+ * normal case: autovacuum analyses after a tenth of the table changed), PostgreSQL estimated one
+ * such row, read them all through executions_status_recent (led by status) and joined the given
+ * ids to them: every queued row of every agent read per batch of completions (docs/benchmarks.md,
+ * "Claims and completions at 1M").
+ */
+export function statusUnindexed(column: 'status' | `${string}.status`): RawBuilder<string> {
+  return sql<string>`(${sql.ref(column)} || '')`;
+}
+
+/**
  * `status IN ('queued', 'running')`, in the order the partial indexes executions_schedule_open
  * and executions_webhook_open are declared with (SQLite matches the term as written).
  */

@@ -61,8 +61,14 @@ const EVENT_WRITE = new RegExp(
   `\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`,
   'gi',
 );
-/** A status guard: `.where('status', '=' | 'in', <what>)`; <what> is read up to its closing parenthesis. */
-const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\s*${q}(=|in)\\2\\s*,`, 'g');
+/**
+ * A status guard: `.where('status', '=' | 'in', <what>)`, the column also as statusUnindexed('status')
+ * (the same compare, which no index answers: status-sql.ts); <what> is read up to its closing parenthesis.
+ */
+const STATUS_GUARD = new RegExp(
+  `\\.where\\(\\s*(?:statusUnindexed\\(\\s*)?${q}(?:\\w+\\.)?status\\1\\s*\\)?\\s*,\\s*${q}(=|in)\\2\\s*,`,
+  'g',
+);
 /**
  * What a guard may compare with: the live states only, as literals or the names that stand for
  * them. A guard that admits a terminal state (or anything this list does not know) could move a
@@ -388,6 +394,13 @@ describe('the writers of execution status', () => {
       ),
     ).toEqual([null]);
     expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', RUNNING).execute()`)).toEqual([null]);
+    // The column written so that no index answers the compare is the same guard.
+    expect(
+      guard(`db.updateTable('executions').set({}).where(statusUnindexed('executions.status'), 'in', ['running', 'queued']).execute()`),
+    ).toEqual([null]);
+    expect(
+      guard(`db.updateTable('executions').set({}).where(statusUnindexed('executions.status'), 'in', ['running', 'failed']).execute()`)[0],
+    ).toMatch(/terminal state/);
     expect(
       guard(
         `tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped']).execute()`,

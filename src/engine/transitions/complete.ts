@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import type { StoredOutcome } from '../../domain/outcomes.ts';
 import type { CompletionRequest } from '../../store/fast-paths.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
+import { statusUnindexed } from '../status-sql.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
 import { preparedQuery } from '../../store/prepared-query.ts';
@@ -106,7 +107,9 @@ export async function completeManyWithLease(db: Executor, jobs: readonly LeasedC
     )
     .whereRef('executions.id', '=', 'v.id')
     .whereRef('executions.lease_token', '=', 'v.token')
-    .where('executions.status', 'in', ['running', 'queued'])
+    // Through executions_pkey by v.id only: a guard PostgreSQL could seek would let stale
+    // statistics read every live row instead (statusUnindexed).
+    .where(statusUnindexed('executions.status'), 'in', ['running', 'queued'])
     .returningAll('executions')
     .execute();
   return new Map(rows.map((r) => [r.id, r as ExecutionRow]));
