@@ -223,7 +223,8 @@ export class Agents {
           )
           .execute();
         const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
-        return { cancelled, followed: await this.engine.follow(tx, now, actor, cancelled, undefined, name) };
+        // Its subscriptions are gone (the first chunk): nothing to read for each cancelled row.
+        return { cancelled, followed: await this.engine.follow(tx, now, actor, cancelled, new Set([name]), name) };
       });
       announce(this.store, [...chunk.cancelled, ...chunk.followed.created, ...chunk.followed.ended]);
       early += chunk.cancelled.length;

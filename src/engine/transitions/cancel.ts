@@ -1,7 +1,9 @@
+import { sql } from 'kysely';
 import type { CancelReason } from '../../domain/error-codes.ts';
 import { InvalidTransition } from '../../domain/errors.ts';
 import type { StoreAdapter, Tx } from '../../store/adapter.ts';
 import type { ExecutionRow } from '../../store/schema.ts';
+import { statusUnindexed } from '../status-sql.ts';
 import { lockExecution } from './lease.ts';
 import { stamp } from './stamp.ts';
 
@@ -38,30 +40,41 @@ export async function cancelExecution(
   throw new InvalidTransition(id, before.status, 'cancel');
 }
 
-/** queued → cancelled for rows the caller has locked (one execution, or all of a deleted agent's). */
+/** Rows one statement of cancelQueued cancels at most (its ids are bound parameters). */
+const CANCEL_SLICE = 500;
+
+/**
+ * queued → cancelled for rows the caller has locked (one execution, or all of a deleted agent's),
+ * answered in their order: one guarded UPDATE a slice of CANCEL_SLICE rows, not one a row (a
+ * deleted agent's backlog of 100,000 was 100,000 statements). Each row is found through its
+ * primary key whatever the statistics (statusUnindexed: `id IN (…) AND status = 'queued'` could
+ * otherwise be read through executions_admission, whose predicate is that status and whose last
+ * column is id: every queued row of every agent).
+ */
 export async function cancelQueued(
   tx: Tx,
-  rows: ExecutionRow[],
+  rows: readonly ExecutionRow[],
   now: number,
   actor: string,
   reason: CancelReason,
 ): Promise<ExecutionRow[]> {
-  const out: ExecutionRow[] = [];
-  for (const before of rows) {
-    const row = await tx
+  const done = new Map<string, ExecutionRow>();
+  for (let i = 0; i < rows.length; i += CANCEL_SLICE) {
+    const ids = rows.slice(i, i + CANCEL_SLICE).map((r) => r.id);
+    const cancelled = await tx
       .updateTable('executions')
       .set({
         status: 'cancelled',
         completed_at: now,
-        duration_ms: before.started_at === null ? null : now - before.started_at,
+        duration_ms: sql<number | null>`cast(${now} as bigint) - started_at`,
         error_code: reason,
         ...stamp(now, actor, reason),
       })
-      .where('id', '=', before.id)
-      .where('status', '=', 'queued')
+      .where('id', 'in', ids)
+      .where(statusUnindexed('status'), '=', 'queued')
       .returningAll()
-      .executeTakeFirst();
-    if (row) out.push(row);
+      .execute();
+    for (const row of cancelled) done.set(row.id, row);
   }
-  return out;
+  return rows.flatMap((r) => done.get(r.id) ?? []);
 }
