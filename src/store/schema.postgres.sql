@@ -524,8 +524,9 @@ BEGIN
     IF stamped IS NULL OR p_now[i] - stamped >= p_stamp_every THEN
       UPDATE agents SET last_claim_at = p_now[i] WHERE name = p_agent[i] AND (last_claim_at IS NULL OR last_claim_at < p_now[i]);
     END IF;
-    claim_state := CASE WHEN free > 0 AND places IS NULL AND NOT EXISTS (
-        SELECT 1 FROM executions e WHERE e.agent = p_agent[i] AND e.status = 'queued') THEN 'empty' ELSE 'decided' END;
+    claim_state := CASE WHEN free > 0 AND places IS NULL AND (
+        SELECT e.id FROM executions e WHERE e.agent = p_agent[i] AND e.status = 'queued'
+        ORDER BY e.priority, e.fair_round, e.queued_at, e.id LIMIT 1) IS NULL THEN 'empty' ELSE 'decided' END;
     claimed := NULL;
     RETURN NEXT;
   END LOOP;
@@ -685,7 +686,8 @@ BEGIN
     FOR NO KEY UPDATE SKIP LOCKED
   ) c;
   IF jsonb_array_length(candidates) = 0 THEN
-    queued := EXISTS (SELECT 1 FROM executions e WHERE e.agent = p_agent AND e.status = 'queued');
+    queued := (SELECT e.id FROM executions e WHERE e.agent = p_agent AND e.status = 'queued'
+      ORDER BY e.priority, e.fair_round, e.queued_at, e.id LIMIT 1) IS NOT NULL;
   ELSIF p_pools AND agent.pools IS NOT NULL THEN
     SELECT jsonb_agg(to_jsonb(r) ORDER BY r.n) INTO pools
       FROM baton_lock_pools(ARRAY(SELECT jsonb_array_elements_text(agent.pools::jsonb)))

@@ -1,0 +1,4 @@
+-- PostgreSQL's claim functions now read whether an agent has any queued row through
+-- executions_admission whatever the statistics. SQLite reads it from the agent's counters
+-- (src/engine/backlog.ts, queuedColumn): nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
