@@ -16,6 +16,7 @@
  *     completeWithLease each, as commitTogether runs them), rolled back,
  *   - a waiting claim on two agents widened (as POST /v1/claim/widen does) by hist-001 and eight
  *     others,
+ *   - a claim of a pooled agent (hist-011: a gathered admission, its takes baton_take_rows),
  * and prints each distinct statement's plan with what it read: PostgreSQL EXPLAIN (ANALYZE,
  * BUFFERS), rolled back (a function's nested statements through auto_explain, after seven calls
  * on the connection so its plpgsql plans are the ones it keeps, and again under
@@ -23,8 +24,10 @@
  * (pages missed on a fresh connection, virtual machine steps), writes rolled back.
  * Then (`--times N`, default 20) runs each path N times and reports the event loop's longest delay
  * and the CPU of its busiest stretch (bench/canary-history.ts, stallProbe), against an idle baseline.
+ * With `--look N` it also times a claim's look at N agents with nothing queued (agents look-0000…
+ * made if missing, each claimed once first: a look within the stamp interval writes nothing).
  * Options: --store sqlite|postgres, --reuse <file|schema>, --schema NAME, --backlog N (default 0),
- * --times N, --keep, --pg-url URL.
+ * --times N, --look N, --keep, --pg-url URL.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -40,7 +43,7 @@ import type { StoreAdapter } from '../src/store/adapter.ts';
 import { openPostgres } from '../src/store/postgres.ts';
 import type { DB, ExecutionRow } from '../src/store/schema.ts';
 import { openSqlite } from '../src/store/sqlite.ts';
-import { createHistoryPool, HISTORY_KEYS, historyFlowSettings, KEYED_AGENT } from './lib/history-flow.ts';
+import { createHistoryPool, HISTORY_KEYS, historyFlowSettings, KEYED_AGENT, POOLED_AGENTS } from './lib/history-flow.ts';
 import { wrapStore } from './lib/wrap-store.ts';
 
 const { values: a } = parseArgs({
@@ -50,6 +53,7 @@ const { values: a } = parseArgs({
     schema: { type: 'string' },
     backlog: { type: 'string', default: '0' },
     times: { type: 'string', default: '20' },
+    look: { type: 'string', default: '0' },
     keep: { type: 'boolean', default: false },
     'pg-url': { type: 'string', default: process.env.BATON_BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' },
   },
@@ -352,11 +356,16 @@ async function main() {
     const claimed = await during('claim 3 of the deep agent', () => p.claimDeep());
     await during('complete together', () => p.completeTogether(claimed));
     const widened = await during('widened claim', () => p.widened());
+    // A pooled agent's admission is gathered: its takes are baton_take_rows (PostgreSQL).
+    const POOLED = AGENTS[POOLED_AGENTS[0]!]!;
+    await setup.submitMany(POOLED, [{ message: 'pooled 1' }, { message: 'pooled 2' }], 'bench');
+    const pooled = await during('claim 2 of a pooled agent', () => engine.claim(POOLED, { owner: 'bench', max: 2 }));
     log(`recorded ${recorded.length} statements; load ${load()}`);
     // Replayed while the claimed rows are still running (the completion's compare-and-set finds them).
     await explainAll(store, where);
     await p.done(claimed);
     await p.done(widened);
+    await p.done(pooled);
 
     const times = Number(a.times);
     log(`\n═══ the event loop, ${times} runs each ═══`);
@@ -378,6 +387,17 @@ async function main() {
     await timed('complete together (rolled back)', times, () => plain.completeTogether(held));
     await plain.done(held);
     await timed('widened claim + done', times, async () => plain.done(await plain.widened()));
+    const many = Number(a.look);
+    if (many > 0) {
+      const names = Array.from({ length: many }, (_, i) => `look-${String(i).padStart(4, '0')}`);
+      const have = new Set(
+        (await store.db.selectFrom('agents').select('name').where('name', 'like', 'look-%').execute()).map((r) => r.name),
+      );
+      for (const name of names) if (!have.has(name)) await setup.agents.create({ name, max_parallel: 3, max_backlog: 1000 }, 'bench');
+      const items = names.map((agent) => ({ agent, max: 3 }));
+      await setup.claimAny(items, { owner: 'bench', waitMs: 0 }); // the stamps
+      await timed(`quiet look (${many} agents)`, times, () => setup.claimAny(items, { owner: 'bench', waitMs: 0 }));
+    }
   } finally {
     engine.close();
     setup.close();
