@@ -195,8 +195,8 @@ export class Agents {
     const now = this.engine.now();
     // A deep backlog first, in chunks of AGENT_DELETE_CHUNK, each its own transaction with a turn
     // of the event loop after it: on SQLite a deep backlog cancelled in one transaction held the
-    // server for seconds (max_backlog allows 1,000,000). Its subscriptions go in the first, so these
-    // cancellations start nothing; a group its cancelled members decide refuses a join on this
+    // server for seconds (max_backlog allows 1,000,000). Its subscriptions go in the first (not read
+    // again), so these cancellations start nothing; a group its cancelled members decide refuses a join on this
     // agent (agent_missing), as it will once the row is gone. Work submitted meanwhile is cancelled
     // in the last transaction. A crash between chunks leaves the agent with part of its backlog
     // cancelled; deleting it again finishes.
@@ -223,7 +223,6 @@ export class Agents {
           )
           .execute();
         const cancelled = await cancelQueued(tx, queued, now, actor, 'agent_deleted');
-        // Its subscriptions are gone (the first chunk): nothing to read for each cancelled row.
         return { cancelled, followed: await this.engine.follow(tx, now, actor, cancelled, new Set([name]), name) };
       });
       announce(this.store, [...chunk.cancelled, ...chunk.followed.created, ...chunk.followed.ended]);
