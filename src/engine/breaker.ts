@@ -8,6 +8,7 @@ import {
   type BreakerColumns,
   type BreakerPatch,
 } from '../domain/breaker.ts';
+import { sql } from 'kysely';
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
 import { perStore, preparedQuery } from '../store/prepared-query.ts';
@@ -57,6 +58,8 @@ export async function countTowardBreakers(
 ): Promise<void> {
   const relevant = ended.filter((e) => breakerOutcome(e.status, e.error_code) !== null);
   const agents = [...new Set(relevant.map((e) => e.agent))].sort();
+  // The patches that leave the facts as they are, by shape (the columns they set), written after the loop.
+  const plain = new Map<string, Array<BreakerPatch & { agent: string }>>();
   for (const agent of agents) {
     // Read without a lock first: an agent with the breaker off costs one primary-key read and
     // takes no lock, and so does an outcome that changes nothing (a success while the breaker is
@@ -83,9 +86,46 @@ export async function countTowardBreakers(
     else {
       // The columns set, as Kysely's set() takes them (an undefined value is left out).
       const columns = Object.keys(patch).filter((c) => patch[c as keyof BreakerPatch] !== undefined);
-      if (columns.length > 0) await writeBreaker(tx, { ...patch, agent }, columns.join(','));
+      if (columns.length > 0) {
+        const shape = columns.join(',');
+        const same = plain.get(shape);
+        if (same) same.push({ ...patch, agent });
+        else plain.set(shape, [{ ...patch, agent }]);
+      }
     }
   }
+  // Each agent's row is written once, here or above, and nothing between reads what these set.
+  for (const [shape, patches] of plain) {
+    if (patches.length > 1 && store.kind === 'postgres') await writeBreakers(tx, patches, shape);
+    else for (const p of patches) await writeBreaker(tx, p, shape);
+  }
+}
+
+/** The PostgreSQL type of each breaker column a patch sets, for writeBreakers' arrays. */
+const PG_TYPES: Record<keyof BreakerPatch, string> = {
+  breaker_state: 'text',
+  breaker_consecutive: 'int',
+  breaker_recent: 'text',
+  breaker_opened_at: 'bigint',
+  breaker_until: 'bigint',
+  breaker_probe_id: 'text',
+  breaker_cooldown_ms: 'bigint',
+};
+
+/**
+ * writeBreaker for the patches of several agents of one shape, in one statement (PostgreSQL: the
+ * values as arrays, one UPDATE … FROM unnest): completions committed together while their agents'
+ * breaker windows fill write each agent's window, one round trip for all of them. Agents distinct.
+ */
+async function writeBreakers(tx: Tx, patches: ReadonlyArray<BreakerPatch & { agent: string }>, shape: string): Promise<void> {
+  const columns = shape.split(',') as Array<keyof BreakerPatch>;
+  const arrays = [
+    sql`${patches.map((p) => p.agent)}::text[]`,
+    ...columns.map((c) => sql`${patches.map((p) => p[c] ?? null)}::${sql.raw(PG_TYPES[c])}[]`),
+  ];
+  const names = sql.join([sql.ref('agent'), ...columns.map((c) => sql.ref(c))]);
+  await sql`UPDATE agents SET ${sql.join(columns.map((c) => sql`${sql.ref(c)} = ${sql.ref(`v.${c}`)}`))}
+    FROM unnest(${sql.join(arrays)}) AS v(${names}) WHERE agents.name = v.agent`.execute(tx);
 }
 
 /** countTowardBreakers' locked read of an agent's breaker, built once per store (its row lock differs). */

@@ -272,9 +272,12 @@ export class Engine {
     const max = opts.max ?? 1;
     const admitOpts: AdmitOptions = { now: 0, owner: opts.owner, max, delivery: opts.delivery ?? 'pull', keyId: opts.keyId };
     // No wait: one look at the queue. No waiter is armed, so none takes a wake-up meant for a
-    // claimer that does wait (wake() wakes one), and no abort plumbing is built.
-    if ((opts.waitMs ?? 0) <= 0)
-      return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => f.pools && this.claimWaits.notePools(agent, f.pools) });
+    // claimer that does wait (wake() wakes one), and no abort plumbing is built. A look that finds
+    // no queued row marks the agent idle (ClaimWaits.markIfEmpty).
+    if ((opts.waitMs ?? 0) <= 0) {
+      const onNothingQueued = this.claimWaits.markIfEmpty(agent);
+      return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => f.pools && this.claimWaits.notePools(agent, f.pools), onNothingQueued });
+    }
     // Parked, it may be taken by a submit of its agent, which admits it in its own call (plain-calls.ts).
     const { owner, delivery, keyId } = admitOpts;
     const handoff: Handoff | undefined = this.plain && {

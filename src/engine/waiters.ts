@@ -54,6 +54,19 @@ export class ClaimWaits {
     this.idle = new IdleAgents(pollMs);
   }
 
+  /**
+   * For a look at `agent` about to begin outside a claim on many agents (a claim that does not
+   * wait: a completion's claim, complete-and-claim): its admission's onNothingQueued, marking the
+   * agent idle as a look of a claim on many agents does (IdleAgents, the same rules: a change since
+   * this call voids it). A completion's claim finds that for most tasks in W1-users, and a claim
+   * on many agents widened with the agent right after (POST /v1/claim/widen) then watches it
+   * without an admission of its own.
+   */
+  markIfEmpty(agent: string): () => void {
+    const seen = this.idle.seen(agent);
+    return () => this.idle.mark(agent, seen);
+  }
+
   /** See Waiters.wake. */
   wake(agent: string, everyone = false): void {
     this.idle.changed(agent);

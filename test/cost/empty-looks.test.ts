@@ -37,11 +37,20 @@ afterAll(async () => {
   await ts?.cleanup();
 });
 
-/** `n` new agents, each claimed once on its empty queue (its claim stamp written: looks within the interval write nothing). */
+/**
+ * `n` new agents, each claimed once on its empty queue (its claim stamp written: looks within the
+ * interval write nothing) by another engine on the store, as another process's claim: that claim
+ * marks them idle there (ClaimWaits.markIfEmpty), not in `engine`, whose looks this file counts.
+ */
 async function stampedAgents(n: number): Promise<string[]> {
   const agents: string[] = [];
   for (let i = 0; i < n; i++) agents.push(await newAgent());
-  for (const a of agents) expect(await engine.claim(a, { owner: 'w', max: 3 })).toEqual([]);
+  const elsewhere = new Engine({ store: ts.store, clock, nodeId: 'empty-looks-elsewhere', claimPollMs: 600_000 });
+  try {
+    for (const a of agents) expect(await elsewhere.claim(a, { owner: 'w', max: 3 })).toEqual([]);
+  } finally {
+    elsewhere.close();
+  }
   return agents;
 }
 

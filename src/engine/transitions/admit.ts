@@ -253,8 +253,10 @@ export async function admit(
   if (candidates.length === 0) {
     // What queued work there is waits on closed key throttles: the claim waits for the first to reopen.
     if (keys && opts.onFlow) opts.onFlow({ reopensAt: await keys.reopensAt(store, tx, opts.now) });
-    // Whether it has queued rows at all: where the store has fast paths, read with the lock.
-    const nothing = async () => noneQueued || (locked?.queued === undefined && (await anyQueued(tx, { agent: agentName })).length === 0);
+    // Whether it has queued rows at all: the counters when read with the agent (SQLite) or the lock
+    // (fast paths), else a read.
+    const counted = row?.queued != null || locked?.queued !== undefined;
+    const nothing = async () => noneQueued || (!counted && (await anyQueued(tx, { agent: agentName })).length === 0);
     if (opts.onNothingQueued && (await nothing())) opts.onNothingQueued();
     return stopped();
   }
