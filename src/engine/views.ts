@@ -6,9 +6,10 @@ import { executionTrace } from '../domain/trace.ts';
 import { parseBudget } from '../domain/budget.ts';
 import { parseBreakerConfig } from '../domain/breaker.ts';
 import type { HoldView } from '../domain/admission.ts';
+import { isoTime } from '../domain/iso-time.ts';
 
 /** Row → API shape. Timestamps become ISO-8601 UTC strings; JSON columns are parsed. */
-export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : new Date(Number(ms)).toISOString());
+export const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? null : isoTime(Number(ms)));
 const json = (text: string | null) => (text === null ? null : JSON.parse(text));
 
 /** The columns a full execution and a list item show alike. */
