@@ -61,8 +61,12 @@ const EVENT_WRITE = new RegExp(
   `\\b(updateTable|insertInto|deleteFrom)\\(\\s*${q}(?:\\w+\\.)?execution_events(?:\\s+as\\s+\\w+)?\\2\\s*\\)|\\b(?:UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?execution_events\\b`,
   'gi',
 );
-/** A status guard: `.where('status', '=' | 'in', <what>)`; <what> is read up to its closing parenthesis. */
-const STATUS_GUARD = new RegExp(`\\.where\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\s*${q}(=|in)\\2\\s*,`, 'g');
+/**
+ * A status guard: `.where('status', '=' | 'in', <what>)`, or an arm `eb('status', 'is not distinct
+ * from', <what>)` of a `.where((eb) => eb.or([…]))` (a guard no index answers: complete.ts);
+ * <what> is read up to its closing parenthesis.
+ */
+const STATUS_GUARD = new RegExp(`(?:\\.where|\\beb)\\(\\s*${q}(?:\\w+\\.)?status\\1\\s*,\\s*${q}(=|in|is not distinct from)\\2\\s*,`, 'g');
 /**
  * What a guard may compare with: the live states only, as literals or the names that stand for
  * them. A guard that admits a terminal state (or anything this list does not know) could move a
@@ -388,6 +392,11 @@ describe('the writers of execution status', () => {
       ),
     ).toEqual([null]);
     expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '=', RUNNING).execute()`)).toEqual([null]);
+    // The same guard as arms no index answers (IS NOT DISTINCT FROM), each arm a live state.
+    const arms = (a: string, b: string) =>
+      `tx.updateTable('executions').set({ status: 'x' }).where((eb) => eb.or([eb('executions.status', 'is not distinct from', ${a}), eb('executions.status', 'is not distinct from', ${b})])).returningAll()`;
+    expect(guard(arms('RUNNING', 'QUEUED'))).toEqual([null]);
+    expect(guard(arms('RUNNING', "'failed'"))[0]).toMatch(/may match a terminal state/);
     expect(
       guard(
         `tx.updateTable('executions').set({ status: 'x' }).where('status', 'in', ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'skipped']).execute()`,
