@@ -80,6 +80,7 @@ import { round } from './lib/stats.ts';
 import { cleanupAllDbs, freshDb, postgresVersion, verify, type BenchDb, type Verification } from './lib/stores.ts';
 import { runW1, setupAgents, type W1Config, type W1Result } from './lib/w1.ts';
 import { runW2, type W2Result } from './lib/w2.ts';
+import { indexUseLines, pgIndexUse } from './lib/pg-indexes.ts';
 import { checkFlow, runNoisy, type FlowCheck, type NoisyConfig } from './lib/flow.ts';
 import { runThrottle } from './lib/flow-throttle.ts';
 import { engineAdmin, FLOW_SHAPES, httpAdmin, runFlowW1, shapedDriver, type FlowShape, type FlowW1Run } from './lib/flow-w1.ts';
@@ -707,6 +708,12 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
       // In-process on PostgreSQL, the CPU of the backends serving this process too (the other half
       // of what a task costs on one machine).
       const backends = () => (mode === 'inproc' && store === 'postgres' ? pgBackendTicks(pgUrl, [process.pid]) : undefined);
+      // BENCH_PG_INDEXES=1 (in-process on PostgreSQL): what each index of executions did in the run.
+      const engineDb =
+        mode === 'inproc' && store === 'postgres' && process.env.BENCH_PG_INDEXES
+          ? (base as ReturnType<typeof engineDriver>).engine.store.db
+          : undefined;
+      const ixBefore = engineDb ? await pgIndexUse(engineDb) : undefined;
       const pgBefore = await backends();
       const perf = pgBefore ? perfRecord(process.env.BENCH_PG_PERF, shape, [...pgBefore.keys()]) : undefined;
       const cpu = process.cpuUsage();
@@ -715,6 +722,10 @@ async function phaseW1Flow(store: StoreKind, mode: Mode, shape: FlowShape): Prom
         const used = process.cpuUsage(cpu);
         await perf?.();
         const pgAfter = await backends();
+        if (engineDb && ixBefore) {
+          log(`  ${shape}: executions' indexes in the run`);
+          for (const l of indexUseLines(ixBefore, await pgIndexUse(engineDb), tasks)) log(l);
+        }
         let w: Omit<FlowW1Run, 'check'> =
           mode === 'inproc' ? { ...run, cpu_us_per_task: round((used.user + used.system) / tasks, 1) } : run;
         if (pgAfter && pgAfter.size > 0) {
