@@ -23,6 +23,11 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // The files a worker runs share its process and modules: no new process and no second load of
+    // src/ per file. What must hold per file is set in test/setup/each-file.ts; a test that changes
+    // something process-wide (process.env, a hold rule, a spy) puts it back in its own hooks.
+    isolate: false,
+    setupFiles: ['test/setup/each-file.ts'],
     maxWorkers: Math.max(3, availableParallelism()),
     // The longest files first, across the projects (test/setup/sequencer.ts says why).
     sequence: { sequencer: LongestFirst },
