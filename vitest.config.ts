@@ -30,7 +30,7 @@ export default defineConfig({
     isolate: false,
     setupFiles: ['test/setup/each-file.ts'],
     maxWorkers: Math.max(3, availableParallelism()),
-    // The longest files first, across the projects (test/setup/sequencer.ts says why).
+    // The long files first, across the projects, then the rest project by project (test/setup/sequencer.ts says why).
     sequence: { sequencer: LongestFirst },
     projects: [
       { extends: true, test: { name: 'sqlite', exclude: [...configDefaults.exclude, COST], env: { BATON_TEST_STORE: 'sqlite' } } },
