@@ -11,7 +11,8 @@ import LongestFirst from './test/setup/sequencer.ts';
 // the database, and every file works in its own directories, PostgreSQL schemas and ports (each
 // Vitest worker takes ports from its own slice: freePort, test/helpers/process.ts); the package
 // test packs a copy of the checkout (test/helpers/packages.ts), so no file rewrites what another
-// runs from. On a 2-core machine the suite takes about 520 s three at a time, about 830 s two at a time.
+// runs from. Three at a time, the files of a worker sharing its process, the whole suite took 475 s
+// and 440 s of CPU on a 2-core machine at a load of 5–8 (20dde2c; docs/architecture.md, "Tests").
 /** The cost tests' folder (scripts/layout-tests.ts places them). */
 const COST = 'test/cost/**/*.test.ts';
 
@@ -23,8 +24,13 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // The files a worker runs share its process and modules: no new process and no second load of
+    // src/ per file. What must hold per file is set in test/setup/each-file.ts; a test that changes
+    // something process-wide (process.env, a hold rule, a spy) puts it back in its own hooks.
+    isolate: false,
+    setupFiles: ['test/setup/each-file.ts'],
     maxWorkers: Math.max(3, availableParallelism()),
-    // The longest files first, across the projects (test/setup/sequencer.ts says why).
+    // The long files first, across the projects, then the rest project by project (test/setup/sequencer.ts says why).
     sequence: { sequencer: LongestFirst },
     projects: [
       { extends: true, test: { name: 'sqlite', exclude: [...configDefaults.exclude, COST], env: { BATON_TEST_STORE: 'sqlite' } } },

@@ -240,6 +240,10 @@ export class ClaimWaits {
     let woken: Wake | undefined;
     // Executions just queued that a wake-up of this claim was for, and its next look must take or pass on.
     let owed: readonly string[] = [];
+    // The wait ran out: the look after it is the last, even when the timer fired a little before
+    // `deadline` (Node counts a timer from the event loop's clock as of the turn's start, which a busy
+    // turn, a synchronous SQLite look included, leaves behind): no third look for a sliver of time.
+    let ranOut = false;
     for (;;) {
       // Armed before the look: a wake meanwhile is not missed.
       const armed = this.waiters.arm(agent, signal);
@@ -253,7 +257,7 @@ export class ClaimWaits {
           return rows;
         }
         const remaining = deadline - performance.now();
-        if (remaining <= 0 || signal.aborted) return [];
+        if (remaining <= 0 || ranOut || signal.aborted) return [];
         if (hint.nothingQueued) armed.nothingQueued();
         // A closed throttle reopens at a known time: a claimer of the agent looks again then (a timer,
         // not a faster poll), counted from now on the engine's clock, not from when admission said it
@@ -264,6 +268,7 @@ export class ClaimWaits {
         let answer: Promise<ExecutionRow[] | undefined> | undefined;
         if (handoff) answer = new Promise((settle) => armed.offer({ request: handoff.request, settle }));
         woken = await armed.wait(remaining);
+        ranOut = woken === undefined;
         owed = armed.work();
         if (woken === 'taken') {
           const rows = await answer!;

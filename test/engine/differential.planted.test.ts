@@ -1,23 +1,15 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, expect, it, vi } from 'vitest';
-import type * as Admission from '../../src/domain/admission.ts';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { addHoldRule } from '../../src/domain/admission.ts';
 import { describeEveryStore, Divergence, openPaths, runScenario, scenarioArb, type Paths, type Scenario } from '../helpers/differential.ts';
 
 // The differential harness (test/engine/differential.test.ts) catching drift: a hold planted in
-// TypeScript only. Agents named `planted-*` are held, as if paused, by admissionHold and nowhere
-// else: not declared as a hold, so nothing tells the PostgreSQL fast claim path, which admits.
-// SQLite and PostgreSQL with the fast paths off decide in TypeScript and hold. The harness must
-// name the first claim that differs, with PostgreSQL fast the odd one out.
+// TypeScript only. Agents named `planted-*` are held, as if paused, by a hold rule whose `mayApply`
+// says it never applies: an undeclared hold, so nothing tells the PostgreSQL fast claim path, which
+// admits. SQLite and PostgreSQL with the fast paths off decide in TypeScript and hold. The harness
+// must name the first claim that differs, with PostgreSQL fast the odd one out.
 
-vi.mock('../../src/domain/admission.ts', async (importOriginal) => {
-  const real = await importOriginal<typeof Admission>();
-  const admissionHold: typeof real.admissionHold = (a) =>
-    String((a as { name?: unknown }).name).startsWith('planted-')
-      ? { reason: 'agent_paused', by: 'planted', why: 'a hold only TypeScript knows', since: 0 }
-      : real.admissionHold(a);
-  return { ...real, admissionHold };
-});
-
+let removePlanted: (() => void) | undefined;
 let paths: Paths;
 
 const plain = { max_parallel: 1, max_backlog: 5, max_redeliveries: 0, timeout_seconds: 45, push: false } as const;
@@ -35,9 +27,16 @@ async function divergenceOf(run: () => Promise<void>): Promise<Divergence> {
 
 describeEveryStore('differential: a hold planted in TypeScript only', () => {
   beforeAll(async () => {
+    removePlanted = addHoldRule({
+      reason: 'agent_paused',
+      decide: (a) =>
+        a.name?.startsWith('planted-') ? { reason: 'agent_paused', by: 'planted', why: 'a hold only TypeScript knows', since: 0 } : null,
+      mayApply: () => false,
+    });
     paths = await openPaths();
   });
   afterAll(async () => {
+    removePlanted?.();
     await paths?.close();
   });
 

@@ -62,13 +62,16 @@ const EVENT_WRITE = new RegExp(
   'gi',
 );
 /**
- * A status guard: `.where('status', '=' | 'in', <what>)`, the column also as statusUnindexed('status')
- * (the same compare, which no index answers: status-sql.ts); <what> is read up to its closing parenthesis.
+ * A status guard: `.where('status', '=' | 'in', <what>)`, the column also as `sql.ref('…status')` or
+ * as statusUnindexed('…status') (the same compare, which no index answers: status-sql.ts); <what> is
+ * read up to its closing parenthesis.
  */
 const STATUS_GUARD = new RegExp(
-  `\\.where\\(\\s*(?:statusUnindexed\\(\\s*)?${q}(?:\\w+\\.)?status\\1\\s*\\)?\\s*,\\s*${q}(=|in)\\2\\s*,`,
+  `\\.where\\(\\s*(?:(?:sql\\.ref|statusUnindexed)\\(\\s*)?${q}(?:\\w+\\.)?status\\1\\s*\\)?\\s*,\\s*${q}(=|in)\\2\\s*,`,
   'g',
 );
+/** A guard written once for several writers: `.$call(name(…))`, with `function name` in the same module. */
+const GUARD_CALL = /\.\$call\(\s*(\w+)\(/g;
 /**
  * What a guard may compare with: the live states only, as literals or the names that stand for
  * them. A guard that admits a terminal state (or anything this list does not know) could move a
@@ -172,13 +175,22 @@ function strayInserts(file: string, code: string): string[] {
     .map((w) => `${file}:${w.line} ${w.kind}`);
 }
 
-/** Why a query-builder UPDATE is not an acceptable status writer, or null if it is. */
-function unguarded(w: Write): string | null {
+/**
+ * Why a query-builder UPDATE in `code` is not an acceptable status writer, or null if it is. Its
+ * guards: those in its chain, and those of a function of the module it applies (GUARD_CALL).
+ */
+function unguarded(w: Write, code: string): string | null {
   if (w.kind !== 'updateTable' || w.chain === undefined) return null;
   if (!w.ended || w.chain.includes(';')) {
     return 'the builder does not end in .execute…()/.returning…() within one statement; write it as one chain';
   }
-  const guards = statusGuards(w.chain);
+  const text = stripComments(code);
+  const lines = text.split('\n');
+  const helpers = [...w.chain.matchAll(GUARD_CALL)].flatMap((m) => {
+    const bodies = functionBodies(text, m[1]!);
+    return bodies.length === 1 ? [lines.slice(bodies[0]![0] - 1, bodies[0]![1]).join('\n')] : [];
+  });
+  const guards = [w.chain, ...helpers].flatMap(statusGuards);
   if (guards.length === 0) return "no .where('status', …) guard before it executes";
   const loose = guards.filter((g) => !g.every((t) => LIVE_GUARD_TOKENS.has(t)));
   if (loose.length) return `a status guard that may match a terminal state: ${loose.map((g) => g.join(' ')).join('; ')}`;
@@ -305,7 +317,7 @@ describe('the writers of execution status', () => {
           problems.push(`${s.file}:${w.line} bulk-inserts executions without checking each row starts queued or skipped`);
         }
         if (w.kind === 'updateTable') updates++;
-        const why = unguarded(w);
+        const why = unguarded(w, s.code);
         if (why) problems.push(`${s.file}:${w.line} ${why}`);
       }
     }
@@ -374,7 +386,7 @@ describe('the writers of execution status', () => {
     // Two bodies (a second implementation) leave no body trusted.
     expect(strayInserts(CREATOR.file, `${creatorCode}\nfunction ${CREATOR.fn}() {}`)).toHaveLength(3);
 
-    const guard = (code: string) => findWrites(code).map(unguarded);
+    const guard = (code: string) => findWrites(code).map((w) => unguarded(w, code));
     expect(
       guard(
         `tx.updateTable('executions').set({ status: 'queued' }).where('id', '=', id).where('status', '=', 'running').returningAll().executeTakeFirst()`,
@@ -415,6 +427,13 @@ describe('the writers of execution status', () => {
     expect(guard(`tx.updateTable('executions').set({ status: 'x' }).where('status', '<>', 'failed').execute()`)[0]).toMatch(
       /no \.where\('status'/,
     );
+    // A guard written once, applied with $call: its function's own guards count, and must be live.
+    const held = (statuses: string) =>
+      `function held(id: string) {\n  return (qb: Q) => qb.where(sql.ref('executions.id'), '=', id).where(sql.ref('executions.status'), 'in', ${statuses});\n}\n` +
+      `tx.updateTable('executions').set({ status: 'x' }).$call(held(id)).returningAll()`;
+    expect(guard(held(`['running', 'queued']`))).toEqual([null]);
+    expect(guard(held(`['running', 'failed']`))[0]).toMatch(/may match a terminal state/);
+    expect(guard(held(`['running']`).replace('function held', 'function other'))[0]).toMatch(/no \.where\('status'/);
     // A builder kept in a variable cannot be checked: refused.
     expect(
       guard(`const b = tx.updateTable('executions').set({ status: 'x' }); await b.where('status', '=', 'queued').execute();`)[0],

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { afterEach, describe } from 'vitest';
+import { describe } from 'vitest';
 import type { StoreAdapter, StoreKind } from '../../src/store/adapter.ts';
 import { openPostgres } from '../../src/store/postgres.ts';
 import { openSqlite, type SqliteOptions } from '../../src/store/sqlite.ts';
@@ -36,10 +36,12 @@ export async function untilHearing(listener: StoreAdapter, sender: StoreAdapter,
   }
 }
 
-let failed = false;
-afterEach((ctx) => {
-  if (ctx.task.result?.state === 'fail') failed = true;
-});
+/**
+ * Whether a test of the running file failed: test/setup/each-file.ts clears it as each file
+ * starts and sets it after a failed test (a hook here, at module level, would be registered by the
+ * first file only: the files a Vitest worker runs share their modules, vitest.config.ts).
+ */
+export const thisFile = { failed: false };
 
 export interface TestStore {
   store: StoreAdapter;
@@ -68,7 +70,7 @@ export async function openTestStore(opts: { poolMax?: number; sqlite?: SqliteOpt
       nodeEnv: { dataDir, databaseUrl: undefined, port: 0, host: '127.0.0.1' },
       async cleanup() {
         await store.close();
-        if (failed) console.error(`kept failed test data in ${dataDir}`);
+        if (thisFile.failed) console.error(`kept failed test data in ${dataDir}`);
         else rmSync(dataDir, { recursive: true, force: true });
       },
     };
@@ -83,7 +85,7 @@ export async function openTestStore(opts: { poolMax?: number; sqlite?: SqliteOpt
     nodeEnv: { dataDir, databaseUrl: PG_URL, pgSchema: schema, port: 0, host: '127.0.0.1' },
     async cleanup() {
       await store.close();
-      if (failed) {
+      if (thisFile.failed) {
         console.error(`kept failed test data in PostgreSQL schema ${schema}`);
         return;
       }

@@ -1,7 +1,7 @@
-import { sql } from 'kysely';
+import { sql, type Expression, type UpdateQueryBuilder } from 'kysely';
 import type { StoredOutcome } from '../../domain/outcomes.ts';
 import type { CompletionRequest } from '../../store/fast-paths.ts';
-import type { ExecutionRow } from '../../store/schema.ts';
+import type { DB, ExecutionRow } from '../../store/schema.ts';
 import { statusUnindexed } from '../status-sql.ts';
 import { explainRefusal } from './lease.ts';
 import { stamp, type Executor } from './stamp.ts';
@@ -54,15 +54,24 @@ export async function completeWithLease(
   return row ?? explainRefusal(db, id, token, true);
 }
 
+/**
+ * The compare-and-set of every completion, one (values) or many (completeManyWithLease: the columns
+ * of its unnest): the execution, the latest lease token granted, a status not yet terminal.
+ */
+function leaseStillHeld(id: string | Expression<string>, token: string | Expression<string>) {
+  return <D extends Pick<DB, 'executions'>, TB extends keyof D, O>(qb: UpdateQueryBuilder<D, 'executions', TB, O>) =>
+    qb
+      .where(sql.ref('executions.id'), '=', id)
+      .where(sql.ref('executions.lease_token'), '=', token)
+      // The status as an expression no index answers: the row is reached by its key whatever the
+      // statistics (statusUnindexed; completeManyWithLease joins the given ids, and a guard
+      // PostgreSQL could seek let stale statistics read every live row instead).
+      .where(statusUnindexed('executions.status'), 'in', ['running', 'queued']);
+}
+
 /** completeWithLease's statement, built once (preparedQuery). */
 const completeRow = preparedQuery((db: Executor, p: { id: string; token: string } & CompletionValues) =>
-  db
-    .updateTable('executions')
-    .set(completion(p))
-    .where('id', '=', p.id)
-    .where('lease_token', '=', p.token)
-    .where('status', 'in', ['running', 'queued'])
-    .returningAll(),
+  db.updateTable('executions').set(completion(p)).$call(leaseStillHeld(p.id, p.token)).returningAll(),
 );
 
 /** A completion of completeManyWithLease: its execution, lease token and outcome. */
@@ -76,8 +85,8 @@ export interface LeasedCompletion {
 
 /**
  * completeWithLease for many executions in one statement (PostgreSQL: their values as arrays, one
- * UPDATE … FROM unnest), each with the same compare-and-set and the same values written
- * (`completion`, given the array's columns): the rows completed, by id. One missing was refused and
+ * UPDATE … FROM unnest), each with the same compare-and-set (leaseStillHeld) and the same values
+ * written (`completion`, given the array's columns): the rows completed, by id. One missing was refused and
  * nothing was written for it (completeWithLease says why). Ids distinct.
  */
 export async function completeManyWithLease(db: Executor, jobs: readonly LeasedCompletion[]): Promise<Map<string, ExecutionRow>> {
@@ -105,11 +114,7 @@ export async function completeManyWithLease(db: Executor, jobs: readonly LeasedC
         reason: v('reason'),
       }),
     )
-    .whereRef('executions.id', '=', 'v.id')
-    .whereRef('executions.lease_token', '=', 'v.token')
-    // Through executions_pkey by v.id only: a guard PostgreSQL could seek would let stale
-    // statistics read every live row instead (statusUnindexed).
-    .where(statusUnindexed('executions.status'), 'in', ['running', 'queued'])
+    .$call(leaseStillHeld(sql.ref('v.id'), sql.ref('v.token')))
     .returningAll('executions')
     .execute();
   return new Map(rows.map((r) => [r.id, r as ExecutionRow]));
