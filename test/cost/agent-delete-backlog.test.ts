@@ -1,9 +1,9 @@
-import { CompiledQuery, sql } from 'kysely';
+import { CompiledQuery } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_DELETE_CHUNK } from '../../src/engine/agents.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { compiledOf, during, planStore, recorded, recordingStore } from './plans-check.ts';
+import { compiledOf, during, pastExecution, planStore, recorded, recordingStore, seedStaleHistory } from './plans-check.ts';
 
 // Deleting an agent cancels its backlog in chunks of AGENT_DELETE_CHUNK, each its own transaction
 // (src/engine/agents.ts). Each chunk was a statement a row, and one more a row (its subscriptions
@@ -30,43 +30,9 @@ beforeAll(async () => {
   engine = new Engine({ store: rec, nodeId: 'agent-delete-backlog' });
   await engine.agents.create({ name: 'adb-history', max_parallel: 3 }, 'seed');
   const now = Date.now();
-  for (let i = 0; i < HISTORY; i += 1000)
-    await ts.store.transaction((tx) =>
-      ts.store.insertMany(
-        tx,
-        'executions',
-        Array.from({ length: 1000 }, (_, j) => {
-          const at = now - 86_400_000 + (i + j) * 1000;
-          return {
-            id: `ex_adb_${String(i + j).padStart(7, '0')}`,
-            agent: 'adb-history',
-            trigger_kind: 'api',
-            origin: '{}',
-            message: 'past',
-            payload: '{}',
-            priority: 0,
-            status: 'succeeded',
-            attempt: 1,
-            max_redeliveries: 3,
-            timeout_seconds: 600,
-            lease_ttl_seconds: 30,
-            created_at: at,
-            queued_at: at,
-            started_at: at,
-            completed_at: at + 10,
-            duration_ms: 10,
-            changed_at: at + 10,
-            changed_by: 'seed',
-            change_reason: 'succeeded',
-          } as never;
-        }),
-      ),
-    );
-  if (ts.store.kind === 'sqlite') await sql`ANALYZE`.execute(ts.store.db);
-  else {
-    await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(ts.store.db);
-    await sql`VACUUM ANALYZE executions`.execute(ts.store.db);
-  }
+  await seedStaleHistory(ts.store, HISTORY, (i) =>
+    pastExecution(`ex_adb_${String(i).padStart(7, '0')}`, 'adb-history', now - 86_400_000 + i * 1000),
+  );
 }, 120_000);
 afterAll(async () => {
   engine?.close();

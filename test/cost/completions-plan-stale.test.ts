@@ -5,7 +5,7 @@ import { completeManyWithLease, completeWithLease, type LeasedCompletion } from 
 import type { StoreAdapter } from '../../src/store/adapter.ts';
 import type { NewExecution } from '../../src/store/schema.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { compiledOf, during, planStore, recorded, recordingStore } from './plans-check.ts';
+import { compiledOf, during, planStore, recorded, recordingStore, seedStaleHistory } from './plans-check.ts';
 
 // Completions asked for together share a transaction (src/engine/completion-commit.ts,
 // commitTogether); on PostgreSQL their compare-and-sets are one UPDATE … FROM unnest
@@ -66,19 +66,7 @@ beforeAll(async () => {
   planStore(ts);
   engine = new Engine({ store, nodeId: 'completions-plan-stale', clock: () => now });
   await engine.agents.create({ name: AGENT, max_parallel: 8, max_backlog: 1_000_000 }, 'seed');
-  for (let i = 0; i < HISTORY; i += 1000)
-    await store.transaction((tx) =>
-      store.insertMany(
-        tx,
-        'executions',
-        Array.from({ length: 1000 }, (_, j) => historyRow(i + j)),
-      ),
-    );
-  if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
-  else {
-    await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(store.db);
-    await sql`VACUUM ANALYZE executions`.execute(store.db);
-  }
+  await seedStaleHistory(store, HISTORY, historyRow);
   for (let i = 0; i < BACKLOG; i += 1000)
     await engine.submitMany(
       AGENT,

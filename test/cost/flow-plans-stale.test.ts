@@ -1,4 +1,3 @@
-import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { B05 } from '../../src/canary/invariants/backlog.ts';
 import { F02 } from '../../src/canary/invariants/flow.ts';
@@ -18,6 +17,7 @@ import {
   planStore,
   recorded,
   recordingStore,
+  seedStaleHistory,
 } from './plans-check.ts';
 
 // The reads beside a shut key's deep backlog (test/cost/flow-plans.test.ts) with the statistics
@@ -77,19 +77,7 @@ async function seed(): Promise<void> {
   const throttle = { limit: 1, period_seconds: 3600, burst: 0 };
   for (const name of AGENTS)
     await engine.agents.create({ name, max_parallel: 4, max_backlog: 1_000_000, key_max_parallel: 1, key_throttle: throttle }, 'seed');
-  for (let i = 0; i < HISTORY; i += 1000)
-    await store.transaction((tx) =>
-      store.insertMany(
-        tx,
-        'executions',
-        Array.from({ length: 1000 }, (_, j) => historyRow(i + j)),
-      ),
-    );
-  if (store.kind === 'sqlite') await sql`ANALYZE`.execute(store.db);
-  else {
-    await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(store.db);
-    for (const table of ['executions', 'agents', 'flow_keys']) await sql.raw(`VACUUM ANALYZE ${table}`).execute(store.db);
-  }
+  await seedStaleHistory(store, HISTORY, historyRow, ['agents', 'flow_keys']);
   for (let i = 0; i < BACKLOG; i += 1000)
     await engine.submitMany(
       'fp-deep',

@@ -1,8 +1,7 @@
-import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.ts';
 import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
-import { compiledOf, during, nestedPlans, planStore, recorded, recordingStore } from './plans-check.ts';
+import { compiledOf, during, nestedPlans, pastExecution, planStore, recorded, recordingStore, seedStaleHistory } from './plans-check.ts';
 
 // A claim that takes no candidate asks whether its agent has any queued row at all (PostgreSQL:
 // baton_claim_many's claim_state 'empty', baton_lock_agent's `queued`). Written as EXISTS over
@@ -32,40 +31,10 @@ beforeAll(async () => {
   await engine.agents.create({ name: 'nq-idle', max_parallel: 3 }, 'seed');
   await engine.agents.create({ name: 'nq-pooled', max_parallel: 3, pools: ['nq-pool'] }, 'seed');
   const now = Date.now();
-  for (let i = 0; i < HISTORY; i += 1000)
-    await ts.store.transaction((tx) =>
-      ts.store.insertMany(
-        tx,
-        'executions',
-        Array.from({ length: 1000 }, (_, j) => {
-          const at = now - 86_400_000 + (i + j) * 1000;
-          return {
-            id: `ex_nq_${String(i + j).padStart(7, '0')}`,
-            agent: ['nq-deep', 'nq-idle', 'nq-pooled'][(i + j) % 3],
-            trigger_kind: 'api',
-            origin: '{}',
-            message: 'past',
-            payload: '{}',
-            priority: 0,
-            status: 'succeeded',
-            attempt: 1,
-            max_redeliveries: 3,
-            timeout_seconds: 600,
-            lease_ttl_seconds: 30,
-            created_at: at,
-            queued_at: at,
-            started_at: at,
-            completed_at: at + 10,
-            duration_ms: 10,
-            changed_at: at + 10,
-            changed_by: 'seed',
-            change_reason: 'succeeded',
-          } as never;
-        }),
-      ),
-    );
-  await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(ts.store.db);
-  await sql`VACUUM ANALYZE executions`.execute(ts.store.db);
+  const agents = ['nq-deep', 'nq-idle', 'nq-pooled'];
+  await seedStaleHistory(ts.store, HISTORY, (i) =>
+    pastExecution(`ex_nq_${String(i).padStart(7, '0')}`, agents[i % 3]!, now - 86_400_000 + i * 1000),
+  );
   for (let i = 0; i < BACKLOG; i += 1000)
     await engine.submitMany(
       'nq-deep',

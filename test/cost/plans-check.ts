@@ -4,13 +4,14 @@ import pg from 'pg';
 import { expect } from 'vitest';
 import type { InOrder, StoreAdapter, Tx } from '../../src/store/adapter.ts';
 import { sqliteFile } from '../../src/store/open.ts';
-import type { DB } from '../../src/store/schema.ts';
+import type { DB, NewExecution } from '../../src/store/schema.ts';
 import { openSqliteReader } from '../../src/store/sqlite-reader.ts';
 import { PG_URL, type TestStore } from '../helpers/store.ts';
 
 // The plan check of the cost tests (test/cost/plans.test.ts describes what it allows): a store
 // that records every statement the real functions send through it, and the plan of each one that
-// touches a history table, judged. One store per test file (planStore): each file runs in a process of its own.
+// touches a history table, judged. One store per test file (planStore), which also forgets what an
+// earlier file recorded: the files a Vitest worker runs share this module (isolate: false).
 
 let ts: TestStore;
 let store: StoreAdapter;
@@ -19,6 +20,61 @@ let store: StoreAdapter;
 export function planStore(t: TestStore): void {
   ts = t;
   store = t.store;
+  recorded.length = 0;
+}
+
+/**
+ * Statistics that predate a backlog, as an old store's are (the stale-plan tests): `count` past
+ * executions (`row(i)`) written straight into executions, a thousand a transaction, then analysed;
+ * on PostgreSQL with autovacuum off for executions, so nothing analyses it again while the test
+ * queues its backlog (`tables`: more tables analysed with it).
+ */
+export async function seedStaleHistory(
+  db: StoreAdapter,
+  count: number,
+  row: (i: number) => NewExecution,
+  tables: readonly string[] = [],
+): Promise<void> {
+  for (let i = 0; i < count; i += 1000)
+    await db.transaction((tx) =>
+      db.insertMany(
+        tx,
+        'executions',
+        Array.from({ length: Math.min(1000, count - i) }, (_, j) => row(i + j)),
+      ),
+    );
+  if (db.kind === 'sqlite') {
+    await sql`ANALYZE`.execute(db.db);
+    return;
+  }
+  await sql`ALTER TABLE executions SET (autovacuum_enabled = false)`.execute(db.db);
+  for (const table of ['executions', ...tables]) await sql.raw(`VACUUM ANALYZE ${table}`).execute(db.db);
+}
+
+/** A past execution for seedStaleHistory: `id` of `agent`, created at `at`, succeeded 10 ms later. */
+export function pastExecution(id: string, agent: string, at: number): NewExecution {
+  return {
+    id,
+    agent,
+    trigger_kind: 'api',
+    origin: '{}',
+    message: 'past',
+    payload: '{}',
+    priority: 0,
+    status: 'succeeded',
+    attempt: 1,
+    max_redeliveries: 3,
+    timeout_seconds: 600,
+    lease_ttl_seconds: 30,
+    created_at: at,
+    queued_at: at,
+    started_at: at,
+    completed_at: at + 10,
+    duration_ms: 10,
+    changed_at: at + 10,
+    changed_by: 'seed',
+    change_reason: 'succeeded',
+  } as NewExecution;
 }
 
 // (The budget ledgers grow by one row per agent or pool with a budget per window: history too.)
