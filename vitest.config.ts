@@ -11,8 +11,8 @@ import LongestFirst from './test/setup/sequencer.ts';
 // the database, and every file works in its own directories, PostgreSQL schemas and ports (each
 // Vitest worker takes ports from its own slice: freePort, test/helpers/process.ts); the package
 // test packs a copy of the checkout (test/helpers/packages.ts), so no file rewrites what another
-// runs from. Three at a time, the files of a worker sharing its process, the whole suite took 475 s
-// and 440 s of CPU on a 2-core machine at a load of 5–8 (20dde2c; docs/architecture.md, "Tests").
+// runs from. Three at a time, the files of a worker sharing its process, the whole suite takes about
+// 320 s on a quiet 2-core machine (docs/architecture.md, "Tests").
 /** The cost tests' folder (scripts/layout-tests.ts places them). */
 const COST = 'test/cost/**/*.test.ts';
 
