@@ -9,13 +9,10 @@ import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatonClient } from '../../src/client.ts';
-import { startBatonUp, type Child } from '../helpers/process.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { freePort, startBatonUp, type Child } from '../helpers/process.ts';
+import { openTestStore, type TestStore } from '../helpers/store.ts';
 
 const CHROMIUM = process.env.BATON_CHROMIUM ?? '/usr/bin/chromium';
-/** One port per store, so both projects may run at once. */
-const PORT = 41800 + (STORE_KIND === 'postgres' ? 1 : 0);
-
 describe('dashboard: pools, keys and flow waiting in Chromium', () => {
   let ts: TestStore;
   let server: Child & { url: string };
@@ -33,7 +30,7 @@ describe('dashboard: pools, keys and flow waiting in Chromium', () => {
     if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run does it)`);
     if (!existsSync(join(process.cwd(), 'web/dist/index.html'))) throw new Error('web/dist is missing: npm run build:web');
     ts = await openTestStore();
-    server = await startBatonUp({ BATON_DATABASE_URL: '', ...ts.env }, PORT);
+    server = await startBatonUp({ BATON_DATABASE_URL: '', ...ts.env }, await freePort());
     key = readFileSync(join(ts.location.dataDir, 'admin.key'), 'utf8').trim();
     api = new BatonClient({ server: server.url, key });
     browser = await chromium.launch({
