@@ -265,11 +265,11 @@ async function lookAt(
       const hint: ClaimHint = {};
       const rows = await admit(item, hint, maxBytes);
       if (hint.pools !== undefined) waits.notePools(item.agent, hint.pools);
+      // Nothing queued is left (found so, or this admission took all there was): the worker's next
+      // claim, sent as this one answers, need not look at the agent until work is queued.
+      if (hint.nothingQueued) waits.idle.mark(item.agent, seen);
       if (rows.length === 0) {
-        if (hint.nothingQueued) {
-          waits.idle.mark(item.agent, seen);
-          armed.get(item.agent)?.nothingQueued();
-        }
+        if (hint.nothingQueued) armed.get(item.agent)?.nothingQueued();
         if (hint.reopensAt !== undefined) waits.reopenIn(item.agent, hint.reopensAt - waits.now());
         empty(item.agent);
       }

@@ -44,7 +44,9 @@ export interface AdmitOptions {
   keyId?: string;
   /**
    * A waiting claim's: called when the agent had no queued row at all, so no seat freeing can
-   * give it work until work is queued (ClaimWaits.seatFreed wakes it only then).
+   * give it work until work is queued (ClaimWaits.seatFreed wakes it only then); and where the
+   * agent's queued count is read with it (SQLite), when the rows this admission took were all it
+   * had queued, so a look right after it would find none (IdleAgents).
    */
   onNothingQueued?: () => void;
   /**
@@ -300,6 +302,9 @@ export async function admit(
     opts.now,
   );
   const admitted = later ? [] : await takeRows(tx, store, taking, opts);
+  // It took every row its agent had queued (the counters read with the agent, SQLite): a look
+  // right after it would find none, as a look that found none would say.
+  if (opts.onNothingQueued && row?.queued != null && admitted.length >= Number(row.queued)) opts.onNothingQueued();
   for (const k of serials) carry?.serials.add(k);
   await keys?.save(tx);
   if (later) {
