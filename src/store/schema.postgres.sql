@@ -299,7 +299,7 @@ CREATE TABLE flow_keys (
   flow_key text NOT NULL,
   last_round bigint NOT NULL DEFAULT 0,
   throttle_tat bigint
-);
+) WITH (fillfactor=10);
 
 CREATE TABLE idempotency_keys (
   scope text NOT NULL,
@@ -618,15 +618,21 @@ $function$;
 
 CREATE OR REPLACE FUNCTION baton_key_rounds(p_agent text, p_key text, p_n integer, p_room boolean)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
 AS $function$
+DECLARE
+  taken bigint;
+BEGIN
   INSERT INTO flow_keys AS k (agent, flow_key, last_round)
   SELECT a.name, p_key, a.admit_round + p_n - 1
-  FROM agents a JOIN agent_backlog b ON b.agent = a.name
+  FROM agents a
+  LEFT JOIN LATERAL (SELECT b.queued_in FROM agent_backlog b WHERE p_room AND b.agent = a.name) b ON TRUE
   WHERE a.name = p_agent AND (NOT p_room OR b.queued_in - a.queued_out + p_n <= a.max_backlog)
   ON CONFLICT (agent, flow_key) DO UPDATE SET last_round =
     CASE WHEN k.last_round + p_n > excluded.last_round THEN k.last_round + p_n ELSE excluded.last_round END
-  RETURNING last_round
+  RETURNING k.last_round INTO taken;
+  RETURN taken;
+END
 $function$;
 
 CREATE OR REPLACE FUNCTION baton_lock_agent(p_agent text)

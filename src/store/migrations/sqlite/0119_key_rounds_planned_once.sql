@@ -1,0 +1,4 @@
+-- PostgreSQL's baton_key_rounds now keeps its plan (PL/pgSQL) and flow_keys' pages keep room for
+-- its updates. SQLite takes rounds by its own prepared statement (src/store/key-rounds.ts) and has
+-- no fillfactor: nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
