@@ -34,7 +34,7 @@ export interface BreakerConfig {
   consecutive: number;
   /** …or when at least this share (0 < ratio ≤ 1) of the last `window` counted outcomes failed. */
   ratio: number;
-  /** How many counted outcomes the ratio looks at; it is not judged before the window is full. */
+  /** How many counted outcomes the ratio looks at; those not yet counted (a new agent) count as successes. */
   window: number;
   /** The first cool-down, in ms. */
   cooldown_ms: number;
@@ -145,10 +145,9 @@ export function breakerOnOutcome(
     if (!counted) return null;
     const failed = outcome !== 'success';
     const consecutive = failed ? Number(row.breaker_consecutive) + 1 : 0;
-    const recent = (row.breaker_recent + (failed ? '1' : '0')).slice(-cfg.window);
+    const recent = windowAfter(row.breaker_recent, failed, cfg.window);
     if (consecutive >= cfg.consecutive) return opened('closed', 'consecutive_failures', cfg.cooldown_ms, now);
-    if (recent.length >= cfg.window && countFailures(recent) >= cfg.ratio * recent.length)
-      return opened('closed', 'failure_ratio', cfg.cooldown_ms, now);
+    if (countFailures(recent) >= cfg.ratio * cfg.window) return opened('closed', 'failure_ratio', cfg.cooldown_ms, now);
     return { patch: { breaker_consecutive: consecutive, breaker_recent: recent }, change: null };
   }
   if (row.breaker_state !== 'half_open' || row.breaker_probe_id !== executionId) return null;
@@ -162,6 +161,25 @@ export function breakerOnOutcome(
 }
 
 const countFailures = (recent: string) => recent.split('').filter((c) => c === '1').length;
+
+/**
+ * The window (`breaker_recent`) a new agent's breaker starts with: full of successes (windowAfter),
+ * so its completions take the fast path from the first.
+ */
+export function freshWindow(config: Pick<BreakerConfig, 'window'>): string {
+  return '0'.repeat(config.window);
+}
+
+/**
+ * The window (`breaker_recent`) after one more counted outcome: the last `window` outcomes, those
+ * it has not seen (a breaker just closed or reopened, counts started afresh, an agent made before
+ * this rule) counted as successes. So it is always full once counted: from then on a success with
+ * no failure in the window writes nothing, and its completion takes the fast path
+ * (src/domain/fast-paths.ts), as it would after `window` successes.
+ */
+function windowAfter(recent: string, failed: boolean, window: number): string {
+  return (recent.padStart(window, '0') + (failed ? '1' : '0')).slice(-window);
+}
 
 /**
  * What the breaker lets admission do now. `probeRunning`: whether the recorded probe execution

@@ -8,7 +8,7 @@ import type { AgentRow, ExecutionRow } from '../store/schema.ts';
 import { announce } from './announce.ts';
 import { appendAudit } from './audit.ts';
 import { liveCountsByAgent } from './live-counts.ts';
-import { BREAKER_DEFAULTS, type BreakerConfig } from '../domain/breaker.ts';
+import { BREAKER_DEFAULTS, freshWindow, type BreakerConfig } from '../domain/breaker.ts';
 import type { AlertSinkKind } from '../domain/canary.ts';
 import { closeBreaker } from './breaker.ts';
 import { readAgentSeats, readAgentSeries, type AgentSeats, type AgentSeries } from './agent-activity.ts';
@@ -117,6 +117,7 @@ export class Agents {
           ...keyColumns(input),
           // New agents get a breaker unless they say null; agents made before breakers existed stay off.
           breaker_config: input.breaker === null ? null : JSON.stringify(input.breaker ?? BREAKER_DEFAULTS),
+          breaker_recent: input.breaker === null ? '' : freshWindow(input.breaker ?? BREAKER_DEFAULTS),
           ...agentFlowColumns(input),
           created_at: now,
           updated_at: now,

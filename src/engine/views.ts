@@ -192,7 +192,8 @@ export function breakerView(a: AgentRow) {
     config,
     state: a.breaker_state,
     consecutive_failures: Number(a.breaker_consecutive),
-    recent: { outcomes: a.breaker_recent.length, failures: a.breaker_recent.split('').filter((c) => c === '1').length },
+    // The ratio reads failures out of the whole window: outcomes it has not seen count as successes.
+    recent: { outcomes: config.window, failures: a.breaker_recent.split('').filter((c) => c === '1').length },
     opened_at: iso(a.breaker_opened_at),
     until: iso(a.breaker_until),
     probe_execution_id: a.breaker_probe_id,

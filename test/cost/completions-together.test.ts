@@ -1,6 +1,6 @@
 /**
- * Completions that take the engine's transaction (here: the default breaker, its window still
- * filling, counts each success), asked for together, share one transaction, and each caller
+ * Completions that take the engine's transaction (here: the default breaker with a failure in its
+ * window, which counts each success), asked for together, share one transaction, and each caller
  * still gets the answer it would get alone: the row as stored, or the refusal of its lease.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -54,6 +54,16 @@ function countingStore(inner: StoreAdapter): StoreAdapter {
 
 const newAgent = agentMaker(() => engine, 'together', { max_parallel: 8, max_backlog: 100 });
 
+/** A new agent whose breaker window holds one failure: each success then shifts it, in the engine's transaction. */
+async function dirtyAgent(): Promise<string> {
+  const agent = await newAgent();
+  const [row] = await claimed(agent, 1);
+  await engine.complete(row!.id, row!.lease_token!, { status: 'failed', error: { code: 'boom', message: 'no' } }, 'w');
+  return agent;
+}
+/** dirtyAgent's window after `k` successes. */
+const dirtyAfter = (k: number) => ('0'.repeat(19) + '1' + '0'.repeat(k)).slice(-20);
+
 async function claimed(agent: string, n: number): Promise<ExecutionRow[]> {
   for (let i = 0; i < n; i++) await engine.submit(agent, { message: `m${i}` }, 'test');
   return engine.claim(agent, { owner: 'w', max: n });
@@ -74,7 +84,7 @@ afterAll(async () => {
 
 describe(`completions that take a transaction, asked for together (${STORE_KIND})`, () => {
   it('share one transaction across agents; each answer is its own, a refused lease refused alone', async () => {
-    const [a, b] = [await newAgent(), await newAgent()];
+    const [a, b] = [await dirtyAgent(), await dirtyAgent()];
     const rows = [...(await claimed(b, 3)), ...(await claimed(a, 3))];
     transactions = 0;
     const tokens = rows.map((r, i) => (i === 1 ? 'ls_not_its_lease' : r.lease_token!));
@@ -88,12 +98,12 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
       expect(after.get(r.id)!.status).toBe('succeeded');
     });
     // Each success counted on its agent's breaker, as alone.
-    expect(await breakerRecent(a)).toBe('000');
-    expect(await breakerRecent(b)).toBe('00');
+    expect(await breakerRecent(a)).toBe(dirtyAfter(3));
+    expect(await breakerRecent(b)).toBe(dirtyAfter(2));
   });
 
   it('their agents are read once and their breakers written once (on PostgreSQL one statement for all), not once a completion', async () => {
-    const [a, b] = [await newAgent(), await newAgent()];
+    const [a, b] = [await dirtyAgent(), await dirtyAgent()];
     const rows = [...(await claimed(a, 3)), ...(await claimed(b, 3))];
     transactions = 0;
     sent.statements = 0;
@@ -104,8 +114,8 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
     // statement for both agents, on SQLite one each); on PostgreSQL first the fast path's one
     // call, which their facts refuse.
     expect(sent.statements).toBe(STORE_KIND === 'postgres' ? 1 + 1 + 1 + 1 + 1 + 1 : 1 + 1 + 6 + 1 + 2);
-    expect(await breakerRecent(a)).toBe('000');
-    expect(await breakerRecent(b)).toBe('000');
+    expect(await breakerRecent(a)).toBe(dirtyAfter(3));
+    expect(await breakerRecent(b)).toBe(dirtyAfter(3));
   });
 
   it('failures counted together open the breaker once, at the failure that opens it alone', async () => {
@@ -132,7 +142,7 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
   });
 
   it('a completion alone is its own transaction', async () => {
-    const agent = await newAgent();
+    const agent = await dirtyAgent();
     const [row] = await claimed(agent, 1);
     transactions = 0;
     await engine.complete(row!.id, row!.lease_token!, { status: 'succeeded' }, 'w');
@@ -140,7 +150,7 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
   });
 
   it('a failure of the shared transaction: nothing of it stays, and each completion is then made alone', async () => {
-    const agent = await newAgent();
+    const agent = await dirtyAgent();
     const rows = await claimed(agent, 3);
     transactions = 0;
     failNext = true;
@@ -150,12 +160,12 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
     rows.forEach((r, i) => expect(out[i]).toEqual({ status: 'fulfilled', value: after.get(r.id) }));
     expect([...after.values()].map((r) => r.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
     // Counted once each: the failed transaction's counts did not stay.
-    expect(await breakerRecent(agent)).toBe('000');
+    expect(await breakerRecent(agent)).toBe(dirtyAfter(3));
   });
 
   // SQLite has one writer: a transaction held open holds every other (its group commit gathers them).
   it.skipIf(STORE_KIND === 'sqlite')('while one shared transaction is out, completions asked for meanwhile go in another', async () => {
-    const [a, b] = [await newAgent(), await newAgent()];
+    const [a, b] = [await dirtyAgent(), await dirtyAgent()];
     const first = await claimed(a, 2);
     const second = await claimed(b, 2);
     let release!: () => void;
@@ -173,7 +183,7 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
   // A second lane's transaction with the agent would wait for the first's COMMIT, holding the
   // locks of the other agents it took (completion-commit.ts); SQLite has one writer anyway.
   it.skipIf(STORE_KIND === 'sqlite')('a completion of an agent whose transaction is out goes to that lane, not beside it', async () => {
-    const [a, b] = [await newAgent(), await newAgent()];
+    const [a, b] = [await dirtyAgent(), await dirtyAgent()];
     const [a1, a2, a3] = await claimed(a, 3);
     const [b1] = await claimed(b, 1);
     let release!: () => void;
@@ -190,6 +200,6 @@ describe(`completions that take a transaction, asked for together (${STORE_KIND}
     expect(done).not.toBe('waited');
     expect((await held).map((r) => r.status)).toEqual(['succeeded', 'succeeded']);
     expect((await later).map((r) => r.status)).toEqual(['succeeded']);
-    expect(await breakerRecent(a)).toBe('000');
+    expect(await breakerRecent(a)).toBe(dirtyAfter(3));
   });
 });

@@ -382,24 +382,27 @@ describe(`one statement per common transition (${STORE_KIND})`, () => {
     expect(statements).toBeGreaterThan(0);
   });
 
-  it('the default breaker: counted in a transaction until its window holds only successes, then one statement', async () => {
+  it("the default breaker: one statement from a new agent's first success until a failure", async () => {
     const agent = await newAgent({ max_parallel: 1 }); // breaker on, BREAKER_DEFAULTS
     const statements: number[] = [];
-    for (let i = 0; i < BREAKER_DEFAULTS.window + 2; i++) {
-      await engine.submit(agent, { message: `s${i}` }, 'test');
+    const complete = async (outcome: { status: 'succeeded' } | { status: 'failed'; error: { code: string; message: string } }) => {
+      await engine.submit(agent, { message: 'm' }, 'test');
       const [r] = await engine.claim(agent, { owner: 'w', max: 1 });
-      statements.push((await counted(sent, () => engine.complete(r!.id, r!.lease_token!, { status: 'succeeded' }, 'w'))).statements);
-    }
-    const row = await ts.store.db
-      .selectFrom('agents')
-      .select(['breaker_recent', 'breaker_consecutive'])
-      .where('name', '=', agent)
-      .executeTakeFirstOrThrow();
-    expect(row.breaker_recent).toBe('0'.repeat(BREAKER_DEFAULTS.window));
-    expect(Number(row.breaker_consecutive)).toBe(0);
+      statements.push((await counted(sent, () => engine.complete(r!.id, r!.lease_token!, outcome, 'w'))).statements);
+    };
+    for (let i = 0; i < 3; i++) await complete({ status: 'succeeded' });
+    const window = async () =>
+      (await ts.store.db.selectFrom('agents').select(['breaker_recent']).where('name', '=', agent).executeTakeFirstOrThrow())
+        .breaker_recent;
+    // A new agent's window starts full of successes; a success leaves it as it is.
+    expect(await window()).toBe('0'.repeat(BREAKER_DEFAULTS.window));
+    await complete({ status: 'failed', error: { code: 'boom', message: 'no' } });
+    await complete({ status: 'succeeded' });
+    expect(await window()).toBe('0'.repeat(BREAKER_DEFAULTS.window - 2) + '10');
     if (pg) {
-      expect(statements.slice(0, BREAKER_DEFAULTS.window).every((s) => s > 1)).toBe(true);
-      expect(statements.slice(BREAKER_DEFAULTS.window)).toEqual([1, 1]);
+      expect(statements.slice(0, 3)).toEqual([1, 1, 1]);
+      // A failure in the window: each success shifts it, in the engine's transaction.
+      expect(statements.slice(3).every((s) => s > 1)).toBe(true);
     }
   });
 

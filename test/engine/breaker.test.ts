@@ -133,15 +133,31 @@ describe(`circuit breaker (${STORE_KIND})`, () => {
     });
   });
 
-  it('opens when the failure ratio over the last N counted completions reaches the threshold (window full)', async () => {
+  it('opens when the failure ratio over the last N counted completions reaches the threshold, outcomes not yet counted being successes', async () => {
     const agent = await newAgent({ consecutive: 100, ratio: 0.5, window: 4 });
     await submit(agent, 8);
-    for (const how of ['fail', 'fail', 'ok'] as const) await run(agent, how);
-    expect((await breaker(agent)).breaker_state).toBe('closed'); // 2 of 3: the window is not full yet
-    await run(agent, 'ok');
-    // The window (4) is full: f f s s = 0.5 ≥ 0.5.
+    for (const how of ['fail', 'ok'] as const) await run(agent, how);
+    // 1 of 1 failed, but the window is 4: s s f s, 1 of 4.
+    expect(await breaker(agent)).toMatchObject({ breaker_state: 'closed', breaker_recent: '0010' });
+    await run(agent, 'fail');
+    // s f s f = 0.5 ≥ 0.5, after three outcomes.
     expect(await breaker(agent)).toMatchObject({ breaker_state: 'open' });
     expect((await changes(agent)).map((c) => c.why)).toEqual(['failure_ratio']);
+  });
+
+  it("starts a new agent's window full of successes: its successes leave the row as it is, on the fast path", async () => {
+    const agent = await newAgent({ consecutive: 100, ratio: 0.5, window: 4 });
+    await submit(agent, 2);
+    expect(await breaker(agent)).toMatchObject({ breaker_recent: '0000' });
+    const facts = await ts.store.db.selectFrom('agents').select('fast_complete').where('name', '=', agent).executeTakeFirstOrThrow();
+    expect(Number(facts.fast_complete)).toBe(1);
+    await run(agent, 'ok');
+    expect(await breaker(agent)).toMatchObject({ breaker_state: 'closed', breaker_recent: '0000', breaker_consecutive: 0 });
+    // Closed by hand, counts start afresh: the first outcome writes the window full again.
+    await engine.agents.closeBreaker(agent, 'test');
+    expect(await breaker(agent)).toMatchObject({ breaker_recent: '' });
+    await run(agent, 'ok');
+    expect(await breaker(agent)).toMatchObject({ breaker_recent: '0000' });
   });
 
   it('keeps only the last N outcomes in the row (no scan of history)', async () => {
@@ -156,7 +172,7 @@ describe(`circuit breaker (${STORE_KIND})`, () => {
     await submit(agent, 11);
     for (let i = 0; i < 4; i++) await run(agent, 'fail'); // agent errors: not counted here
     for (let i = 0; i < 4; i++) await run(agent, 'cancel'); // cancellations: never counted
-    expect(await breaker(agent)).toMatchObject({ breaker_state: 'closed', breaker_consecutive: 0, breaker_recent: '' });
+    expect(await breaker(agent)).toMatchObject({ breaker_state: 'closed', breaker_consecutive: 0, breaker_recent: '0'.repeat(10) });
     // Three timeouts, ended by the reaper: they count, in the reaper's transaction.
     const claimed = await engine.claim(agent, { owner: 'w', max: 2 });
     expect(claimed).toHaveLength(2);

@@ -52,7 +52,9 @@ export const Breaker = z
     config: BreakerConfigShape,
     state: z.enum(BREAKER_STATES).describe('closed: admits; open: admits nothing until `until`; half_open: one probe at a time'),
     consecutive_failures: z.number().int().describe('counted failures in a row (closed)'),
-    recent: z.object({ outcomes: z.number().int(), failures: z.number().int() }).describe('the last counted outcomes the ratio reads'),
+    recent: z
+      .object({ outcomes: z.number().int(), failures: z.number().int() })
+      .describe('the window the ratio reads: its size (`window`; outcomes not counted yet count as successes) and the failures in it'),
     opened_at: Timestamp.nullable(),
     until: Timestamp.nullable().describe('open: when the next claim may take one probe (a past time: at the next claim)'),
     probe_execution_id: z.string().nullable().describe('half_open: the probe admitted'),
