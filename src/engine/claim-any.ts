@@ -117,6 +117,11 @@ export async function waitAny(
     open = { handoff, maxBytes };
     for (const agent of armed.keys()) if (!looking.has(agent)) offerTo(agent);
   };
+  /**
+   * Set as the claim ends. Its caller reads `widening.add` for each widening (unset then), but one
+   * that kept `add` past the end would otherwise arm a waiter nothing disarms, which would take the
+   * next claimer's wake-up (test/engine/claim-any-widen.test.ts); the signals do not say it ended.
+   */
   let ending = false;
   const widen = (more: readonly ClaimAnyItem[]): boolean => {
     if (ending || signal.aborted || o.end?.aborted) return false;
