@@ -5,25 +5,18 @@
  * any of its agents or a seat freed, takes agents added while it waits, and ends when withdrawn,
  * answering normally.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
-import { startTestNode } from '../helpers/delivery.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { testNodeHooks } from '../helpers/delivery.ts';
+import { STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let node: BatonNode;
 let api: BatonClient;
 let key: string;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
-});
-afterAll(async () => {
-  await node?.stop();
-  await ts?.cleanup();
-});
+testNodeHooks((t) => ({ ts, node, api, key } = t));
 
 async function post(path: string, body: unknown, as = key): Promise<{ status: number; json: any }> {
   const r = await fetch(`${node.url}${path}`, {

@@ -6,29 +6,23 @@
  * `baton up` on each store, real sockets.
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import { interpretAnswer } from '../../src/delivery/dispatcher.ts';
 import { LARGE_JSON_CHARS, largeMembers, membersOf, RAW_MEMBER_MIN_CHARS, RawJson, spansAt } from '../../src/domain/json.ts';
 import { jsonShapesOffThread, OffThreadJsonError } from '../../src/engine/json-thread.ts';
 import type { BatonNode } from '../../src/server/up.ts';
-import { startTestNode } from '../helpers/delivery.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { testNodeHooks } from '../helpers/delivery.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 import { countTurns } from '../helpers/turns.ts';
 
-let ts: TestStore;
 let node: BatonNode;
 let api: BatonClient;
 let key: string;
 
+testNodeHooks((t) => ({ node, api, key } = t));
 beforeAll(async () => {
-  ts = await openTestStore();
-  ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
   await api.createAgent({ name: 'big', max_parallel: 10 });
-});
-afterAll(async () => {
-  await node?.stop();
-  await ts?.cleanup();
 });
 
 /** A raw POST of `body` with the admin key; the answer parsed. */

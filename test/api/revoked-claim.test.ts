@@ -3,24 +3,17 @@
  * 401 and is handed nothing: a task submitted afterwards stays queued for a worker with a valid key.
  * A real `baton up` on each store; on PostgreSQL also a second server that learns of the revocation.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BatonClient } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
-import { startTestNode } from '../helpers/delivery.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { startTestNode, testNodeHooks } from '../helpers/delivery.ts';
+import { STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let node: BatonNode;
 let api: BatonClient;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  ({ node, api } = await startTestNode(ts, { dispatcher: false }));
-});
-afterAll(async () => {
-  await node?.stop();
-  await ts?.cleanup();
-});
+testNodeHooks((t) => ({ ts, node, api } = t));
 
 /** A claim that waits up to 20 s, as `agentKey`; resolves with its status and body. */
 async function parkClaim(agent: string, agentKey: string, url = node.url): Promise<{ status: number; body: string }> {

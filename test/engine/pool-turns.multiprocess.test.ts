@@ -4,11 +4,19 @@
  * B, with one seat of its own and a few tasks, is claimed by two other processes. Read back from
  * the event log, not from what the claimers believed:
  * - the pool's seats: replaying admissions and ends in event order never finds more running than its cap;
- * - B's turn: each of B's tasks is admitted within one turn of the pool's seats, counted as A's
- *   admissions between the task's creation (made while A holds every seat, after B's previous task
- *   was admitted) and its admission: at most the pool's cap, one turn of its seats. Without turns
- *   A's claimers, many more and always looking, take seat after seat while B's claim waits.
+ * - B's turn: each of B's tasks is admitted within one turn of the pool's seats once B waits for
+ *   it, counted as A's admissions between the last look of the test (one statement, one snapshot)
+ *   that found the task queued and B not waiting in the pool, before a look found B waiting, and
+ *   the task's admission: at most the pool's cap, one turn of its seats. Admissions take their
+ *   event ids under the pool's lock, as B's wait is written, so those after that snapshot include
+ *   every one after B's wait began (and maybe one before: the count errs on the strict side).
+ *   Counted from the task's creation, it also held the seats freed before B's claimer was woken
+ *   and looked (until then B waits for no turn, and they go to A by right): on a loaded machine
+ *   more than the cap. A task no look saw B waiting for is counted from its creation, as before.
+ *   Without turns B never waits, and A's claimers, many more and always looking, take seat after
+ *   seat while B's claim waits.
  */
+import { sql } from 'kysely';
 import { expect, it } from 'vitest';
 import type { Engine } from '../../src/engine/engine.ts';
 import { type Child, spawnFixture, useStoreWithChildren } from '../helpers/processes.ts';
@@ -79,10 +87,28 @@ describeMultiProcess(`turns among a pool's agents across processes (${STORE_KIND
           (await ts.store.db.selectFrom('agents').select('running_count').where('name', '=', agent).executeTakeFirstOrThrow())
             .running_count,
         );
+      // One statement (one snapshot): whether the task has left the queue, whether B waits for a
+      // turn in the pool, and the newest admission of either agent.
+      const look = async (task: string) =>
+        (
+          await sql<{ admitted: boolean; waiting: boolean; mark: string | null }>`
+            SELECT EXISTS (SELECT 1 FROM execution_events WHERE execution_id = ${task} AND from_status = 'queued') AS admitted,
+                   EXISTS (SELECT 1 FROM pool_waits WHERE pool = ${pool} AND agent = ${b}) AS waiting,
+                   (SELECT max(id) FROM execution_events
+                     WHERE agent IN (${a}, ${b}) AND from_status = 'queued' AND to_status = 'running') AS mark`.execute(ts.store.db)
+        ).rows[0]!;
+      /** Per B task seen waiting for its turn: the newest admission the last look before that saw. */
+      const marks = new Map<string, number>();
       for (let i = 0; i < B_TASKS; i++) {
         await until('A holds every seat', async () => (await runningOf(a)) >= CAP);
         const task = await engine.submit(b, { message: `b ${i}` }, 'test');
-        await until("B's task is admitted", async () => (await engine.getExecution(task.id)).execution.status !== 'queued');
+        let before: number | undefined;
+        await until("B's task is admitted", async () => {
+          const s = await look(task.id);
+          if (!s.admitted && !s.waiting) before = Number(s.mark ?? 0);
+          if (s.waiting && before !== undefined) marks.set(task.id, before);
+          return s.admitted;
+        });
       }
 
       const exits = await Promise.all(children.map((c) => c.exit(DEADLINE_MS + 5_000)));
@@ -105,14 +131,15 @@ describeMultiProcess(`turns among a pool's agents across processes (${STORE_KIND
       }
       expect(most).toBe(CAP); // reached, never passed
 
-      // B's turns: A's admissions between each B task becoming admissible and its admission.
+      // B's turns: A's admissions between each B task's wait for a turn (its mark) and its admission.
       const admitted = events.filter((e) => e.from_status === 'queued' && e.to_status === 'running');
       const bAdmissions = admitted.filter((e) => e.agent === b);
       expect(bAdmissions).toHaveLength(B_TASKS);
       const ahead: number[] = [];
       for (const adm of bAdmissions) {
-        const created = events.find((e) => e.execution_id === adm.execution_id && e.from_status === null)!.id;
-        ahead.push(admitted.filter((e) => e.agent === a && e.id > created && e.id < adm.id).length);
+        // B not seen waiting (no wait, or one shorter than a look; or no turns at all): from the task's creation.
+        const from = marks.get(adm.execution_id) ?? events.find((e) => e.execution_id === adm.execution_id && e.from_status === null)!.id;
+        ahead.push(admitted.filter((e) => e.agent === a && e.id > from && e.id < adm.id).length);
       }
       expect(
         ahead.every((n) => n <= CAP),

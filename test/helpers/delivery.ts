@@ -1,9 +1,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { afterAll, beforeAll } from 'vitest';
 import { startNode, type BatonNode } from '../../src/server/up.ts';
 import type { DispatcherOptions } from '../../src/delivery/dispatcher.ts';
 import { BatonClient } from '../../src/client.ts';
 import type { ConnectionLimits } from '../../src/api/server.ts';
-import type { TestStore } from './store.ts';
+import { openTestStore, type TestStore } from './store.ts';
 
 /** An in-process `baton up` on the test file's store (port 0), with a fast reaper. */
 export async function startTestNode(
@@ -19,6 +20,36 @@ export async function startTestNode(
   });
   const key = node.createdAdminKey ?? readFileSync(`${ts.location.dataDir}/admin.key`, 'utf8').trim();
   return { node, key, api: new BatonClient({ server: node.url, key }) };
+}
+
+/** A test file's store and the in-process `baton up` on it, with its admin key and a client as that key. */
+export interface TestNode {
+  ts: TestStore;
+  node: BatonNode;
+  api: BatonClient;
+  key: string;
+}
+
+/**
+ * The set-up the API and worker test files share: registers, in the calling scope, a beforeAll that
+ * opens the file's store (openTestStore) and starts a node on it (startTestNode; no dispatcher unless
+ * `opts` says otherwise), then hands both to `set`, and an afterAll that stops the node and cleans
+ * the store up. A file's own afterAll registered after this one runs before it (Vitest runs after
+ * hooks in reverse), while the node is still up.
+ */
+export function testNodeHooks(set: (t: TestNode) => void, opts: Parameters<typeof startTestNode>[1] = { dispatcher: false }): void {
+  let ts: TestStore | undefined;
+  let node: BatonNode | undefined;
+  beforeAll(async () => {
+    ts = await openTestStore();
+    const started = await startTestNode(ts, opts);
+    node = started.node;
+    set({ ts, ...started });
+  });
+  afterAll(async () => {
+    await node?.stop();
+    await ts?.cleanup();
+  });
 }
 
 /** Processes whose process group is `pgid`, read from /proc (state Z included: a zombie still counts). */

@@ -1,25 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ApiError, BatonClient, type Task } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
 import { createWorker, outcome } from '../../src/worker/sdk.ts';
-import { startTestNode, until } from '../helpers/delivery.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { testNodeHooks, until } from '../helpers/delivery.ts';
+import { STORE_KIND } from '../helpers/store.ts';
 
 // POST /v1/completions: each item as the single complete route takes and answers it, decided on
 // its own; and the worker SDK sending the completions that are ready together as one request.
 describe(`batch completions (${STORE_KIND})`, () => {
-  let ts: TestStore;
   let node: BatonNode;
   let api: BatonClient;
   let key: string;
-  beforeAll(async () => {
-    ts = await openTestStore();
-    ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
-  });
-  afterAll(async () => {
-    await node?.stop();
-    await ts?.cleanup();
-  });
+  testNodeHooks((t) => ({ node, api, key } = t));
 
   const claimed = async (agent: string, n: number): Promise<Task[]> => {
     for (let i = 0; i < n; i++) await api.submit(agent, { message: `t${i}` });

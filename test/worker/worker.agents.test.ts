@@ -1,9 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ApiError, type BatonClient } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
 import { createWorker } from '../../src/worker/sdk.ts';
-import { startTestNode, until } from '../helpers/delivery.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { testNodeHooks, until } from '../helpers/delivery.ts';
+import { STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 // One worker serving several agents: each agent's concurrency is its own, every task runs once,
 // and a bad agent among them fails start() before anything is claimed.
@@ -12,14 +12,7 @@ describe(`one worker for several agents (${STORE_KIND})`, () => {
   let node: BatonNode;
   let api: BatonClient;
   let key: string;
-  beforeAll(async () => {
-    ts = await openTestStore();
-    ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
-  });
-  afterAll(async () => {
-    await node?.stop();
-    await ts?.cleanup();
-  });
+  testNodeHooks((t) => ({ ts, node, api, key } = t));
 
   it('runs every task of every agent once, never more than `concurrency` of one agent at a time', async () => {
     const agents = ['multi-a', 'multi-b', 'multi-c'];

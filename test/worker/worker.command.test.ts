@@ -3,31 +3,23 @@
  * commands: results, failures, process-group killing on cancel / timeout / shutdown (checked in
  * /proc), a SIGKILLed worker's task re-delivered as attempt 2, and clear startup errors.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { BatonClient, LogLine } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
-import { groupGone, groupMembers, killGroup, startTestNode, until } from '../helpers/delivery.ts';
+import { groupGone, groupMembers, killGroup, testNodeHooks, until } from '../helpers/delivery.ts';
 import { BATON_BIN, freePort, spawnChild, type Child } from '../helpers/process.ts';
-import { openTestStore, type TestStore } from '../helpers/store.ts';
 
-let ts: TestStore;
 let node: BatonNode;
 let api: BatonClient;
 let key: string;
 const children: Child[] = [];
 const groups: number[] = [];
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
-});
-
+testNodeHooks((t) => ({ node, api, key } = t));
 afterAll(async () => {
   for (const c of children) if (c.proc.exitCode === null && c.proc.signalCode === null) c.proc.kill('SIGKILL');
   await Promise.all(children.map((c) => c.exited));
   for (const g of groups) killGroup(g);
-  await node?.stop();
-  await ts?.cleanup();
 });
 
 function worker(agent: string, command: string[], flags: string[] = [], env: Record<string, string> = {}): Child {

@@ -8,27 +8,20 @@
  * claim between. Against a server without the route (older than the SDK) the worker withdraws
  * and claims again, as before, and tries the route no more.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { BatonClient } from '../../src/client.ts';
 import type { BatonNode } from '../../src/server/up.ts';
 import { createWorker, type WorkerEvent } from '../../src/worker/sdk.ts';
-import { startTestNode, until } from '../helpers/delivery.ts';
+import { testNodeHooks, until } from '../helpers/delivery.ts';
 import { oldServer } from '../helpers/old-server.ts';
-import { openTestStore, STORE_KIND, type TestStore } from '../helpers/store.ts';
+import { STORE_KIND, type TestStore } from '../helpers/store.ts';
 
 let ts: TestStore;
 let node: BatonNode;
 let api: BatonClient;
 let key: string;
 
-beforeAll(async () => {
-  ts = await openTestStore();
-  ({ node, api, key } = await startTestNode(ts, { dispatcher: false }));
-});
-afterAll(async () => {
-  await node?.stop();
-  await ts?.cleanup();
-});
+testNodeHooks((t) => ({ ts, node, api, key } = t));
 
 const settle = () => new Promise((r) => setTimeout(r, 400));
 
