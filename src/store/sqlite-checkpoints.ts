@@ -54,6 +54,13 @@ export interface CheckpointStats {
   lastFrames: number;
   /** Of those, the ones that held the main connection's turn to copy the rest (WAL_RESTART_FRAMES). */
   held: number;
+  /**
+   * The most frames any checkpoint of the passes found (each pass runs up to five). The WAL starts
+   * over only once a checkpoint has copied every frame, and that checkpoint found them all: the
+   * WAL file's length is this many frames, unless the writer's backstop checkpointed
+   * (WRITER_AUTOCHECKPOINT_PAGES) or a pass is still to find the frames of the latest commits.
+   */
+  mostFrames: number;
 }
 
 export interface BackgroundCheckpointOptions {
@@ -74,7 +81,7 @@ export interface BackgroundCheckpointOptions {
  * was committed since the last, runs a PASSIVE checkpoint on the worker thread.
  */
 export class BackgroundCheckpoints {
-  readonly stats: CheckpointStats = { runs: 0, lastFrames: 0, held: 0 };
+  readonly stats: CheckpointStats = { runs: 0, lastFrames: 0, held: 0, mostFrames: 0 };
   private running: Promise<void> | undefined;
   private committedAtLast = 0;
   private readonly timer: NodeJS.Timeout;
@@ -106,17 +113,24 @@ export class BackgroundCheckpoints {
    * holding the main connection's turn (WAL_RESTART_FRAMES).
    */
   private async pass(): Promise<number> {
-    let log = await this.o.checkpoint();
+    let log = await this.checkpoint();
     if (log < this.o.walRestartFrames) return log;
     // At most three more passes, while each finds a fair amount (256 frames, 1 MiB) added meanwhile.
     for (let pass = 0; pass < 3; pass++) {
-      const next = await this.o.checkpoint();
+      const next = await this.checkpoint();
       const added = next - log;
       log = next;
       if (added < 256) break;
     }
     this.stats.held++;
-    return this.o.holdingTurn(() => this.o.checkpoint());
+    return this.o.holdingTurn(() => this.checkpoint());
+  }
+
+  /** One checkpoint, its frames counted in the stats (CheckpointStats.mostFrames). */
+  private async checkpoint(): Promise<number> {
+    const frames = await this.o.checkpoint();
+    this.stats.mostFrames = Math.max(this.stats.mostFrames, frames);
+    return frames;
   }
 
   /** No more passes. */
