@@ -11,7 +11,7 @@ import {
 import { sql } from 'kysely';
 import type { AlertSinkKind } from '../domain/canary.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
-import { perStore, preparedQuery } from '../store/prepared-query.ts';
+import { listSlots, listValues, perStore, preparedQuery } from '../store/prepared-query.ts';
 import { appendAudit } from './audit.ts';
 import { queueAlerts } from './alerts.ts';
 import { factsMayChange, poolBudgeted, refreshFastPathFacts, subscribedAsSource } from './fast-path-facts.ts';
@@ -231,6 +231,16 @@ const completionProfile = preparedQuery((tx: Tx, p: { agent: string }) =>
     .where('name', '=', p.agent),
 );
 
+/** readCompletionProfiles' statement, compiled once per number of agents (preparedQuery). */
+const completionProfiles = preparedQuery((tx: Tx, p: Record<string, string>, n: number) =>
+  tx
+    .selectFrom('agents')
+    .select(['name', 'budget', 'pools', ...BREAKER_COLUMNS])
+    .select(subscribedAsSource)
+    .select(poolBudgeted)
+    .where('name', 'in', listSlots(p, n)),
+);
+
 /**
  * The agent's budget, breaker columns, whether it has enabled subscriptions and whether a pool of
  * it has a budget, in one primary-key read (the budget ledger, the pools' ledgers, the breaker and
@@ -245,13 +255,7 @@ export async function readCompletionProfile(tx: Tx, agent: string): Promise<Comp
 /** readCompletionProfile for several agents in one read, by name (an agent that is gone is left out). */
 export async function readCompletionProfiles(tx: Tx, agents: readonly string[]): Promise<Map<string, CompletionProfile>> {
   if (agents.length === 0) return new Map();
-  const rows = await tx
-    .selectFrom('agents')
-    .select(['name', 'budget', 'pools', ...BREAKER_COLUMNS])
-    .select(subscribedAsSource)
-    .select(poolBudgeted)
-    .where('name', 'in', agents)
-    .execute();
+  const rows = await completionProfiles(tx, listValues(agents), agents.length);
   return new Map(rows.map(({ name, ...row }) => [name, profileOf(row)]));
 }
 
