@@ -200,7 +200,14 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
     await accruePoolBudgets(tx, done, job.now, agent?.pool_budgeted ? agent.pools : null);
   }
   // Each counted with its own time and actor, an agent's in their order: one write an agent.
-  const ended = landed.map(({ job, done }) => ({ ...done, ended: { now: job.now, actor: job.actor } }));
+  // What the breaker reads of each (Ended), not a copy of the whole row.
+  const ended = landed.map(({ job, done }) => ({
+    id: done.id,
+    agent: done.agent,
+    status: done.status,
+    error_code: done.error_code,
+    ended: { now: job.now, actor: job.actor },
+  }));
   const first = landed[0]!.job;
   await countTowardBreakers(tx, c.store, ended, first.now, first.actor, c.alertSinks, profiles, true);
   for (const { job, done } of landed) out.set(job.id, { committed: await followUp(tx, c, job, done, profiles.get(done.agent)) });

@@ -56,7 +56,7 @@ export function preparedQuery<H extends Kysely<any>, P extends Record<string, un
     // The compiled statement with this run's values (its query node and id as compiled: no plugin
     // transforms it again). No value import of Kysely here: the CLI's HTTP-only commands load this
     // module and must not load Kysely (test/server/package.test.ts).
-    const { rows } = await db.executeQuery<R>({ ...query, parameters });
+    const { rows } = await db.executeQuery<R>({ query: query.query, queryId: query.queryId, sql: query.sql, parameters });
     return rows;
   };
 }
