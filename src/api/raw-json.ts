@@ -31,7 +31,7 @@ export class RawAnswer {
 
   /** A claimed task's view, its payload placed by `value`. */
   task(row: ExecutionRow): TaskView {
-    return Object.assign(taskView({ ...row, payload: 'null' }), { payload: this.value(row.payload) });
+    return taskView(row, (text) => this.value(text));
   }
 }
 
@@ -59,8 +59,5 @@ export function answerWithExecution(row: ExecutionRow, body: (execution: Executi
 
 /** An execution's view with its stored payload and result placed by `place` (never parsed by the view). */
 function viewPlacing(row: ExecutionRow, place: (text: string | null) => unknown): ExecutionView {
-  return Object.assign(executionView({ ...row, payload: 'null', result: null }), {
-    payload: place(row.payload),
-    result: place(row.result),
-  });
+  return executionView(row, place);
 }

@@ -81,12 +81,12 @@ export class AdmissionWrites {
 
   /** `agent`'s claim stamp at `now`. */
   stamp(agent: string, now: number): void {
-    this.agents.set(agent, { round: null, ...this.agents.get(agent), stamp: now });
+    this.agents.set(agent, { round: this.agents.get(agent)?.round ?? null, stamp: now });
   }
 
   /** `agent`'s admit_round raised to `round`. */
   round(agent: string, round: number): void {
-    this.agents.set(agent, { stamp: null, ...this.agents.get(agent), round });
+    this.agents.set(agent, { stamp: this.agents.get(agent)?.stamp ?? null, round });
   }
 
   /**

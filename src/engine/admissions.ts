@@ -20,7 +20,8 @@ export interface Admission {
  * than asked (a clock measured again may step back).
  */
 export function atSend<T extends { now: number }>(request: T, now: () => number): T {
-  return { ...request, now: Math.max(request.now, now()) };
+  // Object.assign, not `{ ...request, now }`: V8's slow path on Node 20 (create.ts queuedValues).
+  return Object.assign({}, request, { now: Math.max(request.now, now()) });
 }
 
 /** Admissions out at once per engine, each a transaction of its own. */
@@ -63,7 +64,7 @@ export class Admissions {
       else if (this.undecided.size < 10_000) this.undecided.add(a.id);
       a.opts.onFastClaim?.(decides);
     };
-    return lane.run({ id: a.id, opts: { ...a.opts, onFlow, onFastClaim } });
+    return lane.run({ id: a.id, opts: Object.assign({}, a.opts, { onFlow, onFastClaim }) });
   }
 
   /**

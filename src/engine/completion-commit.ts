@@ -2,6 +2,7 @@ import type { AlertSinkKind } from '../domain/canary.ts';
 import { BatonError } from '../domain/errors.ts';
 import type { StoredOutcome } from '../domain/outcomes.ts';
 import type { StoreAdapter, Tx } from '../store/adapter.ts';
+import { listSlots, listValues, perStore, preparedQuery } from '../store/prepared-query.ts';
 import type { ExecutionRow } from '../store/schema.ts';
 import { countTowardBreakers, readCompletionProfile, readCompletionProfiles, type CompletionProfile } from './breaker.ts';
 import { accrueBudget } from './budget.ts';
@@ -141,6 +142,18 @@ export function gatheredCompletions(c: CompletionContext): {
   };
 }
 
+/** commitTogether's read of its executions' agents, compiled once per number of them (preparedQuery). */
+const agentsOfExecutions = preparedQuery((tx: Tx, p: Record<string, string>, n: number) =>
+  tx.selectFrom('executions').select(['id', 'agent']).where('id', 'in', listSlots(p, n)),
+);
+
+/** commitTogether's lock of its agents' rows in name order, compiled once per store (its row lock) and number of them. */
+const lockAgents = perStore((store) =>
+  preparedQuery((tx: Tx, p: Record<string, string>, n: number) =>
+    store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', listSlots(p, n)).orderBy('name'), 'admission'),
+  ),
+);
+
 /**
  * Many completions in one transaction. Their agents' rows are locked first, in name order (the
  * order admission locks agents in; a completion writes its agent's row), so two transactions never
@@ -153,15 +166,8 @@ export function gatheredCompletions(c: CompletionContext): {
  * transaction, and each item is then committed alone (gather.ts).
  */
 async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly CompletionJob[]): Promise<Map<string, Landed>> {
-  const rows = await tx
-    .selectFrom('executions')
-    .select(['id', 'agent'])
-    .where(
-      'id',
-      'in',
-      jobs.map((j) => j.id),
-    )
-    .execute();
+  const ids = jobs.map((j) => j.id);
+  const rows = await agentsOfExecutions(tx, listValues(ids), ids.length);
   const agentOf = new Map(rows.map((r) => [r.id, r.agent]));
   const order = jobs
     .filter((j) => agentOf.has(j.id))
@@ -169,7 +175,7 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
   const out = new Map<string, Landed>();
   if (order.length === 0) return out;
   const agents = [...new Set(order.map((j) => agentOf.get(j.id)!))].sort();
-  await c.store.lockRows(tx.selectFrom('agents').select('name').where('name', 'in', agents).orderBy('name'), 'admission').execute();
+  await lockAgents(c.store)(tx, listValues(agents), agents.length);
   // On PostgreSQL the compare-and-sets are one statement (a round trip each saved); on SQLite, where
   // a statement costs no round trip, one each. Either way `landed` keeps the order above.
   const together = c.store.kind === 'postgres' ? await completeManyWithLease(tx, order) : undefined;
@@ -194,7 +200,14 @@ async function commitTogether(tx: Tx, c: CompletionContext, jobs: readonly Compl
     await accruePoolBudgets(tx, done, job.now, agent?.pool_budgeted ? agent.pools : null);
   }
   // Each counted with its own time and actor, an agent's in their order: one write an agent.
-  const ended = landed.map(({ job, done }) => ({ ...done, ended: { now: job.now, actor: job.actor } }));
+  // What the breaker reads of each (Ended), not a copy of the whole row.
+  const ended = landed.map(({ job, done }) => ({
+    id: done.id,
+    agent: done.agent,
+    status: done.status,
+    error_code: done.error_code,
+    ended: { now: job.now, actor: job.actor },
+  }));
   const first = landed[0]!.job;
   await countTowardBreakers(tx, c.store, ended, first.now, first.actor, c.alertSinks, profiles, true);
   for (const { job, done } of landed) out.set(job.id, { committed: await followUp(tx, c, job, done, profiles.get(done.agent)) });

@@ -275,8 +275,8 @@ export class Engine {
     // claimer that does wait (wake() wakes one), and no abort plumbing is built. A look that finds
     // no queued row marks the agent idle (ClaimWaits.markIfEmpty).
     if ((opts.waitMs ?? 0) <= 0) {
-      const onNothingQueued = this.claimWaits.markIfEmpty(agent);
-      return this.admitOnce(agent, { ...admitOpts, onFlow: (f) => f.pools && this.claimWaits.notePools(agent, f.pools), onNothingQueued });
+      const onFlow: FlowReport = (f) => f.pools && this.claimWaits.notePools(agent, f.pools);
+      return this.admitOnce(agent, Object.assign({}, admitOpts, { onFlow, onNothingQueued: this.claimWaits.markIfEmpty(agent) }));
     }
     // Parked, it may be taken by a submit of its agent, which admits it in its own call (plain-calls.ts).
     const { owner, delivery, keyId } = admitOpts;
@@ -285,7 +285,7 @@ export class Engine {
       admitted: (rows) => this.admitted(rows),
       giveBack: (rows) => this.giveBack(rows, owner),
     };
-    const admit = (hint: ClaimHint) => this.admitOnce(agent, { ...admitOpts, ...reportTo(hint) });
+    const admit = (hint: ClaimHint) => this.admitOnce(agent, Object.assign({}, admitOpts, reportTo(hint)));
     return this.claimWaits.wait(agent, opts.waitMs ?? 0, opts.signal, admit, handoff);
   }
 
@@ -309,7 +309,7 @@ export class Engine {
       if (f.turns) turns = f.turns;
       admitOpts.onFlow?.(f);
     };
-    const opts = { ...admitOpts, now: this.now(), alertSinks: this.alertSinks, onFlow };
+    const opts = Object.assign({}, admitOpts, { now: this.now(), alertSinks: this.alertSinks, onFlow }); // not a spread: see create.ts queuedValues
     const plain = this.plain;
     const rows = plain
       ? ((plain.admissions.transactional(agent) ? undefined : await plain.claims.run({ id: agent, ...opts })) ??

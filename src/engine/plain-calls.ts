@@ -80,7 +80,7 @@ async function submitsWithClaims(
     const at = now();
     out = await fast.submitClaim(
       items,
-      [...taken].map(([agent, c]) => ({ ...c.request, id: agent, now: at })),
+      [...taken].map(([agent, c]) => Object.assign({}, c.request, { id: agent, now: at })),
     );
   } catch {
     // Each taken claim looks itself once the submits are made, so its look can find them.

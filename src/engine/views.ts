@@ -82,13 +82,17 @@ function executionFields(r: ExecutionFields) {
   };
 }
 
-/** A whole execution: bodies (message, payload, result, error) in full. */
-export function executionView(r: ExecutionRow) {
+/**
+ * A whole execution: bodies (message, payload, result, error) in full; `place` makes the payload's
+ * and the result's values of their stored texts (parsed, unless the caller places them itself:
+ * src/api/raw-json.ts).
+ */
+export function executionView(r: ExecutionRow, place: typeof json = json) {
   // Object.assign rather than a spread into a literal: this runs for every claim and completion.
   return Object.assign(executionFields(r), {
     message: r.message,
-    payload: json(r.payload),
-    result: json(r.result),
+    payload: place(r.payload),
+    result: place(r.result),
     error: r.error_code === null && r.error_message === null ? null : { code: r.error_code, message: r.error_message },
     traceparent: executionTrace(r.id).traceparent,
   });
@@ -134,13 +138,13 @@ export function eventView(e: ExecutionEventRow) {
 }
 
 /** What a worker receives with a claim: the task and its lease. */
-export function taskView(r: ExecutionRow) {
+export function taskView(r: ExecutionRow, place: typeof json = json) {
   return {
     execution_id: r.id,
     agent: r.agent,
     attempt: r.attempt,
     message: r.message,
-    payload: json(r.payload),
+    payload: place(r.payload),
     lease_token: r.lease_token!,
     lease_expires_at: iso(r.lease_expires_at)!,
     lease_ttl_seconds: r.lease_ttl_seconds,

@@ -56,9 +56,23 @@ export function preparedQuery<H extends Kysely<any>, P extends Record<string, un
     // The compiled statement with this run's values (its query node and id as compiled: no plugin
     // transforms it again). No value import of Kysely here: the CLI's HTTP-only commands load this
     // module and must not load Kysely (test/server/package.test.ts).
-    const { rows } = await db.executeQuery<R>({ ...query, parameters });
+    const { rows } = await db.executeQuery<R>({ query: query.query, queryId: query.queryId, sql: query.sql, parameters });
     return rows;
   };
+}
+
+/**
+ * A list of `n` values in a prepared statement (`where('id', 'in', listSlots(p, n))` in `build`,
+ * with `n` its shape): one compiled text per length. Give the run the list itself as its values
+ * (listValues): item i is the value of slot `i`.
+ */
+export function listSlots<T>(p: Readonly<Record<string, T>>, n: number): T[] {
+  return Array.from({ length: n }, (_, i) => p[i]!);
+}
+
+/** A list as the values of a statement whose slots listSlots made (item i for slot `i`; no copy). */
+export function listValues<T>(items: readonly T[]): Record<string, T> {
+  return items as unknown as Record<string, T>;
 }
 
 /** One `make(store)` per store, made on first use: for prepared statements whose builder needs the store (row locks). */

@@ -79,14 +79,11 @@ function submitRoute(app: RouteApp, { engine, idempotency }: ApiDeps): void {
       // As the submit found the agent (told before the answer is stored with an idempotency key).
       let paused = false;
       let debounced = false;
-      const created = (row: ExecutionRow, execution: ExecutionView) => ({
-        execution_id: row.id,
-        status: row.status,
-        agent: row.agent,
-        agent_paused: paused,
-        ...(debounced ? { debounced } : {}),
-        execution,
-      });
+      // Two literals, not a spread amid one: V8's slow path on Node 20 (create.ts queuedValues).
+      const created = (row: ExecutionRow, execution: ExecutionView) =>
+        debounced
+          ? { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, debounced, execution }
+          : { execution_id: row.id, status: row.status, agent: row.agent, agent_paused: paused, execution };
       // The answer (stored with a key, and replayed as stored) carries the payload as it was stored: not parsed here.
       const answerFor = (row: ExecutionRow) => ({ status: 201, body: answerWithExecution(row, (execution) => created(row, execution)) });
       return idempotent({ engine, idempotency }, reply, idem, answerFor, async (onCreated) => {

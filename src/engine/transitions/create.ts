@@ -123,7 +123,7 @@ export async function createExecutions(
   if (check && values.agent !== check.name) throw new Error(`agent '${values.agent}' is not held for new work (execution ${values.id})`);
   // The statement's shape (preparedQuery): the backlog rule and the columns given.
   const shape = `${check ? 'check' : 'exempt'}:${Object.keys(values).join(',')}`;
-  const params = { ...values, $agent: check?.name ?? '', $max_backlog: check?.max_backlog ?? 0 };
+  const params = Object.assign({}, values, { $agent: check?.name ?? '', $max_backlog: check?.max_backlog ?? 0 });
   const how = req.audit as CreateAudit<NewExecution>;
   const entry = 'batch' in how ? how.batch : how.each(values, 0);
   let row: ExecutionRow | undefined;
