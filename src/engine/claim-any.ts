@@ -225,9 +225,13 @@ async function takenRows(
  * `look` without the agents a read says it would find nothing for and write nothing for
  * (`read`, empty-looks.ts), each marked as its admission finding no queued row would mark it
  * (IdleAgents, the waiter's nothingQueued). Read only for EMPTY_LOOKS_FROM agents or more not woken
- * for work just queued (the first look, the poll's): one statement instead of their admissions.
- * Their waiters were armed before the read, so work committed after its snapshot wakes them, and
- * an agent whose waiter fired meanwhile is looked at next. A read that fails leaves the look whole.
+ * for work just queued (the first look, the poll's) and not answered for by a look here before
+ * (IdleAgents.seenBefore): one statement instead of their admissions. An agent a look here answered
+ * for is marked idle by its admission when that took the last row it had queued (the claim call's
+ * 'empty': postgres-fast-paths.ts), so a look that covers it again mostly finds work, and the read
+ * would be a round trip for nothing. Their waiters were armed before the read, so work committed
+ * after its snapshot wakes them, and an agent whose waiter fired meanwhile is looked at next. A
+ * read that fails leaves the look whole.
  */
 async function dropEmpty(
   waits: ClaimWaits,
@@ -237,7 +241,7 @@ async function dropEmpty(
   read: WaitAnyOptions['emptyLooks'],
 ): Promise<ClaimAnyItem[]> {
   if (!read) return look;
-  const unfed = look.filter((i) => (wakes.get(i.agent)?.work.length ?? 0) === 0).map((i) => i.agent);
+  const unfed = look.filter((i) => (wakes.get(i.agent)?.work.length ?? 0) === 0 && !waits.idle.seenBefore(i.agent)).map((i) => i.agent);
   if (unfed.length < EMPTY_LOOKS_FROM) return look;
   const seen = new Map(unfed.map((agent) => [agent, waits.idle.seen(agent)]));
   let empty: Set<string>;
@@ -248,6 +252,7 @@ async function dropEmpty(
   }
   if (empty.size === 0) return look;
   for (const agent of empty) {
+    waits.idle.looked(agent);
     waits.idle.mark(agent, seen.get(agent)!);
     armed.get(agent)?.nothingQueued();
   }
@@ -282,6 +287,7 @@ async function lookAt(
     const seen = waits.idle.seen(item.agent);
     const hint: ClaimHint = {};
     const rows = await admit(item, hint, maxBytes);
+    waits.idle.looked(item.agent);
     if (hint.pools !== undefined) waits.notePools(item.agent, hint.pools);
     // Nothing queued is left (found so, or this admission took all there was): the worker's next
     // claim, sent as this one answers, need not look at the agent until work is queued.

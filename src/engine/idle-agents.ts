@@ -28,6 +28,8 @@ export class IdleAgents {
   private readonly changes = new Map<string, number>();
   /** Agents whose look found no queued row: their `seen` before that look, and when it ended. */
   private readonly marks = new Map<string, { seen: number; at: number }>();
+  /** Agents a look here has answered for (looked), whatever it found. */
+  private readonly answered = new Map<string, true>();
 
   constructor(private readonly ttlMs: number) {}
 
@@ -47,6 +49,20 @@ export class IdleAgents {
   /** A look that began at `seen` found no queued row of `agent`. */
   mark(agent: string, seen: number): void {
     if (this.seen(agent) === seen) setRecent(this.marks, agent, { seen, at: performance.now() }, BOUND);
+  }
+
+  /**
+   * A look here answered for `agent` (it took rows, found none, or read that it had none): its
+   * claim then says when it leaves no queued row (a mark), so a later look need not read first
+   * whether the agent has any (claim-any.ts dropEmpty).
+   */
+  looked(agent: string): void {
+    if (!this.answered.has(agent)) setRecent(this.answered, agent, true, BOUND);
+  }
+
+  /** Whether a look here has answered for `agent` (looked), among the last BOUND agents. */
+  seenBefore(agent: string): boolean {
+    return this.answered.has(agent);
   }
 
   /** Whether a look at `agent` would find no queued row (see the class). */

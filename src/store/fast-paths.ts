@@ -51,8 +51,9 @@ export interface ClaimRequest {
   /** The API key the claim is made with: a claim whose key is not live is left undecided (engine/claim-key.ts). */
   keyId?: string;
   /**
-   * Called when the claim had a free seat and its agent no queued row at all (as admit.ts's
-   * onNothingQueued): a freed seat can give a waiting claim nothing then (Waiters.wakeForSeat).
+   * Called when the claim had a free seat and its agent no queued row at all, or when it took the
+   * last row its agent had queued (as admit.ts's onNothingQueued): a freed seat can give a waiting
+   * claim nothing then (Waiters.wakeForSeat), and a look right after need not cover the agent.
    */
   onNothingQueued?: () => void;
 }

@@ -526,7 +526,9 @@ BEGIN
     END IF;
     claim_state := CASE WHEN free > 0 AND places IS NULL AND (
         SELECT e.id FROM executions e WHERE e.agent = p_agent[i] AND e.status = 'queued'
-        ORDER BY e.priority, e.fair_round, e.queued_at, e.id LIMIT 1) IS NULL THEN 'empty' ELSE 'decided' END;
+        ORDER BY e.priority, e.fair_round, e.queued_at, e.id LIMIT 1) IS NULL THEN 'empty'
+      WHEN taken > 0 AND (SELECT b.queued_in - a.queued_out FROM agents a JOIN agent_backlog b ON b.agent = a.name
+        WHERE a.name = p_agent[i]) <= 0 THEN 'empty' ELSE 'decided' END;
     claimed := NULL;
     RETURN NEXT;
   END LOOP;

@@ -4,7 +4,8 @@
  * admission in the store's claim call (a row lock and two index seeks in baton_claim_many), so a
  * look at many agents none of which was woken for work reads first which have no queued row and
  * nothing an empty admission would write (src/engine/empty-looks.ts): one statement, and only the
- * others are admitted. On SQLite the admission's agent read already carries the count
+ * others are admitted; a claim that took the last row of its agent says so, so a later look covers
+ * only the agents fed since. On SQLite the admission's agent read already carries the count
  * (test/cost/empty-look.test.ts), and nothing changes. Admissions counted by a spy on the engine's
  * admitOnce; statements as the engine sends them (test/helpers/counting-store.ts).
  */
@@ -82,6 +83,34 @@ describe(`a claim's look at many agents with nothing queued (${STORE_KIND})`, ()
       expect(admitted).toEqual(fed);
       expect(sent.statements).toBe(2); // the read, then the claim call for the two
     } else expect(admitted).toEqual([...agents].sort());
+  });
+
+  it('reads nothing first once a look here took every row its agents had: their claims marked them idle', async () => {
+    const agents = await stampedAgents(AGENTS);
+    const made = await Promise.all(agents.map((a) => engine.submit(a, { message: 'first' }, 'test')));
+    const all = agents.map((agent) => ({ agent, max: 3 }));
+    const first = await engine.claimAny(all, { owner: 'w', waitMs: 20_000 });
+    expect(first.map((r) => r.id).sort()).toEqual(made.map((m) => m.id).sort());
+    const fed = agents[3]!;
+    const again = await engine.submit(fed, { message: 'second' }, 'test');
+    sent.statements = 0;
+    const { out, agents: admitted } = await admissions(() => engine.claimAny(all, { owner: 'w', waitMs: 20_000 }));
+    expect(out.map((r) => r.id)).toEqual([again.id]);
+    expect(admitted).toEqual([fed]);
+    // The claim call alone: each agent's claim said it took the last row (baton_claim_many's 'empty').
+    if (pg) expect(sent.statements).toBe(1);
+  });
+
+  it('reads nothing first for agents a look here answered for, which still have work', async () => {
+    const agents = await stampedAgents(AGENTS);
+    for (const a of agents) for (let k = 0; k < 2; k++) await engine.submit(a, { message: `w${k}` }, 'test');
+    const one = agents.map((agent) => ({ agent, max: 1 }));
+    expect(await engine.claimAny(one, { owner: 'w', waitMs: 20_000 })).toHaveLength(AGENTS);
+    sent.statements = 0;
+    const { out, agents: admitted } = await admissions(() => engine.claimAny(one, { owner: 'w', waitMs: 20_000 }));
+    expect(out).toHaveLength(AGENTS);
+    expect(admitted).toEqual([...agents].sort());
+    if (pg) expect(sent.statements).toBe(1);
   });
 
   it('parks after the read, and work queued afterwards reaches the claim', async () => {

@@ -583,6 +583,10 @@ describe(`query plans over ${HISTORY.toLocaleString('en')} executions of history
         expect(plans).not.toMatch(/Seq Scan on executions|using executions_(status_recent|agent_status_recent|agent_recent|running)/);
         // Each taken row found again by its position.
         expect(plans).toMatch(/Tid Scan on executions/);
+        // Whether a claim that took rows left its agent any (its 'empty', 0120): the agent's
+        // counters, each table by its key.
+        expect(plans).toMatch(/using agent_backlog_pkey/);
+        expect(plans).not.toMatch(/Seq Scan on (agents|agent_backlog)\b/);
       }
       // Completions (baton_complete_many): each row by primary key, never through a
       // status or agent index (one statement over the batch was planned that way while few rows

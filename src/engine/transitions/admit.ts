@@ -46,7 +46,8 @@ export interface AdmitOptions {
    * A waiting claim's: called when the agent had no queued row at all, so no seat freeing can
    * give it work until work is queued (ClaimWaits.seatFreed wakes it only then); and where the
    * agent's queued count is read with it (SQLite), when the rows this admission took were all it
-   * had queued, so a look right after it would find none (IdleAgents).
+   * had queued, so a look right after it would find none (IdleAgents); PostgreSQL's claim call says
+   * the same from the agent's counters (baton_claim_many's 'empty', 0120).
    */
   onNothingQueued?: () => void;
   /**

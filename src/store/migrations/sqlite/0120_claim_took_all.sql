@@ -1,0 +1,3 @@
+-- PostgreSQL's claim call now says when a claim took every row its agent had queued; SQLite's
+-- admission says it from the counters it reads with the agent (admit.ts): nothing to change here.
+-- Never edit a shipped migration: add a new numbered file.
