@@ -199,7 +199,7 @@ async function claimMany(db: Kysely<DB>, items: readonly ClaimRequest[]): Promis
 /**
  * A row of `baton_claim_many`: a row taken, or the end of an agent's answer: decided, decided with
  * no queued row of the agent left ('empty': none found, or its backlog counters say the claim took
- * the last one, 0120), or undecided.
+ * the last one), or undecided.
  */
 type ClaimedRow = ExecutionRow & { claim_agent: string; claim_state: 'row' | 'decided' | 'empty' | 'undecided' | 'submitted' };
 

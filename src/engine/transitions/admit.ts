@@ -47,7 +47,7 @@ export interface AdmitOptions {
    * give it work until work is queued (ClaimWaits.seatFreed wakes it only then); and where the
    * agent's queued count is read with it (SQLite), when the rows this admission took were all it
    * had queued, so a look right after it would find none (IdleAgents); PostgreSQL's claim call says
-   * the same from the agent's counters (baton_claim_many's 'empty', 0120).
+   * the same from the agent's backlog counters (baton_claim_many's 'empty').
    */
   onNothingQueued?: () => void;
   /**
