@@ -104,7 +104,9 @@ describe(`one worker process serving ${AGENTS} agents (${STORE_KIND})`, () => {
       expect(summary.errors).toEqual([]);
       expect(reaped).toBe(0);
       for (const [i, name] of agents.entries()) expect(summary.most[name] ?? 0, name).toBeLessThanOrEqual(Math.min(cap(i), CONCURRENCY));
-      // The worker claimed through the one route for many agents, and widened its claims for agents they left out.
+      // The worker claimed through the one route for many agents. Whether it widened a claim here
+      // hangs on timing (an agent at the worker's limit freeing while a claim is parked), so it is
+      // not asserted: test/worker/worker.widen.test.ts makes that happen and checks it.
       const metrics = await (await fetch(`${node.url}/metrics`, { headers: { authorization: `Bearer ${key}` } })).text();
       const hits = (route: string) =>
         metrics
@@ -113,7 +115,6 @@ describe(`one worker process serving ${AGENTS} agents (${STORE_KIND})`, () => {
           .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
       expect(hits('/v1/claim')).toBeGreaterThan(0);
       expect(hits('/v1/agents/:agent/claim')).toBe(0);
-      expect(hits('/v1/claim/widen')).toBeGreaterThan(0);
     } finally {
       child.proc.kill('SIGKILL');
       await child.exit(10_000);
